@@ -1,0 +1,162 @@
+//! Builds the first-party plugins in `plugins/` for wasm32-wasip2 and embeds
+//! them, so `pincer` finds them with no install step.
+//!
+//! Every plugin (test fixtures under `plugins/testing/` included) is staged as
+//! `<wasm target dir>/staged/<name>/{plugin.toml,plugin.wasm}`; tests find
+//! that folder through `env!("PINCER_STAGED_PLUGINS")`. Only plugins outside
+//! `testing/` are embedded in the binary.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+fn main() -> Result<()> {
+    let host_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let root = host_dir
+        .parent()
+        .context("host crate has no parent folder")?;
+    let plugins_dir = root.join("plugins");
+    let target_dir = wasm_target_dir(root);
+
+    println!("cargo:rerun-if-env-changed=PINCER_WASM_TARGET_DIR");
+    println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
+    println!("cargo:rerun-if-changed={}", root.join("wit").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        plugins_dir.join("Cargo.toml").display()
+    );
+    println!(
+        "cargo:rerun-if-changed={}",
+        plugins_dir.join("Cargo.lock").display()
+    );
+
+    let crates = plugin_crates(&plugins_dir)?;
+    for dir in crates.iter().chain(support_crates(&plugins_dir).iter()) {
+        for watched in ["Cargo.toml", "plugin.toml", "src"] {
+            println!("cargo:rerun-if-changed={}", dir.join(watched).display());
+        }
+    }
+
+    build_plugins(&plugins_dir, &target_dir)?;
+
+    let staged = target_dir.join("staged");
+    let mut embedded = String::from("pub static PLUGINS: &[(&str, &str, &[u8])] = &[\n");
+    for dir in &crates {
+        let name = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("plugin folder name is not UTF-8")?;
+        let wasm = target_dir
+            .join("wasm32-wasip2/release")
+            .join(format!("{}.wasm", name.replace('-', "_")));
+        if !wasm.is_file() {
+            bail!("building plugins produced no {}", wasm.display());
+        }
+        let stage = staged.join(name);
+        std::fs::create_dir_all(&stage)?;
+        std::fs::copy(dir.join("plugin.toml"), stage.join("plugin.toml"))?;
+        std::fs::copy(&wasm, stage.join("plugin.wasm"))?;
+        if !dir.starts_with(plugins_dir.join("testing")) {
+            writeln!(
+                embedded,
+                "    ({name:?}, include_str!({:?}), include_bytes!({:?})),",
+                stage.join("plugin.toml"),
+                stage.join("plugin.wasm"),
+            )?;
+        }
+    }
+    embedded.push_str("];\n");
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out.join("builtin_plugins.rs"), embedded)?;
+    println!("cargo:rustc-env=PINCER_STAGED_PLUGINS={}", staged.display());
+    Ok(())
+}
+
+/// Where the wasm builds go: `$PINCER_WASM_TARGET_DIR`, else
+/// `<cargo target dir>/wasm-plugins` (the README's scripts use the same).
+fn wasm_target_dir(root: &Path) -> PathBuf {
+    if let Some(dir) = std::env::var_os("PINCER_WASM_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let target = if target.is_relative() {
+        root.join(target)
+    } else {
+        target
+    };
+    target.join("wasm-plugins")
+}
+
+/// Folders holding a `plugin.toml`: `plugins/*/` and `plugins/testing/*/`.
+fn plugin_crates(plugins_dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for parent in [plugins_dir.to_path_buf(), plugins_dir.join("testing")] {
+        for entry in
+            std::fs::read_dir(&parent).with_context(|| format!("reading {}", parent.display()))?
+        {
+            let path = entry?.path();
+            if path.join("plugin.toml").is_file() {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Library crates the plugins share (a Cargo.toml but no plugin.toml).
+fn support_crates(plugins_dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(plugins_dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("Cargo.toml").is_file() && !p.join("plugin.toml").exists())
+        .collect()
+}
+
+fn build_plugins(plugins_dir: &Path, target_dir: &Path) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--workspace",
+            "--target",
+            "wasm32-wasip2",
+        ])
+        .arg("--manifest-path")
+        .arg(plugins_dir.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir);
+    // The outer build's settings (clippy's wrapper, host rustflags, its
+    // target dir) must not leak into the plugins' own build.
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_MANIFEST_DIR",
+        "CARGO_PKG_NAME",
+    ] {
+        command.env_remove(var);
+    }
+    let output = command
+        .output()
+        .context("running cargo to build plugins/")?;
+    if !output.status.success() {
+        bail!(
+            "building plugins/ for wasm32-wasip2 failed (is the target installed? `rustup target add wasm32-wasip2`):\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}

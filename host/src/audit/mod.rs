@@ -1,0 +1,114 @@
+//! The audit log: denials, faults and policy decisions, stored in the host
+//! database so they survive restarts.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, params};
+use serde::Serialize;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditEvent {
+    pub timestamp_ms: i64,
+    /// Who acted: `plugin:<name>`, `workspace:<name>`, `host`.
+    pub actor: String,
+    pub workspace: Option<String>,
+    /// Dotted kind, e.g. `plugin.denied`, `plugin.fault`.
+    pub kind: String,
+    pub detail: String,
+}
+
+pub struct AuditLog {
+    conn: Mutex<Connection>,
+}
+
+impl AuditLog {
+    pub fn open(path: &Path) -> rusqlite::Result<Self> {
+        let conn = crate::db::open(path)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS audit_events (
+                id INTEGER PRIMARY KEY,
+                timestamp_ms INTEGER NOT NULL,
+                actor TEXT NOT NULL,
+                workspace TEXT,
+                kind TEXT NOT NULL,
+                detail TEXT NOT NULL
+            );
+            CREATE INDEX IF NOT EXISTS audit_events_by_actor ON audit_events (actor, id);",
+        )?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// Records an event; failures to record are logged, never raised, so
+    /// auditing cannot break the action being audited.
+    pub fn record(&self, actor: &str, workspace: Option<&str>, kind: &str, detail: &str) {
+        let result = self
+            .conn
+            .lock()
+            .map_err(|_| "lock poisoned".to_string())
+            .and_then(|conn| {
+                conn.execute(
+                    "INSERT INTO audit_events (timestamp_ms, actor, workspace, kind, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![now_ms(), actor, workspace, kind, detail],
+                )
+                .map_err(|e| e.to_string())
+            });
+        if let Err(e) = result {
+            tracing::error!(actor, kind, "cannot record audit event: {e}");
+        }
+    }
+
+    /// The newest events first, optionally only those of one actor.
+    pub fn recent(&self, actor: Option<&str>, limit: u32) -> rusqlite::Result<Vec<AuditEvent>> {
+        let conn = self
+            .conn
+            .lock()
+            .map_err(|_| rusqlite::Error::InvalidQuery)?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT timestamp_ms, actor, workspace, kind, detail FROM audit_events
+             WHERE ?1 IS NULL OR actor = ?1 ORDER BY id DESC LIMIT ?2",
+        )?;
+        stmt.query_map(params![actor, limit], |r| {
+            Ok(AuditEvent {
+                timestamp_ms: r.get(0)?,
+                actor: r.get(1)?,
+                workspace: r.get(2)?,
+                kind: r.get(3)?,
+                detail: r.get(4)?,
+            })
+        })?
+        .collect()
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        AuditLog::open(&path).unwrap().record(
+            "plugin:x",
+            None,
+            "plugin.denied",
+            "GET http://evil/",
+        );
+        let log = AuditLog::open(&path).unwrap();
+        let events = log.recent(Some("plugin:x"), 10).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].kind, "plugin.denied");
+        assert!(log.recent(Some("plugin:y"), 10).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,64 @@
+//! What most commands need: the resolved configuration, `PINCER_HOME`, and a
+//! plugin host over the plugin catalog.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::config::{self, Config};
+use crate::plugins::{CallLimits, Catalog, HostPaths, LoadedPlugin, PluginHost};
+
+pub struct Context {
+    /// `None`: built-in defaults, no file.
+    pub config_path: Option<PathBuf>,
+    pub config: Config,
+    pub home: PathBuf,
+}
+
+impl Context {
+    pub fn load(config_flag: Option<&Path>) -> anyhow::Result<Self> {
+        let home = config::pincer_home()?;
+        let config_path = config::resolve_config_path(config_flag);
+        let config = match &config_path {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        Ok(Self {
+            config_path,
+            config,
+            home,
+        })
+    }
+
+    pub fn plugin_host(&self) -> anyhow::Result<PluginHost> {
+        PluginHost::new(HostPaths::under(&self.home)).context("starting the plugin host")
+    }
+
+    pub fn catalog(&self) -> Catalog {
+        Catalog::discover(&self.home, &self.config.plugins.dirs)
+    }
+
+    pub fn limits(&self) -> CallLimits {
+        let limits = &self.config.plugins.limits;
+        CallLimits {
+            memory_bytes: (limits.memory_mb as usize) << 20,
+            timeout: Duration::from_millis(limits.call_timeout_ms),
+        }
+    }
+
+    /// Loads a plugin by name with its configured `plugins.config.<name>`.
+    pub fn load_plugin(&self, host: &PluginHost, name: &str) -> anyhow::Result<Arc<LoadedPlugin>> {
+        let catalog = self.catalog();
+        let package = catalog.get(name)?;
+        let config = self
+            .config
+            .plugins
+            .config
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({}));
+        Ok(host.load(package, Some(&config), self.limits())?)
+    }
+}

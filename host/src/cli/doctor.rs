@@ -1,0 +1,170 @@
+//! `pincer doctor`: what this machine lacks for pincer, and how to fix it.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::bail;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::Context;
+use crate::plugins::PluginPackage;
+
+struct Check {
+    name: &'static str,
+    /// `Err(why, fix)` when it failed.
+    outcome: Result<String, (String, String)>,
+    required: bool,
+}
+
+pub async fn run(config_flag: Option<&Path>) -> anyhow::Result<()> {
+    let mut checks = Vec::new();
+    let ctx = Context::load(config_flag);
+    checks.push(Check {
+        name: "configuration",
+        outcome: match &ctx {
+            Ok(ctx) => Ok(match &ctx.config_path {
+                Some(p) => format!("{} is valid", p.display()),
+                None => "no file; built-in defaults".into(),
+            }),
+            Err(e) => Err((
+                format!("{e:#}"),
+                "fix the file at the position shown, then run `pincer config check`".into(),
+            )),
+        },
+        required: true,
+    });
+    if let Ok(ctx) = &ctx {
+        checks.push(home_check(&ctx.home));
+        checks.push(plugins_check(ctx));
+    }
+    checks.push(docker_check().await);
+    checks.push(wasm_target_check());
+
+    let mut failed_required = 0;
+    for check in &checks {
+        match &check.outcome {
+            Ok(detail) => println!("ok       {:<14} {detail}", check.name),
+            Err((why, fix)) => {
+                let label = if check.required {
+                    "MISSING"
+                } else {
+                    "optional"
+                };
+                println!(
+                    "{label:<8} {:<14} {why}\n         {:<14} fix: {fix}",
+                    check.name, ""
+                );
+                failed_required += usize::from(check.required);
+            }
+        }
+    }
+    if failed_required > 0 {
+        bail!("{failed_required} required check(s) failed");
+    }
+    Ok(())
+}
+
+fn home_check(home: &Path) -> Check {
+    let probe = home.join(".doctor-probe");
+    let outcome = std::fs::write(&probe, b"ok")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map(|()| format!("{} is writable", home.display()))
+        .map_err(|e| {
+            (
+                format!("{} is not writable: {e}", home.display()),
+                "set PINCER_HOME to a writable folder".into(),
+            )
+        });
+    Check {
+        name: "PINCER_HOME",
+        outcome,
+        required: true,
+    }
+}
+
+fn plugins_check(ctx: &Context) -> Check {
+    let outcome = (|| {
+        let host = ctx.plugin_host().map_err(|e| format!("{e:#}"))?;
+        let builtin = PluginPackage::builtin();
+        for package in &builtin {
+            host.load(package, None, ctx.limits())
+                .map_err(|e| e.to_string())?;
+        }
+        Ok::<_, String>(format!("{} built-in plugins load", builtin.len()))
+    })()
+    .map_err(|why| {
+        (
+            why,
+            "rebuild pincer (`cargo build --release`); report a bug if it persists".into(),
+        )
+    });
+    Check {
+        name: "plugins",
+        outcome,
+        required: true,
+    }
+}
+
+/// Pings the Docker Engine API over its unix socket.
+async fn docker_check() -> Check {
+    let socket = std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(str::to_string))
+        .unwrap_or_else(|| "/var/run/docker.sock".into());
+    let ping = async {
+        let mut stream = tokio::net::UnixStream::connect(&socket).await?;
+        stream
+            .write_all(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            .await?;
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).await?;
+        Ok::<_, std::io::Error>(reply)
+    };
+    let outcome = match tokio::time::timeout(std::time::Duration::from_secs(3), ping).await {
+        Ok(Ok(reply)) if reply.ends_with("OK") => Ok(format!("engine answers on {socket}")),
+        Ok(Ok(reply)) => Err(format!(
+            "unexpected answer on {socket}: {}",
+            reply.lines().next().unwrap_or("")
+        )),
+        Ok(Err(e)) => Err(format!("cannot reach {socket}: {e}")),
+        Err(_) => Err(format!("{socket} did not answer within 3 s")),
+    };
+    Check {
+        name: "docker",
+        outcome: outcome.map_err(|why| {
+            (
+                why,
+                "install Docker Engine (`apt-get install docker.io`) and start it (`systemctl start docker`); workspaces run in containers".into(),
+            )
+        }),
+        required: false,
+    }
+}
+
+fn wasm_target_check() -> Check {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.trim() == "wasm32-wasip2")
+        });
+    let outcome = match installed {
+        Some(true) => Ok("installed (for building plugins)".into()),
+        Some(false) => Err("the wasm32-wasip2 target is not installed".into()),
+        None => Err("rustup not found".into()),
+    };
+    Check {
+        name: "wasm32-wasip2",
+        outcome: outcome.map_err(|why| {
+            (
+                why,
+                "`rustup target add wasm32-wasip2` (only needed to build plugins)".into(),
+            )
+        }),
+        required: false,
+    }
+}

@@ -1,0 +1,150 @@
+//! Configuration: `pincer.yaml`.
+//!
+//! Loading runs in four steps, each reporting `FILE:LINE:COLUMN: message`:
+//! 1. `serde-saphyr` parses the YAML into a located tree (syntax errors,
+//!    duplicate keys, anchors and merge keys, nesting limits);
+//! 2. `${NAME}` references in string values are expanded on that tree
+//!    (rules below), so environment values are never parsed as YAML;
+//! 3. the tree is deserialized into [`Config`] (unknown keys, wrong types);
+//! 4. semantic checks (names, references between sections, ranges).
+//!
+//! Interpolation: `${NAME}` (error if unset), `${NAME:-default}` (default if
+//! unset or empty), `$${` for a literal `${`; names are
+//! `[A-Za-z_][A-Za-z0-9_]*`. It applies to string values in every scalar
+//! style, including free-form plugin config, but not to mapping keys.
+
+mod de;
+mod error;
+mod interpolate;
+mod node;
+mod paths;
+mod schema;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+pub use error::{ConfigError, Position};
+pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
+pub use schema::{
+    Channel, Config, ContainerRuntime, Containers, Gateway, LitellmParams, McpContainer, McpServer,
+    ModelDeployment, Mount, PluginLimits, Plugins, RoutingStrategy, Skill, Workspace,
+};
+
+use error::Site;
+
+impl Config {
+    /// Reads and checks the file at `path`, interpolating from the process
+    /// environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: path.display().to_string(),
+            source,
+        })?;
+        Self::from_str_with_env(&text, path, |name| std::env::var(name).ok())
+    }
+
+    /// Parses and checks `text`. `file` is only used in messages; `env` looks
+    /// up variables for `${NAME}` (return `None` for unset).
+    pub fn from_str_with_env<F>(text: &str, file: &Path, env: F) -> Result<Config, ConfigError>
+    where
+        F: Fn(&str) -> Option<String>,
+    {
+        let site = Site::new(file.display().to_string());
+        let mut root = node::parse(text, &site)?;
+        interpolate::interpolate_tree(&mut root, text, &site, &env)?;
+        let config: Config = de::from_node(&root, text)
+            .map_err(|err| site.schema(err.pos.unwrap_or((1, 1)), &err.message))?;
+        validate::validate(&config).map_err(|issue| {
+            site.invalid(root.locate(&issue.path, issue.at_key, text), &issue.message)
+        })?;
+        tracing::debug!(file = site.file(), "configuration loaded");
+        Ok(config)
+    }
+}
+
+/// The built-in configuration, used when no file is found: the defaults of
+/// every section plus one empty workspace named `default`. Also a commented
+/// starting point for a `pincer.yaml`.
+pub const DEFAULT_CONFIG: &str = r#"# pincer.yaml: configuration for pincer.
+#
+# Looked up in this order: --config, $PINCER_CONFIG, ./pincer.yaml,
+# $PINCER_HOME/pincer.yaml (PINCER_HOME defaults to ~/.pincer); without one,
+# pincer uses this built-in file. Every section is optional and unknown keys
+# are errors.
+#
+# Strings may use ${NAME} (an environment variable; an error if it is not
+# set), ${NAME:-default} (used when NAME is unset or empty) and $${ for a
+# literal "${". Put secrets in the environment, not in this file. Inside
+# [...] or {...}, quote values that contain ${...}.
+
+gateway:
+  listen: "127.0.0.1:4000"
+  # Model deployments in LiteLLM's own format; entries may share a
+  # model_name (the alias that workspaces and fallbacks refer to).
+  model_list: []
+  # model_list:
+  #   - model_name: default
+  #     litellm_params:
+  #       model: openai/gpt-4o-mini
+  #       api_key: "${OPENAI_API_KEY}"
+  #       rpm: 60
+  #   - model_name: backup
+  #     litellm_params: {model: "anthropic/claude-3-5-haiku-latest", api_key: "${ANTHROPIC_API_KEY}"}
+  fallbacks: []                     # e.g. [{default: [backup]}]
+  routing_strategy: simple-shuffle  # simple-shuffle | least-busy | latency-based
+  num_retries: 2
+  timeout: 60                       # seconds
+
+containers:
+  runtime: docker
+  image: "pincer-agent:latest"
+  workspace_base_path: "~/pincer_workspaces"
+  policy_dirs: []                   # extra folders of policy groups
+  idle_timeout_secs: 900
+
+workspaces:
+  default:
+    # model: default                # a model_name from gateway.model_list
+    policies: []                    # e.g. [no_internet_access]
+    mounts: []                      # e.g. [{source: "~/notes", target: /notes, read_only: true}]
+    mcp_servers: []                 # names from mcp_servers
+    skills: []
+    channels: []                    # names from channels
+    # instructions: AGENTS.md
+
+plugins:
+  dirs: []                          # extra folders scanned for plugins
+  limits:
+    memory_mb: 64                   # 1..4096
+    call_timeout_ms: 5000           # 1..600000
+  config: {}
+  # config:                         # free-form, per plugin
+  #   channel-webhook:
+  #     secret: "${WEBHOOK_SECRET}"
+
+channels: {}
+# channels:
+#   webhook:
+#     plugin: channel-webhook
+#     workspace: default
+#     allowed_senders: []
+
+skills: {}
+# skills:
+#   web-search:
+#     allowed_workspaces: ["*"]     # "*" = every workspace
+#     tools: []                     # empty = all tools
+
+mcp_servers: {}
+# mcp_servers:
+#   files:                          # exactly one of command / url / container
+#     command: [npx, -y, "@modelcontextprotocol/server-filesystem", /workspace]
+#     env: {}
+#     tools: []
+#     allowed_workspaces: ["*"]
+#   docs:
+#     url: "https://example.com/mcp"
+"#;

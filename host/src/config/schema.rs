@@ -1,0 +1,325 @@
+//! The typed schema of `pincer.yaml`. Every section is optional; unknown keys
+//! are errors everywhere except inside `plugins.config` (free-form).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub gateway: Gateway,
+    pub containers: Containers,
+    /// Workspaces by name (`[a-z0-9][a-z0-9_-]{0,62}`).
+    pub workspaces: BTreeMap<String, Workspace>,
+    pub plugins: Plugins,
+    /// Channels by name.
+    pub channels: BTreeMap<String, Channel>,
+    /// Per-skill access rules by skill name. A workspace may also use skills
+    /// (plugins) that have no entry here.
+    pub skills: BTreeMap<String, Skill>,
+    /// MCP servers by name.
+    pub mcp_servers: BTreeMap<String, McpServer>,
+}
+
+/// The model gateway. `model_list`, `fallbacks`, `routing_strategy`,
+/// `num_retries` and `timeout` follow LiteLLM's router configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Gateway {
+    /// Where the gateway listens. Default `127.0.0.1:4000`.
+    pub listen: SocketAddr,
+    /// Model deployments; several entries may share a `model_name` (alias).
+    pub model_list: Vec<ModelDeployment>,
+    /// LiteLLM shape: a list of single-key maps `alias -> [fallback aliases]`.
+    pub fallbacks: Vec<BTreeMap<String, Vec<String>>>,
+    pub routing_strategy: RoutingStrategy,
+    /// Default 2.
+    pub num_retries: u32,
+    /// Request timeout in seconds. Default 60.
+    pub timeout: f64,
+}
+
+impl Default for Gateway {
+    fn default() -> Self {
+        Gateway {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 4000)),
+            model_list: Vec::new(),
+            fallbacks: Vec::new(),
+            routing_strategy: RoutingStrategy::default(),
+            num_retries: 2,
+            timeout: 60.0,
+        }
+    }
+}
+
+/// One entry of `gateway.model_list`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelDeployment {
+    /// The alias workspaces and fallbacks refer to.
+    pub model_name: String,
+    pub litellm_params: LitellmParams,
+}
+
+/// `litellm_params` of a deployment. `api_key` is hidden from `Debug`.
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LitellmParams {
+    /// Provider-qualified model, e.g. `openai/gpt-4o-mini`.
+    pub model: String,
+    #[serde(default)]
+    pub api_base: Option<String>,
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// Requests per minute.
+    #[serde(default)]
+    pub rpm: Option<u64>,
+    /// Tokens per minute.
+    #[serde(default)]
+    pub tpm: Option<u64>,
+    /// Seconds.
+    #[serde(default)]
+    pub timeout: Option<f64>,
+}
+
+impl fmt::Debug for LitellmParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LitellmParams")
+            .field("model", &self.model)
+            .field("api_base", &self.api_base)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("rpm", &self.rpm)
+            .field("tpm", &self.tpm)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoutingStrategy {
+    #[default]
+    SimpleShuffle,
+    LeastBusy,
+    LatencyBased,
+}
+
+/// How workspace containers are run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Containers {
+    pub runtime: ContainerRuntime,
+    /// Default `pincer-agent:latest`.
+    pub image: String,
+    /// Kept as written; expand `~` with [`super::expand_tilde`] when used.
+    /// Default `~/pincer_workspaces`.
+    pub workspace_base_path: PathBuf,
+    /// Extra folders of user policy groups.
+    pub policy_dirs: Vec<PathBuf>,
+    /// Default 900.
+    pub idle_timeout_secs: u64,
+}
+
+impl Default for Containers {
+    fn default() -> Self {
+        Containers {
+            runtime: ContainerRuntime::default(),
+            image: "pincer-agent:latest".to_owned(),
+            workspace_base_path: PathBuf::from("~/pincer_workspaces"),
+            policy_dirs: Vec::new(),
+            idle_timeout_secs: 900,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerRuntime {
+    #[default]
+    Docker,
+}
+
+/// One workspace.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Workspace {
+    /// An alias from `gateway.model_list`; `None` = the gateway's default.
+    pub model: Option<String>,
+    /// Policy group names.
+    pub policies: Vec<String>,
+    pub mounts: Vec<Mount>,
+    /// Names from `mcp_servers`.
+    pub mcp_servers: Vec<String>,
+    /// Skill (plugin) names.
+    pub skills: Vec<String>,
+    /// Names from `channels`.
+    pub channels: Vec<String>,
+    /// Instructions file (e.g. `AGENTS.md`).
+    pub instructions: Option<PathBuf>,
+}
+
+/// A host folder mounted into a workspace container.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    /// Host path, kept as written (`~` allowed).
+    pub source: PathBuf,
+    /// Absolute path in the container; not `/` and not `/workspace`.
+    pub target: String,
+    /// Default true.
+    #[serde(default = "yes")]
+    pub read_only: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Plugin discovery, limits and per-plugin configuration.
+#[derive(Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Plugins {
+    /// Extra folders scanned for plugins.
+    pub dirs: Vec<PathBuf>,
+    pub limits: PluginLimits,
+    /// Free-form configuration by plugin name, `${...}` interpolated. Values
+    /// are hidden from `Debug` (they often hold secrets).
+    pub config: BTreeMap<String, serde_json::Value>,
+}
+
+impl fmt::Debug for Plugins {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plugins")
+            .field("dirs", &self.dirs)
+            .field("limits", &self.limits)
+            .field("config", &Redacted(self.config.keys()))
+            .finish()
+    }
+}
+
+/// Default resource limits for one plugin instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PluginLimits {
+    /// 1..=4096, default 64.
+    pub memory_mb: u32,
+    /// 1..=600000, default 5000.
+    pub call_timeout_ms: u64,
+}
+
+impl PluginLimits {
+    pub const MAX_MEMORY_MB: u32 = 4096;
+    pub const MAX_CALL_TIMEOUT_MS: u64 = 600_000;
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        PluginLimits {
+            memory_mb: 64,
+            call_timeout_ms: 5000,
+        }
+    }
+}
+
+/// A channel: a channel plugin bound to one workspace.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Channel {
+    /// The channel plugin, e.g. `channel-webhook`.
+    pub plugin: String,
+    /// The workspace messages go to.
+    pub workspace: String,
+    /// Sender ids allowed to use this channel.
+    #[serde(default)]
+    pub allowed_senders: Vec<String>,
+}
+
+/// Access rules for one skill.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Skill {
+    /// Workspace names, or `*` for all. Default `["*"]`.
+    pub allowed_workspaces: Vec<String>,
+    /// Tool filter; empty = all tools.
+    pub tools: Vec<String>,
+}
+
+impl Default for Skill {
+    fn default() -> Self {
+        Skill {
+            allowed_workspaces: vec!["*".to_owned()],
+            tools: Vec::new(),
+        }
+    }
+}
+
+/// An MCP server: exactly one of `command`, `url`, `container`.
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServer {
+    /// stdio server: program and arguments.
+    pub command: Option<Vec<String>>,
+    /// Remote streamable-HTTP server.
+    pub url: Option<String>,
+    /// Server run in its own container.
+    pub container: Option<McpContainer>,
+    /// Environment for the server; values hidden from `Debug`.
+    pub env: BTreeMap<String, String>,
+    /// Tool filter; empty = all tools.
+    pub tools: Vec<String>,
+    /// Workspace names, or `*` for all. Default `["*"]`.
+    pub allowed_workspaces: Vec<String>,
+}
+
+impl Default for McpServer {
+    fn default() -> Self {
+        McpServer {
+            command: None,
+            url: None,
+            container: None,
+            env: BTreeMap::new(),
+            tools: Vec::new(),
+            allowed_workspaces: vec!["*".to_owned()],
+        }
+    }
+}
+
+impl fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpServer")
+            .field("command", &self.command)
+            .field("url", &self.url)
+            .field("container", &self.container)
+            .field("env", &Redacted(self.env.keys()))
+            .field("tools", &self.tools)
+            .field("allowed_workspaces", &self.allowed_workspaces)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpContainer {
+    pub image: String,
+    #[serde(default)]
+    pub command: Vec<String>,
+}
+
+/// Debug-prints map keys with hidden values.
+struct Redacted<I>(I);
+
+impl<'a, I> fmt::Debug for Redacted<I>
+where
+    I: Iterator<Item = &'a String> + Clone,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.clone().map(|k| (k, "<redacted>")))
+            .finish()
+    }
+}

@@ -1,0 +1,651 @@
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::*;
+
+const FILE: &str = "pincer.yaml";
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "OPENAI_API_KEY" => Some("sk-test-openai".into()),
+        "WEBHOOK_SECRET" => Some("key: value\n- item\n{flow: x} # not a comment".into()),
+        "EMPTY" => Some(String::new()),
+        "RETRIES" => Some("5".into()),
+        "NOT_A_NUMBER" => Some("hunter2-secret".into()),
+        _ => None,
+    }
+}
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::from_str_with_env(text, Path::new(FILE), env)
+}
+
+#[track_caller]
+fn error(text: &str) -> String {
+    match parse(text) {
+        Ok(cfg) => panic!("expected an error, parsed {cfg:?}"),
+        Err(err) => err.to_string(),
+    }
+}
+
+/// Asserts the exact `file:line:column: ` prefix and that the message
+/// contains every `needle`.
+#[track_caller]
+fn assert_error(text: &str, line: usize, column: usize, needles: &[&str]) -> String {
+    let shown = error(text);
+    let prefix = format!("{FILE}:{line}:{column}: ");
+    assert!(
+        shown.starts_with(&prefix),
+        "want prefix {prefix:?}, got {shown:?}"
+    );
+    for needle in needles {
+        assert!(shown.contains(needle), "{needle:?} missing from {shown:?}");
+    }
+    shown
+}
+
+// ---- syntax ----
+
+#[test]
+fn broken_yaml_has_position() {
+    assert_error("gateway:\n  listen: [1, 2\n  timeout: 3\n", 3, 10, &[]);
+    assert_error("gateway:\n  listen: \"127.0.0.1:4000\n", 2, 11, &["quote"]);
+    assert_error("gateway: a: b\n", 1, 11, &["mapping values"]);
+}
+
+#[test]
+fn broken_yaml_is_a_syntax_error() {
+    let err = parse("a: [\n").unwrap_err();
+    assert!(matches!(err, ConfigError::Syntax { .. }), "{err:?}");
+    assert!(err.position().is_some());
+}
+
+#[test]
+fn duplicate_keys_are_errors() {
+    assert_error(
+        "workspaces:\n  dev: {}\n  dev: {}\n",
+        3,
+        3,
+        &["duplicate", "dev"],
+    );
+    assert_error("gateway: {}\ngateway: {}\n", 2, 1, &["duplicate"]);
+}
+
+#[test]
+fn more_than_one_document_is_an_error() {
+    assert_error("gateway: {}\n---\nplugins: {}\n", 3, 1, &["single"]);
+}
+
+// ---- schema ----
+
+#[test]
+fn unknown_top_level_key() {
+    assert_error(
+        "gateway: {}\nworkspace:\n  dev: {}\n",
+        2,
+        1,
+        &[
+            "unknown key `workspace`",
+            "did you mean `workspaces`",
+            "`mcp_servers`",
+        ],
+    );
+}
+
+#[test]
+fn unknown_nested_key() {
+    let shown = assert_error(
+        "workspaces:\n  x:\n    model: default\n    polices: [no_internet_access]\n",
+        4,
+        5,
+        &[
+            "unknown key `polices`",
+            "did you mean `policies`",
+            "`mounts`",
+        ],
+    );
+    let err = parse("workspaces:\n  x:\n    polices: []\n").unwrap_err();
+    assert!(matches!(err, ConfigError::Schema { .. }), "{shown}");
+}
+
+#[test]
+fn unknown_key_in_flow_mapping_and_list_item() {
+    assert_error(
+        "workspaces:\n  x:\n    mounts: [{source: a, target: /a, readonly: true}]\n",
+        3,
+        36,
+        &["unknown key `readonly`", "`read_only`"],
+    );
+    assert_error(
+        "gateway:\n  model_list:\n    - model_name: a\n      litellm_params: {model: m, api_keys: k}\n",
+        4,
+        34,
+        &["unknown key `api_keys`", "did you mean `api_key`"],
+    );
+}
+
+#[test]
+fn wrong_type() {
+    assert_error(
+        "gateway:\n  num_retries: \"two\"\n",
+        2,
+        16,
+        &["wrong type", "u32", "\"two\""],
+    );
+    assert_error(
+        "plugins:\n  limits:\n    memory_mb: [64]\n",
+        3,
+        16,
+        &["wrong type", "sequence"],
+    );
+    assert_error("workspaces:\n  x: [a]\n", 2, 6, &["wrong type"]);
+    assert_error("gateway:\n  listen: 4000\n", 2, 11, &["socket address"]);
+    assert_error("hello\n", 1, 1, &["wrong type"]);
+}
+
+#[test]
+fn enum_value_lists_the_allowed_values() {
+    assert_error(
+        "gateway:\n  routing_strategy: fastest\n",
+        2,
+        21,
+        &[
+            "`fastest`",
+            "`simple-shuffle`",
+            "`least-busy`",
+            "`latency-based`",
+        ],
+    );
+    assert_error("containers:\n  runtime: podman\n", 2, 12, &["`docker`"]);
+}
+
+#[test]
+fn missing_required_key() {
+    assert_error(
+        "workspaces:\n  dev: {}\nchannels:\n  hook:\n    workspace: dev\n",
+        5,
+        5,
+        &["missing required key `plugin`"],
+    );
+}
+
+#[test]
+fn complex_mapping_keys_are_rejected() {
+    assert_error("workspaces:\n  ? [a]\n  : {}\n", 2, 5, &["key"]);
+}
+
+// ---- interpolation ----
+
+#[test]
+fn missing_env_points_at_the_dollar() {
+    let text = "gateway:\n  model_list:\n    - model_name: default\n      litellm_params:\n        model: openai/gpt-4o-mini\n        api_key: \"Bearer ${ANTHROPIC_API_KEY}\"\n";
+    let shown = assert_error(text, 6, 26, &[]);
+    assert_eq!(
+        shown,
+        "pincer.yaml:6:26: environment variable ANTHROPIC_API_KEY is not set"
+    );
+    assert!(matches!(
+        parse(text).unwrap_err(),
+        ConfigError::MissingEnv { ref name, .. } if name == "ANTHROPIC_API_KEY"
+    ));
+}
+
+#[test]
+fn missing_env_in_free_form_and_block_scalars() {
+    assert_error(
+        "plugins:\n  config:\n    my-plugin:\n      nested: [{deep: \"x ${NOPE}\"}]\n",
+        4,
+        24,
+        &["environment variable NOPE is not set"],
+    );
+    assert_error(
+        "plugins:\n  config:\n    p:\n      script: |\n        line one\n        two ${NOPE} three\n",
+        6,
+        13,
+        &["environment variable NOPE is not set"],
+    );
+    // plain scalar, second reference on the line
+    assert_error(
+        "containers:\n  image: ${OPENAI_API_KEY}-${NOPE}\n",
+        2,
+        28,
+        &["NOPE"],
+    );
+}
+
+#[test]
+fn malformed_reference_is_a_positioned_syntax_error() {
+    let text = "containers:\n  image: \"pincer-${1TAG}\"\n";
+    let shown = assert_error(text, 2, 18, &["invalid reference", "$${"]);
+    assert!(
+        matches!(parse(text).unwrap_err(), ConfigError::Syntax { .. }),
+        "{shown}"
+    );
+    assert_error(
+        "containers:\n  image: \"pincer-${TAG\"\n",
+        2,
+        18,
+        &["unterminated"],
+    );
+}
+
+#[test]
+fn interpolated_value_stays_one_string() {
+    let cfg = parse(
+        "plugins:\n  config:\n    channel-webhook: {secret: \"${WEBHOOK_SECRET}\"}\n    plain:\n      secret: ${WEBHOOK_SECRET}\n",
+    )
+    .unwrap();
+    let want = serde_json::json!({"secret": "key: value\n- item\n{flow: x} # not a comment"});
+    assert_eq!(cfg.plugins.config["channel-webhook"], want);
+    assert_eq!(cfg.plugins.config["plain"], want);
+}
+
+#[test]
+fn interpolation_inside_typed_strings_maps_and_lists() {
+    let cfg = parse(
+        "gateway:\n  model_list:\n    - model_name: default\n      litellm_params:\n        model: openai/gpt-4o-mini\n        api_key: ${OPENAI_API_KEY}\nmcp_servers:\n  s:\n    command: [server, \"--token=${OPENAI_API_KEY}\"]\n    env: {TOKEN: \"${OPENAI_API_KEY}\"}\n",
+    )
+    .unwrap();
+    let params = &cfg.gateway.model_list[0].litellm_params;
+    assert_eq!(params.api_key.as_deref(), Some("sk-test-openai"));
+    let server = &cfg.mcp_servers["s"];
+    assert_eq!(
+        server.command.as_deref(),
+        Some(&["server".to_owned(), "--token=sk-test-openai".to_owned()][..])
+    );
+    assert_eq!(server.env["TOKEN"], "sk-test-openai");
+}
+
+#[test]
+fn dollar_dollar_brace_escapes() {
+    let cfg = parse(
+        "containers:\n  image: \"$${NOT_ENV} $$HOME $5\"\nplugins:\n  config:\n    p: {tpl: \"$${X:-y}\"}\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.containers.image, "${NOT_ENV} $$HOME $5");
+    assert_eq!(
+        cfg.plugins.config["p"],
+        serde_json::json!({"tpl": "${X:-y}"})
+    );
+}
+
+#[test]
+fn default_syntax() {
+    let cfg = parse(
+        "containers:\n  image: \"${IMAGE:-pincer-agent:dev}\"\n  workspace_base_path: ${EMPTY:-/srv/ws}\ngateway:\n  listen: ${LISTEN:-0.0.0.0:8080}\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.containers.image, "pincer-agent:dev");
+    assert_eq!(cfg.containers.workspace_base_path, Path::new("/srv/ws"));
+    assert_eq!(cfg.gateway.listen.to_string(), "0.0.0.0:8080");
+}
+
+#[test]
+fn interpolated_numbers_and_their_errors() {
+    let cfg = parse("gateway:\n  num_retries: ${RETRIES}\n  timeout: ${T:-12.5}\n").unwrap();
+    assert_eq!(cfg.gateway.num_retries, 5);
+    assert_eq!(cfg.gateway.timeout, 12.5);
+    // a literal quoted number is still a string
+    assert_error("gateway:\n  num_retries: \"5\"\n", 2, 16, &["wrong type"]);
+}
+
+#[test]
+fn errors_never_show_substituted_values() {
+    for (text, column) in [
+        ("gateway:\n  num_retries: ${NOT_A_NUMBER}\n", 16),
+        ("gateway:\n  routing_strategy: ${NOT_A_NUMBER}\n", 21),
+        ("workspaces:\n  x: ${NOT_A_NUMBER}\n", 6),
+    ] {
+        let shown = assert_error(text, 2, column, &["${NOT_A_NUMBER}"]);
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+}
+
+#[test]
+fn keys_are_not_interpolated() {
+    let cfg = parse("plugins:\n  config:\n    p: {\"${OPENAI_API_KEY}\": 1}\n").unwrap();
+    assert_eq!(
+        cfg.plugins.config["p"],
+        serde_json::json!({"${OPENAI_API_KEY}": 1})
+    );
+}
+
+// ---- defaults and full configs ----
+
+#[test]
+fn empty_file_is_the_defaults() {
+    assert_eq!(parse("").unwrap(), Config::default());
+    assert_eq!(parse("# nothing\n").unwrap(), Config::default());
+    assert_eq!(
+        parse("gateway:\nworkspaces:\n  dev:\n").unwrap(),
+        Config {
+            workspaces: BTreeMap::from([("dev".to_owned(), Workspace::default())]),
+            ..Config::default()
+        }
+    );
+}
+
+#[test]
+fn default_config_parses_to_the_defaults() {
+    let cfg = Config::from_str_with_env(DEFAULT_CONFIG, Path::new("<embedded>"), |_| None).unwrap();
+    let want = Config {
+        workspaces: BTreeMap::from([("default".to_owned(), Workspace::default())]),
+        ..Config::default()
+    };
+    assert_eq!(cfg, want);
+    assert_eq!(cfg.gateway.listen.to_string(), "127.0.0.1:4000");
+    assert_eq!(cfg.plugins.limits.memory_mb, 64);
+    assert_eq!(cfg.containers.image, "pincer-agent:latest");
+}
+
+const FULL: &str = r#"
+gateway:
+  listen: "127.0.0.1:4100"
+  model_list:
+    - model_name: default
+      litellm_params:
+        model: openai/gpt-4o-mini
+        api_base: "https://api.openai.com/v1"
+        api_key: "${OPENAI_API_KEY}"
+        rpm: 60
+        tpm: 100000
+        timeout: 30
+    - model_name: default            # a second deployment of the same alias
+      litellm_params: {model: "azure/gpt-4o-mini", api_key: "${AZURE_KEY:-unset}"}
+    - model_name: backup
+      litellm_params: {model: "anthropic/claude-3-5-haiku-latest"}
+    - model_name: cheap
+      litellm_params: {model: "ollama/llama3.2", api_base: "http://localhost:11434"}
+  fallbacks: [{default: [backup, cheap]}, {backup: [cheap]}]
+  routing_strategy: least-busy
+  num_retries: 3
+  timeout: 45.5
+
+containers:
+  runtime: docker
+  image: "ghcr.io/example/pincer-agent:1.10"
+  workspace_base_path: "~/pincer_workspaces"
+  policy_dirs: ["~/.pincer/policies"]
+  idle_timeout_secs: 600
+
+workspaces:
+  default:
+    model: default
+    policies: [no_internet_access]
+    mounts:
+      - {source: "~/notes", target: /notes}
+      - source: ~/code
+        target: /workspace/code
+        read_only: false
+    mcp_servers: [files, docs]
+    skills: [web-search, memory]
+    channels: [webhook]
+    instructions: AGENTS.md
+  research-2:
+    model: cheap
+    policies: &strict [no_internet_access, no_process_creation]
+    skills: [web-search]
+  scratch:
+    policies: *strict
+
+plugins:
+  dirs: ["~/.pincer/plugins"]
+  limits: {memory_mb: 128, call_timeout_ms: 10000}
+  config:
+    channel-webhook:
+      secret: "${WEBHOOK_SECRET}"
+      port: 8080
+      paths: [/hook, /alt]
+      tls: {enabled: false, ratio: 0.5, note: null}
+    memory: {}
+
+channels:
+  webhook:
+    plugin: channel-webhook
+    workspace: default
+    allowed_senders: ["alice@example.com"]
+
+skills:
+  web-search:
+    allowed_workspaces: [default, research-2]
+    tools: [search]
+  memory: {}
+
+mcp_servers:
+  files:
+    command: [npx, -y, "@modelcontextprotocol/server-filesystem", /workspace]
+    env: {NODE_ENV: production, TOKEN: "${OPENAI_API_KEY}"}
+    tools: [read_file, list_directory]
+    allowed_workspaces: [default]
+  docs:
+    url: "https://docs.example.com/mcp"
+  sandboxed:
+    container: {image: "mcp/fetch:latest", command: [fetch]}
+    allowed_workspaces: ["*"]
+"#;
+
+#[test]
+fn full_config_parses() {
+    let cfg = parse(FULL).unwrap();
+    let gw = &cfg.gateway;
+    assert_eq!(gw.listen.to_string(), "127.0.0.1:4100");
+    assert_eq!(gw.model_list.len(), 4);
+    let first = &gw.model_list[0].litellm_params;
+    assert_eq!(first.api_key.as_deref(), Some("sk-test-openai"));
+    assert_eq!(
+        (first.rpm, first.tpm, first.timeout),
+        (Some(60), Some(100_000), Some(30.0))
+    );
+    assert_eq!(
+        gw.model_list[1].litellm_params.api_key.as_deref(),
+        Some("unset")
+    );
+    assert_eq!(gw.fallbacks[0]["default"], ["backup", "cheap"]);
+    assert_eq!(gw.routing_strategy, RoutingStrategy::LeastBusy);
+    assert_eq!((gw.num_retries, gw.timeout), (3, 45.5));
+    assert_eq!(cfg.containers.image, "ghcr.io/example/pincer-agent:1.10");
+    assert_eq!(cfg.containers.idle_timeout_secs, 600);
+
+    let ws = &cfg.workspaces["default"];
+    assert_eq!(ws.model.as_deref(), Some("default"));
+    assert_eq!(ws.mounts.len(), 2);
+    assert!(ws.mounts[0].read_only);
+    assert!(!ws.mounts[1].read_only);
+    assert_eq!(ws.instructions.as_deref(), Some(Path::new("AGENTS.md")));
+    assert_eq!(
+        cfg.workspaces["scratch"].policies,
+        ["no_internet_access", "no_process_creation"]
+    );
+
+    assert_eq!(cfg.plugins.limits.memory_mb, 128);
+    assert_eq!(
+        cfg.plugins.config["channel-webhook"],
+        serde_json::json!({
+            "secret": "key: value\n- item\n{flow: x} # not a comment",
+            "port": 8080,
+            "paths": ["/hook", "/alt"],
+            "tls": {"enabled": false, "ratio": 0.5, "note": null},
+        })
+    );
+    assert_eq!(cfg.channels["webhook"].workspace, "default");
+    assert_eq!(cfg.skills["memory"], Skill::default());
+    assert_eq!(cfg.mcp_servers["files"].env["TOKEN"], "sk-test-openai");
+    assert_eq!(
+        cfg.mcp_servers["sandboxed"]
+            .container
+            .as_ref()
+            .map(|c| c.image.as_str()),
+        Some("mcp/fetch:latest")
+    );
+    assert_eq!(cfg.mcp_servers["docs"].allowed_workspaces, ["*"]);
+}
+
+#[test]
+fn debug_output_hides_secrets() {
+    let cfg = parse(FULL).unwrap();
+    let shown = format!("{cfg:?}");
+    assert!(!shown.contains("sk-test-openai"), "{shown}");
+    assert!(!shown.contains("key: value"), "{shown}");
+    assert!(shown.contains("<redacted>"));
+}
+
+#[test]
+fn merge_keys_and_aliases_work() {
+    let cfg = parse(
+        "workspaces:\n  a: &base\n    policies: [p1]\n    skills: [s]\n  b:\n    <<: *base\n    skills: [t]\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.workspaces["b"].policies, ["p1"]);
+    assert_eq!(cfg.workspaces["b"].skills, ["t"]);
+}
+
+// ---- semantic validation ----
+
+#[test]
+fn semantic_errors_have_positions() {
+    // workspace name: the key
+    assert_error(
+        "workspaces:\n  dev: {}\n  My_Space: {}\n",
+        3,
+        3,
+        &["invalid workspace name `My_Space`"],
+    );
+    // mount target: the value
+    assert_error(
+        "workspaces:\n  dev:\n    mounts:\n      - source: ~/x\n        target: /\n",
+        5,
+        17,
+        &["cannot mount over `/`"],
+    );
+    assert_error(
+        "workspaces:\n  dev:\n    mounts: [{source: a, target: /workspace/}]\n",
+        3,
+        35,
+        &["/workspace"],
+    );
+    assert_error(
+        "workspaces:\n  dev:\n    mounts: [{source: a, target: notes}]\n",
+        3,
+        35,
+        &["absolute"],
+    );
+    // channel.workspace
+    assert_error(
+        "workspaces:\n  dev: {}\nchannels:\n  hook: {plugin: channel-webhook, workspace: prod}\n",
+        4,
+        48,
+        &["unknown workspace `prod`"],
+    );
+    // workspace references
+    assert_error(
+        "workspaces:\n  dev:\n    channels: [hook]\n",
+        3,
+        16,
+        &["unknown channel `hook`"],
+    );
+    assert_error(
+        "workspaces:\n  dev:\n    mcp_servers: [files]\n",
+        3,
+        19,
+        &["unknown MCP server `files`"],
+    );
+    assert_error(
+        "workspaces:\n  dev:\n    skills: [ok, Bad.Name]\n",
+        3,
+        18,
+        &["invalid skill name `Bad.Name`"],
+    );
+    // mcp exactly one of: the server's key
+    assert_error(
+        "mcp_servers:\n  files:\n    command: [x]\n    url: \"http://localhost:1\"\n",
+        2,
+        3,
+        &["exactly one of", "`command`, `url`"],
+    );
+    assert_error("mcp_servers:\n  files: {}\n", 2, 3, &["none is set"]);
+    assert_error(
+        "mcp_servers:\n  web:\n    url: \"ftp://x\"\n",
+        3,
+        10,
+        &["http"],
+    );
+    // fallbacks
+    assert_error(
+        "gateway:\n  model_list:\n    - {model_name: a, litellm_params: {model: m}}\n  fallbacks: [{a: [b]}]\n",
+        4,
+        21,
+        &["unknown model alias `b`"],
+    );
+    assert_error(
+        "gateway:\n  model_list:\n    - {model_name: a, litellm_params: {model: m}}\n  fallbacks:\n    - a: [a]\n    - z: [a]\n",
+        6,
+        7,
+        &["unknown model alias `z`"],
+    );
+    // workspace model
+    assert_error(
+        "gateway:\n  model_list:\n    - {model_name: a, litellm_params: {model: m}}\nworkspaces:\n  dev: {model: gpt}\n",
+        5,
+        17,
+        &["unknown model alias `gpt`"],
+    );
+    // limits
+    assert_error(
+        "plugins:\n  limits:\n    memory_mb: 0\n",
+        3,
+        16,
+        &["memory_mb must be between 1 and 4096"],
+    );
+    assert_error(
+        "plugins:\n  limits: {call_timeout_ms: 600001}\n",
+        2,
+        29,
+        &["call_timeout_ms"],
+    );
+    // allowed_workspaces
+    assert_error(
+        "workspaces:\n  dev: {skills: [s]}\nskills:\n  s: {allowed_workspaces: [prod]}\n",
+        2,
+        18,
+        &["does not allow workspace `dev`"],
+    );
+    assert_error(
+        "workspaces:\n  dev: {}\nskills:\n  s: {allowed_workspaces: [prod]}\n",
+        4,
+        28,
+        &["unknown workspace `prod`"],
+    );
+}
+
+#[test]
+fn semantic_errors_are_invalid_errors() {
+    let err = parse("workspaces:\n  Bad: {}\n").unwrap_err();
+    assert!(matches!(err, ConfigError::Invalid { .. }), "{err:?}");
+}
+
+// ---- files ----
+
+#[test]
+fn load_reads_a_file_and_reports_unreadable_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pincer.yaml");
+    std::fs::write(&path, "workspaces:\n  dev: {}\n").unwrap();
+    let cfg = Config::load(&path).unwrap();
+    assert!(cfg.workspaces.contains_key("dev"));
+
+    std::fs::write(&path, "workspaces:\n  dev: {polices: []}\n").unwrap();
+    let shown = Config::load(&path).unwrap_err().to_string();
+    assert!(
+        shown.starts_with(&format!("{}:2:9: unknown key", path.display())),
+        "{shown}"
+    );
+
+    let missing = dir.path().join("missing.yaml");
+    let err = Config::load(&missing).unwrap_err();
+    assert!(err.position().is_none());
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}: cannot read: ", missing.display())),
+        "{err}"
+    );
+}

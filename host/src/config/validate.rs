@@ -1,0 +1,456 @@
+//! Semantic checks after parsing. Each problem names the path of the node
+//! it is about; the loader turns that path into a position.
+
+use std::collections::BTreeSet;
+
+use super::node::Seg;
+use super::schema::{Config, McpServer, PluginLimits, Workspace};
+
+/// A semantic problem at `path` (the mapping key itself when `at_key`).
+#[derive(Debug)]
+pub(crate) struct Issue<'a> {
+    pub path: Vec<Seg<'a>>,
+    pub at_key: bool,
+    pub message: String,
+}
+
+type Check<'a> = Result<(), Issue<'a>>;
+
+fn at<'a>(path: Vec<Seg<'a>>, message: String) -> Issue<'a> {
+    Issue {
+        path,
+        at_key: false,
+        message,
+    }
+}
+
+fn at_key<'a>(path: Vec<Seg<'a>>, message: String) -> Issue<'a> {
+    Issue {
+        path,
+        at_key: true,
+        message,
+    }
+}
+
+use Seg::{Index, Key};
+
+/// `[a-z0-9][a-z0-9_-]{0,62}`: names of workspaces, channels, skills and MCP
+/// servers.
+pub(crate) fn is_valid_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let Some((first, rest)) = bytes.split_first() else {
+        return false;
+    };
+    bytes.len() <= 63
+        && (first.is_ascii_lowercase() || first.is_ascii_digit())
+        && rest
+            .iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_' || *c == b'-')
+}
+
+fn name_rule(what: &str, name: &str) -> String {
+    format!(
+        "invalid {what} name `{name}`: use 1-63 characters from a-z, 0-9, `_` and `-`, \
+         starting with a letter or digit"
+    )
+}
+
+fn is_env_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    bytes
+        .first()
+        .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+        && bytes
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+pub(crate) fn validate(cfg: &Config) -> Check<'_> {
+    gateway(cfg)?;
+    containers(cfg)?;
+    for (name, ws) in &cfg.workspaces {
+        workspace(cfg, name, ws)?;
+    }
+    plugins(&cfg.plugins.limits)?;
+    channels(cfg)?;
+    skills(cfg)?;
+    for (name, server) in &cfg.mcp_servers {
+        mcp_server(cfg, name, server)?;
+    }
+    Ok(())
+}
+
+fn aliases(cfg: &Config) -> BTreeSet<&str> {
+    cfg.gateway
+        .model_list
+        .iter()
+        .map(|m| m.model_name.as_str())
+        .collect()
+}
+
+fn gateway(cfg: &Config) -> Check<'_> {
+    let gw = &cfg.gateway;
+    if !(gw.timeout.is_finite() && gw.timeout > 0.0) {
+        return Err(at(
+            vec![Key("gateway"), Key("timeout")],
+            "timeout must be a positive number of seconds".into(),
+        ));
+    }
+    for (i, deployment) in gw.model_list.iter().enumerate() {
+        let path =
+            |leaf: &'static str| vec![Key("gateway"), Key("model_list"), Index(i), Key(leaf)];
+        if deployment.model_name.trim().is_empty() {
+            return Err(at(
+                path("model_name"),
+                "model_name must not be empty".into(),
+            ));
+        }
+        let params = &deployment.litellm_params;
+        let params_path = |leaf: &'static str| {
+            vec![
+                Key("gateway"),
+                Key("model_list"),
+                Index(i),
+                Key("litellm_params"),
+                Key(leaf),
+            ]
+        };
+        if params.model.trim().is_empty() {
+            return Err(at(params_path("model"), "model must not be empty".into()));
+        }
+        if let Some(timeout) = params.timeout
+            && !(timeout.is_finite() && timeout > 0.0)
+        {
+            return Err(at(
+                params_path("timeout"),
+                "timeout must be a positive number of seconds".into(),
+            ));
+        }
+    }
+    let known = aliases(cfg);
+    let unknown = |alias: &str| {
+        format!("unknown model alias `{alias}` (no model_list entry has this model_name)")
+    };
+    for (i, entry) in gw.fallbacks.iter().enumerate() {
+        if entry.len() != 1 {
+            return Err(at(
+                vec![Key("gateway"), Key("fallbacks"), Index(i)],
+                "each fallbacks entry must be a single `alias: [fallback aliases]` pair".into(),
+            ));
+        }
+        for (alias, targets) in entry {
+            let path = vec![Key("gateway"), Key("fallbacks"), Index(i), Key(alias)];
+            if !known.contains(alias.as_str()) {
+                return Err(at_key(path, unknown(alias)));
+            }
+            for (j, target) in targets.iter().enumerate() {
+                if !known.contains(target.as_str()) {
+                    let mut item = path.clone();
+                    item.push(Index(j));
+                    return Err(at(item, unknown(target)));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn containers(cfg: &Config) -> Check<'_> {
+    if cfg.containers.image.trim().is_empty() {
+        return Err(at(
+            vec![Key("containers"), Key("image")],
+            "image must not be empty".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Problem with a container mount target, if any.
+fn mount_target_problem(target: &str) -> Option<&'static str> {
+    let Some(rest) = target.strip_prefix('/') else {
+        return Some("mount target must be an absolute path");
+    };
+    let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.iter().any(|p| *p == "." || *p == "..") {
+        return Some("mount target must not contain `.` or `..`");
+    }
+    match parts.as_slice() {
+        [] => Some("cannot mount over `/`"),
+        ["workspace"] => Some("cannot mount over `/workspace` (the workspace folder)"),
+        _ => None,
+    }
+}
+
+/// Normalized form of a valid mount target (for duplicate detection).
+fn normalized(target: &str) -> String {
+    let parts: Vec<&str> = target.split('/').filter(|p| !p.is_empty()).collect();
+    format!("/{}", parts.join("/"))
+}
+
+fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a> {
+    let base = || vec![Key("workspaces"), Key(name)];
+    let item = |field: &'static str, i: usize| {
+        let mut p = base();
+        p.extend([Key(field), Index(i)]);
+        p
+    };
+    if !is_valid_name(name) {
+        return Err(at_key(base(), name_rule("workspace", name)));
+    }
+    if let Some(model) = &ws.model {
+        let known = aliases(cfg);
+        if !known.is_empty() && !known.contains(model.as_str()) {
+            let mut p = base();
+            p.push(Key("model"));
+            return Err(at(
+                p,
+                format!(
+                    "unknown model alias `{model}` (no gateway.model_list entry has this model_name)"
+                ),
+            ));
+        }
+    }
+    let mut targets = BTreeSet::new();
+    for (i, mount) in ws.mounts.iter().enumerate() {
+        let mut p = item("mounts", i);
+        if mount.source.as_os_str().is_empty() {
+            p.push(Key("source"));
+            return Err(at(p, "mount source must not be empty".into()));
+        }
+        p.push(Key("target"));
+        if let Some(problem) = mount_target_problem(&mount.target) {
+            return Err(at(p, format!("{problem}: `{}`", mount.target)));
+        }
+        if !targets.insert(normalized(&mount.target)) {
+            return Err(at(
+                p,
+                format!("`{}` is mounted more than once", mount.target),
+            ));
+        }
+    }
+    for (i, skill) in ws.skills.iter().enumerate() {
+        if !is_valid_name(skill) {
+            return Err(at(item("skills", i), name_rule("skill", skill)));
+        }
+        if let Some(rules) = cfg.skills.get(skill)
+            && !allows(&rules.allowed_workspaces, name)
+        {
+            return Err(at(
+                item("skills", i),
+                format!(
+                    "skill `{skill}` does not allow workspace `{name}` (see skills.{skill}.allowed_workspaces)"
+                ),
+            ));
+        }
+    }
+    for (i, server) in ws.mcp_servers.iter().enumerate() {
+        let Some(def) = cfg.mcp_servers.get(server) else {
+            return Err(at(
+                item("mcp_servers", i),
+                format!("unknown MCP server `{server}` (not defined under mcp_servers)"),
+            ));
+        };
+        if !allows(&def.allowed_workspaces, name) {
+            return Err(at(
+                item("mcp_servers", i),
+                format!(
+                    "MCP server `{server}` does not allow workspace `{name}` (see mcp_servers.{server}.allowed_workspaces)"
+                ),
+            ));
+        }
+    }
+    for (i, channel) in ws.channels.iter().enumerate() {
+        if !cfg.channels.contains_key(channel) {
+            return Err(at(
+                item("channels", i),
+                format!("unknown channel `{channel}` (not defined under channels)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn allows(allowed: &[String], workspace: &str) -> bool {
+    allowed.iter().any(|w| w == "*" || w == workspace)
+}
+
+fn plugins(limits: &PluginLimits) -> Check<'static> {
+    let path = |leaf| vec![Key("plugins"), Key("limits"), Key(leaf)];
+    if !(1..=PluginLimits::MAX_MEMORY_MB).contains(&limits.memory_mb) {
+        return Err(at(
+            path("memory_mb"),
+            format!(
+                "memory_mb must be between 1 and {}",
+                PluginLimits::MAX_MEMORY_MB
+            ),
+        ));
+    }
+    if !(1..=PluginLimits::MAX_CALL_TIMEOUT_MS).contains(&limits.call_timeout_ms) {
+        return Err(at(
+            path("call_timeout_ms"),
+            format!(
+                "call_timeout_ms must be between 1 and {}",
+                PluginLimits::MAX_CALL_TIMEOUT_MS
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn allowed_workspaces<'a>(cfg: &'a Config, list: &'a [String], base: &[Seg<'a>]) -> Check<'a> {
+    for (i, ws) in list.iter().enumerate() {
+        if ws != "*" && !cfg.workspaces.contains_key(ws) {
+            let mut p = base.to_vec();
+            p.extend([Key("allowed_workspaces"), Index(i)]);
+            return Err(at(
+                p,
+                format!("unknown workspace `{ws}` (not defined under workspaces; `*` means all)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn channels(cfg: &Config) -> Check<'_> {
+    for (name, channel) in &cfg.channels {
+        let base = || vec![Key("channels"), Key(name.as_str())];
+        let field = |leaf| {
+            let mut p = base();
+            p.push(Key(leaf));
+            p
+        };
+        if !is_valid_name(name) {
+            return Err(at_key(base(), name_rule("channel", name)));
+        }
+        if channel.plugin.trim().is_empty() {
+            return Err(at(field("plugin"), "plugin must not be empty".into()));
+        }
+        if !cfg.workspaces.contains_key(&channel.workspace) {
+            return Err(at(
+                field("workspace"),
+                format!(
+                    "unknown workspace `{}` (not defined under workspaces)",
+                    channel.workspace
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn skills(cfg: &Config) -> Check<'_> {
+    for (name, skill) in &cfg.skills {
+        let base = vec![Key("skills"), Key(name.as_str())];
+        if !is_valid_name(name) {
+            return Err(at_key(base, name_rule("skill", name)));
+        }
+        allowed_workspaces(cfg, &skill.allowed_workspaces, &base)?;
+    }
+    Ok(())
+}
+
+fn mcp_server<'a>(cfg: &'a Config, name: &'a str, server: &'a McpServer) -> Check<'a> {
+    let base = vec![Key("mcp_servers"), Key(name)];
+    let field = |leaf| {
+        let mut p = base.clone();
+        p.push(Key(leaf));
+        p
+    };
+    if !is_valid_name(name) {
+        return Err(at_key(base, name_rule("MCP server", name)));
+    }
+    let kinds: Vec<&str> = [
+        ("command", server.command.is_some()),
+        ("url", server.url.is_some()),
+        ("container", server.container.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(kind, set)| set.then_some(kind))
+    .collect();
+    if kinds.len() != 1 {
+        let found = if kinds.is_empty() {
+            "none is set".to_owned()
+        } else {
+            format!("found `{}`", kinds.join("`, `"))
+        };
+        return Err(at_key(
+            base,
+            format!(
+                "MCP server `{name}` needs exactly one of `command`, `url`, `container`; {found}"
+            ),
+        ));
+    }
+    if let Some(command) = &server.command
+        && command
+            .first()
+            .is_none_or(|program| program.trim().is_empty())
+    {
+        return Err(at(
+            field("command"),
+            "command must name a program: [program, args...]".into(),
+        ));
+    }
+    if let Some(url) = &server.url {
+        match url::Url::parse(url) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {}
+            Ok(_) => {
+                return Err(at(field("url"), "url must be http:// or https://".into()));
+            }
+            Err(err) => return Err(at(field("url"), format!("invalid url: {err}"))),
+        }
+    }
+    if let Some(container) = &server.container
+        && container.image.trim().is_empty()
+    {
+        let mut p = field("container");
+        p.push(Key("image"));
+        return Err(at(p, "image must not be empty".into()));
+    }
+    for key in server.env.keys() {
+        if !is_env_name(key) {
+            let mut p = field("env");
+            p.push(Key(key));
+            return Err(at_key(
+                p,
+                format!("invalid environment variable name `{key}`"),
+            ));
+        }
+    }
+    allowed_workspaces(cfg, &server.allowed_workspaces, &base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for ok in ["default", "a", "0", "my-work_space", &"a".repeat(63)] {
+            assert!(is_valid_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "Default",
+            "-a",
+            "_a",
+            "a b",
+            "a.b",
+            "é",
+            &"a".repeat(64),
+        ] {
+            assert!(!is_valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn mount_targets() {
+        assert_eq!(mount_target_problem("/notes"), None);
+        assert_eq!(mount_target_problem("/workspace/notes"), None);
+        assert!(mount_target_problem("notes").is_some());
+        assert!(mount_target_problem("/").is_some());
+        assert!(mount_target_problem("//").is_some());
+        assert!(mount_target_problem("/workspace/").is_some());
+        assert!(mount_target_problem("/a/../workspace").is_some());
+        assert_eq!(normalized("/a//b/"), "/a/b");
+    }
+}

@@ -1,0 +1,18 @@
+//! The host's SQLite database: one file under `PINCER_HOME`, one table set
+//! per subsystem, WAL so readers never block the writer.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+pub const FILE_NAME: &str = "pincer.db";
+
+pub fn open(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}

@@ -1,0 +1,9 @@
+//! pincer: a container-isolated plugin host for AI assistants.
+//!
+//! One folder per subsystem; each exposes a small typed API (see DESIGN.md).
+
+pub mod audit;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod plugins;

@@ -1,0 +1,160 @@
+//! The one wasmtime engine of the process: pooling allocator, epoch ticker,
+//! and an on-disk cache of compiled components.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How often the epoch advances; deadlines are counted in these ticks.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Upper bound of any plugin's linear memory, whatever its configured limit.
+pub const MAX_PLUGIN_MEMORY: usize = 4 << 30;
+
+/// Instances that may be alive at once across all plugins.
+const POOL_INSTANCES: u32 = 256;
+
+/// Where a compiled component came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompileSource {
+    Compiled,
+    DiskCache,
+}
+
+#[derive(Clone)]
+pub struct PluginEngine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    cache_dir: Option<PathBuf>,
+    /// Hex digest of everything besides the wasm bytes that a compiled
+    /// artifact depends on (wasmtime version and engine settings).
+    engine_key: String,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+impl PluginEngine {
+    /// `cache_dir`: where compiled components are kept; `None` disables the cache.
+    pub fn new(cache_dir: Option<PathBuf>) -> anyhow::Result<Self> {
+        let engine = Engine::new(&engine_config())?;
+        let engine_key = engine_key(&engine);
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        // Without the ticker no deadline can fire: fail rather than run plugins unbounded.
+        spawn_epoch_ticker(engine.weak(), stop_ticker.clone())
+            .map_err(|e| anyhow::anyhow!("cannot start the plugin epoch ticker thread: {e}"))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                engine,
+                cache_dir,
+                engine_key,
+                stop_ticker,
+            }),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// Compiles `wasm`, or loads it from the disk cache when this exact
+    /// content was compiled before by this wasmtime with these settings.
+    pub fn load(&self, wasm: &[u8]) -> anyhow::Result<(Component, CompileSource)> {
+        let Some(path) = self.cache_path(wasm) else {
+            return Ok((
+                Component::new(self.engine(), wasm)?,
+                CompileSource::Compiled,
+            ));
+        };
+        if path.exists() {
+            // SAFETY: the file is in pincer's own cache folder, written by
+            // `Component::serialize` below under a key that includes the
+            // wasmtime version and engine settings; wasmtime re-checks both.
+            match unsafe { Component::deserialize_file(self.engine(), &path) } {
+                Ok(component) => return Ok((component, CompileSource::DiskCache)),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "discarding cached component: {e:#}")
+                }
+            }
+        }
+        let component = Component::new(self.engine(), wasm)?;
+        if let Err(e) = write_atomically(&path, &component.serialize()?) {
+            tracing::warn!(path = %path.display(), "cannot cache compiled component: {e}");
+        }
+        Ok((component, CompileSource::Compiled))
+    }
+
+    fn cache_path(&self, wasm: &[u8]) -> Option<PathBuf> {
+        let dir = self.inner.cache_dir.as_ref()?;
+        let digest = hex::encode(Sha256::digest(wasm));
+        Some(dir.join(format!("{digest}-{}.cwasm", self.inner.engine_key)))
+    }
+}
+
+fn engine_config() -> Config {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(POOL_INSTANCES)
+        .total_core_instances(POOL_INSTANCES * 4)
+        .total_memories(POOL_INSTANCES * 2)
+        .total_tables(POOL_INSTANCES * 4)
+        .total_stacks(POOL_INSTANCES)
+        .max_memory_size(MAX_PLUGIN_MEMORY);
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+fn engine_key(engine: &Engine) -> String {
+    struct Sha(Sha256);
+    impl Hasher for Sha {
+        fn finish(&self) -> u64 {
+            0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.update(bytes);
+        }
+    }
+    let mut hasher = Sha(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    hex::encode(&hasher.0.finalize()[..8])
+}
+
+fn spawn_epoch_ticker(engine: wasmtime::EngineWeak, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("pincer-epoch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                match engine.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
+                }
+            }
+        })
+        .map(drop)
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::fs::write(tmp.path(), bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}

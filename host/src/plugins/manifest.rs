@@ -1,0 +1,419 @@
+//! `plugin.toml`: what a plugin says it is and what it asks for.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use semver::Version;
+use serde::Deserialize;
+
+use super::PluginError;
+
+/// The four plugin kinds; each is one WIT world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginKind {
+    Channel,
+    Skill,
+    Observer,
+    Tunnel,
+}
+
+impl PluginKind {
+    pub const ALL: [PluginKind; 4] = [Self::Channel, Self::Skill, Self::Observer, Self::Tunnel];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Channel => "channel",
+            Self::Skill => "skill",
+            Self::Observer => "observer",
+            Self::Tunnel => "tunnel",
+        }
+    }
+
+    /// The WIT world a component of this kind targets.
+    pub fn world(self) -> &'static str {
+        match self {
+            Self::Channel => "channel-plugin",
+            Self::Skill => "skill-plugin",
+            Self::Observer => "observer-plugin",
+            Self::Tunnel => "tunnel-plugin",
+        }
+    }
+
+    /// The interface the world exports (`pincer:plugin/<this>@<version>`).
+    pub fn export_interface(self) -> &'static str {
+        self.as_str()
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for PluginKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub plugin: PluginSection,
+    #[serde(default)]
+    pub capabilities: Capabilities,
+    /// The plugin's config schema: one entry per accepted key.
+    #[serde(default)]
+    pub config: BTreeMap<String, ConfigKey>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSection {
+    pub name: String,
+    pub kind: PluginKind,
+    pub version: Version,
+    /// The `pincer:plugin` WIT version the component was built against.
+    pub wit: Version,
+    #[serde(default)]
+    pub description: String,
+    /// File name of the component beside the manifest.
+    #[serde(default = "default_component")]
+    pub component: String,
+}
+
+fn default_component() -> String {
+    "plugin.wasm".to_string()
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    /// Outbound HTTP destinations: `host`, `host:port`, or `*.suffix`.
+    #[serde(default)]
+    pub http: Vec<String>,
+    #[serde(default)]
+    pub kv: bool,
+    #[serde(default)]
+    pub data_dir: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigType {
+    String,
+    Integer,
+    Number,
+    Boolean,
+    Array,
+    Object,
+}
+
+impl ConfigType {
+    fn accepts(self, value: &serde_json::Value) -> bool {
+        use serde_json::Value as V;
+        match self {
+            Self::String => value.is_string(),
+            Self::Integer => value.is_i64() || value.is_u64(),
+            Self::Number => value.is_number(),
+            Self::Boolean => value.is_boolean(),
+            Self::Array => matches!(value, V::Array(_)),
+            Self::Object => matches!(value, V::Object(_)),
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::String => "string",
+            Self::Integer => "integer",
+            Self::Number => "number",
+            Self::Boolean => "boolean",
+            Self::Array => "array",
+            Self::Object => "object",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigKey {
+    #[serde(rename = "type")]
+    pub ty: ConfigType,
+    #[serde(default)]
+    pub required: bool,
+    /// Secrets are redacted wherever the config is shown.
+    #[serde(default)]
+    pub secret: bool,
+    #[serde(default)]
+    pub description: String,
+}
+
+impl Manifest {
+    /// Parses and checks a manifest. `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, PluginError> {
+        let manifest: Manifest = toml::from_str(text).map_err(|e| PluginError::Manifest {
+            plugin: origin.to_string(),
+            reason: e.to_string().trim_end().to_string(),
+        })?;
+        manifest.check().map_err(|reason| PluginError::Manifest {
+            plugin: origin.to_string(),
+            reason,
+        })?;
+        Ok(manifest)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.plugin.name
+    }
+
+    pub fn kind(&self) -> PluginKind {
+        self.plugin.kind
+    }
+
+    fn check(&self) -> Result<(), String> {
+        check_name(&self.plugin.name)?;
+        let component = &self.plugin.component;
+        if component.is_empty()
+            || component.contains('/')
+            || component.contains('\\')
+            || component.starts_with('.')
+            || !component.ends_with(".wasm")
+        {
+            return Err(format!(
+                "component `{component}` must be a plain `.wasm` file name beside plugin.toml"
+            ));
+        }
+        for pattern in &self.capabilities.http {
+            HostPattern::parse(pattern)?;
+        }
+        for key in self.config.keys() {
+            if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(format!("config key `{key}` must be [A-Za-z0-9_]+"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a plugin's configured values against its declared config schema.
+    pub fn check_config(&self, config: &serde_json::Value) -> Result<(), String> {
+        let empty = serde_json::Map::new();
+        let values = match config {
+            serde_json::Value::Object(map) => map,
+            serde_json::Value::Null => &empty,
+            _ => return Err("plugin config must be a map of keys to values".to_string()),
+        };
+        for key in values.keys() {
+            if !self.config.contains_key(key) {
+                let known: Vec<&str> = self.config.keys().map(String::as_str).collect();
+                return Err(if known.is_empty() {
+                    format!("unknown config key `{key}`: this plugin takes no configuration")
+                } else {
+                    format!(
+                        "unknown config key `{key}`; expected one of: {}",
+                        known.join(", ")
+                    )
+                });
+            }
+        }
+        for (key, spec) in &self.config {
+            match values.get(key) {
+                None if spec.required => {
+                    return Err(format!("config key `{key}` is required"));
+                }
+                Some(value) if !spec.ty.accepts(value) => {
+                    return Err(format!("config key `{key}` must be a {}", spec.ty.as_str()));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The config with secret values replaced, for display.
+    pub fn redact_config(&self, config: &serde_json::Value) -> serde_json::Value {
+        let mut shown = config.clone();
+        if let serde_json::Value::Object(map) = &mut shown {
+            for (key, value) in map.iter_mut() {
+                if self.config.get(key).is_some_and(|k| k.secret) {
+                    *value = serde_json::Value::String("[redacted]".to_string());
+                }
+            }
+        }
+        shown
+    }
+}
+
+/// Plugin names: `[a-z0-9][a-z0-9-]{0,63}`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "plugin name `{name}` must be 1-64 characters of a-z, 0-9 and `-`, not starting with `-`"
+        ))
+    }
+}
+
+/// One allowed outbound destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPattern {
+    host: HostMatch,
+    port: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostMatch {
+    Exact(String),
+    /// `*.example.com`: any subdomain, not the apex.
+    Suffix(String),
+}
+
+impl HostPattern {
+    pub fn parse(pattern: &str) -> Result<Self, String> {
+        let bad = |why: &str| format!("http capability `{pattern}`: {why}");
+        if pattern.contains("://") || pattern.contains('/') {
+            return Err(bad("give a host or host:port, not a URL"));
+        }
+        let (host, port) = split_host_port(pattern).ok_or_else(|| bad("bad port"))?;
+        let host = host.to_ascii_lowercase();
+        if host.is_empty() || host == "*" {
+            return Err(bad("a host is required; `*` (everything) is not allowed"));
+        }
+        let host = match host.strip_prefix("*.") {
+            Some(suffix) if !suffix.is_empty() && !suffix.contains('*') => {
+                HostMatch::Suffix(suffix.to_string())
+            }
+            Some(_) => return Err(bad("wildcards are only allowed as a leading `*.`")),
+            None if host.contains('*') => {
+                return Err(bad("wildcards are only allowed as a leading `*.`"));
+            }
+            None => HostMatch::Exact(host),
+        };
+        Ok(Self { host, port })
+    }
+
+    /// Whether `host` (lower-case, IPv6 in brackets) and `port` match.
+    pub fn matches(&self, host: &str, port: u16) -> bool {
+        if self.port.is_some_and(|p| p != port) {
+            return false;
+        }
+        match &self.host {
+            HostMatch::Exact(h) => h == host,
+            HostMatch::Suffix(s) => host
+                .strip_suffix(s.as_str())
+                .is_some_and(|rest| rest.ends_with('.') && rest.len() > 1),
+        }
+    }
+}
+
+/// Splits `host[:port]`, keeping IPv6 brackets on the host.
+fn split_host_port(s: &str) -> Option<(&str, Option<u16>)> {
+    if s.starts_with('[') {
+        let end = s.find(']')?;
+        let (host, rest) = s.split_at(end + 1);
+        return match rest.strip_prefix(':') {
+            Some(port) => Some((host, Some(port.parse().ok()?))),
+            None if rest.is_empty() => Some((host, None)),
+            None => None,
+        };
+    }
+    match s.rsplit_once(':') {
+        Some((host, port)) => Some((host, Some(port.parse().ok()?))),
+        None => Some((s, None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[plugin]
+name = "skill-x"
+kind = "skill"
+version = "0.1.0"
+wit = "0.1.0"
+
+[capabilities]
+http = ["localhost", "api.example.com:443", "*.slack.com"]
+kv = true
+
+[config.token]
+type = "string"
+required = true
+secret = true
+"#;
+
+    #[test]
+    fn parses_a_full_manifest() {
+        let m = Manifest::parse(GOOD, "skill-x").unwrap();
+        assert_eq!(m.kind(), PluginKind::Skill);
+        assert_eq!(m.plugin.component, "plugin.wasm");
+        assert!(m.capabilities.kv);
+        assert!(!m.capabilities.data_dir);
+    }
+
+    #[test]
+    fn refuses_unknown_fields_and_kinds() {
+        let err = Manifest::parse(&GOOD.replace("kv = true", "kvv = true"), "p").unwrap_err();
+        assert!(err.to_string().contains("unknown field `kvv`"), "{err}");
+        let err =
+            Manifest::parse(&GOOD.replace("kind = \"skill\"", "kind = \"bot\""), "p").unwrap_err();
+        assert!(err.to_string().contains("unknown variant `bot`"), "{err}");
+    }
+
+    #[test]
+    fn refuses_bad_names_components_and_hosts() {
+        for (from, to, why) in [
+            ("name = \"skill-x\"", "name = \"Skill X\"", "plugin name"),
+            (
+                "wit = \"0.1.0\"",
+                "wit = \"0.1.0\"\ncomponent = \"../x.wasm\"",
+                "component",
+            ),
+            ("\"localhost\"", "\"*\"", "not allowed"),
+            ("\"localhost\"", "\"https://a.b\"", "not a URL"),
+            ("\"localhost\"", "\"a.*.com\"", "leading"),
+        ] {
+            let err = Manifest::parse(&GOOD.replace(from, to), "p").unwrap_err();
+            assert!(err.to_string().contains(why), "{to}: {err}");
+        }
+    }
+
+    #[test]
+    fn host_patterns_match_exactly() {
+        let p = HostPattern::parse("*.slack.com").unwrap();
+        assert!(p.matches("hooks.slack.com", 443));
+        assert!(!p.matches("slack.com", 443));
+        assert!(!p.matches("evilslack.com", 443));
+        let p = HostPattern::parse("localhost:8080").unwrap();
+        assert!(p.matches("localhost", 8080));
+        assert!(!p.matches("localhost", 8081));
+        let p = HostPattern::parse("[::1]").unwrap();
+        assert!(p.matches("[::1]", 1));
+    }
+
+    #[test]
+    fn config_is_checked_against_the_schema() {
+        let m = Manifest::parse(GOOD, "p").unwrap();
+        assert!(m.check_config(&serde_json::json!({"token": "t"})).is_ok());
+        let missing = m.check_config(&serde_json::json!({})).unwrap_err();
+        assert!(missing.contains("`token` is required"));
+        let unknown = m
+            .check_config(&serde_json::json!({"token": "t", "x": 1}))
+            .unwrap_err();
+        assert!(unknown.contains("unknown config key `x`"));
+        let typed = m
+            .check_config(&serde_json::json!({"token": 5}))
+            .unwrap_err();
+        assert!(typed.contains("must be a string"));
+        let shown = m.redact_config(&serde_json::json!({"token": "secret"}));
+        assert_eq!(shown["token"], "[redacted]");
+    }
+}

@@ -1,0 +1,24 @@
+//! The WebAssembly plugin host: channels, skills, observers and tunnels as
+//! components behind the versioned WIT package `pincer:plugin` (`wit/`).
+//!
+//! - [`catalog`] finds plugins (built-in, installed, configured folders);
+//! - [`runtime::PluginHost`] validates, compiles (with an on-disk cache) and
+//!   calls them, each call on a fresh instance under a deadline and a memory
+//!   limit;
+//! - [`capabilities`] are the host imports, each granted by the manifest.
+
+pub mod capabilities;
+pub mod catalog;
+pub mod engine;
+mod error;
+pub mod manifest;
+pub mod runtime;
+pub mod scaffold;
+mod state;
+pub mod wit;
+
+pub use catalog::{Catalog, PluginPackage, PluginSource};
+pub use error::PluginError;
+pub use manifest::{Manifest, PluginKind};
+pub use runtime::{CallLimits, HostPaths, LoadedPlugin, PluginHost};
+pub use wit::latest as api;

@@ -1,0 +1,603 @@
+//! Loading plugins (validation, compilation, pre-instantiation) and calling
+//! them: a fresh instance per call, under a deadline and a memory limit.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::Store;
+use wasmtime::component::{Component, Linker};
+
+use super::PluginError;
+use super::capabilities::http::HttpEgress;
+use super::capabilities::kv::KvStore;
+use super::catalog::{PluginPackage, PluginSource};
+use super::engine::{CompileSource, MAX_PLUGIN_MEMORY, PluginEngine};
+use super::manifest::{HostPattern, Manifest, PluginKind};
+use super::state::{Grants, PluginState};
+use super::wit::{self, WitRelease, latest};
+use crate::audit::AuditLog;
+
+/// Limits applied to every call of a plugin.
+#[derive(Debug, Clone, Copy)]
+pub struct CallLimits {
+    pub memory_bytes: usize,
+    pub timeout: Duration,
+}
+
+impl Default for CallLimits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 64 << 20,
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Where the host keeps what plugins own.
+#[derive(Debug, Clone)]
+pub struct HostPaths {
+    /// Compiled-component cache; `None` disables it.
+    pub cache_dir: Option<PathBuf>,
+    /// The host database (kv, audit).
+    pub database: PathBuf,
+    /// Parent of each plugin's private `/data` folder.
+    pub data_root: PathBuf,
+}
+
+impl HostPaths {
+    pub fn under(home: &std::path::Path) -> Self {
+        Self {
+            cache_dir: Some(home.join("cache").join("components")),
+            database: home.join(crate::db::FILE_NAME),
+            data_root: home.join("plugin-data"),
+        }
+    }
+}
+
+pub struct PluginHost {
+    engine: PluginEngine,
+    linker: Linker<PluginState>,
+    kv: Arc<KvStore>,
+    audit: Arc<AuditLog>,
+    http_client: reqwest::Client,
+    paths: HostPaths,
+}
+
+/// The instance-ready form of a plugin, by world.
+enum Pre {
+    Channel(latest::ChannelPluginPre<PluginState>),
+    Skill(latest::SkillPluginPre<PluginState>),
+    Observer(latest::ObserverPluginPre<PluginState>),
+    Tunnel(latest::TunnelPluginPre<PluginState>),
+}
+
+enum Bound {
+    Channel(latest::ChannelPlugin),
+    Skill(latest::SkillPlugin),
+    Observer(latest::ObserverPlugin),
+    Tunnel(latest::TunnelPlugin),
+}
+
+pub struct LoadedPlugin {
+    pub manifest: Manifest,
+    pub sha256: String,
+    pub source: PluginSource,
+    pub compiled: CompileSource,
+    pub wit: WitRelease,
+    pub size_bytes: usize,
+    /// Interfaces the component imports (WASI and pincer).
+    pub imports: Vec<String>,
+    pub limits: CallLimits,
+    faults: AtomicU64,
+    grants: Arc<Grants>,
+    pre: Pre,
+}
+
+impl LoadedPlugin {
+    pub fn name(&self) -> &str {
+        self.manifest.name()
+    }
+
+    pub fn kind(&self) -> PluginKind {
+        self.manifest.kind()
+    }
+
+    /// Calls that trapped, ran out of time or memory since load.
+    pub fn faults(&self) -> u64 {
+        self.faults.load(Ordering::Relaxed)
+    }
+}
+
+impl PluginHost {
+    pub fn new(paths: HostPaths) -> anyhow::Result<Self> {
+        let engine = PluginEngine::new(paths.cache_dir.clone())?;
+        let mut linker = Linker::new(engine.engine());
+        wit::add_to_linker(&mut linker)?;
+        if let Some(parent) = paths.database.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let kv = KvStore::open(&paths.database)?;
+        let audit = Arc::new(AuditLog::open(&paths.database)?);
+        Ok(Self {
+            engine,
+            linker,
+            kv,
+            audit,
+            http_client: HttpEgress::client()?,
+            paths,
+        })
+    }
+
+    pub fn audit(&self) -> &Arc<AuditLog> {
+        &self.audit
+    }
+
+    pub fn engine(&self) -> &PluginEngine {
+        &self.engine
+    }
+
+    /// Validates and prepares a plugin: manifest, WIT version, component
+    /// format, world against manifest kind, config against schema, imports.
+    /// `config: None` skips the config check (inspecting, installing).
+    pub fn load(
+        &self,
+        package: &PluginPackage,
+        config: Option<&serde_json::Value>,
+        limits: CallLimits,
+    ) -> Result<Arc<LoadedPlugin>, PluginError> {
+        let origin = package.label();
+        let manifest = Manifest::parse(&package.manifest_text, &origin)?;
+        let name = manifest.name().to_string();
+        let sha256 = hex::encode(Sha256::digest(&package.wasm));
+        if let Some(pinned) = &package.pinned_sha256
+            && *pinned != sha256
+        {
+            return Err(PluginError::PinMismatch {
+                plugin: name,
+                pinned: pinned.clone(),
+                actual: sha256,
+            });
+        }
+        let wit = WitRelease::for_plugin(&manifest.plugin.wit).ok_or_else(|| {
+            PluginError::WitVersion {
+                plugin: name.clone(),
+                wanted: manifest.plugin.wit.to_string(),
+                served: WitRelease::served_list(),
+            }
+        })?;
+        check_component_header(&package.wasm).map_err(|reason| PluginError::InvalidComponent {
+            plugin: name.clone(),
+            reason,
+        })?;
+        let (component, compiled) =
+            self.engine
+                .load(&package.wasm)
+                .map_err(|e| PluginError::InvalidComponent {
+                    plugin: name.clone(),
+                    reason: format!("not a valid component: {}", e.root_cause()),
+                })?;
+        self.check_world(&name, &manifest, &component)?;
+        let empty = serde_json::json!({});
+        let config = match config {
+            Some(config) => {
+                manifest
+                    .check_config(config)
+                    .map_err(|reason| PluginError::Config {
+                        plugin: name.clone(),
+                        reason,
+                    })?;
+                config
+            }
+            None => &empty,
+        };
+        let imports = component
+            .component_type()
+            .imports(self.engine.engine())
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let grants = Arc::new(self.grants(&manifest, config, limits));
+        let pre = self.pre_instantiate(&name, manifest.kind(), &component)?;
+        Ok(Arc::new(LoadedPlugin {
+            manifest,
+            sha256,
+            source: package.source.clone(),
+            compiled,
+            wit,
+            size_bytes: package.wasm.len(),
+            imports,
+            limits,
+            faults: AtomicU64::new(0),
+            grants,
+            pre,
+        }))
+    }
+
+    fn check_world(
+        &self,
+        name: &str,
+        manifest: &Manifest,
+        component: &Component,
+    ) -> Result<(), PluginError> {
+        let exported: Vec<(PluginKind, String)> = component
+            .component_type()
+            .exports(self.engine.engine())
+            .filter_map(|(export, _)| {
+                let rest = export.strip_prefix("pincer:plugin/")?;
+                let (iface, version) = rest.split_once('@')?;
+                Some((PluginKind::parse(iface)?, version.to_string()))
+            })
+            .collect();
+        let Some((kind, version)) = exported.first() else {
+            return Err(PluginError::InvalidComponent {
+                plugin: name.to_string(),
+                reason: "exports no pincer:plugin interface; build it with wit-bindgen against one of the worlds in wit/".into(),
+            });
+        };
+        if *kind != manifest.kind() || exported.len() > 1 {
+            let actual = exported
+                .iter()
+                .map(|(k, v)| format!("pincer:plugin/{k}@{v} (the {} world)", k.world()))
+                .collect::<Vec<_>>()
+                .join(" and ");
+            return Err(PluginError::KindMismatch {
+                plugin: name.to_string(),
+                manifest: manifest.kind(),
+                actual: format!("exports {actual}"),
+            });
+        }
+        if *version != manifest.plugin.wit.to_string() {
+            return Err(PluginError::InvalidComponent {
+                plugin: name.to_string(),
+                reason: format!(
+                    "plugin.toml says wit = \"{}\", but the component was built against pincer:plugin@{version}",
+                    manifest.plugin.wit
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn grants(
+        &self,
+        manifest: &Manifest,
+        config: &serde_json::Value,
+        limits: CallLimits,
+    ) -> Grants {
+        let name = manifest.name().to_string();
+        let caps = &manifest.capabilities;
+        let http = (!caps.http.is_empty()).then(|| {
+            let allow = caps
+                .http
+                .iter()
+                .filter_map(|p| HostPattern::parse(p).ok())
+                .collect();
+            let audit = self.audit.clone();
+            let actor = format!("plugin:{name}");
+            let sink = Arc::new(move |what: &str| {
+                tracing::warn!(%actor, "denied {what}");
+                audit.record(&actor, None, "plugin.denied", what);
+            });
+            HttpEgress::new(self.http_client.clone(), allow, sink)
+        });
+        Grants {
+            kv: caps.kv.then(|| self.kv.namespace(&name)),
+            http,
+            data_dir: caps.data_dir.then(|| self.paths.data_root.join(&name)),
+            config: if config.is_null() {
+                serde_json::json!({})
+            } else {
+                config.clone()
+            },
+            memory_limit: limits.memory_bytes.min(MAX_PLUGIN_MEMORY),
+            plugin: name,
+        }
+    }
+
+    fn pre_instantiate(
+        &self,
+        name: &str,
+        kind: PluginKind,
+        component: &Component,
+    ) -> Result<Pre, PluginError> {
+        let invalid = |e: wasmtime::Error| PluginError::InvalidComponent {
+            plugin: name.to_string(),
+            reason: format!("cannot be linked against this host: {}", e.root_cause()),
+        };
+        let pre = self.linker.instantiate_pre(component).map_err(invalid)?;
+        Ok(match kind {
+            PluginKind::Channel => {
+                Pre::Channel(latest::ChannelPluginPre::new(pre).map_err(invalid)?)
+            }
+            PluginKind::Skill => Pre::Skill(latest::SkillPluginPre::new(pre).map_err(invalid)?),
+            PluginKind::Observer => {
+                Pre::Observer(latest::ObserverPluginPre::new(pre).map_err(invalid)?)
+            }
+            PluginKind::Tunnel => Pre::Tunnel(latest::TunnelPluginPre::new(pre).map_err(invalid)?),
+        })
+    }
+
+    /// Runs `call` on a fresh instance of `plugin` under its limits. A trap,
+    /// deadline or memory blow-up fails only this call and is reported.
+    async fn call<T>(
+        &self,
+        plugin: &LoadedPlugin,
+        call: impl AsyncFnOnce(&mut Store<PluginState>, &Bound) -> wasmtime::Result<T>,
+    ) -> Result<T, PluginError> {
+        let state = PluginState::new(plugin.grants.clone()).map_err(|e| PluginError::Host {
+            plugin: plugin.name().to_string(),
+            message: e.to_string(),
+        })?;
+        let mut store = Store::new(self.engine.engine(), state);
+        store.limiter(|s| &mut s.limiter);
+        // Yield to the runtime every tick so the deadline below can fire even
+        // while the guest spins.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+        let outcome = tokio::time::timeout(plugin.limits.timeout, async {
+            let bound = instantiate(&plugin.pre, &mut store).await?;
+            call(&mut store, &bound).await
+        })
+        .await;
+        let error = match outcome {
+            Ok(Ok(value)) => return Ok(value),
+            Err(_elapsed) => PluginError::Deadline {
+                plugin: plugin.name().to_string(),
+                ms: plugin.limits.timeout.as_millis() as u64,
+            },
+            Ok(Err(e)) => classify(plugin, store.data(), e),
+        };
+        if error.is_fault() {
+            plugin.faults.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(plugin = plugin.name(), "{error}");
+            self.audit.record(
+                &format!("plugin:{}", plugin.name()),
+                None,
+                "plugin.fault",
+                &error.to_string(),
+            );
+        }
+        Err(error)
+    }
+
+    pub async fn skill_tools(
+        &self,
+        plugin: &LoadedPlugin,
+    ) -> Result<Vec<latest::ToolSpec>, PluginError> {
+        expect_kind(plugin, PluginKind::Skill)?;
+        self.call(plugin, async |store, bound| {
+            bound.skill()?.pincer_plugin_skill().call_tools(store).await
+        })
+        .await
+    }
+
+    pub async fn skill_invoke(
+        &self,
+        plugin: &LoadedPlugin,
+        tool: &str,
+        args_json: &str,
+    ) -> Result<Result<latest::ToolOutput, latest::ToolError>, PluginError> {
+        expect_kind(plugin, PluginKind::Skill)?;
+        self.call(plugin, async |store, bound| {
+            bound
+                .skill()?
+                .pincer_plugin_skill()
+                .call_invoke(store, tool, args_json)
+                .await
+        })
+        .await
+    }
+
+    pub async fn observe(
+        &self,
+        plugin: &LoadedPlugin,
+        event: &latest::Event,
+    ) -> Result<(), PluginError> {
+        expect_kind(plugin, PluginKind::Observer)?;
+        self.call(plugin, async |store, bound| {
+            bound
+                .observer()?
+                .pincer_plugin_observer()
+                .call_on_event(store, event)
+                .await
+        })
+        .await
+    }
+
+    pub async fn channel_webhook(
+        &self,
+        plugin: &LoadedPlugin,
+        request: &latest::WebhookRequest,
+    ) -> Result<Result<latest::WebhookOutcome, latest::ChannelError>, PluginError> {
+        expect_kind(plugin, PluginKind::Channel)?;
+        self.call(plugin, async |store, bound| {
+            bound
+                .channel()?
+                .pincer_plugin_channel()
+                .call_handle_webhook(store, request)
+                .await
+        })
+        .await
+    }
+
+    pub async fn channel_connect(
+        &self,
+        plugin: &LoadedPlugin,
+    ) -> Result<Result<Option<latest::ConnectionRequest>, latest::ChannelError>, PluginError> {
+        expect_kind(plugin, PluginKind::Channel)?;
+        self.call(plugin, async |store, bound| {
+            bound
+                .channel()?
+                .pincer_plugin_channel()
+                .call_connect(store)
+                .await
+        })
+        .await
+    }
+
+    pub async fn channel_on_frame(
+        &self,
+        plugin: &LoadedPlugin,
+        frame: &latest::Frame,
+    ) -> Result<Result<latest::FrameOutcome, latest::ChannelError>, PluginError> {
+        expect_kind(plugin, PluginKind::Channel)?;
+        self.call(plugin, async |store, bound| {
+            bound
+                .channel()?
+                .pincer_plugin_channel()
+                .call_on_frame(store, frame)
+                .await
+        })
+        .await
+    }
+
+    pub async fn channel_send(
+        &self,
+        plugin: &LoadedPlugin,
+        message: &latest::Outbound,
+    ) -> Result<Result<latest::Delivery, latest::ChannelError>, PluginError> {
+        expect_kind(plugin, PluginKind::Channel)?;
+        self.call(plugin, async |store, bound| {
+            bound
+                .channel()?
+                .pincer_plugin_channel()
+                .call_send(store, message)
+                .await
+        })
+        .await
+    }
+
+    pub async fn tunnel_service(&self, plugin: &LoadedPlugin) -> Result<String, PluginError> {
+        expect_kind(plugin, PluginKind::Tunnel)?;
+        self.call(plugin, async |store, bound| {
+            bound
+                .tunnel()?
+                .pincer_plugin_tunnel()
+                .call_service(store)
+                .await
+        })
+        .await
+    }
+
+    pub async fn tunnel_forward(
+        &self,
+        plugin: &LoadedPlugin,
+        request: &latest::HttpRequest,
+    ) -> Result<Result<latest::HttpResponse, latest::TunnelError>, PluginError> {
+        expect_kind(plugin, PluginKind::Tunnel)?;
+        self.call(plugin, async |store, bound| {
+            bound
+                .tunnel()?
+                .pincer_plugin_tunnel()
+                .call_forward(store, request)
+                .await
+        })
+        .await
+    }
+
+    /// Instantiates without calling anything (for benchmarks and checks).
+    pub async fn instantiate_only(&self, plugin: &LoadedPlugin) -> Result<(), PluginError> {
+        self.call(plugin, async |_, _| Ok(())).await
+    }
+}
+
+async fn instantiate(pre: &Pre, store: &mut Store<PluginState>) -> wasmtime::Result<Bound> {
+    Ok(match pre {
+        Pre::Channel(p) => Bound::Channel(p.instantiate_async(store).await?),
+        Pre::Skill(p) => Bound::Skill(p.instantiate_async(store).await?),
+        Pre::Observer(p) => Bound::Observer(p.instantiate_async(store).await?),
+        Pre::Tunnel(p) => Bound::Tunnel(p.instantiate_async(store).await?),
+    })
+}
+
+impl Bound {
+    fn skill(&self) -> wasmtime::Result<&latest::SkillPlugin> {
+        match self {
+            Self::Skill(s) => Ok(s),
+            _ => Err(wasmtime::format_err!("not a skill")),
+        }
+    }
+
+    fn observer(&self) -> wasmtime::Result<&latest::ObserverPlugin> {
+        match self {
+            Self::Observer(o) => Ok(o),
+            _ => Err(wasmtime::format_err!("not an observer")),
+        }
+    }
+
+    fn channel(&self) -> wasmtime::Result<&latest::ChannelPlugin> {
+        match self {
+            Self::Channel(c) => Ok(c),
+            _ => Err(wasmtime::format_err!("not a channel")),
+        }
+    }
+
+    fn tunnel(&self) -> wasmtime::Result<&latest::TunnelPlugin> {
+        match self {
+            Self::Tunnel(t) => Ok(t),
+            _ => Err(wasmtime::format_err!("not a tunnel")),
+        }
+    }
+}
+
+fn expect_kind(plugin: &LoadedPlugin, wanted: PluginKind) -> Result<(), PluginError> {
+    if plugin.kind() == wanted {
+        Ok(())
+    } else {
+        Err(PluginError::WrongKind {
+            plugin: plugin.name().to_string(),
+            wanted,
+            actual: plugin.kind(),
+        })
+    }
+}
+
+fn classify(plugin: &LoadedPlugin, state: &PluginState, error: wasmtime::Error) -> PluginError {
+    let name = plugin.name().to_string();
+    if state.limiter.exceeded {
+        return PluginError::MemoryLimit {
+            plugin: name,
+            limit_mb: (plugin.grants.memory_limit >> 20) as u64,
+        };
+    }
+    if error.is::<wasmtime::PoolConcurrencyLimitError>() {
+        return PluginError::Busy { plugin: name };
+    }
+    if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
+        let message = match state.stderr.last_line() {
+            Some(line) => format!("{trap} (plugin stderr: {line})"),
+            None => trap.to_string(),
+        };
+        return PluginError::Trap {
+            plugin: name,
+            message,
+        };
+    }
+    PluginError::Host {
+        plugin: name,
+        message: format!("{:#}", error),
+    }
+}
+
+/// Tells a component from a core module, a non-wasm file and a truncated one.
+fn check_component_header(bytes: &[u8]) -> Result<(), String> {
+    const MAGIC: &[u8] = b"\0asm";
+    if bytes.len() < 8 {
+        return Err(format!(
+            "not a WebAssembly component: the file is {} bytes (truncated?)",
+            bytes.len()
+        ));
+    }
+    if &bytes[..4] != MAGIC {
+        return Err("not a WebAssembly file (no `\\0asm` header)".into());
+    }
+    match bytes[4..8] {
+        [0x0d, 0x00, 0x01, 0x00] => Ok(()),
+        [0x01, 0x00, 0x00, 0x00] => Err(
+            "is a core WebAssembly module, not a component; build it for wasm32-wasip2 (cargo build --target wasm32-wasip2)".into(),
+        ),
+        _ => Err("unsupported WebAssembly version or layer".into()),
+    }
+}

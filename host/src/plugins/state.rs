@@ -1,0 +1,163 @@
+//! What one plugin call's store holds: WASI context, the capabilities granted
+//! to the plugin, its memory limiter, and the tail of what it wrote to stderr.
+
+use std::collections::VecDeque;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::capabilities::http::HttpEgress;
+use super::capabilities::kv::KvNamespace;
+
+/// What the host grants one plugin, fixed at load time.
+pub struct Grants {
+    pub plugin: String,
+    /// The plugin's config as a JSON object.
+    pub config: serde_json::Value,
+    pub kv: Option<KvNamespace>,
+    pub http: Option<HttpEgress>,
+    /// Host folder shown to the plugin as `/data`.
+    pub data_dir: Option<std::path::PathBuf>,
+    pub memory_limit: usize,
+}
+
+pub struct PluginState {
+    pub grants: Arc<Grants>,
+    pub limiter: MemoryLimiter,
+    pub stderr: StderrTail,
+    wasi: WasiCtx,
+    table: ResourceTable,
+}
+
+impl PluginState {
+    pub fn new(grants: Arc<Grants>) -> io::Result<Self> {
+        let stderr = StderrTail::default();
+        let mut wasi = WasiCtx::builder();
+        wasi.stderr(stderr.clone());
+        if let Some(dir) = &grants.data_dir {
+            std::fs::create_dir_all(dir)?;
+            wasi.preopened_dir(dir, "/data", wasmtime_wasi::FsPerms::ReadWrite)
+                .map_err(|e| io::Error::other(format!("cannot open {}: {e}", dir.display())))?;
+        }
+        Ok(Self {
+            limiter: MemoryLimiter::new(grants.memory_limit),
+            grants,
+            stderr,
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+        })
+    }
+}
+
+impl WasiView for PluginState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Refuses growth past the plugin's limit and remembers that it did, so a
+/// resulting trap can be reported as what it is.
+pub struct MemoryLimiter {
+    limit: usize,
+    pub exceeded: bool,
+}
+
+impl MemoryLimiter {
+    fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            exceeded: false,
+        }
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.exceeded = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+const STDERR_TAIL_BYTES: usize = 4096;
+
+/// Keeps the last few KiB a plugin wrote to stderr (panic messages end up
+/// there). Writes never fail, so a chatty plugin cannot trap by logging.
+#[derive(Clone, Default)]
+pub struct StderrTail {
+    bytes: Arc<Mutex<VecDeque<u8>>>,
+}
+
+impl StderrTail {
+    /// The last non-empty line written, if any.
+    pub fn last_line(&self) -> Option<String> {
+        let bytes = self.bytes.lock().ok()?;
+        let text = String::from_utf8_lossy(bytes.iter().copied().collect::<Vec<_>>().as_slice())
+            .into_owned();
+        text.lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with("note:"))
+            .map(str::to_string)
+    }
+}
+
+impl IsTerminal for StderrTail {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for StderrTail {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl tokio::io::AsyncWrite for StderrTail {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if let Ok(mut bytes) = self.bytes.lock() {
+            bytes.extend(buf.iter().rev().take(STDERR_TAIL_BYTES).rev());
+            let excess = bytes.len().saturating_sub(STDERR_TAIL_BYTES);
+            bytes.drain(..excess);
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

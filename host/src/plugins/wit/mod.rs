@@ -1,0 +1,77 @@
+//! The WIT releases this host serves, side by side. A released version is
+//! frozen (its own folder under `wit/` and its own module here), so plugins
+//! built against it keep loading after newer releases appear.
+
+use semver::Version;
+use wasmtime::component::Linker;
+
+use super::state::PluginState;
+
+pub mod v0_1_0;
+
+/// The newest release; its types are the host's API types.
+pub use v0_1_0 as latest;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WitRelease {
+    V0_1_0,
+}
+
+impl WitRelease {
+    pub const ALL: [WitRelease; 1] = [WitRelease::V0_1_0];
+
+    pub fn version(self) -> Version {
+        match self {
+            Self::V0_1_0 => Version::new(0, 1, 0),
+        }
+    }
+
+    /// The served release a plugin built against `wanted` can use: same
+    /// major (for 0.x, same minor), and not newer than what is served.
+    pub fn for_plugin(wanted: &Version) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| {
+            let served = r.version();
+            let same_major = if served.major == 0 {
+                wanted.major == 0 && wanted.minor == served.minor
+            } else {
+                wanted.major == served.major
+            };
+            same_major && *wanted <= served && wanted.pre.is_empty()
+        })
+    }
+
+    pub fn served_list() -> String {
+        Self::ALL
+            .iter()
+            .map(|r| r.version().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Adds the host imports of every served release to one linker.
+pub fn add_to_linker(linker: &mut Linker<PluginState>) -> wasmtime::Result<()> {
+    wasmtime_wasi::p2::add_to_linker_async(linker)?;
+    v0_1_0::add_to_linker(linker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_match_by_major() {
+        let v = |s: &str| Version::parse(s).unwrap();
+        assert_eq!(
+            WitRelease::for_plugin(&v("0.1.0")),
+            Some(WitRelease::V0_1_0)
+        );
+        assert_eq!(WitRelease::for_plugin(&v("0.2.0")), None);
+        assert_eq!(WitRelease::for_plugin(&v("1.0.0")), None);
+        assert_eq!(
+            WitRelease::for_plugin(&v("0.1.1")),
+            None,
+            "newer than served"
+        );
+    }
+}

@@ -1,0 +1,254 @@
+//! Channel `channel-webhook`: a generic JSON channel. Messages arrive as
+//! webhook POSTs (optionally HMAC-signed with the `secret`) or as frames on a
+//! websocket the host holds open to `ws_url`; replies are POSTed as JSON to
+//! `outbound_url`.
+
+mod signature;
+mod wire;
+
+wit_bindgen::generate!({
+    path: "../../wit/v0.1.0",
+    world: "channel-plugin",
+});
+
+use exports::pincer::plugin::channel::{
+    ChannelError, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest, WebhookOutcome,
+    WebhookRequest,
+};
+use pincer::plugin::types::{Header, HttpError, HttpRequest, HttpResponse, Message, Outbound};
+use pincer::plugin::{clock, config, http};
+use serde_json::{Value, json};
+
+/// The host reconnects when the websocket has been silent this long.
+const IDLE_TIMEOUT_MS: u32 = 60_000;
+
+struct WebhookChannel;
+
+impl Guest for WebhookChannel {
+    fn handle_webhook(request: WebhookRequest) -> Result<WebhookOutcome, ChannelError> {
+        let method = request.method.to_ascii_uppercase();
+        match (method.as_str(), request.path.as_str()) {
+            ("POST", _) => accept_post(&request),
+            ("GET", "/health") => Ok(reply(200, json!({ "ok": true }))),
+            ("GET", _) => Ok(reply(404, json!({ "ok": false, "error": "not found" }))),
+            _ => {
+                let mut outcome = reply(405, json!({ "ok": false, "error": "method not allowed" }));
+                outcome.response.headers.push(header("allow", "GET, POST"));
+                Ok(outcome)
+            }
+        }
+    }
+
+    fn connect() -> Result<Option<ConnectionRequest>, ChannelError> {
+        let Some(url) = setting("ws_url") else {
+            return Ok(None);
+        };
+        if !(url.starts_with("ws://") || url.starts_with("wss://")) {
+            return Err(ChannelError::Unsupported(format!(
+                "`ws_url` must start with ws:// or wss://, got {url:?}"
+            )));
+        }
+        Ok(Some(ConnectionRequest {
+            url,
+            headers: Vec::new(),
+            idle_timeout_ms: Some(IDLE_TIMEOUT_MS),
+        }))
+    }
+
+    fn on_frame(frame: Frame) -> Result<FrameOutcome, ChannelError> {
+        let Frame::Text(text) = frame else {
+            return Err(ChannelError::BadRequest(
+                "binary frames are not supported".into(),
+            ));
+        };
+        let mut outcome = FrameOutcome {
+            replies: Vec::new(),
+            messages: Vec::new(),
+            reconnect: false,
+        };
+        match wire::frame(&text, clock::now_ms()).map_err(ChannelError::BadRequest)? {
+            wire::Frame::Message(message) => {
+                let ack = json!({ "type": "ack", "id": message.id });
+                outcome.replies.push(Frame::Text(ack.to_string()));
+                outcome.messages.push(message);
+            }
+            wire::Frame::Ping => outcome
+                .replies
+                .push(Frame::Text(json!({ "type": "pong" }).to_string())),
+            wire::Frame::Reconnect => outcome.reconnect = true,
+        }
+        Ok(outcome)
+    }
+
+    fn send(message: Outbound) -> Result<Delivery, ChannelError> {
+        let url = setting("outbound_url").ok_or_else(|| {
+            ChannelError::Unsupported("sending needs the `outbound_url` config key".into())
+        })?;
+        let body = json!({
+            "conversation": message.conversation,
+            "thread": message.thread,
+            "text": message.text,
+            "reply_to": message.reply_to,
+        })
+        .to_string()
+        .into_bytes();
+        let mut headers = vec![header("content-type", "application/json")];
+        let now_ms = clock::now_ms();
+        if let Some(secret) = setting("secret") {
+            let timestamp = (now_ms / 1000).to_string();
+            let signature = signature::sign(secret.as_bytes(), &timestamp, &body);
+            headers.push(header(signature::TIMESTAMP_HEADER, &timestamp));
+            headers.push(header(signature::SIGNATURE_HEADER, &signature));
+        }
+        let response = http::fetch(&HttpRequest {
+            method: "POST".into(),
+            url,
+            headers,
+            body,
+            timeout_ms: None,
+        })
+        .map_err(|err| ChannelError::Upstream(format!("delivery failed: {}", describe(err))))?;
+        if !(200..300).contains(&response.status) {
+            return Err(ChannelError::Upstream(format!(
+                "outbound_url answered HTTP {}: {}",
+                response.status,
+                snippet(&response.body)
+            )));
+        }
+        let id = delivery_id(&response.body).unwrap_or_else(|| now_ms.to_string());
+        Ok(Delivery { id })
+    }
+}
+
+fn accept_post(request: &WebhookRequest) -> Result<WebhookOutcome, ChannelError> {
+    let now_ms = clock::now_ms();
+    if let Some(secret) = setting("secret") {
+        signature::verify(
+            secret.as_bytes(),
+            header_value(&request.headers, signature::TIMESTAMP_HEADER),
+            header_value(&request.headers, signature::SIGNATURE_HEADER),
+            &request.body,
+            now_ms,
+        )
+        .map_err(ChannelError::Unauthorized)?;
+    }
+    let messages: Vec<Message> =
+        wire::webhook_messages(&request.body, now_ms).map_err(ChannelError::BadRequest)?;
+    let mut outcome = reply(200, json!({ "ok": true, "accepted": messages.len() }));
+    outcome.messages = messages;
+    Ok(outcome)
+}
+
+/// A config value, treating an empty string as unset.
+fn setting(key: &str) -> Option<String> {
+    config::get(key).filter(|value| !value.trim().is_empty())
+}
+
+fn header(name: &str, value: &str) -> Header {
+    Header {
+        name: name.into(),
+        value: value.into(),
+    }
+}
+
+fn header_value<'a>(headers: &'a [Header], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+fn reply(status: u16, body: Value) -> WebhookOutcome {
+    WebhookOutcome {
+        response: HttpResponse {
+            status,
+            headers: vec![header("content-type", "application/json")],
+            body: body.to_string().into_bytes(),
+        },
+        messages: Vec::new(),
+    }
+}
+
+fn describe(err: HttpError) -> String {
+    match err {
+        HttpError::Denied(msg) => format!("denied: {msg}"),
+        HttpError::InvalidRequest(msg) => format!("invalid request: {msg}"),
+        HttpError::Transport(msg) => format!("transport error: {msg}"),
+        HttpError::Timeout => "timed out".into(),
+        HttpError::TooLarge => "response too large".into(),
+    }
+}
+
+/// The `id` of a JSON object response, if it has one.
+fn delivery_id(body: &[u8]) -> Option<String> {
+    match serde_json::from_slice::<Value>(body).ok()?.get("id")? {
+        Value::String(id) if !id.is_empty() => Some(id.clone()),
+        Value::Number(id) => Some(id.to_string()),
+        _ => None,
+    }
+}
+
+/// The start of a response body, for error messages.
+fn snippet(body: &[u8]) -> String {
+    const MAX: usize = 200;
+    let text = String::from_utf8_lossy(body);
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.into_owned(),
+    }
+}
+
+export!(WebhookChannel);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivery_ids() {
+        assert_eq!(delivery_id(br#"{"id":"m-1"}"#).as_deref(), Some("m-1"));
+        assert_eq!(delivery_id(br#"{"id":42}"#).as_deref(), Some("42"));
+        assert_eq!(delivery_id(br#"{"id":""}"#), None);
+        assert_eq!(delivery_id(br#"{"ok":true}"#), None);
+        assert_eq!(delivery_id(b"accepted"), None);
+        assert_eq!(delivery_id(b""), None);
+    }
+
+    #[test]
+    fn snippets_are_bounded() {
+        assert_eq!(snippet(b"short"), "short");
+        assert_eq!(snippet("é".repeat(300).as_bytes()).chars().count(), 201);
+    }
+
+    #[test]
+    fn header_lookup_ignores_case() {
+        let headers = [header("x-pincer-timestamp", "1")];
+        assert_eq!(
+            header_value(&headers, signature::TIMESTAMP_HEADER),
+            Some("1")
+        );
+        assert_eq!(header_value(&headers, signature::SIGNATURE_HEADER), None);
+    }
+
+    // Paths that never reach a host import can run natively.
+    #[test]
+    fn routes_without_host_calls() {
+        let request = |method: &str, path: &str| WebhookRequest {
+            method: method.into(),
+            path: path.into(),
+            query: String::new(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let health = WebhookChannel::handle_webhook(request("GET", "/health")).expect("health");
+        assert_eq!(health.response.status, 200);
+        assert_eq!(health.response.body, br#"{"ok":true}"#);
+        assert!(health.messages.is_empty());
+        let put = WebhookChannel::handle_webhook(request("PUT", "/")).expect("405 response");
+        assert_eq!(put.response.status, 405);
+        assert!(matches!(
+            WebhookChannel::on_frame(Frame::Binary(vec![1])),
+            Err(ChannelError::BadRequest(_))
+        ));
+    }
+}
