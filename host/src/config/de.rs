@@ -93,7 +93,7 @@ fn closest<'a>(field: &str, expected: &[&'a str]) -> Option<&'a str> {
         .iter()
         .map(|candidate| (edit_distance(field, candidate), *candidate))
         .min_by_key(|(distance, _)| *distance)?;
-    (distance <= (field.chars().count() / 3).max(1)).then_some(best)
+    (distance <= field.chars().count().div_ceil(3)).then_some(best)
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -203,7 +203,7 @@ impl<'a> NodeDe<'a> {
 }
 
 /// Replaces a secret value in an error message by its `${...}` template.
-fn redact(message: &str, value: &str, template: &str) -> String {
+pub(crate) fn redact(message: &str, value: &str, template: &str) -> String {
     if value.is_empty() {
         return message.to_owned();
     }

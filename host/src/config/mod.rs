@@ -38,6 +38,10 @@ use error::Site;
 impl Config {
     /// Reads and checks the file at `path`, interpolating from the process
     /// environment.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`] if the file cannot be read; otherwise as
+    /// [`Config::from_str_with_env`].
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             file: path.display().to_string(),
@@ -48,6 +52,12 @@ impl Config {
 
     /// Parses and checks `text`. `file` is only used in messages; `env` looks
     /// up variables for `${NAME}` (return `None` for unset).
+    ///
+    /// # Errors
+    /// The first problem found, with its position: [`ConfigError::Syntax`]
+    /// (YAML or `${...}` syntax, duplicate keys), [`ConfigError::MissingEnv`],
+    /// [`ConfigError::Schema`] (unknown key, wrong type, missing key) or
+    /// [`ConfigError::Invalid`] (semantic checks).
     pub fn from_str_with_env<F>(text: &str, file: &Path, env: F) -> Result<Config, ConfigError>
     where
         F: Fn(&str) -> Option<String>,
@@ -58,7 +68,20 @@ impl Config {
         let config: Config = de::from_node(&root, text)
             .map_err(|err| site.schema(err.pos.unwrap_or((1, 1)), &err.message))?;
         validate::validate(&config).map_err(|issue| {
-            site.invalid(root.locate(&issue.path, issue.at_key, text), &issue.message)
+            let mut message = issue.message;
+            // a message may quote the value: never the one from the environment
+            if let Some(node::Node {
+                kind:
+                    node::Kind::Str {
+                        value,
+                        template: Some(template),
+                    },
+                ..
+            }) = root.get(&issue.path, text)
+            {
+                message = de::redact(&message, value, template);
+            }
+            site.invalid(root.locate(&issue.path, issue.at_key, text), &message)
         })?;
         tracing::debug!(file = site.file(), "configuration loaded");
         Ok(config)

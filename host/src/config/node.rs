@@ -96,6 +96,21 @@ impl Node {
         }
     }
 
+    /// The node at `path`, if the path exists in the tree.
+    pub(crate) fn get(&self, path: &[Seg<'_>], source: &str) -> Option<&Node> {
+        let mut node = self;
+        for seg in path {
+            node = match seg {
+                Seg::Key(key) => &node.entry(key, source)?.1,
+                Seg::Index(i) => match &node.kind {
+                    Kind::Seq(items) => items.get(*i)?,
+                    _ => return None,
+                },
+            };
+        }
+        Some(node)
+    }
+
     /// Position of the node at `path`; with `at_key`, of the mapping key that
     /// holds it. When the path leaves the tree (a defaulted value), the
     /// position of the deepest node that exists.
@@ -124,9 +139,40 @@ impl Node {
     }
 }
 
+/// Deepest nesting of mappings/sequences accepted. serde-saphyr descends
+/// recursively (about 45 KiB of stack per level in debug builds), so its
+/// default of 64 could overflow a 2 MiB thread, which aborts the process.
+pub(crate) const MAX_DEPTH: usize = 32;
+
+/// Stack for the parser thread: `MAX_DEPTH` levels fit with a wide margin.
+const PARSER_STACK_BYTES: usize = 8 << 20;
+
 /// Parses `text` into a located tree. An empty document is `Null`.
+///
+/// Runs on a scoped thread with a known stack size, so the result does not
+/// depend on how much of the caller's stack (e.g. a 2 MiB tokio worker) is
+/// already in use.
 pub(crate) fn parse(text: &str, site: &Site) -> Result<Node, ConfigError> {
+    std::thread::scope(|scope| {
+        let spawned = std::thread::Builder::new()
+            .name("pincer-config".to_owned())
+            .stack_size(PARSER_STACK_BYTES)
+            .spawn_scoped(scope, || parse_here(text, site));
+        match spawned {
+            Ok(handle) => handle.join().unwrap_or_else(|_| {
+                Err(site.syntax((1, 1), "the YAML parser failed unexpectedly"))
+            }),
+            // No thread available: the depth budget still bounds the stack.
+            Err(_) => parse_here(text, site),
+        }
+    })
+}
+
+fn parse_here(text: &str, site: &Site) -> Result<Node, ConfigError> {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_depth = MAX_DEPTH;
     let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
     // YAML 1.2 booleans only: `no`, `on`, `y` stay strings.
     options.strict_booleans = true;
     options.with_snippet = false;
@@ -139,9 +185,25 @@ pub(crate) fn parse(text: &str, site: &Site) -> Result<Node, ConfigError> {
                 .location()
                 .map(|l| (to_usize(l.line()), to_usize(l.column())))
                 .unwrap_or((1, 1));
-            let message = UserMessageFormatter.format_message(&err);
-            Err(site.syntax(pos, &message))
+            Err(site.syntax(pos, &saphyr_message(&err)))
         }
+    }
+}
+
+fn saphyr_message(err: &serde_saphyr::Error) -> String {
+    use serde_saphyr::Error;
+    use serde_saphyr::budget::BudgetBreach;
+    let mut inner = err;
+    while let Error::AliasError { error, .. } | Error::WithSnippet { error, .. } = inner {
+        inner = error;
+    }
+    match inner {
+        Error::UnknownAnchor { .. } => "alias refers to an unknown anchor".to_owned(),
+        Error::Budget {
+            breach: BudgetBreach::Depth { .. },
+            ..
+        } => format!("nested more than {MAX_DEPTH} levels deep"),
+        _ => UserMessageFormatter.format_message(err).into_owned(),
     }
 }
 

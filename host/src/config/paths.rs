@@ -58,6 +58,10 @@ fn home_dir_with(
 
 /// The pincer home (state folder): `$PINCER_HOME`, else `~/.pincer`; created
 /// (mode 0700 on Unix) if missing.
+///
+/// # Errors
+/// [`ConfigError::Home`] when the user's home is unknown (and `PINCER_HOME`
+/// unset) or the folder cannot be created.
 pub fn pincer_home() -> Result<PathBuf, ConfigError> {
     let user_home = dirs::home_dir();
     let Some(path) = home_dir_with(&|name| std::env::var_os(name), user_home.as_deref()) else {

@@ -76,6 +76,36 @@ fn more_than_one_document_is_an_error() {
     assert_error("gateway: {}\n---\nplugins: {}\n", 3, 1, &["single"]);
 }
 
+fn nested(depth: usize) -> String {
+    format!(
+        "plugins:\n  config:\n    x: {}{}\n",
+        "[".repeat(depth),
+        "]".repeat(depth)
+    )
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    // root, plugins and config are three levels: 29 more reach the limit
+    let limit = node::MAX_DEPTH - 3;
+    let cfg = parse(&nested(limit)).unwrap();
+    assert!(cfg.plugins.config["x"].is_array());
+    assert_error(
+        &nested(limit + 1),
+        3,
+        8 + limit,
+        &["nested more than 32 levels deep"],
+    );
+    // far deeper: the YAML parser's own flow-nesting limit answers first
+    let shown = error(&nested(10_000));
+    assert!(shown.starts_with("pincer.yaml:3:"), "{shown}");
+}
+
+#[test]
+fn unknown_alias_is_a_syntax_error() {
+    assert_error("gateway: *nope\n", 1, 10, &["unknown anchor"]);
+}
+
 // ---- schema ----
 
 #[test]
@@ -113,7 +143,7 @@ fn unknown_key_in_flow_mapping_and_list_item() {
     assert_error(
         "workspaces:\n  x:\n    mounts: [{source: a, target: /a, readonly: true}]\n",
         3,
-        36,
+        38,
         &["unknown key `readonly`", "`read_only`"],
     );
     assert_error(
@@ -195,7 +225,7 @@ fn missing_env_in_free_form_and_block_scalars() {
     assert_error(
         "plugins:\n  config:\n    my-plugin:\n      nested: [{deep: \"x ${NOPE}\"}]\n",
         4,
-        24,
+        26,
         &["environment variable NOPE is not set"],
     );
     assert_error(
@@ -299,6 +329,14 @@ fn errors_never_show_substituted_values() {
         let shown = assert_error(text, 2, column, &["${NOT_A_NUMBER}"]);
         assert!(!shown.contains("hunter2"), "{shown}");
     }
+    // semantic checks quote values too
+    let shown = assert_error(
+        "workspaces:\n  dev: {}\nchannels:\n  c: {plugin: p, workspace: \"${NOT_A_NUMBER}\"}\n",
+        4,
+        29,
+        &["unknown workspace `${NOT_A_NUMBER}`"],
+    );
+    assert!(!shown.contains("hunter2"), "{shown}");
 }
 
 #[test]
@@ -520,20 +558,20 @@ fn semantic_errors_have_positions() {
     assert_error(
         "workspaces:\n  dev:\n    mounts: [{source: a, target: /workspace/}]\n",
         3,
-        35,
+        34,
         &["/workspace"],
     );
     assert_error(
         "workspaces:\n  dev:\n    mounts: [{source: a, target: notes}]\n",
         3,
-        35,
+        34,
         &["absolute"],
     );
     // channel.workspace
     assert_error(
         "workspaces:\n  dev: {}\nchannels:\n  hook: {plugin: channel-webhook, workspace: prod}\n",
         4,
-        48,
+        46,
         &["unknown workspace `prod`"],
     );
     // workspace references
@@ -573,7 +611,7 @@ fn semantic_errors_have_positions() {
     assert_error(
         "gateway:\n  model_list:\n    - {model_name: a, litellm_params: {model: m}}\n  fallbacks: [{a: [b]}]\n",
         4,
-        21,
+        20,
         &["unknown model alias `b`"],
     );
     assert_error(
@@ -586,7 +624,7 @@ fn semantic_errors_have_positions() {
     assert_error(
         "gateway:\n  model_list:\n    - {model_name: a, litellm_params: {model: m}}\nworkspaces:\n  dev: {model: gpt}\n",
         5,
-        17,
+        16,
         &["unknown model alias `gpt`"],
     );
     // limits

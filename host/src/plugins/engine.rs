@@ -79,15 +79,16 @@ impl PluginEngine {
                 CompileSource::Compiled,
             ));
         };
-        if path.exists() {
-            // SAFETY: the file is in pincer's own cache folder, written by
+        // Read, not mmap: a cache file truncated or rewritten underneath a
+        // mapped component would crash the host with SIGBUS.
+        if let Ok(bytes) = std::fs::read(&path) {
+            // SAFETY: the bytes come from pincer's own cache folder, written by
             // `Component::serialize` below under a key that includes the
-            // wasmtime version and engine settings; wasmtime re-checks both.
-            match unsafe { Component::deserialize_file(self.engine(), &path) } {
+            // wasmtime version and engine settings; wasmtime re-checks both
+            // and refuses anything that is not its own artifact.
+            match unsafe { Component::deserialize(self.engine(), &bytes) } {
                 Ok(component) => return Ok((component, CompileSource::DiskCache)),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), "discarding cached component: {e:#}")
-                }
+                Err(e) => tracing::warn!(path = %path.display(), "discarding cached component: {e:#}"),
             }
         }
         let component = Component::new(self.engine(), wasm)?;

@@ -122,7 +122,14 @@ impl Guest for WebhookChannel {
 
 fn accept_post(request: &WebhookRequest) -> Result<WebhookOutcome, ChannelError> {
     let now_ms = clock::now_ms();
-    if let Some(secret) = setting("secret") {
+    if let Some(secret) = config::get("secret") {
+        // Fail closed: an empty secret (say, an unset environment variable) must
+        // not silently turn verification off.
+        if secret.is_empty() {
+            return Err(ChannelError::Unauthorized(
+                "the `secret` config value is empty; refusing unverifiable webhooks".into(),
+            ));
+        }
         signature::verify(
             secret.as_bytes(),
             header_value(&request.headers, signature::TIMESTAMP_HEADER),

@@ -206,9 +206,14 @@ fn scan_number(chars: &[char], start: usize) -> Result<(f64, usize), Error> {
         i += 1;
     }
     let text: String = chars[start..i].iter().collect();
-    text.parse::<f64>()
-        .map(|number| (number, i))
-        .map_err(|_| syntax(start + 1, format!("invalid number `{text}`")))
+    match text.parse::<f64>() {
+        Ok(number) if number.is_finite() => Ok((number, i)),
+        Ok(_) => Err(syntax(
+            start + 1,
+            format!("number `{text}` is out of range"),
+        )),
+        Err(_) => Err(syntax(start + 1, format!("invalid number `{text}`"))),
+    }
 }
 
 struct Parser<'a> {
@@ -486,6 +491,10 @@ mod tests {
             Err(Error::Syntax { position: 1, .. })
         ));
         assert!(matches!(evaluate("."), Err(Error::Syntax { .. })));
+        assert!(matches!(
+            evaluate("min(1e999, 1)"),
+            Err(Error::Syntax { position: 5, .. })
+        ));
         // `2e` is the number 2 followed by the constant e: no implicit multiplication.
         assert!(matches!(
             evaluate("2e"),

@@ -68,6 +68,8 @@ impl HttpEgress {
 
     /// A client that never follows redirects on its own.
     pub fn client() -> reqwest::Result<reqwest::Client> {
+        // The process-wide TLS provider; a second install is a harmless no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))

@@ -1,0 +1,97 @@
+//! Shared helpers for the end-to-end tests: the real `pincer` binary with an
+//! isolated `PINCER_HOME`, and the plugins the build staged.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Folder of a plugin staged by the build (first-party or `testing/`).
+pub fn staged(name: &str) -> PathBuf {
+    Path::new(env!("PINCER_STAGED_PLUGINS")).join(name)
+}
+
+/// A sandbox: its own `PINCER_HOME` and working folder.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("home")).expect("home");
+        std::fs::create_dir_all(dir.path().join("work")).expect("work");
+        Self { dir }
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    pub fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    /// Writes a file under the working folder and returns its path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.work().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("parent dir");
+        }
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+
+    pub fn pincer(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_pincer"))
+            .args(args)
+            .current_dir(self.work())
+            .env("PINCER_HOME", self.home())
+            .env_remove("PINCER_CONFIG")
+            .env_remove("PINCER_LOG")
+            .output()
+            .expect("run pincer")
+    }
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts success and returns stdout.
+#[track_caller]
+pub fn ok(output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "pincer failed ({}):\nstdout: {}\nstderr: {}",
+        output.status,
+        stdout(&output),
+        stderr(&output)
+    );
+    stdout(&output)
+}
+
+/// Asserts failure and returns stderr.
+#[track_caller]
+pub fn fails(output: Output) -> String {
+    assert!(
+        !output.status.success(),
+        "pincer should have failed:\nstdout: {}\nstderr: {}",
+        stdout(&output),
+        stderr(&output)
+    );
+    stderr(&output)
+}
+
+/// Serves `router` on a loopback port for the life of the test.
+pub async fn serve(router: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    addr
+}
