@@ -34,7 +34,12 @@ fn load(host: &PluginHost, name: &str, config: Value) -> Arc<LoadedPlugin> {
         .unwrap_or_else(|e| panic!("loading {name}: {e}"))
 }
 
-async fn invoke(host: &PluginHost, plugin: &LoadedPlugin, tool: &str, args: Value) -> Result<Value, ToolError> {
+async fn invoke(
+    host: &PluginHost,
+    plugin: &LoadedPlugin,
+    tool: &str,
+    args: Value,
+) -> Result<Value, ToolError> {
     let out = host
         .skill_invoke(plugin, tool, &args.to_string())
         .await
@@ -49,7 +54,10 @@ fn webhook(method: &str, path: &str, headers: Vec<(&str, String)>, body: &str) -
         query: String::new(),
         headers: headers
             .into_iter()
-            .map(|(name, value)| Header { name: name.into(), value })
+            .map(|(name, value)| Header {
+                name: name.into(),
+                value,
+            })
             .collect(),
         body: body.as_bytes().to_vec(),
     }
@@ -67,14 +75,38 @@ async fn skill_world_round_trips_json() {
         let schema: Value = serde_json::from_str(&tool.input_schema).expect("schema is JSON");
         assert_eq!(schema["type"], "object");
     }
-    let out = invoke(&host, &calc, "evaluate", json!({"expression": "2 * (3 + 4) ^ 2"})).await.unwrap();
+    let out = invoke(
+        &host,
+        &calc,
+        "evaluate",
+        json!({"expression": "2 * (3 + 4) ^ 2"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(out["result"], 98.0);
-    let out = invoke(&host, &calc, "convert", json!({"value": 100, "from": "c", "to": "f"})).await.unwrap();
+    let out = invoke(
+        &host,
+        &calc,
+        "convert",
+        json!({"value": 100, "from": "c", "to": "f"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(out["result"], 212.0);
-    let err = invoke(&host, &calc, "evaluate", json!({"expression": "1/0"})).await.unwrap_err();
-    assert!(matches!(&err, ToolError::Failed(m) | ToolError::InvalidArgs(m) if m.contains("division by zero")), "{err:?}");
-    let err = invoke(&host, &calc, "evaluate", json!({"expr": "1"})).await.unwrap_err();
-    assert!(matches!(&err, ToolError::InvalidArgs(m) if m.contains("expression")), "{err:?}");
+    let err = invoke(&host, &calc, "evaluate", json!({"expression": "1/0"}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ToolError::Failed(m) | ToolError::InvalidArgs(m) if m.contains("division by zero")),
+        "{err:?}"
+    );
+    let err = invoke(&host, &calc, "evaluate", json!({"expr": "1"}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ToolError::InvalidArgs(m) if m.contains("expression")),
+        "{err:?}"
+    );
     let err = invoke(&host, &calc, "nope", json!({})).await.unwrap_err();
     assert!(matches!(err, ToolError::UnknownTool(_)), "{err:?}");
 }
@@ -84,19 +116,29 @@ async fn kv_compare_and_set_loses_no_concurrent_append() {
     let dir = tempfile::tempdir().unwrap();
     let host = Arc::new(host(dir.path()));
     let notes = load(&host, "skill-notes", json!({}));
-    invoke(&host, &notes, "put", json!({"key": "log", "text": ""})).await.unwrap();
+    invoke(&host, &notes, "put", json!({"key": "log", "text": ""}))
+        .await
+        .unwrap();
     let tasks: Vec<_> = (0..8)
         .map(|i| {
             let (host, notes) = (host.clone(), notes.clone());
             tokio::spawn(async move {
-                invoke(&host, &notes, "append", json!({"key": "log", "text": format!("<{i}>")})).await
+                invoke(
+                    &host,
+                    &notes,
+                    "append",
+                    json!({"key": "log", "text": format!("<{i}>")}),
+                )
+                .await
             })
         })
         .collect();
     for task in tasks {
         task.await.unwrap().expect("append");
     }
-    let got = invoke(&host, &notes, "get", json!({"key": "log"})).await.unwrap();
+    let got = invoke(&host, &notes, "get", json!({"key": "log"}))
+        .await
+        .unwrap();
     let text = got["text"].as_str().unwrap();
     for i in 0..8 {
         assert!(text.contains(&format!("<{i}>")), "append {i} lost: {text}");
@@ -120,13 +162,24 @@ async fn observer_world_writes_json_lines() {
         text: "你好, pincer".into(),
         timestamp_ms: 1_700_000_000_000,
     };
-    for body in [EventBody::MessageIn(message), EventBody::Error("boom".into())] {
-        let event = Event { timestamp_ms: 1, workspace: Some("w".into()), session: None, body };
+    for body in [
+        EventBody::MessageIn(message),
+        EventBody::Error("boom".into()),
+    ] {
+        let event = Event {
+            timestamp_ms: 1,
+            workspace: Some("w".into()),
+            session: None,
+            body,
+        };
         host.observe(&observer, &event).await.unwrap();
     }
     let file = dir.path().join("plugin-data/observer-jsonl/events.jsonl");
     let text = std::fs::read_to_string(&file).expect("events file");
-    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["type"], "message_in");
     assert_eq!(lines[0]["text"], "你好, pincer");
@@ -142,7 +195,9 @@ async fn channel_world_handles_webhooks_frames_and_sends() {
         post(move |body: String| {
             let sink = sink.clone();
             async move {
-                sink.lock().unwrap().push(serde_json::from_str(&body).unwrap_or(Value::Null));
+                sink.lock()
+                    .unwrap()
+                    .push(serde_json::from_str(&body).unwrap_or(Value::Null));
                 axum::Json(json!({"id": "delivered-1"}))
             }
         }),
@@ -177,16 +232,41 @@ async fn channel_world_handles_webhooks_frames_and_sends() {
         .unwrap();
     assert!(matches!(bad, Err(ChannelError::BadRequest(_))), "{bad:?}");
 
-    let connection = host.channel_connect(&channel).await.unwrap().unwrap().expect("ws mode");
+    let connection = host
+        .channel_connect(&channel)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("ws mode");
     assert_eq!(connection.url, "ws://127.0.0.1:1/ws");
-    let frame = Frame::Text(json!({"type": "message", "id": "9", "conversation": "c", "sender": "u", "text": "framed"}).to_string());
-    let outcome = host.channel_on_frame(&channel, &frame).await.unwrap().unwrap();
+    let frame = Frame::Text(
+        json!({"type": "message", "id": "9", "conversation": "c", "sender": "u", "text": "framed"})
+            .to_string(),
+    );
+    let outcome = host
+        .channel_on_frame(&channel, &frame)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(outcome.messages[0].text, "framed");
-    let Frame::Text(ack) = &outcome.replies[0] else { panic!("ack is text") };
-    assert_eq!(serde_json::from_str::<Value>(ack).unwrap(), json!({"type": "ack", "id": "9"}));
+    let Frame::Text(ack) = &outcome.replies[0] else {
+        panic!("ack is text")
+    };
+    assert_eq!(
+        serde_json::from_str::<Value>(ack).unwrap(),
+        json!({"type": "ack", "id": "9"})
+    );
 
     let delivery = host
-        .channel_send(&channel, &Outbound { conversation: "c".into(), thread: None, text: "reply".into(), reply_to: Some("1".into()) })
+        .channel_send(
+            &channel,
+            &Outbound {
+                conversation: "c".into(),
+                thread: None,
+                text: "reply".into(),
+                reply_to: Some("1".into()),
+            },
+        )
         .await
         .unwrap()
         .unwrap();
@@ -203,24 +283,59 @@ async fn signed_webhooks_are_verified() {
     let host = host(dir.path());
     let channel = load(&host, "channel-webhook", json!({"secret": "s3cret"}));
     let body = json!({"id": "1", "conversation": "c", "sender": "u", "text": "signed"}).to_string();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     let sign = |ts: u64, body: &str| {
         let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"s3cret").unwrap();
         mac.update(format!("{ts}.{body}").as_bytes());
         format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
     };
-    let headers = |ts: u64, sig: String| vec![("X-Pincer-Timestamp", ts.to_string()), ("X-Pincer-Signature", sig)];
+    let headers = |ts: u64, sig: String| {
+        vec![
+            ("X-Pincer-Timestamp", ts.to_string()),
+            ("X-Pincer-Signature", sig),
+        ]
+    };
 
-    let good = host.channel_webhook(&channel, &webhook("POST", "/", headers(now, sign(now, &body)), &body)).await.unwrap();
+    let good = host
+        .channel_webhook(
+            &channel,
+            &webhook("POST", "/", headers(now, sign(now, &body)), &body),
+        )
+        .await
+        .unwrap();
     assert_eq!(good.unwrap().messages[0].text, "signed");
     let tampered = body.replace("signed", "forged");
-    let bad = host.channel_webhook(&channel, &webhook("POST", "/", headers(now, sign(now, &body)), &tampered)).await.unwrap();
+    let bad = host
+        .channel_webhook(
+            &channel,
+            &webhook("POST", "/", headers(now, sign(now, &body)), &tampered),
+        )
+        .await
+        .unwrap();
     assert!(matches!(bad, Err(ChannelError::Unauthorized(_))), "{bad:?}");
     let stale = now - 600;
-    let old = host.channel_webhook(&channel, &webhook("POST", "/", headers(stale, sign(stale, &body)), &body)).await.unwrap();
-    assert!(matches!(&old, Err(ChannelError::Unauthorized(m)) if m.contains("timestamp")), "{old:?}");
-    let unsigned = host.channel_webhook(&channel, &webhook("POST", "/", vec![], &body)).await.unwrap();
-    assert!(matches!(unsigned, Err(ChannelError::Unauthorized(_))), "{unsigned:?}");
+    let old = host
+        .channel_webhook(
+            &channel,
+            &webhook("POST", "/", headers(stale, sign(stale, &body)), &body),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&old, Err(ChannelError::Unauthorized(m)) if m.contains("timestamp")),
+        "{old:?}"
+    );
+    let unsigned = host
+        .channel_webhook(&channel, &webhook("POST", "/", vec![], &body))
+        .await
+        .unwrap();
+    assert!(
+        matches!(unsigned, Err(ChannelError::Unauthorized(_))),
+        "{unsigned:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,30 +343,68 @@ async fn tunnel_world_forwards_relative_requests_only() {
     let addr = support::serve(Router::new().route("/api/ping", get(|| async { "pong" }))).await;
     let dir = tempfile::tempdir().unwrap();
     let host = host(dir.path());
-    let tunnel = load(&host, "tunnel-http", json!({"service": "svc", "target": format!("http://127.0.0.1:{}/api", addr.port())}));
+    let tunnel = load(
+        &host,
+        "tunnel-http",
+        json!({"service": "svc", "target": format!("http://127.0.0.1:{}/api", addr.port())}),
+    );
     assert_eq!(host.tunnel_service(&tunnel).await.unwrap(), "svc");
-    let request = |url: &str| HttpRequest { method: "GET".into(), url: url.into(), headers: vec![], body: vec![], timeout_ms: None };
-    let response = host.tunnel_forward(&tunnel, &request("/ping")).await.unwrap().unwrap();
-    assert_eq!((response.status, response.body.as_slice()), (200, b"pong".as_slice()));
-    for bad in ["http://example.com/", "//example.com/x", "/../etc/passwd", "ping"] {
+    let request = |url: &str| HttpRequest {
+        method: "GET".into(),
+        url: url.into(),
+        headers: vec![],
+        body: vec![],
+        timeout_ms: None,
+    };
+    let response = host
+        .tunnel_forward(&tunnel, &request("/ping"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (response.status, response.body.as_slice()),
+        (200, b"pong".as_slice())
+    );
+    for bad in [
+        "http://example.com/",
+        "//example.com/x",
+        "/../etc/passwd",
+        "ping",
+    ] {
         let out = host.tunnel_forward(&tunnel, &request(bad)).await.unwrap();
-        assert!(matches!(out, Err(TunnelError::BadRequest(_))), "{bad}: {out:?}");
+        assert!(
+            matches!(out, Err(TunnelError::BadRequest(_))),
+            "{bad}: {out:?}"
+        );
     }
     // The target is checked against the manifest's allowlist too.
-    let elsewhere = load(&host, "tunnel-http", json!({"service": "svc", "target": "http://example.com"}));
-    let out = host.tunnel_forward(&elsewhere, &request("/x")).await.unwrap();
+    let elsewhere = load(
+        &host,
+        "tunnel-http",
+        json!({"service": "svc", "target": "http://example.com"}),
+    );
+    let out = host
+        .tunnel_forward(&elsewhere, &request("/x"))
+        .await
+        .unwrap();
     assert!(matches!(out, Err(TunnelError::Denied(_))), "{out:?}");
 }
 
 fn limits() -> CallLimits {
-    CallLimits { memory_bytes: 32 << 20, timeout: Duration::from_millis(500) }
+    CallLimits {
+        memory_bytes: 32 << 20,
+        timeout: Duration::from_millis(500),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_plugins_fail_alone_while_the_host_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let host = Arc::new(host(dir.path()));
-    let load_limited = |name: &str| host.load(&package(name), Some(&json!({})), limits()).unwrap();
+    let load_limited = |name: &str| {
+        host.load(&package(name), Some(&json!({})), limits())
+            .unwrap()
+    };
     let (spin, hog, trap, calc) = (
         load_limited("spin-forever"),
         load_limited("memory-hog"),
@@ -273,19 +426,33 @@ async fn hostile_plugins_fail_alone_while_the_host_keeps_serving() {
     // Other calls are answered while the hostile ones run.
     let answered = AtomicUsize::new(0);
     while !hostile.is_finished() {
-        let out = invoke(&host, &calc, "evaluate", json!({"expression": "1+1"})).await.unwrap();
+        let out = invoke(&host, &calc, "evaluate", json!({"expression": "1+1"}))
+            .await
+            .unwrap();
         assert_eq!(out["result"], 2.0);
         answered.fetch_add(1, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(answered.load(Ordering::Relaxed) > 0, "no call was answered meanwhile");
+    assert!(
+        answered.load(Ordering::Relaxed) > 0,
+        "no call was answered meanwhile"
+    );
     let (spin_out, hog_out, trap_out) = hostile.await.unwrap();
 
     let err = spin_out.unwrap_err();
-    assert!(matches!(err, PluginError::Deadline { ms: 500, .. }), "{err}");
-    assert!(err.to_string().contains("spin-forever") && err.to_string().contains("deadline of 500 ms"), "{err}");
+    assert!(
+        matches!(err, PluginError::Deadline { ms: 500, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("spin-forever") && err.to_string().contains("deadline of 500 ms"),
+        "{err}"
+    );
     let err = hog_out.unwrap_err();
-    assert!(matches!(err, PluginError::MemoryLimit { limit_mb: 32, .. }), "{err}");
+    assert!(
+        matches!(err, PluginError::MemoryLimit { limit_mb: 32, .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("memory limit of 32 MiB"), "{err}");
     let err = trap_out.unwrap_err();
     assert!(matches!(err, PluginError::Trap { .. }), "{err}");
@@ -294,14 +461,31 @@ async fn hostile_plugins_fail_alone_while_the_host_keeps_serving() {
     // Each plugin is usable again: every call gets a fresh instance.
     let ok = host.skill_invoke(&trap, "ok", "{}").await.unwrap().unwrap();
     assert_eq!(serde_json::from_str::<Value>(&ok.json).unwrap()["ok"], true);
-    let small = host.skill_invoke(&hog, "hog", r#"{"mb": 4}"#).await.unwrap().unwrap();
-    assert_eq!(serde_json::from_str::<Value>(&small.json).unwrap()["allocated_mb"], 4);
+    let small = host
+        .skill_invoke(&hog, "hog", r#"{"mb": 4}"#)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&small.json).unwrap()["allocated_mb"],
+        4
+    );
     assert_eq!((spin.faults(), hog.faults(), trap.faults()), (1, 1, 1));
 
     let faults = host.audit().recent(None, 50).unwrap();
-    let kinds: Vec<(&str, &str)> = faults.iter().map(|e| (e.actor.as_str(), e.kind.as_str())).collect();
-    for actor in ["plugin:spin-forever", "plugin:memory-hog", "plugin:trap-on-call"] {
-        assert!(kinds.contains(&(actor, "plugin.fault")), "{actor} not audited: {kinds:?}");
+    let kinds: Vec<(&str, &str)> = faults
+        .iter()
+        .map(|e| (e.actor.as_str(), e.kind.as_str()))
+        .collect();
+    for actor in [
+        "plugin:spin-forever",
+        "plugin:memory-hog",
+        "plugin:trap-on-call",
+    ] {
+        assert!(
+            kinds.contains(&(actor, "plugin.fault")),
+            "{actor} not audited: {kinds:?}"
+        );
     }
 }
 
@@ -318,9 +502,16 @@ async fn http_outside_the_manifest_is_denied_even_through_redirects() {
                     async { "fine" }
                 }),
             )
-            .route("/bounce", get(|axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>| async move {
-                Redirect::temporary(q.get("to").map(String::as_str).unwrap_or("/ok"))
-            })),
+            .route(
+                "/bounce",
+                get(
+                    |axum::extract::Query(q): axum::extract::Query<
+                        std::collections::HashMap<String, String>,
+                    >| async move {
+                        Redirect::temporary(q.get("to").map(String::as_str).unwrap_or("/ok"))
+                    },
+                ),
+            ),
     )
     .await;
     let port = addr.port();
@@ -331,34 +522,78 @@ async fn http_outside_the_manifest_is_denied_even_through_redirects() {
     let fetch = |url: String| invoke(&host, &fetcher, "fetch", json!({ "url": url }));
 
     let allowed = fetch(format!("http://localhost:{port}/ok")).await.unwrap();
-    assert_eq!((allowed["status"].as_u64(), allowed["body"].as_str()), (Some(200), Some("fine")));
-    let same_host_redirect = fetch(format!("http://localhost:{port}/bounce?to=/ok")).await.unwrap();
+    assert_eq!(
+        (allowed["status"].as_u64(), allowed["body"].as_str()),
+        (Some(200), Some("fine"))
+    );
+    let same_host_redirect = fetch(format!("http://localhost:{port}/bounce?to=/ok"))
+        .await
+        .unwrap();
     assert_eq!(same_host_redirect["status"], 200);
     assert_eq!(ok_hits.load(Ordering::SeqCst), 2);
 
-    let direct = fetch(format!("http://127.0.0.1:{port}/ok")).await.unwrap_err();
-    assert!(matches!(&direct, ToolError::Denied(m) if m.contains("127.0.0.1")), "{direct:?}");
+    let direct = fetch(format!("http://127.0.0.1:{port}/ok"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&direct, ToolError::Denied(m) if m.contains("127.0.0.1")),
+        "{direct:?}"
+    );
     let to = format!("http://127.0.0.1:{port}/ok");
-    let redirected = fetch(format!("http://localhost:{port}/bounce?to={to}")).await.unwrap_err();
-    assert!(matches!(&redirected, ToolError::Denied(_)), "{redirected:?}");
-    assert_eq!(ok_hits.load(Ordering::SeqCst), 2, "a denied destination was reached");
+    let redirected = fetch(format!("http://localhost:{port}/bounce?to={to}"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&redirected, ToolError::Denied(_)),
+        "{redirected:?}"
+    );
+    assert_eq!(
+        ok_hits.load(Ordering::SeqCst),
+        2,
+        "a denied destination was reached"
+    );
 
     // The denials are reported, and the host keeps answering.
-    let denials: Vec<_> = host.audit().recent(Some("plugin:undeclared-http"), 10).unwrap();
-    assert_eq!(denials.iter().filter(|e| e.kind == "plugin.denied").count(), 2, "{denials:?}");
-    assert_eq!(invoke(&host, &calc, "evaluate", json!({"expression": "3*3"})).await.unwrap()["result"], 9.0);
+    let denials: Vec<_> = host
+        .audit()
+        .recent(Some("plugin:undeclared-http"), 10)
+        .unwrap();
+    assert_eq!(
+        denials.iter().filter(|e| e.kind == "plugin.denied").count(),
+        2,
+        "{denials:?}"
+    );
+    assert_eq!(
+        invoke(&host, &calc, "evaluate", json!({"expression": "3*3"}))
+            .await
+            .unwrap()["result"],
+        9.0
+    );
     // A plugin without the http capability is refused outright.
     let no_http = load(&host, "skill-notes", json!({}));
     assert!(no_http.manifest.capabilities.http.is_empty());
 }
 
 /// A copy of a staged plugin with its manifest and component edited.
-fn doctored(dir: &std::path::Path, name: &str, manifest: impl Fn(String) -> String, wasm: impl Fn(Vec<u8>) -> Vec<u8>) -> Result<PluginPackage, PluginError> {
+fn doctored(
+    dir: &std::path::Path,
+    name: &str,
+    manifest: impl Fn(String) -> String,
+    wasm: impl Fn(Vec<u8>) -> Vec<u8>,
+) -> Result<PluginPackage, PluginError> {
     let src = staged(name);
     let dst = dir.join(format!("doctored-{name}"));
     std::fs::create_dir_all(&dst).unwrap();
-    std::fs::write(dst.join("plugin.toml"), manifest(std::fs::read_to_string(src.join("plugin.toml")).unwrap())).unwrap();
-    std::fs::write(dst.join("plugin.wasm"), wasm(std::fs::read(src.join("plugin.wasm")).unwrap())).unwrap();
+    std::fs::write(
+        dst.join("plugin.toml"),
+        manifest(std::fs::read_to_string(src.join("plugin.toml")).unwrap()),
+    )
+    .unwrap();
+    std::fs::write(
+        dst.join("plugin.wasm"),
+        wasm(std::fs::read(src.join("plugin.wasm")).unwrap()),
+    )
+    .unwrap();
     PluginPackage::read(&dst, PluginSource::Dir(dst.clone()))
 }
 
@@ -368,28 +603,70 @@ async fn broken_plugins_are_refused_with_a_clear_message() {
     let host = host(dir.path());
     let same = |s: String| s;
     let cases: Vec<(&str, Result<PluginPackage, PluginError>, &str)> = vec![
-        ("truncated", doctored(dir.path(), "skill-calc", same, |w| w[..w.len() / 2].to_vec()), "plugin skill-calc: not a valid component"),
-        ("header only", doctored(dir.path(), "skill-calc", same, |w| w[..6].to_vec()), "the file is 6 bytes (truncated?)"),
-        ("not wasm", doctored(dir.path(), "skill-calc", same, |_| b"#!/bin/sh\necho hi\n".to_vec()), "not a WebAssembly file"),
-        ("core module", doctored(dir.path(), "skill-calc", same, |_| b"\0asm\x01\0\0\0".to_vec()), "is a core WebAssembly module, not a component"),
+        (
+            "truncated",
+            doctored(dir.path(), "skill-calc", same, |w| {
+                w[..w.len() / 2].to_vec()
+            }),
+            "plugin skill-calc: not a valid component",
+        ),
+        (
+            "header only",
+            doctored(dir.path(), "skill-calc", same, |w| w[..6].to_vec()),
+            "the file is 6 bytes (truncated?)",
+        ),
+        (
+            "not wasm",
+            doctored(dir.path(), "skill-calc", same, |_| {
+                b"#!/bin/sh\necho hi\n".to_vec()
+            }),
+            "not a WebAssembly file",
+        ),
+        (
+            "core module",
+            doctored(dir.path(), "skill-calc", same, |_| {
+                b"\0asm\x01\0\0\0".to_vec()
+            }),
+            "is a core WebAssembly module, not a component",
+        ),
         (
             "kind mismatch",
-            doctored(dir.path(), "skill-calc", |m| m.replace("kind = \"skill\"", "kind = \"channel\""), |w| w),
+            doctored(
+                dir.path(),
+                "skill-calc",
+                |m| m.replace("kind = \"skill\"", "kind = \"channel\""),
+                |w| w,
+            ),
             "plugin skill-calc: plugin.toml says kind `channel`, but the component exports pincer:plugin/skill@0.1.0 (the skill-plugin world)",
         ),
         (
             "WIT major",
-            doctored(dir.path(), "skill-calc", |m| m.replace("wit = \"0.1.0\"", "wit = \"1.0.0\""), |w| w),
+            doctored(
+                dir.path(),
+                "skill-calc",
+                |m| m.replace("wit = \"0.1.0\"", "wit = \"1.0.0\""),
+                |w| w,
+            ),
             "built against pincer:plugin@1.0.0, but this host serves 0.1.0 (WIT major-version mismatch)",
         ),
         (
             "WIT minor on 0.x",
-            doctored(dir.path(), "skill-calc", |m| m.replace("wit = \"0.1.0\"", "wit = \"0.2.0\""), |w| w),
+            doctored(
+                dir.path(),
+                "skill-calc",
+                |m| m.replace("wit = \"0.1.0\"", "wit = \"0.2.0\""),
+                |w| w,
+            ),
             "WIT major-version mismatch",
         ),
         (
             "unknown manifest key",
-            doctored(dir.path(), "skill-calc", |m| m.replace("[plugin]", "[plugin]\nhomepage = \"x\""), |w| w),
+            doctored(
+                dir.path(),
+                "skill-calc",
+                |m| m.replace("[plugin]", "[plugin]\nhomepage = \"x\""),
+                |w| w,
+            ),
             "invalid plugin.toml: TOML parse error at line 2, column 1",
         ),
     ];
@@ -397,16 +674,34 @@ async fn broken_plugins_are_refused_with_a_clear_message() {
         // Refused when read (manifest) or when loaded (everything else).
         let err = match package {
             Err(e) => e,
-            Ok(p) => host.load(&p, Some(&json!({})), CallLimits::default()).err().unwrap_or_else(|| panic!("{case}: accepted")),
+            Ok(p) => host
+                .load(&p, Some(&json!({})), CallLimits::default())
+                .err()
+                .unwrap_or_else(|| panic!("{case}: accepted")),
         };
         assert!(err.to_string().contains(expected), "{case}: {err}");
     }
     // Config is checked against the manifest's schema.
-    let err = host.load(&package("tunnel-http"), Some(&json!({"service": "x"})), CallLimits::default()).err().unwrap();
-    assert!(err.to_string().contains("config key `target` is required"), "{err}");
+    let err = host
+        .load(
+            &package("tunnel-http"),
+            Some(&json!({"service": "x"})),
+            CallLimits::default(),
+        )
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("config key `target` is required"),
+        "{err}"
+    );
     // And the host still works.
     let calc = load(&host, "skill-calc", json!({}));
-    assert_eq!(invoke(&host, &calc, "evaluate", json!({"expression": "7"})).await.unwrap()["result"], 7.0);
+    assert_eq!(
+        invoke(&host, &calc, "evaluate", json!({"expression": "7"}))
+            .await
+            .unwrap()["result"],
+        7.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -417,7 +712,17 @@ async fn compiled_components_are_cached_on_disk() {
     let restarted = host(dir.path());
     let second = load(&restarted, "skill-calc", json!({}));
     assert_eq!(second.compiled, CompileSource::DiskCache);
-    assert_eq!(invoke(&restarted, &second, "evaluate", json!({"expression": "1+2"})).await.unwrap()["result"], 3.0);
+    assert_eq!(
+        invoke(
+            &restarted,
+            &second,
+            "evaluate",
+            json!({"expression": "1+2"})
+        )
+        .await
+        .unwrap()["result"],
+        3.0
+    );
 
     // A damaged cache entry is discarded and recompiled, not trusted.
     for entry in std::fs::read_dir(dir.path().join("cache/components")).unwrap() {

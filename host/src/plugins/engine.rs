@@ -88,7 +88,9 @@ impl PluginEngine {
             // and refuses anything that is not its own artifact.
             match unsafe { Component::deserialize(self.engine(), &bytes) } {
                 Ok(component) => return Ok((component, CompileSource::DiskCache)),
-                Err(e) => tracing::warn!(path = %path.display(), "discarding cached component: {e:#}"),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "discarding cached component: {e:#}")
+                }
             }
         }
         let component = Component::new(self.engine(), wasm)?;

@@ -17,12 +17,16 @@ const WIT_FILES: &[(&str, &str)] = &[
 
 /// Creates `<parent>/<name>/`; refuses to touch an existing folder.
 pub fn create(parent: &Path, kind: &str, name: &str) -> anyhow::Result<PathBuf> {
-    let kind = PluginKind::parse(kind)
-        .with_context(|| format!("unknown kind `{kind}`: use skill, channel, observer or tunnel"))?;
+    let kind = PluginKind::parse(kind).with_context(|| {
+        format!("unknown kind `{kind}`: use skill, channel, observer or tunnel")
+    })?;
     check_name(name).map_err(anyhow::Error::msg)?;
     let root = parent.join(name);
     if root.exists() {
-        bail!("{} already exists; pick another name or folder", root.display());
+        bail!(
+            "{} already exists; pick another name or folder",
+            root.display()
+        );
     }
     let files = files(kind, name);
     for (path, text) in &files {
@@ -40,7 +44,10 @@ fn files(kind: PluginKind, name: &str) -> Vec<(String, String)> {
     let mut files = vec![
         ("Cargo.toml".to_string(), cargo_toml(name)),
         ("plugin.toml".to_string(), manifest(kind, name)),
-        (".cargo/config.toml".to_string(), "[build]\ntarget = \"wasm32-wasip2\"\n".to_string()),
+        (
+            ".cargo/config.toml".to_string(),
+            "[build]\ntarget = \"wasm32-wasip2\"\n".to_string(),
+        ),
         (".gitignore".to_string(), "/target\n".to_string()),
         ("src/lib.rs".to_string(), lib_rs(kind)),
         ("README.md".to_string(), readme(kind, name, &crate_name)),
@@ -81,7 +88,9 @@ fn manifest(kind: PluginKind, name: &str) -> String {
     let capabilities = match kind {
         PluginKind::Channel => "http = [\"localhost\"]   # hosts the channel may call\n",
         PluginKind::Tunnel => "http = [\"localhost\", \"127.0.0.1\"]\n",
-        PluginKind::Skill | PluginKind::Observer => "# http = [\"api.example.com\"]\n# kv = true\n# data_dir = true\n",
+        PluginKind::Skill | PluginKind::Observer => {
+            "# http = [\"api.example.com\"]\n# kv = true\n# data_dir = true\n"
+        }
     };
     format!(
         r#"[plugin]

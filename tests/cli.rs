@@ -1,0 +1,317 @@
+//! The real `pincer` binary, each test in its own PINCER_HOME.
+
+mod support;
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use support::{Sandbox, fails, ok, staged, stderr};
+
+/// A config whose plugin folder holds every staged plugin, fixtures included.
+fn with_fixtures(sandbox: &Sandbox, extra: &str) -> PathBuf {
+    let staged_root = staged("skill-calc").parent().unwrap().to_path_buf();
+    sandbox.write(
+        "pincer.yaml",
+        &format!("plugins:\n  dirs: [{}]\n{extra}", staged_root.display()),
+    )
+}
+
+#[test]
+fn demo_drives_all_four_worlds() {
+    let sandbox = Sandbox::new();
+    let out = ok(sandbox.pincer(&["demo"]));
+    for line in [
+        "loaded 5 built-in plugins",
+        "skill-calc.evaluate",
+        "\"result\":1028.0",
+        "channel-webhook.handle-webhook",
+        "HTTP 200 and message \"hello pincer\"",
+        "observer-jsonl.on-event",
+        "tunnel-http.forward",
+        "demo-service: HTTP 200 \"hello from a host-side service\"",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    let events = std::fs::read_to_string(
+        sandbox
+            .home()
+            .join("plugin-data/observer-jsonl/events.jsonl"),
+    )
+    .unwrap();
+    assert!(events.contains("hello pincer"));
+    // The second run loads from the compile cache.
+    let again = ok(sandbox.pincer(&["demo"]));
+    assert!(again.contains("(5 from the compile cache)"), "{again}");
+}
+
+#[test]
+fn plugin_list_shows_built_in_plugins() {
+    let sandbox = Sandbox::new();
+    let out = ok(sandbox.pincer(&["plugin", "list", "--json"]));
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let rows: Vec<(String, String, String)> = listed["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().into(),
+                p["kind"].as_str().unwrap().into(),
+                p["source"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    for (name, kind) in [
+        ("channel-webhook", "channel"),
+        ("observer-jsonl", "observer"),
+        ("skill-calc", "skill"),
+        ("skill-notes", "skill"),
+        ("tunnel-http", "tunnel"),
+    ] {
+        assert!(
+            rows.contains(&(name.into(), kind.into(), "built-in".into())),
+            "{name}: {rows:?}"
+        );
+    }
+    let text = ok(sandbox.pincer(&["plugin", "list"]));
+    assert!(text.lines().next().unwrap().starts_with("NAME"), "{text}");
+}
+
+#[test]
+fn skill_invoke_round_trips_json() {
+    let sandbox = Sandbox::new();
+    let out = ok(sandbox.pincer(&[
+        "skill",
+        "invoke",
+        "skill-calc",
+        "evaluate",
+        "--args",
+        r#"{"expression": "6*7"}"#,
+    ]));
+    let value: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(value["result"], 42.0);
+    assert_eq!(value["expression"], "6*7");
+
+    let err = fails(sandbox.pincer(&[
+        "skill",
+        "invoke",
+        "skill-calc",
+        "evaluate",
+        "--args",
+        "{oops",
+    ]));
+    assert!(err.contains("--args is not valid JSON"), "{err}");
+    let err =
+        fails(sandbox.pincer(&["skill", "invoke", "skill-calc", "evaluate", "--args", "[1]"]));
+    assert!(err.contains("--args must be a JSON object"), "{err}");
+    let err = fails(sandbox.pincer(&[
+        "skill",
+        "invoke",
+        "skill-calc",
+        "evaluate",
+        "--args",
+        r#"{"expression": "2*"}"#,
+    ]));
+    assert!(
+        err.contains("skill-calc.evaluate: invalid arguments: syntax error"),
+        "{err}"
+    );
+    let err = fails(sandbox.pincer(&["skill", "invoke", "no-such-skill", "x"]));
+    assert!(err.contains("no plugin named `no-such-skill`"), "{err}");
+    let err = fails(sandbox.pincer(&["skill", "invoke", "observer-jsonl", "x"]));
+    assert!(
+        err.contains("plugin observer-jsonl is a observer, not a skill")
+            || err.contains("not a skill"),
+        "{err}"
+    );
+}
+
+#[test]
+fn hostile_fixtures_fail_with_clear_errors_through_the_cli() {
+    let sandbox = Sandbox::new();
+    let config = with_fixtures(
+        &sandbox,
+        "  limits: {memory_mb: 16, call_timeout_ms: 300}\n",
+    );
+    let config = config.to_str().unwrap();
+    let run = |plugin: &str, tool: &str| {
+        fails(sandbox.pincer(&["--config", config, "skill", "invoke", plugin, tool]))
+    };
+    let err = run("spin-forever", "spin");
+    assert!(
+        err.contains("plugin spin-forever: call exceeded its deadline of 300 ms"),
+        "{err}"
+    );
+    let err = run("memory-hog", "hog");
+    assert!(
+        err.contains("plugin memory-hog: call exceeded its memory limit of 16 MiB"),
+        "{err}"
+    );
+    let err = run("trap-on-call", "trap");
+    assert!(err.contains("plugin trap-on-call: trapped"), "{err}");
+    let err = run("undeclared-http", "fetch");
+    assert!(err.contains("invalid arguments"), "{err}");
+    let out = fails(sandbox.pincer(&[
+        "--config",
+        config,
+        "skill",
+        "invoke",
+        "undeclared-http",
+        "fetch",
+        "--args",
+        r#"{"url": "http://127.0.0.1:9/"}"#,
+    ]));
+    assert!(
+        out.contains("denied: 127.0.0.1:9 is not in this plugin's http allowlist"),
+        "{out}"
+    );
+}
+
+#[test]
+fn inspect_and_install_validate_and_pin() {
+    let sandbox = Sandbox::new();
+    let calc = staged("skill-calc");
+    let out = ok(sandbox.pincer(&["plugin", "inspect", calc.to_str().unwrap(), "--json"]));
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["kind"], "skill");
+    assert_eq!(report["world"], "pincer:plugin/skill-plugin@0.1.0");
+    assert_eq!(report["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(report["tools"][0]["name"], "evaluate");
+
+    let notes = staged("skill-notes");
+    let out = ok(sandbox.pincer(&["plugin", "install", notes.to_str().unwrap()]));
+    assert!(out.contains("installed skill-notes 0.1.0 (skill)"), "{out}");
+    assert!(
+        out.contains("sha256 pinned:") && out.contains("kv: a private key-value store"),
+        "{out}"
+    );
+    let list = ok(sandbox.pincer(&["plugin", "list"]));
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("skill-notes") && l.contains("installed")),
+        "{list}"
+    );
+
+    // A component changed after installation no longer matches its pin.
+    let installed = sandbox.home().join("plugins/skill-notes/plugin.wasm");
+    let mut bytes = std::fs::read(&installed).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&installed, bytes).unwrap();
+    let err = fails(sandbox.pincer(&["plugin", "inspect", "skill-notes"]));
+    assert!(err.contains("does not match the pinned"), "{err}");
+}
+
+#[test]
+fn refusals_name_the_plugin_and_the_reason() {
+    let sandbox = Sandbox::new();
+    let src = staged("skill-calc");
+    let case =
+        |name: &str, manifest: &dyn Fn(String) -> String, wasm: &dyn Fn(Vec<u8>) -> Vec<u8>| {
+            let dir = sandbox.work().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("plugin.toml"),
+                manifest(std::fs::read_to_string(src.join("plugin.toml")).unwrap()),
+            )
+            .unwrap();
+            std::fs::write(
+                dir.join("plugin.wasm"),
+                wasm(std::fs::read(src.join("plugin.wasm")).unwrap()),
+            )
+            .unwrap();
+            fails(sandbox.pincer(&["plugin", "install", dir.to_str().unwrap()]))
+        };
+    let same = |s: String| s;
+    let keep = |w: Vec<u8>| w;
+    let err = case("truncated", &same, &|w| w[..w.len() / 3].to_vec());
+    assert!(
+        err.contains("error: plugin skill-calc: not a valid component"),
+        "{err}"
+    );
+    let err = case(
+        "kind",
+        &|m| m.replace("kind = \"skill\"", "kind = \"observer\""),
+        &keep,
+    );
+    assert!(
+        err.contains(
+            "plugin.toml says kind `observer`, but the component exports pincer:plugin/skill@0.1.0"
+        ),
+        "{err}"
+    );
+    let err = case(
+        "wit",
+        &|m| m.replace("wit = \"0.1.0\"", "wit = \"2.0.0\""),
+        &keep,
+    );
+    assert!(
+        err.contains(
+            "pincer:plugin@2.0.0, but this host serves 0.1.0 (WIT major-version mismatch)"
+        ),
+        "{err}"
+    );
+    let err = case("module", &same, &|_| b"\0asm\x01\0\0\0".to_vec());
+    assert!(
+        err.contains("core WebAssembly module, not a component"),
+        "{err}"
+    );
+    // Nothing was installed.
+    assert!(!sandbox.home().join("plugins/skill-calc").exists());
+}
+
+#[test]
+fn config_errors_carry_file_line_and_column() {
+    let sandbox = Sandbox::new();
+    let check = |name: &str, text: &str| {
+        let path = sandbox.write(name, text);
+        let err = fails(sandbox.pincer(&["config", "check", "--config", path.to_str().unwrap()]));
+        (path.display().to_string(), err)
+    };
+    let (path, err) = check("broken.yaml", "gateway:\n  listen: [unclosed\n");
+    assert!(err.contains(&format!("{path}:")), "{err}");
+    let (path, err) = check("unknown.yaml", "workspaces:\n  main:\n    polices: [x]\n");
+    assert!(
+        err.contains(&format!("{path}:3:5:")) && err.contains("polices"),
+        "{err}"
+    );
+    let (path, err) = check("type.yaml", "gateway:\n  num_retries: two\n");
+    assert!(err.contains(&format!("{path}:2:16:")), "{err}");
+    let (path, err) = check(
+        "env.yaml",
+        "plugins:\n  config:\n    x: {token: \"${PINCER_TEST_SURELY_UNSET}\"}\n",
+    );
+    assert!(
+        err.contains(&format!("{path}:3:"))
+            && err.contains("environment variable PINCER_TEST_SURELY_UNSET is not set"),
+        "{err}"
+    );
+
+    let good = sandbox.write("good.yaml", "workspaces:\n  main: {}\n");
+    let out = ok(sandbox.pincer(&["config", "check", "--config", good.to_str().unwrap()]));
+    assert!(out.contains("ok (1 workspace"), "{out}");
+    // --config works in any position.
+    let out = ok(sandbox.pincer(&["config", "--config", good.to_str().unwrap(), "check"]));
+    assert!(out.contains("ok"), "{out}");
+}
+
+#[test]
+fn doctor_reports_what_is_there() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.pincer(&["doctor"]);
+    let text = support::stdout(&out);
+    assert!(text.contains("ok       configuration"), "{text}");
+    assert!(
+        text.contains("ok       plugins        5 built-in plugins load"),
+        "{text}"
+    );
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+}
+
+#[test]
+fn a_broken_config_is_reported_by_every_command() {
+    let sandbox = Sandbox::new();
+    sandbox.write("pincer.yaml", "nonsense_key: 1\n");
+    let err = fails(sandbox.pincer(&["plugin", "list"]));
+    assert!(err.contains("pincer.yaml:1:1:"), "{err}");
+}
