@@ -315,3 +315,85 @@ fn a_broken_config_is_reported_by_every_command() {
     let err = fails(sandbox.pincer(&["plugin", "list"]));
     assert!(err.contains("pincer.yaml:1:1:"), "{err}");
 }
+
+/// `pincer plugin new` for every kind: each crate builds for wasm32-wasip2
+/// as generated, and the host loads it as the kind it claims.
+#[test]
+fn scaffolded_plugins_build_and_load() {
+    let sandbox = Sandbox::new();
+    // Shared across runs, so only the first run compiles wit-bindgen.
+    let target = PathBuf::from(
+        option_env!("CARGO_TARGET_DIR")
+            .unwrap_or(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")),
+    )
+    .join("scaffold-check");
+    let plugins = sandbox.work().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for kind in ["skill", "channel", "observer", "tunnel"] {
+        let name = format!("my-{kind}");
+        let out = ok(sandbox.pincer(&[
+            "plugin",
+            "new",
+            "--kind",
+            kind,
+            "--dir",
+            plugins.to_str().unwrap(),
+            &name,
+        ]));
+        assert!(
+            out.contains(&format!("created {kind} plugin `{name}`")),
+            "{out}"
+        );
+        let dir = plugins.join(&name);
+        let build = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--release", "--quiet"])
+            .current_dir(&dir)
+            .env("CARGO_TARGET_DIR", &target)
+            .env_remove("RUSTFLAGS")
+            .output()
+            .unwrap();
+        assert!(
+            build.status.success(),
+            "{kind} scaffold does not build:\n{}",
+            String::from_utf8_lossy(&build.stderr)
+        );
+        let wasm = target
+            .join("wasm32-wasip2/release")
+            .join(format!("{}.wasm", name.replace('-', "_")));
+        std::fs::copy(&wasm, dir.join("plugin.wasm")).unwrap();
+        let report: Value = serde_json::from_str(&ok(sandbox.pincer(&[
+            "plugin",
+            "inspect",
+            dir.to_str().unwrap(),
+            "--json",
+        ])))
+        .unwrap();
+        assert_eq!(report["kind"], kind);
+    }
+    let err = fails(sandbox.pincer(&[
+        "plugin",
+        "new",
+        "--kind",
+        "skill",
+        "--dir",
+        plugins.to_str().unwrap(),
+        "my-skill",
+    ]));
+    assert!(err.contains("already exists"), "{err}");
+
+    let config = sandbox.write(
+        "pincer.yaml",
+        &format!("plugins:\n  dirs: [{}]\n", plugins.display()),
+    );
+    let out = ok(sandbox.pincer(&[
+        "--config",
+        config.to_str().unwrap(),
+        "skill",
+        "invoke",
+        "my-skill",
+        "echo",
+        "--args",
+        r#"{"text": "hi"}"#,
+    ]));
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["text"], "hi");
+}

@@ -72,8 +72,9 @@ impl PluginEngine {
 
     /// Compiles `wasm`, or loads it from the disk cache when this exact
     /// content was compiled before by this wasmtime with these settings.
-    pub fn load(&self, wasm: &[u8]) -> anyhow::Result<(Component, CompileSource)> {
-        let Some(path) = self.cache_path(wasm) else {
+    /// `sha256` is the hex digest of `wasm` (the cache key).
+    pub fn load(&self, wasm: &[u8], sha256: &str) -> anyhow::Result<(Component, CompileSource)> {
+        let Some(path) = self.cache_path(sha256) else {
             return Ok((
                 Component::new(self.engine(), wasm)?,
                 CompileSource::Compiled,
@@ -100,10 +101,9 @@ impl PluginEngine {
         Ok((component, CompileSource::Compiled))
     }
 
-    fn cache_path(&self, wasm: &[u8]) -> Option<PathBuf> {
+    fn cache_path(&self, sha256: &str) -> Option<PathBuf> {
         let dir = self.inner.cache_dir.as_ref()?;
-        let digest = hex::encode(Sha256::digest(wasm));
-        Some(dir.join(format!("{digest}-{}.cwasm", self.inner.engine_key)))
+        Some(dir.join(format!("{sha256}-{}.cwasm", self.inner.engine_key)))
     }
 }
 
@@ -114,7 +114,14 @@ fn engine_config() -> Config {
         .total_memories(POOL_INSTANCES * 2)
         .total_tables(POOL_INSTANCES * 4)
         .total_stacks(POOL_INSTANCES)
-        .max_memory_size(MAX_PLUGIN_MEMORY);
+        .max_memory_size(MAX_PLUGIN_MEMORY)
+        // Reset the small, always-touched parts of a reused slot with memset
+        // instead of returning pages to the kernel, so a fresh instance per
+        // call pays no page faults there (measured: 11 -> 7 us per
+        // instantiation). Linear memory is still decommitted: resetting
+        // megabytes by memset costs more than it saves.
+        .table_keep_resident(64 << 10)
+        .async_stack_keep_resident(16 << 10);
     let mut config = Config::new();
     config
         .wasm_component_model(true)

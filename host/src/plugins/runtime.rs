@@ -172,13 +172,12 @@ impl PluginHost {
             plugin: name.clone(),
             reason,
         })?;
-        let (component, compiled) =
-            self.engine
-                .load(&package.wasm)
-                .map_err(|e| PluginError::InvalidComponent {
-                    plugin: name.clone(),
-                    reason: format!("not a valid component: {}", e.root_cause()),
-                })?;
+        let (component, compiled) = self.engine.load(&package.wasm, &sha256).map_err(|e| {
+            PluginError::InvalidComponent {
+                plugin: name.clone(),
+                reason: format!("not a valid component: {}", e.root_cause()),
+            }
+        })?;
         self.check_world(&name, &manifest, &component)?;
         let empty = serde_json::json!({});
         let config = match config {
