@@ -23,7 +23,7 @@ impl Context {
         let config_path = config::resolve_config_path(config_flag);
         let config = match &config_path {
             Some(path) => Config::load(path)?,
-            None => Config::default(),
+            None => Config::embedded()?,
         };
         Ok(Self {
             config_path,

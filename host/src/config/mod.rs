@@ -50,6 +50,14 @@ impl Config {
         Self::from_str_with_env(&text, path, |name| std::env::var(name).ok())
     }
 
+    /// The built-in configuration ([`DEFAULT_CONFIG`]), used when no file is found.
+    ///
+    /// # Errors
+    /// Only if the embedded text is broken, which a test rules out.
+    pub fn embedded() -> Result<Config, ConfigError> {
+        Self::from_str_with_env(DEFAULT_CONFIG, Path::new("<built-in pincer.yaml>"), |_| None)
+    }
+
     /// Parses and checks `text`. `file` is only used in messages; `env` looks
     /// up variables for `${NAME}` (return `None` for unset).
     ///
