@@ -55,7 +55,9 @@ impl Config {
     /// # Errors
     /// Only if the embedded text is broken, which a test rules out.
     pub fn embedded() -> Result<Config, ConfigError> {
-        Self::from_str_with_env(DEFAULT_CONFIG, Path::new("<built-in pincer.yaml>"), |_| None)
+        Self::from_str_with_env(DEFAULT_CONFIG, Path::new("<built-in pincer.yaml>"), |_| {
+            None
+        })
     }
 
     /// Parses and checks `text`. `file` is only used in messages; `env` looks
