@@ -1,5 +1,8 @@
-//! Builds the first-party plugins in `plugins/` for wasm32-wasip2 and embeds
-//! them, so `pincer` finds them with no install step.
+//! Builds what the `pincer` binary embeds:
+//! - the first-party plugins in `plugins/`, for wasm32-wasip2, so `pincer`
+//!   finds them with no install step;
+//! - the agent runner in `images/agent`, statically linked, which pincer
+//!   bind-mounts into workspace containers of any image.
 //!
 //! Every plugin (test fixtures under `plugins/testing/` included) is staged as
 //! `<wasm target dir>/staged/<name>/{plugin.toml,plugin.wasm}`; tests find
@@ -40,6 +43,7 @@ fn main() -> Result<()> {
     }
 
     build_plugins(&plugins_dir, &target_dir)?;
+    embed_agent(root, &target_dir)?;
 
     let staged = target_dir.join("staged");
     let mut embedded = String::from("pub static PLUGINS: &[(&str, &str, &[u8])] = &[\n");
@@ -71,6 +75,33 @@ fn main() -> Result<()> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("builtin_plugins.rs"), embedded)?;
     println!("cargo:rustc-env=PINCER_STAGED_PLUGINS={}", staged.display());
+    Ok(())
+}
+
+/// Builds `images/agent` as a static binary (glibc with crt-static; the
+/// explicit `--target` keeps the flag off build scripts and proc-macros).
+fn embed_agent(root: &Path, wasm_target_dir: &Path) -> Result<()> {
+    let images = root.join("images");
+    for watched in ["Cargo.toml", "Cargo.lock", "agent/Cargo.toml", "agent/src", "protocol/Cargo.toml", "protocol/src"] {
+        println!("cargo:rerun-if-changed={}", images.join(watched).display());
+    }
+    let triple = std::env::var("TARGET")?;
+    let target_dir = wasm_target_dir.with_file_name("agent");
+    let mut command = nested_cargo();
+    command
+        .args(["build", "--release", "--locked", "-p", "pincer-agent", "--target", &triple])
+        .arg("--manifest-path")
+        .arg(images.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-feature=+crt-static");
+    run(command, "building images/agent (the static agent runner)")?;
+    let binary = target_dir.join(&triple).join("release/pincer-agent");
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("agent_binary.rs"),
+        format!("pub static AGENT: &[u8] = include_bytes!({binary:?});\n"),
+    )?;
     Ok(())
 }
 
@@ -119,23 +150,23 @@ fn support_crates(plugins_dir: &Path) -> Vec<PathBuf> {
 }
 
 fn build_plugins(plugins_dir: &Path, target_dir: &Path) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut command = Command::new(cargo);
+    let mut command = nested_cargo();
     command
-        .args([
-            "build",
-            "--release",
-            "--locked",
-            "--workspace",
-            "--target",
-            "wasm32-wasip2",
-        ])
+        .args(["build", "--release", "--locked", "--workspace", "--target", "wasm32-wasip2"])
         .arg("--manifest-path")
         .arg(plugins_dir.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir);
-    // The outer build's settings (clippy's wrapper, host rustflags, its
-    // target dir) must not leak into the plugins' own build.
+    run(
+        command,
+        "building plugins/ for wasm32-wasip2 failed (is the target installed? `rustup target add wasm32-wasip2`)",
+    )
+}
+
+/// A cargo command that inherits none of the outer build's settings
+/// (clippy's wrapper, host rustflags, its target dir).
+fn nested_cargo() -> Command {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     for var in [
         "RUSTFLAGS",
         "CARGO_ENCODED_RUSTFLAGS",
@@ -149,14 +180,13 @@ fn build_plugins(plugins_dir: &Path, target_dir: &Path) -> Result<()> {
     ] {
         command.env_remove(var);
     }
-    let output = command
-        .output()
-        .context("running cargo to build plugins/")?;
+    command
+}
+
+fn run(mut command: Command, what: &str) -> Result<()> {
+    let output = command.output().with_context(|| format!("running cargo: {what}"))?;
     if !output.status.success() {
-        bail!(
-            "building plugins/ for wasm32-wasip2 failed (is the target installed? `rustup target add wasm32-wasip2`):\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        bail!("{what}:\n{}", String::from_utf8_lossy(&output.stderr));
     }
     Ok(())
 }

@@ -5,5 +5,7 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod containers;
 pub mod db;
 pub mod plugins;
+pub mod policy;

@@ -26,9 +26,12 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(pincer::cli::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => match e.downcast_ref::<pincer::cli::ExitStatus>() {
+            Some(status) => ExitCode::from(u8::try_from(status.0).unwrap_or(1)),
+            None => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

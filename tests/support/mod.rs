@@ -95,3 +95,41 @@ pub async fn serve(router: axum::Router) -> std::net::SocketAddr {
     tokio::spawn(async move { axum::serve(listener, router).await });
     addr
 }
+
+/// Runs the docker CLI (tests use it only to set up peers and to tamper).
+pub fn docker(args: &[&str]) -> Output {
+    Command::new("docker").args(args).output().expect("run docker")
+}
+
+/// Removes, on drop, every container of a sandbox's pincer instance and
+/// everything the test itself labelled with `label`.
+pub struct DockerCleanup {
+    pub home: PathBuf,
+    pub label: String,
+}
+
+impl Drop for DockerCleanup {
+    fn drop(&mut self) {
+        let mut filters = vec![format!("label=pincer.test={}", self.label)];
+        if let Ok(id) = std::fs::read_to_string(self.home.join("instance-id")) {
+            filters.push(format!("label=pincer.instance={}", id.trim()));
+        }
+        for filter in filters {
+            let ids = docker(&["ps", "-aq", "--filter", &filter]);
+            for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
+                docker(&["rm", "-f", id]);
+            }
+        }
+        let nets = docker(&["network", "ls", "-q", "--filter", &format!("label=pincer.test={}", self.label)]);
+        for id in String::from_utf8_lossy(&nets.stdout).split_whitespace() {
+            docker(&["network", "rm", id]);
+        }
+    }
+}
+
+/// A short random suffix for names on the shared Docker engine.
+pub fn unique() -> String {
+    let mut bytes = [0u8; 4];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("urandom"), &mut bytes).expect("random");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

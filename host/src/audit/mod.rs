@@ -62,17 +62,31 @@ impl AuditLog {
         }
     }
 
+    /// The newest events about one workspace (by it, or recorded for it).
+    pub fn for_workspace(&self, workspace: &str, limit: u32) -> rusqlite::Result<Vec<AuditEvent>> {
+        self.query(
+            "SELECT timestamp_ms, actor, workspace, kind, detail FROM audit_events
+             WHERE workspace = ?1 OR actor = 'workspace:' || ?1 ORDER BY id DESC LIMIT ?2",
+            params![workspace, limit],
+        )
+    }
+
     /// The newest events first, optionally only those of one actor.
     pub fn recent(&self, actor: Option<&str>, limit: u32) -> rusqlite::Result<Vec<AuditEvent>> {
+        self.query(
+            "SELECT timestamp_ms, actor, workspace, kind, detail FROM audit_events
+             WHERE ?1 IS NULL OR actor = ?1 ORDER BY id DESC LIMIT ?2",
+            params![actor, limit],
+        )
+    }
+
+    fn query(&self, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<Vec<AuditEvent>> {
         let conn = self
             .conn
             .lock()
             .map_err(|_| rusqlite::Error::InvalidQuery)?;
-        let mut stmt = conn.prepare_cached(
-            "SELECT timestamp_ms, actor, workspace, kind, detail FROM audit_events
-             WHERE ?1 IS NULL OR actor = ?1 ORDER BY id DESC LIMIT ?2",
-        )?;
-        stmt.query_map(params![actor, limit], |r| {
+        let mut stmt = conn.prepare_cached(sql)?;
+        stmt.query_map(params, |r| {
             Ok(AuditEvent {
                 timestamp_ms: r.get(0)?,
                 actor: r.get(1)?,

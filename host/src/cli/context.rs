@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use crate::audit::AuditLog;
 use crate::config::{self, Config};
+use crate::containers::ContainerRuntime;
 use crate::plugins::{CallLimits, Catalog, HostPaths, LoadedPlugin, PluginHost};
 
 pub struct Context {
@@ -34,6 +36,15 @@ impl Context {
 
     pub fn plugin_host(&self) -> anyhow::Result<PluginHost> {
         PluginHost::new(HostPaths::under(&self.home)).context("starting the plugin host")
+    }
+
+    pub fn audit_log(&self) -> anyhow::Result<Arc<AuditLog>> {
+        let path = self.home.join(crate::db::FILE_NAME);
+        Ok(Arc::new(AuditLog::open(&path).with_context(|| format!("opening {}", path.display()))?))
+    }
+
+    pub async fn container_runtime(&self) -> anyhow::Result<ContainerRuntime> {
+        Ok(ContainerRuntime::connect(&self.home, self.audit_log()?).await?)
     }
 
     pub fn catalog(&self) -> Catalog {

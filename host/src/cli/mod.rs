@@ -10,7 +10,9 @@ mod context;
 mod demo;
 mod doctor;
 mod plugin;
+mod policy;
 mod skill;
+mod workspace;
 
 pub use context::Context;
 
@@ -41,6 +43,15 @@ pub enum Command {
     /// Call skills directly
     #[command(subcommand)]
     Skill(SkillCommand),
+    /// Build the default agent image offline (no registry, no pull)
+    #[command(subcommand)]
+    Image(ImageCommand),
+    /// Workspace containers: list, up, down, status, exec
+    #[command(subcommand)]
+    Workspace(WorkspaceCommand),
+    /// Effective policies: what each workspace can and cannot touch
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Check what this machine is missing, and how to fix it
     Doctor,
     /// Load every built-in plugin and exercise each world once
@@ -99,6 +110,50 @@ pub enum SkillCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Build `containers.image` (default pincer-agent:latest) from Debian's static busybox
+    Build,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkspaceCommand {
+    /// Configured workspaces, their policies and container states
+    List,
+    /// Start the workspace's container (verified against its policy)
+    Up { name: String },
+    /// Stop and remove the workspace's container (its folder is kept)
+    Down { name: String },
+    /// The state of the workspace's container
+    Status { name: String },
+    /// Run a command in the workspace's container, as the agent's tools do
+    Exec {
+        name: String,
+        /// Kill the command (and its process group) after this long
+        #[arg(long, default_value_t = 60_000)]
+        timeout_ms: u64,
+        /// The command and its arguments, after `--`
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Effective policy with provenance, container settings, mounts, reach,
+    /// the lethal-trifecta verdict and recorded denials
+    Audit {
+        name: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+}
+
+/// A command's own exit code, passed through without an error message.
+#[derive(Debug, thiserror::Error)]
+#[error("exit code {0}")]
+pub struct ExitStatus(pub i32);
+
 #[derive(Debug, Args)]
 pub struct JsonFlag {
     /// Print JSON instead of text
@@ -111,6 +166,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config(ConfigCommand::Check) => config_cmd::check(cli.config.as_deref()),
         Command::Plugin(command) => plugin::run(cli.config.as_deref(), command).await,
         Command::Skill(command) => skill::run(cli.config.as_deref(), command).await,
+        Command::Image(ImageCommand::Build) => workspace::image_build(cli.config.as_deref()).await,
+        Command::Workspace(command) => workspace::run(cli.config.as_deref(), command).await,
+        Command::Policy(PolicyCommand::Audit { name, json }) => {
+            policy::audit(cli.config.as_deref(), &name, json.json).await
+        }
         Command::Doctor => doctor::run(cli.config.as_deref()).await,
         Command::Demo => demo::run(cli.config.as_deref()).await,
     }

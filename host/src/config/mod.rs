@@ -30,7 +30,7 @@ pub use error::{ConfigError, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
     Channel, Config, ContainerRuntime, Containers, Gateway, LitellmParams, McpContainer, McpServer,
-    ModelDeployment, Mount, PluginLimits, Plugins, RoutingStrategy, Skill, Workspace,
+    ModelDeployment, Mount, PluginLimits, Plugins, PolicyEntry, RoutingStrategy, Skill, Workspace,
 };
 
 use error::Site;

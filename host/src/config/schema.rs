@@ -7,6 +7,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -150,8 +151,9 @@ pub enum ContainerRuntime {
 pub struct Workspace {
     /// An alias from `gateway.model_list`; `None` = the gateway's default.
     pub model: Option<String>,
-    /// Policy group names.
-    pub policies: Vec<String>,
+    /// Policy groups: names, or the one-key mapping
+    /// `{allowed_executables: [paths]}`.
+    pub policies: Vec<PolicyEntry>,
     pub mounts: Vec<Mount>,
     /// Names from `mcp_servers`.
     pub mcp_servers: Vec<String>,
@@ -161,6 +163,93 @@ pub struct Workspace {
     pub channels: Vec<String>,
     /// Instructions file (e.g. `AGENTS.md`).
     pub instructions: Option<PathBuf>,
+}
+
+/// One entry of `workspaces.NAME.policies`: a policy group name, or the
+/// one-key mapping `{allowed_executables: [/bin/busybox, ...]}`. Compares
+/// equal to a `&str` holding the group name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyEntry {
+    Group(String),
+    AllowedExecutables(Vec<String>),
+}
+
+impl PolicyEntry {
+    /// The group name (`allowed_executables` for the mapping form).
+    pub fn name(&self) -> &str {
+        match self {
+            PolicyEntry::Group(name) => name,
+            PolicyEntry::AllowedExecutables(_) => "allowed_executables",
+        }
+    }
+}
+
+impl fmt::Display for PolicyEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyEntry::Group(name) => f.write_str(name),
+            PolicyEntry::AllowedExecutables(paths) => {
+                write!(f, "allowed_executables: [{}]", paths.join(", "))
+            }
+        }
+    }
+}
+
+impl From<&str> for PolicyEntry {
+    fn from(name: &str) -> Self {
+        PolicyEntry::Group(name.to_owned())
+    }
+}
+
+/// Borrows the group name, so `policies.join(", ")` lists the names.
+impl std::borrow::Borrow<str> for PolicyEntry {
+    fn borrow(&self) -> &str {
+        self.name()
+    }
+}
+
+impl PartialEq<&str> for PolicyEntry {
+    fn eq(&self, other: &&str) -> bool {
+        matches!(self, PolicyEntry::Group(name) if name == other)
+    }
+}
+
+impl<'de> Deserialize<'de> for PolicyEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EntryVisitor;
+
+        impl<'de> Visitor<'de> for EntryVisitor {
+            type Value = PolicyEntry;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a policy group name or {allowed_executables: [paths]}")
+            }
+
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<PolicyEntry, E> {
+                Ok(PolicyEntry::Group(name.to_owned()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PolicyEntry, A::Error> {
+                let Some(key) = map.next_key::<String>()? else {
+                    return Err(de::Error::custom(
+                        "expected {allowed_executables: [paths]}, found an empty mapping",
+                    ));
+                };
+                if key != "allowed_executables" {
+                    return Err(de::Error::unknown_field(&key, &["allowed_executables"]));
+                }
+                let paths: Vec<String> = map.next_value()?;
+                if map.next_key::<String>()?.is_some() {
+                    return Err(de::Error::custom(
+                        "a policy mapping has exactly one key, `allowed_executables`",
+                    ));
+                }
+                Ok(PolicyEntry::AllowedExecutables(paths))
+            }
+        }
+
+        deserializer.deserialize_any(EntryVisitor)
+    }
 }
 
 /// A host folder mounted into a workspace container.

@@ -1,0 +1,48 @@
+//! `pincer policy audit WORKSPACE`: what a workspace can and cannot touch.
+
+use std::path::Path;
+
+use anyhow::bail;
+
+use super::Context;
+use crate::config::expand_tilde;
+use crate::plugins::Manifest;
+use crate::policy::{self, PolicyCatalog, ReportInput};
+
+pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow::Result<()> {
+    let ctx = Context::load(config_flag)?;
+    let Some(workspace) = ctx.config.workspaces.get(name) else {
+        let known: Vec<&str> = ctx.config.workspaces.keys().map(String::as_str).collect();
+        bail!("no workspace named `{name}` (configured: {})", known.join(", "));
+    };
+    let policy = PolicyCatalog::load(&ctx.config.containers.policy_dirs)?.effective(name, &workspace.policies)?;
+    // Skills that may make outbound HTTP requests are a way out.
+    let catalog = ctx.catalog();
+    let egress_skills: Vec<String> = workspace
+        .skills
+        .iter()
+        .filter(|skill| {
+            catalog.plugins.get(*skill).is_some_and(|p| {
+                Manifest::parse(&p.manifest_text, skill).is_ok_and(|m| !m.capabilities.http.is_empty())
+            })
+        })
+        .cloned()
+        .collect();
+    let workspace_dir = expand_tilde(&ctx.config.containers.workspace_base_path).join(name);
+    let mut report = policy::report(
+        &policy,
+        &ReportInput {
+            config: &ctx.config,
+            workspace,
+            workspace_dir: &workspace_dir,
+            egress_skills: &egress_skills,
+        },
+    );
+    report.denials = ctx.audit_log()?.for_workspace(name, 50)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", policy::render_text(&report));
+    }
+    Ok(())
+}

@@ -1,0 +1,145 @@
+//! `pincer workspace …` and `pincer image build`.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::bail;
+use pincer_runner_protocol::ExecRequest;
+
+use super::{Context, WorkspaceCommand};
+use crate::containers::{self, ContainerRuntime, image};
+
+pub async fn image_build(config_flag: Option<&Path>) -> anyhow::Result<()> {
+    let ctx = Context::load(config_flag)?;
+    let runtime = ctx.container_runtime().await?;
+    let tag = &ctx.config.containers.image;
+    let started = Instant::now();
+    let built = image::build(runtime.docker(), tag, &mut |line| println!("==> {line}")).await?;
+    let runner = containers::agent_binary::install(&ctx.home)?;
+    println!(
+        "{} {} in {:.1} s; the agent runner ({} KiB, static) is bind-mounted from {}",
+        if built.up_to_date { "checked" } else { "built" },
+        built.image,
+        started.elapsed().as_secs_f64(),
+        containers::agent_binary::size() / 1024,
+        runner.display()
+    );
+    Ok(())
+}
+
+pub async fn run(config_flag: Option<&Path>, command: WorkspaceCommand) -> anyhow::Result<()> {
+    let ctx = Context::load(config_flag)?;
+    match command {
+        WorkspaceCommand::List => list(&ctx).await,
+        WorkspaceCommand::Up { name } => {
+            let runtime = ctx.container_runtime().await?;
+            let (_, spec) = containers::plan(&ctx.config, &ctx.home, runtime.instance(), &name)?;
+            let started = Instant::now();
+            let ensured = runtime.ensure(&spec).await?;
+            if let Some(why) = &ensured.replaced {
+                println!("replaced the previous container: {why}");
+            }
+            println!(
+                "{} {} ({}) in {} ms; policy verified; runner pid {} uid {}",
+                if ensured.created { "started" } else { "already running:" },
+                spec.container_name,
+                &ensured.id[..12.min(ensured.id.len())],
+                started.elapsed().as_millis(),
+                ensured.runner.pid,
+                ensured.runner.uid
+            );
+            Ok(())
+        }
+        WorkspaceCommand::Down { name } => {
+            check_workspace(&ctx, &name)?;
+            let runtime = ctx.container_runtime().await?;
+            if runtime.down(&name).await? {
+                println!("removed the container of {name}; its folder is kept");
+            } else {
+                println!("{name} has no container");
+            }
+            Ok(())
+        }
+        WorkspaceCommand::Status { name } => {
+            check_workspace(&ctx, &name)?;
+            let runtime = ctx.container_runtime().await?;
+            match runtime.status(&name).await? {
+                Some(c) => println!("{name}: {} ({}) {} {}", c.name, &c.id[..12.min(c.id.len())], c.state, c.status),
+                None => println!("{name}: no container (started on first use)"),
+            }
+            Ok(())
+        }
+        WorkspaceCommand::Exec { name, timeout_ms, command } => exec(&ctx, &name, timeout_ms, command).await,
+    }
+}
+
+fn check_workspace(ctx: &Context, name: &str) -> anyhow::Result<()> {
+    if !ctx.config.workspaces.contains_key(name) {
+        let known: Vec<&str> = ctx.config.workspaces.keys().map(String::as_str).collect();
+        bail!("no workspace named `{name}` (configured: {})", known.join(", "));
+    }
+    Ok(())
+}
+
+async fn list(ctx: &Context) -> anyhow::Result<()> {
+    let runtime = ctx.container_runtime().await.ok();
+    let running = match &runtime {
+        Some(r) => r.list().await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    println!("{:<20} {:<28} {:<10} FOLDER", "WORKSPACE", "POLICIES", "CONTAINER");
+    for (name, ws) in &ctx.config.workspaces {
+        let state = running
+            .iter()
+            .find(|c| &c.workspace == name)
+            .map_or("-".to_string(), |c| c.state.clone());
+        let policies = if ws.policies.is_empty() { "(baseline)".to_string() } else { ws.policies.join(",") };
+        let folder = crate::config::expand_tilde(&ctx.config.containers.workspace_base_path).join(name);
+        println!("{name:<20} {policies:<28} {state:<10} {}", folder.display());
+    }
+    if runtime.is_none() {
+        println!("(Docker is not reachable; container states unknown — see `pincer doctor`)");
+    }
+    Ok(())
+}
+
+async fn exec(ctx: &Context, name: &str, timeout_ms: u64, command: Vec<String>) -> anyhow::Result<()> {
+    check_workspace(ctx, name)?;
+    let runtime: ContainerRuntime = ctx.container_runtime().await?;
+    let (_, spec) = containers::plan(&ctx.config, &ctx.home, runtime.instance(), name)?;
+    let request = ExecRequest {
+        argv: command,
+        cwd: None,
+        env: Vec::new(),
+        stdin: None,
+        timeout_ms,
+        max_output_bytes: pincer_runner_protocol::MAX_OUTPUT_BYTES,
+    };
+    let (ensured, outcome) = runtime.exec(&spec, request).await?;
+    if let Some(why) = &ensured.replaced {
+        eprintln!("pincer: replaced the previous container: {why}");
+    }
+    let result = &outcome.result;
+    print!("{}", result.stdout);
+    eprint!("{}", result.stderr);
+    if outcome.oom_killed {
+        eprintln!("pincer: the command was killed at the workspace's memory limit ({} MiB)", spec.settings.memory_bytes >> 20);
+    }
+    if outcome.pids_limit_hits > 0 {
+        eprintln!("pincer: process creation hit the workspace's pids limit ({})", spec.settings.pids_limit);
+    }
+    if result.timed_out {
+        eprintln!("pincer: the command timed out after {timeout_ms} ms and was killed");
+    }
+    let code = if result.timed_out {
+        124
+    } else if let Some(signal) = result.signal {
+        128 + signal
+    } else {
+        result.exit_code.unwrap_or(1)
+    };
+    if code != 0 {
+        return Err(super::ExitStatus(code).into());
+    }
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! Workspace containers on the Docker Engine (bollard): the offline agent
+//! image, one container per workspace with its policy applied and verified,
+//! and the agent runner inside it reached over a unix socket.
+
+pub mod agent_binary;
+pub mod cgroup;
+pub mod image;
+pub mod mounts;
+pub mod runner_client;
+pub mod runtime;
+pub mod spec;
+
+use std::path::Path;
+
+pub use pincer_runner_protocol::ErrorKind as ExecErrorKind;
+pub use runtime::{ContainerRuntime, ContainerStatus, Ensured, ExecOutcome};
+pub use spec::WorkspaceSpec;
+
+use crate::config::{Config, expand_tilde};
+use crate::policy::{EffectivePolicy, PolicyCatalog};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerError {
+    #[error("{0}")]
+    Docker(String),
+    #[error("{0}")]
+    Image(String),
+    #[error("{0}")]
+    Host(String),
+    #[error("no workspace named `{0}` in the configuration")]
+    UnknownWorkspace(String),
+    #[error("workspace {workspace}: {source}")]
+    Mount {
+        workspace: String,
+        source: mounts::MountError,
+    },
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
+    #[error(
+        "workspace {workspace}: its policy could not be applied, so its container was removed (fail closed): {}",
+        problems.join("; ")
+    )]
+    PolicyNotApplied {
+        workspace: String,
+        problems: Vec<String>,
+    },
+    #[error("workspace {workspace}: the container died during the command ({detail}); the next command starts a fresh one")]
+    Died { workspace: String, detail: String },
+    #[error("{}", describe_exec_error(kind, message))]
+    Exec {
+        kind: ExecErrorKind,
+        message: String,
+    },
+    #[error(transparent)]
+    Runner(#[from] runner_client::RunnerError),
+}
+
+fn describe_exec_error(kind: &ExecErrorKind, message: &str) -> String {
+    match kind {
+        ExecErrorKind::PermissionDenied => format!("permission denied: {message}"),
+        ExecErrorKind::NotFound => format!("not found: {message}"),
+        _ => message.to_string(),
+    }
+}
+
+/// Everything needed to run a workspace: its effective policy and the
+/// container spec compiled from it. Mount sources are validated here.
+pub fn plan(
+    config: &Config,
+    home: &Path,
+    instance: &str,
+    workspace: &str,
+) -> Result<(EffectivePolicy, WorkspaceSpec), ContainerError> {
+    let ws = config
+        .workspaces
+        .get(workspace)
+        .ok_or_else(|| ContainerError::UnknownWorkspace(workspace.to_string()))?;
+    let catalog = PolicyCatalog::load(&config.containers.policy_dirs)?;
+    let policy = catalog.effective(workspace, &ws.policies)?;
+    let settings = policy.compile();
+    let mut extra = Vec::new();
+    for mount in &ws.mounts {
+        let source = mounts::check_source(&mount.source).map_err(|source| ContainerError::Mount {
+            workspace: workspace.to_string(),
+            source,
+        })?;
+        extra.push(mounts::BindMount {
+            source,
+            target: mount.target.clone(),
+            read_only: mount.read_only,
+        });
+    }
+    let spec = WorkspaceSpec {
+        workspace: workspace.to_string(),
+        instance: instance.to_string(),
+        container_name: format!("pincer-{instance}-{workspace}"),
+        image: config.containers.image.clone(),
+        settings,
+        workspace_dir: expand_tilde(&config.containers.workspace_base_path).join(workspace),
+        run_dir: home.join("run").join(workspace),
+        runner_binary: agent_binary::install(home)?,
+        mounts: extra,
+    };
+    Ok((policy, spec))
+}

@@ -1,0 +1,62 @@
+//! Talking to the agent runner inside a workspace container, over the unix
+//! socket it listens on in the container's `/run/pincer` (a host folder).
+
+use std::path::Path;
+use std::time::Duration;
+
+use pincer_runner_protocol::{Request, Response};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("cannot reach the agent runner at {path}: {source}")]
+    Connect { path: String, source: std::io::Error },
+    #[error("the agent runner did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the agent runner closed the connection without answering (did the container stop?)")]
+    Closed,
+    #[error("talking to the agent runner: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the agent runner sent an invalid answer: {0}")]
+    Protocol(String),
+}
+
+/// Sends one request and waits up to `timeout` for its answer.
+pub async fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Response, RunnerError> {
+    tokio::time::timeout(timeout, exchange(socket, request))
+        .await
+        .unwrap_or(Err(RunnerError::Timeout(timeout)))
+}
+
+async fn exchange(socket: &Path, request: &Request) -> Result<Response, RunnerError> {
+    let stream = UnixStream::connect(socket).await.map_err(|source| RunnerError::Connect {
+        path: socket.display().to_string(),
+        source,
+    })?;
+    let (read, mut write) = stream.into_split();
+    let line = pincer_runner_protocol::encode_line(request);
+    write.write_all(&line).await?;
+    write.flush().await?;
+    let mut reader = BufReader::new(read).take(pincer_runner_protocol::MAX_RESPONSE_BYTES as u64);
+    let mut answer = Vec::new();
+    reader.read_until(b'\n', &mut answer).await?;
+    if answer.is_empty() {
+        return Err(RunnerError::Closed);
+    }
+    pincer_runner_protocol::decode_line(&answer, pincer_runner_protocol::MAX_RESPONSE_BYTES)
+        .map_err(|e| RunnerError::Protocol(e.to_string()))
+}
+
+/// Waits until the runner answers a ping (it starts with the container).
+pub async fn wait_ready(socket: &Path, within: Duration) -> Result<pincer_runner_protocol::Status, RunnerError> {
+    let started = tokio::time::Instant::now();
+    loop {
+        match call(socket, &Request::Ping, Duration::from_secs(2)).await {
+            Ok(Response::Pong(status)) => return Ok(status),
+            Ok(other) => return Err(RunnerError::Protocol(format!("expected a pong, got {other:?}"))),
+            Err(e) if started.elapsed() >= within => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! One container per workspace on the Docker Engine: created lazily,
+//! labelled, reused, verified against its policy on every use (fail closed),
+//! replaced when it died, and reconciled at start.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptions,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
+};
+use pincer_runner_protocol::{ExecRequest, ExecResult, Request, Response, Status};
+
+use super::ContainerError;
+use super::cgroup::Counters;
+use super::runner_client::{self, RunnerError};
+use super::spec::{LABEL_INSTANCE, LABEL_SPEC, LABEL_WORKSPACE, WorkspaceSpec};
+use crate::audit::AuditLog;
+
+/// How long a fresh runner gets to answer its first ping.
+const RUNNER_START: Duration = Duration::from_secs(10);
+
+pub struct ContainerRuntime {
+    docker: Docker,
+    instance: String,
+    audit: Arc<AuditLog>,
+}
+
+/// A container as pincer sees it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ContainerStatus {
+    pub workspace: String,
+    pub name: String,
+    pub id: String,
+    /// Docker's state: running, exited, created, ...
+    pub state: String,
+    pub status: String,
+}
+
+/// What `ensure` found or did.
+#[derive(Debug, Clone)]
+pub struct Ensured {
+    pub id: String,
+    pub created: bool,
+    /// Why an earlier container was replaced, if one was.
+    pub replaced: Option<String>,
+    pub runner: Status,
+}
+
+/// The outcome of running a command, with what the kernel did to it.
+#[derive(Debug, Clone)]
+pub struct ExecOutcome {
+    pub result: ExecResult,
+    /// Set when the command was killed at the memory limit.
+    pub oom_killed: bool,
+    /// Times a fork failed at the pids limit during the command.
+    pub pids_limit_hits: u64,
+}
+
+impl ContainerRuntime {
+    /// Connects to the local Docker Engine and agrees on an API version.
+    pub async fn connect(home: &Path, audit: Arc<AuditLog>) -> Result<Self, ContainerError> {
+        let docker = Docker::connect_with_socket_defaults()
+            .map_err(|e| ContainerError::Docker(format!("cannot connect to the Docker Engine: {e}")))?
+            .negotiate_version()
+            .await
+            .map_err(|e| {
+                ContainerError::Docker(format!(
+                    "the Docker Engine does not answer ({e}); is it running? (`pincer doctor`)"
+                ))
+            })?;
+        Ok(Self {
+            docker,
+            instance: instance_id(home)?,
+            audit,
+        })
+    }
+
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// This host instance's id (the `pincer.instance` label of its containers).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    pub fn container_name(&self, workspace: &str) -> String {
+        format!("pincer-{}-{workspace}", &self.instance)
+    }
+
+    /// Makes sure the workspace's container runs and is exactly what its spec
+    /// says; creates, starts or replaces it as needed.
+    pub async fn ensure(&self, spec: &WorkspaceSpec) -> Result<Ensured, ContainerError> {
+        let digest = spec.digest();
+        let mut replaced = None;
+        if let Some(existing) = self.inspect(&spec.container_name).await? {
+            let running = existing.state.as_ref().and_then(|s| s.running).unwrap_or(false);
+            let same_spec = existing
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get(LABEL_SPEC))
+                .is_some_and(|d| *d == digest);
+            let id = existing.id.clone().unwrap_or_default();
+            if running && same_spec {
+                self.verify(spec, &id).await?;
+                let runner = self.runner_status(spec).await?;
+                return Ok(Ensured { id, created: false, replaced: None, runner });
+            }
+            let why = if !running {
+                let state = existing.state.clone().unwrap_or_default();
+                let mut why = format!(
+                    "the previous container had stopped (exit code {}{})",
+                    state.exit_code.unwrap_or_default(),
+                    if state.oom_killed.unwrap_or(false) { ", killed by the OOM killer" } else { "" }
+                );
+                if let Some(error) = state.error.filter(|e| !e.is_empty()) {
+                    why.push_str(&format!(": {error}"));
+                }
+                why
+            } else {
+                "the workspace's configuration or policy changed".to_string()
+            };
+            self.audit.record(
+                &format!("workspace:{}", spec.workspace),
+                Some(&spec.workspace),
+                "container.replaced",
+                &why,
+            );
+            self.remove(&spec.container_name).await?;
+            replaced = Some(why);
+        }
+        let id = self.create_and_start(spec, &digest).await?;
+        if let Err(e) = self.verify(spec, &id).await {
+            return Err(e);
+        }
+        let runner = self.runner_status(spec).await?;
+        Ok(Ensured { id, created: true, replaced, runner })
+    }
+
+    async fn create_and_start(&self, spec: &WorkspaceSpec, digest: &str) -> Result<String, ContainerError> {
+        prepare_host_dirs(spec)?;
+        let mut body = spec.create_body();
+        if let Some(labels) = body.labels.as_mut() {
+            labels.insert(LABEL_SPEC.into(), digest.into());
+        }
+        let options = CreateContainerOptionsBuilder::default().name(&spec.container_name).build();
+        let created = self.docker.create_container(Some(options), body).await.map_err(|e| {
+            if is_not_found(&e) {
+                ContainerError::Image(format!(
+                    "image {} is not on this Docker Engine; build the default one with `pincer image build` (nothing is ever pulled)",
+                    spec.image
+                ))
+            } else {
+                ContainerError::Docker(format!("creating the container for {}: {}", spec.workspace, clean(&e)))
+            }
+        })?;
+        if let Err(e) = self.docker.start_container(&created.id, None::<StartContainerOptions>).await {
+            let _ = self.remove(&spec.container_name).await;
+            return Err(ContainerError::PolicyNotApplied {
+                workspace: spec.workspace.clone(),
+                problems: vec![format!("the container did not start: {}", clean(&e))],
+            });
+        }
+        Ok(created.id)
+    }
+
+    /// Compares the running container with its spec, and the runner's own
+    /// enforcement with the policy. Any difference kills the container.
+    async fn verify(&self, spec: &WorkspaceSpec, id: &str) -> Result<(), ContainerError> {
+        let mut problems = match self.inspect(id).await? {
+            Some(actual) => spec.mismatches(&actual),
+            None => vec!["the container disappeared".to_string()],
+        };
+        if problems.is_empty() {
+            match runner_client::wait_ready(&runner_socket(spec), RUNNER_START).await {
+                Ok(status) => problems.extend(enforcement_mismatches(spec, &status)),
+                Err(e) => problems.push(format!("the agent runner is not answering: {e}")),
+            }
+        }
+        if problems.is_empty() {
+            return Ok(());
+        }
+        let _ = self.remove(&spec.container_name).await;
+        let detail = problems.join("; ");
+        tracing::debug!(workspace = %spec.workspace, "policy not applied, container removed: {detail}");
+        self.audit.record(
+            &format!("workspace:{}", spec.workspace),
+            Some(&spec.workspace),
+            "container.verify_failed",
+            &detail,
+        );
+        Err(ContainerError::PolicyNotApplied {
+            workspace: spec.workspace.clone(),
+            problems,
+        })
+    }
+
+    async fn runner_status(&self, spec: &WorkspaceSpec) -> Result<Status, ContainerError> {
+        Ok(runner_client::wait_ready(&runner_socket(spec), RUNNER_START).await?)
+    }
+
+    /// Runs a command in the workspace's container through its runner, as
+    /// the agent's tools do. Ensures (and verifies) the container first.
+    pub async fn exec(&self, spec: &WorkspaceSpec, request: ExecRequest) -> Result<(Ensured, ExecOutcome), ContainerError> {
+        let ensured = self.ensure(spec).await?;
+        let before = Counters::read(&ensured.id);
+        let wait = Duration::from_millis(request.timeout_ms) + Duration::from_secs(5);
+        let answer = runner_client::call(&runner_socket(spec), &Request::Exec(request), wait).await;
+        let after = Counters::read(&ensured.id);
+        let oom_killed = after.oom_kills > before.oom_kills;
+        let pids_limit_hits = after.pids_limit_hits.saturating_sub(before.pids_limit_hits);
+        if oom_killed {
+            self.audit.record(
+                &format!("workspace:{}", spec.workspace),
+                Some(&spec.workspace),
+                "container.oom_kill",
+                &format!("a process was killed at the memory limit of {} MiB", spec.settings.memory_bytes >> 20),
+            );
+        }
+        if pids_limit_hits > 0 {
+            self.audit.record(
+                &format!("workspace:{}", spec.workspace),
+                Some(&spec.workspace),
+                "container.pids_limit",
+                &format!("process creation hit the pids limit of {} ({pids_limit_hits} times)", spec.settings.pids_limit),
+            );
+        }
+        match answer {
+            Ok(Response::Exec(result)) => Ok((ensured, ExecOutcome { result, oom_killed, pids_limit_hits })),
+            Ok(Response::Error { kind, message }) => Err(ContainerError::Exec { kind, message }),
+            Ok(other) => Err(ContainerError::Runner(RunnerError::Protocol(format!("unexpected answer {other:?}")))),
+            Err(e) => {
+                // The container may have died under the command (OOM of the
+                // runner, docker kill): say so; the next call replaces it.
+                let state = self.inspect(&ensured.id).await.ok().flatten().and_then(|c| c.state);
+                match state {
+                    Some(s) if !s.running.unwrap_or(false) => Err(ContainerError::Died {
+                        workspace: spec.workspace.clone(),
+                        detail: format!(
+                            "exit code {}{}",
+                            s.exit_code.unwrap_or_default(),
+                            if s.oom_killed.unwrap_or(false) || oom_killed { ", out of memory" } else { "" }
+                        ),
+                    }),
+                    _ => Err(e.into()),
+                }
+            }
+        }
+    }
+
+    /// Stops and removes the workspace's container; `false` if there was none.
+    pub async fn down(&self, workspace: &str) -> Result<bool, ContainerError> {
+        let name = self.container_name(workspace);
+        if self.inspect(&name).await?.is_none() {
+            return Ok(false);
+        }
+        self.remove(&name).await?;
+        Ok(true)
+    }
+
+    pub async fn status(&self, workspace: &str) -> Result<Option<ContainerStatus>, ContainerError> {
+        Ok(self.list().await?.into_iter().find(|c| c.workspace == workspace))
+    }
+
+    /// This instance's containers.
+    pub async fn list(&self) -> Result<Vec<ContainerStatus>, ContainerError> {
+        let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_INSTANCE}={}", self.instance)])]);
+        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| ContainerError::Docker(format!("listing containers: {}", clean(&e))))?;
+        Ok(containers
+            .into_iter()
+            .map(|c| {
+                let labels = c.labels.unwrap_or_default();
+                ContainerStatus {
+                    workspace: labels.get(LABEL_WORKSPACE).cloned().unwrap_or_default(),
+                    name: c.names.unwrap_or_default().first().map(|n| n.trim_start_matches('/').to_string()).unwrap_or_default(),
+                    id: c.id.unwrap_or_default(),
+                    state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+                    status: c.status.unwrap_or_default(),
+                }
+            })
+            .collect())
+    }
+
+    /// Removes this instance's containers whose workspace is no longer
+    /// configured; other instances' containers are left alone.
+    pub async fn reconcile(&self, workspaces: &[String]) -> Result<Vec<String>, ContainerError> {
+        let mut removed = Vec::new();
+        for container in self.list().await? {
+            if !workspaces.contains(&container.workspace) {
+                self.remove(&container.id).await?;
+                self.audit.record("host", Some(&container.workspace), "container.orphan_removed", &container.name);
+                removed.push(container.name);
+            }
+        }
+        Ok(removed)
+    }
+
+    async fn inspect(&self, name_or_id: &str) -> Result<Option<bollard::models::ContainerInspectResponse>, ContainerError> {
+        match self.docker.inspect_container(name_or_id, None::<InspectContainerOptions>).await {
+            Ok(c) => Ok(Some(c)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(ContainerError::Docker(format!("inspecting {name_or_id}: {}", clean(&e)))),
+        }
+    }
+
+    async fn remove(&self, name_or_id: &str) -> Result<(), ContainerError> {
+        let _ = self
+            .docker
+            .kill_container(name_or_id, Some(KillContainerOptions { signal: "KILL".into() }))
+            .await;
+        let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+        match self.docker.remove_container(name_or_id, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(ContainerError::Docker(format!("removing {name_or_id}: {}", clean(&e)))),
+        }
+    }
+
+    /// Measures one create+start+verify from nothing (benchmarks).
+    pub async fn cold_start(&self, spec: &WorkspaceSpec) -> Result<Duration, ContainerError> {
+        self.down(&spec.workspace).await?;
+        let started = Instant::now();
+        self.ensure(spec).await?;
+        Ok(started.elapsed())
+    }
+}
+
+pub fn runner_socket(spec: &WorkspaceSpec) -> PathBuf {
+    spec.run_dir.join("runner.sock")
+}
+
+fn enforcement_mismatches(spec: &WorkspaceSpec, status: &Status) -> Vec<String> {
+    let mut problems = Vec::new();
+    let want = &spec.settings.runner;
+    if status.uid == 0 {
+        problems.push("the agent runner runs as root".to_string());
+    }
+    if want.no_process_creation && !status.enforcement.exec_filter {
+        problems.push("no_process_creation: the runner did not install its exec filter".to_string());
+    }
+    if want.allowed_executables.is_some() && status.enforcement.allowed_executables != want.allowed_executables {
+        problems.push(format!(
+            "allowed_executables: the runner enforces {:?}, the policy says {:?}",
+            status.enforcement.allowed_executables, want.allowed_executables
+        ));
+    }
+    problems
+}
+
+/// Folders on the host that the container mounts, owned by its user so
+/// the runner can write its socket and the agent its files.
+fn prepare_host_dirs(spec: &WorkspaceSpec) -> Result<(), ContainerError> {
+    let owner = parse_user(&spec.settings.user);
+    for dir in [&spec.workspace_dir, &spec.run_dir] {
+        let existed = dir.exists();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| ContainerError::Host(format!("creating {}: {e}", dir.display())))?;
+        let stale = dir.join("runner.sock");
+        if *dir == spec.run_dir && stale.exists() {
+            let _ = std::fs::remove_file(&stale);
+        }
+        if let Some((uid, gid)) = owner
+            && (!existed || *dir == spec.run_dir)
+        {
+            std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|e| {
+                ContainerError::Host(format!(
+                    "cannot hand {} to the container user {uid}:{gid}: {e}",
+                    dir.display()
+                ))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn parse_user(user: &str) -> Option<(u32, u32)> {
+    let (uid, gid) = user.split_once(':').unwrap_or((user, user));
+    Some((uid.parse().ok()?, gid.parse().ok()?))
+}
+
+/// A stable id per PINCER_HOME, so two homes never share containers.
+fn instance_id(home: &Path) -> Result<String, ContainerError> {
+    let path = home.join("instance-id");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        let id = id.trim();
+        if id.len() == 8 && id.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Ok(id.to_string());
+        }
+    }
+    let mut bytes = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .map_err(|e| ContainerError::Host(format!("reading /dev/urandom: {e}")))?;
+    let id = hex::encode(bytes);
+    std::fs::write(&path, format!("{id}\n"))
+        .map_err(|e| ContainerError::Host(format!("writing {}: {e}", path.display())))?;
+    Ok(id)
+}
+
+fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(e, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })
+}
+
+/// Docker's error without bollard's wrapping.
+fn clean(e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}

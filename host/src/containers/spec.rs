@@ -1,0 +1,211 @@
+//! What one workspace's container must be: computed from its config and
+//! effective policy, turned into Docker's create body, and compared with
+//! what Docker reports after start.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use bollard::models::{ContainerCreateBody, ContainerInspectResponse, HostConfig, Mount, MountType};
+
+use super::mounts::BindMount;
+use crate::policy::ContainerSettings;
+
+pub const LABEL_WORKSPACE: &str = "pincer.workspace";
+pub const LABEL_INSTANCE: &str = "pincer.instance";
+/// Hash of the spec; a container whose spec changed is recreated.
+pub const LABEL_SPEC: &str = "pincer.spec";
+
+pub const RUNNER_PATH: &str = "/opt/pincer/pincer-agent";
+pub const RUN_DIR: &str = "/run/pincer";
+pub const WORKSPACE_DIR: &str = "/workspace";
+
+#[derive(Debug, Clone)]
+pub struct WorkspaceSpec {
+    pub workspace: String,
+    pub instance: String,
+    pub container_name: String,
+    pub image: String,
+    pub settings: ContainerSettings,
+    /// Host folder mounted at `/workspace`.
+    pub workspace_dir: PathBuf,
+    /// Host folder mounted at `/run/pincer` (runner and gateway sockets).
+    pub run_dir: PathBuf,
+    /// The static runner binary on the host.
+    pub runner_binary: PathBuf,
+    /// Extra mounts from config, sources validated.
+    pub mounts: Vec<BindMount>,
+}
+
+impl WorkspaceSpec {
+    /// Every bind mount, with its effective mode.
+    pub fn all_mounts(&self) -> Vec<BindMount> {
+        let mut all = vec![
+            BindMount {
+                source: self.workspace_dir.clone(),
+                target: WORKSPACE_DIR.into(),
+                read_only: false,
+            },
+            BindMount {
+                source: self.runner_binary.clone(),
+                target: RUNNER_PATH.into(),
+                read_only: true,
+            },
+            BindMount {
+                source: self.run_dir.clone(),
+                target: RUN_DIR.into(),
+                read_only: false,
+            },
+        ];
+        for mount in &self.mounts {
+            all.push(BindMount {
+                read_only: mount.read_only || self.settings.mounts_read_only,
+                ..mount.clone()
+            });
+        }
+        all
+    }
+
+    pub fn runner_policy_json(&self) -> String {
+        serde_json::to_string(&self.settings.runner).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// A short stable digest of everything that shapes the container.
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        // From pincer's own ordered types: Docker's create body holds
+        // HashMaps, whose order would change the digest from run to run.
+        let settings = serde_json::to_string(&self.settings).unwrap_or_default();
+        let shape = format!("{}|{settings}|{:?}", self.image, self.all_mounts());
+        hex::encode(&Sha256::digest(shape.as_bytes())[..8])
+    }
+
+    pub fn create_body(&self) -> ContainerCreateBody {
+        let s = &self.settings;
+        let mounts = self
+            .all_mounts()
+            .into_iter()
+            .map(|m| Mount {
+                target: Some(m.target),
+                source: Some(m.source.display().to_string()),
+                typ: Some(MountType::BIND),
+                read_only: Some(m.read_only),
+                ..Default::default()
+            })
+            .collect();
+        let labels = HashMap::from([
+            (LABEL_WORKSPACE.to_string(), self.workspace.clone()),
+            (LABEL_INSTANCE.to_string(), self.instance.clone()),
+        ]);
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            entrypoint: Some(vec![RUNNER_PATH.into(), "serve".into()]),
+            cmd: Some(vec![]),
+            env: Some(vec![
+                format!(
+                    "{}={}",
+                    pincer_runner_protocol::POLICY_ENV,
+                    self.runner_policy_json()
+                ),
+                "PATH=/usr/local/bin:/usr/bin:/bin".into(),
+            ]),
+            user: Some(s.user.clone()),
+            working_dir: Some(WORKSPACE_DIR.into()),
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                network_mode: Some(s.network_mode.clone()),
+                memory: Some(s.memory_bytes),
+                memory_swap: Some(s.memory_swap_bytes),
+                nano_cpus: Some(s.nano_cpus),
+                pids_limit: Some(s.pids_limit),
+                cap_drop: Some(s.cap_drop.clone()),
+                cap_add: Some(s.cap_add.clone()),
+                security_opt: Some(s.security_opt.clone()),
+                readonly_rootfs: Some(s.read_only_rootfs),
+                tmpfs: Some(s.tmpfs.clone().into_iter().collect()),
+                mounts: Some(mounts),
+                init: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Differences between this spec and a started container, one line each;
+    /// empty when every setting took effect.
+    pub fn mismatches(&self, actual: &ContainerInspectResponse) -> Vec<String> {
+        let mut diffs = Vec::new();
+        let mut check = |what: &str, want: String, got: String| {
+            if want != got {
+                diffs.push(format!("{what}: wanted {want}, found {got}"));
+            }
+        };
+        let s = &self.settings;
+        let host = actual.host_config.clone().unwrap_or_default();
+        let config = actual.config.clone().unwrap_or_default();
+        let running = actual.state.as_ref().and_then(|st| st.running).unwrap_or(false);
+        check("running", "true".into(), running.to_string());
+        check("image", self.image.clone(), config.image.clone().unwrap_or_default());
+        check("user", s.user.clone(), config.user.clone().unwrap_or_default());
+        check("network mode", s.network_mode.clone(), host.network_mode.clone().unwrap_or_default());
+        check("memory", s.memory_bytes.to_string(), host.memory.unwrap_or(0).to_string());
+        check("memory+swap", s.memory_swap_bytes.to_string(), host.memory_swap.unwrap_or(0).to_string());
+        check("cpus (nano)", s.nano_cpus.to_string(), host.nano_cpus.unwrap_or(0).to_string());
+        check("pids limit", s.pids_limit.to_string(), host.pids_limit.unwrap_or(0).to_string());
+        check("cap_drop", sorted(&s.cap_drop), sorted(&host.cap_drop.clone().unwrap_or_default()));
+        check("cap_add", sorted(&s.cap_add), sorted(&host.cap_add.clone().unwrap_or_default()));
+        check(
+            "security options",
+            sorted(&s.security_opt),
+            sorted(&host.security_opt.clone().unwrap_or_default()),
+        );
+        check(
+            "read-only root filesystem",
+            s.read_only_rootfs.to_string(),
+            host.readonly_rootfs.unwrap_or(false).to_string(),
+        );
+        let tmpfs: BTreeMap<String, String> = host.tmpfs.clone().unwrap_or_default().into_iter().collect();
+        check("tmpfs", format!("{:?}", s.tmpfs), format!("{tmpfs:?}"));
+        let mut want_mounts: Vec<String> = self
+            .all_mounts()
+            .iter()
+            .map(|m| format!("{}:{}:{}", m.source.display(), m.target, if m.read_only { "ro" } else { "rw" }))
+            .collect();
+        want_mounts.sort();
+        let mut got_mounts: Vec<String> = actual
+            .mounts
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}:{}:{}",
+                    m.source.clone().unwrap_or_default(),
+                    m.destination.clone().unwrap_or_default(),
+                    if m.rw.unwrap_or(true) { "rw" } else { "ro" }
+                )
+            })
+            .collect();
+        got_mounts.sort();
+        check("mounts", want_mounts.join(", "), got_mounts.join(", "));
+        // Runtimes have been seen attaching a network to a `none` container.
+        let networks: Vec<String> = actual
+            .network_settings
+            .as_ref()
+            .and_then(|n| n.networks.as_ref())
+            .map(|n| {
+                let mut names: Vec<String> = n.keys().cloned().collect();
+                names.sort();
+                names
+            })
+            .unwrap_or_default();
+        let want_networks = if s.network_mode == "none" { "none".to_string() } else { s.network_mode.clone() };
+        check("attached networks", want_networks, networks.join(","));
+        diffs
+    }
+}
+
+fn sorted(items: &[String]) -> String {
+    let mut items = items.to_vec();
+    items.sort();
+    items.join(",")
+}

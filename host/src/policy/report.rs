@@ -1,0 +1,766 @@
+//! `pincer policy audit WORKSPACE`: what a workspace's container gets, what
+//! it can reach, how each restriction is enforced and the lethal-trifecta
+//! verdict (private data + untrusted input + a way out).
+//!
+//! Nothing secret is shown: MCP server URLs are reduced to scheme and host,
+//! stdio servers to their program name, model deployments to their
+//! provider-qualified model.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::compile::{RunnerPolicy, enforcement_notes, list_or_none};
+use super::group::{NetworkMode, format_cpus, human_bytes};
+use super::merge::{BASELINE, EffectivePolicy, GroupInfo, Setting, SourcedSet};
+use super::seccomp::{ENOSYS, EPERM, THREAD_CLONE_MASK};
+use crate::audit::AuditEvent;
+use crate::config::{Config, McpServer, Workspace};
+
+/// The container folder the workspace folder is mounted at.
+pub const WORKSPACE_TARGET: &str = "/workspace";
+
+/// What [`report`] needs besides the policy.
+#[derive(Debug, Clone, Copy)]
+pub struct ReportInput<'a> {
+    pub config: &'a Config,
+    pub workspace: &'a Workspace,
+    /// Host folder mounted at `/workspace`.
+    pub workspace_dir: &'a Path,
+    /// Skills whose manifest grants the http capability (a way out).
+    pub egress_skills: &'a [String],
+}
+
+/// The audit of one workspace's policy (`pincer policy audit`, `--json`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PolicyReport {
+    pub workspace: String,
+    /// The listed groups; the baseline applies before them.
+    pub groups: Vec<GroupInfo>,
+    /// Every effective setting with its value and provenance.
+    pub settings: Vec<SettingLine>,
+    pub container: ContainerSummary,
+    pub mounts: Vec<MountLine>,
+    pub reach: Reach,
+    pub enforcement: Vec<String>,
+    pub trifecta: Trifecta,
+    /// Recorded denials, newest first; filled by the caller from the audit log.
+    pub denials: Vec<AuditEvent>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SettingLine {
+    pub setting: String,
+    pub value: String,
+    pub from: Vec<String>,
+}
+
+/// The compiled container settings, with the seccomp profile summarised.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContainerSummary {
+    pub network_mode: String,
+    pub memory_bytes: i64,
+    pub memory_swap_bytes: i64,
+    pub nano_cpus: i64,
+    pub pids_limit: i64,
+    pub cap_drop: Vec<String>,
+    pub cap_add: Vec<String>,
+    pub no_new_privileges: bool,
+    pub user: String,
+    pub read_only_rootfs: bool,
+    pub tmpfs: std::collections::BTreeMap<String, String>,
+    pub mounts_read_only: bool,
+    /// The inline seccomp profile is shown as `seccomp=<generated profile>`.
+    pub security_opt: Vec<String>,
+    pub runner: RunnerPolicy,
+    pub allowed_skills: Option<Vec<String>>,
+    pub allowed_mcp_servers: Option<Vec<String>>,
+    pub seccomp: SeccompSummary,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SeccompSummary {
+    /// `docker-default` or `generated`.
+    pub profile: String,
+    /// Names in the generated profile's unconditional allow rule.
+    pub allowed_syscalls: usize,
+    /// Rules in the generated profile.
+    pub rules: usize,
+    /// What the groups added to the default.
+    pub added: Vec<SeccompRuleSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SeccompRuleSummary {
+    pub syscalls: Vec<String>,
+    pub action: String,
+    pub from: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MountLine {
+    pub source: String,
+    pub target: String,
+    /// `rw`, `ro`, or `ro (forced by read_only_mounts)`.
+    pub mode: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reach {
+    pub network: String,
+    pub skills: Vec<ReachItem>,
+    pub mcp_servers: Vec<ReachItem>,
+    pub models: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReachItem {
+    pub name: String,
+    /// False when the policy blocks it.
+    pub reachable: bool,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Trifecta {
+    pub private_data: Vec<String>,
+    pub untrusted_input: Vec<String>,
+    pub exfiltration: Vec<String>,
+    /// `LETHAL: all three present` or `ok: no ...`.
+    pub verdict: String,
+}
+
+impl Trifecta {
+    pub fn is_lethal(&self) -> bool {
+        !self.private_data.is_empty()
+            && !self.untrusted_input.is_empty()
+            && !self.exfiltration.is_empty()
+    }
+}
+
+/// Builds the audit report of `policy` (denials left empty for the caller).
+pub fn report(policy: &EffectivePolicy, input: &ReportInput<'_>) -> PolicyReport {
+    let reach = reach(policy, input);
+    let trifecta = trifecta(policy, input, &reach);
+    PolicyReport {
+        workspace: policy.workspace.clone(),
+        groups: policy.groups.clone(),
+        settings: setting_lines(policy),
+        container: container_summary(policy),
+        mounts: mounts(policy, input),
+        reach,
+        enforcement: enforcement_notes(policy),
+        trifecta,
+        denials: Vec::new(),
+    }
+}
+
+fn line<T>(setting: &str, value: String, from: &Setting<T>) -> SettingLine {
+    SettingLine {
+        setting: setting.to_owned(),
+        value,
+        from: from.from.clone(),
+    }
+}
+
+fn set_line(setting: &str, set: &SourcedSet) -> SettingLine {
+    let mut from: Vec<String> = Vec::new();
+    for group in set.values().flatten() {
+        if !from.contains(group) {
+            from.push(group.clone());
+        }
+    }
+    if from.is_empty() {
+        from.push(BASELINE.to_owned());
+    }
+    let items: Vec<String> = set.keys().cloned().collect();
+    SettingLine {
+        setting: setting.to_owned(),
+        value: list_or_none(&items),
+        from,
+    }
+}
+
+fn optional_list(setting: &str, value: &Option<Setting<Vec<String>>>) -> SettingLine {
+    match value {
+        Some(s) => line(setting, list_or_none(&s.value), s),
+        None => SettingLine {
+            setting: setting.to_owned(),
+            value: "any".to_owned(),
+            from: vec![BASELINE.to_owned()],
+        },
+    }
+}
+
+fn setting_lines(p: &EffectivePolicy) -> Vec<SettingLine> {
+    let mut lines = vec![
+        line("network", p.network.value.to_string(), &p.network),
+        line("memory", human_bytes(p.memory_bytes.value), &p.memory_bytes),
+        line("cpus", format_cpus(p.nano_cpus.value), &p.nano_cpus),
+        line("pids", p.pids.value.to_string(), &p.pids),
+        line("user", p.user.value.clone(), &p.user),
+        set_line("cap_drop", &p.cap_drop),
+        set_line("cap_add", &p.cap_add),
+        line(
+            "no_new_privileges",
+            p.no_new_privileges.value.to_string(),
+            &p.no_new_privileges,
+        ),
+        line(
+            "read_only_rootfs",
+            p.read_only_rootfs.value.to_string(),
+            &p.read_only_rootfs,
+        ),
+        line(
+            "read_only_mounts",
+            p.read_only_mounts.value.to_string(),
+            &p.read_only_mounts,
+        ),
+    ];
+    for (path, options) in &p.tmpfs {
+        lines.push(line(
+            &format!("tmpfs {path}"),
+            options.value.clone(),
+            options,
+        ));
+    }
+    lines.extend([
+        set_line("seccomp.deny", &p.seccomp_deny),
+        set_line("seccomp.enosys", &p.seccomp_enosys),
+        line(
+            "seccomp.threads_only_clone",
+            p.threads_only_clone.value.to_string(),
+            &p.threads_only_clone,
+        ),
+        line(
+            "runner.no_exec_after_start",
+            p.no_exec_after_start.value.to_string(),
+            &p.no_exec_after_start,
+        ),
+        optional_list("allowed_executables", &p.allowed_executables),
+        optional_list("allowed_skills", &p.allowed_skills),
+        optional_list("allowed_mcp_servers", &p.allowed_mcp_servers),
+        line(
+            "untrusted_input",
+            p.untrusted_input.value.to_string(),
+            &p.untrusted_input,
+        ),
+        line(
+            "private_data",
+            p.private_data.value.to_string(),
+            &p.private_data,
+        ),
+    ]);
+    lines
+}
+
+fn seccomp_summary(p: &EffectivePolicy, rules: usize) -> SeccompSummary {
+    if !p.has_seccomp_rules() {
+        return SeccompSummary {
+            profile: "docker-default".to_owned(),
+            allowed_syscalls: 0,
+            rules: 0,
+            added: Vec::new(),
+        };
+    }
+    let ruled =
+        |name: &str| p.seccomp_deny.contains_key(name) || p.seccomp_enosys.contains_key(name);
+    let allowed = p.seccomp_base.allow_names().filter(|n| !ruled(n)).count();
+    let mut added = Vec::new();
+    for (set, errno) in [(&p.seccomp_deny, EPERM), (&p.seccomp_enosys, ENOSYS)] {
+        if set.is_empty() {
+            continue;
+        }
+        let line = set_line("", set);
+        added.push(SeccompRuleSummary {
+            syscalls: set.keys().cloned().collect(),
+            action: if errno == EPERM {
+                "SCMP_ACT_ERRNO EPERM (1)".to_owned()
+            } else {
+                "SCMP_ACT_ERRNO ENOSYS (38)".to_owned()
+            },
+            from: line.from,
+        });
+    }
+    if p.threads_only_clone.value && !ruled("clone") {
+        added.push(SeccompRuleSummary {
+            syscalls: vec!["clone".to_owned()],
+            action: format!(
+                "SCMP_ACT_ALLOW only if (flags & {THREAD_CLONE_MASK:#x}) == 0x10000 (threads)"
+            ),
+            from: p.threads_only_clone.from.clone(),
+        });
+    }
+    SeccompSummary {
+        profile: "generated".to_owned(),
+        allowed_syscalls: allowed,
+        rules,
+        added,
+    }
+}
+
+fn container_summary(p: &EffectivePolicy) -> ContainerSummary {
+    let s = p.compile();
+    let rules = s
+        .seccomp_profile
+        .as_ref()
+        .and_then(|v| v.get("syscalls"))
+        .and_then(|v| v.as_array())
+        .map_or(0, Vec::len);
+    let security_opt = s
+        .security_opt
+        .iter()
+        .map(|opt| {
+            if opt.starts_with("seccomp=") {
+                format!(
+                    "seccomp=<generated profile, {} bytes>",
+                    opt.len() - "seccomp=".len()
+                )
+            } else {
+                opt.clone()
+            }
+        })
+        .collect();
+    ContainerSummary {
+        network_mode: s.network_mode,
+        memory_bytes: s.memory_bytes,
+        memory_swap_bytes: s.memory_swap_bytes,
+        nano_cpus: s.nano_cpus,
+        pids_limit: s.pids_limit,
+        cap_drop: s.cap_drop,
+        cap_add: s.cap_add,
+        no_new_privileges: s.no_new_privileges,
+        user: s.user,
+        read_only_rootfs: s.read_only_rootfs,
+        tmpfs: s.tmpfs,
+        mounts_read_only: s.mounts_read_only,
+        security_opt,
+        runner: s.runner,
+        allowed_skills: s.allowed_skills,
+        allowed_mcp_servers: s.allowed_mcp_servers,
+        seccomp: seccomp_summary(p, rules),
+    }
+}
+
+fn mounts(p: &EffectivePolicy, input: &ReportInput<'_>) -> Vec<MountLine> {
+    let mut lines = vec![MountLine {
+        source: input.workspace_dir.display().to_string(),
+        target: WORKSPACE_TARGET.to_owned(),
+        mode: "rw".to_owned(),
+    }];
+    for mount in &input.workspace.mounts {
+        let mode = if mount.read_only {
+            "ro"
+        } else if p.read_only_mounts.value {
+            "ro (forced by read_only_mounts)"
+        } else {
+            "rw"
+        };
+        lines.push(MountLine {
+            source: mount.source.display().to_string(),
+            target: mount.target.clone(),
+            mode: mode.to_owned(),
+        });
+    }
+    lines
+}
+
+fn allowed_by(list: &Option<Setting<Vec<String>>>, name: &str) -> bool {
+    list.as_ref()
+        .is_none_or(|s| s.value.iter().any(|n| n == name))
+}
+
+fn blocked_note(what: &str, list: &Option<Setting<Vec<String>>>) -> String {
+    let from = list.as_ref().map(|s| s.from.join(", ")).unwrap_or_default();
+    format!("blocked by policy ({what} from {from})")
+}
+
+/// `https://host` of a URL, never its path, query or credentials.
+fn url_origin(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(parsed) => match parsed.host_str() {
+            Some(host) => format!("{}://{host}", parsed.scheme()),
+            None => parsed.scheme().to_owned(),
+        },
+        Err(_) => "an unparsable URL".to_owned(),
+    }
+}
+
+fn mcp_kind(server: &McpServer) -> String {
+    if let Some(url) = &server.url {
+        format!("remote at {}", url_origin(url))
+    } else if let Some(command) = &server.command {
+        let program = command.first().map_or("?", String::as_str);
+        let program = Path::new(program)
+            .file_name()
+            .map_or_else(|| program.to_owned(), |n| n.to_string_lossy().into_owned());
+        format!("stdio on the host ({program})")
+    } else if let Some(container) = &server.container {
+        format!("own container ({})", container.image)
+    } else {
+        "no transport".to_owned()
+    }
+}
+
+fn reach(p: &EffectivePolicy, input: &ReportInput<'_>) -> Reach {
+    let network = match p.network.value {
+        NetworkMode::None => "none — only the gateway socket",
+        NetworkMode::Bridge => "bridge — outbound internet allowed",
+    }
+    .to_owned();
+    let skills = input
+        .workspace
+        .skills
+        .iter()
+        .map(|name| {
+            let reachable = allowed_by(&p.allowed_skills, name);
+            let mut notes = Vec::new();
+            if !reachable {
+                notes.push(blocked_note("allowed_skills", &p.allowed_skills));
+            }
+            if input.egress_skills.contains(name) {
+                notes.push("has the http capability".to_owned());
+            }
+            if let Some(rules) = input.config.skills.get(name)
+                && !rules.tools.is_empty()
+            {
+                notes.push(format!("tools: {}", rules.tools.join(", ")));
+            }
+            ReachItem {
+                name: name.clone(),
+                reachable,
+                note: notes.join("; "),
+            }
+        })
+        .collect();
+    let mcp_servers = input
+        .workspace
+        .mcp_servers
+        .iter()
+        .map(|name| {
+            let reachable = allowed_by(&p.allowed_mcp_servers, name);
+            let mut notes = Vec::new();
+            if !reachable {
+                notes.push(blocked_note("allowed_mcp_servers", &p.allowed_mcp_servers));
+            }
+            match input.config.mcp_servers.get(name) {
+                Some(server) => {
+                    notes.push(mcp_kind(server));
+                    if !server.tools.is_empty() {
+                        notes.push(format!("tools: {}", server.tools.join(", ")));
+                    }
+                }
+                None => notes.push("not defined under mcp_servers".to_owned()),
+            }
+            ReachItem {
+                name: name.clone(),
+                reachable,
+                note: notes.join("; "),
+            }
+        })
+        .collect();
+    Reach {
+        network,
+        skills,
+        mcp_servers,
+        models: models(input),
+    }
+}
+
+/// The workspace's model alias, its deployments and its fallbacks.
+fn models(input: &ReportInput<'_>) -> Vec<String> {
+    let gateway = &input.config.gateway;
+    let Some(alias) = &input.workspace.model else {
+        return vec!["the gateway's default model".to_owned()];
+    };
+    let mut out = Vec::new();
+    let mut queue = vec![alias.clone()];
+    while let Some(alias) = queue.pop() {
+        if out
+            .iter()
+            .any(|line: &String| line.starts_with(&format!("{alias} ")))
+        {
+            continue;
+        }
+        let deployments: Vec<&str> = gateway
+            .model_list
+            .iter()
+            .filter(|d| d.model_name == alias)
+            .map(|d| d.litellm_params.model.as_str())
+            .collect();
+        let fallbacks: Vec<String> = gateway
+            .fallbacks
+            .iter()
+            .filter_map(|map| map.get(&alias))
+            .flatten()
+            .cloned()
+            .collect();
+        let mut text = format!("{alias} → {}", list_or_none(&strings(&deployments)));
+        if !fallbacks.is_empty() {
+            text.push_str(&format!(" (fallbacks: {})", fallbacks.join(", ")));
+        }
+        out.push(text);
+        // depth-first in listed order
+        queue.extend(fallbacks.into_iter().rev());
+        if out.len() > 64 {
+            break;
+        }
+    }
+    out
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn declared(setting: &Setting<bool>, what: &str) -> Vec<String> {
+    if !setting.value {
+        return Vec::new();
+    }
+    setting
+        .from
+        .iter()
+        .map(|group| format!("policy group {group} declares {what}"))
+        .collect()
+}
+
+fn trifecta(p: &EffectivePolicy, input: &ReportInput<'_>, reach: &Reach) -> Trifecta {
+    let mut private_data: Vec<String> = input
+        .workspace
+        .mounts
+        .iter()
+        .map(|m| format!("mount {} → {}", m.source.display(), m.target))
+        .collect();
+    private_data.extend(declared(&p.private_data, "private_data"));
+
+    let mut channels: Vec<&str> = input
+        .workspace
+        .channels
+        .iter()
+        .map(String::as_str)
+        .collect();
+    for (name, channel) in &input.config.channels {
+        if channel.workspace == p.workspace && !channels.contains(&name.as_str()) {
+            channels.push(name);
+        }
+    }
+    let mut untrusted_input: Vec<String> = channels
+        .iter()
+        .map(|name| match input.config.channels.get(*name) {
+            Some(channel) => format!("channel {name} ({})", channel.plugin),
+            None => format!("channel {name}"),
+        })
+        .collect();
+    untrusted_input.extend(declared(&p.untrusted_input, "untrusted_input"));
+
+    let mut exfiltration = Vec::new();
+    if p.network.value == NetworkMode::Bridge {
+        exfiltration.push("network bridge: outbound internet allowed".to_owned());
+    }
+    for item in reach.mcp_servers.iter().filter(|i| i.reachable) {
+        match input.config.mcp_servers.get(&item.name) {
+            Some(server) if server.url.is_some() => {
+                exfiltration.push(format!("MCP server {} is {}", item.name, mcp_kind(server)))
+            }
+            Some(server) if server.command.is_some() => exfiltration.push(format!(
+                "MCP server {} runs on the host (stdio); its network is not restricted",
+                item.name
+            )),
+            _ => {}
+        }
+    }
+    for item in reach.skills.iter().filter(|i| i.reachable) {
+        if input.egress_skills.contains(&item.name) {
+            exfiltration.push(format!("skill {} has the http capability", item.name));
+        }
+    }
+
+    let missing: Vec<&str> = [
+        (private_data.is_empty(), "no private data"),
+        (untrusted_input.is_empty(), "no untrusted input"),
+        (exfiltration.is_empty(), "no way out"),
+    ]
+    .into_iter()
+    .filter_map(|(absent, text)| absent.then_some(text))
+    .collect();
+    let verdict = if missing.is_empty() {
+        "LETHAL: all three present".to_owned()
+    } else {
+        format!("ok: {}", missing.join(", "))
+    };
+    Trifecta {
+        private_data,
+        untrusted_input,
+        exfiltration,
+        verdict,
+    }
+}
+
+/// Rows with the first column padded to the widest cell.
+fn table(out: &mut String, rows: &[(String, String)]) {
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
+    for (key, value) in rows {
+        let pad = width - key.chars().count();
+        let _ = writeln!(out, "  {key}{}  {value}", " ".repeat(pad));
+    }
+}
+
+fn yes_no(value: bool) -> &'static str {
+    if value { "yes" } else { "no" }
+}
+
+/// The report as aligned text (stable: no colours, no timestamps except the
+/// denials' own).
+pub fn render_text(report: &PolicyReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "policy audit: workspace {}", report.workspace);
+
+    out.push_str("\ngroups (baseline first, then as listed)\n");
+    let mut rows = vec![(
+        BASELINE.to_owned(),
+        "built-in, applies to every workspace".to_owned(),
+    )];
+    rows.extend(
+        report
+            .groups
+            .iter()
+            .map(|g| (g.name.clone(), format!("{} — {}", g.origin, g.description))),
+    );
+    table(&mut out, &rows);
+
+    out.push_str("\neffective policy (value, then the groups it came from)\n");
+    let rows: Vec<(String, String)> = report
+        .settings
+        .iter()
+        .map(|s| {
+            (
+                s.setting.clone(),
+                format!("{}  [{}]", s.value, s.from.join(", ")),
+            )
+        })
+        .collect();
+    table(&mut out, &rows);
+
+    let c = &report.container;
+    out.push_str("\ncontainer settings\n");
+    let tmpfs: Vec<String> = c.tmpfs.iter().map(|(p, o)| format!("{p} ({o})")).collect();
+    let mut rows = vec![
+        ("network_mode".to_owned(), c.network_mode.clone()),
+        (
+            "memory".to_owned(),
+            format!(
+                "{} bytes, swap {} bytes (none)",
+                c.memory_bytes, c.memory_swap_bytes
+            ),
+        ),
+        ("nano_cpus".to_owned(), c.nano_cpus.to_string()),
+        ("pids_limit".to_owned(), c.pids_limit.to_string()),
+        ("user".to_owned(), c.user.clone()),
+        ("cap_drop".to_owned(), list_or_none(&c.cap_drop)),
+        ("cap_add".to_owned(), list_or_none(&c.cap_add)),
+        ("security_opt".to_owned(), list_or_none(&c.security_opt)),
+        (
+            "read_only_rootfs".to_owned(),
+            yes_no(c.read_only_rootfs).to_owned(),
+        ),
+        (
+            "mounts read-only".to_owned(),
+            yes_no(c.mounts_read_only).to_owned(),
+        ),
+        ("tmpfs".to_owned(), list_or_none(&tmpfs)),
+        (
+            "runner".to_owned(),
+            serde_json::to_string(&c.runner).unwrap_or_default(),
+        ),
+    ];
+    let seccomp = &c.seccomp;
+    rows.push((
+        "seccomp".to_owned(),
+        if seccomp.profile == "generated" {
+            format!(
+                "generated: {} syscalls allowed unconditionally, {} rules, default EPERM",
+                seccomp.allowed_syscalls, seccomp.rules
+            )
+        } else {
+            "Docker's default profile".to_owned()
+        },
+    ));
+    for rule in &seccomp.added {
+        rows.push((
+            "  + rule".to_owned(),
+            format!(
+                "{} → {}  [{}]",
+                rule.syscalls.join(", "),
+                rule.action,
+                rule.from.join(", ")
+            ),
+        ));
+    }
+    table(&mut out, &rows);
+
+    out.push_str("\nmounts\n");
+    let rows: Vec<(String, String)> = report
+        .mounts
+        .iter()
+        .map(|m| (m.target.clone(), format!("{}  {}", m.mode, m.source)))
+        .collect();
+    table(&mut out, &rows);
+
+    out.push_str("\nreach\n");
+    let item = |i: &ReachItem| {
+        let state = if i.reachable { "" } else { "NOT reachable: " };
+        if i.note.is_empty() && i.reachable {
+            i.name.clone()
+        } else {
+            format!("{} ({state}{})", i.name, i.note)
+        }
+    };
+    let skills: Vec<String> = report.reach.skills.iter().map(item).collect();
+    let servers: Vec<String> = report.reach.mcp_servers.iter().map(item).collect();
+    table(
+        &mut out,
+        &[
+            ("network".to_owned(), report.reach.network.clone()),
+            ("skills".to_owned(), list_or_none(&skills)),
+            ("mcp servers".to_owned(), list_or_none(&servers)),
+            ("models".to_owned(), list_or_none(&report.reach.models)),
+        ],
+    );
+
+    out.push_str("\nenforcement\n");
+    for note in &report.enforcement {
+        let _ = writeln!(out, "  - {note}");
+    }
+
+    let t = &report.trifecta;
+    let _ = writeln!(out, "\nlethal trifecta: {}", t.verdict);
+    table(
+        &mut out,
+        &[
+            ("private data".to_owned(), list_or_none(&t.private_data)),
+            (
+                "untrusted input".to_owned(),
+                list_or_none(&t.untrusted_input),
+            ),
+            ("way out".to_owned(), list_or_none(&t.exfiltration)),
+        ],
+    );
+
+    out.push_str("\ndenials\n");
+    if report.denials.is_empty() {
+        out.push_str("  none recorded\n");
+    }
+    for event in &report.denials {
+        let _ = writeln!(
+            out,
+            "  {}  {}  {}  {}",
+            event.timestamp_ms, event.actor, event.kind, event.detail
+        );
+    }
+    out
+}

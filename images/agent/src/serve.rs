@@ -1,0 +1,227 @@
+//! `pincer-agent serve`: the runner. PID 1 of the workspace container; one
+//! request and one response per unix-socket connection, a thread per
+//! connection.
+
+use std::fmt;
+use std::io::{BufReader, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use pincer_runner_protocol::{
+    ErrorKind, MAX_REQUEST_BYTES, ProtocolError, Request, Response, Status, decode_line,
+    encode_line, read_line,
+};
+
+use crate::exec;
+use crate::policy::{Enforcer, PolicyError, policy_from_env};
+use crate::reap::{self, Children};
+
+/// Connections served at once; more are answered "busy".
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long a client may take to send its request line.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client may take to read its response.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why `serve` stopped.
+#[derive(Debug)]
+pub enum ServeError {
+    /// The policy is invalid or cannot be enforced (exit 2: fail closed).
+    Policy(PolicyError),
+    /// Anything else at start (exit 1).
+    Setup(String),
+}
+
+impl fmt::Display for ServeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServeError::Policy(e) => write!(f, "refusing to start: {e}"),
+            ServeError::Setup(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {}
+
+struct Shared {
+    enforcer: Enforcer,
+    children: Arc<Children>,
+    started: Instant,
+    active: AtomicUsize,
+}
+
+/// Enforces the policy, binds `socket` and serves until SIGTERM/SIGINT
+/// (which exit the process with 0 from the signal thread).
+pub fn serve(socket: &Path) -> Result<(), ServeError> {
+    let started = Instant::now();
+    let policy = policy_from_env().map_err(ServeError::Policy)?;
+    let signals =
+        reap::catch_signals().map_err(|e| ServeError::Setup(format!("catching signals: {e}")))?;
+    // Before any thread exists: the seccomp filter covers the calling thread
+    // and the threads it creates later.
+    let enforcer = Enforcer::enforce(&policy).map_err(ServeError::Policy)?;
+    let listener = bind(socket)?;
+    let children = Arc::new(Children::default());
+    reap::spawn_signal_thread(signals, children.clone(), socket.to_path_buf())
+        .map_err(|e| ServeError::Setup(format!("starting the signal thread: {e}")))?;
+    log(&format!(
+        "serving on {} (pid {}, uid {}, enforcement {})",
+        socket.display(),
+        std::process::id(),
+        // SAFETY: getuid cannot fail.
+        unsafe { libc::getuid() },
+        serde_json::to_string(&enforcer.enforcement).unwrap_or_default()
+    ));
+    let shared = Arc::new(Shared {
+        enforcer,
+        children,
+        started,
+        active: AtomicUsize::new(0),
+    });
+    for stream in listener.incoming() {
+        match stream {
+            Ok(stream) => dispatch(stream, &shared),
+            Err(e) => {
+                log(&format!("accept: {e}"));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn log(line: &str) {
+    eprintln!("pincer-agent: {line}");
+}
+
+/// Removes a stale socket (refusing if a runner still answers on it), binds,
+/// and makes the socket owner-only (0600).
+fn bind(socket: &Path) -> Result<UnixListener, ServeError> {
+    let setup = |what: &str, e: &dyn fmt::Display| {
+        ServeError::Setup(format!("{what} {}: {e}", socket.display()))
+    };
+    if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| setup("creating the directory of", &e))?;
+    }
+    match std::fs::symlink_metadata(socket) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if UnixStream::connect(socket).is_ok() {
+                return Err(setup("another runner is listening on", &"address in use"));
+            }
+            std::fs::remove_file(socket).map_err(|e| setup("removing stale socket", &e))?;
+        }
+        Ok(_) => return Err(setup("refusing to replace", &"not a socket")),
+        Err(_) => {}
+    }
+    // Owner-only from the start (no window before the chmod); no other thread runs yet.
+    // SAFETY: umask cannot fail.
+    let old_umask = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(socket);
+    // SAFETY: as above.
+    unsafe { libc::umask(old_umask) };
+    let listener = bound.map_err(|e| setup("binding", &e))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| setup("chmod 0600", &e))?;
+    Ok(listener)
+}
+
+/// Hands the connection to a thread, or answers "busy".
+fn dispatch(stream: UnixStream, shared: &Arc<Shared>) {
+    if shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+        shared.active.fetch_sub(1, Ordering::SeqCst);
+        log("busy: connection refused");
+        reply_and_close(stream, &Response::error(ErrorKind::Internal, "busy"));
+        return;
+    }
+    let worker = Arc::clone(shared);
+    let spawned = std::thread::Builder::new()
+        .name("conn".into())
+        .spawn(move || {
+            handle(&stream, &worker);
+            worker.active.fetch_sub(1, Ordering::SeqCst);
+        });
+    if let Err(e) = spawned {
+        shared.active.fetch_sub(1, Ordering::SeqCst);
+        log(&format!("cannot start a connection thread: {e}"));
+        // The stream moved into the failed closure and is closed with it.
+    }
+}
+
+fn reply_and_close(mut stream: UnixStream, response: &Response) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = stream.write_all(&encode_line(response));
+}
+
+fn handle(stream: &UnixStream, shared: &Shared) {
+    let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(RESPONSE_TIMEOUT));
+    let started = Instant::now();
+    let mut reader = BufReader::new(stream);
+    let (what, response) = match read_line(&mut reader, MAX_REQUEST_BYTES) {
+        Err(ProtocolError::Eof) => {
+            log("connection closed without a request");
+            return;
+        }
+        Err(e) => (
+            "unreadable request".to_string(),
+            Response::error(ErrorKind::BadRequest, e.to_string()),
+        ),
+        Ok(line) => match decode_line::<Request>(&line, MAX_REQUEST_BYTES) {
+            Err(e) => (
+                "invalid request".to_string(),
+                Response::error(ErrorKind::BadRequest, e.to_string()),
+            ),
+            Ok(Request::Ping) => ("ping".to_string(), Response::Pong(status(shared))),
+            Ok(Request::Exec(req)) => (
+                format!("exec {}", exec::describe(&req)),
+                exec::run(&req, &shared.enforcer, &shared.children),
+            ),
+        },
+    };
+    let mut writer = stream;
+    let sent = writer.write_all(&encode_line(&response));
+    let outcome = match &response {
+        Response::Pong(_) => "pong".to_string(),
+        Response::Exec(r) => {
+            let mut s = match (r.timed_out, r.exit_code, r.signal) {
+                (true, ..) => "timed out".to_string(),
+                (false, Some(code), _) => format!("exit {code}"),
+                (false, None, Some(signal)) => format!("signal {signal}"),
+                (false, None, None) => "no status".to_string(),
+            };
+            if r.truncated {
+                s.push_str(", output truncated");
+            }
+            s
+        }
+        Response::Error { kind, message } => format!("{kind}: {message}"),
+    };
+    let sent = match sent {
+        Ok(()) => String::new(),
+        Err(e) => format!(" (response not delivered: {e})"),
+    };
+    log(&format!(
+        "{what} -> {outcome} in {} ms{sent}",
+        started.elapsed().as_millis()
+    ));
+}
+
+fn status(shared: &Shared) -> Status {
+    Status {
+        pid: std::process::id(),
+        // SAFETY: getuid cannot fail.
+        uid: unsafe { libc::getuid() },
+        uptime_ms: u64::try_from(shared.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        enforcement: shared.enforcer.enforcement.clone(),
+    }
+}
+
+/// The socket path `serve` uses by default.
+pub fn default_socket() -> PathBuf {
+    PathBuf::from(pincer_runner_protocol::SOCKET_PATH)
+}
