@@ -82,14 +82,29 @@ fn main() -> Result<()> {
 /// explicit `--target` keeps the flag off build scripts and proc-macros).
 fn embed_agent(root: &Path, wasm_target_dir: &Path) -> Result<()> {
     let images = root.join("images");
-    for watched in ["Cargo.toml", "Cargo.lock", "agent/Cargo.toml", "agent/src", "protocol/Cargo.toml", "protocol/src"] {
+    for watched in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "agent/Cargo.toml",
+        "agent/src",
+        "protocol/Cargo.toml",
+        "protocol/src",
+    ] {
         println!("cargo:rerun-if-changed={}", images.join(watched).display());
     }
     let triple = std::env::var("TARGET")?;
     let target_dir = wasm_target_dir.with_file_name("agent");
     let mut command = nested_cargo();
     command
-        .args(["build", "--release", "--locked", "-p", "pincer-agent", "--target", &triple])
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "pincer-agent",
+            "--target",
+            &triple,
+        ])
         .arg("--manifest-path")
         .arg(images.join("Cargo.toml"))
         .arg("--target-dir")
@@ -152,7 +167,14 @@ fn support_crates(plugins_dir: &Path) -> Vec<PathBuf> {
 fn build_plugins(plugins_dir: &Path, target_dir: &Path) -> Result<()> {
     let mut command = nested_cargo();
     command
-        .args(["build", "--release", "--locked", "--workspace", "--target", "wasm32-wasip2"])
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--workspace",
+            "--target",
+            "wasm32-wasip2",
+        ])
         .arg("--manifest-path")
         .arg(plugins_dir.join("Cargo.toml"))
         .arg("--target-dir")
@@ -184,7 +206,9 @@ fn nested_cargo() -> Command {
 }
 
 fn run(mut command: Command, what: &str) -> Result<()> {
-    let output = command.output().with_context(|| format!("running cargo: {what}"))?;
+    let output = command
+        .output()
+        .with_context(|| format!("running cargo: {what}"))?;
     if !output.status.success() {
         bail!("{what}:\n{}", String::from_utf8_lossy(&output.stderr));
     }

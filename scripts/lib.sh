@@ -31,6 +31,34 @@ ensure_rust_targets() {
     fi
 }
 
+HOST_TRIPLE="$(rustc -vV | sed -n 's/^host: //p')"
+
+# Static (crt-static) runner; host/build.rs builds the same, so this only
+# makes the step visible.
+build_agent() {
+    step "build the static agent runner (images/agent)" \
+        env CARGO_ENCODED_RUSTFLAGS=-Ctarget-feature=+crt-static \
+        cargo build --release --locked -p pincer-agent --target "$HOST_TRIPLE" \
+        --manifest-path images/Cargo.toml --target-dir "$TARGET_DIR/agent"
+}
+
+# What the tests need besides Rust: Debian's static busybox (the default
+# image's userland) and a reachable Docker Engine.
+ensure_test_prerequisites() {
+    if [ ! -x /bin/busybox ]; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+            step "apt-get install busybox-static" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static'
+        else
+            echo "missing /bin/busybox: install Debian's busybox-static (sudo apt-get install busybox-static)" >&2
+            exit 1
+        fi
+    fi
+    if ! docker info >/dev/null 2>&1; then
+        echo "the Docker Engine is not reachable: install and start it (apt-get install docker.io; systemctl start docker)" >&2
+        exit 1
+    fi
+}
+
 build_plugins() {
     step "build WASM plugins (plugins/ -> wasm32-wasip2)" \
         cargo build --release --locked --workspace --target wasm32-wasip2 \

@@ -10,9 +10,10 @@ use std::path::PathBuf;
 use support::{DockerCleanup, Sandbox, docker, fails, ok, stderr, stdout, unique};
 
 struct Env {
+    // Dropped first: it reads the instance id from the sandbox's home.
+    _cleanup: DockerCleanup,
     sandbox: Sandbox,
     config: PathBuf,
-    _cleanup: DockerCleanup,
     label: String,
 }
 
@@ -25,10 +26,21 @@ impl Env {
         let base = sandbox.dir.path().join("ws");
         let config = sandbox.write(
             "pincer.yaml",
-            &format!("containers:\n  workspace_base_path: {}\nworkspaces:\n{workspaces}", base.display()),
+            &format!(
+                "containers:\n  workspace_base_path: {}\nworkspaces:\n{workspaces}",
+                base.display()
+            ),
         );
-        let cleanup = DockerCleanup { home: sandbox.home(), label: label.clone() };
-        let env = Self { sandbox, config, _cleanup: cleanup, label };
+        let cleanup = DockerCleanup {
+            home: sandbox.home(),
+            label: label.clone(),
+        };
+        let env = Self {
+            _cleanup: cleanup,
+            sandbox,
+            config,
+            label,
+        };
         ok(env.pincer(&["image", "build"]));
         env
     }
@@ -59,7 +71,12 @@ impl Env {
 fn no_internet_leaves_only_loopback_and_the_gateway_socket() {
     let env = Env::new("  sealed: {policies: [no_internet_access]}\n");
     let interfaces = ok(env.exec("sealed", &["cat", "/proc/net/dev"]));
-    let names: Vec<&str> = interfaces.lines().skip(2).filter_map(|l| l.split(':').next()).map(str::trim).collect();
+    let names: Vec<&str> = interfaces
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
     assert_eq!(names, ["lo"], "{interfaces}");
     let routes = ok(env.exec("sealed", &["cat", "/proc/net/route"]));
     assert_eq!(routes.lines().count(), 1, "a route exists:\n{routes}");
@@ -70,19 +87,49 @@ fn no_internet_leaves_only_loopback_and_the_gateway_socket() {
     let label = format!("pincer.test={}", env.label);
     ok(docker(&["network", "create", "--label", &label, &net]));
     let listener = ok(docker(&[
-        "run", "-d", "--label", &label, "--network", &net, "--entrypoint", "/bin/sh", "pincer-agent:latest",
-        "-c", "while true; do echo hello-from-listener | nc -l -p 8080; done",
+        "run",
+        "-d",
+        "--label",
+        &label,
+        "--network",
+        &net,
+        "--entrypoint",
+        "/bin/sh",
+        "pincer-agent:latest",
+        "-c",
+        "while true; do echo hello-from-listener | nc -l -p 8080; done",
     ]));
     let listener = listener.trim();
-    let ip = ok(docker(&["inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", listener]));
+    let ip = ok(docker(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        listener,
+    ]));
     let ip = ip.trim();
     let peer = ok(docker(&[
-        "run", "--rm", "--label", &label, "--network", &net, "--entrypoint", "/bin/sh", "pincer-agent:latest",
-        "-c", &format!("for i in 1 2 3 4 5; do nc -w 2 {ip} 8080 && exit 0; sleep 0.5; done; exit 1"),
+        "run",
+        "--rm",
+        "--label",
+        &label,
+        "--network",
+        &net,
+        "--entrypoint",
+        "/bin/sh",
+        "pincer-agent:latest",
+        "-c",
+        &format!("for i in 1 2 3 4 5; do nc -w 2 {ip} 8080 && exit 0; sleep 0.5; done; exit 1"),
     ]));
-    assert!(peer.contains("hello-from-listener"), "the control peer could not reach the listener: {peer}");
+    assert!(
+        peer.contains("hello-from-listener"),
+        "the control peer could not reach the listener: {peer}"
+    );
     let sealed = env.exec("sealed", &["nc", "-w", "2", ip, "8080"]);
-    assert!(!sealed.status.success(), "the sealed workspace reached {ip}: {}", stdout(&sealed));
+    assert!(
+        !sealed.status.success(),
+        "the sealed workspace reached {ip}: {}",
+        stdout(&sealed)
+    );
     assert!(!stdout(&sealed).contains("hello-from-listener"));
 
     // The host's socket folder is reachable (the gateway listens there).
@@ -93,12 +140,24 @@ fn no_internet_leaves_only_loopback_and_the_gateway_socket() {
         use std::io::{BufRead, Write};
         let (stream, _) = server.accept().unwrap();
         let mut line = String::new();
-        std::io::BufReader::new(&stream).read_line(&mut line).unwrap();
+        std::io::BufReader::new(&stream)
+            .read_line(&mut line)
+            .unwrap();
         let status = r#"{"op":"pong","pid":1,"uid":0,"uptime_ms":1,"version":"gateway-stand-in","enforcement":{"exec_filter":false,"landlock_abi":null,"allowed_executables":null}}"#;
-        (&stream).write_all(format!("{status}\n").as_bytes()).unwrap();
+        (&stream)
+            .write_all(format!("{status}\n").as_bytes())
+            .unwrap();
         line
     });
-    let out = ok(env.exec("sealed", &["/opt/pincer/pincer-agent", "ping", "--socket", "/run/pincer/gateway.sock"]));
+    let out = ok(env.exec(
+        "sealed",
+        &[
+            "/opt/pincer/pincer-agent",
+            "ping",
+            "--socket",
+            "/run/pincer/gateway.sock",
+        ],
+    ));
     assert!(out.contains("gateway-stand-in"), "{out}");
     assert!(answer.join().unwrap().contains("ping"));
 }
@@ -111,7 +170,10 @@ fn read_only_mounts_refuse_writes_and_the_workspace_folder_accepts_them() {
         "  writer:\n    mounts: [{{source: {}, target: /notes, read_only: true}}]\n",
         sandbox_notes.path().display()
     ));
-    assert_eq!(ok(env.exec("writer", &["cat", "/notes/note.txt"])), "private");
+    assert_eq!(
+        ok(env.exec("writer", &["cat", "/notes/note.txt"])),
+        "private"
+    );
     let denied = fails(env.exec("writer", &["sh", "-c", "echo x > /notes/new.txt"]));
     assert!(denied.contains("Read-only file system"), "{denied}");
     assert!(!sandbox_notes.path().join("new.txt").exists());
@@ -125,7 +187,10 @@ fn no_process_creation_refuses_commands_while_the_runner_keeps_working() {
     let env = Env::new("  frozen: {policies: [no_process_creation]}\n");
     for _ in 0..2 {
         let err = fails(env.exec("frozen", &["sh", "-c", "ls"]));
-        assert!(err.contains("permission denied") && err.contains("no_process_creation"), "{err}");
+        assert!(
+            err.contains("permission denied") && err.contains("no_process_creation"),
+            "{err}"
+        );
     }
     let status = ok(env.pincer(&["workspace", "status", "frozen"]));
     assert!(status.contains("running"), "{status}");
@@ -139,25 +204,63 @@ fn allowed_executables_run_and_others_are_refused() {
         "  narrow:\n    policies: [{{allowed_executables: [/bin/busybox]}}]\n    mounts: [{{source: {}, target: /tools}}]\n",
         tools.path().display()
     ));
-    assert_eq!(ok(env.exec("narrow", &["/bin/busybox", "echo", "allowed"])), "allowed\n");
+    assert_eq!(
+        ok(env.exec("narrow", &["/bin/busybox", "echo", "allowed"])),
+        "allowed\n"
+    );
     let err = fails(env.exec("narrow", &["/tools/other", "echo", "nope"]));
     assert!(err.contains("permission denied"), "{err}");
     // Also when a permitted shell tries to start it.
-    let out = env.exec("narrow", &["/bin/busybox", "sh", "-c", "/tools/other echo nope"]);
-    assert!(!out.status.success() && !stdout(&out).contains("nope"), "{}", stdout(&out));
+    let out = env.exec(
+        "narrow",
+        &["/bin/busybox", "sh", "-c", "/tools/other echo nope"],
+    );
+    assert!(
+        !out.status.success() && !stdout(&out).contains("nope"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
 fn memory_and_pids_limits_stop_hogs_and_the_workspace_recovers() {
     let env = Env::new("  tight: {policies: [max_memory_64mb, max_pids_32]}\n");
-    let hog = env.pincer(&["workspace", "exec", "tight", "--timeout-ms", "30000", "--", "sh", "-c", "x=aaaaaaaa; while :; do x=$x$x; done"]);
+    let hog = env.pincer(&[
+        "workspace",
+        "exec",
+        "tight",
+        "--timeout-ms",
+        "30000",
+        "--",
+        "sh",
+        "-c",
+        "x=aaaaaaaa; while :; do x=$x$x; done",
+    ]);
     assert!(!hog.status.success());
-    assert!(stderr(&hog).contains("killed at the workspace's memory limit (64 MiB)"), "{}", stderr(&hog));
+    assert!(
+        stderr(&hog).contains("killed at the workspace's memory limit (64 MiB)"),
+        "{}",
+        stderr(&hog)
+    );
     assert_eq!(ok(env.exec("tight", &["echo", "alive"])), "alive\n");
 
-    let bomb = env.pincer(&["workspace", "exec", "tight", "--timeout-ms", "3000", "--", "sh", "-c", "f() { f | f & }; f; sleep 10"]);
+    let bomb = env.pincer(&[
+        "workspace",
+        "exec",
+        "tight",
+        "--timeout-ms",
+        "3000",
+        "--",
+        "sh",
+        "-c",
+        "f() { f | f & }; f; sleep 10",
+    ]);
     assert!(!bomb.status.success());
-    assert!(stderr(&bomb).contains("hit the workspace's pids limit (32)"), "{}", stderr(&bomb));
+    assert!(
+        stderr(&bomb).contains("hit the workspace's pids limit (32)"),
+        "{}",
+        stderr(&bomb)
+    );
     assert_eq!(ok(env.exec("tight", &["echo", "alive"])), "alive\n");
 }
 
@@ -169,12 +272,23 @@ fn bad_policies_and_mounts_are_refused_before_anything_starts() {
         "  rootmount:\n    mounts: [{source: /, target: /x}]\n",
     ));
     let err = fails(env.pincer(&["workspace", "up", "typo"]));
-    assert!(err.contains("unknown policy group `no_internets`") && err.contains("no_internet_access"), "{err}");
+    assert!(
+        err.contains("unknown policy group `no_internets`") && err.contains("no_internet_access"),
+        "{err}"
+    );
     let err = fails(env.pincer(&["workspace", "up", "badmount"]));
-    assert!(err.contains("mount source /definitely/not/here does not exist"), "{err}");
+    assert!(
+        err.contains("mount source /definitely/not/here does not exist"),
+        "{err}"
+    );
     let err = fails(env.pincer(&["workspace", "up", "rootmount"]));
     assert!(err.contains("is the root folder"), "{err}");
-    let listed = docker(&["ps", "-aq", "--filter", &format!("name={}", env.container("typo"))]);
+    let listed = docker(&[
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("name={}", env.container("typo")),
+    ]);
     assert!(stdout(&listed).trim().is_empty());
 }
 
@@ -182,11 +296,22 @@ fn bad_policies_and_mounts_are_refused_before_anything_starts() {
 fn a_tampered_container_is_removed_and_refused() {
     let env = Env::new("  guarded: {policies: [max_pids_64]}\n");
     ok(env.pincer(&["workspace", "up", "guarded"]));
-    ok(docker(&["update", "--pids-limit", "4096", &env.container("guarded")]));
+    ok(docker(&[
+        "update",
+        "--pids-limit",
+        "4096",
+        &env.container("guarded"),
+    ]));
     let err = fails(env.exec("guarded", &["echo", "hi"]));
-    assert!(err.contains("could not be applied") && err.contains("pids limit: wanted 64, found 4096"), "{err}");
+    assert!(
+        err.contains("could not be applied") && err.contains("pids limit: wanted 64, found 4096"),
+        "{err}"
+    );
     let gone = docker(&["inspect", &env.container("guarded")]);
-    assert!(!gone.status.success(), "the tampered container is still there");
+    assert!(
+        !gone.status.success(),
+        "the tampered container is still there"
+    );
     let audit = ok(env.pincer(&["policy", "audit", "guarded"]));
     assert!(audit.contains("container.verify_failed"), "{audit}");
 }
@@ -198,5 +323,78 @@ fn a_killed_container_is_noticed_and_replaced_with_the_folder_intact() {
     ok(docker(&["kill", &env.container("durable")]));
     let out = env.exec("durable", &["cat", "/workspace/state.txt"]);
     assert_eq!(stdout(&out), "kept\n", "{}", stderr(&out));
-    assert!(stderr(&out).contains("replaced the previous container"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("replaced the previous container"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn an_unused_container_stops_by_itself_and_is_replaced_on_next_use() {
+    let env = Env::new("  sleepy: {}\n");
+    let config = std::fs::read_to_string(&env.config).unwrap();
+    std::fs::write(
+        &env.config,
+        config.replace("containers:\n", "containers:\n  idle_timeout_secs: 1\n"),
+    )
+    .unwrap();
+    ok(env.exec("sleepy", &["true"]));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let state = ok(docker(&[
+            "inspect",
+            "-f",
+            "{{.State.Status}}",
+            &env.container("sleepy"),
+        ]));
+        if state.trim() == "exited" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {state} after the idle timeout"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let out = env.exec("sleepy", &["echo", "back"]);
+    assert_eq!(stdout(&out), "back\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("had stopped after 1 s unused"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn orphans_of_this_instance_are_removed_and_other_instances_left_alone() {
+    let env = Env::new("  keep: {}\n  drop: {}\n");
+    let other = Env::new("  drop: {}\n");
+    ok(env.pincer(&["workspace", "up", "keep"]));
+    ok(env.pincer(&["workspace", "up", "drop"]));
+    ok(other.pincer(&["workspace", "up", "drop"]));
+    let config = std::fs::read_to_string(&env.config).unwrap();
+    std::fs::write(&env.config, config.replace("  drop: {}\n", "")).unwrap();
+    let listed = env.pincer(&["workspace", "list"]);
+    assert!(
+        stderr(&listed).contains(&format!("removed {}", env.container("drop"))),
+        "{}",
+        stderr(&listed)
+    );
+    assert!(
+        !docker(&["inspect", &env.container("drop")])
+            .status
+            .success()
+    );
+    assert!(
+        docker(&["inspect", &env.container("keep")])
+            .status
+            .success()
+    );
+    assert!(
+        docker(&["inspect", &other.container("drop")])
+            .status
+            .success(),
+        "another instance's container was touched"
+    );
 }

@@ -98,7 +98,10 @@ pub async fn serve(router: axum::Router) -> std::net::SocketAddr {
 
 /// Runs the docker CLI (tests use it only to set up peers and to tamper).
 pub fn docker(args: &[&str]) -> Output {
-    Command::new("docker").args(args).output().expect("run docker")
+    Command::new("docker")
+        .args(args)
+        .output()
+        .expect("run docker")
 }
 
 /// Removes, on drop, every container of a sandbox's pincer instance and
@@ -120,7 +123,13 @@ impl Drop for DockerCleanup {
                 docker(&["rm", "-f", id]);
             }
         }
-        let nets = docker(&["network", "ls", "-q", "--filter", &format!("label=pincer.test={}", self.label)]);
+        let nets = docker(&[
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=pincer.test={}", self.label),
+        ]);
         for id in String::from_utf8_lossy(&nets.stdout).split_whitespace() {
             docker(&["network", "rm", id]);
         }
@@ -130,6 +139,10 @@ impl Drop for DockerCleanup {
 /// A short random suffix for names on the shared Docker engine.
 pub fn unique() -> String {
     let mut bytes = [0u8; 4];
-    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("urandom"), &mut bytes).expect("random");
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom").expect("urandom"),
+        &mut bytes,
+    )
+    .expect("random");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -40,7 +40,9 @@ impl Context {
 
     pub fn audit_log(&self) -> anyhow::Result<Arc<AuditLog>> {
         let path = self.home.join(crate::db::FILE_NAME);
-        Ok(Arc::new(AuditLog::open(&path).with_context(|| format!("opening {}", path.display()))?))
+        Ok(Arc::new(
+            AuditLog::open(&path).with_context(|| format!("opening {}", path.display()))?,
+        ))
     }
 
     pub async fn container_runtime(&self) -> anyhow::Result<ContainerRuntime> {

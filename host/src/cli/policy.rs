@@ -13,9 +13,13 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
     let ctx = Context::load(config_flag)?;
     let Some(workspace) = ctx.config.workspaces.get(name) else {
         let known: Vec<&str> = ctx.config.workspaces.keys().map(String::as_str).collect();
-        bail!("no workspace named `{name}` (configured: {})", known.join(", "));
+        bail!(
+            "no workspace named `{name}` (configured: {})",
+            known.join(", ")
+        );
     };
-    let policy = PolicyCatalog::load(&ctx.config.containers.policy_dirs)?.effective(name, &workspace.policies)?;
+    let policy = PolicyCatalog::load(&ctx.config.containers.policy_dirs)?
+        .effective(name, &workspace.policies)?;
     // Skills that may make outbound HTTP requests are a way out.
     let catalog = ctx.catalog();
     let egress_skills: Vec<String> = workspace
@@ -23,7 +27,8 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
         .iter()
         .filter(|skill| {
             catalog.plugins.get(*skill).is_some_and(|p| {
-                Manifest::parse(&p.manifest_text, skill).is_ok_and(|m| !m.capabilities.http.is_empty())
+                Manifest::parse(&p.manifest_text, skill)
+                    .is_ok_and(|m| !m.capabilities.http.is_empty())
             })
         })
         .cloned()

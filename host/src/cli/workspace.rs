@@ -29,6 +29,9 @@ pub async fn image_build(config_flag: Option<&Path>) -> anyhow::Result<()> {
 
 pub async fn run(config_flag: Option<&Path>, command: WorkspaceCommand) -> anyhow::Result<()> {
     let ctx = Context::load(config_flag)?;
+    if let Ok(runtime) = ctx.container_runtime().await {
+        reconcile(&ctx, &runtime).await?;
+    }
     match command {
         WorkspaceCommand::List => list(&ctx).await,
         WorkspaceCommand::Up { name } => {
@@ -41,7 +44,11 @@ pub async fn run(config_flag: Option<&Path>, command: WorkspaceCommand) -> anyho
             }
             println!(
                 "{} {} ({}) in {} ms; policy verified; runner pid {} uid {}",
-                if ensured.created { "started" } else { "already running:" },
+                if ensured.created {
+                    "started"
+                } else {
+                    "already running:"
+                },
                 spec.container_name,
                 &ensured.id[..12.min(ensured.id.len())],
                 started.elapsed().as_millis(),
@@ -64,19 +71,41 @@ pub async fn run(config_flag: Option<&Path>, command: WorkspaceCommand) -> anyho
             check_workspace(&ctx, &name)?;
             let runtime = ctx.container_runtime().await?;
             match runtime.status(&name).await? {
-                Some(c) => println!("{name}: {} ({}) {} {}", c.name, &c.id[..12.min(c.id.len())], c.state, c.status),
+                Some(c) => println!(
+                    "{name}: {} ({}) {} {}",
+                    c.name,
+                    &c.id[..12.min(c.id.len())],
+                    c.state,
+                    c.status
+                ),
                 None => println!("{name}: no container (started on first use)"),
             }
             Ok(())
         }
-        WorkspaceCommand::Exec { name, timeout_ms, command } => exec(&ctx, &name, timeout_ms, command).await,
+        WorkspaceCommand::Exec {
+            name,
+            timeout_ms,
+            command,
+        } => exec(&ctx, &name, timeout_ms, command).await,
     }
+}
+
+/// Removes this instance's containers of workspaces no longer configured.
+async fn reconcile(ctx: &Context, runtime: &ContainerRuntime) -> anyhow::Result<()> {
+    let configured: Vec<String> = ctx.config.workspaces.keys().cloned().collect();
+    for name in runtime.reconcile(&configured).await? {
+        eprintln!("pincer: removed {name}: its workspace is no longer configured");
+    }
+    Ok(())
 }
 
 fn check_workspace(ctx: &Context, name: &str) -> anyhow::Result<()> {
     if !ctx.config.workspaces.contains_key(name) {
         let known: Vec<&str> = ctx.config.workspaces.keys().map(String::as_str).collect();
-        bail!("no workspace named `{name}` (configured: {})", known.join(", "));
+        bail!(
+            "no workspace named `{name}` (configured: {})",
+            known.join(", ")
+        );
     }
     Ok(())
 }
@@ -87,14 +116,22 @@ async fn list(ctx: &Context) -> anyhow::Result<()> {
         Some(r) => r.list().await.unwrap_or_default(),
         None => Vec::new(),
     };
-    println!("{:<20} {:<28} {:<10} FOLDER", "WORKSPACE", "POLICIES", "CONTAINER");
+    println!(
+        "{:<20} {:<28} {:<10} FOLDER",
+        "WORKSPACE", "POLICIES", "CONTAINER"
+    );
     for (name, ws) in &ctx.config.workspaces {
         let state = running
             .iter()
             .find(|c| &c.workspace == name)
             .map_or("-".to_string(), |c| c.state.clone());
-        let policies = if ws.policies.is_empty() { "(baseline)".to_string() } else { ws.policies.join(",") };
-        let folder = crate::config::expand_tilde(&ctx.config.containers.workspace_base_path).join(name);
+        let policies = if ws.policies.is_empty() {
+            "(baseline)".to_string()
+        } else {
+            ws.policies.join(",")
+        };
+        let folder =
+            crate::config::expand_tilde(&ctx.config.containers.workspace_base_path).join(name);
         println!("{name:<20} {policies:<28} {state:<10} {}", folder.display());
     }
     if runtime.is_none() {
@@ -103,7 +140,12 @@ async fn list(ctx: &Context) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn exec(ctx: &Context, name: &str, timeout_ms: u64, command: Vec<String>) -> anyhow::Result<()> {
+async fn exec(
+    ctx: &Context,
+    name: &str,
+    timeout_ms: u64,
+    command: Vec<String>,
+) -> anyhow::Result<()> {
     check_workspace(ctx, name)?;
     let runtime: ContainerRuntime = ctx.container_runtime().await?;
     let (_, spec) = containers::plan(&ctx.config, &ctx.home, runtime.instance(), name)?;
@@ -123,10 +165,16 @@ async fn exec(ctx: &Context, name: &str, timeout_ms: u64, command: Vec<String>) 
     print!("{}", result.stdout);
     eprint!("{}", result.stderr);
     if outcome.oom_killed {
-        eprintln!("pincer: the command was killed at the workspace's memory limit ({} MiB)", spec.settings.memory_bytes >> 20);
+        eprintln!(
+            "pincer: the command was killed at the workspace's memory limit ({} MiB)",
+            spec.settings.memory_bytes >> 20
+        );
     }
     if outcome.pids_limit_hits > 0 {
-        eprintln!("pincer: process creation hit the workspace's pids limit ({})", spec.settings.pids_limit);
+        eprintln!(
+            "pincer: process creation hit the workspace's pids limit ({})",
+            spec.settings.pids_limit
+        );
     }
     if result.timed_out {
         eprintln!("pincer: the command timed out after {timeout_ms} ms and was killed");

@@ -22,7 +22,12 @@ pub fn install(home: &Path) -> Result<PathBuf, ContainerError> {
     if path.is_file() {
         return Ok(path);
     }
-    let failed = |e: std::io::Error| ContainerError::Host(format!("installing the agent runner into {}: {e}", dir.display()));
+    let failed = |e: std::io::Error| {
+        ContainerError::Host(format!(
+            "installing the agent runner into {}: {e}",
+            dir.display()
+        ))
+    };
     std::fs::create_dir_all(&dir).map_err(failed)?;
     let tmp = tempfile::NamedTempFile::new_in(&dir).map_err(failed)?;
     std::fs::write(tmp.path(), embedded::AGENT).map_err(failed)?;

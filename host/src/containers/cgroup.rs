@@ -10,7 +10,9 @@ pub struct Counters {
 
 impl Counters {
     pub fn read(container_id: &str) -> Self {
-        let v1 = |controller: &str, file: &str| format!("/sys/fs/cgroup/{controller}/docker/{container_id}/{file}");
+        let v1 = |controller: &str, file: &str| {
+            format!("/sys/fs/cgroup/{controller}/docker/{container_id}/{file}")
+        };
         let v2 = [
             format!("/sys/fs/cgroup/system.slice/docker-{container_id}.scope"),
             format!("/sys/fs/cgroup/docker/{container_id}"),
@@ -47,7 +49,10 @@ mod tests {
 
     #[test]
     fn counters_parse() {
-        assert_eq!(counter("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"), Some(3));
+        assert_eq!(
+            counter("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"),
+            Some(3)
+        );
         assert_eq!(counter("max 12\n", "max"), Some(12));
         assert_eq!(counter("low 0\n", "max"), None);
         assert_eq!(Counters::read("no-such-container"), Counters::default());

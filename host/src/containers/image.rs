@@ -14,11 +14,64 @@ pub const BUSYBOX: &str = "/bin/busybox";
 const LABEL_CONTENT: &str = "pincer.image.sha256";
 
 const APPLETS: &[&str] = &[
-    "sh", "ls", "cat", "echo", "mkdir", "rm", "cp", "mv", "grep", "sed", "awk", "head", "tail",
-    "wc", "sleep", "env", "id", "touch", "find", "sort", "uniq", "tr", "cut", "date", "printf",
-    "test", "[", "true", "false", "chmod", "ln", "pwd", "basename", "dirname", "xargs", "tee",
-    "nc", "wget", "ip", "ps", "kill", "du", "df", "diff", "md5sum", "sha256sum", "gzip", "tar",
-    "vi", "less", "expr", "seq", "stat", "readlink", "realpath", "which", "yes", "hostname",
+    "sh",
+    "ls",
+    "cat",
+    "echo",
+    "mkdir",
+    "rm",
+    "cp",
+    "mv",
+    "grep",
+    "sed",
+    "awk",
+    "head",
+    "tail",
+    "wc",
+    "sleep",
+    "env",
+    "id",
+    "touch",
+    "find",
+    "sort",
+    "uniq",
+    "tr",
+    "cut",
+    "date",
+    "printf",
+    "test",
+    "[",
+    "true",
+    "false",
+    "chmod",
+    "ln",
+    "pwd",
+    "basename",
+    "dirname",
+    "xargs",
+    "tee",
+    "nc",
+    "wget",
+    "ip",
+    "ps",
+    "kill",
+    "du",
+    "df",
+    "diff",
+    "md5sum",
+    "sha256sum",
+    "gzip",
+    "tar",
+    "vi",
+    "less",
+    "expr",
+    "seq",
+    "stat",
+    "readlink",
+    "realpath",
+    "which",
+    "yes",
+    "hostname",
 ];
 
 /// What `build` did.
@@ -31,12 +84,21 @@ pub struct Built {
 }
 
 /// Builds (or confirms) the default image; `progress` receives one line per step.
-pub async fn build(docker: &Docker, tag: &str, progress: &mut dyn FnMut(&str)) -> Result<Built, ContainerError> {
+pub async fn build(
+    docker: &Docker,
+    tag: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Built, ContainerError> {
     let busybox = std::fs::read(BUSYBOX).map_err(|e| ContainerError::Image(format!(
         "cannot read {BUSYBOX} ({e}); install Debian's static busybox: apt-get install busybox-static"
     )))?;
-    progress(&format!("assembling a root filesystem: {BUSYBOX} ({} KiB) and {} applets", busybox.len() / 1024, APPLETS.len()));
-    let rootfs = rootfs_tar(&busybox).map_err(|e| ContainerError::Image(format!("assembling the root filesystem: {e}")))?;
+    progress(&format!(
+        "assembling a root filesystem: {BUSYBOX} ({} KiB) and {} applets",
+        busybox.len() / 1024,
+        APPLETS.len()
+    ));
+    let rootfs = rootfs_tar(&busybox)
+        .map_err(|e| ContainerError::Image(format!("assembling the root filesystem: {e}")))?;
     let digest = hex::encode(Sha256::digest(&rootfs));
 
     if let Ok(existing) = docker.inspect_image(tag).await {
@@ -48,11 +110,18 @@ pub async fn build(docker: &Docker, tag: &str, progress: &mut dyn FnMut(&str)) -
             .is_some_and(|d| *d == digest);
         if same {
             progress(&format!("{tag} is up to date"));
-            return Ok(Built { image: tag.into(), id: existing.id.unwrap_or_default(), up_to_date: true, bytes: rootfs.len() });
+            return Ok(Built {
+                image: tag.into(),
+                id: existing.id.unwrap_or_default(),
+                up_to_date: true,
+                bytes: rootfs.len(),
+            });
         }
     }
     let (repo, version) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
-    progress(&format!("importing into Docker as {tag} (no registry, no pull)"));
+    progress(&format!(
+        "importing into Docker as {tag} (no registry, no pull)"
+    ));
     let options = CreateImageOptionsBuilder::default()
         .from_src("-")
         .repo(repo)
@@ -66,20 +135,27 @@ pub async fn build(docker: &Docker, tag: &str, progress: &mut dyn FnMut(&str)) -
         ])
         .build();
     let bytes = rootfs.len();
-    let mut stream = docker.create_image(Some(options), Some(bollard::body_full(rootfs.into())), None);
+    let mut stream =
+        docker.create_image(Some(options), Some(bollard::body_full(rootfs.into())), None);
     while let Some(item) = stream.next().await {
         let info = item.map_err(|e| ContainerError::Image(format!("docker import failed: {e}")))?;
         if let Some(error) = info.error_detail.and_then(|d| d.message) {
-            return Err(ContainerError::Image(format!("docker import failed: {error}")));
+            return Err(ContainerError::Image(format!(
+                "docker import failed: {error}"
+            )));
         }
     }
-    let inspected = docker
-        .inspect_image(tag)
-        .await
-        .map_err(|e| ContainerError::Image(format!("the imported image cannot be inspected: {e}")))?;
+    let inspected = docker.inspect_image(tag).await.map_err(|e| {
+        ContainerError::Image(format!("the imported image cannot be inspected: {e}"))
+    })?;
     let id = inspected.id.unwrap_or_default();
     progress(&format!("built {tag} ({id})"));
-    Ok(Built { image: tag.into(), id, up_to_date: false, bytes })
+    Ok(Built {
+        image: tag.into(),
+        id,
+        up_to_date: false,
+        bytes,
+    })
 }
 
 /// The image's root filesystem as a tar stream. Deterministic: the same
@@ -123,7 +199,12 @@ fn rootfs_tar(busybox: &[u8]) -> std::io::Result<Vec<u8>> {
     };
     file(&mut tar, "bin/busybox", 0o755, busybox)?;
     file(&mut tar, "etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:pincer agent:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")?;
-    file(&mut tar, "etc/group", 0o644, b"root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n")?;
+    file(
+        &mut tar,
+        "etc/group",
+        0o644,
+        b"root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n",
+    )?;
     for applet in APPLETS {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Symlink);

@@ -44,7 +44,9 @@ pub enum ContainerError {
         workspace: String,
         problems: Vec<String>,
     },
-    #[error("workspace {workspace}: the container died during the command ({detail}); the next command starts a fresh one")]
+    #[error(
+        "workspace {workspace}: the container died during the command ({detail}); the next command starts a fresh one"
+    )]
     Died { workspace: String, detail: String },
     #[error("{}", describe_exec_error(kind, message))]
     Exec {
@@ -80,10 +82,11 @@ pub fn plan(
     let settings = policy.compile();
     let mut extra = Vec::new();
     for mount in &ws.mounts {
-        let source = mounts::check_source(&mount.source).map_err(|source| ContainerError::Mount {
-            workspace: workspace.to_string(),
-            source,
-        })?;
+        let source =
+            mounts::check_source(&mount.source).map_err(|source| ContainerError::Mount {
+                workspace: workspace.to_string(),
+                source,
+            })?;
         extra.push(mounts::BindMount {
             source,
             target: mount.target.clone(),
@@ -100,6 +103,7 @@ pub fn plan(
         run_dir: home.join("run").join(workspace),
         runner_binary: agent_binary::install(home)?,
         mounts: extra,
+        idle_timeout_secs: config.containers.idle_timeout_secs,
     };
     Ok((policy, spec))
 }

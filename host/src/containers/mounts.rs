@@ -54,7 +54,12 @@ pub fn check_source(source: &Path) -> Result<PathBuf, MountError> {
 
 fn is_home_root(path: &Path) -> bool {
     let own_home = std::env::var_os("HOME").map(PathBuf::from);
-    if own_home.as_deref().and_then(|h| h.canonicalize().ok()).as_deref() == Some(path) {
+    if own_home
+        .as_deref()
+        .and_then(|h| h.canonicalize().ok())
+        .as_deref()
+        == Some(path)
+    {
         return true;
     }
     // /home/<user> and /root themselves.
@@ -88,15 +93,33 @@ mod tests {
         std::fs::create_dir(&real).unwrap();
         let real = real.canonicalize().unwrap();
         assert_eq!(check_source(&real).unwrap(), real);
-        assert!(matches!(check_source(Path::new("/")), Err(MountError::Root(_))));
-        assert!(matches!(check_source(Path::new("/root")), Err(MountError::HomeRoot(_))));
-        assert!(matches!(check_source(Path::new("relative/dir")), Err(MountError::Relative(_))));
+        assert!(matches!(
+            check_source(Path::new("/")),
+            Err(MountError::Root(_))
+        ));
+        assert!(matches!(
+            check_source(Path::new("/root")),
+            Err(MountError::HomeRoot(_))
+        ));
+        assert!(matches!(
+            check_source(Path::new("relative/dir")),
+            Err(MountError::Relative(_))
+        ));
         let missing = real.join("nope");
-        assert!(matches!(check_source(&missing), Err(MountError::Missing(_))));
+        assert!(matches!(
+            check_source(&missing),
+            Err(MountError::Missing(_))
+        ));
         let link = dir.path().canonicalize().unwrap().join("link");
         std::os::unix::fs::symlink("/etc", &link).unwrap();
-        assert!(matches!(check_source(&link), Err(MountError::Escapes { .. })));
+        assert!(matches!(
+            check_source(&link),
+            Err(MountError::Escapes { .. })
+        ));
         let dotted = format!("{}/../notes", real.display());
-        assert!(check_source(Path::new(&dotted)).is_ok(), "a `..` that stays inside is fine");
+        assert!(
+            check_source(Path::new(&dotted)).is_ok(),
+            "a `..` that stays inside is fine"
+        );
     }
 }

@@ -11,7 +11,10 @@ use tokio::net::UnixStream;
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
     #[error("cannot reach the agent runner at {path}: {source}")]
-    Connect { path: String, source: std::io::Error },
+    Connect {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("the agent runner did not answer within {0:?}")]
     Timeout(Duration),
     #[error("the agent runner closed the connection without answering (did the container stop?)")]
@@ -23,17 +26,23 @@ pub enum RunnerError {
 }
 
 /// Sends one request and waits up to `timeout` for its answer.
-pub async fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Response, RunnerError> {
+pub async fn call(
+    socket: &Path,
+    request: &Request,
+    timeout: Duration,
+) -> Result<Response, RunnerError> {
     tokio::time::timeout(timeout, exchange(socket, request))
         .await
         .unwrap_or(Err(RunnerError::Timeout(timeout)))
 }
 
 async fn exchange(socket: &Path, request: &Request) -> Result<Response, RunnerError> {
-    let stream = UnixStream::connect(socket).await.map_err(|source| RunnerError::Connect {
-        path: socket.display().to_string(),
-        source,
-    })?;
+    let stream = UnixStream::connect(socket)
+        .await
+        .map_err(|source| RunnerError::Connect {
+            path: socket.display().to_string(),
+            source,
+        })?;
     let (read, mut write) = stream.into_split();
     let line = pincer_runner_protocol::encode_line(request);
     write.write_all(&line).await?;
@@ -49,12 +58,19 @@ async fn exchange(socket: &Path, request: &Request) -> Result<Response, RunnerEr
 }
 
 /// Waits until the runner answers a ping (it starts with the container).
-pub async fn wait_ready(socket: &Path, within: Duration) -> Result<pincer_runner_protocol::Status, RunnerError> {
+pub async fn wait_ready(
+    socket: &Path,
+    within: Duration,
+) -> Result<pincer_runner_protocol::Status, RunnerError> {
     let started = tokio::time::Instant::now();
     loop {
         match call(socket, &Request::Ping, Duration::from_secs(2)).await {
             Ok(Response::Pong(status)) => return Ok(status),
-            Ok(other) => return Err(RunnerError::Protocol(format!("expected a pong, got {other:?}"))),
+            Ok(other) => {
+                return Err(RunnerError::Protocol(format!(
+                    "expected a pong, got {other:?}"
+                )));
+            }
             Err(e) if started.elapsed() >= within => return Err(e),
             Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
         }

@@ -64,7 +64,9 @@ impl ContainerRuntime {
     /// Connects to the local Docker Engine and agrees on an API version.
     pub async fn connect(home: &Path, audit: Arc<AuditLog>) -> Result<Self, ContainerError> {
         let docker = Docker::connect_with_socket_defaults()
-            .map_err(|e| ContainerError::Docker(format!("cannot connect to the Docker Engine: {e}")))?
+            .map_err(|e| {
+                ContainerError::Docker(format!("cannot connect to the Docker Engine: {e}"))
+            })?
             .negotiate_version()
             .await
             .map_err(|e| {
@@ -98,7 +100,11 @@ impl ContainerRuntime {
         let digest = spec.digest();
         let mut replaced = None;
         if let Some(existing) = self.inspect(&spec.container_name).await? {
-            let running = existing.state.as_ref().and_then(|s| s.running).unwrap_or(false);
+            let running = existing
+                .state
+                .as_ref()
+                .and_then(|s| s.running)
+                .unwrap_or(false);
             let same_spec = existing
                 .config
                 .as_ref()
@@ -109,22 +115,37 @@ impl ContainerRuntime {
             if running && same_spec {
                 self.verify(spec, &id).await?;
                 let runner = self.runner_status(spec).await?;
-                return Ok(Ensured { id, created: false, replaced: None, runner });
+                return Ok(Ensured {
+                    id,
+                    created: false,
+                    replaced: None,
+                    runner,
+                });
             }
-            let why = if !running {
-                let state = existing.state.clone().unwrap_or_default();
-                let mut why = format!(
-                    "the previous container had stopped (exit code {}{})",
-                    state.exit_code.unwrap_or_default(),
-                    if state.oom_killed.unwrap_or(false) { ", killed by the OOM killer" } else { "" }
-                );
-                if let Some(error) = state.error.filter(|e| !e.is_empty()) {
-                    why.push_str(&format!(": {error}"));
-                }
-                why
-            } else {
-                "the workspace's configuration or policy changed".to_string()
-            };
+            let state = existing.state.clone().unwrap_or_default();
+            let why =
+                if !running && state.exit_code == Some(0) && !state.oom_killed.unwrap_or(false) {
+                    format!(
+                        "the previous container had stopped after {} s unused",
+                        spec.idle_timeout_secs
+                    )
+                } else if !running {
+                    let mut why = format!(
+                        "the previous container had stopped (exit code {}{})",
+                        state.exit_code.unwrap_or_default(),
+                        if state.oom_killed.unwrap_or(false) {
+                            ", killed by the OOM killer"
+                        } else {
+                            ""
+                        }
+                    );
+                    if let Some(error) = state.error.filter(|e| !e.is_empty()) {
+                        why.push_str(&format!(": {error}"));
+                    }
+                    why
+                } else {
+                    "the workspace's configuration or policy changed".to_string()
+                };
             self.audit.record(
                 &format!("workspace:{}", spec.workspace),
                 Some(&spec.workspace),
@@ -139,16 +160,27 @@ impl ContainerRuntime {
             return Err(e);
         }
         let runner = self.runner_status(spec).await?;
-        Ok(Ensured { id, created: true, replaced, runner })
+        Ok(Ensured {
+            id,
+            created: true,
+            replaced,
+            runner,
+        })
     }
 
-    async fn create_and_start(&self, spec: &WorkspaceSpec, digest: &str) -> Result<String, ContainerError> {
+    async fn create_and_start(
+        &self,
+        spec: &WorkspaceSpec,
+        digest: &str,
+    ) -> Result<String, ContainerError> {
         prepare_host_dirs(spec)?;
         let mut body = spec.create_body();
         if let Some(labels) = body.labels.as_mut() {
             labels.insert(LABEL_SPEC.into(), digest.into());
         }
-        let options = CreateContainerOptionsBuilder::default().name(&spec.container_name).build();
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&spec.container_name)
+            .build();
         let created = self.docker.create_container(Some(options), body).await.map_err(|e| {
             if is_not_found(&e) {
                 ContainerError::Image(format!(
@@ -159,7 +191,11 @@ impl ContainerRuntime {
                 ContainerError::Docker(format!("creating the container for {}: {}", spec.workspace, clean(&e)))
             }
         })?;
-        if let Err(e) = self.docker.start_container(&created.id, None::<StartContainerOptions>).await {
+        if let Err(e) = self
+            .docker
+            .start_container(&created.id, None::<StartContainerOptions>)
+            .await
+        {
             let _ = self.remove(&spec.container_name).await;
             return Err(ContainerError::PolicyNotApplied {
                 workspace: spec.workspace.clone(),
@@ -206,7 +242,11 @@ impl ContainerRuntime {
 
     /// Runs a command in the workspace's container through its runner, as
     /// the agent's tools do. Ensures (and verifies) the container first.
-    pub async fn exec(&self, spec: &WorkspaceSpec, request: ExecRequest) -> Result<(Ensured, ExecOutcome), ContainerError> {
+    pub async fn exec(
+        &self,
+        spec: &WorkspaceSpec,
+        request: ExecRequest,
+    ) -> Result<(Ensured, ExecOutcome), ContainerError> {
         let ensured = self.ensure(spec).await?;
         let before = Counters::read(&ensured.id);
         let wait = Duration::from_millis(request.timeout_ms) + Duration::from_secs(5);
@@ -219,7 +259,10 @@ impl ContainerRuntime {
                 &format!("workspace:{}", spec.workspace),
                 Some(&spec.workspace),
                 "container.oom_kill",
-                &format!("a process was killed at the memory limit of {} MiB", spec.settings.memory_bytes >> 20),
+                &format!(
+                    "a process was killed at the memory limit of {} MiB",
+                    spec.settings.memory_bytes >> 20
+                ),
             );
         }
         if pids_limit_hits > 0 {
@@ -227,24 +270,45 @@ impl ContainerRuntime {
                 &format!("workspace:{}", spec.workspace),
                 Some(&spec.workspace),
                 "container.pids_limit",
-                &format!("process creation hit the pids limit of {} ({pids_limit_hits} times)", spec.settings.pids_limit),
+                &format!(
+                    "process creation hit the pids limit of {} ({pids_limit_hits} times)",
+                    spec.settings.pids_limit
+                ),
             );
         }
         match answer {
-            Ok(Response::Exec(result)) => Ok((ensured, ExecOutcome { result, oom_killed, pids_limit_hits })),
+            Ok(Response::Exec(result)) => Ok((
+                ensured,
+                ExecOutcome {
+                    result,
+                    oom_killed,
+                    pids_limit_hits,
+                },
+            )),
             Ok(Response::Error { kind, message }) => Err(ContainerError::Exec { kind, message }),
-            Ok(other) => Err(ContainerError::Runner(RunnerError::Protocol(format!("unexpected answer {other:?}")))),
+            Ok(other) => Err(ContainerError::Runner(RunnerError::Protocol(format!(
+                "unexpected answer {other:?}"
+            )))),
             Err(e) => {
                 // The container may have died under the command (OOM of the
                 // runner, docker kill): say so; the next call replaces it.
-                let state = self.inspect(&ensured.id).await.ok().flatten().and_then(|c| c.state);
+                let state = self
+                    .inspect(&ensured.id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|c| c.state);
                 match state {
                     Some(s) if !s.running.unwrap_or(false) => Err(ContainerError::Died {
                         workspace: spec.workspace.clone(),
                         detail: format!(
                             "exit code {}{}",
                             s.exit_code.unwrap_or_default(),
-                            if s.oom_killed.unwrap_or(false) || oom_killed { ", out of memory" } else { "" }
+                            if s.oom_killed.unwrap_or(false) || oom_killed {
+                                ", out of memory"
+                            } else {
+                                ""
+                            }
                         ),
                     }),
                     _ => Err(e.into()),
@@ -264,13 +328,23 @@ impl ContainerRuntime {
     }
 
     pub async fn status(&self, workspace: &str) -> Result<Option<ContainerStatus>, ContainerError> {
-        Ok(self.list().await?.into_iter().find(|c| c.workspace == workspace))
+        Ok(self
+            .list()
+            .await?
+            .into_iter()
+            .find(|c| c.workspace == workspace))
     }
 
     /// This instance's containers.
     pub async fn list(&self) -> Result<Vec<ContainerStatus>, ContainerError> {
-        let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_INSTANCE}={}", self.instance)])]);
-        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![format!("{LABEL_INSTANCE}={}", self.instance)],
+        )]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
         let containers = self
             .docker
             .list_containers(Some(options))
@@ -282,7 +356,12 @@ impl ContainerRuntime {
                 let labels = c.labels.unwrap_or_default();
                 ContainerStatus {
                     workspace: labels.get(LABEL_WORKSPACE).cloned().unwrap_or_default(),
-                    name: c.names.unwrap_or_default().first().map(|n| n.trim_start_matches('/').to_string()).unwrap_or_default(),
+                    name: c
+                        .names
+                        .unwrap_or_default()
+                        .first()
+                        .map(|n| n.trim_start_matches('/').to_string())
+                        .unwrap_or_default(),
                     id: c.id.unwrap_or_default(),
                     state: c.state.map(|s| s.to_string()).unwrap_or_default(),
                     status: c.status.unwrap_or_default(),
@@ -298,31 +377,61 @@ impl ContainerRuntime {
         for container in self.list().await? {
             if !workspaces.contains(&container.workspace) {
                 self.remove(&container.id).await?;
-                self.audit.record("host", Some(&container.workspace), "container.orphan_removed", &container.name);
+                self.audit.record(
+                    "host",
+                    Some(&container.workspace),
+                    "container.orphan_removed",
+                    &container.name,
+                );
                 removed.push(container.name);
             }
         }
         Ok(removed)
     }
 
-    async fn inspect(&self, name_or_id: &str) -> Result<Option<bollard::models::ContainerInspectResponse>, ContainerError> {
-        match self.docker.inspect_container(name_or_id, None::<InspectContainerOptions>).await {
+    async fn inspect(
+        &self,
+        name_or_id: &str,
+    ) -> Result<Option<bollard::models::ContainerInspectResponse>, ContainerError> {
+        match self
+            .docker
+            .inspect_container(name_or_id, None::<InspectContainerOptions>)
+            .await
+        {
             Ok(c) => Ok(Some(c)),
             Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(ContainerError::Docker(format!("inspecting {name_or_id}: {}", clean(&e)))),
+            Err(e) => Err(ContainerError::Docker(format!(
+                "inspecting {name_or_id}: {}",
+                clean(&e)
+            ))),
         }
     }
 
     async fn remove(&self, name_or_id: &str) -> Result<(), ContainerError> {
         let _ = self
             .docker
-            .kill_container(name_or_id, Some(KillContainerOptions { signal: "KILL".into() }))
+            .kill_container(
+                name_or_id,
+                Some(KillContainerOptions {
+                    signal: "KILL".into(),
+                }),
+            )
             .await;
-        let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-        match self.docker.remove_container(name_or_id, Some(options)).await {
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build();
+        match self
+            .docker
+            .remove_container(name_or_id, Some(options))
+            .await
+        {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(ContainerError::Docker(format!("removing {name_or_id}: {}", clean(&e)))),
+            Err(e) => Err(ContainerError::Docker(format!(
+                "removing {name_or_id}: {}",
+                clean(&e)
+            ))),
         }
     }
 
@@ -346,9 +455,12 @@ fn enforcement_mismatches(spec: &WorkspaceSpec, status: &Status) -> Vec<String> 
         problems.push("the agent runner runs as root".to_string());
     }
     if want.no_process_creation && !status.enforcement.exec_filter {
-        problems.push("no_process_creation: the runner did not install its exec filter".to_string());
+        problems
+            .push("no_process_creation: the runner did not install its exec filter".to_string());
     }
-    if want.allowed_executables.is_some() && status.enforcement.allowed_executables != want.allowed_executables {
+    if want.allowed_executables.is_some()
+        && status.enforcement.allowed_executables != want.allowed_executables
+    {
         problems.push(format!(
             "allowed_executables: the runner enforces {:?}, the policy says {:?}",
             status.enforcement.allowed_executables, want.allowed_executables
@@ -408,7 +520,13 @@ fn instance_id(home: &Path) -> Result<String, ContainerError> {
 }
 
 fn is_not_found(e: &bollard::errors::Error) -> bool {
-    matches!(e, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
 }
 
 /// Docker's error without bollard's wrapping.

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-use bollard::models::{ContainerCreateBody, ContainerInspectResponse, HostConfig, Mount, MountType};
+use bollard::models::{
+    ContainerCreateBody, ContainerInspectResponse, HostConfig, Mount, MountType,
+};
 
 use super::mounts::BindMount;
 use crate::policy::ContainerSettings;
@@ -34,6 +36,8 @@ pub struct WorkspaceSpec {
     pub runner_binary: PathBuf,
     /// Extra mounts from config, sources validated.
     pub mounts: Vec<BindMount>,
+    /// The runner exits (stopping the container) after this long unused; 0: never.
+    pub idle_timeout_secs: u64,
 }
 
 impl WorkspaceSpec {
@@ -75,7 +79,12 @@ impl WorkspaceSpec {
         // From pincer's own ordered types: Docker's create body holds
         // HashMaps, whose order would change the digest from run to run.
         let settings = serde_json::to_string(&self.settings).unwrap_or_default();
-        let shape = format!("{}|{settings}|{:?}", self.image, self.all_mounts());
+        let shape = format!(
+            "{}|{settings}|{:?}|{}",
+            self.image,
+            self.all_mounts(),
+            self.idle_timeout_secs
+        );
         hex::encode(&Sha256::digest(shape.as_bytes())[..8])
     }
 
@@ -105,6 +114,11 @@ impl WorkspaceSpec {
                     "{}={}",
                     pincer_runner_protocol::POLICY_ENV,
                     self.runner_policy_json()
+                ),
+                format!(
+                    "{}={}",
+                    pincer_runner_protocol::IDLE_ENV,
+                    self.idle_timeout_secs
                 ),
                 "PATH=/usr/local/bin:/usr/bin:/bin".into(),
             ]),
@@ -142,17 +156,57 @@ impl WorkspaceSpec {
         let s = &self.settings;
         let host = actual.host_config.clone().unwrap_or_default();
         let config = actual.config.clone().unwrap_or_default();
-        let running = actual.state.as_ref().and_then(|st| st.running).unwrap_or(false);
+        let running = actual
+            .state
+            .as_ref()
+            .and_then(|st| st.running)
+            .unwrap_or(false);
         check("running", "true".into(), running.to_string());
-        check("image", self.image.clone(), config.image.clone().unwrap_or_default());
-        check("user", s.user.clone(), config.user.clone().unwrap_or_default());
-        check("network mode", s.network_mode.clone(), host.network_mode.clone().unwrap_or_default());
-        check("memory", s.memory_bytes.to_string(), host.memory.unwrap_or(0).to_string());
-        check("memory+swap", s.memory_swap_bytes.to_string(), host.memory_swap.unwrap_or(0).to_string());
-        check("cpus (nano)", s.nano_cpus.to_string(), host.nano_cpus.unwrap_or(0).to_string());
-        check("pids limit", s.pids_limit.to_string(), host.pids_limit.unwrap_or(0).to_string());
-        check("cap_drop", sorted(&s.cap_drop), sorted(&host.cap_drop.clone().unwrap_or_default()));
-        check("cap_add", sorted(&s.cap_add), sorted(&host.cap_add.clone().unwrap_or_default()));
+        check(
+            "image",
+            self.image.clone(),
+            config.image.clone().unwrap_or_default(),
+        );
+        check(
+            "user",
+            s.user.clone(),
+            config.user.clone().unwrap_or_default(),
+        );
+        check(
+            "network mode",
+            s.network_mode.clone(),
+            host.network_mode.clone().unwrap_or_default(),
+        );
+        check(
+            "memory",
+            s.memory_bytes.to_string(),
+            host.memory.unwrap_or(0).to_string(),
+        );
+        check(
+            "memory+swap",
+            s.memory_swap_bytes.to_string(),
+            host.memory_swap.unwrap_or(0).to_string(),
+        );
+        check(
+            "cpus (nano)",
+            s.nano_cpus.to_string(),
+            host.nano_cpus.unwrap_or(0).to_string(),
+        );
+        check(
+            "pids limit",
+            s.pids_limit.to_string(),
+            host.pids_limit.unwrap_or(0).to_string(),
+        );
+        check(
+            "cap_drop",
+            sorted(&s.cap_drop),
+            sorted(&host.cap_drop.clone().unwrap_or_default()),
+        );
+        check(
+            "cap_add",
+            sorted(&s.cap_add),
+            sorted(&host.cap_add.clone().unwrap_or_default()),
+        );
         check(
             "security options",
             sorted(&s.security_opt),
@@ -163,12 +217,20 @@ impl WorkspaceSpec {
             s.read_only_rootfs.to_string(),
             host.readonly_rootfs.unwrap_or(false).to_string(),
         );
-        let tmpfs: BTreeMap<String, String> = host.tmpfs.clone().unwrap_or_default().into_iter().collect();
+        let tmpfs: BTreeMap<String, String> =
+            host.tmpfs.clone().unwrap_or_default().into_iter().collect();
         check("tmpfs", format!("{:?}", s.tmpfs), format!("{tmpfs:?}"));
         let mut want_mounts: Vec<String> = self
             .all_mounts()
             .iter()
-            .map(|m| format!("{}:{}:{}", m.source.display(), m.target, if m.read_only { "ro" } else { "rw" }))
+            .map(|m| {
+                format!(
+                    "{}:{}:{}",
+                    m.source.display(),
+                    m.target,
+                    if m.read_only { "ro" } else { "rw" }
+                )
+            })
             .collect();
         want_mounts.sort();
         let mut got_mounts: Vec<String> = actual
@@ -198,7 +260,11 @@ impl WorkspaceSpec {
                 names
             })
             .unwrap_or_default();
-        let want_networks = if s.network_mode == "none" { "none".to_string() } else { s.network_mode.clone() };
+        let want_networks = if s.network_mode == "none" {
+            "none".to_string()
+        } else {
+            s.network_mode.clone()
+        };
         check("attached networks", want_networks, networks.join(","));
         diffs
     }

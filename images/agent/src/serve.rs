@@ -8,7 +8,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use pincer_runner_protocol::{
@@ -52,6 +52,15 @@ struct Shared {
     children: Arc<Children>,
     started: Instant,
     active: AtomicUsize,
+    /// Milliseconds since `started` of the last request or reply.
+    last_activity_ms: AtomicU64,
+}
+
+impl Shared {
+    fn touch(&self) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_activity_ms.store(now, Ordering::SeqCst);
+    }
 }
 
 /// Enforces the policy, binds `socket` and serves until SIGTERM/SIGINT
@@ -81,7 +90,12 @@ pub fn serve(socket: &Path) -> Result<(), ServeError> {
         children,
         started,
         active: AtomicUsize::new(0),
+        last_activity_ms: AtomicU64::new(0),
     });
+    if let Some(idle) = idle_timeout() {
+        spawn_idle_watchdog(shared.clone(), idle, socket.to_path_buf())
+            .map_err(|e| ServeError::Setup(format!("starting the idle watchdog: {e}")))?;
+    }
     for stream in listener.incoming() {
         match stream {
             Ok(stream) => dispatch(stream, &shared),
@@ -91,6 +105,39 @@ pub fn serve(socket: &Path) -> Result<(), ServeError> {
             }
         }
     }
+    Ok(())
+}
+
+fn idle_timeout() -> Option<Duration> {
+    let secs: u64 = std::env::var(pincer_runner_protocol::IDLE_ENV)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (secs > 0).then(|| Duration::from_secs(secs))
+}
+
+/// Exits (status 0, socket removed) once nothing has happened for `idle`
+/// and no request is in flight, so an unused container stops by itself.
+fn spawn_idle_watchdog(
+    shared: Arc<Shared>,
+    idle: Duration,
+    socket: std::path::PathBuf,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("idle".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(500));
+                let last = Duration::from_millis(shared.last_activity_ms.load(Ordering::SeqCst));
+                let quiet = shared.started.elapsed().saturating_sub(last);
+                if shared.active.load(Ordering::SeqCst) == 0 && quiet >= idle {
+                    log(&format!("idle for {} s: exiting", quiet.as_secs()));
+                    let _ = std::fs::remove_file(&socket);
+                    std::process::exit(0);
+                }
+            }
+        })?;
     Ok(())
 }
 
@@ -131,6 +178,7 @@ fn bind(socket: &Path) -> Result<UnixListener, ServeError> {
 
 /// Hands the connection to a thread, or answers "busy".
 fn dispatch(stream: UnixStream, shared: &Arc<Shared>) {
+    shared.touch();
     if shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
         shared.active.fetch_sub(1, Ordering::SeqCst);
         log("busy: connection refused");
@@ -142,6 +190,7 @@ fn dispatch(stream: UnixStream, shared: &Arc<Shared>) {
         .name("conn".into())
         .spawn(move || {
             handle(&stream, &worker);
+            worker.touch();
             worker.active.fetch_sub(1, Ordering::SeqCst);
         });
     if let Err(e) = spawned {

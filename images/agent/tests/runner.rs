@@ -470,3 +470,30 @@ fn version_and_usage() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("usage:"));
 }
+
+#[test]
+fn an_idle_runner_exits_by_itself() {
+    let dir = TempDir::new();
+    let socket = dir.path().join("r.sock");
+    let mut child = Command::new(AGENT)
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .env(pincer_runner_protocol::IDLE_ENV, "1")
+        .env_remove(pincer_runner_protocol::POLICY_ENV)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle runner did not exit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(status.success());
+    assert!(!socket.exists(), "the socket was left behind");
+}

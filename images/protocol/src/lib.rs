@@ -25,6 +25,10 @@ pub const SOCKET_PATH: &str = "/run/pincer/runner.sock";
 /// Environment variable holding the runner's [`RunnerPolicy`] as JSON.
 pub const POLICY_ENV: &str = "PINCER_RUNNER_POLICY";
 
+/// Seconds without a request after which the runner exits, stopping its
+/// container (the host starts a fresh one on the next use). Unset or 0: never.
+pub const IDLE_ENV: &str = "PINCER_RUNNER_IDLE_SECS";
+
 /// Largest request line (without its newline) the runner accepts: 1 MiB.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 
