@@ -37,7 +37,13 @@ pub async fn run(config_flag: Option<&Path>) -> anyhow::Result<()> {
         checks.push(home_check(&ctx.home));
         checks.push(plugins_check(ctx));
     }
-    checks.push(docker_check().await);
+    let docker = docker_check().await;
+    let docker_ok = docker.outcome.is_ok();
+    checks.push(docker);
+    if let (Ok(ctx), true) = (&ctx, docker_ok) {
+        checks.push(image_check(ctx).await);
+    }
+    checks.push(busybox_check());
     checks.push(wasm_target_check());
 
     let mut failed_required = 0;
@@ -134,9 +140,39 @@ async fn docker_check() -> Check {
         outcome: outcome.map_err(|why| {
             (
                 why,
-                "install Docker Engine (`apt-get install docker.io`) and start it (`systemctl start docker`); workspaces run in containers".into(),
+                "install Docker Engine (`apt-get install docker.io`) and start it (`systemctl start docker`); every workspace runs in a container".into(),
             )
         }),
+        required: false,
+    }
+}
+
+async fn image_check(ctx: &Context) -> Check {
+    let tag = ctx.config.containers.image.clone();
+    let outcome = match ctx.container_runtime().await {
+        Ok(runtime) => match runtime.docker().inspect_image(&tag).await {
+            Ok(_) => Ok(format!("{tag} is on the Docker Engine")),
+            Err(_) => Err(format!("{tag} is not built")),
+        },
+        Err(e) => Err(format!("{e:#}")),
+    };
+    Check {
+        name: "agent image",
+        outcome: outcome.map_err(|why| (why, "`pincer image build` (offline, from Debian's busybox-static)".into())),
+        required: false,
+    }
+}
+
+fn busybox_check() -> Check {
+    let path = crate::containers::image::BUSYBOX;
+    let outcome = if std::path::Path::new(path).is_file() {
+        Ok(format!("{path} (the default image's userland)"))
+    } else {
+        Err(format!("{path} is missing"))
+    };
+    Check {
+        name: "busybox",
+        outcome: outcome.map_err(|why| (why, "`apt-get install busybox-static` (needed by `pincer image build`)".into())),
         required: false,
     }
 }
