@@ -60,7 +60,10 @@ async fn run() -> anyhow::Result<()> {
     }
     let mut cold = Vec::new();
     for _ in 0..COLD_RUNS {
-        cold.push(runtime.cold_start(&spec).await?);
+        runtime.down("bench").await?;
+        let started = Instant::now();
+        runtime.ensure(&spec).await?;
+        cold.push(started.elapsed());
     }
     let mut warm = Vec::new();
     for _ in 0..WARM_RUNS {

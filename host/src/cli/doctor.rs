@@ -158,7 +158,12 @@ async fn image_check(ctx: &Context) -> Check {
     };
     Check {
         name: "agent image",
-        outcome: outcome.map_err(|why| (why, "`pincer image build` (offline, from Debian's busybox-static)".into())),
+        outcome: outcome.map_err(|why| {
+            (
+                why,
+                "`pincer image build` (offline, from Debian's busybox-static)".into(),
+            )
+        }),
         required: false,
     }
 }
@@ -172,7 +177,12 @@ fn busybox_check() -> Check {
     };
     Check {
         name: "busybox",
-        outcome: outcome.map_err(|why| (why, "`apt-get install busybox-static` (needed by `pincer image build`)".into())),
+        outcome: outcome.map_err(|why| {
+            (
+                why,
+                "`apt-get install busybox-static` (needed by `pincer image build`)".into(),
+            )
+        }),
         required: false,
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bollard::Docker;
 use bollard::query_parameters::{
@@ -113,8 +113,7 @@ impl ContainerRuntime {
                 .is_some_and(|d| *d == digest);
             let id = existing.id.clone().unwrap_or_default();
             if running && same_spec {
-                self.verify(spec, &id).await?;
-                let runner = self.runner_status(spec).await?;
+                let runner = self.verify(spec, &id).await?;
                 return Ok(Ensured {
                     id,
                     created: false,
@@ -156,10 +155,7 @@ impl ContainerRuntime {
             replaced = Some(why);
         }
         let id = self.create_and_start(spec, &digest).await?;
-        if let Err(e) = self.verify(spec, &id).await {
-            return Err(e);
-        }
-        let runner = self.runner_status(spec).await?;
+        let runner = self.verify(spec, &id).await?;
         Ok(Ensured {
             id,
             created: true,
@@ -206,20 +202,22 @@ impl ContainerRuntime {
     }
 
     /// Compares the running container with its spec, and the runner's own
-    /// enforcement with the policy. Any difference kills the container.
-    async fn verify(&self, spec: &WorkspaceSpec, id: &str) -> Result<(), ContainerError> {
+    /// enforcement with the policy. Any difference removes the container.
+    async fn verify(&self, spec: &WorkspaceSpec, id: &str) -> Result<Status, ContainerError> {
         let mut problems = match self.inspect(id).await? {
             Some(actual) => spec.mismatches(&actual),
             None => vec!["the container disappeared".to_string()],
         };
         if problems.is_empty() {
             match runner_client::wait_ready(&runner_socket(spec), RUNNER_START).await {
-                Ok(status) => problems.extend(enforcement_mismatches(spec, &status)),
+                Ok(status) => {
+                    problems.extend(enforcement_mismatches(spec, &status));
+                    if problems.is_empty() {
+                        return Ok(status);
+                    }
+                }
                 Err(e) => problems.push(format!("the agent runner is not answering: {e}")),
             }
-        }
-        if problems.is_empty() {
-            return Ok(());
         }
         let _ = self.remove(&spec.container_name).await;
         let detail = problems.join("; ");
@@ -234,10 +232,6 @@ impl ContainerRuntime {
             workspace: spec.workspace.clone(),
             problems,
         })
-    }
-
-    async fn runner_status(&self, spec: &WorkspaceSpec) -> Result<Status, ContainerError> {
-        Ok(runner_client::wait_ready(&runner_socket(spec), RUNNER_START).await?)
     }
 
     /// Runs a command in the workspace's container through its runner, as
@@ -433,14 +427,6 @@ impl ContainerRuntime {
                 clean(&e)
             ))),
         }
-    }
-
-    /// Measures one create+start+verify from nothing (benchmarks).
-    pub async fn cold_start(&self, spec: &WorkspaceSpec) -> Result<Duration, ContainerError> {
-        self.down(&spec.workspace).await?;
-        let started = Instant::now();
-        self.ensure(spec).await?;
-        Ok(started.elapsed())
     }
 }
 
