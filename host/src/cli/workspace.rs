@@ -187,6 +187,7 @@ async fn exec(
         result.exit_code.unwrap_or(1)
     };
     if code != 0 {
+        eprintln!("pincer: exit code {code}");
         return Err(super::ExitStatus(code).into());
     }
     Ok(())
