@@ -128,7 +128,8 @@ async fn list(ctx: &Context) -> anyhow::Result<()> {
         let policies = if ws.policies.is_empty() {
             "(baseline)".to_string()
         } else {
-            ws.policies.join(",")
+            let names: Vec<&str> = ws.policies.iter().map(|p| p.name()).collect();
+            names.join(",")
         };
         let folder =
             crate::config::expand_tilde(&ctx.config.containers.workspace_base_path).join(name);

@@ -201,13 +201,6 @@ impl From<&str> for PolicyEntry {
     }
 }
 
-/// Borrows the group name, so `policies.join(", ")` lists the names.
-impl std::borrow::Borrow<str> for PolicyEntry {
-    fn borrow(&self) -> &str {
-        self.name()
-    }
-}
-
 impl PartialEq<&str> for PolicyEntry {
     fn eq(&self, other: &&str) -> bool {
         matches!(self, PolicyEntry::Group(name) if name == other)

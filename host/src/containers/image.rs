@@ -213,13 +213,12 @@ fn rootfs_tar(busybox: &[u8]) -> std::io::Result<Vec<u8>> {
         h.set_mtime(0);
         tar.append_link(&mut h, format!("bin/{applet}"), "busybox")?;
     }
-    for tool in ["env"] {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Symlink);
-        h.set_mode(0o777);
-        h.set_size(0);
-        h.set_mtime(0);
-        tar.append_link(&mut h, format!("usr/bin/{tool}"), "/bin/busybox")?;
-    }
+    // Scripts often start with `#!/usr/bin/env`.
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_mode(0o777);
+    h.set_size(0);
+    h.set_mtime(0);
+    tar.append_link(&mut h, "usr/bin/env", "/bin/busybox")?;
     tar.into_inner()
 }

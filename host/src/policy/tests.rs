@@ -748,7 +748,11 @@ fn config_accepts_the_allowed_executables_mapping() {
         PolicyEntry::AllowedExecutables(vec!["/bin/busybox".into()])
     );
     assert_eq!(
-        policies.join(","),
+        policies
+            .iter()
+            .map(|p| p.name())
+            .collect::<Vec<_>>()
+            .join(","),
         "no_internet_access,read_only_mounts,allowed_executables"
     );
     let bad = "workspaces:\n  w:\n    policies: [{allowed_executable: [/bin/sh]}]\n";
