@@ -59,6 +59,20 @@ ensure_test_prerequisites() {
     fi
 }
 
+# A virtualenv with the official Python clients the black-box tests drive
+# (tests/python/requirements.txt); tests find it through PINCER_TEST_PYTHON.
+ensure_python_clients() {
+    local venv="$TARGET_DIR/pyenv"
+    local stamp="$venv/.requirements"
+    if ! cmp -s tests/python/requirements.txt "$stamp" 2>/dev/null; then
+        step "python clients (tests/python/requirements.txt)" sh -c "
+            python3 -m venv '$venv' &&
+            '$venv/bin/pip' install --quiet --disable-pip-version-check -r tests/python/requirements.txt &&
+            cp tests/python/requirements.txt '$stamp'"
+    fi
+    export PINCER_TEST_PYTHON="$venv/bin/python"
+}
+
 build_plugins() {
     step "build WASM plugins (plugins/ -> wasm32-wasip2)" \
         cargo build --release --locked --workspace --target wasm32-wasip2 \

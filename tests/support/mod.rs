@@ -146,3 +146,4 @@ pub fn unique() -> String {
     .expect("random");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+pub mod fake_llm;
