@@ -7,5 +7,6 @@ pub mod cli;
 pub mod config;
 pub mod containers;
 pub mod db;
+pub mod gateway;
 pub mod plugins;
 pub mod policy;

@@ -43,12 +43,18 @@ pub struct FakeUpstream {
 impl FakeUpstream {
     pub async fn spawn(behaviour: Behaviour) -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let shared = Shared { behaviour, requests: requests.clone() };
+        let shared = Shared {
+            behaviour,
+            requests: requests.clone(),
+        };
         let router = Router::new()
             .route("/v1/chat/completions", post(complete))
             .with_state(shared);
         let addr = super::serve(router).await;
-        Self { base_url: format!("http://127.0.0.1:{}/v1", addr.port()), requests }
+        Self {
+            base_url: format!("http://127.0.0.1:{}/v1", addr.port()),
+            requests,
+        }
     }
 
     pub fn received(&self) -> Vec<Value> {
@@ -62,7 +68,12 @@ async fn complete(State(shared): State<Shared>, headers: HeaderMap, body: String
     let model = request["model"].as_str().unwrap_or("fake").to_string();
     let stream = request["stream"].as_bool().unwrap_or(false);
     match shared.behaviour {
-        Behaviour::Answer(text) => answer(&model, stream, json!({"role": "assistant", "content": text}), "stop"),
+        Behaviour::Answer(text) => answer(
+            &model,
+            stream,
+            json!({"role": "assistant", "content": text}),
+            "stop",
+        ),
         Behaviour::ToolCall { name, arguments } => answer(
             &model,
             stream,
@@ -72,19 +83,38 @@ async fn complete(State(shared): State<Shared>, headers: HeaderMap, body: String
             "tool_calls",
         ),
         Behaviour::EchoAuthorization => {
-            let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-            answer(&model, stream, json!({"role": "assistant", "content": format!("you sent {auth}")}), "stop")
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            answer(
+                &model,
+                stream,
+                json!({"role": "assistant", "content": format!("you sent {auth}")}),
+                "stop",
+            )
         }
         Behaviour::Status(code) => {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            (status, axum::Json(json!({"error": {"message": format!("upstream says {code}"), "type": "fake"}}))).into_response()
+            (
+                status,
+                axum::Json(
+                    json!({"error": {"message": format!("upstream says {code}"), "type": "fake"}}),
+                ),
+            )
+                .into_response()
         }
         Behaviour::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             StatusCode::GATEWAY_TIMEOUT.into_response()
         }
         Behaviour::DropMidStream => {
-            let first = sse(&chunk(&model, json!({"role": "assistant", "content": "partial"}), None));
+            let first = sse(&chunk(
+                &model,
+                json!({"role": "assistant", "content": "partial"}),
+                None,
+            ));
             let stream = futures_util::stream::iter(vec![
                 Ok::<_, std::io::Error>(first),
                 Err(std::io::Error::other("connection dropped")),
@@ -111,13 +141,21 @@ fn answer(model: &str, stream: bool, message: Value, finish: &str) -> Response {
     match message["content"].as_str() {
         Some(text) => {
             let (a, b) = text.split_at(text.len() / 2);
-            events.push(chunk(model, json!({"role": "assistant", "content": a}), None));
+            events.push(chunk(
+                model,
+                json!({"role": "assistant", "content": a}),
+                None,
+            ));
             events.push(chunk(model, json!({"content": b}), None));
         }
-        None => events.push(chunk(model, json!({"role": "assistant", "tool_calls": [{
-            "index": 0, "id": "call_1", "type": "function",
-            "function": message["tool_calls"][0]["function"].clone()
-        }]}), None)),
+        None => events.push(chunk(
+            model,
+            json!({"role": "assistant", "tool_calls": [{
+                "index": 0, "id": "call_1", "type": "function",
+                "function": message["tool_calls"][0]["function"].clone()
+            }]}),
+            None,
+        )),
     }
     events.push(chunk(model, json!({}), Some(finish)));
     let mut usage_chunk = chunk(model, json!({}), None);

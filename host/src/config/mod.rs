@@ -29,8 +29,9 @@ use std::path::Path;
 pub use error::{ConfigError, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
-    Channel, Config, ContainerRuntime, Containers, Gateway, LitellmParams, McpContainer, McpServer,
-    ModelDeployment, Mount, PluginLimits, Plugins, PolicyEntry, RoutingStrategy, Skill, Workspace,
+    Budget, Channel, Config, ContainerRuntime, Containers, Gateway, GatewayCache, LitellmParams,
+    McpContainer, McpServer, ModelDeployment, ModelPrice, Mount, PluginLimits, Plugins,
+    PolicyEntry, RoutingStrategy, Skill, Workspace,
 };
 
 use error::Site;
@@ -130,6 +131,20 @@ gateway:
   routing_strategy: simple-shuffle  # simple-shuffle | least-busy | latency-based
   num_retries: 2
   timeout: 60                       # seconds
+  # max_request_bytes: 4194304      # largest request body accepted (4 MiB)
+  # Prices in USD per 1M input/output tokens, by provider/model or by alias.
+  # pincer knows list prices of common OpenAI and Anthropic models (ollama/*
+  # and local/* are free); entries here override and extend them. A
+  # workspace with a USD budget cannot call a model without a price.
+  # prices:
+  #   openai/gpt-4o-mini: {input_per_1m: 0.15, output_per_1m: 0.60}
+  #   default: {input_per_1m: 1.00, output_per_1m: 4.00}
+  # Exact-match response cache for non-streaming, tool-free requests with
+  # temperature 0 or unset; per workspace; hits cost nothing.
+  # cache:
+  #   enabled: false
+  #   ttl_secs: 300
+  #   max_entries: 1000
 
 containers:
   runtime: docker
@@ -147,6 +162,11 @@ workspaces:
     skills: []
     channels: []                    # names from channels
     # instructions: AGENTS.md
+    # budget:                       # gateway spend limits, all optional;
+    #   daily_usd: 5.00             # days and months are UTC; reserved
+    #   monthly_usd: 50             # before each call, settled after
+    #   daily_tokens: 2000000       # (prompt + completion tokens)
+    #   monthly_tokens: 20000000
 
 plugins:
   dirs: []                          # extra folders scanned for plugins

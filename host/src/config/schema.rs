@@ -43,6 +43,20 @@ pub struct Gateway {
     pub num_retries: u32,
     /// Request timeout in seconds. Default 60.
     pub timeout: f64,
+    /// Prices in USD per million tokens, by `provider/model` or by alias;
+    /// override and extend the built-in table
+    /// (`pincer::gateway::cost::PriceTable`).
+    pub prices: BTreeMap<String, ModelPrice>,
+    /// The exact-match response cache (off by default).
+    pub cache: GatewayCache,
+    /// Largest accepted request body in bytes. Default 4 MiB.
+    pub max_request_bytes: u64,
+}
+
+impl Gateway {
+    pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 4 << 20;
+    pub const MIN_MAX_REQUEST_BYTES: u64 = 1 << 10;
+    pub const MAX_MAX_REQUEST_BYTES: u64 = 256 << 20;
 }
 
 impl Default for Gateway {
@@ -54,6 +68,46 @@ impl Default for Gateway {
             routing_strategy: RoutingStrategy::default(),
             num_retries: 2,
             timeout: 60.0,
+            prices: BTreeMap::new(),
+            cache: GatewayCache::default(),
+            max_request_bytes: Self::DEFAULT_MAX_REQUEST_BYTES,
+        }
+    }
+}
+
+/// One entry of `gateway.prices`: USD per million tokens. Zero is allowed
+/// (free or local models).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    pub input_per_1m: f64,
+    pub output_per_1m: f64,
+}
+
+/// `gateway.cache`: the exact-match response cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayCache {
+    /// Default false.
+    pub enabled: bool,
+    /// How long an answer stays cached, 1..=2592000 (30 days). Default 300.
+    pub ttl_secs: u64,
+    /// Most answers kept (least recently used go first),
+    /// 1..=1000000. Default 1000.
+    pub max_entries: u64,
+}
+
+impl GatewayCache {
+    pub const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
+    pub const MAX_ENTRIES: u64 = 1_000_000;
+}
+
+impl Default for GatewayCache {
+    fn default() -> Self {
+        GatewayCache {
+            enabled: false,
+            ttl_secs: 300,
+            max_entries: 1000,
         }
     }
 }
@@ -163,6 +217,32 @@ pub struct Workspace {
     pub channels: Vec<String>,
     /// Instructions file (e.g. `AGENTS.md`).
     pub instructions: Option<PathBuf>,
+    /// Spending limits for model calls through the gateway; none by default.
+    pub budget: Budget,
+}
+
+/// `workspaces.NAME.budget`: limits per UTC day and per calendar month (UTC).
+/// Every limit is optional and, when set, positive. Tokens count prompt plus
+/// completion tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Budget {
+    pub daily_usd: Option<f64>,
+    pub monthly_usd: Option<f64>,
+    pub daily_tokens: Option<u64>,
+    pub monthly_tokens: Option<u64>,
+}
+
+impl Budget {
+    /// True when no limit is set.
+    pub fn is_unlimited(&self) -> bool {
+        *self == Budget::default()
+    }
+
+    /// True when a USD limit is set (calls then need a known price).
+    pub fn has_usd_limit(&self) -> bool {
+        self.daily_usd.is_some() || self.monthly_usd.is_some()
+    }
 }
 
 /// One entry of `workspaces.NAME.policies`: a policy group name, or the

@@ -687,3 +687,212 @@ fn load_reads_a_file_and_reports_unreadable_ones() {
         "{err}"
     );
 }
+
+// ---- gateway accounting: budgets, prices, cache, request size ----
+
+#[test]
+fn accounting_defaults() {
+    let cfg = Config::default();
+    let gw = &cfg.gateway;
+    assert!(gw.prices.is_empty());
+    assert_eq!(
+        gw.cache,
+        GatewayCache {
+            enabled: false,
+            ttl_secs: 300,
+            max_entries: 1000
+        }
+    );
+    assert_eq!(gw.max_request_bytes, 4 * 1024 * 1024);
+    assert!(Workspace::default().budget.is_unlimited());
+    assert!(!Workspace::default().budget.has_usd_limit());
+}
+
+#[test]
+fn accounting_keys_parse() {
+    let cfg = parse(
+        r#"
+gateway:
+  model_list:
+    - {model_name: default, litellm_params: {model: openai/gpt-4o-mini}}
+  max_request_bytes: 1048576
+  prices:
+    openai/gpt-4o-mini: {input_per_1m: 0.2, output_per_1m: 0.8}
+    default: {input_per_1m: 1, output_per_1m: 0}
+  cache: {enabled: true, ttl_secs: 60}
+workspaces:
+  dev:
+    budget: {daily_usd: 1.5, monthly_tokens: 1000000}
+  ops:
+    budget:
+      monthly_usd: 20
+      daily_tokens: ${RETRIES}
+"#,
+    )
+    .unwrap();
+    let gw = &cfg.gateway;
+    assert_eq!(gw.max_request_bytes, 1 << 20);
+    assert_eq!(
+        gw.prices["openai/gpt-4o-mini"],
+        ModelPrice {
+            input_per_1m: 0.2,
+            output_per_1m: 0.8
+        }
+    );
+    assert_eq!(gw.prices["default"].input_per_1m, 1.0);
+    assert_eq!(
+        gw.cache,
+        GatewayCache {
+            enabled: true,
+            ttl_secs: 60,
+            max_entries: 1000
+        }
+    );
+    assert_eq!(
+        cfg.workspaces["dev"].budget,
+        Budget {
+            daily_usd: Some(1.5),
+            monthly_tokens: Some(1_000_000),
+            ..Budget::default()
+        }
+    );
+    let ops = &cfg.workspaces["ops"].budget;
+    assert_eq!((ops.monthly_usd, ops.daily_tokens), (Some(20.0), Some(5)));
+    assert!(ops.has_usd_limit() && !ops.is_unlimited());
+}
+
+/// The commented-out examples in the built-in file are valid once uncommented.
+#[test]
+fn default_config_documents_accounting_keys() {
+    const KEYS: [&str; 13] = [
+        "max_request_bytes:",
+        "prices:",
+        "openai/gpt-4o-mini:",
+        "default: {input_per_1m",
+        "cache:",
+        "enabled:",
+        "ttl_secs:",
+        "max_entries:",
+        "budget:",
+        "daily_usd:",
+        "monthly_usd:",
+        "daily_tokens:",
+        "monthly_tokens:",
+    ];
+    let text: String = DEFAULT_CONFIG
+        .lines()
+        .map(|line| {
+            let indent = line.len() - line.trim_start().len();
+            match line.trim_start().strip_prefix("# ") {
+                Some(rest) if KEYS.iter().any(|k| rest.trim_start().starts_with(k)) => {
+                    format!("{}{rest}\n", &line[..indent])
+                }
+                _ => format!("{line}\n"),
+            }
+        })
+        .collect();
+    assert!(text.contains("\n  cache:\n    enabled: false\n"), "{text}");
+    let cfg = Config::from_str_with_env(&text, Path::new("<uncommented>"), |_| None).unwrap();
+    let gw = &cfg.gateway;
+    assert_eq!(gw.max_request_bytes, Gateway::DEFAULT_MAX_REQUEST_BYTES);
+    assert_eq!(gw.cache, GatewayCache::default());
+    assert_eq!(gw.prices.len(), 2);
+    assert_eq!(gw.prices["openai/gpt-4o-mini"].output_per_1m, 0.6);
+    assert_eq!(
+        cfg.workspaces["default"].budget,
+        Budget {
+            daily_usd: Some(5.0),
+            monthly_usd: Some(50.0),
+            daily_tokens: Some(2_000_000),
+            monthly_tokens: Some(20_000_000),
+        }
+    );
+}
+
+#[test]
+fn accounting_schema_errors() {
+    assert_error(
+        "workspaces:\n  dev:\n    budget: {daily_dollars: 1}\n",
+        3,
+        14,
+        &["unknown key `daily_dollars`", "`daily_usd`"],
+    );
+    assert_error(
+        "workspaces:\n  dev:\n    budget: {daily_tokens: 1.5}\n",
+        3,
+        28,
+        &["wrong type"],
+    );
+    assert_error(
+        "gateway:\n  prices:\n    m: {input_per_1m: 1}\n",
+        3,
+        8,
+        &["missing required key `output_per_1m`"],
+    );
+    assert_error(
+        "gateway:\n  prices:\n    m: {input_per_1m: 1, output_per_1m: 2, cached_per_1m: 0}\n",
+        3,
+        44,
+        &["unknown key `cached_per_1m`"],
+    );
+    assert_error(
+        "gateway:\n  cache: {enabled: yes please}\n",
+        2,
+        20,
+        &["wrong type"],
+    );
+    assert_error(
+        "gateway:\n  cache: {ttl_sec: 5}\n",
+        2,
+        11,
+        &["unknown key `ttl_sec`", "did you mean `ttl_secs`"],
+    );
+}
+
+#[test]
+fn accounting_semantic_errors_have_positions() {
+    for (leaf, column) in [("daily_usd: 0", 14), ("monthly_usd: -2", 14)] {
+        assert_error(
+            &format!("workspaces:\n  dev:\n    budget: {{{leaf}}}\n"),
+            3,
+            column + leaf.find(':').unwrap() + 2,
+            &["must be a positive number of USD"],
+        );
+    }
+    assert_error(
+        "workspaces:\n  dev:\n    budget:\n      daily_usd: 2\n      monthly_tokens: 0\n",
+        5,
+        23,
+        &["monthly_tokens must be a positive number of tokens"],
+    );
+    assert_error(
+        "gateway:\n  prices:\n    openai/x: {input_per_1m: -1, output_per_1m: 2}\n",
+        3,
+        30,
+        &["input_per_1m must be a number of USD per million tokens, 0 or more"],
+    );
+    assert_error(
+        "gateway:\n  prices:\n    \" \": {input_per_1m: 1, output_per_1m: 2}\n",
+        3,
+        5,
+        &["a price key must name"],
+    );
+    assert_error(
+        "gateway:\n  cache:\n    ttl_secs: 0\n",
+        3,
+        15,
+        &["ttl_secs must be between 1 and 2592000"],
+    );
+    assert_error(
+        "gateway:\n  cache: {max_entries: 0}\n",
+        2,
+        24,
+        &["max_entries must be between 1 and 1000000"],
+    );
+    assert_error(
+        "gateway:\n  max_request_bytes: 10\n",
+        2,
+        22,
+        &["max_request_bytes must be between 1024 and 268435456"],
+    );
+}

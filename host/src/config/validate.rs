@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::node::Seg;
-use super::schema::{Config, McpServer, PluginLimits, Workspace};
+use super::schema::{Budget, Config, Gateway, GatewayCache, McpServer, PluginLimits, Workspace};
 
 /// A semantic problem at `path` (the mapping key itself when `at_key`).
 #[derive(Debug)]
@@ -127,6 +127,8 @@ fn gateway(cfg: &Config) -> Check<'_> {
             ));
         }
     }
+    prices(gw)?;
+    gateway_limits(gw)?;
     let known = aliases(cfg);
     let unknown = |alias: &str| {
         format!("unknown model alias `{alias}` (no model_list entry has this model_name)")
@@ -150,6 +152,99 @@ fn gateway(cfg: &Config) -> Check<'_> {
                     return Err(at(item, unknown(target)));
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// `gateway.prices`: non-empty keys, finite non-negative prices.
+fn prices(gw: &Gateway) -> Check<'_> {
+    for (model, price) in &gw.prices {
+        let base = || vec![Key("gateway"), Key("prices"), Key(model.as_str())];
+        if model.trim().is_empty() {
+            return Err(at_key(
+                base(),
+                "a price key must name a `provider/model` or a model alias".into(),
+            ));
+        }
+        for (leaf, value) in [
+            ("input_per_1m", price.input_per_1m),
+            ("output_per_1m", price.output_per_1m),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                let mut p = base();
+                p.push(Key(leaf));
+                return Err(at(
+                    p,
+                    format!("{leaf} must be a number of USD per million tokens, 0 or more"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `gateway.cache` and `gateway.max_request_bytes` ranges.
+fn gateway_limits(gw: &Gateway) -> Check<'_> {
+    let cache = |leaf| vec![Key("gateway"), Key("cache"), Key(leaf)];
+    if !(1..=GatewayCache::MAX_TTL_SECS).contains(&gw.cache.ttl_secs) {
+        return Err(at(
+            cache("ttl_secs"),
+            format!(
+                "ttl_secs must be between 1 and {}",
+                GatewayCache::MAX_TTL_SECS
+            ),
+        ));
+    }
+    if !(1..=GatewayCache::MAX_ENTRIES).contains(&gw.cache.max_entries) {
+        return Err(at(
+            cache("max_entries"),
+            format!(
+                "max_entries must be between 1 and {}",
+                GatewayCache::MAX_ENTRIES
+            ),
+        ));
+    }
+    if !(Gateway::MIN_MAX_REQUEST_BYTES..=Gateway::MAX_MAX_REQUEST_BYTES)
+        .contains(&gw.max_request_bytes)
+    {
+        return Err(at(
+            vec![Key("gateway"), Key("max_request_bytes")],
+            format!(
+                "max_request_bytes must be between {} and {}",
+                Gateway::MIN_MAX_REQUEST_BYTES,
+                Gateway::MAX_MAX_REQUEST_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `workspaces.NAME.budget`: every limit that is set is positive.
+fn budget<'a>(name: &'a str, budget: &Budget) -> Check<'a> {
+    let path = |leaf| vec![Key("workspaces"), Key(name), Key("budget"), Key(leaf)];
+    for (leaf, value) in [
+        ("daily_usd", budget.daily_usd),
+        ("monthly_usd", budget.monthly_usd),
+    ] {
+        if let Some(usd) = value
+            && !(usd.is_finite() && usd > 0.0)
+        {
+            return Err(at(
+                path(leaf),
+                format!("{leaf} must be a positive number of USD"),
+            ));
+        }
+    }
+    for (leaf, value) in [
+        ("daily_tokens", budget.daily_tokens),
+        ("monthly_tokens", budget.monthly_tokens),
+    ] {
+        if value == Some(0) {
+            return Err(at(
+                path(leaf),
+                format!("{leaf} must be a positive number of tokens"),
+            ));
         }
     }
     Ok(())
@@ -210,6 +305,7 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a>
             ));
         }
     }
+    budget(name, &ws.budget)?;
     let mut targets = BTreeSet::new();
     for (i, mount) in ws.mounts.iter().enumerate() {
         let mut p = item("mounts", i);

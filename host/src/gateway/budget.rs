@@ -1,0 +1,1259 @@
+//! Budgets: per-workspace limits on model spend, enforced **before** a call
+//! is dispatched, and the usage ledger behind `pincer gateway usage`.
+//!
+//! A call goes through three steps:
+//! 1. [`Ledger::reserve`] checks, in one write transaction (`BEGIN
+//!    IMMEDIATE`, so concurrent calls in this and other processes
+//!    serialise), that what is spent in the window, plus every outstanding
+//!    reservation, plus this call's [`Estimate`] stays within each limit of
+//!    the workspace's [`Budget`]; if so it records a reservation.
+//! 2. The call is made.
+//! 3. [`Ledger::settle`] replaces the reservation with the actual usage, or
+//!    [`Ledger::release`] drops it when nothing was spent (the call failed).
+//!    A [`Reservation`] dropped without either is released too (the request
+//!    was cancelled), and a reservation left behind by a crashed process
+//!    stops counting after [`RESERVATION_TTL_MS`] (10 minutes).
+//!
+//! Windows are the UTC day and the UTC calendar month. Token limits count
+//! prompt plus completion tokens. Limits are inclusive: spending exactly the
+//! limit is allowed.
+//!
+//! Estimates: the completion part uses the request's `max_tokens` /
+//! `max_completion_tokens` (times `n`), or [`DEFAULT_MAX_COMPLETION_TOKENS`]
+//! when the request sets neither; the prompt part is a deliberately generous
+//! guess from the request text ([`estimate_prompt_tokens`]). A call can only
+//! overspend by the amount its actual usage exceeds its estimate, which the
+//! dispatcher can rule out by sending the reserved `max_tokens` upstream.
+//!
+//! Models without a price: a workspace with a USD limit refuses them
+//! ([`BudgetError::Unpriced`], telling the user to add `gateway.prices`)
+//! instead of guessing; without a USD limit they are recorded with tokens
+//! only.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rusqlite::{Connection, TransactionBehavior, params};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::cost::Price;
+use crate::config::Budget;
+
+/// Completion tokens reserved for a request that sets no `max_tokens`.
+pub const DEFAULT_MAX_COMPLETION_TOKENS: u64 = 4096;
+/// Reservations older than this no longer count (their call crashed).
+pub const RESERVATION_TTL_MS: i64 = 10 * 60 * 1000;
+/// Token counts are capped at this per call when stored (2^40), so sums
+/// cannot overflow.
+const MAX_STORED_TOKENS: u64 = 1 << 40;
+/// Tolerance for comparing USD sums with limits.
+const USD_EPSILON: f64 = 1e-9;
+/// Tokens counted for an inline `data:` URL (an image or a file).
+const DATA_URL_TOKENS: u64 = 1600;
+
+/// What a call may use at most, as reserved before dispatch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub prompt_tokens: u64,
+    pub max_completion_tokens: u64,
+    /// `None` when the model has no price.
+    pub cost_usd: Option<f64>,
+}
+
+impl Estimate {
+    /// An estimate for `prompt_tokens` and at most `max_tokens` completion
+    /// tokens ([`DEFAULT_MAX_COMPLETION_TOKENS`] if `None`), priced at
+    /// `price`.
+    pub fn new(prompt_tokens: u64, max_tokens: Option<u64>, price: Option<Price>) -> Self {
+        let max_completion_tokens = max_tokens.unwrap_or(DEFAULT_MAX_COMPLETION_TOKENS);
+        Estimate {
+            prompt_tokens,
+            max_completion_tokens,
+            cost_usd: price.map(|p| p.cost(prompt_tokens, max_completion_tokens)),
+        }
+    }
+
+    /// The estimate for an OpenAI chat completion or Anthropic messages
+    /// request body: [`estimate_prompt_tokens`], and `max_completion_tokens`
+    /// or `max_tokens` (default [`DEFAULT_MAX_COMPLETION_TOKENS`]) times `n`.
+    pub fn for_request(request: &Value, price: Option<Price>) -> Self {
+        let max_tokens = ["max_completion_tokens", "max_tokens"]
+            .iter()
+            .find_map(|k| request.get(*k).and_then(Value::as_u64));
+        let choices = request.get("n").and_then(Value::as_u64).unwrap_or(1).max(1);
+        let max = max_tokens
+            .unwrap_or(DEFAULT_MAX_COMPLETION_TOKENS)
+            .saturating_mul(choices);
+        Self::new(estimate_prompt_tokens(request), Some(max), price)
+    }
+
+    /// Prompt plus completion tokens.
+    pub fn tokens(&self) -> u64 {
+        self.prompt_tokens
+            .saturating_add(self.max_completion_tokens)
+    }
+}
+
+/// A generous guess of a request's prompt tokens: one token per 4 ASCII
+/// bytes and per non-ASCII character of every string in the body except
+/// `model` and `user` (messages, system prompt, tool definitions), 4 per
+/// array element or object for framing, and [`DATA_URL_TOKENS`] for each
+/// inline `data:` URL (images, files), whatever its length.
+pub fn estimate_prompt_tokens(request: &Value) -> u64 {
+    fn walk(value: &Value) -> u64 {
+        match value {
+            Value::String(s) if s.starts_with("data:") && s.len() > 1024 => DATA_URL_TOKENS,
+            Value::String(s) => {
+                let (ascii, other) = s.chars().fold((0u64, 0u64), |(a, o), c| {
+                    if c.is_ascii() { (a + 1, o) } else { (a, o + 1) }
+                });
+                ascii.div_ceil(4) + other
+            }
+            Value::Array(items) => items.iter().map(|v| 4 + walk(v)).sum(),
+            Value::Object(map) => map.iter().map(|(k, v)| walk_key(k) + walk(v)).sum::<u64>(),
+            Value::Null | Value::Bool(_) | Value::Number(_) => 1,
+        }
+    }
+    fn walk_key(key: &str) -> u64 {
+        (key.len() as u64).div_ceil(4)
+    }
+    match request {
+        Value::Object(map) => map
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "model" | "user"))
+            .map(|(_, v)| walk(v))
+            .sum(),
+        other => walk(other),
+    }
+}
+
+/// What a call actually used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// The limit a call would break.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Limit {
+    DailyUsd(f64),
+    MonthlyUsd(f64),
+    DailyTokens(u64),
+    MonthlyTokens(u64),
+}
+
+impl Limit {
+    /// The key under `workspaces.NAME.budget`.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Limit::DailyUsd(_) => "daily_usd",
+            Limit::MonthlyUsd(_) => "monthly_usd",
+            Limit::DailyTokens(_) => "daily_tokens",
+            Limit::MonthlyTokens(_) => "monthly_tokens",
+        }
+    }
+
+    fn is_usd(&self) -> bool {
+        matches!(self, Limit::DailyUsd(_) | Limit::MonthlyUsd(_))
+    }
+
+    fn is_daily(&self) -> bool {
+        matches!(self, Limit::DailyUsd(_) | Limit::DailyTokens(_))
+    }
+
+    /// `amount` in this limit's unit.
+    fn amount(&self, amount: f64) -> String {
+        if self.is_usd() {
+            format!("${amount:.4}")
+        } else {
+            format!("{amount:.0} tokens")
+        }
+    }
+}
+
+/// `daily_usd 1.00`, `monthly_tokens 100000`.
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Limit::DailyUsd(v) | Limit::MonthlyUsd(v) => write!(f, "{} {v:.2}", self.key()),
+            Limit::DailyTokens(v) | Limit::MonthlyTokens(v) => write!(f, "{} {v}", self.key()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum BudgetError {
+    /// The call could go over `limit`: `spent` (spent plus reserved in the
+    /// window) + `requested` (this call's estimate) > the limit.
+    Exceeded {
+        workspace: String,
+        limit: Limit,
+        spent: f64,
+        requested: f64,
+    },
+    /// The workspace has a USD limit and the model has no price.
+    Unpriced { workspace: String, model: String },
+    /// The ledger could not be read or written; the call is refused.
+    Storage(String),
+}
+
+impl fmt::Display for BudgetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BudgetError::Exceeded {
+                workspace,
+                limit,
+                spent,
+                requested,
+            } => {
+                let (window, reset) = if limit.is_daily() {
+                    ("today", "the next UTC day")
+                } else {
+                    ("this month", "the next UTC month")
+                };
+                write!(
+                    f,
+                    "budget exceeded for workspace `{workspace}`: limit {limit}; {} spent or \
+                     reserved {window} (UTC), and this call may use up to {}. Wait for {reset} \
+                     or raise workspaces.{workspace}.budget.{}",
+                    limit.amount(*spent),
+                    limit.amount(*requested),
+                    limit.key()
+                )
+            }
+            BudgetError::Unpriced { workspace, model } => write!(
+                f,
+                "model `{model}` has no known price and workspace `{workspace}` has a USD \
+                 budget, so the call is refused: add a price under gateway.prices, e.g. \
+                 \"{model}\": {{input_per_1m: 1.00, output_per_1m: 2.00}} (USD per million \
+                 tokens)"
+            ),
+            BudgetError::Storage(e) => write!(f, "budget ledger: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BudgetError {}
+
+impl From<rusqlite::Error> for BudgetError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Storage(e.to_string())
+    }
+}
+
+impl BudgetError {
+    /// HTTP status and OpenAI-style error body:
+    /// `Exceeded` is 429 `budget_exceeded`; `Unpriced` is 400
+    /// `model_price_unknown`; `Storage` is 503 `budget_unavailable` (details
+    /// are for the log, not the client).
+    pub fn to_openai_error(&self) -> (u16, Value) {
+        let (status, kind, code, message) = match self {
+            BudgetError::Exceeded { .. } => {
+                (429, "budget_exceeded", "budget_exceeded", self.to_string())
+            }
+            BudgetError::Unpriced { .. } => (
+                400,
+                "invalid_request_error",
+                "model_price_unknown",
+                self.to_string(),
+            ),
+            BudgetError::Storage(_) => (
+                503,
+                "server_error",
+                "budget_unavailable",
+                "the budget ledger is unavailable, so the call was refused; see the pincer log"
+                    .to_owned(),
+            ),
+        };
+        (
+            status,
+            json!({"error": {"message": message, "type": kind, "code": code, "param": null}}),
+        )
+    }
+}
+
+/// A reservation made by [`Ledger::reserve`]. Settle or release it; if it
+/// is dropped instead, it is released.
+pub struct Reservation {
+    /// `None` for a workspace without limits (nothing is reserved).
+    id: Option<i64>,
+    workspace: String,
+    model: String,
+    estimate: Estimate,
+    ledger: Arc<Ledger>,
+}
+
+impl Reservation {
+    pub fn workspace(&self) -> &str {
+        &self.workspace
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    pub fn estimate(&self) -> &Estimate {
+        &self.estimate
+    }
+}
+
+impl fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("id", &self.id)
+            .field("workspace", &self.workspace)
+            .field("model", &self.model)
+            .field("estimate", &self.estimate)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take()
+            && let Err(e) = self.ledger.delete_reservation(id)
+        {
+            tracing::warn!(
+                workspace = %self.workspace,
+                "cannot release a budget reservation (it expires in 10 minutes): {e}"
+            );
+        }
+    }
+}
+
+/// Usage of one workspace, day and model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageRow {
+    pub workspace: String,
+    /// UTC, `YYYY-MM-DD`.
+    pub day: String,
+    pub model: String,
+    pub calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Sum over the priced calls.
+    pub cost_usd: f64,
+    pub cached_calls: u64,
+    /// Calls of a model without a price (not in `cost_usd`).
+    pub unpriced_calls: u64,
+}
+
+/// What counts against a workspace's limits right now.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Spend {
+    pub day_usd: f64,
+    pub day_tokens: u64,
+    pub month_usd: f64,
+    pub month_tokens: u64,
+    /// Outstanding reservations (included in neither of the above).
+    pub reserved_usd: f64,
+    pub reserved_tokens: u64,
+}
+
+type Clock = Box<dyn Fn() -> i64 + Send + Sync>;
+
+/// The budget ledger, in the host database.
+pub struct Ledger {
+    conn: Mutex<Connection>,
+    clock: Clock,
+}
+
+impl Ledger {
+    pub fn open(path: &Path) -> rusqlite::Result<Arc<Self>> {
+        Self::open_with_clock(path, crate::db::now_ms)
+    }
+
+    /// Like [`Self::open`], reading the time (ms since the epoch) from
+    /// `clock`; for tests of windows and expiry.
+    pub fn open_with_clock(
+        path: &Path,
+        clock: impl Fn() -> i64 + Send + Sync + 'static,
+    ) -> rusqlite::Result<Arc<Self>> {
+        let conn = crate::db::open(path)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS gateway_usage (
+                id INTEGER PRIMARY KEY,
+                workspace TEXT NOT NULL,
+                ts_ms INTEGER NOT NULL,
+                day TEXT NOT NULL,
+                model TEXT NOT NULL,
+                deployment TEXT NOT NULL,
+                prompt_tokens INTEGER NOT NULL,
+                completion_tokens INTEGER NOT NULL,
+                cost_usd REAL,
+                cached INTEGER NOT NULL
+            );
+            CREATE INDEX IF NOT EXISTS gateway_usage_by_day ON gateway_usage (workspace, day);
+            CREATE TABLE IF NOT EXISTS gateway_reservations (
+                id INTEGER PRIMARY KEY,
+                workspace TEXT NOT NULL,
+                created_ms INTEGER NOT NULL,
+                model TEXT NOT NULL,
+                tokens INTEGER NOT NULL,
+                cost_usd REAL
+            );
+            CREATE INDEX IF NOT EXISTS gateway_reservations_by_workspace
+                ON gateway_reservations (workspace, created_ms);",
+        )?;
+        Ok(Arc::new(Self {
+            conn: Mutex::new(conn),
+            clock: Box::new(clock),
+        }))
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Connection>, BudgetError> {
+        self.conn
+            .lock()
+            .map_err(|_| BudgetError::Storage("ledger lock poisoned".into()))
+    }
+
+    /// Reserves `estimate` for a call of `model` by `workspace`, or says
+    /// which limit it could break. A workspace without limits reserves
+    /// nothing (and touches no storage).
+    ///
+    /// # Errors
+    /// [`BudgetError::Exceeded`], [`BudgetError::Unpriced`] (a USD limit and
+    /// no `estimate.cost_usd`), [`BudgetError::Storage`].
+    pub fn reserve(
+        self: &Arc<Self>,
+        workspace: &str,
+        budget: &Budget,
+        model: &str,
+        estimate: Estimate,
+    ) -> Result<Reservation, BudgetError> {
+        let estimate = Estimate {
+            cost_usd: valid_cost(estimate.cost_usd),
+            ..estimate
+        };
+        let mut reservation = Reservation {
+            id: None,
+            workspace: workspace.to_owned(),
+            model: model.to_owned(),
+            estimate,
+            ledger: Arc::clone(self),
+        };
+        if budget.is_unlimited() {
+            return Ok(reservation);
+        }
+        if budget.has_usd_limit() && estimate.cost_usd.is_none() {
+            return Err(BudgetError::Unpriced {
+                workspace: workspace.to_owned(),
+                model: model.to_owned(),
+            });
+        }
+        let now = (self.clock)();
+        let requested_usd = estimate.cost_usd.unwrap_or(0.0);
+        let requested_tokens = estimate.tokens().min(MAX_STORED_TOKENS);
+        let mut conn = self.lock()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "DELETE FROM gateway_reservations WHERE created_ms <= ?1",
+            params![now - RESERVATION_TTL_MS],
+        )?;
+        let spend = spend_at(&tx, workspace, now)?;
+        let checks = [
+            budget.daily_usd.map(|l| {
+                (
+                    Limit::DailyUsd(l),
+                    l,
+                    spend.day_usd + spend.reserved_usd,
+                    requested_usd,
+                )
+            }),
+            budget.monthly_usd.map(|l| {
+                (
+                    Limit::MonthlyUsd(l),
+                    l,
+                    spend.month_usd + spend.reserved_usd,
+                    requested_usd,
+                )
+            }),
+            budget.daily_tokens.map(|l| {
+                (
+                    Limit::DailyTokens(l),
+                    l as f64,
+                    (spend.day_tokens + spend.reserved_tokens) as f64,
+                    requested_tokens as f64,
+                )
+            }),
+            budget.monthly_tokens.map(|l| {
+                (
+                    Limit::MonthlyTokens(l),
+                    l as f64,
+                    (spend.month_tokens + spend.reserved_tokens) as f64,
+                    requested_tokens as f64,
+                )
+            }),
+        ];
+        for (limit, max, spent, requested) in checks.into_iter().flatten() {
+            let slack = if limit.is_usd() { USD_EPSILON } else { 0.0 };
+            if spent + requested > max + slack {
+                return Err(BudgetError::Exceeded {
+                    workspace: workspace.to_owned(),
+                    limit,
+                    spent,
+                    requested,
+                });
+            }
+        }
+        tx.execute(
+            "INSERT INTO gateway_reservations (workspace, created_ms, model, tokens, cost_usd)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                workspace,
+                now,
+                model,
+                to_i64(requested_tokens),
+                estimate.cost_usd
+            ],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.commit()?;
+        reservation.id = Some(id);
+        Ok(reservation)
+    }
+
+    /// Replaces `reservation` with what the call used. `model` is the
+    /// reservation's (as requested, usually the alias); `deployment` names
+    /// what answered. If `cost_usd` is `None` (no price for the deployment
+    /// that answered) but the reservation was priced, its estimate is
+    /// recorded as the cost, so USD budgets stay conservative.
+    ///
+    /// # Errors
+    /// Storage failures; the reservation then stays until it expires.
+    pub fn settle(
+        &self,
+        mut reservation: Reservation,
+        actual: Usage,
+        cost_usd: Option<f64>,
+        deployment: &str,
+        cached: bool,
+    ) -> Result<(), BudgetError> {
+        let id = reservation.id.take();
+        let cost = valid_cost(cost_usd).or(reservation.estimate.cost_usd);
+        let mut conn = self.lock()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if let Some(id) = id {
+            tx.execute(
+                "DELETE FROM gateway_reservations WHERE id = ?1",
+                params![id],
+            )?;
+        }
+        self.insert_usage(
+            &tx,
+            &reservation.workspace,
+            &reservation.model,
+            deployment,
+            actual,
+            cost,
+            cached,
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Drops `reservation`: the call failed and nothing was spent.
+    ///
+    /// # Errors
+    /// Storage failures; the reservation then stays until it expires.
+    pub fn release(&self, mut reservation: Reservation) -> Result<(), BudgetError> {
+        match reservation.id.take() {
+            Some(id) => self.delete_reservation(id),
+            None => Ok(()),
+        }
+    }
+
+    /// Records usage that needed no reservation (a cache hit, say).
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub fn record(
+        &self,
+        workspace: &str,
+        model: &str,
+        deployment: &str,
+        actual: Usage,
+        cost_usd: Option<f64>,
+        cached: bool,
+    ) -> Result<(), BudgetError> {
+        let conn = self.lock()?;
+        self.insert_usage(
+            &conn,
+            workspace,
+            model,
+            deployment,
+            actual,
+            valid_cost(cost_usd),
+            cached,
+        )
+    }
+
+    /// Usage by workspace, UTC day and model (ordered so), for one
+    /// workspace or all.
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub fn usage(&self, workspace: Option<&str>) -> Result<Vec<UsageRow>, BudgetError> {
+        let conn = self.lock()?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT workspace, day, model, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens),
+                    TOTAL(cost_usd), SUM(cached), SUM(cost_usd IS NULL)
+             FROM gateway_usage WHERE ?1 IS NULL OR workspace = ?1
+             GROUP BY workspace, day, model ORDER BY workspace, day, model",
+        )?;
+        let rows = stmt
+            .query_map(params![workspace], |r| {
+                Ok(UsageRow {
+                    workspace: r.get(0)?,
+                    day: r.get(1)?,
+                    model: r.get(2)?,
+                    calls: to_u64(r.get(3)?),
+                    prompt_tokens: to_u64(r.get(4)?),
+                    completion_tokens: to_u64(r.get(5)?),
+                    cost_usd: r.get(6)?,
+                    cached_calls: to_u64(r.get(7)?),
+                    unpriced_calls: to_u64(r.get(8)?),
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// What counts against `workspace`'s limits now.
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub fn spend(&self, workspace: &str) -> Result<Spend, BudgetError> {
+        let now = (self.clock)();
+        let conn = self.lock()?;
+        spend_at(&conn, workspace, now)
+    }
+
+    fn delete_reservation(&self, id: i64) -> Result<(), BudgetError> {
+        self.lock()?.execute(
+            "DELETE FROM gateway_reservations WHERE id = ?1",
+            params![id],
+        )?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert_usage(
+        &self,
+        conn: &Connection,
+        workspace: &str,
+        model: &str,
+        deployment: &str,
+        actual: Usage,
+        cost_usd: Option<f64>,
+        cached: bool,
+    ) -> Result<(), BudgetError> {
+        let now = (self.clock)();
+        conn.execute(
+            "INSERT INTO gateway_usage (workspace, ts_ms, day, model, deployment,
+                 prompt_tokens, completion_tokens, cost_usd, cached)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                workspace,
+                now,
+                utc_day(now),
+                model,
+                deployment,
+                to_i64(actual.prompt_tokens),
+                to_i64(actual.completion_tokens),
+                cost_usd,
+                cached
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// Spent today and this month (UTC) and outstanding reservations, at `now`.
+fn spend_at(conn: &Connection, workspace: &str, now: i64) -> Result<Spend, BudgetError> {
+    let day = utc_day(now);
+    let month = &day[..7];
+    let (month_first, month_last) = (format!("{month}-01"), format!("{month}-31"));
+    // TOTAL() is a float and never overflows
+    let window = |from: &str, to: &str| -> rusqlite::Result<(f64, f64)> {
+        conn.prepare_cached(
+            "SELECT TOTAL(cost_usd), TOTAL(prompt_tokens + completion_tokens)
+             FROM gateway_usage WHERE workspace = ?1 AND day BETWEEN ?2 AND ?3",
+        )?
+        .query_row(params![workspace, from, to], |r| Ok((r.get(0)?, r.get(1)?)))
+    };
+    let (day_usd, day_tokens) = window(&day, &day)?;
+    let (month_usd, month_tokens) = window(&month_first, &month_last)?;
+    let (reserved_usd, reserved_tokens): (f64, f64) = conn
+        .prepare_cached(
+            "SELECT TOTAL(cost_usd), TOTAL(tokens) FROM gateway_reservations
+             WHERE workspace = ?1 AND created_ms > ?2",
+        )?
+        .query_row(params![workspace, now - RESERVATION_TTL_MS], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    Ok(Spend {
+        day_usd,
+        day_tokens: float_tokens(day_tokens),
+        month_usd,
+        month_tokens: float_tokens(month_tokens),
+        reserved_usd,
+        reserved_tokens: float_tokens(reserved_tokens),
+    })
+}
+
+/// Finite, non-negative costs only; anything else is "unknown".
+fn valid_cost(cost: Option<f64>) -> Option<f64> {
+    cost.filter(|c| c.is_finite() && *c >= 0.0)
+}
+
+fn to_i64(tokens: u64) -> i64 {
+    i64::try_from(tokens.min(MAX_STORED_TOKENS)).unwrap_or(i64::MAX)
+}
+
+fn to_u64(n: Option<i64>) -> u64 {
+    n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0)
+}
+
+fn float_tokens(total: f64) -> u64 {
+    // saturating float-to-int conversion
+    total.max(0.0) as u64
+}
+
+/// The UTC date of `ms` since the epoch, `YYYY-MM-DD`.
+pub fn utc_day(ms: i64) -> String {
+    let (y, m, d) = civil_from_days(ms.div_euclid(86_400_000));
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (
+        year,
+        u32::try_from(month).unwrap_or(1),
+        u32::try_from(day).unwrap_or(1),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Barrier;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use super::*;
+
+    /// 2025-03-14T12:00:00Z
+    const T0: i64 = 1_741_953_600_000;
+    const DAY: i64 = 86_400_000;
+
+    fn ledger() -> (tempfile::TempDir, Arc<Ledger>, Arc<AtomicI64>) {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Arc::new(AtomicI64::new(T0));
+        let clock = Arc::clone(&now);
+        let ledger = Ledger::open_with_clock(&dir.path().join("b.db"), move || {
+            clock.load(Ordering::SeqCst)
+        })
+        .unwrap();
+        (dir, ledger, now)
+    }
+
+    fn usd(cost: f64) -> Estimate {
+        Estimate {
+            prompt_tokens: 10,
+            max_completion_tokens: 10,
+            cost_usd: Some(cost),
+        }
+    }
+
+    fn tokens(n: u64) -> Estimate {
+        Estimate {
+            prompt_tokens: n / 2,
+            max_completion_tokens: n - n / 2,
+            cost_usd: None,
+        }
+    }
+
+    const USED: Usage = Usage {
+        prompt_tokens: 5,
+        completion_tokens: 5,
+    };
+
+    #[test]
+    fn dates() {
+        assert_eq!(utc_day(0), "1970-01-01");
+        assert_eq!(utc_day(-1), "1969-12-31");
+        assert_eq!(utc_day(T0), "2025-03-14");
+        assert_eq!(utc_day(951_782_400_000), "2000-02-29");
+        assert_eq!(utc_day(1_709_251_199_999), "2024-02-29");
+        assert_eq!(utc_day(1_709_251_200_000), "2024-03-01");
+        assert_eq!(utc_day(4_102_444_800_000), "2100-01-01");
+    }
+
+    fn concurrent(ledger: &Arc<Ledger>, budget: Budget, estimate: Estimate) -> Vec<Reservation> {
+        let barrier = Arc::new(Barrier::new(50));
+        let handles: Vec<_> = (0..50)
+            .map(|_| {
+                let (ledger, barrier) = (Arc::clone(ledger), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    ledger.reserve("dev", &budget, "default", estimate)
+                })
+            })
+            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let mut granted = Vec::new();
+        for result in results {
+            match result {
+                Ok(r) => granted.push(r),
+                Err(BudgetError::Exceeded { .. }) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        granted
+    }
+
+    #[test]
+    fn fifty_concurrent_usd_reservations_allow_exactly_ten_then_settling_frees_room() {
+        let (_dir, ledger, _) = ledger();
+        let budget = Budget {
+            daily_usd: Some(1.0),
+            ..Budget::default()
+        };
+        let granted = concurrent(&ledger, budget, usd(0.1));
+        assert_eq!(granted.len(), 10);
+        assert!(matches!(
+            ledger.reserve("dev", &budget, "default", usd(0.1)),
+            Err(BudgetError::Exceeded { .. })
+        ));
+        // each call cost half its estimate
+        for r in granted {
+            ledger
+                .settle(r, USED, Some(0.05), "openai/gpt-4o-mini", false)
+                .unwrap();
+        }
+        let spend = ledger.spend("dev").unwrap();
+        assert!((spend.day_usd - 0.5).abs() < 1e-9, "{spend:?}");
+        assert_eq!(spend.reserved_tokens, 0);
+        let more = concurrent(&ledger, budget, usd(0.1));
+        assert_eq!(more.len(), 5);
+    }
+
+    #[test]
+    fn fifty_concurrent_token_reservations_allow_exactly_ten() {
+        let (_dir, ledger, _) = ledger();
+        let budget = Budget {
+            daily_tokens: Some(1000),
+            ..Budget::default()
+        };
+        let granted = concurrent(&ledger, budget, tokens(100));
+        assert_eq!(granted.len(), 10);
+        let spend = ledger.spend("dev").unwrap();
+        assert_eq!(spend.reserved_tokens, 1000);
+        // another workspace has its own budget
+        ledger
+            .reserve("other", &budget, "default", tokens(1000))
+            .unwrap();
+        // settle with fewer tokens than reserved: room for 9 more
+        for r in granted {
+            ledger
+                .settle(r, USED, None, "ollama/llama3.2", false)
+                .unwrap();
+        }
+        assert_eq!(ledger.spend("dev").unwrap().day_tokens, 100);
+        assert_eq!(concurrent(&ledger, budget, tokens(100)).len(), 9);
+    }
+
+    #[test]
+    fn spend_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.db");
+        let budget = Budget {
+            monthly_usd: Some(1.0),
+            ..Budget::default()
+        };
+        {
+            let ledger = Ledger::open(&path).unwrap();
+            let r = ledger.reserve("dev", &budget, "m", usd(0.9)).unwrap();
+            ledger
+                .settle(r, USED, Some(0.9), "openai/x", false)
+                .unwrap();
+        }
+        let ledger = Ledger::open(&path).unwrap();
+        let err = ledger.reserve("dev", &budget, "m", usd(0.2)).unwrap_err();
+        assert!(
+            matches!(err, BudgetError::Exceeded { limit: Limit::MonthlyUsd(_), spent, .. } if (spent - 0.9).abs() < 1e-9),
+            "{err:?}"
+        );
+        ledger.reserve("dev", &budget, "m", usd(0.1)).unwrap();
+        assert_eq!(ledger.usage(Some("dev")).unwrap()[0].calls, 1);
+    }
+
+    #[test]
+    fn daily_and_monthly_windows() {
+        let (_dir, ledger, now) = ledger();
+        let budget = Budget {
+            daily_usd: Some(0.6),
+            monthly_usd: Some(1.0),
+            ..Budget::default()
+        };
+        let spend = |cost: f64| {
+            let r = ledger.reserve("dev", &budget, "m", usd(cost)).unwrap();
+            ledger.settle(r, USED, Some(cost), "d", false).unwrap();
+        };
+        spend(0.5);
+        let err = ledger.reserve("dev", &budget, "m", usd(0.2)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BudgetError::Exceeded {
+                    limit: Limit::DailyUsd(_),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        // next UTC day: the daily window is fresh
+        now.store(T0 + DAY, Ordering::SeqCst);
+        spend(0.2);
+        spend(0.2);
+        // 0.9 this month: 0.4 more fits the day, not the month
+        now.store(T0 + 2 * DAY, Ordering::SeqCst);
+        let err = ledger.reserve("dev", &budget, "m", usd(0.4)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BudgetError::Exceeded {
+                    limit: Limit::MonthlyUsd(_),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        spend(0.1);
+        // exactly at the limit: nothing more, not even a cent
+        assert!(ledger.reserve("dev", &budget, "m", usd(0.01)).is_err());
+        // next month (2025-04-01)
+        now.store(T0 + 18 * DAY, Ordering::SeqCst);
+        assert_eq!(utc_day(T0 + 18 * DAY), "2025-04-01");
+        spend(0.6);
+        let days: Vec<String> = ledger
+            .usage(Some("dev"))
+            .unwrap()
+            .into_iter()
+            .map(|r| r.day)
+            .collect();
+        assert_eq!(
+            days,
+            ["2025-03-14", "2025-03-15", "2025-03-16", "2025-04-01"]
+        );
+    }
+
+    #[test]
+    fn token_budgets() {
+        let (_dir, ledger, now) = ledger();
+        let budget = Budget {
+            daily_tokens: Some(500),
+            monthly_tokens: Some(800),
+            ..Budget::default()
+        };
+        let r = ledger.reserve("dev", &budget, "m", tokens(400)).unwrap();
+        let used = Usage {
+            prompt_tokens: 150,
+            completion_tokens: 250,
+        };
+        ledger.settle(r, used, None, "d", false).unwrap();
+        let err = ledger
+            .reserve("dev", &budget, "m", tokens(101))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            BudgetError::Exceeded {
+                workspace: "dev".into(),
+                limit: Limit::DailyTokens(500),
+                spent: 400.0,
+                requested: 101.0,
+            }
+        );
+        ledger.reserve("dev", &budget, "m", tokens(100)).unwrap();
+        now.store(T0 + DAY, Ordering::SeqCst);
+        let err = ledger
+            .reserve("dev", &budget, "m", tokens(401))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BudgetError::Exceeded {
+                    limit: Limit::MonthlyTokens(800),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        // a USD budget is not needed for unpriced models with token limits
+        ledger.reserve("dev", &budget, "m", tokens(400)).unwrap();
+    }
+
+    #[test]
+    fn unpriced_models_are_refused_only_under_usd_limits() {
+        let (_dir, ledger, _) = ledger();
+        let usd_budget = Budget {
+            daily_usd: Some(1.0),
+            ..Budget::default()
+        };
+        let err = ledger
+            .reserve("dev", &usd_budget, "mystery/model", tokens(10))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            BudgetError::Unpriced {
+                workspace: "dev".into(),
+                model: "mystery/model".into()
+            }
+        );
+        let shown = err.to_string();
+        assert!(shown.contains("gateway.prices"), "{shown}");
+        assert!(
+            shown.contains("\"mystery/model\": {input_per_1m"),
+            "{shown}"
+        );
+        let (status, body) = err.to_openai_error();
+        assert_eq!(status, 400);
+        assert_eq!(body["error"]["code"], "model_price_unknown");
+        // NaN is no price either
+        assert!(matches!(
+            ledger.reserve("dev", &usd_budget, "m", usd(f64::NAN)),
+            Err(BudgetError::Unpriced { .. })
+        ));
+        // no limits: allowed and recorded with tokens only
+        let r = ledger
+            .reserve("dev", &Budget::default(), "mystery/model", tokens(10))
+            .unwrap();
+        ledger
+            .settle(r, USED, None, "mystery/model", false)
+            .unwrap();
+        let rows = ledger.usage(None).unwrap();
+        assert_eq!((rows[0].unpriced_calls, rows[0].cost_usd), (1, 0.0));
+    }
+
+    #[test]
+    fn released_dropped_and_expired_reservations_stop_counting() {
+        let (_dir, ledger, now) = ledger();
+        let budget = Budget {
+            daily_usd: Some(1.0),
+            ..Budget::default()
+        };
+        let r = ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
+        assert!(ledger.reserve("dev", &budget, "m", usd(0.5)).is_err());
+        ledger.release(r).unwrap();
+        let r = ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
+        drop(r); // e.g. the client went away mid-call
+        let r = ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
+        std::mem::forget(r); // a crash: the row stays behind
+        assert!(ledger.reserve("dev", &budget, "m", usd(0.5)).is_err());
+        now.store(T0 + RESERVATION_TTL_MS - 1, Ordering::SeqCst);
+        assert!(ledger.reserve("dev", &budget, "m", usd(0.5)).is_err());
+        now.store(T0 + RESERVATION_TTL_MS, Ordering::SeqCst);
+        ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
+        assert!(ledger.usage(None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn settling_an_unknown_cost_keeps_the_estimate() {
+        let (_dir, ledger, _) = ledger();
+        let budget = Budget {
+            daily_usd: Some(1.0),
+            ..Budget::default()
+        };
+        // the priced deployment failed over to an unpriced one
+        let r = ledger.reserve("dev", &budget, "m", usd(0.7)).unwrap();
+        ledger
+            .settle(r, USED, None, "vllm/unpriced", false)
+            .unwrap();
+        assert!((ledger.spend("dev").unwrap().day_usd - 0.7).abs() < 1e-9);
+        assert!(ledger.reserve("dev", &budget, "m", usd(0.4)).is_err());
+    }
+
+    #[test]
+    fn exceeded_error_is_clear_and_openai_shaped() {
+        let err = BudgetError::Exceeded {
+            workspace: "dev".into(),
+            limit: Limit::DailyUsd(1.0),
+            spent: 0.95,
+            requested: 0.1,
+        };
+        let shown = err.to_string();
+        for needle in [
+            "budget exceeded for workspace `dev`",
+            "daily_usd 1.00",
+            "$0.9500 spent or reserved today (UTC)",
+            "up to $0.1000",
+            "workspaces.dev.budget.daily_usd",
+        ] {
+            assert!(shown.contains(needle), "{needle:?} missing from {shown}");
+        }
+        let (status, body) = err.to_openai_error();
+        assert_eq!(status, 429);
+        assert_eq!(body["error"]["type"], "budget_exceeded");
+        assert_eq!(body["error"]["code"], "budget_exceeded");
+        assert_eq!(body["error"]["message"], shown);
+        let tokens = BudgetError::Exceeded {
+            workspace: "dev".into(),
+            limit: Limit::MonthlyTokens(1000),
+            spent: 900.0,
+            requested: 4196.0,
+        };
+        let shown = tokens.to_string();
+        assert!(shown.contains("monthly_tokens 1000"), "{shown}");
+        assert!(
+            shown.contains("900 tokens spent or reserved this month"),
+            "{shown}"
+        );
+        assert!(shown.contains("next UTC month"), "{shown}");
+        let (status, body) = BudgetError::Storage("disk I/O error".into()).to_openai_error();
+        assert_eq!(status, 503);
+        assert!(!body.to_string().contains("disk"));
+    }
+
+    #[test]
+    fn usage_groups_by_workspace_day_and_model() {
+        let (_dir, ledger, now) = ledger();
+        let none = Budget::default();
+        let call = |ws: &str, model: &str, cost: Option<f64>, cached: bool| {
+            let r = ledger.reserve(ws, &none, model, usd(0.0)).unwrap();
+            let used = Usage {
+                prompt_tokens: 10,
+                completion_tokens: 20,
+            };
+            ledger.settle(r, used, cost, "dep", cached).unwrap();
+        };
+        call("dev", "a", Some(0.25), false);
+        call("dev", "a", Some(0.25), false);
+        ledger
+            .record("dev", "a", "cache", USED, Some(0.0), true)
+            .unwrap();
+        call("dev", "b", Some(1.0), false);
+        call("ops", "a", Some(2.0), false);
+        now.store(T0 + DAY, Ordering::SeqCst);
+        call("dev", "a", Some(0.5), false);
+        let rows = ledger.usage(Some("dev")).unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            rows[0],
+            UsageRow {
+                workspace: "dev".into(),
+                day: "2025-03-14".into(),
+                model: "a".into(),
+                calls: 3,
+                prompt_tokens: 25,
+                completion_tokens: 45,
+                cost_usd: 0.5,
+                cached_calls: 1,
+                unpriced_calls: 0,
+            }
+        );
+        assert_eq!((rows[1].model.as_str(), rows[1].cost_usd), ("b", 1.0));
+        assert_eq!(rows[2].day, "2025-03-15");
+        let all = ledger.usage(None).unwrap();
+        assert_eq!(all.len(), 4);
+        assert_eq!(all[3].workspace, "ops");
+        assert!(ledger.usage(Some("nobody")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn unlimited_workspaces_reserve_nothing() {
+        let (_dir, ledger, _) = ledger();
+        let r = ledger
+            .reserve("dev", &Budget::default(), "m", usd(1e9))
+            .unwrap();
+        assert_eq!(ledger.spend("dev").unwrap(), Spend::default());
+        assert_eq!(r.workspace(), "dev");
+        assert_eq!(r.model(), "m");
+        ledger.release(r).unwrap();
+    }
+
+    #[test]
+    fn estimates() {
+        let price = Price {
+            input_per_1m: 1.0,
+            output_per_1m: 2.0,
+        };
+        let e = Estimate::new(1000, None, Some(price));
+        assert_eq!(e.max_completion_tokens, DEFAULT_MAX_COMPLETION_TOKENS);
+        assert_eq!(e.tokens(), 1000 + 4096);
+        assert!((e.cost_usd.unwrap() - (0.001 + 2.0 * 4096.0 / 1e6)).abs() < 1e-12);
+        assert_eq!(Estimate::new(1, Some(5), None).cost_usd, None);
+
+        let request = json!({
+            "model": "default",
+            "messages": [{"role": "user", "content": "Hello there, how are you today?"}],
+        });
+        let e = Estimate::for_request(&request, None);
+        assert_eq!(e.max_completion_tokens, 4096);
+        // 31 ASCII chars -> 8, plus framing and keys; well above the ~8 real tokens
+        assert!((10..60).contains(&e.prompt_tokens), "{e:?}");
+        let request = json!({"messages": [], "max_tokens": 100, "n": 3});
+        assert_eq!(
+            Estimate::for_request(&request, None).max_completion_tokens,
+            300
+        );
+        let request = json!({"messages": [], "max_completion_tokens": 50, "max_tokens": 100});
+        assert_eq!(
+            Estimate::for_request(&request, None).max_completion_tokens,
+            50
+        );
+        let huge = json!({"messages": [], "max_tokens": u64::MAX, "n": 2});
+        assert_eq!(Estimate::for_request(&huge, None).tokens(), u64::MAX);
+    }
+
+    #[test]
+    fn prompt_token_guesses() {
+        let chinese = json!({"messages": [{"role": "user", "content": "你好，世界"}]});
+        let english = json!({"messages": [{"role": "user", "content": "hello"}]});
+        assert!(estimate_prompt_tokens(&chinese) >= estimate_prompt_tokens(&english) + 3);
+        let image = format!("data:image/png;base64,{}", "A".repeat(1_000_000));
+        let with_image = json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": image}}
+        ]}]});
+        let guess = estimate_prompt_tokens(&with_image);
+        assert!(
+            (DATA_URL_TOKENS..DATA_URL_TOKENS + 100).contains(&guess),
+            "{guess}"
+        );
+        assert_eq!(
+            estimate_prompt_tokens(&json!({"model": "x".repeat(400), "user": "y".repeat(400)})),
+            0
+        );
+    }
+
+    #[test]
+    fn huge_estimates_are_refused_not_overflowed() {
+        let (_dir, ledger, _) = ledger();
+        let budget = Budget {
+            daily_tokens: Some(u64::MAX),
+            ..Budget::default()
+        };
+        let e = Estimate {
+            prompt_tokens: u64::MAX,
+            max_completion_tokens: u64::MAX,
+            cost_usd: None,
+        };
+        // capped when stored, so sums never overflow
+        for _ in 0..3 {
+            std::mem::forget(ledger.reserve("dev", &budget, "m", e).unwrap());
+        }
+        assert_eq!(ledger.spend("dev").unwrap().reserved_tokens, 3 << 40);
+    }
+}

@@ -1,0 +1,61 @@
+//! The LLM routing core of the gateway (library only; the HTTP server, keys,
+//! budgets and the CLI build on it).
+//!
+//! - One internal shape: OpenAI Chat Completions JSON. [`LlmRouter::chat`]
+//!   takes an OpenAI request whose `model` is an alias of
+//!   `gateway.model_list`, and answers with an OpenAI `chat.completion` or a
+//!   stream of `chat.completion.chunk`s, whatever the provider.
+//! - Providers, named litellm-style: `openai/…`, `openai_compatible/…`
+//!   (`api_base` required), `ollama/…` (its OpenAI-compatible endpoint) and
+//!   `anthropic/…` (Messages API, translated both ways, streamed or not).
+//! - The gateway's own Anthropic-style endpoint translates with
+//!   [`anthropic_request_to_openai`], [`openai_response_to_anthropic`] and
+//!   [`openai_stream_to_anthropic`].
+//! - Reliability (timeouts, retries, failover, cooldown, routing strategies):
+//!   see [`LlmRouter`]. A stream that breaks after its first chunk ends with an
+//!   [`LlmError::StreamInterrupted`] item: the client has already seen part
+//!   of the answer, so it cannot be replayed invisibly from another deployment.
+//! - Provider keys only go into the outgoing `Authorization` / `x-api-key`
+//!   header. Errors carry redacted upstream messages only; the server must
+//!   pass every upstream body through [`LlmRouter::redact`] (or
+//!   [`redact_secrets`]) before it reaches a container.
+
+mod anthropic;
+mod balance;
+mod error;
+mod openai;
+mod provider;
+mod redact;
+mod router;
+mod sse;
+mod stream;
+mod translate;
+mod types;
+
+#[cfg(test)]
+mod tests;
+
+pub use anthropic::{DEFAULT_MAX_TOKENS, JSON_MODE_INSTRUCTION};
+pub use error::LlmError;
+pub use provider::{ANTHROPIC_VERSION, Provider};
+pub use redact::{REDACTED, contains_key_format, redact_secrets};
+pub use router::{BACKOFF_BASE, BACKOFF_CAP, DEFAULT_COOLDOWN, LlmRouter, MAX_COOLDOWN};
+pub use sse::{OPENAI_SSE_DONE, openai_sse_data};
+pub use translate::{
+    AnthropicEvent, OpenAiToAnthropicStream, anthropic_request_to_openai,
+    openai_response_to_anthropic, openai_stream_to_anthropic,
+};
+pub use types::{ChatOutcome, DeploymentId, Usage};
+
+/// A client suited to upstream calls: no redirects followed (a redirect must
+/// not carry a key elsewhere), a 10 s connect timeout, pooled connections.
+/// Installs the process-wide rustls provider if none is.
+pub fn default_client() -> Result<reqwest::Client, LlmError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .user_agent(concat!("pincer/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| LlmError::Config(format!("cannot build the HTTP client: {e}")))
+}

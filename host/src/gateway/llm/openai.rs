@@ -1,0 +1,423 @@
+//! The internal shape, OpenAI Chat Completions: parsing the parts we route
+//! on, preparing the body for OpenAI-style upstreams and normalising their
+//! answers.
+
+use serde_json::{Map, Value, json};
+
+use super::error::LlmError;
+use super::types::Usage;
+
+/// A validated chat request. `body` is the client's JSON object, untouched.
+#[derive(Debug, Clone)]
+pub(crate) struct ChatRequest {
+    pub alias: String,
+    pub stream: bool,
+    /// The client asked for `stream_options.include_usage`.
+    pub include_usage: bool,
+    pub body: Map<String, Value>,
+    /// Rough prompt size, used when the upstream reports no usage.
+    pub prompt_estimate: u32,
+}
+
+const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
+
+fn bad(message: impl Into<String>) -> LlmError {
+    LlmError::BadRequest(message.into())
+}
+
+/// Checks the fields the gateway routes on or translates: `model`,
+/// `messages` (each an object with a known `role`), `stream`,
+/// `stream_options` and `tools` (each `{type: "function", function: {name}}`).
+pub(crate) fn parse_chat_request(request: Value) -> Result<ChatRequest, LlmError> {
+    let Value::Object(body) = request else {
+        return Err(bad("the request body must be a JSON object"));
+    };
+    let alias = match body.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        _ => return Err(bad("`model` must be a non-empty string")),
+    };
+    let messages = match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => m,
+        _ => return Err(bad("`messages` must be a non-empty array")),
+    };
+    for (i, message) in messages.iter().enumerate() {
+        let role = message.get("role").and_then(Value::as_str);
+        match role {
+            Some(r) if ROLES.contains(&r) => {}
+            Some(r) => return Err(bad(format!("messages[{i}]: unsupported role `{r}`"))),
+            None => return Err(bad(format!("messages[{i}]: `role` must be a string"))),
+        }
+    }
+    let stream = match body.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(bad("`stream` must be a boolean")),
+    };
+    let include_usage = match body.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(o)) => match o.get("include_usage") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(bad("`stream_options.include_usage` must be a boolean")),
+        },
+        Some(_) => return Err(bad("`stream_options` must be an object")),
+    };
+    match body.get("tools") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(tools)) => {
+            for (i, tool) in tools.iter().enumerate() {
+                if tool.get("type").and_then(Value::as_str) != Some("function") {
+                    return Err(bad(format!("tools[{i}]: `type` must be \"function\"")));
+                }
+                if tool
+                    .pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    return Err(bad(format!("tools[{i}]: `function.name` is required")));
+                }
+            }
+        }
+        Some(_) => return Err(bad("`tools` must be an array")),
+    }
+    let prompt_estimate = estimate_tokens(&serde_json::to_string(messages).unwrap_or_default())
+        .saturating_add(
+            body.get("tools")
+                .map_or(0, |t| estimate_tokens(&t.to_string())),
+        );
+    Ok(ChatRequest {
+        alias,
+        stream,
+        include_usage,
+        body,
+        prompt_estimate,
+    })
+}
+
+/// About four characters per token.
+pub(crate) fn estimate_tokens(text: &str) -> u32 {
+    u32::try_from(text.chars().count().div_ceil(4)).unwrap_or(u32::MAX)
+}
+
+/// The body for an OpenAI-style upstream: the client's body with the
+/// upstream model name, and `stream_options.include_usage` so that streamed
+/// usage can be accounted.
+pub(crate) fn upstream_body(request: &ChatRequest, upstream_model: &str) -> Value {
+    let mut body = request.body.clone();
+    body.insert("model".into(), Value::String(upstream_model.to_owned()));
+    if request.stream {
+        let options = body
+            .entry("stream_options")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !options.is_object() {
+            *options = Value::Object(Map::new());
+        }
+        if let Value::Object(o) = options {
+            o.insert("include_usage".into(), Value::Bool(true));
+        }
+    }
+    Value::Object(body)
+}
+
+fn as_u32(v: Option<&Value>) -> Option<u32> {
+    v.and_then(Value::as_u64)
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// `usage.{prompt_tokens, completion_tokens}` when present.
+pub(crate) fn usage_of(v: &Value) -> Option<Usage> {
+    let usage = v.get("usage").filter(|u| u.is_object())?;
+    Some(Usage {
+        prompt_tokens: as_u32(usage.get("prompt_tokens")).unwrap_or(0),
+        completion_tokens: as_u32(usage.get("completion_tokens")).unwrap_or(0),
+    })
+}
+
+/// Characters of generated content (text and tool-call arguments) in a
+/// message or a delta.
+pub(crate) fn content_chars(message: &Value) -> usize {
+    let mut n = message
+        .get("content")
+        .and_then(Value::as_str)
+        .map_or(0, |s| s.chars().count());
+    if let Some(Value::Array(calls)) = message.get("tool_calls") {
+        for call in calls {
+            n += call
+                .pointer("/function/arguments")
+                .and_then(Value::as_str)
+                .map_or(0, |s| s.chars().count());
+            n += call
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .map_or(0, |s| s.chars().count());
+        }
+    }
+    n
+}
+
+pub(crate) fn usage_json(usage: Usage) -> Value {
+    json!({
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens(),
+    })
+}
+
+/// Validates an OpenAI-style `chat.completion`, sets its `model` to the
+/// alias and returns its usage (estimated when the upstream sent none, and
+/// then written into the response too).
+pub(crate) fn finish_response(
+    response: Value,
+    alias: &str,
+    prompt_estimate: u32,
+) -> Result<(Value, Usage), String> {
+    let Value::Object(mut obj) = response else {
+        return Err("the response is not a JSON object".into());
+    };
+    if let Some(err) = obj.get("error").filter(|e| !e.is_null()) {
+        return Err(format!("error in a 200 response: {}", error_message(err)));
+    }
+    let Some(Value::Array(choices)) = obj.get("choices") else {
+        return Err("the response has no `choices`".into());
+    };
+    let completion_estimate: usize = choices
+        .iter()
+        .filter_map(|c| c.get("message"))
+        .map(content_chars)
+        .sum();
+    obj.insert("model".into(), Value::String(alias.to_owned()));
+    let value = Value::Object(obj);
+    let usage = match usage_of(&value) {
+        Some(u) => u,
+        None => {
+            let u = Usage {
+                prompt_tokens: prompt_estimate,
+                completion_tokens: u32::try_from(completion_estimate.div_ceil(4))
+                    .unwrap_or(u32::MAX),
+            };
+            let mut value = value;
+            if let Value::Object(o) = &mut value {
+                o.insert("usage".into(), usage_json(u));
+            }
+            return Ok((value, u));
+        }
+    };
+    Ok((value, usage))
+}
+
+/// The message of an error object: `{"message": …}`, a string, or the JSON.
+pub(crate) fn error_message(err: &Value) -> String {
+    match err {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => match o.get("message") {
+            Some(Value::String(m)) => m.clone(),
+            _ => err.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// The message in an upstream error body, OpenAI (`{"error": {"message"}}`)
+/// or Anthropic (`{"type": "error", "error": {"message"}}`) shaped, else the
+/// text itself; at most 1000 characters.
+pub(crate) fn upstream_error_message(body: &str) -> String {
+    let message = match serde_json::from_str::<Value>(body) {
+        Ok(v) => match v.get("error") {
+            Some(err) => error_message(err),
+            None => match v.get("message").and_then(Value::as_str) {
+                Some(m) => m.to_owned(),
+                None => body.trim().to_owned(),
+            },
+        },
+        Err(_) => body.trim().to_owned(),
+    };
+    let mut message: String = message.chars().take(1000).collect();
+    if message.is_empty() {
+        message.push_str("(no message)");
+    }
+    message
+}
+
+/// State of an OpenAI-style upstream stream, per chunk.
+#[derive(Debug)]
+pub(crate) struct OpenAiStream {
+    alias: String,
+    /// Forward usage-only chunks (the client asked for them).
+    forward_usage: bool,
+    usage: Option<Usage>,
+    completion_chars: usize,
+    saw_finish: bool,
+    done: bool,
+}
+
+/// What one upstream event means.
+pub(crate) enum StreamStep {
+    Chunks(Vec<Value>),
+    /// An error object inside the stream.
+    Error {
+        status: u16,
+        message: String,
+    },
+}
+
+impl OpenAiStream {
+    pub fn new(alias: &str, forward_usage: bool) -> Self {
+        OpenAiStream {
+            alias: alias.to_owned(),
+            forward_usage,
+            usage: None,
+            completion_chars: 0,
+            saw_finish: false,
+            done: false,
+        }
+    }
+
+    pub fn done(&self) -> bool {
+        self.done
+    }
+
+    /// A stream that ended without `[DONE]` is accepted when a choice had
+    /// finished (some servers omit the marker); otherwise it was cut.
+    pub fn complete(&self) -> bool {
+        self.done || self.saw_finish
+    }
+
+    pub fn usage(&self, prompt_estimate: u32) -> Usage {
+        self.usage.unwrap_or(Usage {
+            prompt_tokens: prompt_estimate,
+            completion_tokens: u32::try_from(self.completion_chars.div_ceil(4)).unwrap_or(u32::MAX),
+        })
+    }
+
+    pub fn on_data(&mut self, data: &str) -> Result<StreamStep, String> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(StreamStep::Chunks(Vec::new()));
+        }
+        if data.is_empty() {
+            return Ok(StreamStep::Chunks(Vec::new()));
+        }
+        let mut chunk: Value =
+            serde_json::from_str(data).map_err(|_| "a stream chunk is not JSON".to_owned())?;
+        let Some(obj) = chunk.as_object_mut() else {
+            return Err("a stream chunk is not a JSON object".into());
+        };
+        if let Some(err) = obj.get("error").filter(|e| !e.is_null()) {
+            let status = err
+                .get("code")
+                .and_then(Value::as_u64)
+                .and_then(|c| u16::try_from(c).ok())
+                .filter(|c| (400..600).contains(c))
+                .unwrap_or(500);
+            return Ok(StreamStep::Error {
+                status,
+                message: error_message(err),
+            });
+        }
+        obj.insert("model".into(), Value::String(self.alias.clone()));
+        let mut has_choices = false;
+        if let Some(Value::Array(choices)) = obj.get("choices") {
+            for choice in choices {
+                has_choices = true;
+                if let Some(delta) = choice.get("delta") {
+                    self.completion_chars += content_chars(delta);
+                }
+                if choice.get("finish_reason").is_some_and(|f| !f.is_null()) {
+                    self.saw_finish = true;
+                }
+            }
+        }
+        if let Some(u) = usage_of(&chunk) {
+            self.usage = Some(u);
+            if !has_choices && !self.forward_usage {
+                return Ok(StreamStep::Chunks(Vec::new()));
+            }
+            if !self.forward_usage
+                && let Some(o) = chunk.as_object_mut()
+            {
+                o.remove("usage");
+            }
+        }
+        Ok(StreamStep::Chunks(vec![chunk]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_validates_routing_fields() {
+        let ok = parse_chat_request(json!({
+            "model": "default",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+        }))
+        .unwrap();
+        assert_eq!(ok.alias, "default");
+        assert!(ok.stream && ok.include_usage);
+        assert!(ok.prompt_estimate > 0);
+        for bad_request in [
+            json!([]),
+            json!({"messages": [{"role": "user", "content": "x"}]}),
+            json!({"model": "m", "messages": []}),
+            json!({"model": "m", "messages": [{"role": "wizard", "content": "x"}]}),
+            json!({"model": "m", "messages": [{"content": "x"}]}),
+            json!({"model": "m", "messages": [{"role": "user"}], "stream": "yes"}),
+            json!({"model": "m", "messages": [{"role": "user"}], "tools": [{"type": "function"}]}),
+            json!({"model": "m", "messages": [{"role": "user"}], "tools": {}}),
+        ] {
+            let err = parse_chat_request(bad_request.clone()).unwrap_err();
+            assert!(matches!(err, LlmError::BadRequest(_)), "{bad_request}");
+        }
+    }
+
+    #[test]
+    fn upstream_body_requests_usage_when_streaming() {
+        let req = parse_chat_request(json!({
+            "model": "alias", "messages": [{"role": "user", "content": "x"}], "stream": true
+        }))
+        .unwrap();
+        let body = upstream_body(&req, "gpt-4o");
+        assert_eq!(body["model"], "gpt-4o");
+        assert_eq!(body["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn error_messages_from_both_dialects() {
+        assert_eq!(
+            upstream_error_message(r#"{"error": {"message": "bad", "type": "x"}}"#),
+            "bad"
+        );
+        assert_eq!(
+            upstream_error_message(
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"nope"}}"#
+            ),
+            "nope"
+        );
+        assert_eq!(upstream_error_message("  plain text "), "plain text");
+        assert_eq!(upstream_error_message(""), "(no message)");
+    }
+
+    #[test]
+    fn missing_usage_is_estimated() {
+        let (resp, usage) = finish_response(
+            json!({"choices": [{"message": {"role": "assistant", "content": "abcdefgh"}}]}),
+            "alias",
+            7,
+        )
+        .unwrap();
+        assert_eq!(resp["model"], "alias");
+        assert_eq!(
+            usage,
+            Usage {
+                prompt_tokens: 7,
+                completion_tokens: 2
+            }
+        );
+        assert_eq!(resp["usage"]["total_tokens"], 9);
+    }
+}

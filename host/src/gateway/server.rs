@@ -1,0 +1,483 @@
+//! The gateway's HTTP face: OpenAI-compatible `/v1/chat/completions` and
+//! `/v1/models`, Anthropic-style `/v1/messages`, on TCP and on one unix
+//! socket per workspace. Every call is authenticated by a pincer key, checked
+//! against the workspace's budget (reserved before dispatch, settled after),
+//! optionally answered from the cache, routed, recorded and redacted.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use serde_json::{Value, json};
+
+use super::budget::{Estimate, Ledger, Usage as SpentUsage};
+use super::cache::ResponseCache;
+use super::cost::PriceTable;
+use super::keys::{KeyInfo, KeyStore};
+use super::llm::{self, ChatOutcome, LlmError, LlmRouter};
+use crate::audit::AuditLog;
+use crate::config::{Budget, Config};
+
+pub const DEPLOYMENT_HEADER: &str = "x-pincer-deployment";
+pub const CACHE_HEADER: &str = "x-pincer-cache";
+
+/// Everything a gateway request needs; shared by every listener.
+pub struct Gateway {
+    router: LlmRouter,
+    keys: KeyStore,
+    ledger: Arc<Ledger>,
+    prices: PriceTable,
+    cache: Option<ResponseCache>,
+    audit: Arc<AuditLog>,
+    budgets: BTreeMap<String, Budget>,
+    max_request_bytes: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    OpenAi,
+    Anthropic,
+}
+
+/// An error answered in the dialect of the endpoint that was called.
+struct ApiError {
+    status: u16,
+    message: String,
+    code: &'static str,
+}
+
+impl ApiError {
+    fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn respond(self, dialect: Dialect) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let body = match dialect {
+            Dialect::OpenAi => {
+                json!({"error": {"message": self.message, "type": error_type(self.status), "code": self.code}})
+            }
+            Dialect::Anthropic => {
+                json!({"type": "error", "error": {"type": self.code, "message": self.message}})
+            }
+        };
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+fn error_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        404 => "not_found_error",
+        413 | 400 => "invalid_request_error",
+        429 => "rate_limit_error",
+        _ => "api_error",
+    }
+}
+
+fn llm_error(e: &LlmError, dialect: Dialect) -> Response {
+    let (status, body) = match dialect {
+        Dialect::OpenAi => e.to_openai_error(),
+        Dialect::Anthropic => e.to_anthropic_error(),
+    };
+    (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+        axum::Json(body),
+    )
+        .into_response()
+}
+
+impl Gateway {
+    pub fn new(config: &Config, home: &Path, audit: Arc<AuditLog>) -> anyhow::Result<Self> {
+        let database = home.join(crate::db::FILE_NAME);
+        Ok(Self {
+            router: LlmRouter::new(&config.gateway, llm::default_client()?)?,
+            keys: KeyStore::open(&database)?,
+            ledger: Ledger::open(&database)?,
+            prices: PriceTable::new(&config.gateway.prices),
+            cache: ResponseCache::from_config(&config.gateway.cache),
+            audit,
+            budgets: config
+                .workspaces
+                .iter()
+                .map(|(name, ws)| (name.clone(), ws.budget.clone()))
+                .collect(),
+            max_request_bytes: usize::try_from(config.gateway.max_request_bytes)
+                .unwrap_or(usize::MAX),
+        })
+    }
+
+    pub fn keys(&self) -> &KeyStore {
+        &self.keys
+    }
+
+    pub fn routes(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/health", get(|| async { "ok" }))
+            .route("/v1/models", get(models))
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/messages", post(messages))
+            .with_state(self.clone())
+    }
+
+    fn authenticate(&self, headers: &HeaderMap) -> Result<KeyInfo, ApiError> {
+        let bearer = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            });
+        let token = bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
+        let Some(token) = token.map(str::trim).filter(|t| !t.is_empty()) else {
+            return Err(ApiError::new(
+                401,
+                "missing_api_key",
+                "no API key: send `Authorization: Bearer <key>` with a key from `pincer gateway keys create WORKSPACE`",
+            ));
+        };
+        self.keys.verify(token).ok_or_else(|| {
+            ApiError::new(
+                401,
+                "invalid_api_key",
+                "the API key is not valid (unknown or revoked)",
+            )
+        })
+    }
+
+    /// Authenticates, reads and parses the body as a JSON object.
+    async fn accept(&self, request: Request) -> Result<(KeyInfo, Value), ApiError> {
+        let key = self.authenticate(request.headers())?;
+        let bytes: Bytes = axum::body::to_bytes(request.into_body(), self.max_request_bytes)
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    413,
+                    "request_too_large",
+                    format!(
+                        "the request body is larger than {} bytes (gateway.max_request_bytes)",
+                        self.max_request_bytes
+                    ),
+                )
+            })?;
+        let body: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::new(
+                400,
+                "invalid_json",
+                format!("the request body is not valid JSON: {e}"),
+            )
+        })?;
+        if !body.is_object() {
+            return Err(ApiError::new(
+                400,
+                "invalid_request",
+                "the request body must be a JSON object",
+            ));
+        }
+        Ok((key, body))
+    }
+
+    /// Budget, cache, routing and accounting for one OpenAI-shaped request.
+    async fn dispatch(
+        &self,
+        key: &KeyInfo,
+        request: Value,
+        endpoint: &str,
+    ) -> Result<Dispatched, Response> {
+        let dialect = if endpoint == "messages" {
+            Dialect::Anthropic
+        } else {
+            Dialect::OpenAi
+        };
+        let workspace = key.workspace.as_str();
+        let alias = request["model"].as_str().unwrap_or_default().to_string();
+        if alias.is_empty() {
+            return Err(ApiError::new(
+                400,
+                "invalid_request",
+                "`model` is required (a model_name from gateway.model_list)",
+            )
+            .respond(dialect));
+        }
+        if !self.router.aliases().contains(&alias) {
+            return Err(llm_error(
+                &LlmError::UnknownModel {
+                    alias,
+                    known: self.router.aliases(),
+                },
+                dialect,
+            ));
+        }
+        if let Some(cache) = &self.cache
+            && ResponseCache::cacheable(&request)
+            && let Some(hit) = cache.get(workspace, endpoint, &request)
+        {
+            if let Err(e) = self.ledger.record(
+                workspace,
+                &alias,
+                "cache",
+                SpentUsage::default(),
+                Some(0.0),
+                true,
+            ) {
+                tracing::warn!("cannot record a cache hit: {e}");
+            }
+            self.audit.record(
+                &actor(key),
+                Some(workspace),
+                "gateway.call",
+                &format!("{alias}: cache hit"),
+            );
+            return Ok(Dispatched::Complete {
+                response: hit,
+                deployment: "cache".into(),
+                cached: true,
+            });
+        }
+        let budget = self.budgets.get(workspace).cloned().unwrap_or_default();
+        let estimate = Estimate::for_request(&request, self.prices.price(&alias));
+        let reservation = self
+            .ledger
+            .reserve(workspace, &budget, &alias, estimate)
+            .map_err(|e| {
+                self.audit.record(
+                    &actor(key),
+                    Some(workspace),
+                    "gateway.denied",
+                    &e.to_string(),
+                );
+                let (status, body) = e.to_openai_error();
+                (
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
+                    axum::Json(body),
+                )
+                    .into_response()
+            })?;
+        match self.router.chat(request.clone()).await {
+            Ok(ChatOutcome::Complete {
+                response,
+                usage,
+                deployment,
+            }) => {
+                let cost = self
+                    .prices
+                    .price(&deployment.model)
+                    .map(|p| p.cost(usage.prompt_tokens.into(), usage.completion_tokens.into()));
+                let spent = SpentUsage {
+                    prompt_tokens: usage.prompt_tokens.into(),
+                    completion_tokens: usage.completion_tokens.into(),
+                };
+                if let Err(e) =
+                    self.ledger
+                        .settle(reservation, spent, cost, &deployment.to_string(), false)
+                {
+                    tracing::error!("cannot settle a gateway call: {e}");
+                }
+                self.audit.record(
+                    &actor(key),
+                    Some(workspace),
+                    "gateway.call",
+                    &format!(
+                        "{alias} answered by {deployment}: {} + {} tokens",
+                        usage.prompt_tokens, usage.completion_tokens
+                    ),
+                );
+                let response: Value =
+                    serde_json::from_str(&self.router.redact(&response.to_string()))
+                        .unwrap_or(response);
+                if let Some(cache) = &self.cache
+                    && ResponseCache::cacheable(&request)
+                {
+                    cache.put(workspace, endpoint, &request, response.clone());
+                }
+                Ok(Dispatched::Complete {
+                    response,
+                    deployment: deployment.short(),
+                    cached: false,
+                })
+            }
+            Ok(ChatOutcome::Stream {
+                events,
+                deployment,
+                usage,
+            }) => {
+                let ledger = self.ledger.clone();
+                let audit = self.audit.clone();
+                let prices_cost = self.prices.price(&deployment.model);
+                let (who, ws, name) = (actor(key), workspace.to_string(), deployment.to_string());
+                tokio::spawn(async move {
+                    let usage = usage.await.unwrap_or_default();
+                    let cost = prices_cost.map(|p| {
+                        p.cost(usage.prompt_tokens.into(), usage.completion_tokens.into())
+                    });
+                    let spent = SpentUsage {
+                        prompt_tokens: usage.prompt_tokens.into(),
+                        completion_tokens: usage.completion_tokens.into(),
+                    };
+                    if let Err(e) = ledger.settle(reservation, spent, cost, &name, false) {
+                        tracing::error!("cannot settle a streamed gateway call: {e}");
+                    }
+                    audit.record(
+                        &who,
+                        Some(&ws),
+                        "gateway.call",
+                        &format!(
+                            "{name} (streamed): {} + {} tokens",
+                            usage.prompt_tokens, usage.completion_tokens
+                        ),
+                    );
+                });
+                Ok(Dispatched::Stream {
+                    events,
+                    deployment: deployment.short(),
+                })
+            }
+            Err(e) => {
+                if let Err(release) = self.ledger.release(reservation) {
+                    tracing::error!("cannot release a budget reservation: {release}");
+                }
+                self.audit.record(
+                    &actor(key),
+                    Some(workspace),
+                    "gateway.error",
+                    &self.router.redact(&e.to_string()),
+                );
+                Err(llm_error(&e, dialect))
+            }
+        }
+    }
+}
+
+enum Dispatched {
+    Complete {
+        response: Value,
+        deployment: String,
+        cached: bool,
+    },
+    Stream {
+        events: BoxStream<'static, Result<Value, LlmError>>,
+        deployment: String,
+    },
+}
+
+fn actor(key: &KeyInfo) -> String {
+    format!("workspace:{}", key.workspace)
+}
+
+async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Err(e) = gateway.authenticate(&headers) {
+        return e.respond(Dialect::OpenAi);
+    }
+    let data: Vec<Value> = gateway
+        .router
+        .aliases()
+        .into_iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "pincer"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn chat_completions(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
+    let (key, body) = match gateway.accept(request).await {
+        Ok(accepted) => accepted,
+        Err(e) => return e.respond(Dialect::OpenAi),
+    };
+    let include_usage = body["stream_options"]["include_usage"]
+        .as_bool()
+        .unwrap_or(false);
+    match gateway.dispatch(&key, body, "chat").await {
+        Err(response) => response,
+        Ok(Dispatched::Complete {
+            response,
+            deployment,
+            cached,
+        }) => with_headers(axum::Json(response).into_response(), &deployment, cached),
+        Ok(Dispatched::Stream { events, deployment }) => {
+            let redactor = Arc::clone(&gateway);
+            let body = events
+                .filter(move |item| {
+                    // Usage-only chunks go to clients that asked for them.
+                    let keep = include_usage
+                        || !matches!(item, Ok(chunk) if chunk["choices"].as_array().is_some_and(Vec::is_empty));
+                    std::future::ready(keep)
+                })
+                .map(move |item| {
+                    let data = match item {
+                        Ok(chunk) => redactor.router.redact(&chunk.to_string()),
+                        Err(e) => e.to_openai_error().1.to_string(),
+                    };
+                    Ok::<_, std::convert::Infallible>(Bytes::from(format!("data: {data}\n\n")))
+                })
+                .chain(futures_util::stream::once(async { Ok(Bytes::from(llm::OPENAI_SSE_DONE)) }));
+            with_headers(sse(Body::from_stream(body)), &deployment, false)
+        }
+    }
+}
+
+async fn messages(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
+    let (key, body) = match gateway.accept(request).await {
+        Ok(accepted) => accepted,
+        Err(e) => return e.respond(Dialect::Anthropic),
+    };
+    let model = body["model"].as_str().unwrap_or_default().to_string();
+    let openai = match llm::anthropic_request_to_openai(body) {
+        Ok(request) => request,
+        Err(e) => return llm_error(&e, Dialect::Anthropic),
+    };
+    match gateway.dispatch(&key, openai, "messages").await {
+        Err(response) => response,
+        Ok(Dispatched::Complete {
+            response,
+            deployment,
+            cached,
+        }) => with_headers(
+            axum::Json(llm::openai_response_to_anthropic(response)).into_response(),
+            &deployment,
+            cached,
+        ),
+        Ok(Dispatched::Stream { events, deployment }) => {
+            let redactor = Arc::clone(&gateway);
+            let body = llm::openai_stream_to_anthropic(events, &model).map(move |item| {
+                let event = match item {
+                    Ok(event) => event,
+                    Err(e) => llm::AnthropicEvent::error(&e),
+                };
+                Ok::<_, std::convert::Infallible>(Bytes::from(
+                    redactor.router.redact(&event.to_sse()),
+                ))
+            });
+            with_headers(sse(Body::from_stream(body)), &deployment, false)
+        }
+    }
+}
+
+fn sse(body: Body) -> Response {
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn with_headers(mut response: Response, deployment: &str, cached: bool) -> Response {
+    if let Ok(value) = HeaderValue::from_str(deployment) {
+        response.headers_mut().insert(DEPLOYMENT_HEADER, value);
+    }
+    response.headers_mut().insert(
+        CACHE_HEADER,
+        HeaderValue::from_static(if cached { "hit" } else { "miss" }),
+    );
+    response
+}
