@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 #[derive(Clone, Debug)]
@@ -115,10 +116,13 @@ async fn complete(State(shared): State<Shared>, headers: HeaderMap, body: String
                 json!({"role": "assistant", "content": "partial"}),
                 None,
             ));
-            let stream = futures_util::stream::iter(vec![
-                Ok::<_, std::io::Error>(first),
-                Err(std::io::Error::other("connection dropped")),
-            ]);
+            // The error comes after a pause, so the first chunk is on the wire.
+            let stream = futures_util::stream::iter(vec![Ok::<_, std::io::Error>(first)]).chain(
+                futures_util::stream::once(async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Err(std::io::Error::other("connection dropped"))
+                }),
+            );
             Response::builder()
                 .header("content-type", "text/event-stream")
                 .body(Body::from_stream(stream))

@@ -9,6 +9,7 @@ mod config_cmd;
 mod context;
 mod demo;
 mod doctor;
+mod gateway;
 mod plugin;
 mod policy;
 mod skill;
@@ -52,6 +53,9 @@ pub enum Command {
     /// Effective policies: what each workspace can and cannot touch
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// The LLM gateway: serve it alone, manage its keys, read usage
+    #[command(subcommand)]
+    Gateway(GatewayCommand),
     /// Check what this machine is missing, and how to fix it
     Doctor,
     /// Load every built-in plugin and exercise each world once
@@ -149,6 +153,38 @@ pub enum PolicyCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum GatewayCommand {
+    /// Run the gateway alone (OpenAI- and Anthropic-compatible), until Ctrl-C
+    Serve {
+        /// Override gateway.listen, e.g. 127.0.0.1:0
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
+    },
+    /// Spend, tokens and calls by workspace, day and model
+    Usage {
+        #[arg(long)]
+        workspace: Option<String>,
+    },
+    /// Bearer keys for external clients (shown once; only a hash is stored)
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Mint a key for WORKSPACE and print it once
+    Create {
+        workspace: String,
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+    /// Names and prefixes of WORKSPACE's keys
+    List { workspace: String },
+    /// Revoke a key; calls with it fail from then on
+    Revoke { workspace: String, name: String },
+}
+
 /// A command's own exit code, passed through without an error message.
 #[derive(Debug, thiserror::Error)]
 #[error("exit code {0}")]
@@ -171,6 +207,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Policy(PolicyCommand::Audit { name, json }) => {
             policy::audit(cli.config.as_deref(), &name, json.json).await
         }
+        Command::Gateway(command) => gateway::run(cli.config.as_deref(), command).await,
         Command::Doctor => doctor::run(cli.config.as_deref()).await,
         Command::Demo => demo::run(cli.config.as_deref()).await,
     }

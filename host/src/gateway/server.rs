@@ -112,7 +112,7 @@ impl Gateway {
             budgets: config
                 .workspaces
                 .iter()
-                .map(|(name, ws)| (name.clone(), ws.budget.clone()))
+                .map(|(name, ws)| (name.clone(), ws.budget))
                 .collect(),
             max_request_bytes: usize::try_from(config.gateway.max_request_bytes)
                 .unwrap_or(usize::MAX),
@@ -246,7 +246,7 @@ impl Gateway {
                 cached: true,
             });
         }
-        let budget = self.budgets.get(workspace).cloned().unwrap_or_default();
+        let budget = self.budgets.get(workspace).copied().unwrap_or_default();
         let estimate = Estimate::for_request(&request, self.prices.price(&alias));
         let reservation = self
             .ledger

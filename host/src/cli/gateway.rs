@@ -1,0 +1,142 @@
+//! `pincer gateway …`: run the gateway alone, manage its keys, read usage.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+
+use super::{Context, GatewayCommand, KeysCommand};
+use crate::gateway::budget::Ledger;
+use crate::gateway::keys::KeyStore;
+use crate::gateway::server::Gateway;
+
+pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow::Result<()> {
+    let ctx = Context::load(config_flag)?;
+    let database = ctx.home.join(crate::db::FILE_NAME);
+    match command {
+        GatewayCommand::Serve { listen } => serve(&ctx, listen).await,
+        GatewayCommand::Keys(KeysCommand::Create { workspace, name }) => {
+            check_workspace(&ctx, &workspace)?;
+            let key = KeyStore::open(&database)?.mint(&workspace, &name)?;
+            println!("{}", key.token);
+            eprintln!(
+                "created key `{}` for workspace {workspace}; it is shown only this once. Use it as the OpenAI API key (base URL http://{}/v1).",
+                key.name, ctx.config.gateway.listen
+            );
+            Ok(())
+        }
+        GatewayCommand::Keys(KeysCommand::List { workspace }) => {
+            check_workspace(&ctx, &workspace)?;
+            let keys = KeyStore::open(&database)?.list(&workspace)?;
+            println!(
+                "{:<20} {:<10} {:<10} {:<8} CREATED",
+                "NAME", "PREFIX", "KIND", "STATE"
+            );
+            for key in keys {
+                println!(
+                    "{:<20} {:<10} {:<10} {:<8} {}",
+                    key.name,
+                    key.prefix,
+                    key.kind,
+                    if key.revoked { "revoked" } else { "live" },
+                    key.created_ms
+                );
+            }
+            Ok(())
+        }
+        GatewayCommand::Keys(KeysCommand::Revoke { workspace, name }) => {
+            check_workspace(&ctx, &workspace)?;
+            if KeyStore::open(&database)?.revoke(&workspace, &name)? {
+                println!("revoked key `{name}` of workspace {workspace}");
+                Ok(())
+            } else {
+                bail!("workspace {workspace} has no live key named `{name}`")
+            }
+        }
+        GatewayCommand::Usage { workspace } => {
+            let rows = Ledger::open(&database)?.usage(workspace.as_deref())?;
+            println!(
+                "{:<16} {:<10} {:<24} {:>6} {:>10} {:>10} {:>10} {:>7}",
+                "WORKSPACE", "DAY", "MODEL", "CALLS", "PROMPT", "COMPLETION", "COST USD", "CACHED"
+            );
+            for r in rows {
+                println!(
+                    "{:<16} {:<10} {:<24} {:>6} {:>10} {:>10} {:>10.4} {:>7}",
+                    r.workspace,
+                    r.day,
+                    r.model,
+                    r.calls,
+                    r.prompt_tokens,
+                    r.completion_tokens,
+                    r.cost_usd,
+                    r.cached_calls
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn check_workspace(ctx: &Context, name: &str) -> anyhow::Result<()> {
+    if ctx.config.workspaces.contains_key(name) {
+        return Ok(());
+    }
+    let known: Vec<&str> = ctx.config.workspaces.keys().map(String::as_str).collect();
+    bail!(
+        "no workspace named `{name}` (configured: {})",
+        known.join(", ")
+    )
+}
+
+/// Serves on TCP and on `$PINCER_HOME/run/<workspace>/gateway.sock` for
+/// every configured workspace, until Ctrl-C.
+async fn serve(ctx: &Context, listen: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
+    let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, ctx.audit_log()?)?);
+    let routes = gateway.routes();
+    let addr = listen.unwrap_or(ctx.config.gateway.listen);
+    let tcp = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (gateway.listen)"))?;
+    let bound = tcp.local_addr()?;
+    let mut servers = tokio::task::JoinSet::new();
+    servers.spawn(async move { axum::serve(tcp, routes).await.map_err(anyhow::Error::from) });
+    for workspace in ctx.config.workspaces.keys() {
+        let dir = ctx.home.join("run").join(workspace);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("gateway.sock");
+        let _ = std::fs::remove_file(&path);
+        let socket = tokio::net::UnixListener::bind(&path)
+            .with_context(|| format!("binding {}", path.display()))?;
+        // The container's user must be able to connect; the key still decides.
+        std::fs::set_permissions(
+            &path,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o666),
+        )?;
+        let routes = gateway.routes();
+        servers.spawn(async move {
+            axum::serve(socket, routes)
+                .await
+                .map_err(anyhow::Error::from)
+        });
+    }
+    println!(
+        "pincer gateway listening on http://{bound}/v1 and on one unix socket per workspace under {} ({} model alias{})",
+        ctx.home.join("run").display(),
+        ctx.config
+            .gateway
+            .model_list
+            .iter()
+            .map(|d| &d.model_name)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        if ctx.config.gateway.model_list.len() == 1 {
+            ""
+        } else {
+            "es"
+        }
+    );
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        Some(done) = servers.join_next() => done?.context("a gateway listener stopped"),
+    }
+}

@@ -1,0 +1,442 @@
+//! The gateway through the real `pincer gateway serve`, in front of local
+//! fake providers that speak the OpenAI protocol, driven by the official
+//! `openai` and `anthropic` Python clients and by plain HTTP. Loopback only.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+use support::fake_llm::{Behaviour, FakeUpstream};
+use support::{Sandbox, ok};
+
+/// A provider key the gateway holds; it must never come out anywhere.
+const PROVIDER_KEY: &str = "sk-pincer-test-PROVIDERKEY-0123456789abcdef";
+
+struct Served {
+    sandbox: Sandbox,
+    child: Child,
+    base: String,
+    key: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    /// `gateway serve` with `gateway_yaml` (the `gateway:` section body) and
+    /// `workspaces_yaml`, and a key minted for workspace `main`.
+    fn start(gateway_yaml: &str, workspaces_yaml: &str) -> Self {
+        let sandbox = Sandbox::new();
+        let config = sandbox.write(
+            "pincer.yaml",
+            &format!("gateway:\n{gateway_yaml}workspaces:\n  main:\n{workspaces_yaml}"),
+        );
+        let key = ok(cli(&sandbox, &["gateway", "keys", "create", "main"]))
+            .trim()
+            .to_string();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "gateway",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .current_dir(sandbox.work())
+            .env("PINCER_HOME", sandbox.home())
+            .env("FAKE_PROVIDER_KEY", PROVIDER_KEY)
+            .env("PINCER_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gateway");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("banner");
+        let base = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .map(|u| u.trim_end_matches("/v1").to_string())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        Self {
+            sandbox,
+            child,
+            base,
+            key,
+        }
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        body: String,
+    ) -> (u16, reqwest::header::HeaderMap, Value) {
+        let mut request = pincer::gateway::llm::default_client()
+            .expect("http client")
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.expect("gateway answers");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("body");
+        (
+            status,
+            headers,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn chat(&self, model: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16});
+        self.post(
+            "/v1/chat/completions",
+            Some(&self.key.clone()),
+            body.to_string(),
+        )
+        .await
+    }
+
+    /// Stops the server and returns everything it logged.
+    fn stop(&mut self) -> String {
+        let _ = self.child.kill();
+        let mut log = String::new();
+        if let Some(stderr) = self.child.stderr.as_mut() {
+            let _ = std::io::Read::read_to_string(stderr, &mut log);
+        }
+        log
+    }
+}
+
+/// The real binary on the sandbox's config, with the provider key in its
+/// environment (the config reads it with `${FAKE_PROVIDER_KEY}`).
+fn cli(sandbox: &Sandbox, args: &[&str]) -> std::process::Output {
+    let config = sandbox.work().join("pincer.yaml");
+    Command::new(env!("CARGO_BIN_EXE_pincer"))
+        .arg("--config")
+        .arg(&config)
+        .args(args)
+        .current_dir(sandbox.work())
+        .env("PINCER_HOME", sandbox.home())
+        .env("FAKE_PROVIDER_KEY", PROVIDER_KEY)
+        .output()
+        .expect("run pincer")
+}
+
+fn deployment(alias: &str, upstream: &FakeUpstream, extra: &str) -> String {
+    format!(
+        "    - model_name: {alias}\n      litellm_params: {{model: openai_compatible/fake-{alias}, api_base: \"{}\", api_key: \"${{FAKE_PROVIDER_KEY}}\"{extra}}}\n",
+        upstream.base_url
+    )
+}
+
+fn python() -> String {
+    std::env::var("PINCER_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!("PINCER_TEST_PYTHON is not set: run the tests through scripts/test (it creates the venv with the official clients)")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_openai_and_anthropic_clients_work_through_the_gateway() {
+    let answer =
+        FakeUpstream::spawn(Behaviour::Answer("Hello from the fake provider".into())).await;
+    let tools = FakeUpstream::spawn(Behaviour::ToolCall {
+        name: "get_weather".into(),
+        arguments: r#"{"city":"Paris"}"#.into(),
+    })
+    .await;
+    let served = Served::start(
+        &format!(
+            "  model_list:\n{}{}",
+            deployment("default", &answer, ""),
+            deployment("tools", &tools, "")
+        ),
+        "    {}\n",
+    );
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/python/gateway_clients.py"
+    );
+    let out = tokio::process::Command::new(python())
+        .args([script, &served.base, &served.key])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python clients failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["models"], json!(["default", "tools"]));
+    assert_eq!(got["chat"], "Hello from the fake provider");
+    assert_eq!(got["chat_usage"], json!([11, 7]));
+    assert_eq!(got["chat_deployment"], "default#0");
+    assert_eq!(got["stream"], "Hello from the fake provider");
+    assert_eq!(got["tool"], json!(["get_weather", {"city": "Paris"}]));
+    assert_eq!(got["tool_finish"], "tool_calls");
+    assert_eq!(got["unknown_model"], json!([404, "model_not_found"]));
+    assert_eq!(got["anthropic"], "Hello from the fake provider");
+    assert_eq!(got["anthropic_usage"], json!([11, 7]));
+    assert_eq!(got["anthropic_stream"], "Hello from the fake provider");
+    // The provider got the model it was configured with, and our key.
+    let sent = answer.received();
+    assert_eq!(sent[0]["model"], "fake-default");
+    let usage = ok(cli(&served.sandbox, &["gateway", "usage"]));
+    assert!(
+        usage
+            .lines()
+            .any(|l| l.starts_with("main") && l.contains("default")),
+        "{usage}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_fall_back_and_name_the_deployment_that_answered() {
+    let good = FakeUpstream::spawn(Behaviour::Answer("from the fallback".into())).await;
+    let limited = FakeUpstream::spawn(Behaviour::Status(429)).await;
+    let broken = FakeUpstream::spawn(Behaviour::Status(500)).await;
+    let hanging = FakeUpstream::spawn(Behaviour::Hang).await;
+    let dropping = FakeUpstream::spawn(Behaviour::DropMidStream).await;
+    let served = Served::start(
+        &format!(
+            "  model_list:\n{}{}{}{}{}  fallbacks: [{{limited: [good]}}, {{broken: [good]}}, {{hanging: [good]}}]\n  num_retries: 1\n",
+            deployment("good", &good, ""),
+            deployment("limited", &limited, ""),
+            deployment("broken", &broken, ""),
+            deployment("hanging", &hanging, ", timeout: 1"),
+            deployment("dropping", &dropping, ""),
+        ),
+        "    {}\n",
+    );
+    for alias in ["limited", "broken", "hanging"] {
+        let (status, headers, body) = served.chat(alias).await;
+        assert_eq!(status, 200, "{alias}: {body}");
+        assert_eq!(
+            body["choices"][0]["message"]["content"], "from the fallback",
+            "{alias}"
+        );
+        assert_eq!(headers["x-pincer-deployment"], "good#0", "{alias}");
+    }
+    assert_eq!(
+        limited.received().len(),
+        1,
+        "a 429 must not be retried on the same deployment"
+    );
+    assert_eq!(
+        broken.received().len(),
+        2,
+        "a 500 is retried once (num_retries: 1), then falls back"
+    );
+
+    // A stream that breaks midway cannot be replayed: it ends with a clear error.
+    let body = json!({"model": "dropping", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _, text) = served
+        .post(
+            "/v1/chat/completions",
+            Some(&served.key.clone()),
+            body.to_string(),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let text = text.as_str().unwrap_or_default().to_string();
+    assert!(
+        text.contains("partial") && text.contains("\"error\""),
+        "{text}"
+    );
+
+    // No fallback left: a clear OpenAI-style error.
+    let (status, _, body) = served.chat("dropping").await;
+    assert!(status >= 500, "{status} {body}");
+    assert!(body["error"]["message"].as_str().is_some(), "{body}");
+
+    // The audit record names the deployment that answered.
+    let audit = ok(cli(&served.sandbox, &["policy", "audit", "main", "--json"]));
+    let audit: Value = serde_json::from_str(&audit).unwrap();
+    let calls: Vec<&str> = audit["denials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "gateway.call")
+        .filter_map(|e| e["detail"].as_str())
+        .collect();
+    for alias in ["limited", "broken", "hanging"] {
+        assert!(
+            calls
+                .iter()
+                .any(|d| d.starts_with(&format!("{alias} answered by good#0"))),
+            "{alias}: {calls:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors_and_the_gateway_keeps_serving() {
+    let answer = FakeUpstream::spawn(Behaviour::Answer("fine".into())).await;
+    let served = Served::start(
+        &format!(
+            "  max_request_bytes: 2048\n  model_list:\n{}",
+            deployment("default", &answer, "")
+        ),
+        "    {}\n",
+    );
+    let key = served.key.clone();
+    let cases: Vec<(&str, Option<&str>, String, u16, &str)> = vec![
+        ("malformed JSON", Some(&key), "{not json".into(), 400, "invalid_json"),
+        ("not an object", Some(&key), "[1,2]".into(), 400, "invalid_request"),
+        ("unknown model", Some(&key), json!({"model": "gpt-nope", "messages": []}).to_string(), 404, "model_not_found"),
+        ("no key", None, json!({"model": "default", "messages": []}).to_string(), 401, "missing_api_key"),
+        ("invalid key", Some("pk-pincer-main-not-a-real-key"), json!({"model": "default", "messages": []}).to_string(), 401, "invalid_api_key"),
+        ("oversized", Some(&key), json!({"model": "default", "messages": [{"role": "user", "content": "x".repeat(4096)}]}).to_string(), 413, "request_too_large"),
+    ];
+    for (case, key, body, status, code) in cases {
+        let (got, _, body) = served.post("/v1/chat/completions", key, body).await;
+        assert_eq!(got, status, "{case}: {body}");
+        assert_eq!(body["error"]["code"], code, "{case}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{case}: {body}"
+        );
+    }
+    ok(cli(
+        &served.sandbox,
+        &["gateway", "keys", "revoke", "main", "default"],
+    ));
+    let (status, _, body) = served.chat("default").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (401, Some("invalid_api_key")),
+        "revoked key: {body}"
+    );
+    let listed = ok(cli(&served.sandbox, &["gateway", "keys", "list", "main"]));
+    assert!(
+        listed.contains("revoked") && !listed.contains(&key),
+        "{listed}"
+    );
+
+    let fresh = ok(cli(
+        &served.sandbox,
+        &["gateway", "keys", "create", "main", "--name", "second"],
+    ));
+    let (status, _, body) = served
+        .post(
+            "/v1/chat/completions",
+            Some(fresh.trim()),
+            json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]})
+                .to_string(),
+        )
+        .await;
+    assert_eq!(
+        status, 200,
+        "the gateway stopped serving after bad input: {body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_keys_never_leak_even_when_the_upstream_echoes_them() {
+    let echo = FakeUpstream::spawn(Behaviour::EchoAuthorization).await;
+    let mut served = Served::start(
+        &format!("  model_list:\n{}", deployment("default", &echo, "")),
+        "    {}\n",
+    );
+    let (status, _, body) = served.chat("default").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(echo.received().len() == 1);
+    let text = body.to_string();
+    assert!(text.contains("you sent"), "{text}");
+    assert!(
+        !text.contains(PROVIDER_KEY),
+        "the provider key reached the client: {text}"
+    );
+    let stream = json!({"model": "default", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let (_, _, streamed) = served
+        .post(
+            "/v1/chat/completions",
+            Some(&served.key.clone()),
+            stream.to_string(),
+        )
+        .await;
+    assert!(
+        !streamed.to_string().contains(PROVIDER_KEY),
+        "the provider key reached a streaming client"
+    );
+
+    let home = served.sandbox.home();
+    let log = served.stop();
+    assert!(
+        !log.contains(PROVIDER_KEY),
+        "the provider key is in the gateway log"
+    );
+    let db = std::fs::read(home.join("pincer.db")).unwrap();
+    let wal = std::fs::read(home.join("pincer.db-wal")).unwrap_or_default();
+    for (name, bytes) in [("pincer.db", db), ("pincer.db-wal", wal)] {
+        assert!(
+            !bytes
+                .windows(PROVIDER_KEY.len())
+                .any(|w| w == PROVIDER_KEY.as_bytes()),
+            "the provider key is in {name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_calls_never_overspend_the_budget() {
+    let answer = FakeUpstream::spawn(Behaviour::Answer("ok".into())).await;
+    let served = std::sync::Arc::new(Served::start(
+        &format!("  model_list:\n{}", deployment("default", &answer, "")),
+        "    budget: {daily_tokens: 400}\n",
+    ));
+    let calls: Vec<_> = (0..50)
+        .map(|_| {
+            let served = served.clone();
+            tokio::spawn(async move { served.chat("default").await })
+        })
+        .collect();
+    let (mut answered, mut refused) = (0, 0);
+    for call in calls {
+        let (status, _, body) = call.await.unwrap();
+        match status {
+            200 => answered += 1,
+            429 => {
+                assert_eq!(body["error"]["code"], "budget_exceeded", "{body}");
+                refused += 1;
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(answered + refused, 50);
+    assert!(
+        answered >= 1 && refused >= 1,
+        "answered {answered}, refused {refused}"
+    );
+    // Every answer used 18 tokens (11 + 7): the spend stays within the limit.
+    let spent = answered * 18;
+    assert!(
+        spent <= 400,
+        "{answered} answers spent {spent} tokens over a budget of 400"
+    );
+    assert_eq!(
+        answer.received().len(),
+        answered,
+        "a refused call reached the provider"
+    );
+    let usage = ok(cli(
+        &served.sandbox,
+        &["gateway", "usage", "--workspace", "main"],
+    ));
+    assert!(usage.contains(&format!(" {answered} ")), "{usage}");
+}
