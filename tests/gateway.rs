@@ -440,3 +440,68 @@ async fn fifty_concurrent_calls_never_overspend_the_budget() {
     ));
     assert!(usage.contains(&format!(" {answered} ")), "{usage}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_requests_are_answered_from_the_cache_when_enabled() {
+    let answer = FakeUpstream::spawn(Behaviour::Answer("cached answer".into())).await;
+    let served = Served::start(
+        &format!(
+            "  cache: {{enabled: true, ttl_secs: 60}}\n  model_list:\n{}",
+            deployment("default", &answer, "")
+        ),
+        "    {}\n",
+    );
+    let (first_status, first_headers, first) = served.chat("default").await;
+    let (second_status, second_headers, second) = served.chat("default").await;
+    assert_eq!((first_status, second_status), (200, 200));
+    assert_eq!(first_headers["x-pincer-cache"], "miss");
+    assert_eq!(second_headers["x-pincer-cache"], "hit");
+    assert_eq!(first["choices"], second["choices"]);
+    assert_eq!(
+        answer.received().len(),
+        1,
+        "a cache hit reached the provider"
+    );
+    // Streaming requests are never cached.
+    let stream = json!({"model": "default", "stream": true, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16});
+    let (_, headers, _) = served
+        .post(
+            "/v1/chat/completions",
+            Some(&served.key.clone()),
+            stream.to_string(),
+        )
+        .await;
+    assert_eq!(headers["x-pincer-cache"], "miss");
+    assert_eq!(answer.received().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_workspace_has_its_own_unix_socket() {
+    let answer = FakeUpstream::spawn(Behaviour::Answer("over the socket".into())).await;
+    let served = Served::start(
+        &format!("  model_list:\n{}", deployment("default", &answer, "")),
+        "    {}\n",
+    );
+    let socket = served.sandbox.home().join("run/main/gateway.sock");
+    let body =
+        json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let out = tokio::process::Command::new("curl")
+        .args(["--silent", "--show-error", "--unix-socket"])
+        .arg(&socket)
+        .args([
+            "-H",
+            &format!("Authorization: Bearer {}", served.key),
+            "-H",
+            "content-type: application/json",
+        ])
+        .args(["--data", &body, "http://gateway/v1/chat/completions"])
+        .output()
+        .await
+        .expect("curl");
+    let answer: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        "over the socket"
+    );
+}
