@@ -10,3 +10,4 @@ pub mod db;
 pub mod gateway;
 pub mod plugins;
 pub mod policy;
+pub mod suggest;

@@ -91,26 +91,9 @@ fn one_of(names: &[&str]) -> String {
 fn closest<'a>(field: &str, expected: &[&'a str]) -> Option<&'a str> {
     let (distance, best) = expected
         .iter()
-        .map(|candidate| (edit_distance(field, candidate), *candidate))
+        .map(|candidate| (crate::suggest::edit_distance(field, candidate), *candidate))
         .min_by_key(|(distance, _)| *distance)?;
     (distance <= field.chars().count().div_ceil(3)).then_some(best)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// Deserializes `T` from `node`. `source` is the YAML text the tree came from.

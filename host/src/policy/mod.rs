@@ -392,28 +392,15 @@ fn did_you_mean<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
                 .zip(candidate.chars())
                 .take_while(|(a, b)| a == b)
                 .count();
-            (edit_distance(name, candidate), prefix, *candidate)
+            (
+                crate::suggest::edit_distance(name, candidate),
+                prefix,
+                *candidate,
+            )
         })
         .filter(|(distance, prefix, _)| {
             *distance <= len.div_ceil(3) || (*prefix >= 4 && *prefix * 4 >= len * 3)
         })
         .min_by_key(|(distance, prefix, candidate)| (*distance, usize::MAX - prefix, *candidate))
         .map(|(_, _, candidate)| candidate)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
