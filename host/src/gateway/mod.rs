@@ -1,9 +1,10 @@
 //! The model gateway: keys, budgets, cost, cache, LLM routing and the HTTP
-//! server that containers and external clients call (MCP comes next).
+//! server that containers and external clients call and the MCP gateway.
 
 pub mod budget;
 pub mod cache;
 pub mod cost;
 pub mod keys;
 pub mod llm;
+pub mod mcp;
 pub mod server;

@@ -39,6 +39,7 @@ pub struct Gateway {
     audit: Arc<AuditLog>,
     budgets: BTreeMap<String, Budget>,
     max_request_bytes: usize,
+    mcp: Arc<super::mcp::McpGateway>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -102,6 +103,7 @@ fn llm_error(e: &LlmError, dialect: Dialect) -> Response {
 impl Gateway {
     pub fn new(config: &Config, home: &Path, audit: Arc<AuditLog>) -> anyhow::Result<Self> {
         let database = home.join(crate::db::FILE_NAME);
+        let mcp = Arc::new(super::mcp::McpGateway::new(config, home, audit.clone()));
         Ok(Self {
             router: LlmRouter::new(&config.gateway, llm::default_client()?)?,
             keys: KeyStore::open(&database)?,
@@ -116,6 +118,7 @@ impl Gateway {
                 .collect(),
             max_request_bytes: usize::try_from(config.gateway.max_request_bytes)
                 .unwrap_or(usize::MAX),
+            mcp,
         })
     }
 
@@ -130,6 +133,15 @@ impl Gateway {
             .route("/v1/chat/completions", post(chat_completions))
             .route("/v1/messages", post(messages))
             .with_state(self.clone())
+            .merge(self.mcp.routes({
+                let gateway = self.clone();
+                move |headers: &HeaderMap| {
+                    gateway
+                        .authenticate(headers)
+                        .map(|key| key.workspace)
+                        .map_err(|e| Box::new(e.respond(Dialect::OpenAi)))
+                }
+            }))
     }
 
     fn authenticate(&self, headers: &HeaderMap) -> Result<KeyInfo, ApiError> {

@@ -1,0 +1,218 @@
+//! The MCP gateway: one streamable-HTTP MCP endpoint (`/mcp`) whose tools are
+//! exactly those the caller's workspace may use, named `<server>__<tool>` for
+//! configured MCP servers and `<skill>__<tool>` for WASM skills. The pincer
+//! key (`Authorization: Bearer`) decides the workspace on every request;
+//! refused calls are audited as `gateway.denied`, allowed ones as
+//! `gateway.tool_call`. `rmcp` stays inside this module.
+
+pub mod acl;
+mod skills;
+mod upstream;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use rmcp::ErrorData;
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+
+use self::acl::{SEPARATOR, Source};
+use self::skills::Skills;
+use self::upstream::Upstreams;
+use crate::audit::AuditLog;
+use crate::config::Config;
+
+/// The workspace a request was authenticated for, put into the request's
+/// extensions by the gateway's auth layer.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub workspace: String,
+}
+
+/// Shared by every MCP request: configuration, skills and server connections.
+pub struct McpGateway {
+    config: Arc<Config>,
+    skills: Skills,
+    upstreams: Upstreams,
+    audit: Arc<AuditLog>,
+}
+
+impl McpGateway {
+    pub fn new(config: &Config, home: &Path, audit: Arc<AuditLog>) -> Self {
+        Self {
+            config: Arc::new(config.clone()),
+            skills: Skills::new(config, home),
+            upstreams: Upstreams::new(&config.mcp_servers),
+            audit,
+        }
+    }
+
+    /// `POST/GET /mcp`. `authenticate` maps request headers to the caller's
+    /// workspace, or to the error response to send.
+    pub fn routes<A>(self: &Arc<Self>, authenticate: A) -> Router
+    where
+        A: Fn(&HeaderMap) -> Result<String, Box<Response>> + Send + Sync + 'static,
+    {
+        let gateway = self.clone();
+        let config = StreamableHttpServerConfig::default()
+            // Every request carries a pincer key, checked before rmcp sees it;
+            // the gateway also answers on unix sockets and configured hosts.
+            .disable_allowed_hosts()
+            .with_legacy_session_mode(false)
+            .with_json_response(true);
+        let service = StreamableHttpService::new(
+            move || {
+                Ok(Handler {
+                    gateway: gateway.clone(),
+                })
+            },
+            Arc::new(NeverSessionManager::default()),
+            config,
+        );
+        Router::new()
+            .route_service("/mcp", service)
+            .layer(middleware::from_fn_with_state(
+                Arc::new(authenticate),
+                auth::<A>,
+            ))
+    }
+
+    /// Every tool `workspace` may call, namespaced.
+    async fn list(&self, workspace: &str) -> Vec<Tool> {
+        let mut out = Vec::new();
+        for source in acl::sources(&self.config, workspace) {
+            let listed = match &source {
+                Source::Skill { name, .. } => self.skills.tools(name).await,
+                Source::Server { name, server } => self.upstreams.list_tools(name, server).await,
+            };
+            match listed {
+                Ok(tools) => out.extend(tools.into_iter().filter_map(|mut tool| {
+                    if !source.allows_tool(&tool.name) {
+                        return None;
+                    }
+                    tool.name = format!("{}{SEPARATOR}{}", source.name(), tool.name).into();
+                    Some(tool)
+                })),
+                Err(e) => tracing::warn!(workspace, source = source.name(), "{e}"),
+            }
+        }
+        out
+    }
+
+    async fn call(
+        &self,
+        workspace: &str,
+        request: CallToolRequestParams,
+    ) -> Result<CallToolResult, ErrorData> {
+        let actor = format!("workspace:{workspace}");
+        let exposed = request.name.to_string();
+        let (source, tool) = match acl::resolve(&self.config, workspace, &exposed) {
+            Ok(resolved) => resolved,
+            Err(reason) => {
+                self.audit
+                    .record(&actor, Some(workspace), "gateway.denied", &reason);
+                return Err(ErrorData::invalid_params(reason, None));
+            }
+        };
+        let outcome = match &source {
+            Source::Skill { name, .. } => {
+                let args = request
+                    .arguments
+                    .map(serde_json::Value::Object)
+                    .unwrap_or_else(|| serde_json::json!({}));
+                self.skills.invoke(name, &tool, &args.to_string()).await
+            }
+            Source::Server { name, server } => {
+                self.upstreams
+                    .call_tool(name, server, &tool, request.arguments)
+                    .await
+            }
+        };
+        let detail = match &outcome {
+            Ok(result) if result.is_error == Some(true) => format!("{exposed}: tool error"),
+            Ok(_) => format!("{exposed}: ok"),
+            Err(e) => format!("{exposed}: {e}"),
+        };
+        self.audit
+            .record(&actor, Some(workspace), "gateway.tool_call", &detail);
+        outcome.map_err(|e| ErrorData::internal_error(e, None))
+    }
+}
+
+async fn auth<A>(State(authenticate): State<Arc<A>>, mut request: Request, next: Next) -> Response
+where
+    A: Fn(&HeaderMap) -> Result<String, Box<Response>> + Send + Sync + 'static,
+{
+    match authenticate(request.headers()) {
+        Ok(workspace) => {
+            request.extensions_mut().insert(Caller { workspace });
+            next.run(request).await
+        }
+        Err(response) => *response,
+    }
+}
+
+/// One per MCP request (the endpoint is stateless).
+struct Handler {
+    gateway: Arc<McpGateway>,
+}
+
+fn caller(context: &RequestContext<RoleServer>) -> Result<String, ErrorData> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .map(|c| c.workspace.clone())
+        .ok_or_else(|| ErrorData::invalid_request("unauthenticated MCP request", None))
+}
+
+impl ServerHandler for Handler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("pincer", env!("CARGO_PKG_VERSION")))
+            .with_instructions("Tools this workspace may call, named <server or skill>__<tool>.")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let workspace = caller(&context)?;
+        Ok(ListToolsResult::with_all_items(
+            self.gateway.list(&workspace).await,
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let workspace = caller(&context)?;
+        self.gateway
+            .call(&workspace, request)
+            .await
+            .map(CallToolResponse::from)
+    }
+}
+
+/// A tool result carrying one text block.
+fn text_result(text: String, is_error: bool) -> CallToolResult {
+    if is_error {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    }
+}

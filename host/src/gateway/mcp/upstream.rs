@@ -1,0 +1,175 @@
+//! Connections to configured MCP servers: stdio child processes (started
+//! lazily, shared by every workspace allowed to use them, restarted when they
+//! die) and remote streamable-HTTP servers.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, ResultType, Tool};
+use rmcp::service::{RoleClient, RunningService, ServiceExt};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::Mutex;
+
+use crate::config::McpServer;
+
+type Client = RunningService<RoleClient, ()>;
+
+/// Variables passed through from the gateway's own environment to stdio
+/// servers; everything else (provider keys in particular) stays out.
+const PASSED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ"];
+
+/// Starting a server (handshake included) or listing its tools.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// One tool call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// One slot per configured server, filled on first use.
+#[derive(Default)]
+pub struct Upstreams {
+    slots: BTreeMap<String, Mutex<Option<Arc<Client>>>>,
+}
+
+impl Upstreams {
+    pub fn new(servers: &BTreeMap<String, McpServer>) -> Self {
+        Self {
+            slots: servers
+                .keys()
+                .map(|name| (name.clone(), Mutex::new(None)))
+                .collect(),
+        }
+    }
+
+    /// A live client for `name`, starting (or restarting) it if needed.
+    async fn client(&self, name: &str, server: &McpServer) -> Result<Arc<Client>, String> {
+        let slot = self
+            .slots
+            .get(name)
+            .ok_or_else(|| format!("MCP server `{name}` is not configured"))?;
+        let mut slot = slot.lock().await;
+        if let Some(client) = slot.as_ref() {
+            if !client.is_closed() {
+                return Ok(client.clone());
+            }
+            tracing::warn!(server = name, "MCP server connection closed; restarting it");
+        }
+        let client = tokio::time::timeout(START_TIMEOUT, connect(name, server))
+            .await
+            .map_err(|_| format!("MCP server `{name}` did not start within {START_TIMEOUT:?}"))??;
+        let client = Arc::new(client);
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Forgets a connection that failed, so the next use starts afresh.
+    async fn drop_client(&self, name: &str, failed: &Arc<Client>) {
+        if let Some(slot) = self.slots.get(name) {
+            let mut slot = slot.lock().await;
+            if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, failed)) {
+                *slot = None;
+            }
+        }
+    }
+
+    pub async fn list_tools(&self, name: &str, server: &McpServer) -> Result<Vec<Tool>, String> {
+        let client = self.client(name, server).await?;
+        match tokio::time::timeout(START_TIMEOUT, client.list_all_tools()).await {
+            Ok(Ok(tools)) => Ok(tools),
+            Err(_) => {
+                self.drop_client(name, &client).await;
+                Err(format!(
+                    "MCP server `{name}` did not list its tools within {START_TIMEOUT:?}"
+                ))
+            }
+            Ok(Err(e)) => {
+                self.drop_client(name, &client).await;
+                Err(format!("MCP server `{name}` failed to list its tools: {e}"))
+            }
+        }
+    }
+
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        server: &McpServer,
+        tool: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, String> {
+        let client = self.client(name, server).await?;
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        params.arguments = arguments;
+        match tokio::time::timeout(CALL_TIMEOUT, client.call_tool(params)).await {
+            Ok(Ok(mut result)) => {
+                // Servers on older protocol versions leave it out; newer
+                // clients of the gateway require it.
+                result.result_type = Some(ResultType::COMPLETE);
+                Ok(result)
+            }
+            Err(_) => Err(format!(
+                "MCP server `{name}` did not answer `{tool}` within {CALL_TIMEOUT:?}"
+            )),
+            Ok(Err(e)) => {
+                if client.is_closed() {
+                    self.drop_client(name, &client).await;
+                }
+                Err(format!("MCP server `{name}` failed on `{tool}`: {e}"))
+            }
+        }
+    }
+}
+
+async fn connect(name: &str, server: &McpServer) -> Result<Client, String> {
+    if server.container.is_some() {
+        return Err(format!(
+            "MCP server `{name}`: container MCP servers are not supported yet"
+        ));
+    }
+    if let Some(command) = &server.command {
+        let Some((program, args)) = command.split_first() else {
+            return Err(format!("MCP server `{name}`: `command` is empty"));
+        };
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args).env_clear();
+        for key in PASSED_ENV {
+            if let Ok(value) = std::env::var(key) {
+                cmd.env(key, value);
+            }
+        }
+        cmd.envs(&server.env);
+        let (process, stderr) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("MCP server `{name}`: cannot start `{program}`: {e}"))?;
+        if let Some(stderr) = stderr {
+            let server_name = name.to_string();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::debug!(server = %server_name, "{line}");
+                }
+            });
+        }
+        return ()
+            .serve(process)
+            .await
+            .map_err(|e| format!("MCP server `{name}`: handshake failed: {e}"));
+    }
+    if let Some(url) = &server.url {
+        let http = crate::gateway::llm::default_client()
+            .map_err(|e| format!("MCP server `{name}`: {e}"))?;
+        let transport = StreamableHttpClientTransport::with_client(
+            http,
+            StreamableHttpClientTransportConfig::with_uri(url.clone()),
+        );
+        return ()
+            .serve(transport)
+            .await
+            .map_err(|e| format!("MCP server `{name}` ({url}): handshake failed: {e}"));
+    }
+    Err(format!(
+        "MCP server `{name}` has none of `command`, `url` or `container`"
+    ))
+}
