@@ -21,6 +21,11 @@ impl Env {
     /// A sandbox whose config defines `workspaces` (YAML under `workspaces:`),
     /// with the default image built (a no-op when it is up to date).
     fn new(workspaces: &str) -> Self {
+        Self::with_prefix("", workspaces)
+    }
+
+    /// As `new`, with `prefix` (top-level YAML) before the containers section.
+    fn with_prefix(prefix: &str, workspaces: &str) -> Self {
         let sandbox = Sandbox::new();
         let label = unique();
         let base = sandbox.dir.path().join("ws");
@@ -396,5 +401,66 @@ fn orphans_of_this_instance_are_removed_and_other_instances_left_alone() {
             .status
             .success(),
         "another instance's container was touched"
+    );
+}
+
+#[test]
+fn containers_get_their_own_gateway_token_and_never_a_provider_key() {
+    const PROVIDER_KEY: &str = "sk-live-PROVIDERKEY-never-inside-a-container-0123456789";
+    let env = Env::with_prefix(
+        &format!(
+            "gateway:\n  model_list:\n    - model_name: default\n      litellm_params: {{model: openai/gpt-4o-mini, api_key: \"{PROVIDER_KEY}\"}}\n"
+        ),
+        "  main: {}\n",
+    );
+    // Commands see a minimal environment; the runner's own holds the
+    // gateway address and this container's token.
+    let inside = ok(env.exec("main", &["env"]));
+    assert!(
+        !inside.contains(PROVIDER_KEY),
+        "the provider key is in the container: {inside}"
+    );
+    let container_env = ok(docker(&[
+        "inspect",
+        "-f",
+        "{{json .Config.Env}}",
+        &env.container("main"),
+    ]));
+    assert!(!container_env.contains(PROVIDER_KEY), "{container_env}");
+    let vars: Vec<String> = serde_json::from_str(&container_env).unwrap();
+    let token = vars
+        .iter()
+        .find_map(|v| v.strip_prefix("PINCER_GATEWAY_TOKEN="))
+        .unwrap_or_else(|| panic!("no gateway token in {vars:?}"))
+        .to_string();
+    assert!(token.starts_with("pk-pincer-"), "{token}");
+    assert!(
+        vars.contains(&"PINCER_GATEWAY_URL=unix:///run/pincer/gateway.sock".to_string()),
+        "{vars:?}"
+    );
+
+    // A replacement container gets a new token; the old one is revoked.
+    ok(docker(&["kill", &env.container("main")]));
+    ok(env.exec("main", &["true"]));
+    let replaced = ok(docker(&[
+        "inspect",
+        "-f",
+        "{{json .Config.Env}}",
+        &env.container("main"),
+    ]));
+    assert!(
+        replaced.contains("PINCER_GATEWAY_TOKEN=pk-pincer-") && !replaced.contains(&token),
+        "the replaced container kept the old token"
+    );
+    let keys = ok(env.pincer(&["gateway", "keys", "list", "main"]));
+    let container_keys: Vec<&str> = keys.lines().filter(|l| l.contains("container")).collect();
+    assert_eq!(
+        container_keys.iter().filter(|l| l.contains("live")).count(),
+        1,
+        "{keys}"
+    );
+    assert!(
+        !keys.contains(&token),
+        "a key listing shows a token: {keys}"
     );
 }

@@ -19,6 +19,7 @@ use super::cgroup::Counters;
 use super::runner_client::{self, RunnerError};
 use super::spec::{LABEL_INSTANCE, LABEL_SPEC, LABEL_WORKSPACE, WorkspaceSpec};
 use crate::audit::AuditLog;
+use crate::gateway::keys::KeyStore;
 
 /// How long a fresh runner gets to answer its first ping.
 const RUNNER_START: Duration = Duration::from_secs(10);
@@ -27,7 +28,13 @@ pub struct ContainerRuntime {
     docker: Docker,
     instance: String,
     audit: Arc<AuditLog>,
+    /// Mints each container's own gateway token (never a provider key).
+    keys: KeyStore,
 }
+
+/// Where a container finds the gateway, and the token it authenticates with.
+pub const GATEWAY_URL_ENV: &str = "PINCER_GATEWAY_URL";
+pub const GATEWAY_TOKEN_ENV: &str = "PINCER_GATEWAY_TOKEN";
 
 /// A container as pincer sees it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -74,10 +81,14 @@ impl ContainerRuntime {
                     "the Docker Engine does not answer ({e}); is it running? (`pincer doctor`)"
                 ))
             })?;
+        let database = home.join(crate::db::FILE_NAME);
+        let keys = KeyStore::open(&database)
+            .map_err(|e| ContainerError::Host(format!("opening {}: {e}", database.display())))?;
         Ok(Self {
             docker,
             instance: instance_id(home)?,
             audit,
+            keys,
         })
     }
 
@@ -173,6 +184,23 @@ impl ContainerRuntime {
         let mut body = spec.create_body();
         if let Some(labels) = body.labels.as_mut() {
             labels.insert(LABEL_SPEC.into(), digest.into());
+        }
+        // A fresh token per container; minting it revokes the previous one.
+        let token = self
+            .keys
+            .mint_container_token(&spec.workspace)
+            .map_err(|e| {
+                ContainerError::Host(format!(
+                    "minting the gateway token of {}: {e}",
+                    spec.workspace
+                ))
+            })?;
+        if let Some(env) = body.env.as_mut() {
+            env.push(format!(
+                "{GATEWAY_URL_ENV}=unix://{}/gateway.sock",
+                super::spec::RUN_DIR
+            ));
+            env.push(format!("{GATEWAY_TOKEN_ENV}={token}"));
         }
         let options = CreateContainerOptionsBuilder::default()
             .name(&spec.container_name)
