@@ -32,7 +32,7 @@ impl Env {
         let config = sandbox.write(
             "pincer.yaml",
             &format!(
-                "containers:\n  workspace_base_path: {}\nworkspaces:\n{workspaces}",
+                "{prefix}containers:\n  workspace_base_path: {}\nworkspaces:\n{workspaces}",
                 base.display()
             ),
         );
