@@ -4,74 +4,38 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-
 use serde_json::{Value, json};
 use support::fake_llm::{Behaviour, FakeUpstream};
-use support::{Sandbox, ok};
+use support::gateway::{Served as Gateway, python};
+use support::ok;
 
 /// A provider key the gateway holds; it must never come out anywhere.
 const PROVIDER_KEY: &str = "sk-pincer-test-PROVIDERKEY-0123456789abcdef";
 
+/// The gateway with a key minted for workspace `main`.
 struct Served {
-    sandbox: Sandbox,
-    child: Child,
-    base: String,
+    gateway: Gateway,
     key: String,
 }
 
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Served {
+    type Target = Gateway;
+    fn deref(&self) -> &Gateway {
+        &self.gateway
     }
 }
 
 impl Served {
     /// `gateway serve` with `gateway_yaml` (the `gateway:` section body) and
-    /// `workspaces_yaml`, and a key minted for workspace `main`.
+    /// `workspaces_yaml` (workspace `main`'s body); the provider key is in
+    /// the environment, read by the config as `${FAKE_PROVIDER_KEY}`.
     fn start(gateway_yaml: &str, workspaces_yaml: &str) -> Self {
-        let sandbox = Sandbox::new();
-        let config = sandbox.write(
-            "pincer.yaml",
+        let gateway = Gateway::start(
             &format!("gateway:\n{gateway_yaml}workspaces:\n  main:\n{workspaces_yaml}"),
+            &[("FAKE_PROVIDER_KEY", PROVIDER_KEY)],
         );
-        let key = ok(cli(&sandbox, &["gateway", "keys", "create", "main"]))
-            .trim()
-            .to_string();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
-            .args([
-                "--config",
-                config.to_str().unwrap(),
-                "gateway",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .current_dir(sandbox.work())
-            .env("PINCER_HOME", sandbox.home())
-            .env("FAKE_PROVIDER_KEY", PROVIDER_KEY)
-            .env("PINCER_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start gateway");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("banner");
-        let base = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .map(|u| u.trim_end_matches("/v1").to_string())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
-        Self {
-            sandbox,
-            child,
-            base,
-            key,
-        }
+        let key = gateway.key("main");
+        Self { gateway, key }
     }
 
     async fn post(
@@ -108,31 +72,6 @@ impl Served {
         )
         .await
     }
-
-    /// Stops the server and returns everything it logged.
-    fn stop(&mut self) -> String {
-        let _ = self.child.kill();
-        let mut log = String::new();
-        if let Some(stderr) = self.child.stderr.as_mut() {
-            let _ = std::io::Read::read_to_string(stderr, &mut log);
-        }
-        log
-    }
-}
-
-/// The real binary on the sandbox's config, with the provider key in its
-/// environment (the config reads it with `${FAKE_PROVIDER_KEY}`).
-fn cli(sandbox: &Sandbox, args: &[&str]) -> std::process::Output {
-    let config = sandbox.work().join("pincer.yaml");
-    Command::new(env!("CARGO_BIN_EXE_pincer"))
-        .arg("--config")
-        .arg(&config)
-        .args(args)
-        .current_dir(sandbox.work())
-        .env("PINCER_HOME", sandbox.home())
-        .env("FAKE_PROVIDER_KEY", PROVIDER_KEY)
-        .output()
-        .expect("run pincer")
 }
 
 fn deployment(alias: &str, upstream: &FakeUpstream, extra: &str) -> String {
@@ -140,12 +79,6 @@ fn deployment(alias: &str, upstream: &FakeUpstream, extra: &str) -> String {
         "    - model_name: {alias}\n      litellm_params: {{model: openai_compatible/fake-{alias}, api_base: \"{}\", api_key: \"${{FAKE_PROVIDER_KEY}}\"{extra}}}\n",
         upstream.base_url
     )
-}
-
-fn python() -> String {
-    std::env::var("PINCER_TEST_PYTHON").unwrap_or_else(|_| {
-        panic!("PINCER_TEST_PYTHON is not set: run the tests through scripts/test (it creates the venv with the official clients)")
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,7 +127,7 @@ async fn official_openai_and_anthropic_clients_work_through_the_gateway() {
     // The provider got the model it was configured with, and our key.
     let sent = answer.received();
     assert_eq!(sent[0]["model"], "fake-default");
-    let usage = ok(cli(&served.sandbox, &["gateway", "usage"]));
+    let usage = ok(served.cli(&["gateway", "usage"]));
     assert!(
         usage
             .lines()
@@ -263,15 +196,7 @@ async fn failures_fall_back_and_name_the_deployment_that_answered() {
     assert!(body["error"]["message"].as_str().is_some(), "{body}");
 
     // The audit record names the deployment that answered.
-    let audit = ok(cli(&served.sandbox, &["policy", "audit", "main", "--json"]));
-    let audit: Value = serde_json::from_str(&audit).unwrap();
-    let calls: Vec<&str> = audit["denials"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "gateway.call")
-        .filter_map(|e| e["detail"].as_str())
-        .collect();
+    let calls = served.audited("main", "gateway.call");
     for alias in ["limited", "broken", "hanging"] {
         assert!(
             calls
@@ -312,26 +237,20 @@ async fn bad_input_gets_clear_errors_and_the_gateway_keeps_serving() {
             "{case}: {body}"
         );
     }
-    ok(cli(
-        &served.sandbox,
-        &["gateway", "keys", "revoke", "main", "default"],
-    ));
+    ok(served.cli(&["gateway", "keys", "revoke", "main", "default"]));
     let (status, _, body) = served.chat("default").await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
         (401, Some("invalid_api_key")),
         "revoked key: {body}"
     );
-    let listed = ok(cli(&served.sandbox, &["gateway", "keys", "list", "main"]));
+    let listed = ok(served.cli(&["gateway", "keys", "list", "main"]));
     assert!(
         listed.contains("revoked") && !listed.contains(&key),
         "{listed}"
     );
 
-    let fresh = ok(cli(
-        &served.sandbox,
-        &["gateway", "keys", "create", "main", "--name", "second"],
-    ));
+    let fresh = ok(served.cli(&["gateway", "keys", "create", "main", "--name", "second"]));
     let (status, _, body) = served
         .post(
             "/v1/chat/completions",
@@ -349,7 +268,7 @@ async fn bad_input_gets_clear_errors_and_the_gateway_keeps_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_keys_never_leak_even_when_the_upstream_echoes_them() {
     let echo = FakeUpstream::spawn(Behaviour::EchoAuthorization).await;
-    let mut served = Served::start(
+    let served = Served::start(
         &format!("  model_list:\n{}", deployment("default", &echo, "")),
         "    {}\n",
     );
@@ -376,7 +295,7 @@ async fn provider_keys_never_leak_even_when_the_upstream_echoes_them() {
     );
 
     let home = served.sandbox.home();
-    let log = served.stop();
+    let log = served.log();
     assert!(
         !log.contains(PROVIDER_KEY),
         "the provider key is in the gateway log"
@@ -434,10 +353,7 @@ async fn fifty_concurrent_calls_never_overspend_the_budget() {
         answered,
         "a refused call reached the provider"
     );
-    let usage = ok(cli(
-        &served.sandbox,
-        &["gateway", "usage", "--workspace", "main"],
-    ));
+    let usage = ok(served.cli(&["gateway", "usage", "--workspace", "main"]));
     assert!(usage.contains(&format!(" {answered} ")), "{usage}");
 }
 

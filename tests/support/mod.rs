@@ -147,3 +147,4 @@ pub fn unique() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 pub mod fake_llm;
+pub mod gateway;

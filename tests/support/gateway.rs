@@ -1,0 +1,117 @@
+//! `pincer gateway serve` as a child process for end-to-end tests: its own
+//! sandbox, a loopback port chosen by the OS, its log in a file.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+use super::{Sandbox, ok};
+
+pub struct Served {
+    pub sandbox: Sandbox,
+    /// `http://127.0.0.1:PORT` (no `/v1`).
+    pub base: String,
+    child: Child,
+    env: Vec<(String, String)>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    /// Writes `config` as the sandbox's pincer.yaml and starts the gateway
+    /// with `env` added to its environment (and to every `cli` call).
+    pub fn start(config: &str, env: &[(&str, &str)]) -> Self {
+        let sandbox = Sandbox::new();
+        let config = sandbox.write("pincer.yaml", config);
+        let log = std::fs::File::create(sandbox.dir.path().join("gateway.log")).expect("log file");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
+            .arg("--config")
+            .arg(&config)
+            .args(["gateway", "serve", "--listen", "127.0.0.1:0"])
+            .current_dir(sandbox.work())
+            .env("PINCER_HOME", sandbox.home())
+            .env("PINCER_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("start gateway");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("banner");
+        let base = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .map(|u| u.trim_end_matches("/v1").to_string())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self {
+            sandbox,
+            base,
+            child,
+            env,
+        }
+    }
+
+    /// The real binary on the same config, home and environment.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_pincer"))
+            .arg("--config")
+            .arg(self.sandbox.work().join("pincer.yaml"))
+            .args(args)
+            .current_dir(self.sandbox.work())
+            .env("PINCER_HOME", self.sandbox.home())
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .expect("run pincer")
+    }
+
+    /// Mints a key for `workspace` and returns it.
+    pub fn key(&self, workspace: &str) -> String {
+        ok(self.cli(&["gateway", "keys", "create", workspace]))
+            .trim()
+            .to_string()
+    }
+
+    /// What the gateway has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.sandbox.dir.path().join("gateway.log")).unwrap_or_default()
+    }
+
+    /// `kind` audit records of `workspace`, as their details.
+    pub fn audited(&self, workspace: &str, kind: &str) -> Vec<String> {
+        let audit: serde_json::Value =
+            serde_json::from_str(&ok(self.cli(&["policy", "audit", workspace, "--json"])))
+                .expect("audit JSON");
+        audit["denials"]
+            .as_array()
+            .expect("records")
+            .iter()
+            .filter(|e| e["kind"] == kind)
+            .filter_map(|e| e["detail"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+/// The interpreter of the venv with the official clients (scripts/test).
+pub fn python() -> String {
+    std::env::var("PINCER_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!("PINCER_TEST_PYTHON is not set: run the tests through scripts/test (it creates the venv with the official clients)")
+    })
+}
+
+pub fn python_script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/python")
+        .join(name)
+}
