@@ -136,8 +136,14 @@ pub async fn run(config_flag: Option<&Path>) -> anyhow::Result<()> {
             String::from_utf8_lossy(&response.body)
         ),
     );
+    println!("\nall four plugin worlds answered. Next:");
+    println!("  pincer skill invoke skill-calc evaluate --args '{{\"expression\":\"6*7\"}}'");
     println!(
-        "\nall four plugin worlds answered. Next: `pincer plugin list`, `pincer skill invoke skill-calc evaluate --args '{{\"expression\":\"6*7\"}}'`."
+        "  pincer image build && pincer workspace exec default -- sh -c 'echo hi > /workspace/hi.txt'"
+    );
+    println!("  pincer policy audit default");
+    println!(
+        "  pincer gateway serve    (after adding gateway.model_list to pincer.yaml; see the README)"
     );
     Ok(())
 }
