@@ -283,18 +283,14 @@ impl Gateway {
                 usage,
                 deployment,
             }) => {
-                let cost = self
-                    .prices
-                    .price(&deployment.model)
-                    .map(|p| p.cost(usage.prompt_tokens.into(), usage.completion_tokens.into()));
-                let spent = SpentUsage {
-                    prompt_tokens: usage.prompt_tokens.into(),
-                    completion_tokens: usage.completion_tokens.into(),
-                };
-                if let Err(e) =
-                    self.ledger
-                        .settle(reservation, spent, cost, &deployment.to_string(), false)
-                {
+                let cost = price_of(self.prices.price(&deployment.model), &usage);
+                if let Err(e) = self.ledger.settle(
+                    reservation,
+                    spent(&usage),
+                    cost,
+                    &deployment.to_string(),
+                    false,
+                ) {
                     tracing::error!("cannot settle a gateway call: {e}");
                 }
                 self.audit.record(
@@ -327,18 +323,12 @@ impl Gateway {
             }) => {
                 let ledger = self.ledger.clone();
                 let audit = self.audit.clone();
-                let prices_cost = self.prices.price(&deployment.model);
+                let price = self.prices.price(&deployment.model);
                 let (who, ws, name) = (actor(key), workspace.to_string(), deployment.to_string());
                 tokio::spawn(async move {
                     let usage = usage.await.unwrap_or_default();
-                    let cost = prices_cost.map(|p| {
-                        p.cost(usage.prompt_tokens.into(), usage.completion_tokens.into())
-                    });
-                    let spent = SpentUsage {
-                        prompt_tokens: usage.prompt_tokens.into(),
-                        completion_tokens: usage.completion_tokens.into(),
-                    };
-                    if let Err(e) = ledger.settle(reservation, spent, cost, &name, false) {
+                    let cost = price_of(price, &usage);
+                    if let Err(e) = ledger.settle(reservation, spent(&usage), cost, &name, false) {
                         tracing::error!("cannot settle a streamed gateway call: {e}");
                     }
                     audit.record(
@@ -382,6 +372,17 @@ enum Dispatched {
         events: BoxStream<'static, Result<Value, LlmError>>,
         deployment: String,
     },
+}
+
+fn spent(usage: &llm::Usage) -> SpentUsage {
+    SpentUsage {
+        prompt_tokens: usage.prompt_tokens.into(),
+        completion_tokens: usage.completion_tokens.into(),
+    }
+}
+
+fn price_of(price: Option<super::cost::Price>, usage: &llm::Usage) -> Option<f64> {
+    price.map(|p| p.cost(usage.prompt_tokens.into(), usage.completion_tokens.into()))
 }
 
 fn actor(key: &KeyInfo) -> String {

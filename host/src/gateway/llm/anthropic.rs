@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value, json};
 
 use super::error::LlmError;
-use super::openai::{ChatRequest, StreamStep, error_message, usage_json};
+use super::openai::{ChatRequest, StreamStep, assistant_message, error_message, usage_json};
 use super::sse::SseEvent;
 use super::types::Usage;
 
@@ -343,17 +343,7 @@ pub(crate) fn response_to_openai(
             completion_tokens: super::openai::estimate_tokens(&text),
         },
     };
-    let mut message = Map::new();
-    message.insert("role".into(), "assistant".into());
-    let content = if text.is_empty() && !calls.is_empty() {
-        Value::Null
-    } else {
-        Value::String(text)
-    };
-    message.insert("content".into(), content);
-    if !calls.is_empty() {
-        message.insert("tool_calls".into(), Value::Array(calls));
-    }
+    let message = assistant_message(text, calls);
     let id = response
         .get("id")
         .and_then(Value::as_str)

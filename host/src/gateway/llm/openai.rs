@@ -155,6 +155,23 @@ pub(crate) fn content_chars(message: &Value) -> usize {
     n
 }
 
+/// An OpenAI assistant message: its text (null when it only calls tools)
+/// and its tool calls.
+pub(crate) fn assistant_message(text: String, calls: Vec<Value>) -> Value {
+    let mut message = serde_json::Map::new();
+    message.insert("role".into(), "assistant".into());
+    let content = if text.is_empty() && !calls.is_empty() {
+        Value::Null
+    } else {
+        Value::String(text)
+    };
+    message.insert("content".into(), content);
+    if !calls.is_empty() {
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
+    Value::Object(message)
+}
+
 pub(crate) fn usage_json(usage: Usage) -> Value {
     json!({
         "prompt_tokens": usage.prompt_tokens,

@@ -143,18 +143,7 @@ pub fn anthropic_request_to_openai(request: Value) -> Result<Value, LlmError> {
                         _ => {} // thinking blocks are not replayed
                     }
                 }
-                let mut m = Map::new();
-                m.insert("role".into(), "assistant".into());
-                let content = if text.is_empty() && !calls.is_empty() {
-                    Value::Null
-                } else {
-                    Value::String(text)
-                };
-                m.insert("content".into(), content);
-                if !calls.is_empty() {
-                    m.insert("tool_calls".into(), Value::Array(calls));
-                }
-                messages.push(Value::Object(m));
+                messages.push(super::openai::assistant_message(text, calls));
             }
             _ => {
                 return Err(bad(format!(
