@@ -33,8 +33,7 @@ pub struct ContainerRuntime {
 }
 
 /// Where a container finds the gateway, and the token it authenticates with.
-pub const GATEWAY_URL_ENV: &str = "PINCER_GATEWAY_URL";
-pub const GATEWAY_TOKEN_ENV: &str = "PINCER_GATEWAY_TOKEN";
+pub use pincer_runner_protocol::{GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV};
 
 /// A container as pincer sees it.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -229,6 +229,10 @@ fn handle(stream: &UnixStream, shared: &Shared) {
                 format!("exec {}", exec::describe(&req)),
                 exec::run(&req, &shared.enforcer, &shared.children),
             ),
+            Ok(Request::Turn(_)) => (
+                "turn".to_string(),
+                Response::error(ErrorKind::Internal, "this runner cannot run turns yet"),
+            ),
         },
     };
     let mut writer = stream;
@@ -248,6 +252,7 @@ fn handle(stream: &UnixStream, shared: &Shared) {
             s
         }
         Response::Error { kind, message } => format!("{kind}: {message}"),
+        Response::Event(_) => "event".to_string(),
     };
     let sent = match sent {
         Ok(()) => String::new(),

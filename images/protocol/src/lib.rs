@@ -2,7 +2,8 @@
 //!
 //! One connection carries exactly one exchange: the client writes one JSON
 //! [`Request`] line (terminated by `\n`), the runner answers with one JSON
-//! [`Response`] line and closes the connection. Both sides use
+//! [`Response`] line (a turn: a stream of [`Response::Event`] lines) and
+//! closes the connection. Both sides use
 //! [`encode_line`] and [`decode_line`]; readers bound their line with
 //! [`read_line`] ([`MAX_REQUEST_BYTES`] for requests, [`MAX_RESPONSE_BYTES`]
 //! for responses).
@@ -18,6 +19,13 @@ use std::io::{self, BufRead};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+pub mod turn;
+
+pub use turn::{
+    GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV, StopReason, TurnErrorKind, TurnEvent, TurnLimits,
+    TurnRequest,
+};
 
 /// Where the runner listens inside the container.
 pub const SOCKET_PATH: &str = "/run/pincer/runner.sock";
@@ -54,6 +62,10 @@ pub enum Request {
     Ping,
     /// Run a command; answered with [`Response::Exec`] or [`Response::Error`].
     Exec(ExecRequest),
+    /// Run one agent turn; answered with a stream of [`Response::Event`]
+    /// lines ending in a terminal event (see [`turn`]), or with one
+    /// [`Response::Error`] when the turn cannot start.
+    Turn(TurnRequest),
 }
 
 /// A command to run inside the container.
@@ -117,6 +129,8 @@ pub enum Response {
     Exec(ExecResult),
     /// The request could not be carried out.
     Error { kind: ErrorKind, message: String },
+    /// One event of a [`Request::Turn`].
+    Event(TurnEvent),
 }
 
 impl Response {
