@@ -29,9 +29,9 @@ use std::path::Path;
 pub use error::{ConfigError, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
-    Budget, Channel, Config, ContainerRuntime, Containers, Gateway, GatewayCache, LitellmParams,
-    McpContainer, McpServer, ModelDeployment, ModelPrice, Mount, PluginLimits, Plugins,
-    PolicyEntry, RoutingStrategy, Skill, Workspace,
+    AgentLimits, Budget, Channel, Config, ContainerRuntime, Containers, Gateway, GatewayCache,
+    LitellmParams, McpContainer, McpServer, ModelDeployment, ModelPrice, Mount, PluginLimits,
+    Plugins, PolicyEntry, RoutingStrategy, Skill, Workspace, WorkspaceMemory,
 };
 
 use error::Site;
@@ -167,6 +167,17 @@ workspaces:
     #   monthly_usd: 50             # before each call, settled after
     #   daily_tokens: 2000000       # (prompt + completion tokens)
     #   monthly_tokens: 20000000
+    # memory:                       # long-term memory (SQLite FTS5 + jieba)
+    #   enabled: true               # memory__* tools and recall into turns
+    #   recall_limit: 5             # memories recalled into each turn
+    #   recall_chars: 2000
+    # agent:                        # bounds of one turn
+    #   max_steps: 16               # model calls
+    #   max_tool_output_bytes: 16384
+    #   tool_timeout_secs: 60
+    #   max_turn_tokens: 200000
+    #   history_tokens: 24000       # history sent with each turn (estimated)
+    #   turn_timeout_secs: 600
 
 plugins:
   dirs: []                          # extra folders scanned for plugins

@@ -219,6 +219,64 @@ pub struct Workspace {
     pub instructions: Option<PathBuf>,
     /// Spending limits for model calls through the gateway; none by default.
     pub budget: Budget,
+    /// Long-term memory: tools and automatic recall.
+    pub memory: WorkspaceMemory,
+    /// Bounds of one agent turn.
+    pub agent: AgentLimits,
+}
+
+/// `workspaces.NAME.memory`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkspaceMemory {
+    /// Offer `memory__memorize/recall/forget` and recall into each turn.
+    pub enabled: bool,
+    /// Memories recalled automatically into a turn's context (0 = none).
+    pub recall_limit: usize,
+    /// Characters of recalled memories a turn's context may hold.
+    pub recall_chars: usize,
+}
+
+impl Default for WorkspaceMemory {
+    fn default() -> Self {
+        WorkspaceMemory {
+            enabled: true,
+            recall_limit: 5,
+            recall_chars: 2000,
+        }
+    }
+}
+
+/// `workspaces.NAME.agent`: what bounds one turn of the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentLimits {
+    /// Model calls per turn.
+    pub max_steps: u32,
+    /// Bytes of one tool result that enter the model's context.
+    pub max_tool_output_bytes: usize,
+    /// Seconds one tool call may take.
+    pub tool_timeout_secs: u64,
+    /// Prompt + completion tokens one turn may use.
+    pub max_turn_tokens: u64,
+    /// Estimated tokens of history sent with each turn (oldest turns are
+    /// dropped first, and the turn says so).
+    pub history_tokens: u64,
+    /// Seconds a whole turn may take.
+    pub turn_timeout_secs: u64,
+}
+
+impl Default for AgentLimits {
+    fn default() -> Self {
+        AgentLimits {
+            max_steps: 16,
+            max_tool_output_bytes: 16 * 1024,
+            tool_timeout_secs: 60,
+            max_turn_tokens: 200_000,
+            history_tokens: 24_000,
+            turn_timeout_secs: 600,
+        }
+    }
 }
 
 /// `workspaces.NAME.budget`: limits per UTC day and per calendar month (UTC).
