@@ -1,4 +1,4 @@
-//! `pincer-agent exec` and `pincer-agent ping`: clients of a running runner,
+//! `pincer-agent exec`, `ping` and `turn`: clients of a running runner,
 //! handy with `docker exec`.
 
 use std::io::{BufReader, Write};
@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use pincer_runner_protocol::{
-    ErrorKind, ExecRequest, MAX_RESPONSE_BYTES, Request, Response, decode_line, encode_line,
-    read_line,
+    ErrorKind, ExecRequest, MAX_RESPONSE_BYTES, Request, Response, TurnEvent, TurnRequest,
+    decode_line, encode_line, read_line,
 };
 
 /// Exit codes of `pincer-agent exec` besides the command's own.
@@ -92,6 +92,46 @@ pub fn exec(socket: &Path, request: ExecRequest) -> i32 {
         (Some(code), _) => code,
         (None, Some(signal)) => 128 + signal,
         (None, None) => EXIT_FAILURE,
+    }
+}
+
+/// `pincer-agent turn`: runs a turn and prints each event as a JSON line;
+/// 0 when it is done, 1 otherwise.
+pub fn turn(socket: &Path, request: TurnRequest) -> i32 {
+    let where_ = socket.display();
+    let stream = match UnixStream::connect(socket) {
+        Ok(stream) => stream,
+        Err(e) => {
+            eprintln!("pincer-agent: cannot connect to {where_}: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let mut writer = &stream;
+    if let Err(e) = writer.write_all(&encode_line(&Request::Turn(request))) {
+        eprintln!("pincer-agent: sending to {where_}: {e}");
+        return EXIT_FAILURE;
+    }
+    let mut reader = BufReader::new(&stream);
+    loop {
+        let response = read_line(&mut reader, MAX_RESPONSE_BYTES)
+            .and_then(|line| decode_line::<Response>(&line, MAX_RESPONSE_BYTES));
+        let event = match response {
+            Ok(Response::Event(event)) => event,
+            Ok(other) => return report_unexpected(&other),
+            Err(e) => {
+                eprintln!("pincer-agent: reading from {where_}: {e}");
+                return EXIT_FAILURE;
+            }
+        };
+        match serde_json::to_string(&event) {
+            Ok(json) => println!("{json}"),
+            Err(e) => eprintln!("pincer-agent: {e}"),
+        }
+        match event {
+            TurnEvent::Done { .. } => return 0,
+            TurnEvent::Failed { .. } => return EXIT_FAILURE,
+            _ => {}
+        }
     }
 }
 

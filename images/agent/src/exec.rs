@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use pincer_runner_protocol::{ErrorKind, ExecRequest, ExecResult, MAX_OUTPUT_BYTES, Response};
 
+use crate::cancel::{self, Cancel};
 use crate::capture::Capture;
 use crate::policy::{self, Enforcer};
 use crate::reap::Children;
@@ -39,10 +40,21 @@ const FALLBACK_POLL: Duration = Duration::from_millis(10);
 
 /// Runs `req`; every outcome is a response.
 pub fn run(req: &ExecRequest, enforcer: &Enforcer, children: &Children) -> Response {
+    run_cancellable(req, enforcer, children, &Cancel::never())
+}
+
+/// Like [`run`], but kills the command's process group as soon as `cancel`
+/// fires (answered with an `internal` error "cancelled").
+pub fn run_cancellable(
+    req: &ExecRequest,
+    enforcer: &Enforcer,
+    children: &Children,
+    cancel: &Cancel,
+) -> Response {
     match prepare(req, enforcer) {
         Ok(mut command) => {
             let program = PathBuf::from(command.get_program());
-            spawn_and_wait(req, &mut command, &program, enforcer, children)
+            spawn_and_wait(req, &mut command, &program, enforcer, children, cancel)
         }
         Err(response) => response,
     }
@@ -206,6 +218,7 @@ fn spawn_and_wait(
     program: &Path,
     enforcer: &Enforcer,
     children: &Children,
+    cancel: &Cancel,
 ) -> Response {
     let argv0 = req.argv.first().map_or("", String::as_str);
     let start = Instant::now();
@@ -218,7 +231,14 @@ fn spawn_and_wait(
     };
     let limit = req.max_output_bytes.min(MAX_OUTPUT_BYTES);
     let stdin = req.stdin.as_deref().map(str::as_bytes).unwrap_or_default();
-    let outcome = pump(&mut child, registration.pid(), stdin, limit, deadline);
+    let outcome = pump(
+        &mut child,
+        registration.pid(),
+        stdin,
+        limit,
+        deadline,
+        cancel,
+    );
     // Whatever happened, the command is waited for before it is unregistered.
     let status = match outcome.status {
         Some(status) => Ok(status),
@@ -234,6 +254,12 @@ fn spawn_and_wait(
             return Response::error(ErrorKind::Internal, format!("waiting for {argv0}: {e}"));
         }
     };
+    if outcome.cancelled {
+        return Response::error(
+            ErrorKind::Internal,
+            format!("{argv0}: cancelled (its process group was killed)"),
+        );
+    }
     let (stdout, out_truncated) = outcome.stdout.finish();
     let (stderr, err_truncated) = outcome.stderr.finish();
     Response::Exec(ExecResult {
@@ -262,6 +288,7 @@ struct Outcome {
     stdout: Capture,
     stderr: Capture,
     timed_out: bool,
+    cancelled: bool,
 }
 
 /// Feeds stdin, captures stdout/stderr and waits for the command, killing
@@ -272,6 +299,7 @@ fn pump(
     stdin_data: &[u8],
     limit: usize,
     deadline: Instant,
+    cancel: &Cancel,
 ) -> Outcome {
     let mut outcome = Outcome {
         status: None,
@@ -279,6 +307,7 @@ fn pump(
         stdout: Capture::new(limit),
         stderr: Capture::new(limit),
         timed_out: false,
+        cancelled: false,
     };
     let mut stdin: Option<ChildStdin> = child.stdin.take();
     let mut stdout: Option<ChildStdout> = child.stdout.take();
@@ -311,6 +340,11 @@ fn pump(
                 }
             }
         }
+        if cancel.is_cancelled() {
+            // The status is collected by the caller, which kills the group.
+            outcome.cancelled = true;
+            return outcome;
+        }
         let now = Instant::now();
         if outcome.status.is_none() && now >= deadline {
             kill_group(pid);
@@ -336,6 +370,9 @@ fn pump(
         let mut wait = wait_until - now;
         if outcome.status.is_none() && pidfd.is_none() {
             wait = wait.min(FALLBACK_POLL);
+        }
+        if cancel.is_watched() {
+            wait = wait.min(cancel::CHECK_INTERVAL);
         }
 
         // Slots: 0 stdin, 1 stdout, 2 stderr, 3 pidfd (-1 = unused: poll ignores it).

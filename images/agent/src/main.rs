@@ -4,16 +4,18 @@
 //! the host over a unix socket (see the `pincer-runner-protocol` crate);
 //! `exec` and `ping` are small clients for debugging with `docker exec`.
 
+mod cancel;
 mod capture;
 mod client;
 mod exec;
 mod policy;
 mod reap;
 mod serve;
+mod turn;
 
 use std::path::PathBuf;
 
-use pincer_runner_protocol::ExecRequest;
+use pincer_runner_protocol::{ExecRequest, TurnLimits, TurnRequest};
 
 const USAGE: &str = "\
 usage:
@@ -25,6 +27,9 @@ usage:
       (128+signal if killed, 124 timeout, 126 refused, 127 not found)
   pincer-agent ping [--socket PATH]
       print the runner's status as JSON
+  pincer-agent turn [--socket PATH] --model MODEL [--no-gateway-tools] --text TEXT
+      run one agent turn through a running runner and print its events as
+      JSON lines (exit 0 when it is done, 1 when it failed)
   pincer-agent --version
 
 The socket defaults to /run/pincer/runner.sock.";
@@ -40,6 +45,10 @@ enum Cli {
     },
     Ping {
         socket: PathBuf,
+    },
+    Turn {
+        socket: PathBuf,
+        request: TurnRequest,
     },
     Version,
     Help,
@@ -114,6 +123,34 @@ fn parse(args: Vec<String>) -> Result<Cli, String> {
             }
             Ok(Cli::Exec { socket, request })
         }
+        "turn" => {
+            let mut model = None;
+            let mut text = None;
+            let mut gateway_tools = true;
+            while let Some(arg) = args.next() {
+                if let Some(value) = option_value(&arg, "--socket", &mut args)? {
+                    socket = PathBuf::from(value);
+                } else if let Some(value) = option_value(&arg, "--model", &mut args)? {
+                    model = Some(value);
+                } else if let Some(value) = option_value(&arg, "--text", &mut args)? {
+                    text = Some(value);
+                } else if arg == "--no-gateway-tools" {
+                    gateway_tools = false;
+                } else {
+                    return Err(format!("turn: unexpected argument {arg:?}"));
+                }
+            }
+            let model = model.ok_or("turn: --model is required")?;
+            let text = text.ok_or("turn: --text is required")?;
+            let request = TurnRequest {
+                turn_id: format!("cli-{}", std::process::id()),
+                model,
+                messages: vec![serde_json::json!({"role": "user", "content": text})],
+                limits: TurnLimits::default(),
+                gateway_tools,
+            };
+            Ok(Cli::Turn { socket, request })
+        }
         other => Err(format!("unknown subcommand {other:?}")),
     }
 }
@@ -145,6 +182,7 @@ fn main() {
         }
         Ok(Cli::Ping { socket }) => client::ping(&socket),
         Ok(Cli::Exec { socket, request }) => client::exec(&socket, request),
+        Ok(Cli::Turn { socket, request }) => client::turn(&socket, request),
         Ok(Cli::Serve { socket }) => match serve::serve(&socket) {
             Ok(()) => 0,
             Err(e) => {
@@ -225,5 +263,29 @@ mod tests {
         assert!(parse(args(&["exec", "--"])).is_err());
         assert!(parse(args(&["exec", "--timeout-ms", "0", "ls"])).is_err());
         assert!(parse(args(&["exec", "--bogus", "ls"])).is_err());
+    }
+
+    #[test]
+    fn parses_turn() {
+        let Cli::Turn { socket, request } = parse(args(&[
+            "turn",
+            "--model=fast",
+            "--text",
+            "hi there",
+            "--no-gateway-tools",
+        ]))
+        .unwrap() else {
+            panic!("not turn")
+        };
+        assert_eq!(socket, PathBuf::from("/run/pincer/runner.sock"));
+        assert_eq!(request.model, "fast");
+        assert_eq!(
+            request.messages,
+            [serde_json::json!({"role": "user", "content": "hi there"})]
+        );
+        assert!(!request.gateway_tools);
+        assert!(parse(args(&["turn", "--text", "x"])).is_err());
+        assert!(parse(args(&["turn", "--model", "m"])).is_err());
+        assert!(parse(args(&["turn", "--model", "m", "--text", "x", "extra"])).is_err());
     }
 }

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::io::{BufReader, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -12,13 +13,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use pincer_runner_protocol::{
-    ErrorKind, MAX_REQUEST_BYTES, ProtocolError, Request, Response, Status, decode_line,
-    encode_line, read_line,
+    ErrorKind, MAX_REQUEST_BYTES, ProtocolError, Request, Response, Status, TurnEvent, TurnRequest,
+    decode_line, encode_line, read_line,
 };
 
+use crate::cancel::Cancel;
 use crate::exec;
 use crate::policy::{Enforcer, PolicyError, policy_from_env};
 use crate::reap::{self, Children};
+use crate::turn::{self, Gateway, TurnEnv};
 
 /// Connections served at once; more are answered "busy".
 pub const MAX_CONNECTIONS: usize = 64;
@@ -229,10 +232,10 @@ fn handle(stream: &UnixStream, shared: &Shared) {
                 format!("exec {}", exec::describe(&req)),
                 exec::run(&req, &shared.enforcer, &shared.children),
             ),
-            Ok(Request::Turn(_)) => (
-                "turn".to_string(),
-                Response::error(ErrorKind::Internal, "this runner cannot run turns yet"),
-            ),
+            Ok(Request::Turn(req)) => {
+                serve_turn(stream, &req, shared, started);
+                return;
+            }
         },
     };
     let mut writer = stream;
@@ -260,6 +263,52 @@ fn handle(stream: &UnixStream, shared: &Shared) {
     };
     log(&format!(
         "{what} -> {outcome} in {} ms{sent}",
+        started.elapsed().as_millis()
+    ));
+}
+
+/// Runs a turn on this connection's thread, writing each event as it
+/// happens. When the host closes the connection (or a write fails), the turn
+/// is cancelled: a running tool is killed, a model call abandoned.
+fn serve_turn(stream: &UnixStream, req: &TurnRequest, shared: &Shared, started: Instant) {
+    let cancel = Cancel::on_hangup(stream.as_fd());
+    let env = TurnEnv {
+        gateway: Gateway::from_env(),
+        workspace: PathBuf::from(exec::DEFAULT_CWD),
+        enforcer: &shared.enforcer,
+        children: &shared.children,
+        cancel: &cancel,
+        model_idle: turn::MODEL_IDLE_TIMEOUT,
+    };
+    let mut writer = stream;
+    let mut write_error = None;
+    let mut emit = |event: TurnEvent| match writer.write_all(&encode_line(&Response::Event(event)))
+    {
+        Ok(()) => {
+            shared.touch();
+            true
+        }
+        Err(e) => {
+            write_error = Some(e);
+            false
+        }
+    };
+    let summary = turn::run(req, &env, &mut emit);
+    let outcome = match &summary.end {
+        Some(TurnEvent::Done { stop, .. }) => format!("done ({stop:?})"),
+        Some(TurnEvent::Failed { kind, message }) => format!("failed ({kind:?}): {message}"),
+        Some(other) => format!("{other:?}"),
+        None => match write_error {
+            Some(e) => format!("aborted (host unreachable: {e})"),
+            None => "aborted (host disconnected)".to_string(),
+        },
+    };
+    log(&format!(
+        "turn {:?} model {:?} -> {outcome}, {} steps, {} tool calls in {} ms",
+        req.turn_id,
+        req.model,
+        summary.steps,
+        summary.tool_calls,
         started.elapsed().as_millis()
     ));
 }

@@ -2,6 +2,8 @@
 //! in a fresh temporary directory, and talks to it.
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod gateway;
+
 use std::fs::File;
 use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -60,6 +62,8 @@ pub fn serve_command(socket: &Path, policy: Option<&str>, log: &Path) -> Command
         .arg(socket)
         .env("PINCER_TEST_SECRET", "hunter2")
         .env_remove("PINCER_RUNNER_POLICY")
+        .env_remove("PINCER_GATEWAY_URL")
+        .env_remove("PINCER_GATEWAY_TOKEN")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(File::create(log).expect("log file"));
@@ -89,10 +93,16 @@ pub fn wait_for_socket(socket: &Path, child: &mut Child, log: &Path) {
 
 impl Runner {
     pub fn start(policy: Option<&str>) -> Runner {
+        Runner::start_with(policy, &[])
+    }
+
+    /// A runner with `env` added to its environment.
+    pub fn start_with(policy: Option<&str>, env: &[(&str, String)]) -> Runner {
         let dir = TempDir::new();
         let socket = dir.path().join("r.sock");
         let log = dir.path().join("runner.log");
         let mut child = serve_command(&socket, policy, &log)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .spawn()
             .expect("spawn runner");
         wait_for_socket(&socket, &mut child, &log);
