@@ -3,7 +3,7 @@
 //! put together by index.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
@@ -15,6 +15,8 @@ use crate::cancel::Cancel;
 const MAX_STREAM_BYTES: usize = 16 * 1024 * 1024;
 /// Most tool calls in one model answer.
 const MAX_TOOL_CALLS: usize = 64;
+/// Longest one model call may take, however steadily it streams.
+const MAX_CALL_DURATION: Duration = Duration::from_secs(30 * 60);
 
 /// What the model answered in one call.
 #[derive(Debug, Default)]
@@ -134,7 +136,18 @@ pub async fn complete(
     }
     let mut parser = SseParser::new(MAX_STREAM_BYTES);
     let mut received = 0usize;
-    while let Some(chunk) = reply.next_chunk(gateway, idle, cancel).await? {
+    let end = Instant::now() + MAX_CALL_DURATION;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(LlmError::Unreachable(format!(
+                "the model's answer took longer than {} minutes",
+                MAX_CALL_DURATION.as_secs() / 60
+            )));
+        }
+        let Some(chunk) = reply.next_chunk(gateway, idle.min(left), cancel).await? else {
+            break;
+        };
         received += chunk.len();
         if received > MAX_STREAM_BYTES {
             return Err(too_long());

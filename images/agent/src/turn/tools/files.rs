@@ -16,6 +16,12 @@ const MAX_LINE_CHARS: usize = 2000;
 const MAX_EDIT_BYTES: u64 = 16 * 1024 * 1024;
 /// A NUL byte in this much of a file's start makes it binary.
 pub const BINARY_SNIFF_BYTES: usize = 8192;
+/// Bytes of one line kept in memory (the rest of a longer line is skipped).
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+/// Most text `read` returns at once.
+const MAX_READ_BYTES: usize = 1024 * 1024;
+/// Lines between two looks at the deadline.
+pub const LINES_PER_CHECK: usize = 4096;
 
 #[derive(Debug, Deserialize)]
 pub struct ReadArgs {
@@ -55,6 +61,34 @@ pub fn is_binary(head: &[u8]) -> bool {
     head[..head.len().min(BINARY_SNIFF_BYTES)].contains(&0)
 }
 
+/// Reads one line into `line` (cleared first), keeping at most
+/// [`MAX_LINE_BYTES`] of it; false at the end of the input.
+pub fn next_line<R: BufRead>(reader: &mut R, line: &mut Vec<u8>) -> std::io::Result<bool> {
+    line.clear();
+    let mut any = false;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(any);
+        }
+        any = true;
+        let (part, used, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], i + 1, true),
+            None => (available, available.len(), false),
+        };
+        let room = MAX_LINE_BYTES.saturating_sub(line.len());
+        line.extend_from_slice(&part[..room.min(part.len())]);
+        reader.consume(used);
+        if done {
+            return Ok(true);
+        }
+    }
+}
+
 pub fn read(args: ReadArgs, ctx: &ToolContext) -> ToolOutput {
     match read_lines(&args, ctx) {
         Ok(text) => ToolOutput::ok(text),
@@ -76,27 +110,24 @@ fn read_lines(args: &ReadArgs, ctx: &ToolContext) -> Result<String, String> {
     let mut out = String::new();
     let mut number = 0usize;
     let mut line = Vec::new();
-    loop {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("{shown}: {e}"))?;
-        if n == 0 {
-            break;
-        }
+    let mut last = last;
+    while next_line(&mut reader, &mut line).map_err(|e| format!("{shown}: {e}"))? {
         number += 1;
-        if number > last {
-            // Count the rest to tell the model how far the file goes.
-            if let Some(why) = ctx.expired() {
-                return Err(why);
-            }
+        if number.is_multiple_of(LINES_PER_CHECK)
+            && let Some(why) = ctx.expired()
+        {
+            return Err(why);
+        }
+        // Past the range, lines are only counted, to tell how far the file goes.
+        if number < first || number > last {
             continue;
         }
-        if number < first {
+        if out.len() >= MAX_READ_BYTES {
+            last = number - 1;
             continue;
         }
         let text = String::from_utf8_lossy(&line);
-        let text = text.trim_end_matches(['\n', '\r']);
+        let text = text.trim_end_matches('\r');
         let shown_line = match text.char_indices().nth(MAX_LINE_CHARS) {
             Some((cut, _)) => format!("{} [... line cut]", &text[..cut]),
             None => text.to_string(),
@@ -185,4 +216,25 @@ fn edit_file(args: &EditArgs, ctx: &ToolContext) -> Result<String, String> {
         "replaced {count} occurrence{} in {shown}",
         if count == 1 { "" } else { "s" }
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_are_capped() {
+        let long = "x".repeat(MAX_LINE_BYTES * 3);
+        let text = format!("a\r\n{long}\nlast");
+        let mut reader = BufReader::with_capacity(1000, text.as_bytes());
+        let mut line = Vec::new();
+        assert!(next_line(&mut reader, &mut line).unwrap());
+        assert_eq!(line, b"a\r");
+        assert!(next_line(&mut reader, &mut line).unwrap());
+        assert_eq!(line.len(), MAX_LINE_BYTES);
+        assert!(next_line(&mut reader, &mut line).unwrap());
+        assert_eq!(line, b"last");
+        assert!(!next_line(&mut reader, &mut line).unwrap());
+        assert!(line.is_empty());
+    }
 }

@@ -10,7 +10,7 @@ use regex::RegexBuilder;
 use serde::Deserialize;
 use walkdir::{DirEntry, WalkDir};
 
-use super::files::is_binary;
+use super::files::{LINES_PER_CHECK, is_binary, next_line};
 use super::{ToolContext, ToolOutput};
 
 const MAX_GLOB_RESULTS: usize = 1000;
@@ -190,20 +190,15 @@ fn search_file(
     let shown = ctx.show(path);
     let mut line = Vec::new();
     let mut number = 0usize;
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return Ok(false),
-            Ok(_) => {}
-        }
+    while let Ok(true) = next_line(&mut reader, &mut line) {
         number += 1;
-        if number.is_multiple_of(10_000)
+        if number.is_multiple_of(LINES_PER_CHECK)
             && let Some(why) = ctx.expired()
         {
             return Err(why);
         }
         let text = String::from_utf8_lossy(&line);
-        let text = text.trim_end_matches(['\n', '\r']);
+        let text = text.trim_end_matches('\r');
         if !regex.is_match(text) {
             continue;
         }
@@ -216,4 +211,5 @@ fn search_file(
             return Ok(true);
         }
     }
+    Ok(false)
 }
