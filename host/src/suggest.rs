@@ -18,9 +18,26 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// The candidate nearest to `name`, when it is near enough to be a typo.
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let allowed = (name.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|(d, _)| *d <= allowed)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::edit_distance;
+    use super::{closest, edit_distance};
+
+    #[test]
+    fn closest_only_suggests_near_names() {
+        assert_eq!(closest("defualt", ["default", "research"]), Some("default"));
+        assert_eq!(closest("zzz", ["default", "research"]), None);
+    }
 
     #[test]
     fn distances() {

@@ -28,6 +28,23 @@ pub enum Behaviour {
     DropMidStream,
     /// Puts the Authorization header it received into the answer.
     EchoAuthorization,
+    /// The n-th request gets the n-th behaviour; the last one repeats.
+    Script(Vec<Behaviour>),
+    /// Answers with several tool calls at once.
+    ToolCalls(Vec<(String, String)>),
+}
+
+impl Behaviour {
+    pub fn answer(text: &str) -> Self {
+        Behaviour::Answer(text.to_string())
+    }
+
+    pub fn tool(name: &str, arguments: &str) -> Self {
+        Behaviour::ToolCall {
+            name: name.to_string(),
+            arguments: arguments.to_string(),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -65,10 +82,31 @@ impl FakeUpstream {
 
 async fn complete(State(shared): State<Shared>, headers: HeaderMap, body: String) -> Response {
     let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-    shared.requests.lock().unwrap().push(request.clone());
+    let n = {
+        let mut requests = shared.requests.lock().unwrap();
+        requests.push(request.clone());
+        requests.len()
+    };
     let model = request["model"].as_str().unwrap_or("fake").to_string();
     let stream = request["stream"].as_bool().unwrap_or(false);
-    match shared.behaviour {
+    let behaviour = match shared.behaviour {
+        Behaviour::Script(steps) => steps
+            .get(n - 1)
+            .or(steps.last())
+            .cloned()
+            .unwrap_or(Behaviour::Status(500)),
+        other => other,
+    };
+    match behaviour {
+        Behaviour::Script(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Behaviour::ToolCalls(calls) => answer(
+            &model,
+            stream,
+            json!({"role": "assistant", "content": null, "tool_calls": calls.iter().enumerate().map(|(i, (name, arguments))| json!(
+                {"id": format!("call_{n}_{i}"), "type": "function", "function": {"name": name, "arguments": arguments}}
+            )).collect::<Vec<_>>()}),
+            "tool_calls",
+        ),
         Behaviour::Answer(text) => answer(
             &model,
             stream,
@@ -79,7 +117,7 @@ async fn complete(State(shared): State<Shared>, headers: HeaderMap, body: String
             &model,
             stream,
             json!({"role": "assistant", "content": null, "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": name, "arguments": arguments}}
+                {"id": format!("call_{n}"), "type": "function", "function": {"name": name, "arguments": arguments}}
             ]}),
             "tool_calls",
         ),
@@ -144,7 +182,7 @@ fn answer(model: &str, stream: bool, message: Value, finish: &str) -> Response {
     let mut events = Vec::new();
     match message["content"].as_str() {
         Some(text) => {
-            let (a, b) = text.split_at(text.len() / 2);
+            let (a, b) = halves(text);
             events.push(chunk(
                 model,
                 json!({"role": "assistant", "content": a}),
@@ -152,14 +190,32 @@ fn answer(model: &str, stream: bool, message: Value, finish: &str) -> Response {
             ));
             events.push(chunk(model, json!({"content": b}), None));
         }
-        None => events.push(chunk(
-            model,
-            json!({"role": "assistant", "tool_calls": [{
-                "index": 0, "id": "call_1", "type": "function",
-                "function": message["tool_calls"][0]["function"].clone()
-            }]}),
-            None,
-        )),
+        None => {
+            // Each call streams as its id and name, then its arguments in
+            // two fragments, as OpenAI does.
+            for (i, call) in message["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let arguments = call["function"]["arguments"].as_str().unwrap_or("");
+                let (a, b) = halves(arguments);
+                events.push(chunk(
+                    model,
+                    json!({"role": "assistant", "tool_calls": [{
+                        "index": i, "id": call["id"], "type": "function",
+                        "function": {"name": call["function"]["name"], "arguments": a}
+                    }]}),
+                    None,
+                ));
+                events.push(chunk(
+                    model,
+                    json!({"tool_calls": [{"index": i, "function": {"arguments": b}}]}),
+                    None,
+                ));
+            }
+        }
     }
     events.push(chunk(model, json!({}), Some(finish)));
     let mut usage_chunk = chunk(model, json!({}), None);
@@ -183,4 +239,13 @@ fn chunk(model: &str, delta: Value, finish: Option<&str>) -> Value {
 
 fn sse(event: &Value) -> String {
     format!("data: {event}\n\n")
+}
+
+/// Splits at the char boundary nearest the middle.
+fn halves(text: &str) -> (&str, &str) {
+    let mut mid = text.len() / 2;
+    while !text.is_char_boundary(mid) {
+        mid += 1;
+    }
+    text.split_at(mid)
 }

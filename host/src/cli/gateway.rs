@@ -101,23 +101,8 @@ async fn serve(ctx: &Context, listen: Option<std::net::SocketAddr>) -> anyhow::R
     let mut servers = tokio::task::JoinSet::new();
     servers.spawn(async move { axum::serve(tcp, routes).await.map_err(anyhow::Error::from) });
     for workspace in ctx.config.workspaces.keys() {
-        let dir = ctx.home.join("run").join(workspace);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let path = dir.join("gateway.sock");
-        let _ = std::fs::remove_file(&path);
-        let socket = tokio::net::UnixListener::bind(&path)
-            .with_context(|| format!("binding {}", path.display()))?;
-        // The container's user must be able to connect; the key still decides.
-        std::fs::set_permissions(
-            &path,
-            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o666),
-        )?;
-        let routes = gateway.routes();
-        servers.spawn(async move {
-            axum::serve(socket, routes)
-                .await
-                .map_err(anyhow::Error::from)
-        });
+        let served = gateway.serve_workspace_socket(&ctx.home, workspace)?;
+        servers.spawn(async move { served.await? });
     }
     println!(
         "pincer gateway listening on http://{bound}/v1 and on one unix socket per workspace under {} ({} model alias{})",

@@ -5,11 +5,14 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod agent;
 mod config_cmd;
 mod context;
+mod daemon;
 mod demo;
 mod doctor;
 mod gateway;
+mod init;
 mod plugin;
 mod policy;
 mod skill;
@@ -60,6 +63,40 @@ pub enum Command {
     Doctor,
     /// Load every built-in plugin and exercise each world once
     Demo,
+    /// Send one message to a workspace's agent and print the reply
+    Message {
+        /// The workspace whose agent answers
+        #[arg(long, short, default_value = "default")]
+        workspace: String,
+        /// The message; `/new` starts a fresh session (text after it is sent in it)
+        #[arg(long, short)]
+        text: String,
+        /// The conversation (session) within the terminal channel
+        #[arg(long, default_value = "default")]
+        conversation: String,
+        /// Print every event of the turn as one JSON line
+        #[arg(long)]
+        json: bool,
+    },
+    /// Talk with a workspace's agent in the terminal
+    Chat {
+        #[arg(long, short, default_value = "default")]
+        workspace: String,
+        #[arg(long, default_value = "default")]
+        conversation: String,
+    },
+    /// Run pincer: the gateway, and the turns of `pincer message` and `pincer chat`
+    Start {
+        /// Gateway TCP address (default: gateway.listen)
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
+    },
+    /// Write a commented pincer.yaml and the default workspace's folder
+    Init {
+        /// Replace an existing pincer.yaml (kept as pincer.yaml.bak)
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -210,5 +247,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gateway(command) => gateway::run(cli.config.as_deref(), command).await,
         Command::Doctor => doctor::run(cli.config.as_deref()).await,
         Command::Demo => demo::run(cli.config.as_deref()).await,
+        Command::Message {
+            workspace,
+            text,
+            conversation,
+            json,
+        } => {
+            let args = agent::MessageArgs {
+                workspace,
+                text,
+                conversation,
+                json,
+            };
+            agent::message(cli.config.as_deref(), args).await
+        }
+        Command::Chat {
+            workspace,
+            conversation,
+        } => agent::chat(cli.config.as_deref(), workspace, conversation).await,
+        Command::Start { listen } => daemon::start(cli.config.as_deref(), listen).await,
+        Command::Init { force } => init::run(&crate::config::pincer_home()?, force),
     }
 }

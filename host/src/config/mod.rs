@@ -161,7 +161,8 @@ workspaces:
     mcp_servers: []                 # names from mcp_servers
     skills: []
     channels: []                    # names from channels
-    # instructions: AGENTS.md
+    observers: []                   # observer plugins, e.g. [observer-jsonl]
+    # instructions: AGENTS.md       # default: AGENTS.md in the workspace folder, if any
     # budget:                       # gateway spend limits, all optional;
     #   daily_usd: 5.00             # days and months are UTC; reserved
     #   monthly_usd: 50             # before each call, settled after

@@ -219,6 +219,8 @@ pub struct Workspace {
     pub instructions: Option<PathBuf>,
     /// Spending limits for model calls through the gateway; none by default.
     pub budget: Budget,
+    /// Observer plugins that receive this workspace's turn events.
+    pub observers: Vec<String>,
     /// Long-term memory: tools and automatic recall.
     pub memory: WorkspaceMemory,
     /// Bounds of one agent turn.

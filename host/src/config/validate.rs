@@ -339,6 +339,12 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a>
             ));
         }
     }
+    for (i, observer) in ws.observers.iter().enumerate() {
+        if !is_valid_name(observer) {
+            return Err(at(item("observers", i), name_rule("observer", observer)));
+        }
+    }
+    agent_limits(name, &ws.agent)?;
     for (i, server) in ws.mcp_servers.iter().enumerate() {
         let Some(def) = cfg.mcp_servers.get(server) else {
             return Err(at(
@@ -428,6 +434,28 @@ fn channels(cfg: &Config) -> Check<'_> {
                     "unknown workspace `{}` (not defined under workspaces)",
                     channel.workspace
                 ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every bound of a turn must allow something: zero would end every turn
+/// before it starts.
+fn agent_limits<'a>(workspace: &'a str, limits: &crate::config::AgentLimits) -> Check<'a> {
+    let checks: [(&'static str, u64); 6] = [
+        ("max_steps", u64::from(limits.max_steps)),
+        ("max_tool_output_bytes", limits.max_tool_output_bytes as u64),
+        ("tool_timeout_secs", limits.tool_timeout_secs),
+        ("max_turn_tokens", limits.max_turn_tokens),
+        ("history_tokens", limits.history_tokens),
+        ("turn_timeout_secs", limits.turn_timeout_secs),
+    ];
+    for (key, value) in checks {
+        if value == 0 {
+            return Err(at(
+                vec![Key("workspaces"), Key(workspace), Key("agent"), Key(key)],
+                format!("agent.{key} must be at least 1"),
             ));
         }
     }

@@ -76,3 +76,80 @@ pub async fn wait_ready(
         }
     }
 }
+
+/// The event stream of one turn running in the container.
+pub struct TurnStream {
+    reader: BufReader<tokio::net::unix::OwnedReadHalf>,
+    // Kept open for the whole turn: dropping it tells the runner to stop.
+    _write: tokio::net::unix::OwnedWriteHalf,
+    finished: bool,
+}
+
+/// Starts a turn; read its events with [`TurnStream::next`].
+pub async fn turn(
+    socket: &Path,
+    request: pincer_runner_protocol::TurnRequest,
+) -> Result<TurnStream, RunnerError> {
+    let stream = UnixStream::connect(socket)
+        .await
+        .map_err(|source| RunnerError::Connect {
+            path: socket.display().to_string(),
+            source,
+        })?;
+    let (read, mut write) = stream.into_split();
+    write
+        .write_all(&pincer_runner_protocol::encode_line(&Request::Turn(
+            request,
+        )))
+        .await?;
+    write.flush().await?;
+    Ok(TurnStream {
+        reader: BufReader::new(read),
+        _write: write,
+        finished: false,
+    })
+}
+
+impl TurnStream {
+    /// The next event; `Ok(None)` after the terminal event. A connection
+    /// that ends before the terminal event is [`RunnerError::Closed`].
+    pub async fn next(&mut self) -> Result<Option<pincer_runner_protocol::TurnEvent>, RunnerError> {
+        if self.finished {
+            return Ok(None);
+        }
+        let max = pincer_runner_protocol::MAX_RESPONSE_BYTES;
+        let mut line = Vec::new();
+        (&mut self.reader)
+            .take(max as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await?;
+        if line.is_empty() {
+            self.finished = true;
+            return Err(RunnerError::Closed);
+        }
+        let event = match pincer_runner_protocol::decode_line::<Response>(&line, max) {
+            Ok(Response::Event(event)) => event,
+            Ok(Response::Error { kind, message }) => pincer_runner_protocol::TurnEvent::Failed {
+                kind: match kind {
+                    pincer_runner_protocol::ErrorKind::BadRequest => {
+                        pincer_runner_protocol::TurnErrorKind::BadRequest
+                    }
+                    _ => pincer_runner_protocol::TurnErrorKind::Internal,
+                },
+                message,
+            },
+            Ok(other) => {
+                self.finished = true;
+                return Err(RunnerError::Protocol(format!(
+                    "expected a turn event, got {other:?}"
+                )));
+            }
+            Err(e) => {
+                self.finished = true;
+                return Err(RunnerError::Protocol(e.to_string()));
+            }
+        };
+        self.finished = event.is_terminal();
+        Ok(Some(event))
+    }
+}

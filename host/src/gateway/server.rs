@@ -100,6 +100,12 @@ fn llm_error(e: &LlmError, dialect: Dialect) -> Response {
         .into_response()
 }
 
+/// The gateway socket of `workspace` on the host (`/run/pincer/gateway.sock`
+/// in its container).
+pub fn workspace_socket(home: &Path, workspace: &str) -> std::path::PathBuf {
+    home.join("run").join(workspace).join("gateway.sock")
+}
+
 impl Gateway {
     pub fn new(config: &Config, home: &Path, audit: Arc<AuditLog>) -> anyhow::Result<Self> {
         let database = home.join(crate::db::FILE_NAME);
@@ -124,6 +130,35 @@ impl Gateway {
 
     pub fn keys(&self) -> &KeyStore {
         &self.keys
+    }
+
+    /// Serves the gateway on `$PINCER_HOME/run/<workspace>/gateway.sock`,
+    /// the socket mounted into the workspace's container, until the
+    /// returned task is aborted. A stale socket file is replaced.
+    pub fn serve_workspace_socket(
+        self: &Arc<Self>,
+        home: &Path,
+        workspace: &str,
+    ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
+        use anyhow::Context as _;
+        let path = workspace_socket(home, workspace);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let _ = std::fs::remove_file(&path);
+        let socket = tokio::net::UnixListener::bind(&path)
+            .with_context(|| format!("binding {}", path.display()))?;
+        // The container's user must be able to connect; the key still decides.
+        std::fs::set_permissions(
+            &path,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o666),
+        )?;
+        let routes = self.routes();
+        Ok(tokio::spawn(async move {
+            axum::serve(socket, routes)
+                .await
+                .map_err(anyhow::Error::from)
+        }))
     }
 
     pub fn routes(self: &Arc<Self>) -> Router {

@@ -1,0 +1,335 @@
+//! `pincer message` (one turn) and `pincer chat` (a terminal conversation).
+//! With a `pincer start` daemon running they hand turns to it over its
+//! control socket; otherwise they bring up in this process what a turn
+//! needs — the gateway on the workspace's socket (unless another pincer
+//! process serves it), the container, the session store. Either way they
+//! print the turn's events the same way.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use pincer_runner_protocol::TurnEvent;
+
+use super::{Context, ExitStatus};
+use crate::gateway::server::Gateway;
+use crate::router::control::{self, ControlRequest};
+use crate::router::{Agent, AgentEvent, HostEvent, Inbound, Observers, Recall, TurnSummary};
+use crate::sessions::{SessionKey, SessionStore, TurnStatus};
+
+/// The channel name of turns started from the terminal.
+pub const CLI_CHANNEL: &str = "cli";
+
+pub struct MessageArgs {
+    pub workspace: String,
+    pub text: String,
+    pub conversation: String,
+    pub json: bool,
+}
+
+/// Where turns run: a daemon, or this process.
+enum Runner {
+    Daemon,
+    Local(Agent),
+}
+
+impl Runner {
+    async fn new(ctx: &Context) -> anyhow::Result<Self> {
+        if control::connect(&ctx.home).await.is_some() {
+            return Ok(Runner::Daemon);
+        }
+        Ok(Runner::Local(agent(ctx).await?))
+    }
+
+    async fn turn(
+        &self,
+        ctx: &Context,
+        inbound: Inbound,
+        printer: &Printer,
+    ) -> anyhow::Result<TurnSummary> {
+        let show = |event: AgentEvent| printer.show(&event);
+        match self {
+            Runner::Local(agent) => Ok(agent.turn(inbound, &show, cancelled()).await?),
+            Runner::Daemon => {
+                let stream = control::connect(&ctx.home).await.ok_or_else(|| {
+                    anyhow::anyhow!("the pincer daemon stopped; run the command again")
+                })?;
+                let request = ControlRequest {
+                    channel: inbound.key.channel,
+                    conversation: inbound.key.conversation,
+                    workspace: inbound.key.workspace,
+                    text: inbound.text,
+                };
+                // Ctrl-C drops the connection, which cancels the turn.
+                tokio::select! {
+                    summary = control::remote_turn(stream, &request, &show) => summary,
+                    () = cancelled() => anyhow::bail!("the turn was cancelled"),
+                }
+            }
+        }
+    }
+}
+
+/// Builds the turn engine for the configuration in `ctx`.
+pub async fn agent(ctx: &Context) -> anyhow::Result<Agent> {
+    let audit = ctx.audit_log()?;
+    let runtime = Arc::new(ctx.container_runtime().await?);
+    let sessions = Arc::new(SessionStore::open(&ctx.home)?);
+    let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, audit)?);
+    let memory = memory_store(ctx)?;
+    let observers = observers(ctx)?;
+    Ok(Agent::new(
+        Arc::new(ctx.config.clone()),
+        ctx.home.clone(),
+        runtime,
+        sessions,
+        memory,
+        gateway,
+        observers,
+    ))
+}
+
+fn memory_store(ctx: &Context) -> anyhow::Result<Arc<dyn Recall>> {
+    Ok(Arc::new(crate::memory::MemoryStore::open(&ctx.home)?))
+}
+
+/// Loads each workspace's observer plugins; a plugin that cannot load is an
+/// error (an observer that silently observes nothing is worse).
+fn observers(ctx: &Context) -> anyhow::Result<HashMap<String, Observers>> {
+    let wanted: Vec<_> = ctx
+        .config
+        .workspaces
+        .iter()
+        .filter(|(_, ws)| !ws.observers.is_empty())
+        .collect();
+    let mut out = HashMap::new();
+    if wanted.is_empty() {
+        return Ok(out);
+    }
+    let host = Arc::new(ctx.plugin_host()?);
+    for (name, ws) in wanted {
+        let plugins = ws
+            .observers
+            .iter()
+            .map(|plugin| {
+                ctx.load_plugin(&host, plugin)
+                    .with_context(|| format!("loading observer `{plugin}` of workspace `{name}`"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        out.insert(name.clone(), Observers::start(host.clone(), plugins));
+    }
+    Ok(out)
+}
+
+fn check_workspace(ctx: &Context, name: &str) -> anyhow::Result<()> {
+    if ctx.config.workspaces.contains_key(name) {
+        return Ok(());
+    }
+    let known: Vec<&str> = ctx.config.workspaces.keys().map(String::as_str).collect();
+    let hint = crate::suggest::closest(name, known.iter().copied())
+        .map(|s| format!(" (did you mean `{s}`?)"))
+        .unwrap_or_default();
+    anyhow::bail!(
+        "no workspace named `{name}`{hint}; configured: {}",
+        known.join(", ")
+    )
+}
+
+/// `pincer message`: one turn; prints the reply (or every event with
+/// `--json`); exits non-zero when the turn fails.
+pub async fn message(config_flag: Option<&Path>, args: MessageArgs) -> anyhow::Result<()> {
+    let ctx = Context::load(config_flag)?;
+    check_workspace(&ctx, &args.workspace)?;
+    let runner = Runner::new(&ctx).await?;
+    let printer = Printer::new(args.json);
+    let inbound = Inbound {
+        key: SessionKey {
+            channel: CLI_CHANNEL.into(),
+            conversation: args.conversation,
+            workspace: args.workspace,
+        },
+        text: args.text,
+    };
+    let summary = runner.turn(&ctx, inbound, &printer).await?;
+    printer.finish();
+    match summary.status {
+        TurnStatus::Done => Ok(()),
+        _ => {
+            if !args.json {
+                eprintln!(
+                    "pincer: {}",
+                    summary.error.as_deref().unwrap_or("the turn failed")
+                );
+            }
+            Err(ExitStatus(1).into())
+        }
+    }
+}
+
+/// `pincer chat`: a conversation in the terminal. Ctrl-C cancels the turn
+/// in progress (not the session); at the prompt it leaves.
+pub async fn chat(
+    config_flag: Option<&Path>,
+    workspace: String,
+    conversation: String,
+) -> anyhow::Result<()> {
+    use tokio::io::AsyncBufReadExt;
+
+    let ctx = Context::load(config_flag)?;
+    check_workspace(&ctx, &workspace)?;
+    let runner = Runner::new(&ctx).await?;
+    let key = SessionKey {
+        channel: CLI_CHANNEL.into(),
+        conversation,
+        workspace: workspace.clone(),
+    };
+    eprintln!(
+        "pincer chat with workspace `{workspace}`: /new starts a fresh session, /exit or Ctrl-D leaves, Ctrl-C cancels a running turn"
+    );
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        eprint!("\n{workspace}> ");
+        let _ = std::io::stderr().flush();
+        let line = tokio::select! {
+            line = lines.next_line() => line?,
+            _ = tokio::signal::ctrl_c() => None,
+        };
+        let Some(line) = line else {
+            eprintln!();
+            return Ok(());
+        };
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        if text == "/exit" || text == "/quit" {
+            return Ok(());
+        }
+        let printer = Printer::new(false);
+        let inbound = Inbound {
+            key: key.clone(),
+            text: text.to_string(),
+        };
+        match runner.turn(&ctx, inbound, &printer).await {
+            Ok(summary) => {
+                printer.finish();
+                if let Some(error) = summary.error {
+                    eprintln!("! {error}");
+                }
+            }
+            Err(e) => eprintln!("! {e}"),
+        }
+    }
+}
+
+/// Resolves on Ctrl-C.
+async fn cancelled() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Prints a turn's events: the reply streamed to stdout and tool activity
+/// compactly to stderr, or every event as one JSON line.
+struct Printer {
+    json: bool,
+    streamed: std::sync::atomic::AtomicBool,
+}
+
+impl Printer {
+    fn new(json: bool) -> Self {
+        Printer {
+            json,
+            streamed: Default::default(),
+        }
+    }
+
+    fn show(&self, event: &AgentEvent) {
+        use std::sync::atomic::Ordering;
+        if self.json {
+            if let Ok(line) = serde_json::to_string(event) {
+                println!("{line}");
+            }
+            return;
+        }
+        match event {
+            AgentEvent::Turn(TurnEvent::TextDelta { text }) => {
+                self.streamed.store(true, Ordering::Relaxed);
+                print!("{text}");
+                let _ = std::io::stdout().flush();
+            }
+            AgentEvent::Turn(TurnEvent::ToolStart {
+                name, arguments, ..
+            }) => {
+                self.end_line();
+                eprintln!("  → {name} {}", compact(arguments, 100));
+            }
+            AgentEvent::Turn(TurnEvent::ToolEnd {
+                name,
+                ok,
+                output_bytes,
+                truncated,
+                duration_ms,
+                ..
+            }) => eprintln!(
+                "  {} {name}: {output_bytes} bytes{} in {duration_ms} ms",
+                if *ok { "✓" } else { "✗" },
+                if *truncated { " (truncated)" } else { "" }
+            ),
+            AgentEvent::Turn(TurnEvent::Notice { message }) => {
+                self.end_line();
+                eprintln!("  note: {message}");
+            }
+            AgentEvent::Turn(TurnEvent::Done { reply, .. }) => {
+                // A reply that was not streamed (a command like /new).
+                if !self.streamed.swap(false, Ordering::Relaxed) && !reply.is_empty() {
+                    print!("{reply}");
+                }
+                self.end_line_always();
+            }
+            AgentEvent::Host(HostEvent::Container {
+                name,
+                started: true,
+                replaced,
+                ready_ms,
+            }) => {
+                let why = replaced
+                    .as_deref()
+                    .map(|w| format!(" ({w})"))
+                    .unwrap_or_default();
+                eprintln!("  started container {name} in {ready_ms} ms{why}");
+            }
+            _ => {}
+        }
+    }
+
+    fn end_line(&self) {
+        if self
+            .streamed
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            println!();
+        }
+    }
+
+    fn end_line_always(&self) {
+        println!();
+        let _ = std::io::stdout().flush();
+    }
+
+    fn finish(&self) {
+        let _ = std::io::stdout().flush();
+    }
+}
+
+/// One line of at most `max` characters.
+fn compact(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max).collect();
+    format!("{cut}…")
+}

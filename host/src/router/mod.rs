@@ -1,0 +1,638 @@
+//! One turn, end to end: a message for a (channel, conversation, workspace)
+//! is stored in its session, the context is assembled, the workspace's
+//! container is made ready, the agent runner inside it runs the turn, and
+//! every event it streams back is stored, shown to the caller and handed to
+//! the workspace's observers.
+
+pub mod context;
+pub mod control;
+pub mod observers;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pincer_runner_protocol::{StopReason, TurnErrorKind, TurnEvent, TurnLimits, TurnRequest};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::config::Config;
+use crate::containers::{self, ContainerRuntime, runner_client};
+use crate::gateway::server::Gateway;
+use crate::plugins::api;
+use crate::sessions::{SessionKey, SessionStore, ToolCallRecord, TurnStatus};
+
+pub use observers::Observers;
+
+/// The message that starts a fresh session instead of going to the agent.
+pub const NEW_SESSION_COMMAND: &str = "/new";
+
+/// Largest inbound message accepted.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// The model alias a workspace uses when it names none.
+pub const DEFAULT_MODEL_ALIAS: &str = "default";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    #[error("no workspace named `{0}`")]
+    UnknownWorkspace(String),
+    #[error("{0}")]
+    BadMessage(String),
+    #[error("{0}")]
+    NoModel(String),
+    #[error(transparent)]
+    Sessions(#[from] crate::sessions::SessionError),
+    #[error(transparent)]
+    Container(#[from] containers::ContainerError),
+    #[error("{0}")]
+    Gateway(String),
+}
+
+/// An inbound message for the agent.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    pub key: SessionKey,
+    pub text: String,
+}
+
+/// What the caller of a turn sees, in order. Host events and the runner's
+/// events share one stream (`event` names the kind).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AgentEvent {
+    Host(HostEvent),
+    Turn(TurnEvent),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum HostEvent {
+    /// The session and turn this message belongs to.
+    Session {
+        session_id: i64,
+        turn_id: String,
+        workspace: String,
+        new_session: bool,
+    },
+    /// The context sent to the agent.
+    Context {
+        messages: usize,
+        history_dropped_turns: usize,
+        memories_recalled: usize,
+        estimated_tokens: u64,
+    },
+    /// The workspace's container is ready.
+    Container {
+        name: String,
+        started: bool,
+        replaced: Option<String>,
+        ready_ms: u64,
+    },
+}
+
+/// How a turn ended, for the caller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnSummary {
+    pub session_id: i64,
+    pub turn_id: String,
+    pub status: TurnStatus,
+    pub reply: Option<String>,
+    pub stop: Option<StopReason>,
+    pub error: Option<String>,
+}
+
+/// Memories relevant to a message, as (id, kind, text), best first.
+pub trait Recall: Send + Sync {
+    fn recall(
+        &self,
+        workspace: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<(i64, String, String)>, String>;
+}
+
+/// Runs turns for the workspaces of one configuration.
+pub struct Agent {
+    config: Arc<Config>,
+    home: PathBuf,
+    runtime: Arc<ContainerRuntime>,
+    sessions: Arc<SessionStore>,
+    memory: Arc<dyn Recall>,
+    gateway: Arc<Gateway>,
+    observers: HashMap<String, Observers>,
+    /// Workspaces whose gateway socket this process serves.
+    serving: Mutex<HashMap<String, tokio::task::JoinHandle<anyhow::Result<()>>>>,
+}
+
+impl Agent {
+    pub fn new(
+        config: Arc<Config>,
+        home: PathBuf,
+        runtime: Arc<ContainerRuntime>,
+        sessions: Arc<SessionStore>,
+        memory: Arc<dyn Recall>,
+        gateway: Arc<Gateway>,
+        observers: HashMap<String, Observers>,
+    ) -> Self {
+        Agent {
+            config,
+            home,
+            runtime,
+            sessions,
+            memory,
+            gateway,
+            observers,
+            serving: Mutex::default(),
+        }
+    }
+
+    pub fn sessions(&self) -> &SessionStore {
+        &self.sessions
+    }
+
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Runs one turn. Events go to `events` as they happen; `cancel`
+    /// resolving stops the turn (the runner is told by the closed
+    /// connection). Errors before the turn starts are returned; everything
+    /// after is in the summary (and stored).
+    pub async fn turn(
+        &self,
+        inbound: Inbound,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+        cancel: impl Future<Output = ()>,
+    ) -> Result<TurnSummary, TurnError> {
+        let key = inbound.key;
+        let workspace = self
+            .config
+            .workspaces
+            .get(&key.workspace)
+            .ok_or_else(|| TurnError::UnknownWorkspace(key.workspace.clone()))?;
+        let text = inbound.text.trim();
+        if text.is_empty() {
+            return Err(TurnError::BadMessage("the message is empty".into()));
+        }
+        if text.len() > MAX_MESSAGE_BYTES {
+            return Err(TurnError::BadMessage(format!(
+                "the message is {} bytes; the limit is {} KiB",
+                text.len(),
+                MAX_MESSAGE_BYTES / 1024
+            )));
+        }
+        let (session, new_session, text) = match text.strip_prefix(NEW_SESSION_COMMAND) {
+            Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => {
+                (self.sessions.start_new(&key)?, true, rest.trim())
+            }
+            _ => (self.sessions.current(&key)?, false, text),
+        };
+        let turn_id = uuid::Uuid::new_v4().to_string();
+        events(AgentEvent::Host(HostEvent::Session {
+            session_id: session.id,
+            turn_id: turn_id.clone(),
+            workspace: key.workspace.clone(),
+            new_session,
+        }));
+        if text.is_empty() {
+            let reply = "Started a new session.".to_string();
+            events(AgentEvent::Turn(TurnEvent::Done {
+                reply: reply.clone(),
+                steps: 0,
+                stop: StopReason::Finished,
+            }));
+            return Ok(TurnSummary {
+                session_id: session.id,
+                turn_id,
+                status: TurnStatus::Done,
+                reply: Some(reply),
+                stop: Some(StopReason::Finished),
+                error: None,
+            });
+        }
+        let model = workspace
+            .model
+            .clone()
+            .unwrap_or_else(|| DEFAULT_MODEL_ALIAS.to_string());
+        self.check_model(&key.workspace, &model)?;
+
+        self.sessions.begin_turn(session.id, &turn_id)?;
+        let user = json!({"role": "user", "content": text});
+        self.sessions.append(session.id, &turn_id, &user)?;
+        let observers = self.observers.get(&key.workspace);
+        let observe = |body: api::EventBody| {
+            if let Some(o) = observers {
+                o.emit(api::Event {
+                    timestamp_ms: u64::try_from(crate::db::now_ms()).unwrap_or(0),
+                    workspace: Some(key.workspace.clone()),
+                    session: Some(session.id.to_string()),
+                    body,
+                });
+            }
+        };
+        observe(api::EventBody::MessageIn(api::Message {
+            id: turn_id.clone(),
+            conversation: key.conversation.clone(),
+            thread: None,
+            sender: key.channel.clone(),
+            sender_name: None,
+            text: text.to_string(),
+            timestamp_ms: u64::try_from(crate::db::now_ms()).unwrap_or(0),
+        }));
+
+        let run = self.run(&key, session.id, &turn_id, &model, text, events, &observe);
+        let outcome = tokio::select! {
+            outcome = run => outcome,
+            () = cancel => Outcome::Cancelled,
+        };
+        let summary = |status, reply, stop, error| TurnSummary {
+            session_id: session.id,
+            turn_id: turn_id.clone(),
+            status,
+            reply,
+            stop,
+            error,
+        };
+        Ok(match outcome {
+            Outcome::Done { reply, stop } => {
+                self.sessions
+                    .finish_turn(&turn_id, TurnStatus::Done, None)?;
+                observe(api::EventBody::MessageOut(api::Outbound {
+                    conversation: key.conversation.clone(),
+                    thread: None,
+                    text: reply.clone(),
+                    reply_to: Some(turn_id.clone()),
+                }));
+                summary(TurnStatus::Done, Some(reply), Some(stop), None)
+            }
+            Outcome::Failed(message) => {
+                self.sessions
+                    .finish_turn(&turn_id, TurnStatus::Failed, Some(&message))?;
+                observe(api::EventBody::Error(message.clone()));
+                summary(TurnStatus::Failed, None, None, Some(message))
+            }
+            Outcome::Cancelled => {
+                let message = "the turn was cancelled".to_string();
+                self.sessions
+                    .finish_turn(&turn_id, TurnStatus::Cancelled, Some(&message))?;
+                events(AgentEvent::Turn(TurnEvent::Failed {
+                    kind: TurnErrorKind::Internal,
+                    message: message.clone(),
+                }));
+                observe(api::EventBody::Error(message.clone()));
+                summary(TurnStatus::Cancelled, None, None, Some(message))
+            }
+        })
+    }
+
+    /// The alias must exist in `gateway.model_list`; otherwise say exactly
+    /// what to configure.
+    fn check_model(&self, workspace: &str, model: &str) -> Result<(), TurnError> {
+        let list = &self.config.gateway.model_list;
+        if list.iter().any(|d| d.model_name == model) {
+            return Ok(());
+        }
+        if list.is_empty() {
+            return Err(TurnError::NoModel(format!(
+                "no model is configured, so workspace `{workspace}` cannot think yet. \
+                 Set a provider key and run `pincer init` (it writes a pincer.yaml using it): \
+                 `export OPENAI_API_KEY=sk-...` or `export ANTHROPIC_API_KEY=sk-ant-...`; \
+                 or add to pincer.yaml:\n  gateway:\n    model_list:\n      - model_name: {model}\n        \
+                 litellm_params: {{model: openai/gpt-4o-mini, api_key: \"${{OPENAI_API_KEY}}\"}}"
+            )));
+        }
+        let known: std::collections::BTreeSet<_> =
+            list.iter().map(|d| d.model_name.as_str()).collect();
+        Err(TurnError::NoModel(format!(
+            "workspace `{workspace}` uses the model alias `{model}`, which gateway.model_list does not define (it defines: {}); set workspaces.{workspace}.model to one of them or add a `{model}` entry",
+            known.into_iter().collect::<Vec<_>>().join(", ")
+        )))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run(
+        &self,
+        key: &SessionKey,
+        session_id: i64,
+        turn_id: &str,
+        model: &str,
+        text: &str,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+        observe: &(dyn Fn(api::EventBody) + Send + Sync),
+    ) -> Outcome {
+        let workspace = &key.workspace;
+        let Some(ws) = self.config.workspaces.get(workspace) else {
+            return Outcome::Failed(format!("no workspace named `{workspace}`"));
+        };
+        let limits = ws.agent;
+        let (_, spec) =
+            match containers::plan(&self.config, &self.home, self.runtime.instance(), workspace) {
+                Ok(planned) => planned,
+                Err(e) => return fail(events, TurnErrorKind::Internal, e.to_string()),
+            };
+
+        // Context: system prompt, memories, history (which ends with `text`).
+        let (instructions, notice) =
+            context::instructions(&spec.workspace_dir, ws.instructions.as_deref());
+        if let Some(notice) = notice {
+            events(AgentEvent::Turn(TurnEvent::Notice { message: notice }));
+        }
+        let memories = if ws.memory.enabled && ws.memory.recall_limit > 0 {
+            match self.memory.recall(workspace, text, ws.memory.recall_limit) {
+                Ok(found) => found,
+                Err(e) => {
+                    events(AgentEvent::Turn(TurnEvent::Notice {
+                        message: format!("memories could not be recalled: {e}"),
+                    }));
+                    Vec::new()
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let memory_lines = context::memory_lines(&memories, ws.memory.recall_chars);
+        let stored = match self.sessions.messages(session_id) {
+            Ok(stored) => stored,
+            Err(e) => return fail(events, TurnErrorKind::Internal, e.to_string()),
+        };
+        let history = crate::sessions::trim_to_budget(&stored, limits.history_tokens);
+        if history.dropped_turns > 0 {
+            events(AgentEvent::Turn(TurnEvent::Notice {
+                message: format!(
+                    "{} older turn(s) of this session were left out of the context to stay within {} tokens of history; they remain stored",
+                    history.dropped_turns, limits.history_tokens
+                ),
+            }));
+        }
+        let mut messages = vec![context::system_message(
+            workspace,
+            instructions.as_deref(),
+            &memory_lines,
+        )];
+        messages.extend(history.messages);
+        events(AgentEvent::Host(HostEvent::Context {
+            messages: messages.len(),
+            history_dropped_turns: history.dropped_turns,
+            memories_recalled: memory_lines.len(),
+            estimated_tokens: history.estimated_tokens,
+        }));
+
+        if let Err(e) = self.serve_gateway(workspace) {
+            return fail(events, TurnErrorKind::GatewayUnreachable, e);
+        }
+        let started = Instant::now();
+        let ensured = match self.runtime.ensure(&spec).await {
+            Ok(ensured) => ensured,
+            Err(e) => return fail(events, TurnErrorKind::Internal, e.to_string()),
+        };
+        events(AgentEvent::Host(HostEvent::Container {
+            name: spec.container_name.clone(),
+            started: ensured.created,
+            replaced: ensured.replaced.clone(),
+            ready_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }));
+
+        let request = TurnRequest {
+            turn_id: turn_id.to_string(),
+            model: model.to_string(),
+            messages,
+            limits: TurnLimits {
+                max_steps: limits.max_steps,
+                max_tool_output_bytes: limits.max_tool_output_bytes,
+                tool_timeout_ms: limits.tool_timeout_secs.saturating_mul(1000),
+                max_total_tokens: limits.max_turn_tokens,
+                max_completion_tokens: None,
+            },
+            gateway_tools: true,
+        };
+        let socket = containers::runtime::runner_socket(&spec);
+        let deadline = Duration::from_secs(limits.turn_timeout_secs);
+        let streamed = tokio::time::timeout(
+            deadline,
+            self.relay(&socket, request, session_id, turn_id, events, observe),
+        )
+        .await;
+        match streamed {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(RunnerGone)) => {
+                let message = self.container_gone(workspace).await;
+                fail(events, TurnErrorKind::Internal, message)
+            }
+            Err(_) => fail(
+                events,
+                TurnErrorKind::Internal,
+                format!(
+                    "the turn took longer than {} s (workspaces.{workspace}.agent.turn_timeout_secs) and was stopped",
+                    limits.turn_timeout_secs
+                ),
+            ),
+        }
+    }
+
+    /// Explains a runner that vanished mid-turn from its container's state.
+    async fn container_gone(&self, workspace: &str) -> String {
+        let state = match self.runtime.status(workspace).await {
+            Ok(Some(status)) => format!("{} ({})", status.state, status.status),
+            Ok(None) => "removed".to_string(),
+            Err(e) => format!("unknown: {e}"),
+        };
+        format!(
+            "the workspace container stopped during the turn (container state: {state}); \
+             everything said so far is stored; send the message again to retry in a fresh container"
+        )
+    }
+
+    /// Streams the runner's events: stores them, forwards them, observes.
+    async fn relay(
+        &self,
+        socket: &std::path::Path,
+        request: TurnRequest,
+        session_id: i64,
+        turn_id: &str,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+        observe: &(dyn Fn(api::EventBody) + Send + Sync),
+    ) -> Result<Outcome, RunnerGone> {
+        let model = request.model.clone();
+        let mut stream = match runner_client::turn(socket, request).await {
+            Ok(stream) => stream,
+            Err(e) => return Ok(fail(events, TurnErrorKind::Internal, e.to_string())),
+        };
+        let mut pending: HashMap<String, (String, String)> = HashMap::new();
+        loop {
+            let event = match stream.next().await {
+                Ok(Some(event)) => event,
+                Ok(None) => return Ok(Outcome::Failed("the turn ended without an outcome".into())),
+                Err(runner_client::RunnerError::Closed) => return Err(RunnerGone),
+                Err(e) => return Ok(fail(events, TurnErrorKind::Internal, e.to_string())),
+            };
+            if let Err(e) = self.store(session_id, turn_id, &event, &mut pending, observe, &model) {
+                // The stored record is the source of truth: without it the
+                // turn must not go on.
+                return Ok(fail(events, TurnErrorKind::Internal, e.to_string()));
+            }
+            let outcome = match &event {
+                TurnEvent::Done { reply, stop, .. } => Some(Outcome::Done {
+                    reply: reply.clone(),
+                    stop: *stop,
+                }),
+                TurnEvent::Failed { message, .. } => Some(Outcome::Failed(message.clone())),
+                _ => None,
+            };
+            events(AgentEvent::Turn(event));
+            if let Some(outcome) = outcome {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    fn store(
+        &self,
+        session_id: i64,
+        turn_id: &str,
+        event: &TurnEvent,
+        pending: &mut HashMap<String, (String, String)>,
+        observe: &(dyn Fn(api::EventBody) + Send + Sync),
+        model: &str,
+    ) -> Result<(), crate::sessions::SessionError> {
+        match event {
+            TurnEvent::Message { message } => {
+                self.sessions.append(session_id, turn_id, message)?;
+            }
+            TurnEvent::Usage {
+                model: used,
+                prompt_tokens,
+                completion_tokens,
+            } => {
+                self.sessions
+                    .add_usage(turn_id, *prompt_tokens, *completion_tokens)?;
+                observe(api::EventBody::LlmUsage(api::LlmUsage {
+                    model: if used.is_empty() { model } else { used }.to_string(),
+                    input_tokens: u32::try_from(*prompt_tokens).unwrap_or(u32::MAX),
+                    output_tokens: u32::try_from(*completion_tokens).unwrap_or(u32::MAX),
+                    cost_usd: None,
+                }));
+            }
+            TurnEvent::ToolStart {
+                call_id,
+                name,
+                arguments,
+            } => {
+                pending.insert(call_id.clone(), (name.clone(), arguments.clone()));
+            }
+            TurnEvent::ToolEnd {
+                call_id,
+                name,
+                ok,
+                output_bytes,
+                truncated,
+                duration_ms,
+            } => {
+                let arguments = pending
+                    .remove(call_id)
+                    .map(|(_, args)| args)
+                    .unwrap_or_default();
+                self.sessions.record_tool_call(
+                    turn_id,
+                    &ToolCallRecord {
+                        call_id: call_id.clone(),
+                        name: name.clone(),
+                        arguments: arguments.clone(),
+                        ok: *ok,
+                        output_bytes: *output_bytes as u64,
+                        truncated: *truncated,
+                        duration_ms: *duration_ms,
+                    },
+                )?;
+                observe(api::EventBody::ToolCall(api::ToolCall {
+                    tool: name.clone(),
+                    args_json: arguments,
+                    outcome: Some(if *ok {
+                        Ok(format!("{output_bytes} bytes"))
+                    } else {
+                        Err(format!("failed ({output_bytes} bytes of output)"))
+                    }),
+                    duration_ms: Some(u32::try_from(*duration_ms).unwrap_or(u32::MAX)),
+                }));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Makes sure the workspace's gateway socket answers: served by another
+    /// pincer process (`pincer start`, `pincer gateway serve`) or by this one.
+    pub fn serve_gateway(&self, workspace: &str) -> Result<(), String> {
+        let mut serving = self
+            .serving
+            .lock()
+            .map_err(|_| "gateway lock poisoned".to_string())?;
+        if serving
+            .get(workspace)
+            .is_some_and(|task| !task.is_finished())
+        {
+            return Ok(());
+        }
+        let path = crate::gateway::server::workspace_socket(&self.home, workspace);
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Ok(());
+        }
+        let task = self
+            .gateway
+            .serve_workspace_socket(&self.home, workspace)
+            .map_err(|e| format!("cannot serve the gateway for `{workspace}`: {e:#}"))?;
+        serving.insert(workspace.to_string(), task);
+        Ok(())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Ok(serving) = self.serving.get_mut() {
+            for task in serving.values() {
+                task.abort();
+            }
+        }
+    }
+}
+
+enum Outcome {
+    Done { reply: String, stop: StopReason },
+    Failed(String),
+    Cancelled,
+}
+
+/// The runner's connection closed mid-turn (its container stopped).
+struct RunnerGone;
+
+fn fail(
+    events: &(dyn Fn(AgentEvent) + Send + Sync),
+    kind: TurnErrorKind,
+    message: String,
+) -> Outcome {
+    events(AgentEvent::Turn(TurnEvent::Failed {
+        kind,
+        message: message.clone(),
+    }));
+    Outcome::Failed(message)
+}
+
+impl Recall for crate::memory::MemoryStore {
+    fn recall(
+        &self,
+        workspace: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<(i64, String, String)>, String> {
+        crate::memory::MemoryStore::recall(self, workspace, query, limit)
+            .map(|found| {
+                found
+                    .into_iter()
+                    .map(|r| (r.memory.id, r.memory.kind.to_string(), r.memory.text))
+                    .collect()
+            })
+            .map_err(|e| e.to_string())
+    }
+}

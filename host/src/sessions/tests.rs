@@ -1,0 +1,160 @@
+use serde_json::json;
+
+use super::history::{INTERRUPTED_TOOL_RESULT, estimate_tokens};
+use super::*;
+
+fn key(conversation: &str) -> SessionKey {
+    SessionKey {
+        channel: "cli".into(),
+        conversation: conversation.into(),
+        workspace: "default".into(),
+    }
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+#[test]
+fn a_session_is_reused_until_a_new_one_is_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SessionStore::open(dir.path()).unwrap();
+    let first = store.current(&key("a")).unwrap();
+    assert_eq!(store.current(&key("a")).unwrap().id, first.id);
+    assert_ne!(store.current(&key("b")).unwrap().id, first.id);
+    let fresh = store.start_new(&key("a")).unwrap();
+    assert_ne!(fresh.id, first.id);
+    assert_eq!(store.current(&key("a")).unwrap().id, fresh.id);
+}
+
+#[test]
+fn messages_survive_reopening_and_keep_their_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = {
+        let store = SessionStore::open(dir.path()).unwrap();
+        let session = store.current(&key("a")).unwrap();
+        store.begin_turn(session.id, "t1").unwrap();
+        store.append(session.id, "t1", &user("你好")).unwrap();
+        store
+            .append(
+                session.id,
+                "t1",
+                &json!({"role": "assistant", "content": "hi"}),
+            )
+            .unwrap();
+        store.add_usage("t1", 10, 2).unwrap();
+        store.finish_turn("t1", TurnStatus::Done, None).unwrap();
+        session
+    };
+    let store = SessionStore::open(dir.path()).unwrap();
+    let messages = store.messages(session.id).unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0].message["content"], "你好");
+    assert_eq!(messages[1].message["role"], "assistant");
+    let turn = store.turn("t1").unwrap().unwrap();
+    assert_eq!(turn.status, TurnStatus::Done);
+    assert_eq!((turn.prompt_tokens, turn.completion_tokens), (10, 2));
+    assert_eq!(turn.steps, 1);
+}
+
+#[test]
+fn a_turn_needs_an_existing_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SessionStore::open(dir.path()).unwrap();
+    assert!(matches!(
+        store.begin_turn(42, "t"),
+        Err(SessionError::UnknownSession(42))
+    ));
+}
+
+fn stored(turn: &str, message: Value) -> StoredMessage {
+    StoredMessage {
+        turn_id: turn.into(),
+        message,
+    }
+}
+
+#[test]
+fn trimming_keeps_whole_newest_turns_within_the_budget() {
+    let long = "x".repeat(3000);
+    let history = vec![
+        stored("t1", user(&long)),
+        stored("t1", json!({"role": "assistant", "content": "a1"})),
+        stored("t2", user("short")),
+        stored("t2", json!({"role": "assistant", "content": "a2"})),
+    ];
+    let all = trim_to_budget(&history, 10_000);
+    assert_eq!(all.messages.len(), 4);
+    assert_eq!(all.dropped_turns, 0);
+    let newest = trim_to_budget(&history, 100);
+    assert_eq!(newest.dropped_turns, 1);
+    assert_eq!(newest.messages.len(), 2);
+    assert_eq!(newest.messages[0]["content"], "short");
+    // The newest turn is kept even when it alone exceeds the budget.
+    let tiny = trim_to_budget(&history, 1);
+    assert_eq!(tiny.messages.len(), 2);
+    assert!(tiny.estimated_tokens >= estimate_tokens(&history[3].message));
+}
+
+#[test]
+fn tool_calls_of_a_killed_turn_get_a_stated_result() {
+    let history = vec![
+        stored("t1", user("write it")),
+        stored(
+            "t1",
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}},
+                {"id": "c2", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+            ]}),
+        ),
+        stored(
+            "t1",
+            json!({"role": "tool", "tool_call_id": "c1", "content": "done"}),
+        ),
+        // A result whose call is not in the history is dropped.
+        stored(
+            "t1",
+            json!({"role": "tool", "tool_call_id": "zz", "content": "stray"}),
+        ),
+    ];
+    let trimmed = trim_to_budget(&history, 10_000);
+    let roles: Vec<_> = trimmed
+        .messages
+        .iter()
+        .map(|m| {
+            format!(
+                "{}:{}",
+                m["role"].as_str().unwrap(),
+                m["tool_call_id"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(roles, ["user:", "assistant:", "tool:c2", "tool:c1"]);
+    assert_eq!(trimmed.messages[2]["content"], INTERRUPTED_TOOL_RESULT);
+}
+
+#[test]
+fn tool_calls_are_recorded_with_the_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SessionStore::open(dir.path()).unwrap();
+    let session = store.current(&key("a")).unwrap();
+    store.begin_turn(session.id, "t1").unwrap();
+    let call = ToolCallRecord {
+        call_id: "c1".into(),
+        name: "bash".into(),
+        arguments: r#"{"command":"ls"}"#.into(),
+        ok: true,
+        output_bytes: 12,
+        truncated: false,
+        duration_ms: 3,
+    };
+    store.record_tool_call("t1", &call).unwrap();
+    assert_eq!(store.tool_calls("t1").unwrap(), vec![call]);
+    assert_eq!(store.turn("t1").unwrap().unwrap().tool_calls, 1);
+    store
+        .finish_turn("t1", TurnStatus::Failed, Some("container stopped"))
+        .unwrap();
+    let turn = store.turn("t1").unwrap().unwrap();
+    assert_eq!(turn.status, TurnStatus::Failed);
+    assert_eq!(turn.error.as_deref(), Some("container stopped"));
+}

@@ -1,0 +1,382 @@
+//! The agent turn end to end: the real `pincer message`, a real workspace
+//! container with the real agent runner, the gateway on the workspace's unix
+//! socket, and a local fake provider that speaks the OpenAI protocol and
+//! scripts the model's tool calls. Network checks use only the test's own
+//! containers on a network it created.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+use support::fake_llm::{Behaviour, FakeUpstream};
+use support::{DockerCleanup, Sandbox, docker, ok, stderr, unique};
+
+const PROVIDER_KEY: &str = "sk-agent-test-provider-key-4f1c";
+
+struct Env {
+    // Dropped first: it reads the instance id from the sandbox's home.
+    _cleanup: DockerCleanup,
+    sandbox: Sandbox,
+    config: PathBuf,
+    upstream: FakeUpstream,
+}
+
+impl Env {
+    /// A sandbox whose model `default` is the fake provider scripted with
+    /// `script`, and whose workspaces are `workspaces` (YAML under
+    /// `workspaces:`).
+    async fn new(script: Vec<Behaviour>, workspaces: &str) -> Self {
+        let upstream = FakeUpstream::spawn(Behaviour::Script(script)).await;
+        let sandbox = Sandbox::new();
+        let base = sandbox.dir.path().join("ws");
+        let config = sandbox.write(
+            "pincer.yaml",
+            &format!(
+                "gateway:\n  num_retries: 0\n  model_list:\n    - model_name: default\n      litellm_params: {{model: openai/fake-model, api_base: \"{}\", api_key: \"{PROVIDER_KEY}\"}}\n\
+                 containers:\n  workspace_base_path: {}\nworkspaces:\n{workspaces}",
+                upstream.base_url,
+                base.display()
+            ),
+        );
+        let env = Env {
+            _cleanup: DockerCleanup {
+                home: sandbox.home(),
+                label: unique(),
+            },
+            sandbox,
+            config,
+            upstream,
+        };
+        ok(env.pincer(&["image", "build"]));
+        env
+    }
+
+    fn pincer(&self, args: &[&str]) -> Output {
+        let mut all = vec!["--config", self.config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        self.sandbox.pincer(&all)
+    }
+
+    /// `pincer message --json`: its events and its exit status.
+    fn message(&self, workspace: &str, text: &str) -> (Vec<Value>, Output) {
+        let out = self.pincer(&["message", "-w", workspace, "--json", "--text", text]);
+        (events(&out), out)
+    }
+
+    fn workspace_dir(&self, name: &str) -> PathBuf {
+        self.sandbox.dir.path().join("ws").join(name)
+    }
+
+    fn container(&self, workspace: &str) -> String {
+        let id = std::fs::read_to_string(self.sandbox.home().join("instance-id")).unwrap();
+        format!("pincer-{}-{workspace}", id.trim())
+    }
+
+    /// The messages stored for the terminal conversation of `workspace`.
+    fn stored(&self, workspace: &str) -> Vec<Value> {
+        let store = pincer::sessions::SessionStore::open(&self.sandbox.home()).unwrap();
+        let session = store
+            .current(&pincer::sessions::SessionKey {
+                channel: "cli".into(),
+                conversation: "default".into(),
+                workspace: workspace.into(),
+            })
+            .unwrap();
+        store
+            .messages(session.id)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.message)
+            .collect()
+    }
+}
+
+fn events(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["event"] == kind).collect()
+}
+
+fn last(events: &[Value]) -> &Value {
+    events.last().expect("no events")
+}
+
+fn tool_results(events: &[Value]) -> Vec<String> {
+    of_kind(events, "message")
+        .into_iter()
+        .filter(|e| e["message"]["role"] == "tool")
+        .map(|e| e["message"]["content"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_writes_a_file_with_bash_reads_it_back_and_answers() {
+    let env = Env::new(
+        vec![
+            Behaviour::tool(
+                "bash",
+                r#"{"command": "echo hello from the agent > /workspace/hello.txt"}"#,
+            ),
+            Behaviour::tool("read", r#"{"path": "hello.txt"}"#),
+            Behaviour::answer("The file says: hello from the agent"),
+        ],
+        "  w: {}\n",
+    )
+    .await;
+    let (events, out) = env.message("w", "write hello.txt and read it back");
+    assert!(out.status.success(), "{}\n{events:?}", stderr(&out));
+    let done = last(&events);
+    assert_eq!(done["event"], "done", "{events:?}");
+    assert_eq!(done["reply"], "The file says: hello from the agent");
+    assert_eq!(done["stop"], "finished");
+    // The file is in the host's workspace folder.
+    let written = std::fs::read_to_string(env.workspace_dir("w").join("hello.txt")).unwrap();
+    assert_eq!(written.trim(), "hello from the agent");
+    // The model saw the read tool's result.
+    let results = tool_results(&events);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[1].contains("hello from the agent"), "{results:?}");
+    let requests = env.upstream.received();
+    assert_eq!(requests.len(), 3);
+    let third = requests[2]["messages"].to_string();
+    assert!(third.contains("hello from the agent"), "{third}");
+    // The model was offered the built-in tools.
+    let offered: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    for tool in ["bash", "read", "write", "edit", "glob", "grep"] {
+        assert!(offered.contains(&tool), "{tool} not offered: {offered:?}");
+    }
+    // Stored: user, assistant(tool call), tool, assistant(tool call), tool, assistant.
+    let stored = env.stored("w");
+    let roles: Vec<&str> = stored.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant"
+        ]
+    );
+    // Without --json the reply is what is printed.
+    let plain = env.pincer(&["message", "-w", "w", "--text", "again"]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout).trim(),
+        "The file says: hello from the agent"
+    );
+    // The provider key never reached the container.
+    let inspect = ok(docker(&["inspect", &env.container("w")]));
+    assert!(!inspect.contains(PROVIDER_KEY));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sealed_workspace_still_thinks_through_the_socket_but_cannot_connect_out() {
+    // The listener below runs the default image: build it first.
+    ok(Sandbox::new().pincer(&["image", "build"]));
+    let label = unique();
+    // A listener of the test's own on a network the test created.
+    let net = format!("pincer-test-{label}");
+    let test_label = format!("pincer.test={label}");
+    ok(docker(&["network", "create", "--label", &test_label, &net]));
+    let listener = ok(docker(&[
+        "run",
+        "-d",
+        "--label",
+        &test_label,
+        "--network",
+        &net,
+        "--entrypoint",
+        "/bin/sh",
+        "pincer-agent:latest",
+        "-c",
+        "while true; do echo hello-from-listener | nc -l -p 8080; done",
+    ]));
+    let ip = ok(docker(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        listener.trim(),
+    ]));
+    let probe = format!(
+        r#"{{"command": "nc -w 2 {} 8080 </dev/null; echo nc-exit=$?"}}"#,
+        ip.trim()
+    );
+    let mut env = Env::new(
+        vec![
+            Behaviour::tool("bash", &probe),
+            Behaviour::answer("could not connect"),
+        ],
+        "  sealed: {policies: [no_internet_access]}\n",
+    )
+    .await;
+    env._cleanup.label = label;
+    let (events, out) = env.message("sealed", "try to reach the listener");
+    assert!(out.status.success(), "{}\n{events:?}", stderr(&out));
+    assert_eq!(last(&events)["reply"], "could not connect");
+    let results = tool_results(&events);
+    assert_eq!(results.len(), 1);
+    assert!(!results[0].contains("hello-from-listener"), "{results:?}");
+    assert!(results[0].contains("nc-exit="), "{results:?}");
+    assert!(!results[0].contains("nc-exit=0"), "{results:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killing_the_container_mid_turn_keeps_what_was_said_and_the_next_turn_works() {
+    let env = Env::new(
+        vec![
+            Behaviour::tool("bash", r#"{"command": "echo started > step1.txt"}"#),
+            Behaviour::tool("bash", r#"{"command": "sleep 60"}"#),
+            Behaviour::answer("back again"),
+        ],
+        "  w: {}\n",
+    )
+    .await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
+        .args(["--config", env.config.to_str().unwrap()])
+        .args(["message", "-w", "w", "--json", "--text", "work slowly"])
+        .current_dir(env.sandbox.work())
+        .env("PINCER_HOME", env.sandbox.home())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Wait for the second tool call (the sleep) to start, then kill.
+    while let Some(Ok(line)) = lines.next() {
+        let event: Value = serde_json::from_str(&line).unwrap();
+        let sleeping = event["event"] == "tool_start"
+            && event["arguments"].as_str().unwrap_or("").contains("sleep");
+        seen.push(event);
+        if sleeping {
+            ok(docker(&["kill", &env.container("w")]));
+            break;
+        }
+    }
+    seen.extend(
+        lines
+            .map_while(Result::ok)
+            .map(|l| serde_json::from_str(&l).unwrap()),
+    );
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    let failed = last(&seen);
+    assert_eq!(failed["event"], "failed", "{seen:?}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("container stopped during the turn"),
+        "{failed}"
+    );
+    // Stored: the user message, the first call and its result, the second call.
+    let stored = env.stored("w");
+    let roles: Vec<&str> = stored.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "tool", "assistant"],
+        "{stored:?}"
+    );
+    assert!(env.workspace_dir("w").join("step1.txt").exists());
+
+    // The next turn starts a fresh container and sees a stated result for
+    // the call that never finished.
+    let (events, out) = env.message("w", "are you there?");
+    assert!(out.status.success(), "{}\n{events:?}", stderr(&out));
+    assert_eq!(last(&events)["reply"], "back again");
+    let container = of_kind(&events, "container");
+    assert_eq!(container[0]["started"], true, "{events:?}");
+    let requests = env.upstream.received();
+    let history = requests.last().unwrap()["messages"].to_string();
+    assert!(history.contains("interrupted"), "{history}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_model_output_ends_in_bounded_clear_outcomes() {
+    let env = Env::new(
+        vec![
+            // Invalid JSON arguments, then an unknown tool, then a huge
+            // output, then an answer.
+            Behaviour::tool("bash", "{not json"),
+            Behaviour::tool("no_such_tool", "{}"),
+            Behaviour::tool(
+                "bash",
+                r#"{"command": "head -c 300000 /dev/zero | tr '\\0' 'x'; echo; echo THE-END"}"#,
+            ),
+            Behaviour::answer("survived"),
+        ],
+        "  w: {agent: {max_tool_output_bytes: 4096}}\n",
+    )
+    .await;
+    let (events, out) = env.message("w", "misbehave");
+    assert!(out.status.success(), "{}\n{events:?}", stderr(&out));
+    assert_eq!(last(&events)["reply"], "survived");
+    let ends = of_kind(&events, "tool_end");
+    assert_eq!(ends.len(), 3, "{events:?}");
+    assert_eq!(ends[0]["ok"], false);
+    assert_eq!(ends[1]["ok"], false);
+    assert_eq!(ends[2]["truncated"], true);
+    assert!(ends[2]["output_bytes"].as_u64().unwrap() > 300_000);
+    let results = tool_results(&events);
+    assert!(results[0].to_lowercase().contains("json"), "{}", results[0]);
+    assert!(results[1].contains("no_such_tool") && results[1].contains("bash"));
+    assert!(
+        results[2].len() < 6000,
+        "{} bytes entered the context",
+        results[2].len()
+    );
+    assert!(results[2].contains("truncated") && results[2].contains("THE-END"));
+
+    // A model that never stops calling tools is stopped by the step limit.
+    let looping = Env::new(
+        vec![Behaviour::tool("bash", r#"{"command": "true"}"#)],
+        "  loop: {agent: {max_steps: 3}}\n",
+    )
+    .await;
+    let (events, out) = looping.message("loop", "loop forever");
+    assert!(out.status.success(), "{}\n{events:?}", stderr(&out));
+    assert_eq!(last(&events)["stop"], "step_limit", "{events:?}");
+    assert_eq!(looping.upstream.received().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_requests_get_clear_errors() {
+    let env = Env::new(vec![Behaviour::answer("unused")], "  w: {}\n").await;
+    let out = env.pincer(&["message", "-w", "nope", "--text", "hi"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no workspace named `nope`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.pincer(&["message", "-w", "w", "--text", "   "]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("empty"), "{}", stderr(&out));
+    // The upstream refusing is reported with its reason, and nothing is lost.
+    let failing = Env::new(vec![Behaviour::Status(400)], "  w: {}\n").await;
+    let (events, out) = failing.message("w", "hello?");
+    assert!(!out.status.success());
+    assert_eq!(last(&events)["event"], "failed", "{events:?}");
+    assert!(
+        last(&events)["message"]
+            .as_str()
+            .unwrap()
+            .contains("upstream says 400")
+    );
+    assert_eq!(failing.stored("w")[0]["content"], "hello?");
+}
