@@ -764,7 +764,7 @@ workspaces:
 /// The commented-out examples in the built-in file are valid once uncommented.
 #[test]
 fn default_config_documents_accounting_keys() {
-    const KEYS: [&str; 13] = [
+    const KEYS: [&str; 23] = [
         "max_request_bytes:",
         "prices:",
         "openai/gpt-4o-mini:",
@@ -778,6 +778,16 @@ fn default_config_documents_accounting_keys() {
         "monthly_usd:",
         "daily_tokens:",
         "monthly_tokens:",
+        "memory:",
+        "recall_limit:",
+        "recall_chars:",
+        "agent:",
+        "max_steps:",
+        "max_tool_output_bytes:",
+        "tool_timeout_secs:",
+        "max_turn_tokens:",
+        "history_tokens:",
+        "turn_timeout_secs:",
     ];
     let text: String = DEFAULT_CONFIG
         .lines()
@@ -807,6 +817,9 @@ fn default_config_documents_accounting_keys() {
             monthly_tokens: Some(20_000_000),
         }
     );
+    // The documented values are the defaults.
+    assert_eq!(cfg.workspaces["default"].memory, WorkspaceMemory::default());
+    assert_eq!(cfg.workspaces["default"].agent, AgentLimits::default());
 }
 
 #[test]
