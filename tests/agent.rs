@@ -380,3 +380,97 @@ async fn bad_requests_get_clear_errors() {
     );
     assert_eq!(failing.stored("w")[0]["content"], "hello?");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_daemon_running_message_hands_the_turn_to_it() {
+    let env = Env::new(
+        vec![Behaviour::answer("answered by the daemon")],
+        "  w: {}\n",
+    )
+    .await;
+    let log = env.sandbox.dir.path().join("daemon.log");
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_pincer"))
+        .args(["--config", env.config.to_str().unwrap()])
+        .args(["start", "--listen", "127.0.0.1:0"])
+        .current_dir(env.sandbox.work())
+        .env("PINCER_HOME", env.sandbox.home())
+        .env("PINCER_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut banner = String::new();
+    BufReader::new(daemon.stdout.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    assert!(banner.contains("pincer is running"), "{banner}");
+    // A second daemon on the same home is refused.
+    let second = env.pincer(&["start", "--listen", "127.0.0.1:0"]);
+    assert!(!second.status.success());
+    assert!(
+        stderr(&second).contains("already running"),
+        "{}",
+        stderr(&second)
+    );
+
+    let (events, out) = env.message("w", "hello daemon");
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert!(out.status.success(), "{}\n{events:?}", stderr(&out));
+    assert_eq!(last(&events)["reply"], "answered by the daemon");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("turn requested on the control socket"),
+        "{logged}"
+    );
+    // The daemon is gone: the next message runs in its own process.
+    let (events, out) = env.message("w", "hello again");
+    assert!(out.status.success(), "{}\n{events:?}", stderr(&out));
+    assert_eq!(env.upstream.received().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_holds_a_conversation_and_new_starts_a_fresh_session() {
+    use std::io::Write;
+    let env = Env::new(
+        vec![
+            Behaviour::answer("one"),
+            Behaviour::answer("two"),
+            Behaviour::answer("three"),
+        ],
+        "  w: {}\n",
+    )
+    .await;
+    let mut chat = Command::new(env!("CARGO_BIN_EXE_pincer"))
+        .args(["--config", env.config.to_str().unwrap(), "chat", "-w", "w"])
+        .current_dir(env.sandbox.work())
+        .env("PINCER_HOME", env.sandbox.home())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    chat.stdin
+        .take()
+        .unwrap()
+        .write_all("first\nsecond\n/new\nthird\n".as_bytes())
+        .unwrap();
+    let out = chat.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = printed.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines, ["one", "two", "Started a new session.", "three"]);
+    // The second turn saw the first; the one after /new saw only itself.
+    let requests = env.upstream.received();
+    let users = |i: usize| -> Vec<String> {
+        requests[i]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| m["content"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(users(1), ["first", "second"]);
+    assert_eq!(users(2), ["third"]);
+}

@@ -103,6 +103,11 @@ async fn handle(stream: UnixStream, agent: &Agent) -> std::io::Result<()> {
             return write_reply(&mut write, &reply).await;
         }
     };
+    tracing::info!(
+        workspace = %request.workspace,
+        channel = %request.channel,
+        "turn requested on the control socket"
+    );
     // Events are written by a task of their own so a slow client never
     // blocks the turn's bookkeeping.
     let (tx, mut rx) = mpsc::unbounded_channel::<ControlReply>();
