@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 use support::fake_llm::{Behaviour, FakeUpstream};
-use support::{DockerCleanup, Sandbox, docker, ok, stderr, unique};
+use support::{DockerCleanup, Sandbox, docker, ok, staged, stderr, unique};
 
 const PROVIDER_KEY: &str = "sk-agent-test-provider-key-4f1c";
 
@@ -473,4 +473,48 @@ async fn chat_holds_a_conversation_and_new_starts_a_fresh_session() {
     };
     assert_eq!(users(1), ["first", "second"]);
     assert_eq!(users(2), ["third"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn observers_see_the_turn_and_a_stuck_one_holds_nothing_up() {
+    let env = Env::new(
+        vec![
+            Behaviour::tool("bash", r#"{"command": "echo observed"}"#),
+            Behaviour::answer("all seen"),
+        ],
+        "  w: {observers: [observer-stall, observer-jsonl]}\n",
+    )
+    .await;
+    // The stuck observer is a test fixture, installed like any plugin.
+    let fixture = staged("observer-stall");
+    ok(env.pincer(&["plugin", "install", fixture.to_str().unwrap()]));
+    let (events, out) = env.message("w", "watch this");
+    assert!(out.status.success(), "{}\n{events:?}", stderr(&out));
+    assert_eq!(last(&events)["reply"], "all seen");
+    let log = env
+        .sandbox
+        .home()
+        .join("plugin-data/observer-jsonl/events.jsonl");
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let kinds: Vec<String> = lines
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "message_in",
+            "llm_usage",
+            "tool_call",
+            "llm_usage",
+            "message_out"
+        ],
+        "{lines}"
+    );
+    assert!(lines.contains("watch this") && lines.contains("all seen"));
 }

@@ -29,6 +29,9 @@ pub struct MessageArgs {
     pub json: bool,
 }
 
+/// How long a finishing command waits for its observers.
+const OBSERVER_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Where turns run: a daemon, or this process.
 enum Runner {
     Daemon,
@@ -41,6 +44,13 @@ impl Runner {
             return Ok(Runner::Daemon);
         }
         Ok(Runner::Local(agent(ctx).await?))
+    }
+
+    /// Gives this process's observers a moment to deliver queued events.
+    async fn close(&self) {
+        if let Runner::Local(agent) = self {
+            agent.close_observers(OBSERVER_GRACE).await;
+        }
     }
 
     async fn turn(
@@ -154,6 +164,7 @@ pub async fn message(config_flag: Option<&Path>, args: MessageArgs) -> anyhow::R
     };
     let summary = runner.turn(&ctx, inbound, &printer).await?;
     printer.finish();
+    runner.close().await;
     match summary.status {
         TurnStatus::Done => Ok(()),
         _ => {
@@ -196,15 +207,12 @@ pub async fn chat(
             line = lines.next_line() => line?,
             _ = tokio::signal::ctrl_c() => None,
         };
-        let Some(line) = line else {
-            eprintln!();
-            return Ok(());
-        };
-        let text = line.trim();
+        let text = line.as_deref().map(str::trim).unwrap_or("/exit");
         if text.is_empty() {
             continue;
         }
         if text == "/exit" || text == "/quit" {
+            runner.close().await;
             return Ok(());
         }
         let printer = Printer::new(false);

@@ -157,6 +157,14 @@ impl Agent {
         &self.gateway
     }
 
+    /// Lets observers deliver what is queued, for at most `within`; call
+    /// before the process exits.
+    pub async fn close_observers(&self, within: Duration) {
+        for observers in self.observers.values() {
+            observers.close(within).await;
+        }
+    }
+
     /// Runs one turn. Events go to `events` as they happen; `cancel`
     /// resolving stops the turn (the runner is told by the closed
     /// connection). Errors before the turn starts are returned; everything

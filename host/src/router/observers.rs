@@ -1,10 +1,12 @@
 //! Observer plugins receive a workspace's events (message in, tool calls,
-//! model usage, reply out, errors) on a task of their own: a slow or broken
-//! observer can delay only its own queue, never the turn. When a queue is
-//! full, events are dropped and counted.
+//! model usage, reply out, errors), each on a task and queue of its own: a
+//! slow or stuck observer delays only its own queue, never the turn nor the
+//! other observers. When a queue is full, its new events are dropped and
+//! counted.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -12,45 +14,66 @@ use crate::plugins::PluginHost;
 use crate::plugins::api::Event;
 use crate::plugins::runtime::LoadedPlugin;
 
-/// Events waiting for an observer before new ones are dropped.
+/// Events waiting for one observer before new ones are dropped.
 pub const QUEUE: usize = 1024;
 
 #[derive(Default)]
 pub struct Observers {
-    queue: Option<mpsc::Sender<Event>>,
+    queues: Mutex<Vec<mpsc::Sender<Event>>>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     dropped: Arc<AtomicU64>,
 }
 
 impl Observers {
-    /// Delivers every event to each of `plugins`, in order, on a task.
+    /// Delivers every event, in order, to each of `plugins`.
     pub fn start(host: Arc<PluginHost>, plugins: Vec<Arc<LoadedPlugin>>) -> Self {
-        if plugins.is_empty() {
-            return Observers::default();
-        }
-        let (queue, mut events) = mpsc::channel::<Event>(QUEUE);
-        tokio::spawn(async move {
-            while let Some(event) = events.recv().await {
-                for plugin in &plugins {
-                    // Faults are already counted and audited by the plugin host.
-                    if let Err(e) = host.observe(plugin, &event).await {
+        let mut queues = Vec::new();
+        let mut tasks = Vec::new();
+        for plugin in plugins {
+            let (queue, mut events) = mpsc::channel::<Event>(QUEUE);
+            let host = host.clone();
+            tasks.push(tokio::spawn(async move {
+                while let Some(event) = events.recv().await {
+                    // Faults are counted and audited by the plugin host.
+                    if let Err(e) = host.observe(&plugin, &event).await {
                         tracing::warn!("observer {}: {e}", plugin.name());
                     }
                 }
-            }
-        });
+            }));
+            queues.push(queue);
+        }
         Observers {
-            queue: Some(queue),
+            queues: Mutex::new(queues),
+            tasks: Mutex::new(tasks),
             dropped: Arc::default(),
         }
     }
 
-    /// Queues an event without waiting.
+    /// Queues an event for every observer without waiting.
     pub fn emit(&self, event: Event) {
-        if let Some(queue) = &self.queue
-            && queue.try_send(event).is_err()
-        {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        let Ok(queues) = self.queues.lock() else {
+            return;
+        };
+        for queue in queues.iter() {
+            if queue.try_send(event.clone()).is_err() {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
         }
+    }
+
+    /// Stops taking events and gives the observers up to `within` to
+    /// deliver what is queued (a process about to exit calls this); what is
+    /// still queued after that is abandoned. Returns whether all finished.
+    pub async fn close(&self, within: Duration) -> bool {
+        if let Ok(mut queues) = self.queues.lock() {
+            queues.clear();
+        }
+        let tasks = match self.tasks.lock() {
+            Ok(mut tasks) => std::mem::take(&mut *tasks),
+            Err(_) => return false,
+        };
+        let all = futures_util::future::join_all(tasks);
+        tokio::time::timeout(within, all).await.is_ok()
     }
 
     /// Events dropped because an observer's queue was full.
