@@ -42,9 +42,9 @@ build_agent() {
         --manifest-path images/Cargo.toml --target-dir "$TARGET_DIR/agent"
 }
 
-# What the tests need besides Rust: Debian's static busybox (the default
+# What the tests and the main job need besides Rust: Debian's static busybox (the default
 # image's userland) and a reachable Docker Engine.
-ensure_test_prerequisites() {
+ensure_docker_prerequisites() {
     if [ ! -x /bin/busybox ]; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
             step "apt-get install busybox-static" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static'
