@@ -397,3 +397,58 @@ fn scaffolded_plugins_build_and_load() {
     ]));
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["text"], "hi");
 }
+
+#[test]
+fn init_writes_a_config_using_the_key_in_the_environment_and_never_overwrites_silently() {
+    let sandbox = Sandbox::new();
+    let base = sandbox.dir.path().join("ws");
+    let init = |args: &[&str], key: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pincer"));
+        command
+            .arg("init")
+            .args(args)
+            .current_dir(sandbox.work())
+            .env("PINCER_HOME", sandbox.home())
+            .env("HOME", &base)
+            .env_remove("PINCER_CONFIG")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY");
+        if let Some(key) = key {
+            command.env("OPENAI_API_KEY", key);
+        }
+        command.output().unwrap()
+    };
+    let secret = "sk-init-test-0123456789";
+    let first = ok(init(&[], Some(secret)));
+    assert!(first.contains("OPENAI_API_KEY"), "{first}");
+    let written = std::fs::read_to_string(sandbox.home().join("pincer.yaml")).unwrap();
+    assert!(written.contains("model: openai/gpt-4o-mini"), "{written}");
+    assert!(written.contains("${OPENAI_API_KEY}"));
+    assert!(!written.contains(secret), "the key itself was written");
+    assert!(base.join("pincer_workspaces/default/AGENTS.md").exists());
+
+    // Again: refused, file untouched.
+    let again = fails(init(&[], None));
+    assert!(
+        again.contains("already exists") && again.contains("--force"),
+        "{again}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sandbox.home().join("pincer.yaml")).unwrap(),
+        written
+    );
+    // --force without a key: the old file is kept, the new one says what to set.
+    let forced = ok(init(&["--force"], None));
+    assert!(forced.contains("no provider key found"), "{forced}");
+    assert_eq!(
+        std::fs::read_to_string(sandbox.home().join("pincer.yaml.bak")).unwrap(),
+        written
+    );
+    // The file it wrote loads.
+    ok(sandbox.pincer(&[
+        "--config",
+        sandbox.home().join("pincer.yaml").to_str().unwrap(),
+        "config",
+        "check",
+    ]));
+}

@@ -81,7 +81,9 @@ async fn run() -> anyhow::Result<()> {
         Default::default(),
     );
 
-    println!("host-side overhead of one turn (warm container, instant local model), {RUNS} runs each\n");
+    println!(
+        "host-side overhead of one turn (warm container, instant local model), {RUNS} runs each\n"
+    );
     println!("| turn | median | p99 | model calls |");
     println!("|---|---|---|---|");
     for (label, text, calls) in [
@@ -90,7 +92,10 @@ async fn run() -> anyhow::Result<()> {
     ] {
         // Warm up: the container starts on the first turn.
         turn(&agent, text).await?;
-        times.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clear();
+        times
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?
+            .clear();
         let mut samples = Vec::with_capacity(RUNS);
         for _ in 0..RUNS {
             let started = Instant::now();
@@ -104,7 +109,10 @@ async fn run() -> anyhow::Result<()> {
             ms(p99)
         );
     }
-    let mut provider = times.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    let mut provider = times
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
     let (median, _) = percentiles(&mut provider);
     println!(
         "\nthe fake provider's own time per model call: median {:.3} ms (included above)",
