@@ -8,6 +8,7 @@ pub mod config;
 pub mod containers;
 pub mod db;
 pub mod gateway;
+pub mod memory;
 pub mod plugins;
 pub mod policy;
 pub mod suggest;
