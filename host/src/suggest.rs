@@ -18,9 +18,28 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// The candidate closest to `word`, if it is a plausible typo of it (at most
+/// one edit per three characters).
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let (distance, best) = candidates
+        .into_iter()
+        .map(|candidate| (edit_distance(word, candidate), candidate))
+        .min_by_key(|(distance, _)| *distance)?;
+    (distance <= word.chars().count().div_ceil(3)).then_some(best)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::edit_distance;
+    use super::{closest, edit_distance};
+
+    #[test]
+    fn closest_suggests_only_plausible_typos() {
+        let names = ["default", "research", "scratch"];
+        assert_eq!(closest("defualt", names), Some("default"));
+        assert_eq!(closest("reserch", names), Some("research"));
+        assert_eq!(closest("zzz", names), None);
+        assert_eq!(closest("x", []), None);
+    }
 
     #[test]
     fn distances() {
