@@ -72,6 +72,9 @@ fn official_mcp_client_sees_and_calls_exactly_its_workspace_tools() {
         main["tools"],
         serde_json::json!([
             "echoer__echo",
+            "memory__forget",
+            "memory__memorize",
+            "memory__recall",
             "skill-calc__convert",
             "skill-calc__evaluate"
         ]),
@@ -103,7 +106,13 @@ fn official_mcp_client_sees_and_calls_exactly_its_workspace_tools() {
     let other = client(&served, &served.key("other"));
     assert_eq!(
         other["tools"],
-        serde_json::json!(["forbidden__echo", "forbidden__secret_admin"]),
+        serde_json::json!([
+            "forbidden__echo",
+            "forbidden__secret_admin",
+            "memory__forget",
+            "memory__memorize",
+            "memory__recall"
+        ]),
         "{other}"
     );
     assert!(refused(&other["echo"]).contains("not available to workspace `other`"));

@@ -18,15 +18,14 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-/// The candidate nearest to `name`, when it is near enough to be a typo.
-pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let allowed = (name.chars().count() / 3).max(1);
-    candidates
+/// The candidate closest to `word`, if it is a plausible typo of it (at most
+/// one edit per three characters).
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let (distance, best) = candidates
         .into_iter()
-        .map(|c| (edit_distance(name, c), c))
-        .filter(|(d, _)| *d <= allowed)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
+        .map(|candidate| (edit_distance(word, candidate), candidate))
+        .min_by_key(|(distance, _)| *distance)?;
+    (distance <= word.chars().count().div_ceil(3)).then_some(best)
 }
 
 #[cfg(test)]
@@ -34,9 +33,12 @@ mod tests {
     use super::{closest, edit_distance};
 
     #[test]
-    fn closest_only_suggests_near_names() {
-        assert_eq!(closest("defualt", ["default", "research"]), Some("default"));
-        assert_eq!(closest("zzz", ["default", "research"]), None);
+    fn closest_suggests_only_plausible_typos() {
+        let names = ["default", "research", "scratch"];
+        assert_eq!(closest("defualt", names), Some("default"));
+        assert_eq!(closest("reserch", names), Some("research"));
+        assert_eq!(closest("zzz", names), None);
+        assert_eq!(closest("x", []), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod demo;
 mod doctor;
 mod gateway;
 mod init;
+mod memory;
 mod plugin;
 mod policy;
 mod skill;
@@ -59,6 +60,9 @@ pub enum Command {
     /// The LLM gateway: serve it alone, manage its keys, read usage
     #[command(subcommand)]
     Gateway(GatewayCommand),
+    /// Long-term memory of a workspace: add, search, list, forget
+    #[command(subcommand)]
+    Memory(MemoryCommand),
     /// Check what this machine is missing, and how to fix it
     Doctor,
     /// Load every built-in plugin and exercise each world once
@@ -222,6 +226,46 @@ pub enum KeysCommand {
     Revoke { workspace: String, name: String },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// Remember TEXT in a workspace and print the memory's id
+    Add {
+        #[arg(long, default_value = "default")]
+        workspace: String,
+        #[arg(long, default_value = "fact", value_parser = ["fact", "preference", "procedure"])]
+        kind: String,
+        /// The text; several words are joined with spaces
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
+    /// The memories that best match QUERY (Chinese, English or mixed), best first
+    Search {
+        #[arg(long, default_value = "default")]
+        workspace: String,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        #[command(flatten)]
+        json: JsonFlag,
+        #[arg(required = true, num_args = 1..)]
+        query: Vec<String>,
+    },
+    /// A workspace's memories, newest first
+    List {
+        #[arg(long, default_value = "default")]
+        workspace: String,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Delete memory ID of a workspace
+    Forget {
+        #[arg(long, default_value = "default")]
+        workspace: String,
+        id: i64,
+    },
+}
+
 /// A command's own exit code, passed through without an error message.
 #[derive(Debug, thiserror::Error)]
 #[error("exit code {0}")]
@@ -245,6 +289,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             policy::audit(cli.config.as_deref(), &name, json.json).await
         }
         Command::Gateway(command) => gateway::run(cli.config.as_deref(), command).await,
+        Command::Memory(command) => memory::run(cli.config.as_deref(), command),
         Command::Doctor => doctor::run(cli.config.as_deref()).await,
         Command::Demo => demo::run(cli.config.as_deref()).await,
         Command::Message {

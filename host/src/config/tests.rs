@@ -416,7 +416,7 @@ workspaces:
         target: /workspace/code
         read_only: false
     mcp_servers: [files, docs]
-    skills: [web-search, memory]
+    skills: [web-search, notes]
     channels: [webhook]
     instructions: AGENTS.md
   research-2:
@@ -447,7 +447,7 @@ skills:
   web-search:
     allowed_workspaces: [default, research-2]
     tools: [search]
-  memory: {}
+  notes: {}
 
 mcp_servers:
   files:
@@ -506,7 +506,7 @@ fn full_config_parses() {
         })
     );
     assert_eq!(cfg.channels["webhook"].workspace, "default");
-    assert_eq!(cfg.skills["memory"], Skill::default());
+    assert_eq!(cfg.skills["notes"], Skill::default());
     assert_eq!(cfg.mcp_servers["files"].env["TOKEN"], "sk-test-openai");
     assert_eq!(
         cfg.mcp_servers["sandboxed"]
@@ -770,7 +770,8 @@ fn default_config_documents_accounting_keys() {
         "openai/gpt-4o-mini:",
         "default: {input_per_1m",
         "cache:",
-        "enabled:",
+        // The cache's; `memory.enabled` stays commented with its block.
+        "enabled: false",
         "ttl_secs:",
         "max_entries:",
         "budget:",
@@ -908,4 +909,37 @@ fn accounting_semantic_errors_have_positions() {
         22,
         &["max_request_bytes must be between 1024 and 268435456"],
     );
+}
+
+#[test]
+fn memory_is_a_reserved_skill_and_mcp_server_name() {
+    let reserved = "reserved for pincer's built-in memory tools";
+    assert_error(
+        "skills:\n  memory: {}\n",
+        2,
+        3,
+        &[reserved, "give the skill another name"],
+    );
+    assert_error(
+        "mcp_servers:\n  memory: {url: \"https://x.example/mcp\"}\n",
+        2,
+        3,
+        &[reserved, "give the MCP server another name"],
+    );
+    assert_error(
+        "workspaces:\n  main: {skills: [notes, memory]}\n",
+        2,
+        26,
+        &[reserved],
+    );
+    assert_error(
+        "workspaces:\n  main: {mcp_servers: [memory]}\n",
+        2,
+        24,
+        &[reserved],
+    );
+    // `memory` stays a workspace setting, and other names are fine.
+    let cfg =
+        parse("workspaces:\n  main: {skills: [memory-notes], memory: {enabled: false}}\n").unwrap();
+    assert!(!cfg.workspaces["main"].memory.enabled);
 }

@@ -55,6 +55,16 @@ fn name_rule(what: &str, name: &str) -> String {
     )
 }
 
+/// Why `name` cannot be a skill or MCP server, if it is taken by pincer.
+fn reserved_source(what: &str, name: &str) -> Option<String> {
+    (name == crate::memory::TOOL_NAMESPACE).then(|| {
+        format!(
+            "`{name}` is reserved for pincer's built-in memory tools (memory__memorize, \
+             memory__recall, memory__forget; see workspaces.NAME.memory): give the {what} another name"
+        )
+    })
+}
+
 fn is_env_name(name: &str) -> bool {
     let bytes = name.as_bytes();
     bytes
@@ -328,6 +338,9 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a>
         if !is_valid_name(skill) {
             return Err(at(item("skills", i), name_rule("skill", skill)));
         }
+        if let Some(message) = reserved_source("skill", skill) {
+            return Err(at(item("skills", i), message));
+        }
         if let Some(rules) = cfg.skills.get(skill)
             && !allows(&rules.allowed_workspaces, name)
         {
@@ -346,6 +359,9 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a>
     }
     agent_limits(name, &ws.agent)?;
     for (i, server) in ws.mcp_servers.iter().enumerate() {
+        if let Some(message) = reserved_source("MCP server", server) {
+            return Err(at(item("mcp_servers", i), message));
+        }
         let Some(def) = cfg.mcp_servers.get(server) else {
             return Err(at(
                 item("mcp_servers", i),
@@ -468,6 +484,9 @@ fn skills(cfg: &Config) -> Check<'_> {
         if !is_valid_name(name) {
             return Err(at_key(base, name_rule("skill", name)));
         }
+        if let Some(message) = reserved_source("skill", name) {
+            return Err(at_key(base, message));
+        }
         allowed_workspaces(cfg, &skill.allowed_workspaces, &base)?;
     }
     Ok(())
@@ -482,6 +501,9 @@ fn mcp_server<'a>(cfg: &'a Config, name: &'a str, server: &'a McpServer) -> Chec
     };
     if !is_valid_name(name) {
         return Err(at_key(base, name_rule("MCP server", name)));
+    }
+    if let Some(message) = reserved_source("MCP server", name) {
+        return Err(at_key(base, message));
     }
     let kinds: Vec<&str> = [
         ("command", server.command.is_some()),

@@ -1,22 +1,128 @@
-// TEMPORARY STUB (not committed): replaced by the memory branch.
-use std::path::Path;
-#[derive(Debug, thiserror::Error)]
-#[error("stub")]
-pub struct MemoryError;
-pub struct MemoryStore;
+//! Long-term memory: facts, preferences and procedures per workspace, kept in
+//! the host database and recalled by relevance, recency and use.
+//!
+//! Text is segmented with jieba-rs (Chinese, English and mixed) and the
+//! resulting terms are stored in an FTS5 table with the plain `ascii`
+//! tokenizer. We pre-segment rather than register a custom FTS5 tokenizer
+//! through `fts5_tokenizer_v2`: no `unsafe` FFI, segmentation is ordinary Rust
+//! that tests reach directly, and the database stays readable (and checkable)
+//! by any SQLite — a connection that never registered a tokenizer can still
+//! open, query and repair the table. The cost is that FTS5 never sees the
+//! original text, which only snippets and highlighting would need.
+//!
+//! Queries are segmented the same way and become an OR of quoted terms
+//! (ranked), so no user text is parsed as FTS5 syntax; a query the index
+//! misses falls back to an escaped substring match. Ranking: see [`rank`].
+
+mod query;
+pub mod rank;
+pub mod segment;
+mod store;
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+pub use store::MemoryStore;
+
+/// The prefix of memory's MCP tools (`memory__recall`, …); no skill or MCP
+/// server may take this name.
+pub const TOOL_NAMESPACE: &str = "memory";
+
+/// Longest memory text, in bytes after trimming.
+pub const MAX_TEXT_BYTES: usize = 8 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryKind {
+    Fact,
+    Preference,
+    Procedure,
+}
+
+impl MemoryKind {
+    pub const ALL: [MemoryKind; 3] = [
+        MemoryKind::Fact,
+        MemoryKind::Preference,
+        MemoryKind::Procedure,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryKind::Fact => "fact",
+            MemoryKind::Preference => "preference",
+            MemoryKind::Procedure => "procedure",
+        }
+    }
+}
+
+impl fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for MemoryKind {
+    type Err = MemoryError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        MemoryKind::ALL
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| MemoryError::UnknownKind(s.to_string()))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Memory {
     pub id: i64,
-    pub kind: String,
+    pub workspace: String,
+    pub kind: MemoryKind,
     pub text: String,
+    pub created_ms: i64,
+    pub last_used_ms: Option<i64>,
+    pub use_count: u64,
 }
+
+/// How a recalled memory was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MatchKind {
+    /// Through the segmented full-text index.
+    Index,
+    /// By the query appearing literally in the text (the index had nothing).
+    Substring,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Recalled {
     pub memory: Memory,
+    pub score: f64,
+    pub matched_by: MatchKind,
 }
-impl MemoryStore {
-    pub fn open(_home: &Path) -> Result<Self, MemoryError> {
-        Ok(MemoryStore)
-    }
-    pub fn recall(&self, _w: &str, _q: &str, _l: usize) -> Result<Vec<Recalled>, MemoryError> {
-        Ok(Vec::new())
-    }
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    #[error("a memory cannot be empty")]
+    EmptyText,
+    #[error("a memory can hold at most {max} bytes of text; this one has {len}", max = MAX_TEXT_BYTES)]
+    TooLong { len: usize },
+    #[error("the query is empty: say what to look for")]
+    EmptyQuery,
+    #[error("unknown memory kind `{0}`: use fact, preference or procedure")]
+    UnknownKind(String),
+    #[error("memory database {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("memory database: {0}")]
+    Db(#[from] rusqlite::Error),
+    #[error("memory database is unusable: a thread panicked while holding it")]
+    Poisoned,
 }
+
+#[cfg(test)]
+mod tests;

@@ -705,7 +705,7 @@ workspaces:
   isolated:
     policies: [no_internet_access, read_only_mounts, {allowed_executables: [/bin/busybox]}]
     mounts: [{source: "~/code", target: /code, read_only: false}]
-    skills: [web-search, memory]
+    skills: [web-search, notes]
     mcp_servers: [files]
   scratch:
     policies: [no_process_creation, max_memory_512mb]

@@ -1,23 +1,40 @@
 //! Who may call what: the pure part of the MCP gateway, from configuration
 //! alone. A tool is exposed as `<source>__<tool>` where the source is a skill
-//! or an MCP server the workspace lists and is allowed to use.
+//! or an MCP server the workspace lists and is allowed to use, or the
+//! built-in `memory` when the workspace's memory is enabled.
 
 use crate::config::{Config, McpServer, Skill};
 
 /// Separates the source (skill or server) from the tool in exposed names.
 pub const SEPARATOR: &str = "__";
 
+/// The source name of the built-in memory tools. Configuration refuses a
+/// skill or MCP server of this name; [`sources`] skips one all the same.
+pub const MEMORY: &str = crate::memory::TOOL_NAMESPACE;
+
+/// The built-in memory tools, without the `memory__` prefix.
+pub const MEMORY_TOOLS: [&str; 3] = ["memorize", "recall", "forget"];
+
 /// Where a namespaced tool comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Source {
-    Skill { name: String, tools: Vec<String> },
-    Server { name: String, server: McpServer },
+    Skill {
+        name: String,
+        tools: Vec<String>,
+    },
+    Server {
+        name: String,
+        server: McpServer,
+    },
+    /// The workspace's long-term memory.
+    Memory,
 }
 
 impl Source {
     pub fn name(&self) -> &str {
         match self {
             Source::Skill { name, .. } | Source::Server { name, .. } => name,
+            Source::Memory => MEMORY,
         }
     }
 
@@ -26,6 +43,7 @@ impl Source {
         let filter = match self {
             Source::Skill { tools, .. } => tools,
             Source::Server { server, .. } => &server.tools,
+            Source::Memory => return MEMORY_TOOLS.contains(&tool),
         };
         filter.is_empty() || filter.iter().any(|t| t == tool)
     }
@@ -35,13 +53,17 @@ fn admits(allowed: &[String], workspace: &str) -> bool {
     allowed.iter().any(|w| w == "*" || w == workspace)
 }
 
-/// Every skill and MCP server `workspace` both lists and is allowed to use.
+/// Memory (when enabled), then every skill and MCP server `workspace` both
+/// lists and is allowed to use.
 pub fn sources(config: &Config, workspace: &str) -> Vec<Source> {
     let Some(ws) = config.workspaces.get(workspace) else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for name in &ws.skills {
+    if ws.memory.enabled {
+        out.push(Source::Memory);
+    }
+    for name in ws.skills.iter().filter(|n| *n != MEMORY) {
         let rule = config
             .skills
             .get(name)
@@ -54,7 +76,7 @@ pub fn sources(config: &Config, workspace: &str) -> Vec<Source> {
             });
         }
     }
-    for name in &ws.mcp_servers {
+    for name in ws.mcp_servers.iter().filter(|n| *n != MEMORY) {
         if let Some(server) = config.mcp_servers.get(name)
             && admits(&server.allowed_workspaces, workspace)
         {
@@ -86,6 +108,14 @@ pub fn resolve(
             "tool `{exposed}` is not available to workspace `{workspace}`: `{prefix}` is not a skill or MCP server this workspace may use"
         ));
     };
+    if source == Source::Memory && !source.allows_tool(tool) {
+        return Err(format!(
+            "unknown tool `{exposed}`: memory offers {}",
+            MEMORY_TOOLS
+                .map(|t| format!("{MEMORY}{SEPARATOR}{t}"))
+                .join(", ")
+        ));
+    }
     if !source.allows_tool(tool) {
         return Err(format!(
             "tool `{exposed}` is not available to workspace `{workspace}`: `{tool}` is filtered out by the `tools` list of `{prefix}`"
@@ -142,9 +172,63 @@ mod tests {
             .iter()
             .map(|s| s.name().to_string())
             .collect();
-        assert_eq!(names, ["skill-calc", "files"]);
-        assert!(sources(&config, "other").is_empty());
+        assert_eq!(names, ["memory", "skill-calc", "files"]);
+        assert_eq!(sources(&config, "other"), [Source::Memory]);
         assert!(sources(&config, "nobody").is_empty());
+    }
+
+    #[test]
+    fn memory_tools_exist_only_while_memory_is_enabled() {
+        let mut config = config();
+        let (source, tool) = resolve(&config, "main", "memory__recall").unwrap();
+        assert_eq!((source, tool.as_str()), (Source::Memory, "recall"));
+        let unknown = resolve(&config, "main", "memory__drop_all").unwrap_err();
+        assert!(
+            unknown.contains("memory__memorize, memory__recall, memory__forget"),
+            "{unknown}"
+        );
+
+        if let Some(main) = config.workspaces.get_mut("main") {
+            main.memory.enabled = false;
+        }
+        assert!(!sources(&config, "main").contains(&Source::Memory));
+        let refused = resolve(&config, "main", "memory__recall").unwrap_err();
+        assert!(
+            refused.contains("not available to workspace `main`"),
+            "{refused}"
+        );
+        assert!(resolve(&config, "other", "memory__recall").is_ok());
+    }
+
+    #[test]
+    fn a_skill_or_server_named_memory_never_shadows_the_built_in_tools() {
+        let mut config = config();
+        config.mcp_servers.insert(
+            MEMORY.into(),
+            McpServer {
+                command: Some(vec!["srv".into()]),
+                allowed_workspaces: vec!["*".into()],
+                ..McpServer::default()
+            },
+        );
+        for ws in config.workspaces.values_mut() {
+            ws.skills.push(MEMORY.into());
+            ws.mcp_servers.push(MEMORY.into());
+        }
+        assert_eq!(
+            sources(&config, "other"),
+            [Source::Memory],
+            "only the built-in memory answers to `memory`"
+        );
+        assert_eq!(
+            resolve(&config, "other", "memory__recall").unwrap().0,
+            Source::Memory
+        );
+        if let Some(other) = config.workspaces.get_mut("other") {
+            other.memory.enabled = false;
+        }
+        assert!(sources(&config, "other").is_empty());
+        assert!(resolve(&config, "other", "memory__recall").is_err());
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! The MCP gateway: one streamable-HTTP MCP endpoint (`/mcp`) whose tools are
 //! exactly those the caller's workspace may use, named `<server>__<tool>` for
-//! configured MCP servers and `<skill>__<tool>` for WASM skills. The pincer
+//! configured MCP servers, `<skill>__<tool>` for WASM skills and `memory__<tool>`
+//! for the workspace's long-term memory (when enabled). The pincer
 //! key (`Authorization: Bearer`) decides the workspace on every request;
 //! refused calls are audited as `gateway.denied`, allowed ones as
 //! `gateway.tool_call`. `rmcp` stays inside this module.
 
 pub mod acl;
+mod memory;
 mod skills;
 mod upstream;
 
@@ -28,6 +30,7 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use self::acl::{SEPARATOR, Source};
+use self::memory::MemoryTools;
 use self::skills::Skills;
 use self::upstream::Upstreams;
 use crate::audit::AuditLog;
@@ -45,6 +48,7 @@ pub struct McpGateway {
     config: Arc<Config>,
     skills: Skills,
     upstreams: Upstreams,
+    memory: MemoryTools,
     audit: Arc<AuditLog>,
 }
 
@@ -54,6 +58,7 @@ impl McpGateway {
             config: Arc::new(config.clone()),
             skills: Skills::new(config, home),
             upstreams: Upstreams::new(&config.mcp_servers),
+            memory: MemoryTools::new(home.to_path_buf()),
             audit,
         }
     }
@@ -95,6 +100,7 @@ impl McpGateway {
             let listed = match &source {
                 Source::Skill { name, .. } => self.skills.tools(name).await,
                 Source::Server { name, server } => self.upstreams.list_tools(name, server).await,
+                Source::Memory => Ok(memory::tools()),
             };
             match listed {
                 Ok(tools) => out.extend(tools.into_iter().filter_map(|mut tool| {
@@ -138,6 +144,7 @@ impl McpGateway {
                     .call_tool(name, server, &tool, request.arguments)
                     .await
             }
+            Source::Memory => self.memory.call(workspace, &tool, request.arguments).await,
         };
         let detail = match &outcome {
             Ok(result) if result.is_error == Some(true) => format!("{exposed}: tool error"),
@@ -181,7 +188,9 @@ impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("pincer", env!("CARGO_PKG_VERSION")))
-            .with_instructions("Tools this workspace may call, named <server or skill>__<tool>.")
+            .with_instructions(
+                "Tools this workspace may call, named <server, skill or memory>__<tool>.",
+            )
     }
 
     async fn list_tools(

@@ -1,0 +1,400 @@
+//! The memory tables and every query on them.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::query::{like_pattern, match_expression, quoted, workspace_token};
+use super::{MAX_TEXT_BYTES, MatchKind, Memory, MemoryError, MemoryKind, Recalled, rank, segment};
+use crate::db::now_ms;
+
+/// Distinct query terms considered; the rest of a very long query is ignored.
+const MAX_QUERY_TERMS: usize = 64;
+/// BM25 candidates re-ranked with recency and use, per requested result.
+const CANDIDATES_PER_RESULT: usize = 8;
+const MIN_CANDIDATES: usize = 64;
+/// A term in more index rows than this is common: BM25 would have to score
+/// every one of its rows. Common terms are left out of the match when the
+/// query has rarer ones; a query of only common terms takes the newest
+/// matches (recency is part of the ranking anyway) instead of the best-scoring.
+const COMMON_TERM_ROWS: usize = 4_000;
+/// Substring matches re-ranked at most (newest first).
+const MAX_SUBSTRING_CANDIDATES: usize = 1000;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS memories (
+    -- AUTOINCREMENT: an id is never reused, so a stale id cannot forget
+    -- a newer memory.
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    workspace TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    last_used_ms INTEGER,
+    use_count INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (workspace, text)
+);
+CREATE INDEX IF NOT EXISTS memories_by_workspace ON memories (workspace, id);
+-- Contentless: the text lives in `memories`; rowid = memories.id.
+-- `space` holds the workspace token, `terms` the segmented text.
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5 (
+    space, terms, content = '', contentless_delete = 1, tokenize = 'ascii'
+);
+";
+
+const COLUMNS: &str = "id, workspace, kind, text, created_ms, last_used_ms, use_count";
+
+impl FromSql for MemoryKind {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        value
+            .as_str()?
+            .parse()
+            .map_err(|e: MemoryError| FromSqlError::Other(Box::new(e)))
+    }
+}
+
+fn memory(row: &Row<'_>) -> rusqlite::Result<Memory> {
+    Ok(Memory {
+        id: row.get(0)?,
+        workspace: row.get(1)?,
+        kind: row.get(2)?,
+        text: row.get(3)?,
+        created_ms: row.get(4)?,
+        last_used_ms: row.get(5)?,
+        use_count: row.get::<_, i64>(6)?.max(0) as u64,
+    })
+}
+
+/// Trimmed text, or why it cannot be stored.
+fn checked_text(text: &str) -> Result<&str, MemoryError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(MemoryError::EmptyText);
+    }
+    if text.len() > MAX_TEXT_BYTES {
+        return Err(MemoryError::TooLong { len: text.len() });
+    }
+    Ok(text)
+}
+
+/// Memories of every workspace in the host database (`PINCER_HOME/pincer.db`).
+pub struct MemoryStore {
+    conn: Mutex<Connection>,
+}
+
+impl MemoryStore {
+    pub fn open(home: &Path) -> Result<Self, MemoryError> {
+        let path = home.join(crate::db::FILE_NAME);
+        let open_error = |source| MemoryError::Open {
+            path: path.display().to_string(),
+            source,
+        };
+        if let Err(e) = std::fs::create_dir_all(home) {
+            tracing::debug!("cannot create {}: {e}", home.display());
+        }
+        let conn = crate::db::open(&path).map_err(open_error)?;
+        conn.execute_batch(SCHEMA).map_err(open_error)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    pub(super) fn conn(&self) -> Result<MutexGuard<'_, Connection>, MemoryError> {
+        self.conn.lock().map_err(|_| MemoryError::Poisoned)
+    }
+
+    /// Stores `text` (trimmed); the same text again in the same workspace
+    /// returns the memory already stored, unchanged.
+    pub fn add(
+        &self,
+        workspace: &str,
+        kind: MemoryKind,
+        text: &str,
+    ) -> Result<Memory, MemoryError> {
+        let text = checked_text(text)?;
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let memory = insert(&tx, workspace, kind, text, now_ms())?;
+        tx.commit()?;
+        Ok(memory)
+    }
+
+    /// [`add`](Self::add) for many texts in one transaction (imports, the
+    /// benchmark). Every text is checked before anything is written.
+    pub fn add_many(
+        &self,
+        workspace: &str,
+        items: &[(MemoryKind, &str)],
+    ) -> Result<Vec<Memory>, MemoryError> {
+        let checked = items
+            .iter()
+            .map(|(kind, text)| checked_text(text).map(|t| (*kind, t)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let now = now_ms();
+        let mut out = Vec::with_capacity(checked.len());
+        for (kind, text) in checked {
+            out.push(insert(&tx, workspace, kind, text, now)?);
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// The best matches for `query`, counted as used (use count and last use
+    /// are bumped; the returned memories show the bumped values).
+    pub fn recall(
+        &self,
+        workspace: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Recalled>, MemoryError> {
+        let mut conn = self.conn()?;
+        let mut found = find(&conn, workspace, query, limit)?;
+        if found.is_empty() {
+            return Ok(found);
+        }
+        let now = now_ms();
+        let tx = conn.transaction()?;
+        {
+            let mut bump = tx.prepare_cached(
+                "UPDATE memories SET use_count = use_count + 1, last_used_ms = ?2 WHERE id = ?1",
+            )?;
+            for r in &mut found {
+                bump.execute(params![r.memory.id, now])?;
+                r.memory.use_count += 1;
+                r.memory.last_used_ms = Some(now);
+            }
+        }
+        tx.commit()?;
+        Ok(found)
+    }
+
+    /// The same ranking as [`recall`](Self::recall), without counting a use.
+    pub fn search(
+        &self,
+        workspace: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Recalled>, MemoryError> {
+        find(&*self.conn()?, workspace, query, limit)
+    }
+
+    /// Deletes memory `id` of `workspace`; `false` when there is none.
+    pub fn forget(&self, workspace: &str, id: i64) -> Result<bool, MemoryError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let deleted = tx.execute(
+            "DELETE FROM memories WHERE id = ?1 AND workspace = ?2",
+            params![id, workspace],
+        )?;
+        if deleted > 0 {
+            tx.execute("DELETE FROM memory_fts WHERE rowid = ?1", params![id])?;
+        }
+        tx.commit()?;
+        Ok(deleted > 0)
+    }
+
+    /// The newest memories of `workspace` first.
+    pub fn list(&self, workspace: &str, limit: usize) -> Result<Vec<Memory>, MemoryError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM memories WHERE workspace = ?1 ORDER BY id DESC LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![workspace, sql_limit(limit)], memory)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// How many memories `workspace` holds.
+    pub fn count(&self, workspace: &str) -> Result<u64, MemoryError> {
+        let conn = self.conn()?;
+        let n: i64 = conn.query_row(
+            "SELECT count(*) FROM memories WHERE workspace = ?1",
+            params![workspace],
+            |r| r.get(0),
+        )?;
+        Ok(n.max(0) as u64)
+    }
+}
+
+fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+fn insert(
+    conn: &Connection,
+    workspace: &str,
+    kind: MemoryKind,
+    text: &str,
+    now: i64,
+) -> Result<Memory, MemoryError> {
+    let existing = conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM memories WHERE workspace = ?1 AND text = ?2"
+        ))?
+        .query_row(params![workspace, text], memory)
+        .optional()?;
+    if let Some(memory) = existing {
+        return Ok(memory);
+    }
+    conn.prepare_cached(
+        "INSERT INTO memories (workspace, kind, text, created_ms) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![workspace, kind.as_str(), text, now])?;
+    let id = conn.last_insert_rowid();
+    conn.prepare_cached("INSERT INTO memory_fts (rowid, space, terms) VALUES (?1, ?2, ?3)")?
+        .execute(params![
+            id,
+            workspace_token(workspace),
+            segment::terms(text).join(" ")
+        ])?;
+    Ok(Memory {
+        id,
+        workspace: workspace.to_string(),
+        kind,
+        text: text.to_string(),
+        created_ms: now,
+        last_used_ms: None,
+        use_count: 0,
+    })
+}
+
+/// Index matches ranked by [`rank::score`]; if there are none, substring matches.
+fn find(
+    conn: &Connection,
+    workspace: &str,
+    query: &str,
+    limit: usize,
+) -> Result<Vec<Recalled>, MemoryError> {
+    let query = query.trim();
+    if query.is_empty() {
+        return Err(MemoryError::EmptyQuery);
+    }
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let terms = segment::query_terms(query, MAX_QUERY_TERMS);
+    let mut rare = Vec::new();
+    for term in &terms {
+        if !is_common(conn, term)? {
+            rare.push(term.clone());
+        }
+    }
+    let (terms, order) = if rare.is_empty() {
+        (terms, Order::Newest)
+    } else {
+        (rare, Order::Relevance)
+    };
+    let mut found = match match_expression(workspace, &terms) {
+        Some(expression) => by_index(conn, workspace, &expression, order, limit)?,
+        None => Vec::new(),
+    };
+    if found.is_empty() {
+        found = by_substring(conn, workspace, query)?;
+    }
+    found.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(b.memory.id.cmp(&a.memory.id))
+    });
+    found.truncate(limit);
+    Ok(found)
+}
+
+/// Whether `term` is in more than [`COMMON_TERM_ROWS`] rows of the index
+/// (counting stops there, so this stays cheap for any term).
+fn is_common(conn: &Connection, term: &str) -> Result<bool, MemoryError> {
+    let rows: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ?1 LIMIT ?2)",
+        )?
+        .query_row(
+            params![
+                format!("terms : {}", quoted(term)),
+                sql_limit(COMMON_TERM_ROWS + 1)
+            ],
+            |r| r.get(0),
+        )?;
+    Ok(rows > COMMON_TERM_ROWS as i64)
+}
+
+/// Which index matches become candidates for [`rank::score`].
+#[derive(Clone, Copy)]
+enum Order {
+    /// The best BM25 scores.
+    Relevance,
+    /// The newest matches, without scoring every match first.
+    Newest,
+}
+
+fn by_index(
+    conn: &Connection,
+    workspace: &str,
+    expression: &str,
+    order: Order,
+    limit: usize,
+) -> Result<Vec<Recalled>, MemoryError> {
+    let candidates = limit
+        .saturating_mul(CANDIDATES_PER_RESULT)
+        .max(MIN_CANDIDATES);
+    let order = match order {
+        Order::Relevance => "relevance DESC",
+        Order::Newest => "rowid DESC",
+    };
+    // bm25 weights: the workspace column counts for nothing.
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS}, f.relevance FROM (
+             SELECT rowid, -bm25(memory_fts, 0.0, 1.0) AS relevance FROM memory_fts
+             WHERE memory_fts MATCH ?1 ORDER BY {order} LIMIT ?2
+         ) AS f JOIN memories ON memories.id = f.rowid
+         WHERE memories.workspace = ?3"
+    ))?;
+    let now = now_ms();
+    let rows = stmt.query_map(
+        params![expression, sql_limit(candidates), workspace],
+        |row| {
+            let memory = memory(row)?;
+            let relevance: f64 = row.get(7)?;
+            Ok(recalled(memory, relevance, now, MatchKind::Index))
+        },
+    )?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn by_substring(
+    conn: &Connection,
+    workspace: &str,
+    query: &str,
+) -> Result<Vec<Recalled>, MemoryError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM memories
+         WHERE workspace = ?1 AND text LIKE ?2 ESCAPE '\\' ORDER BY id DESC LIMIT ?3"
+    ))?;
+    let now = now_ms();
+    let rows = stmt.query_map(
+        params![
+            workspace,
+            like_pattern(query),
+            sql_limit(MAX_SUBSTRING_CANDIDATES)
+        ],
+        |row| Ok(recalled(memory(row)?, 1.0, now, MatchKind::Substring)),
+    )?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn recalled(memory: Memory, relevance: f64, now: i64, matched_by: MatchKind) -> Recalled {
+    let score = rank::score(
+        relevance,
+        now,
+        memory.created_ms,
+        memory.last_used_ms,
+        memory.use_count,
+    );
+    Recalled {
+        memory,
+        score,
+        matched_by,
+    }
+}
