@@ -518,3 +518,58 @@ async fn observers_see_the_turn_and_a_stuck_one_holds_nothing_up() {
     );
     assert!(lines.contains("watch this") && lines.contains("all seen"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_memory_made_in_one_session_is_recalled_in_the_next_until_forgotten() {
+    let env = Env::new(
+        vec![
+            Behaviour::tool(
+                "memory__memorize",
+                r#"{"text": "用户喜欢靠窗的座位", "kind": "preference"}"#,
+            ),
+            Behaviour::answer("记住了"),
+            Behaviour::answer("靠窗的座位"),
+            Behaviour::answer("不知道"),
+        ],
+        "  w: {}\n",
+    )
+    .await;
+    let (events, out) = env.message("w", "我喜欢靠窗的座位，请记住");
+    assert!(out.status.success(), "{}\n{events:?}", stderr(&out));
+    let ends = of_kind(&events, "tool_end");
+    assert_eq!(ends[0]["ok"], true, "{events:?}");
+    // The memory tools came from the workspace's MCP endpoint.
+    let started = of_kind(&events, "started");
+    assert!(
+        started[0]["tools"].to_string().contains("memory__recall"),
+        "{started:?}"
+    );
+
+    // A new session: the memory is recalled into the context.
+    let (events, out) = env.message("w", "/new 我的座位偏好是什么？");
+    assert!(out.status.success(), "{}\n{events:?}", stderr(&out));
+    assert_eq!(of_kind(&events, "context")[0]["memories_recalled"], 1);
+    let system = |i: usize| {
+        env.upstream.received()[i]["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(system(2).contains("用户喜欢靠窗的座位"), "{}", system(2));
+
+    // Forgotten: no longer recalled.
+    let listed: Value = serde_json::from_str(&ok(env.pincer(&[
+        "memory",
+        "list",
+        "--workspace",
+        "w",
+        "--json",
+    ])))
+    .unwrap();
+    let id = listed[0]["id"].as_i64().expect("a memory id").to_string();
+    ok(env.pincer(&["memory", "forget", "--workspace", "w", &id]));
+    let (events, out) = env.message("w", "/new 座位偏好");
+    assert!(out.status.success(), "{}\n{events:?}", stderr(&out));
+    assert_eq!(of_kind(&events, "context")[0]["memories_recalled"], 0);
+    assert!(!system(3).contains("靠窗"), "{}", system(3));
+}
