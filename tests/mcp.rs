@@ -28,23 +28,29 @@ fn client(served: &Served, key: &str) -> Value {
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
-/// `main` uses skill-calc and the `echoer` server (filtered to `echo`), both
-/// reserved to it (the configuration would refuse `other` listing them);
-/// `other` uses only `forbidden`, a server `main` does not list.
-fn config() -> String {
-    let server = format!(
-        "[\"{}\", \"{}\"]",
+/// The stdio echo server as a configured `command`.
+fn stdio_server() -> String {
+    format!(
+        "command: [\"{}\", \"{}\"]",
         python(),
         python_script("mcp_echo_server.py").display()
-    );
+    )
+}
+
+/// `main` uses skill-calc and the `echoer` server (`echoer` is the YAML
+/// definition of how to reach it, filtered to `echo`), both reserved to it
+/// (the configuration would refuse `other` listing them); `other` uses only
+/// `forbidden`, a server `main` does not list.
+fn config_with(echoer: &str) -> String {
+    let server = stdio_server();
     format!(
         "mcp_servers:
   echoer:
-    command: {server}
+    {echoer}
     tools: [echo]
     allowed_workspaces: [main]
   forbidden:
-    command: {server}
+    {server}
 skills:
   skill-calc:
     allowed_workspaces: [main]
@@ -63,9 +69,61 @@ fn refused(step: &Value) -> String {
     step["error"].as_str().unwrap_or_default().to_string()
 }
 
+fn config() -> String {
+    config_with(&stdio_server())
+}
+
 #[test]
 fn official_mcp_client_sees_and_calls_exactly_its_workspace_tools() {
-    let served = Served::start(&config(), &[]);
+    sees_and_calls_exactly_its_workspace_tools(&config());
+}
+
+/// The same, with `echoer` a remote streamable-HTTP server (the official
+/// `mcp` package's own HTTP transport) on a loopback port.
+#[test]
+fn a_remote_streamable_http_server_is_aggregated_like_a_local_one() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut remote = KillOnDrop(
+        Command::new(python())
+            .arg(python_script("mcp_echo_server.py"))
+            .args(["http", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the remote MCP server"),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            remote.0.try_wait().expect("wait").is_none(),
+            "the remote MCP server exited"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the remote MCP server never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    sees_and_calls_exactly_its_workspace_tools(&config_with(&format!(
+        "url: \"http://127.0.0.1:{port}/mcp\""
+    )));
+    let _ = remote.0.kill();
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sees_and_calls_exactly_its_workspace_tools(config: &str) {
+    let served = Served::start(config, &[]);
     let main = client(&served, &served.key("main"));
 
     assert_eq!(

@@ -1,9 +1,13 @@
-"""A tiny stdio MCP server, written with the official `mcp` package, that
-pincer's gateway runs as a configured `command` server in the MCP tests.
+"""A tiny MCP server, written with the official `mcp` package, that pincer's
+gateway uses in the MCP tests: over stdio as a configured `command` server, or
+(`mcp_echo_server.py http PORT`) as a remote streamable-HTTP `url` server on
+127.0.0.1.
 
 Tools: `echo` (harmless) and `secret_admin` (must stay hidden behind the
 gateway's `tools: [echo]` filter).
 """
+
+import sys
 
 from mcp.server.mcpserver import MCPServer
 
@@ -23,4 +27,7 @@ def secret_admin(command: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if len(sys.argv) == 3 and sys.argv[1] == "http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")
