@@ -205,7 +205,7 @@ skills: {}
 
 mcp_servers: {}
 # mcp_servers:
-#   files:                          # exactly one of command / url / container
+#   files:                          # exactly one of command (stdio) / url (streamable HTTP)
 #     command: [npx, -y, "@modelcontextprotocol/server-filesystem", /workspace]
 #     env: {}
 #     tools: []

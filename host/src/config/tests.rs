@@ -458,7 +458,7 @@ mcp_servers:
   docs:
     url: "https://docs.example.com/mcp"
   sandboxed:
-    container: {image: "mcp/fetch:latest", command: [fetch]}
+    command: [docker, run, -i, --rm, --network, none, "mcp/fetch:latest"]
     allowed_workspaces: ["*"]
 "#;
 
@@ -509,13 +509,23 @@ fn full_config_parses() {
     assert_eq!(cfg.skills["notes"], Skill::default());
     assert_eq!(cfg.mcp_servers["files"].env["TOKEN"], "sk-test-openai");
     assert_eq!(
-        cfg.mcp_servers["sandboxed"]
-            .container
-            .as_ref()
-            .map(|c| c.image.as_str()),
-        Some("mcp/fetch:latest")
+        cfg.mcp_servers["sandboxed"].command.as_ref().map(Vec::len),
+        Some(7)
     );
     assert_eq!(cfg.mcp_servers["docs"].allowed_workspaces, ["*"]);
+}
+
+#[test]
+fn container_mcp_servers_are_refused_with_the_stdio_way_to_run_them() {
+    assert_error(
+        "mcp_servers:\n  fetch:\n    container: {image: \"mcp/fetch:latest\"}\n",
+        3,
+        5,
+        &[
+            "not supported yet",
+            "command: [docker, run, -i, --rm, --network, none, mcp/fetch:latest]",
+        ],
+    );
 }
 
 #[test]

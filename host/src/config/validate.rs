@@ -545,12 +545,21 @@ fn mcp_server<'a>(cfg: &'a Config, name: &'a str, server: &'a McpServer) -> Chec
             Err(err) => return Err(at(field("url"), format!("invalid url: {err}"))),
         }
     }
-    if let Some(container) = &server.container
-        && container.image.trim().is_empty()
-    {
+    if let Some(container) = &server.container {
         let mut p = field("container");
         p.push(Key("image"));
-        return Err(at(p, "image must not be empty".into()));
+        if container.image.trim().is_empty() {
+            return Err(at(p, "image must not be empty".into()));
+        }
+        // Refused here, not at first use: a server that silently offers no
+        // tools is worse than a configuration that does not load.
+        return Err(at_key(
+            field("container"),
+            format!(
+                "MCP servers in a container started by pincer are not supported yet; run it over stdio instead: `command: [docker, run, -i, --rm, --network, none, {}]`",
+                container.image
+            ),
+        ));
     }
     for key in server.env.keys() {
         if !is_env_name(key) {
