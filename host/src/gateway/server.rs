@@ -111,7 +111,12 @@ impl Gateway {
         let database = home.join(crate::db::FILE_NAME);
         let mcp = Arc::new(super::mcp::McpGateway::new(config, home, audit.clone()));
         Ok(Self {
-            router: LlmRouter::new(&config.gateway, llm::default_client()?)?,
+            router: LlmRouter::new(&config.gateway, llm::default_client()?)?.with_local(
+                llm::local::LocalSettings {
+                    models_dir: Some(home.join("models")),
+                    ..Default::default()
+                },
+            ),
             keys: KeyStore::open(&database)?,
             ledger: Ledger::open(&database)?,
             prices: PriceTable::new(&config.gateway.prices),

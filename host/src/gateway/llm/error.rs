@@ -31,6 +31,10 @@ pub enum LlmError {
         alias: String,
         attempts: Vec<String>,
     },
+    /// A `local/` model cannot be used (missing, truncated or unsupported
+    /// file, …); the message names the file and the fix.
+    #[error("{0}")]
+    LocalModel(String),
     /// A stream broke after its first chunk had been delivered.
     #[error("stream from {deployment} interrupted: {reason}")]
     StreamInterrupted { deployment: String, reason: String },
@@ -49,7 +53,7 @@ impl LlmError {
                     .iter()
                     .map(|a| a.rsplit_once(": ").map_or("", |(_, r)| r))
                     .collect();
-                if !reasons.is_empty() && reasons.iter().all(|r| *r == "429") {
+                if !reasons.is_empty() && reasons.iter().all(|r| r.starts_with("429")) {
                     429
                 } else if !reasons.is_empty() && reasons.iter().all(|r| *r == "timeout") {
                     504
@@ -58,6 +62,7 @@ impl LlmError {
                 }
             }
             LlmError::StreamInterrupted { .. } => 502,
+            LlmError::LocalModel(_) => 500,
         }
     }
 
@@ -79,6 +84,7 @@ impl LlmError {
                 _ => ("server_error", "upstream_unavailable"),
             },
             LlmError::StreamInterrupted { .. } => ("server_error", "stream_interrupted"),
+            LlmError::LocalModel(_) => ("server_error", "local_model_unavailable"),
         }
     }
 

@@ -7,7 +7,8 @@
 //!   stream of `chat.completion.chunk`s, whatever the provider.
 //! - Providers, named litellm-style: `openai/…`, `openai_compatible/…`
 //!   (`api_base` required), `ollama/…` (its OpenAI-compatible endpoint) and
-//!   `anthropic/…` (Messages API, translated both ways, streamed or not).
+//!   `anthropic/…` (Messages API, translated both ways, streamed or not),
+//!   and `local/…`, a GGUF model run in this process (see [`local`]).
 //! - The gateway's own Anthropic-style endpoint translates with
 //!   [`anthropic_request_to_openai`], [`openai_response_to_anthropic`] and
 //!   [`openai_stream_to_anthropic`].
@@ -23,6 +24,7 @@
 mod anthropic;
 mod balance;
 mod error;
+pub mod local;
 mod openai;
 mod provider;
 mod redact;

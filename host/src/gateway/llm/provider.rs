@@ -9,6 +9,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use serde_json::Value;
 
 use super::error::LlmError;
+use super::local::ModelSpec;
 use super::types::DeploymentId;
 use crate::config::ModelDeployment;
 
@@ -28,14 +29,18 @@ pub enum Provider {
     /// `anthropic/<model>`, default base `https://api.anthropic.com`, Messages
     /// API.
     Anthropic,
+    /// `local/<name-or-path>`: a GGUF model run in-process (see
+    /// [`super::local`]).
+    Local,
 }
 
 impl Provider {
-    pub const ALL: [Provider; 4] = [
+    pub const ALL: [Provider; 5] = [
         Provider::OpenAi,
         Provider::OpenAiCompatible,
         Provider::Ollama,
         Provider::Anthropic,
+        Provider::Local,
     ];
 
     pub fn prefix(self) -> &'static str {
@@ -44,6 +49,7 @@ impl Provider {
             Provider::OpenAiCompatible => "openai_compatible",
             Provider::Ollama => "ollama",
             Provider::Anthropic => "anthropic",
+            Provider::Local => "local",
         }
     }
 
@@ -53,6 +59,7 @@ impl Provider {
             Provider::OpenAiCompatible => None,
             Provider::Ollama => Some("http://localhost:11434/v1"),
             Provider::Anthropic => Some("https://api.anthropic.com"),
+            Provider::Local => None,
         }
     }
 
@@ -69,14 +76,23 @@ impl Provider {
     }
 }
 
+/// Where a deployment's calls go.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// The full endpoint URL of a remote provider.
+    Http(reqwest::Url),
+    /// A model run in this process.
+    Local(ModelSpec),
+}
+
 /// One entry of `model_list`, ready to call.
 pub(crate) struct Deployment {
     pub id: DeploymentId,
     pub provider: Provider,
     /// The model name sent upstream (without the provider prefix).
     pub upstream_model: String,
-    /// The full endpoint URL.
-    pub url: reqwest::Url,
+    /// Where calls go.
+    pub target: Target,
     /// Only ever put into a request header.
     api_key: Option<String>,
     pub timeout: Duration,
@@ -86,7 +102,7 @@ impl fmt::Debug for Deployment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Deployment")
             .field("id", &self.id.to_string())
-            .field("url", &self.url.as_str())
+            .field("target", &self.target)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("timeout", &self.timeout)
             .finish()
@@ -119,9 +135,38 @@ impl Deployment {
         let (provider, upstream_model) = Provider::parse(&params.model).ok_or_else(|| {
             LlmError::Config(format!(
                 "{name}: unknown provider; `model` must be one of openai/<model>, \
-                 anthropic/<model>, ollama/<model> or openai_compatible/<model>"
+                 anthropic/<model>, ollama/<model>, openai_compatible/<model> or \
+                 local/<name-or-path>"
             ))
         })?;
+        let timeout = match params.timeout {
+            Some(t) => seconds(t).ok_or_else(|| {
+                LlmError::Config(format!("{name}: `timeout` must be a positive number"))
+            })?,
+            None => default_timeout,
+        };
+        let id = DeploymentId {
+            alias: entry.model_name.clone(),
+            index,
+            model: params.model.clone(),
+        };
+        if provider == Provider::Local {
+            let spec = ModelSpec::parse(upstream_model)
+                .map_err(|e| LlmError::Config(format!("{name}: {e}")))?;
+            if params.api_base.is_some() || params.api_key.is_some() {
+                return Err(LlmError::Config(format!(
+                    "{name}: local/ models take no `api_base` or `api_key`"
+                )));
+            }
+            return Ok(Deployment {
+                id,
+                provider,
+                upstream_model: upstream_model.to_owned(),
+                target: Target::Local(spec),
+                api_key: None,
+                timeout,
+            });
+        }
         let base = match (params.api_base.as_deref(), provider.default_api_base()) {
             (Some(base), _) => base,
             (None, Some(default)) => default,
@@ -134,12 +179,6 @@ impl Deployment {
         };
         let url = endpoint(provider, base)
             .ok_or_else(|| LlmError::Config(format!("{name}: `api_base` is not an http(s) URL")))?;
-        let timeout = match params.timeout {
-            Some(t) => seconds(t).ok_or_else(|| {
-                LlmError::Config(format!("{name}: `timeout` must be a positive number"))
-            })?,
-            None => default_timeout,
-        };
         let api_key = params.api_key.clone().filter(|k| !k.is_empty());
         if let Some(key) = &api_key
             && HeaderValue::from_str(key).is_err()
@@ -149,14 +188,10 @@ impl Deployment {
             )));
         }
         Ok(Deployment {
-            id: DeploymentId {
-                alias: entry.model_name.clone(),
-                index,
-                model: params.model.clone(),
-            },
+            id,
             provider,
             upstream_model: upstream_model.to_owned(),
-            url,
+            target: Target::Http(url),
             api_key,
             timeout,
         })
@@ -166,10 +201,15 @@ impl Deployment {
         self.api_key.as_deref()
     }
 
-    /// The POST of `body` (already in the provider's dialect).
-    pub fn request(&self, client: &reqwest::Client, body: &Value) -> reqwest::RequestBuilder {
+    /// The POST of `body` (already in the provider's dialect) to `url`.
+    pub fn request(
+        &self,
+        client: &reqwest::Client,
+        url: &reqwest::Url,
+        body: &Value,
+    ) -> reqwest::RequestBuilder {
         let mut builder = client
-            .post(self.url.clone())
+            .post(url.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_string());
         match self.provider {
@@ -232,16 +272,44 @@ mod tests {
         }
     }
 
+    fn url(d: &Deployment) -> &str {
+        match &d.target {
+            Target::Http(url) => url.as_str(),
+            Target::Local(_) => "local",
+        }
+    }
+
+    #[test]
+    fn local_models_by_name_or_path() {
+        let t = Duration::from_secs(5);
+        let mut e = entry("local/smollm2", None);
+        e.litellm_params.api_key = None;
+        let d = Deployment::from_config(0, 0, &e, t).unwrap();
+        assert!(matches!(&d.target, Target::Local(ModelSpec::Named(n)) if n == "smollm2"));
+        e.litellm_params.model = "local//models/x.gguf".into();
+        let d = Deployment::from_config(0, 0, &e, t).unwrap();
+        assert!(
+            matches!(&d.target, Target::Local(ModelSpec::Path(p)) if p.as_os_str() == "/models/x.gguf")
+        );
+        let err = Deployment::from_config(2, 0, &entry("local/smollm2", None), t)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("model_list[2]") && err.contains("api_key"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn providers_and_default_bases() {
         let t = Duration::from_secs(5);
         let d = Deployment::from_config(0, 0, &entry("openai/gpt-4o-mini", None), t).unwrap();
-        assert_eq!(d.url.as_str(), "https://api.openai.com/v1/chat/completions");
+        assert_eq!(url(&d), "https://api.openai.com/v1/chat/completions");
         assert_eq!(d.upstream_model, "gpt-4o-mini");
         let d = Deployment::from_config(0, 0, &entry("ollama/llama3.2", None), t).unwrap();
-        assert_eq!(d.url.as_str(), "http://localhost:11434/v1/chat/completions");
+        assert_eq!(url(&d), "http://localhost:11434/v1/chat/completions");
         let d = Deployment::from_config(0, 0, &entry("anthropic/claude-x", None), t).unwrap();
-        assert_eq!(d.url.as_str(), "https://api.anthropic.com/v1/messages");
+        assert_eq!(url(&d), "https://api.anthropic.com/v1/messages");
         let d = Deployment::from_config(
             0,
             0,
@@ -249,7 +317,7 @@ mod tests {
             t,
         )
         .unwrap();
-        assert_eq!(d.url.as_str(), "http://127.0.0.1:9/v1/messages");
+        assert_eq!(url(&d), "http://127.0.0.1:9/v1/messages");
         let d = Deployment::from_config(
             0,
             1,

@@ -12,8 +12,9 @@ use serde_json::Value;
 use super::anthropic;
 use super::balance::{DeploymentState, InFlight, backoff, choose};
 use super::error::LlmError;
+use super::local::{LocalError, LocalOutcome, LocalRuntime, LocalSettings, ModelSpec};
 use super::openai::{self, ChatRequest, parse_chat_request, upstream_error_message};
-use super::provider::{Deployment, seconds};
+use super::provider::{Deployment, Target, seconds};
 use super::redact::Secrets;
 use super::stream::{LiveContext, StreamFailure, UpstreamStream, live_stream};
 use super::types::{ChatOutcome, DeploymentId};
@@ -51,6 +52,8 @@ enum Failure {
     /// A 4xx other than 408/429, or a request we cannot translate: returned
     /// to the client as is.
     Fatal(LlmError),
+    /// A local model's queue is full: fail over at once, like a 429.
+    Busy,
 }
 
 impl Failure {
@@ -62,12 +65,16 @@ impl Failure {
             Failure::Connection => "connection error".into(),
             Failure::Invalid(_) => "invalid response".into(),
             Failure::Fatal(e) => e.status().to_string(),
+            Failure::Busy => "429 (local model busy, queue full)".into(),
         }
     }
 
     /// Fail over without retrying (429, timeout).
     fn fails_over(&self) -> bool {
-        matches!(self, Failure::RateLimited { .. } | Failure::Timeout)
+        matches!(
+            self,
+            Failure::RateLimited { .. } | Failure::Timeout | Failure::Busy
+        )
     }
 
     fn retry_after(&self) -> Option<Duration> {
@@ -137,6 +144,7 @@ pub struct LlmRouter {
     backoff_base: Duration,
     backoff_cap: Duration,
     secrets: Secrets,
+    local: Arc<LocalRuntime>,
 }
 
 impl fmt::Debug for LlmRouter {
@@ -203,7 +211,21 @@ impl LlmRouter {
             backoff_base: BACKOFF_BASE,
             backoff_cap: BACKOFF_CAP,
             secrets: Secrets::new(secrets),
+            local: Arc::new(LocalRuntime::new(LocalSettings::default())),
         })
+    }
+
+    /// Settings of `local/` deployments (models folder, concurrency, queue,
+    /// threads); the default looks in `$PINCER_HOME/models` and runs one
+    /// generation at a time with a queue of 4.
+    pub fn with_local(mut self, settings: LocalSettings) -> Self {
+        self.local = Arc::new(LocalRuntime::new(settings));
+        self
+    }
+
+    /// The runtime shared by this router's `local/` deployments.
+    pub fn local_runtime(&self) -> &Arc<LocalRuntime> {
+        &self.local
     }
 
     /// Cooldown of a failed deployment when the upstream sends no
@@ -349,6 +371,10 @@ impl LlmRouter {
         request: &ChatRequest,
     ) -> Result<ChatOutcome, Failure> {
         let deployment = &state.deployment;
+        let url = match &deployment.target {
+            Target::Http(url) => url,
+            Target::Local(spec) => return self.attempt_local(state, spec, request).await,
+        };
         let openai_style = deployment.provider.is_openai_style();
         let body = if openai_style {
             openai::upstream_body(request, &deployment.upstream_model)
@@ -358,7 +384,7 @@ impl LlmRouter {
         };
         let in_flight = InFlight::new(state);
         let started = Instant::now();
-        let send = deployment.request(&self.client, &body).send();
+        let send = deployment.request(&self.client, url, &body).send();
         let response = match tokio::time::timeout(deployment.timeout, send).await {
             Err(_) => return Err(Failure::Timeout),
             Ok(Err(e)) => {
@@ -438,6 +464,56 @@ impl LlmRouter {
             usage,
             deployment: deployment.id.clone(),
         })
+    }
+
+    /// One call to a model run in this process.
+    async fn attempt_local(
+        &self,
+        state: &Arc<DeploymentState>,
+        spec: &ModelSpec,
+        request: &ChatRequest,
+    ) -> Result<ChatOutcome, Failure> {
+        let in_flight = InFlight::new(state);
+        let started = Instant::now();
+        let outcome = self
+            .local
+            .chat(
+                spec,
+                &request.body,
+                &request.alias,
+                request.stream,
+                request.include_usage,
+            )
+            .await
+            .map_err(|e| match e {
+                LocalError::Busy { .. } => Failure::Busy,
+                LocalError::BadRequest(message) => Failure::Fatal(LlmError::BadRequest(message)),
+                other => Failure::Fatal(LlmError::LocalModel(other.to_string())),
+            })?;
+        let deployment = state.deployment.id.clone();
+        match outcome {
+            LocalOutcome::Complete { response, usage } => {
+                state.record_latency(started.elapsed());
+                Ok(ChatOutcome::Complete {
+                    response,
+                    usage,
+                    deployment,
+                })
+            }
+            LocalOutcome::Stream { events, usage } => {
+                state.record_latency(started.elapsed());
+                let events = futures_util::StreamExt::map(events, move |chunk| {
+                    // Counted in flight until the stream ends or is dropped.
+                    let _ = &in_flight;
+                    Ok(chunk)
+                });
+                Ok(ChatOutcome::Stream {
+                    events: Box::pin(events),
+                    deployment,
+                    usage,
+                })
+            }
+        }
     }
 
     async fn failure_from_status(

@@ -1,0 +1,591 @@
+//! Quantized weight matrices and the matrix × activations product that
+//! dominates inference time.
+//!
+//! Weights stay 4- or 8-bit; activations are quantized to 8 bits per block
+//! of 32 (as llama.cpp does) so the inner loop is an integer dot product.
+//! The AVX2 kernels are chosen at run time, so one portable binary is fast
+//! on any x86-64 with AVX2 and still correct without it.
+
+use rayon::prelude::*;
+
+use crate::gguf::TensorType;
+
+pub const BLOCK: usize = 32;
+
+/// 32 weights `d * q + m`, `q` in 0..16; nibble j holds weight j (low) and
+/// j + 16 (high). Q4_0 is stored as this with `m = -8 d`.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockQ4 {
+    pub d: f32,
+    pub m: f32,
+    pub qs: [u8; 16],
+}
+
+/// 32 weights `d * q`.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockQ8 {
+    pub d: f32,
+    /// `d * Σq`, used against Q4 blocks' offsets.
+    pub s: f32,
+    pub qs: [i8; 32],
+}
+
+impl Default for BlockQ8 {
+    fn default() -> Self {
+        BlockQ8 {
+            d: 0.0,
+            s: 0.0,
+            qs: [0; 32],
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Data {
+    Q4(Vec<BlockQ4>),
+    Q8(Vec<BlockQ8>),
+    F32(Vec<f32>),
+}
+
+/// A `rows × cols` matrix, row-major.
+#[derive(Debug)]
+pub struct Matrix {
+    pub rows: usize,
+    pub cols: usize,
+    data: Data,
+}
+
+pub fn f16_to_f32(bits: u16) -> f32 {
+    let sign = u32::from(bits >> 15) << 31;
+    let exp = u32::from((bits >> 10) & 0x1f);
+    let frac = u32::from(bits & 0x3ff);
+    let value = match (exp, frac) {
+        (0, 0) => sign,
+        (0, _) => {
+            // Subnormal: normalise.
+            let mut e = 127 - 15 + 1;
+            let mut f = frac;
+            while f & 0x400 == 0 {
+                f <<= 1;
+                e -= 1;
+            }
+            sign | (e << 23) | ((f & 0x3ff) << 13)
+        }
+        (0x1f, _) => sign | 0x7f80_0000 | (frac << 13),
+        _ => sign | ((exp + 127 - 15) << 23) | (frac << 13),
+    };
+    f32::from_bits(value)
+}
+
+/// Rounds to the nearest f16 (ties to even) and back. llama.cpp stores block
+/// scales and the KV cache as f16; doing the same keeps greedy decoding on
+/// the reference's path where two tokens are nearly tied.
+pub fn round_f16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let sign = bits & 0x8000_0000;
+    let abs = bits & 0x7fff_ffff;
+    if abs >= 0x7f80_0000 {
+        return x;
+    }
+    let value = f32::from_bits(abs);
+    if value >= 65520.0 {
+        return f32::from_bits(sign | 0x7f80_0000);
+    }
+    if value < 6.103_515_6e-5 {
+        // f16 subnormals are multiples of 2^-24.
+        let step = 5.960_464_5e-8f32;
+        let q = (value / step).round_ties_even();
+        return f32::from_bits(sign | (q * step).to_bits());
+    }
+    // Keep 10 mantissa bits, rounding ties to even.
+    let drop = 13;
+    let half = 1u32 << (drop - 1);
+    let lsb = (abs >> drop) & 1;
+    let rounded = (abs + half - 1 + lsb) & !((1u32 << drop) - 1);
+    f32::from_bits(sign | rounded)
+}
+
+fn half(bytes: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
+}
+
+impl Matrix {
+    /// Converts GGUF tensor bytes (already bounds-checked) of `rows × cols`.
+    pub fn from_gguf(
+        kind: TensorType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, String> {
+        let quantized = matches!(kind, TensorType::Q4_0 | TensorType::Q4_1 | TensorType::Q8_0);
+        if quantized && !cols.is_multiple_of(BLOCK) {
+            return Err(format!("row length {cols} is not a multiple of {BLOCK}"));
+        }
+        let data = match kind {
+            TensorType::F32 => Data::F32(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            TensorType::F16 => Data::F32(bytes.chunks_exact(2).map(|c| half(c, 0)).collect()),
+            TensorType::Q4_0 => Data::Q4(
+                bytes
+                    .chunks_exact(18)
+                    .map(|c| {
+                        let d = half(c, 0);
+                        let mut qs = [0u8; 16];
+                        qs.copy_from_slice(&c[2..18]);
+                        BlockQ4 { d, m: -8.0 * d, qs }
+                    })
+                    .collect(),
+            ),
+            TensorType::Q4_1 => Data::Q4(
+                bytes
+                    .chunks_exact(20)
+                    .map(|c| {
+                        let mut qs = [0u8; 16];
+                        qs.copy_from_slice(&c[4..20]);
+                        BlockQ4 {
+                            d: half(c, 0),
+                            m: half(c, 2),
+                            qs,
+                        }
+                    })
+                    .collect(),
+            ),
+            TensorType::Q8_0 => Data::Q8(
+                bytes
+                    .chunks_exact(34)
+                    .map(|c| {
+                        let mut qs = [0i8; 32];
+                        for (q, b) in qs.iter_mut().zip(&c[2..34]) {
+                            *q = *b as i8;
+                        }
+                        BlockQ8 {
+                            d: half(c, 0),
+                            s: 0.0,
+                            qs,
+                        }
+                    })
+                    .collect(),
+            ),
+        };
+        let len = match &data {
+            Data::Q4(v) => v.len() * BLOCK,
+            Data::Q8(v) => v.len() * BLOCK,
+            Data::F32(v) => v.len(),
+        };
+        if len != rows * cols {
+            return Err(format!("expected {rows}×{cols} values, found {len}"));
+        }
+        Ok(Matrix { rows, cols, data })
+    }
+
+    /// Stacks matrices of the same format and width (e.g. q, k and v) so
+    /// one parallel product computes them all.
+    pub fn stack(parts: Vec<Matrix>) -> Result<Matrix, Vec<Matrix>> {
+        let Some(first) = parts.first() else {
+            return Err(parts);
+        };
+        let cols = first.cols;
+        let same = parts.iter().all(|m| {
+            m.cols == cols && std::mem::discriminant(&m.data) == std::mem::discriminant(&first.data)
+        });
+        if !same {
+            return Err(parts);
+        }
+        let rows = parts.iter().map(|m| m.rows).sum();
+        // Formats were checked equal above, so nothing is dropped here.
+        let data = match &first.data {
+            Data::Q4(_) => Data::Q4(
+                parts
+                    .into_iter()
+                    .flat_map(|m| match m.data {
+                        Data::Q4(v) => v,
+                        _ => Vec::new(),
+                    })
+                    .collect(),
+            ),
+            Data::Q8(_) => Data::Q8(
+                parts
+                    .into_iter()
+                    .flat_map(|m| match m.data {
+                        Data::Q8(v) => v,
+                        _ => Vec::new(),
+                    })
+                    .collect(),
+            ),
+            Data::F32(_) => Data::F32(
+                parts
+                    .into_iter()
+                    .flat_map(|m| match m.data {
+                        Data::F32(v) => v,
+                        _ => Vec::new(),
+                    })
+                    .collect(),
+            ),
+        };
+        Ok(Matrix { rows, cols, data })
+    }
+
+    /// Row `r` as f32 (embedding lookup).
+    pub fn row(&self, r: usize, out: &mut [f32]) {
+        let nb = self.cols / BLOCK;
+        match &self.data {
+            Data::F32(v) => out.copy_from_slice(&v[r * self.cols..(r + 1) * self.cols]),
+            Data::Q4(v) => {
+                for (b, chunk) in v[r * nb..(r + 1) * nb]
+                    .iter()
+                    .zip(out.chunks_exact_mut(BLOCK))
+                {
+                    for j in 0..16 {
+                        chunk[j] = b.d * f32::from(b.qs[j] & 0x0f) + b.m;
+                        chunk[j + 16] = b.d * f32::from(b.qs[j] >> 4) + b.m;
+                    }
+                }
+            }
+            Data::Q8(v) => {
+                for (b, chunk) in v[r * nb..(r + 1) * nb]
+                    .iter()
+                    .zip(out.chunks_exact_mut(BLOCK))
+                {
+                    for (o, q) in chunk.iter_mut().zip(b.qs) {
+                        *o = b.d * f32::from(q);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `out[t][r] = Σ_c self[r][c] · x[t][c]` for `n` rows of `x` (each
+    /// `cols` long). `xq` holds `x` quantized by [`quantize`] (unused for
+    /// f32 weights).
+    pub fn product(
+        &self,
+        pool: &rayon::ThreadPool,
+        x: &[f32],
+        xq: &[BlockQ8],
+        n: usize,
+        out: &mut [f32],
+    ) {
+        let rows = self.rows;
+        let cols = self.cols;
+        let nb = cols / BLOCK;
+        let kernels = Kernels::get();
+        // Work in row chunks, writing a row-major [row][token] scratch.
+        let mut scratch = vec![0f32; rows * n];
+        let chunk_rows = rows.div_ceil(pool.current_num_threads().max(1) * 4).max(16);
+        pool.install(|| {
+            scratch
+                .par_chunks_mut(chunk_rows * n)
+                .enumerate()
+                .for_each(|(ci, chunk)| {
+                    let r0 = ci * chunk_rows;
+                    for (i, row_out) in chunk.chunks_exact_mut(n).enumerate() {
+                        let r = r0 + i;
+                        match &self.data {
+                            Data::Q4(w) => {
+                                let row = &w[r * nb..(r + 1) * nb];
+                                for (t, o) in row_out.iter_mut().enumerate() {
+                                    *o = (kernels.q4)(row, &xq[t * nb..(t + 1) * nb]);
+                                }
+                            }
+                            Data::Q8(w) => {
+                                let row = &w[r * nb..(r + 1) * nb];
+                                for (t, o) in row_out.iter_mut().enumerate() {
+                                    *o = (kernels.q8)(row, &xq[t * nb..(t + 1) * nb]);
+                                }
+                            }
+                            Data::F32(w) => {
+                                let row = &w[r * cols..(r + 1) * cols];
+                                for (t, o) in row_out.iter_mut().enumerate() {
+                                    *o = dot_f32(row, &x[t * cols..(t + 1) * cols]);
+                                }
+                            }
+                        }
+                    }
+                });
+        });
+        for t in 0..n {
+            for r in 0..rows {
+                out[t * rows + r] = scratch[r * n + t];
+            }
+        }
+    }
+}
+
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    // Eight accumulators let the compiler vectorise.
+    let mut acc = [0f32; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Quantizes `x` (rows of `cols`, a multiple of 32) into 8-bit blocks.
+pub fn quantize(x: &[f32], out: &mut Vec<BlockQ8>) {
+    out.clear();
+    for chunk in x.chunks_exact(BLOCK) {
+        let amax = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let mut block = BlockQ8 {
+            d: round_f16(d),
+            ..BlockQ8::default()
+        };
+        let mut sum = 0i32;
+        for (q, v) in block.qs.iter_mut().zip(chunk) {
+            let r = (v * id).round_ties_even() as i8;
+            *q = r;
+            sum += i32::from(r);
+        }
+        block.s = round_f16(d * sum as f32);
+        out.push(block);
+    }
+}
+
+type DotQ4 = fn(&[BlockQ4], &[BlockQ8]) -> f32;
+type DotQ8 = fn(&[BlockQ8], &[BlockQ8]) -> f32;
+
+#[derive(Clone, Copy)]
+struct Kernels {
+    q4: DotQ4,
+    q8: DotQ8,
+}
+
+impl Kernels {
+    fn get() -> Kernels {
+        static KERNELS: std::sync::OnceLock<Kernels> = std::sync::OnceLock::new();
+        *KERNELS.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Kernels {
+                    q4: avx2::dot_q4_safe,
+                    q8: avx2::dot_q8_safe,
+                };
+            }
+            Kernels {
+                q4: dot_q4_scalar,
+                q8: dot_q8_scalar,
+            }
+        })
+    }
+}
+
+pub fn dot_q4_scalar(w: &[BlockQ4], x: &[BlockQ8]) -> f32 {
+    let mut sum = 0f32;
+    for (a, b) in w.iter().zip(x) {
+        let mut acc = 0i32;
+        for j in 0..16 {
+            acc += i32::from(a.qs[j] & 0x0f) * i32::from(b.qs[j]);
+            acc += i32::from(a.qs[j] >> 4) * i32::from(b.qs[j + 16]);
+        }
+        sum += a.d * b.d * acc as f32 + a.m * b.s;
+    }
+    sum
+}
+
+pub fn dot_q8_scalar(w: &[BlockQ8], x: &[BlockQ8]) -> f32 {
+    let mut sum = 0f32;
+    for (a, b) in w.iter().zip(x) {
+        let acc: i32 =
+            a.qs.iter()
+                .zip(&b.qs)
+                .map(|(p, q)| i32::from(*p) * i32::from(*q))
+                .sum();
+        sum += a.d * b.d * acc as f32;
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{BlockQ4, BlockQ8};
+    use std::arch::x86_64::*;
+
+    pub fn dot_q4_safe(w: &[BlockQ4], x: &[BlockQ8]) -> f32 {
+        // SAFETY: selected only when AVX2 and FMA were detected at run time.
+        unsafe { dot_q4(w, x) }
+    }
+
+    pub fn dot_q8_safe(w: &[BlockQ8], x: &[BlockQ8]) -> f32 {
+        // SAFETY: as above.
+        unsafe { dot_q8(w, x) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let lo = _mm256_castps256_ps128(v);
+        let hi = _mm256_extractf128_ps::<1>(v);
+        let s = _mm_add_ps(lo, hi);
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_q4(w: &[BlockQ4], x: &[BlockQ8]) -> f32 {
+        let mask = _mm_set1_epi8(0x0f);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_ps();
+        let mut offsets = 0f32;
+        for (a, b) in w.iter().zip(x) {
+            // SAFETY: the loads read exactly the 16 and 32 bytes of the blocks.
+            let (packed, q8) = unsafe {
+                (
+                    _mm_loadu_si128(a.qs.as_ptr().cast()),
+                    _mm256_loadu_si256(b.qs.as_ptr().cast()),
+                )
+            };
+            let lo = _mm_and_si128(packed, mask);
+            let hi = _mm_and_si128(_mm_srli_epi16::<4>(packed), mask);
+            let q4 = _mm256_set_m128i(hi, lo);
+            let pairs = _mm256_maddubs_epi16(q4, q8);
+            let sums = _mm256_madd_epi16(pairs, ones);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * b.d), _mm256_cvtepi32_ps(sums), acc);
+            offsets += a.m * b.s;
+        }
+        unsafe { hsum(acc) + offsets }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_q8(w: &[BlockQ8], x: &[BlockQ8]) -> f32 {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_ps();
+        for (a, b) in w.iter().zip(x) {
+            // SAFETY: 32-byte loads of the 32-byte quant arrays.
+            let (qa, qb) = unsafe {
+                (
+                    _mm256_loadu_si256(a.qs.as_ptr().cast()),
+                    _mm256_loadu_si256(b.qs.as_ptr().cast()),
+                )
+            };
+            // maddubs wants one unsigned operand: |a| and b with a's sign.
+            let abs = _mm256_sign_epi8(qa, qa);
+            let signed = _mm256_sign_epi8(qb, qa);
+            let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(abs, signed), ones);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * b.d), _mm256_cvtepi32_ps(sums), acc);
+        }
+        unsafe { hsum(acc) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pseudo(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rounding_to_f16() {
+        for x in [1.0f32, -2.5, 0.1, 65504.0, 1e-7, 2.71] {
+            let r = round_f16(x);
+            assert!((r - x).abs() <= x.abs() / 1024.0 + 6e-8, "{x} -> {r}");
+        }
+        assert_eq!(round_f16(0.1), f16_to_f32(0x2e66));
+        assert_eq!(round_f16(1.0 + 1.0 / 2048.0), 1.0);
+        assert_eq!(round_f16(1.0 + 3.0 / 2048.0), 1.0 + 2.0 / 1024.0);
+    }
+
+    #[test]
+    fn f16_conversion() {
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0xc000), -2.0);
+        assert_eq!(f16_to_f32(0x0000), 0.0);
+        assert!((f16_to_f32(0x0001) - 5.96e-8).abs() < 1e-9);
+        assert_eq!(f16_to_f32(0x7bff), 65504.0);
+    }
+
+    #[test]
+    fn kernels_agree_with_float_math() {
+        let cols = 256;
+        let x = pseudo(cols, 7);
+        let mut xq = Vec::new();
+        quantize(&x, &mut xq);
+        let nb = cols / BLOCK;
+        let w4: Vec<BlockQ4> = (0..nb)
+            .map(|i| BlockQ4 {
+                d: 0.01 * (i as f32 + 1.0),
+                m: -0.05,
+                qs: std::array::from_fn(|j| (j as u8 * 7 + i as u8) ^ 0x5a),
+            })
+            .collect();
+        let m = Matrix {
+            rows: 1,
+            cols,
+            data: Data::Q4(w4.clone()),
+        };
+        let mut row = vec![0f32; cols];
+        m.row(0, &mut row);
+        let exact = dot_f32(&row, &x);
+        let scalar = dot_q4_scalar(&w4, &xq);
+        let fast = (Kernels::get().q4)(&w4, &xq);
+        assert!(
+            (scalar - exact).abs() < 0.05 * exact.abs().max(1.0),
+            "{scalar} vs {exact}"
+        );
+        assert!(
+            (fast - scalar).abs() < 1e-3 * scalar.abs().max(1.0),
+            "{fast} vs {scalar}"
+        );
+
+        let mut w8 = Vec::new();
+        quantize(&pseudo(cols, 9), &mut w8);
+        let scalar = dot_q8_scalar(&w8, &xq);
+        let fast = (Kernels::get().q8)(&w8, &xq);
+        assert!(
+            (fast - scalar).abs() < 1e-3 * scalar.abs().max(1.0),
+            "{fast} vs {scalar}"
+        );
+    }
+
+    #[test]
+    fn product_matches_rows_for_several_tokens() {
+        let (rows, cols, n) = (40, 64, 3);
+        let w = pseudo(rows * cols, 3);
+        let mut wq = Vec::new();
+        quantize(&w, &mut wq);
+        let m = Matrix {
+            rows,
+            cols,
+            data: Data::Q8(wq),
+        };
+        let x = pseudo(n * cols, 5);
+        let mut xq = Vec::new();
+        quantize(&x, &mut xq);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let mut out = vec![0f32; n * rows];
+        m.product(&pool, &x, &xq, n, &mut out);
+        for t in 0..n {
+            for r in 0..rows {
+                let exact = dot_f32(&w[r * cols..(r + 1) * cols], &x[t * cols..(t + 1) * cols]);
+                assert!((out[t * rows + r] - exact).abs() < 0.05, "t{t} r{r}");
+            }
+        }
+    }
+}
