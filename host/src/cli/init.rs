@@ -7,47 +7,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 
-use crate::config::{self, Config, DEFAULT_CONFIG};
-
-/// A provider whose key may be in the environment.
-struct Provider {
-    env: &'static str,
-    model: &'static str,
-}
-
-/// In order of preference when several keys are set.
-const PROVIDERS: &[Provider] = &[
-    Provider {
-        env: "OPENAI_API_KEY",
-        model: "openai/gpt-4o-mini",
-    },
-    Provider {
-        env: "ANTHROPIC_API_KEY",
-        model: "anthropic/claude-3-5-haiku-latest",
-    },
-];
+use crate::config::starter::{DefaultModel, starter_config};
+use crate::config::{self, Config};
 
 const AGENTS_MD: &str = "# Instructions for this workspace's agent\n\
 \n\
 pincer reads this file (AGENTS.md in the workspace folder) into every turn's\n\
 system prompt. Say here who the assistant works for, what it should and\n\
 should not do, and anything it should always keep in mind.\n";
-
-/// The configuration text `init` writes: the built-in file with a
-/// `default` model alias for the provider whose key is set, if any.
-pub fn config_text(env: &dyn Fn(&str) -> bool) -> (String, Option<&'static str>) {
-    let Some(provider) = PROVIDERS.iter().find(|p| env(p.env)) else {
-        return (DEFAULT_CONFIG.to_string(), None);
-    };
-    let list = format!(
-        "  model_list:\n    - model_name: default\n      litellm_params:\n        model: {}\n        api_key: \"${{{}}}\"\n",
-        provider.model, provider.env
-    );
-    (
-        DEFAULT_CONFIG.replacen("  model_list: []\n", &list, 1),
-        Some(provider.env),
-    )
-}
 
 pub fn run(home: &Path, force: bool) -> anyhow::Result<()> {
     let path = home.join("pincer.yaml");
@@ -58,7 +25,7 @@ pub fn run(home: &Path, force: bool) -> anyhow::Result<()> {
         );
     }
     let key_set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
-    let (text, provider) = config_text(&key_set);
+    let (text, provider) = starter_config(&key_set);
     // What is written must load: check before touching anything.
     let config = Config::from_str_with_env(&text, &path, |name| std::env::var(name).ok())
         .context("the generated configuration does not load (a bug in pincer init)")?;
@@ -79,12 +46,11 @@ pub fn run(home: &Path, force: bool) -> anyhow::Result<()> {
         println!("wrote {}", agents.display());
     }
     match provider {
-        Some(env) => println!(
-            "the default model uses ${env} (read from the environment at every start, never stored); try: pincer message --text \"hello\""
+        DefaultModel::Provider { env, model } => println!(
+            "the default model is {model}, using ${env} (read from the environment at every start, never stored); try: pincer message --text \"hello\""
         ),
-        None => println!(
-            "no provider key found: set OPENAI_API_KEY or ANTHROPIC_API_KEY and run `pincer init --force`, or add an entry to gateway.model_list in {}",
-            path.display()
+        DefaultModel::Local => println!(
+            "no provider key found (OPENAI_API_KEY, ANTHROPIC_API_KEY): the default model is the offline local/smollm2 (SmolLM2-135M); get it with `pincer model fetch smollm2`. Set a key and run `pincer init --force` to use a cloud model instead"
         ),
     }
     Ok(())
@@ -106,8 +72,14 @@ mod tests {
 
     #[test]
     fn a_set_key_becomes_the_default_alias_and_the_file_loads() {
-        let (text, provider) = config_text(&|name| name == "ANTHROPIC_API_KEY");
-        assert_eq!(provider, Some("ANTHROPIC_API_KEY"));
+        let (text, provider) = starter_config(&|name| name == "ANTHROPIC_API_KEY");
+        assert!(matches!(
+            provider,
+            DefaultModel::Provider {
+                env: "ANTHROPIC_API_KEY",
+                ..
+            }
+        ));
         let config = Config::from_str_with_env(&text, Path::new("pincer.yaml"), |name| {
             (name == "ANTHROPIC_API_KEY").then(|| "sk-ant-test".to_string())
         })
@@ -119,9 +91,13 @@ mod tests {
     }
 
     #[test]
-    fn without_a_key_the_built_in_file_is_written() {
-        let (text, provider) = config_text(&|_| false);
-        assert_eq!(provider, None);
-        assert_eq!(text, DEFAULT_CONFIG);
+    fn without_a_key_the_local_model_is_the_default() {
+        let (text, provider) = starter_config(&|_| false);
+        assert_eq!(provider, DefaultModel::Local);
+        let config = Config::from_str_with_env(&text, Path::new("pincer.yaml"), |_| None).unwrap();
+        assert_eq!(
+            config.gateway.model_list[0].litellm_params.model,
+            crate::config::starter::LOCAL_DEFAULT
+        );
     }
 }

@@ -26,6 +26,8 @@ mod tests;
 
 use std::path::Path;
 
+pub mod starter;
+
 pub use error::{ConfigError, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
@@ -51,13 +53,17 @@ impl Config {
         Self::from_str_with_env(&text, path, |name| std::env::var(name).ok())
     }
 
-    /// The built-in configuration ([`DEFAULT_CONFIG`]), used when no file is found.
+    /// The built-in configuration, used when no file is found:
+    /// [`DEFAULT_CONFIG`] with the `default` model alias chosen from the
+    /// environment ([`starter::starter_config`]).
     ///
     /// # Errors
     /// Only if the embedded text is broken, which a test rules out.
     pub fn embedded() -> Result<Config, ConfigError> {
-        Self::from_str_with_env(DEFAULT_CONFIG, Path::new("<built-in pincer.yaml>"), |_| {
-            None
+        let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+        let (text, _) = starter::starter_config(&set);
+        Self::from_str_with_env(&text, Path::new("<built-in pincer.yaml>"), |name| {
+            std::env::var(name).ok()
         })
     }
 
