@@ -71,6 +71,8 @@ ensure_python_clients() {
             cp tests/python/requirements.txt '$stamp'"
     fi
     export PINCER_TEST_PYTHON="$venv/bin/python"
+    # `pincer model fetch` (the local-model tests) runs pip from the venv.
+    export PINCER_PYTHON="$venv/bin/python"
 }
 
 build_plugins() {
