@@ -334,3 +334,35 @@ const TOKENIZER_REFERENCE: &[(&str, &[u32])] = &[
         ],
     ),
 ];
+
+/// The README's main job with the built-in defaults and no provider key:
+/// a real agent turn in the default workspace's container, answered by the
+/// local model through the gateway.
+#[test]
+fn the_main_job_answers_offline_with_the_built_in_defaults() {
+    let sandbox = support::Sandbox::new();
+    let _cleanup = support::DockerCleanup {
+        home: sandbox.home(),
+        label: support::unique(),
+    };
+    link_model(&shared_model(), &sandbox.home().join("models"));
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+            .args(args)
+            .current_dir(sandbox.work())
+            .env("PINCER_HOME", sandbox.home())
+            .env("HOME", sandbox.dir.path())
+            .env_remove("PINCER_CONFIG")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
+            .output()
+            .unwrap()
+    };
+    support::ok(run(&["image", "build"]));
+    let reply = support::ok(run(&[
+        "message",
+        "--text",
+        "What is the capital of France? Answer in one sentence.",
+    ]));
+    assert!(reply.contains("Paris"), "{reply}");
+}

@@ -135,7 +135,10 @@ impl LocalRequest {
             messages,
             tools: body.get("tools").filter(|t| !t.is_null()).cloned(),
             max_tokens,
-            temperature: number(body, "temperature", 1.0, (0.0, 2.0))? as f32,
+            // Unset means greedy, unlike OpenAI's 1.0: small local models
+            // answer far more reliably greedily; callers that want sampling
+            // say so.
+            temperature: number(body, "temperature", 0.0, (0.0, 2.0))? as f32,
             top_p: number(body, "top_p", 1.0, (0.0, 1.0))? as f32,
             stop,
             seed,
