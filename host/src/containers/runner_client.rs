@@ -37,16 +37,7 @@ pub async fn call(
 }
 
 async fn exchange(socket: &Path, request: &Request) -> Result<Response, RunnerError> {
-    let stream = UnixStream::connect(socket)
-        .await
-        .map_err(|source| RunnerError::Connect {
-            path: socket.display().to_string(),
-            source,
-        })?;
-    let (read, mut write) = stream.into_split();
-    let line = pincer_runner_protocol::encode_line(request);
-    write.write_all(&line).await?;
-    write.flush().await?;
+    let (read, _write) = send(socket, request).await?;
     let mut reader = BufReader::new(read).take(pincer_runner_protocol::MAX_RESPONSE_BYTES as u64);
     let mut answer = Vec::new();
     reader.read_until(b'\n', &mut answer).await?;
@@ -55,6 +46,32 @@ async fn exchange(socket: &Path, request: &Request) -> Result<Response, RunnerEr
     }
     pincer_runner_protocol::decode_line(&answer, pincer_runner_protocol::MAX_RESPONSE_BYTES)
         .map_err(|e| RunnerError::Protocol(e.to_string()))
+}
+
+/// Connects and writes one request line; the halves stay open for the
+/// answer (closing the write half early would end a turn).
+async fn send(
+    socket: &Path,
+    request: &Request,
+) -> Result<
+    (
+        tokio::net::unix::OwnedReadHalf,
+        tokio::net::unix::OwnedWriteHalf,
+    ),
+    RunnerError,
+> {
+    let stream = UnixStream::connect(socket)
+        .await
+        .map_err(|source| RunnerError::Connect {
+            path: socket.display().to_string(),
+            source,
+        })?;
+    let (read, mut write) = stream.into_split();
+    write
+        .write_all(&pincer_runner_protocol::encode_line(request))
+        .await?;
+    write.flush().await?;
+    Ok((read, write))
 }
 
 /// Waits until the runner answers a ping (it starts with the container).
@@ -90,19 +107,7 @@ pub async fn turn(
     socket: &Path,
     request: pincer_runner_protocol::TurnRequest,
 ) -> Result<TurnStream, RunnerError> {
-    let stream = UnixStream::connect(socket)
-        .await
-        .map_err(|source| RunnerError::Connect {
-            path: socket.display().to_string(),
-            source,
-        })?;
-    let (read, mut write) = stream.into_split();
-    write
-        .write_all(&pincer_runner_protocol::encode_line(&Request::Turn(
-            request,
-        )))
-        .await?;
-    write.flush().await?;
+    let (read, write) = send(socket, &Request::Turn(request)).await?;
     Ok(TurnStream {
         reader: BufReader::new(read),
         _write: write,
