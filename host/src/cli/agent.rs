@@ -133,25 +133,11 @@ fn observers(ctx: &Context) -> anyhow::Result<HashMap<String, Observers>> {
     Ok(out)
 }
 
-fn check_workspace(ctx: &Context, name: &str) -> anyhow::Result<()> {
-    if ctx.config.workspaces.contains_key(name) {
-        return Ok(());
-    }
-    let known: Vec<&str> = ctx.config.workspaces.keys().map(String::as_str).collect();
-    let hint = crate::suggest::closest(name, known.iter().copied())
-        .map(|s| format!(" (did you mean `{s}`?)"))
-        .unwrap_or_default();
-    anyhow::bail!(
-        "no workspace named `{name}`{hint}; configured: {}",
-        known.join(", ")
-    )
-}
-
 /// `pincer message`: one turn; prints the reply (or every event with
 /// `--json`); exits non-zero when the turn fails.
 pub async fn message(config_flag: Option<&Path>, args: MessageArgs) -> anyhow::Result<()> {
     let ctx = Context::load(config_flag)?;
-    check_workspace(&ctx, &args.workspace)?;
+    ctx.check_workspace(&args.workspace)?;
     let runner = Runner::new(&ctx).await?;
     let printer = Printer::new(args.json);
     let inbound = Inbound {
@@ -189,7 +175,7 @@ pub async fn chat(
     use tokio::io::AsyncBufReadExt;
 
     let ctx = Context::load(config_flag)?;
-    check_workspace(&ctx, &workspace)?;
+    ctx.check_workspace(&workspace)?;
     let runner = Runner::new(&ctx).await?;
     let key = SessionKey {
         channel: CLI_CHANNEL.into(),

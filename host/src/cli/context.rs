@@ -34,6 +34,24 @@ impl Context {
         })
     }
 
+    /// `name` is a configured workspace, or an error naming the configured
+    /// ones (with a did-you-mean for a near miss).
+    pub fn check_workspace(&self, name: &str) -> anyhow::Result<()> {
+        if self.config.workspaces.contains_key(name) {
+            return Ok(());
+        }
+        let known: Vec<&str> = self.config.workspaces.keys().map(String::as_str).collect();
+        let hint = crate::suggest::closest(name, known.iter().copied())
+            .map(|best| format!(", did you mean `{best}`?"))
+            .unwrap_or_default();
+        let configured = if known.is_empty() {
+            "none".to_string()
+        } else {
+            known.join(", ")
+        };
+        anyhow::bail!("no workspace named `{name}`{hint} (configured: {configured})")
+    }
+
     pub fn plugin_host(&self) -> anyhow::Result<PluginHost> {
         PluginHost::new(HostPaths::under(&self.home)).context("starting the plugin host")
     }

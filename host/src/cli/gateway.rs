@@ -16,7 +16,7 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
     match command {
         GatewayCommand::Serve { listen } => serve(&ctx, listen).await,
         GatewayCommand::Keys(KeysCommand::Create { workspace, name }) => {
-            check_workspace(&ctx, &workspace)?;
+            ctx.check_workspace(&workspace)?;
             let key = KeyStore::open(&database)?.mint(&workspace, &name)?;
             println!("{}", key.token);
             eprintln!(
@@ -26,7 +26,7 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
             Ok(())
         }
         GatewayCommand::Keys(KeysCommand::List { workspace }) => {
-            check_workspace(&ctx, &workspace)?;
+            ctx.check_workspace(&workspace)?;
             let keys = KeyStore::open(&database)?.list(&workspace)?;
             println!(
                 "{:<20} {:<10} {:<10} {:<8} CREATED",
@@ -45,7 +45,7 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
             Ok(())
         }
         GatewayCommand::Keys(KeysCommand::Revoke { workspace, name }) => {
-            check_workspace(&ctx, &workspace)?;
+            ctx.check_workspace(&workspace)?;
             if KeyStore::open(&database)?.revoke(&workspace, &name)? {
                 println!("revoked key `{name}` of workspace {workspace}");
                 Ok(())
@@ -75,17 +75,6 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
             Ok(())
         }
     }
-}
-
-fn check_workspace(ctx: &Context, name: &str) -> anyhow::Result<()> {
-    if ctx.config.workspaces.contains_key(name) {
-        return Ok(());
-    }
-    let known: Vec<&str> = ctx.config.workspaces.keys().map(String::as_str).collect();
-    bail!(
-        "no workspace named `{name}` (configured: {})",
-        known.join(", ")
-    )
 }
 
 /// Serves on TCP and on `$PINCER_HOME/run/<workspace>/gateway.sock` for

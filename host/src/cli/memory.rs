@@ -15,7 +15,7 @@ pub fn run(config_flag: Option<&Path>, command: MemoryCommand) -> anyhow::Result
         | MemoryCommand::List { workspace, .. }
         | MemoryCommand::Forget { workspace, .. } => workspace.clone(),
     };
-    check_workspace(&ctx, &workspace)?;
+    ctx.check_workspace(&workspace)?;
     let store = MemoryStore::open(&ctx.home)?;
     match command {
         MemoryCommand::Add { kind, text, .. } => {
@@ -89,20 +89,4 @@ pub fn run(config_flag: Option<&Path>, command: MemoryCommand) -> anyhow::Result
 /// Newlines shown as `⏎` so each memory stays on one row.
 fn one_line(text: &str) -> String {
     text.replace("\r\n", "\n").replace('\n', " ⏎ ")
-}
-
-fn check_workspace(ctx: &Context, name: &str) -> anyhow::Result<()> {
-    if ctx.config.workspaces.contains_key(name) {
-        return Ok(());
-    }
-    let known: Vec<&str> = ctx.config.workspaces.keys().map(String::as_str).collect();
-    let hint = crate::suggest::closest(name, known.iter().copied())
-        .map(|best| format!(", did you mean `{best}`?"))
-        .unwrap_or_default();
-    let configured = if known.is_empty() {
-        "none".to_string()
-    } else {
-        known.join(", ")
-    };
-    bail!("no workspace named `{name}`{hint} (configured: {configured})")
 }

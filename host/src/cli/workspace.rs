@@ -3,7 +3,6 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::bail;
 use pincer_runner_protocol::ExecRequest;
 
 use super::{Context, WorkspaceCommand};
@@ -58,7 +57,7 @@ pub async fn run(config_flag: Option<&Path>, command: WorkspaceCommand) -> anyho
             Ok(())
         }
         WorkspaceCommand::Down { name } => {
-            check_workspace(&ctx, &name)?;
+            ctx.check_workspace(&name)?;
             let runtime = ctx.container_runtime().await?;
             if runtime.down(&name).await? {
                 println!("removed the container of {name}; its folder is kept");
@@ -68,7 +67,7 @@ pub async fn run(config_flag: Option<&Path>, command: WorkspaceCommand) -> anyho
             Ok(())
         }
         WorkspaceCommand::Status { name } => {
-            check_workspace(&ctx, &name)?;
+            ctx.check_workspace(&name)?;
             let runtime = ctx.container_runtime().await?;
             match runtime.status(&name).await? {
                 Some(c) => println!(
@@ -95,17 +94,6 @@ async fn reconcile(ctx: &Context, runtime: &ContainerRuntime) -> anyhow::Result<
     let configured: Vec<String> = ctx.config.workspaces.keys().cloned().collect();
     for name in runtime.reconcile(&configured).await? {
         eprintln!("pincer: removed {name}: its workspace is no longer configured");
-    }
-    Ok(())
-}
-
-fn check_workspace(ctx: &Context, name: &str) -> anyhow::Result<()> {
-    if !ctx.config.workspaces.contains_key(name) {
-        let known: Vec<&str> = ctx.config.workspaces.keys().map(String::as_str).collect();
-        bail!(
-            "no workspace named `{name}` (configured: {})",
-            known.join(", ")
-        );
     }
     Ok(())
 }
@@ -147,7 +135,7 @@ async fn exec(
     timeout_ms: u64,
     command: Vec<String>,
 ) -> anyhow::Result<()> {
-    check_workspace(ctx, name)?;
+    ctx.check_workspace(name)?;
     let runtime: ContainerRuntime = ctx.container_runtime().await?;
     let (_, spec) = containers::plan(&ctx.config, &ctx.home, runtime.instance(), name)?;
     let request = ExecRequest {
