@@ -12,7 +12,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 use support::fake_llm::{Behaviour, FakeUpstream};
-use support::{DockerCleanup, Sandbox, docker, ok, staged, stderr, unique};
+use support::{
+    DockerCleanup, Sandbox, docker, listener_on_test_network, ok, staged, stderr, unique,
+};
 
 const PROVIDER_KEY: &str = "sk-agent-test-provider-key-4f1c";
 
@@ -190,32 +192,8 @@ async fn a_sealed_workspace_still_thinks_through_the_socket_but_cannot_connect_o
     ok(Sandbox::new().pincer(&["image", "build"]));
     let label = unique();
     // A listener of the test's own on a network the test created.
-    let net = format!("pincer-test-{label}");
-    let test_label = format!("pincer.test={label}");
-    ok(docker(&["network", "create", "--label", &test_label, &net]));
-    let listener = ok(docker(&[
-        "run",
-        "-d",
-        "--label",
-        &test_label,
-        "--network",
-        &net,
-        "--entrypoint",
-        "/bin/sh",
-        "pincer-agent:latest",
-        "-c",
-        "while true; do echo hello-from-listener | nc -l -p 8080; done",
-    ]));
-    let ip = ok(docker(&[
-        "inspect",
-        "-f",
-        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-        listener.trim(),
-    ]));
-    let probe = format!(
-        r#"{{"command": "nc -w 2 {} 8080 </dev/null; echo nc-exit=$?"}}"#,
-        ip.trim()
-    );
+    let (_net, ip) = listener_on_test_network(&label);
+    let probe = format!(r#"{{"command": "nc -w 2 {ip} 8080 </dev/null; echo nc-exit=$?"}}"#);
     let mut env = Env::new(
         vec![
             Behaviour::tool("bash", &probe),

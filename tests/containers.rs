@@ -7,7 +7,9 @@ mod support;
 
 use std::path::PathBuf;
 
-use support::{DockerCleanup, Sandbox, docker, fails, ok, stderr, stdout, unique};
+use support::{
+    DockerCleanup, Sandbox, docker, fails, listener_on_test_network, ok, stderr, stdout, unique,
+};
 
 struct Env {
     // Dropped first: it reads the instance id from the sandbox's home.
@@ -88,30 +90,9 @@ fn no_internet_leaves_only_loopback_and_the_gateway_socket() {
 
     // A listener of the test's own, on a network the test created, answers
     // a peer on that network but not the sealed workspace.
-    let net = format!("pincer-test-{}", env.label);
+    let (net, ip) = listener_on_test_network(&env.label);
     let label = format!("pincer.test={}", env.label);
-    ok(docker(&["network", "create", "--label", &label, &net]));
-    let listener = ok(docker(&[
-        "run",
-        "-d",
-        "--label",
-        &label,
-        "--network",
-        &net,
-        "--entrypoint",
-        "/bin/sh",
-        "pincer-agent:latest",
-        "-c",
-        "while true; do echo hello-from-listener | nc -l -p 8080; done",
-    ]));
-    let listener = listener.trim();
-    let ip = ok(docker(&[
-        "inspect",
-        "-f",
-        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-        listener,
-    ]));
-    let ip = ip.trim();
+    let ip = ip.as_str();
     let peer = ok(docker(&[
         "run",
         "--rm",

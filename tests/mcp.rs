@@ -9,23 +9,11 @@ mod support;
 use std::process::Command;
 
 use serde_json::Value;
-use support::gateway::{Served, python, python_script};
+use support::gateway::{Served, python, python_client, python_script};
 
 /// The official `mcp` client's view of `/mcp` with `key`.
 fn client(served: &Served, key: &str) -> Value {
-    let output = Command::new(python())
-        .arg(python_script("mcp_client.py"))
-        .arg(format!("{}/mcp", served.base))
-        .arg(key)
-        .output()
-        .expect("run the mcp client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "mcp client failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    python_client("mcp_client.py", &[&format!("{}/mcp", served.base), key])
 }
 
 /// The stdio echo server as a configured `command`.

@@ -4,10 +4,8 @@
 
 mod support;
 
-use std::process::Command;
-
 use serde_json::Value;
-use support::gateway::{Served, python, python_script};
+use support::gateway::{Served, python_client};
 use support::{Sandbox, fails, ok};
 
 const CONFIG: &str = "workspaces:
@@ -145,19 +143,7 @@ fn cli_refuses_unknown_workspaces_and_bad_input_clearly() {
 
 /// The official `mcp` client's memory round trip on `/mcp` with `key`.
 fn client(served: &Served, key: &str) -> Value {
-    let output = Command::new(python())
-        .arg(python_script("memory_client.py"))
-        .arg(format!("{}/mcp", served.base))
-        .arg(key)
-        .output()
-        .expect("run the mcp client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "mcp client failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    python_client("memory_client.py", &[&format!("{}/mcp", served.base), key])
 }
 
 fn text(step: &Value) -> &str {

@@ -8,31 +8,13 @@ import asyncio
 import json
 import sys
 
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-
-
-def text_of(result) -> str:
-    return "".join(getattr(block, "text", "") for block in result.content)
-
-
-async def attempt(client: Client, name: str, arguments: dict) -> dict:
-    """Calls a tool; an MCP error (or a failed result) is reported, not raised."""
-    try:
-        result = await client.call_tool(name, arguments)
-    except Exception as e:  # noqa: BLE001 - the test wants the message
-        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
-    if result.is_error:
-        return {"ok": False, "error": text_of(result)}
-    return {"ok": True, "text": text_of(result)}
+from mcp_steps import attempt, connect
 
 
 async def main() -> None:
     url, key = sys.argv[1], sys.argv[2]
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
     out: dict = {}
-    async with Client(streamable_http_client(url, http_client=http)) as client:
+    async with connect(url, key) as client:
         tools = await client.list_tools()
         out["tools"] = sorted(t.name for t in tools.tools)
         out["calc"] = await attempt(client, "skill-calc__evaluate", {"expression": "6*7"})

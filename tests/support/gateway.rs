@@ -115,3 +115,20 @@ pub fn python_script(name: &str) -> PathBuf {
         .join("../tests/python")
         .join(name)
 }
+
+/// Runs `tests/python/<script>` with `args` in the client venv and returns
+/// the one JSON object it prints; panics with its output when it fails.
+pub fn python_client(script: &str, args: &[&str]) -> serde_json::Value {
+    let output = Command::new(python())
+        .arg(python_script(script))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}

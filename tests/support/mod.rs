@@ -136,6 +136,36 @@ impl Drop for DockerCleanup {
     }
 }
 
+/// A listener of the test's own: a container on a network the test creates
+/// (both labelled `pincer.test=<label>`, so [`DockerCleanup`] removes them)
+/// that answers `hello-from-listener` on port 8080. Returns the network's
+/// name and the listener's address on it. Needs the default image.
+pub fn listener_on_test_network(label: &str) -> (String, String) {
+    let net = format!("pincer-test-{label}");
+    let test_label = format!("pincer.test={label}");
+    ok(docker(&["network", "create", "--label", &test_label, &net]));
+    let listener = ok(docker(&[
+        "run",
+        "-d",
+        "--label",
+        &test_label,
+        "--network",
+        &net,
+        "--entrypoint",
+        "/bin/sh",
+        "pincer-agent:latest",
+        "-c",
+        "while true; do echo hello-from-listener | nc -l -p 8080; done",
+    ]));
+    let ip = ok(docker(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        listener.trim(),
+    ]));
+    (net, ip.trim().to_string())
+}
+
 /// A short random suffix for names on the shared Docker engine.
 pub fn unique() -> String {
     let mut bytes = [0u8; 4];

@@ -12,7 +12,8 @@
 //!
 //! Queries are segmented the same way and become an OR of quoted terms
 //! (ranked), so no user text is parsed as FTS5 syntax; a query the index
-//! misses falls back to an escaped substring match. Ranking: see [`rank`].
+//! misses falls back to an escaped substring match over the workspace's
+//! newest memories. Ranking: see [`rank`].
 
 mod query;
 pub mod rank;

@@ -1,10 +1,18 @@
 //! Query strings for SQLite built from user text, so no user input is ever
 //! parsed as FTS5 query syntax or as a LIKE wildcard.
 
-/// The FTS5 token that stands for a workspace: `w` + hex of its name, a single
-/// token for the `ascii` tokenizer that no other workspace name can produce.
-pub fn workspace_token(workspace: &str) -> String {
-    format!("w{}", hex::encode(workspace.as_bytes()))
+/// What every index term of a workspace starts with: the hex of its name and
+/// an `x`, which is not a hex digit, so no two workspaces share a prefix. A
+/// term stays one token for the `ascii` tokenizer, and each workspace gets
+/// its own posting lists: a query reads only its workspace's rows and a term
+/// is common or rare by that workspace's own count.
+pub fn term_prefix(workspace: &str) -> String {
+    format!("{}x", hex::encode(workspace.as_bytes()))
+}
+
+/// `term` as stored in the index for `workspace`.
+pub fn index_term(workspace: &str, term: &str) -> String {
+    format!("{}{term}", term_prefix(workspace))
 }
 
 /// `term` as an FTS5 string: quoted, inner quotes doubled.
@@ -12,18 +20,17 @@ pub fn quoted(term: &str) -> String {
     format!("\"{}\"", term.replace('"', "\"\""))
 }
 
-/// `space : "w…" AND terms : ("t1" OR "t2" …)`: rows of the workspace that
-/// contain any of the terms. `None` when there are no terms.
+/// `"<prefix>t1" OR "<prefix>t2" …`: rows of the workspace that contain any
+/// of the terms. `None` when there are no terms.
 pub fn match_expression(workspace: &str, terms: &[String]) -> Option<String> {
     if terms.is_empty() {
         return None;
     }
-    let any: Vec<String> = terms.iter().map(|t| quoted(t)).collect();
-    Some(format!(
-        "space : {} AND terms : ({})",
-        quoted(&workspace_token(workspace)),
-        any.join(" OR ")
-    ))
+    let any: Vec<String> = terms
+        .iter()
+        .map(|t| quoted(&index_term(workspace, t)))
+        .collect();
+    Some(any.join(" OR "))
 }
 
 /// A `LIKE … ESCAPE '\'` pattern matching `text` anywhere, literally.
@@ -49,12 +56,12 @@ mod tests {
         let terms = vec!["座位".to_string(), "偏好".to_string()];
         assert_eq!(
             match_expression("main", &terms).as_deref(),
-            Some(r#"space : "w6d61696e" AND terms : ("座位" OR "偏好")"#)
+            Some(r#""6d61696ex座位" OR "6d61696ex偏好""#)
         );
         assert_eq!(match_expression("main", &[]), None);
         assert_eq!(
             match_expression("x", &[r#"a"b"#.to_string()]).as_deref(),
-            Some(r#"space : "w78" AND terms : ("a""b")"#)
+            Some(r#""78xa""b""#)
         );
     }
 

@@ -4,9 +4,9 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 
-use super::query::{like_pattern, match_expression, quoted, workspace_token};
+use super::query::{index_term, like_pattern, match_expression, quoted};
 use super::{MAX_TEXT_BYTES, MatchKind, Memory, MemoryError, MemoryKind, Recalled, rank, segment};
 use crate::db::now_ms;
 
@@ -19,9 +19,13 @@ const MIN_CANDIDATES: usize = 64;
 /// every one of its rows. Common terms are left out of the match when the
 /// query has rarer ones; a query of only common terms takes the newest
 /// matches (recency is part of the ranking anyway) instead of the best-scoring.
-const COMMON_TERM_ROWS: usize = 4_000;
+const COMMON_TERM_ROWS: usize = 500;
 /// Substring matches re-ranked at most (newest first).
 const MAX_SUBSTRING_CANDIDATES: usize = 1000;
+/// The substring fallback reads the text of this many of the workspace's
+/// newest memories at most: a miss costs a scan, and a scan of a whole large
+/// workspace (~40 ms per 100k memories) on every turn would be too slow.
+const SUBSTRING_SCAN_ROWS: usize = 20_000;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS memories (
@@ -37,12 +41,17 @@ CREATE TABLE IF NOT EXISTS memories (
     UNIQUE (workspace, text)
 );
 CREATE INDEX IF NOT EXISTS memories_by_workspace ON memories (workspace, id);
--- Contentless: the text lives in `memories`; rowid = memories.id.
--- `space` holds the workspace token, `terms` the segmented text.
-CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5 (
-    space, terms, content = '', contentless_delete = 1, tokenize = 'ascii'
+-- Contentless: the text lives in `memories`; rowid = memories.id. `terms`
+-- holds the segmented text, each term prefixed by its workspace (see
+-- query::term_prefix).
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_index USING fts5 (
+    terms, content = '', contentless_delete = 1, tokenize = 'ascii'
 );
 ";
+
+/// The index of earlier versions (one `space` column ANDed with the terms:
+/// slow at scale). Replaced by `memory_index`, rebuilt from `memories`.
+const OLD_INDEX: &str = "memory_fts";
 
 const COLUMNS: &str = "id, workspace, kind, text, created_ms, last_used_ms, use_count";
 
@@ -94,8 +103,9 @@ impl MemoryStore {
         if let Err(e) = std::fs::create_dir_all(home) {
             tracing::debug!("cannot create {}: {e}", home.display());
         }
-        let conn = crate::db::open(&path).map_err(open_error)?;
+        let mut conn = crate::db::open(&path).map_err(open_error)?;
         conn.execute_batch(SCHEMA).map_err(open_error)?;
+        replace_old_index(&mut conn).map_err(open_error)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -115,7 +125,7 @@ impl MemoryStore {
     ) -> Result<Memory, MemoryError> {
         let text = checked_text(text)?;
         let mut conn = self.conn()?;
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         let memory = insert(&tx, workspace, kind, text, now_ms())?;
         tx.commit()?;
         Ok(memory)
@@ -133,7 +143,7 @@ impl MemoryStore {
             .map(|(kind, text)| checked_text(text).map(|t| (*kind, t)))
             .collect::<Result<Vec<_>, _>>()?;
         let mut conn = self.conn()?;
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         let now = now_ms();
         let mut out = Vec::with_capacity(checked.len());
         for (kind, text) in checked {
@@ -157,7 +167,7 @@ impl MemoryStore {
             return Ok(found);
         }
         let now = now_ms();
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         {
             let mut bump = tx.prepare_cached(
                 "UPDATE memories SET use_count = use_count + 1, last_used_ms = ?2 WHERE id = ?1",
@@ -185,13 +195,13 @@ impl MemoryStore {
     /// Deletes memory `id` of `workspace`; `false` when there is none.
     pub fn forget(&self, workspace: &str, id: i64) -> Result<bool, MemoryError> {
         let mut conn = self.conn()?;
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         let deleted = tx.execute(
             "DELETE FROM memories WHERE id = ?1 AND workspace = ?2",
             params![id, workspace],
         )?;
         if deleted > 0 {
-            tx.execute("DELETE FROM memory_fts WHERE rowid = ?1", params![id])?;
+            tx.execute("DELETE FROM memory_index WHERE rowid = ?1", params![id])?;
         }
         tx.commit()?;
         Ok(deleted > 0)
@@ -219,6 +229,14 @@ impl MemoryStore {
     }
 }
 
+/// A transaction that takes the write lock when it begins. A deferred one
+/// that reads before it writes fails at once with SQLITE_BUSY (no busy wait)
+/// when another connection — the session store, the audit log, another
+/// pincer process — wrote in between.
+fn write_transaction(conn: &mut Connection) -> rusqlite::Result<Transaction<'_>> {
+    conn.transaction_with_behavior(TransactionBehavior::Immediate)
+}
+
 fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
@@ -244,12 +262,7 @@ fn insert(
     )?
     .execute(params![workspace, kind.as_str(), text, now])?;
     let id = conn.last_insert_rowid();
-    conn.prepare_cached("INSERT INTO memory_fts (rowid, space, terms) VALUES (?1, ?2, ?3)")?
-        .execute(params![
-            id,
-            workspace_token(workspace),
-            segment::terms(text).join(" ")
-        ])?;
+    index(conn, id, workspace, text)?;
     Ok(Memory {
         id,
         workspace: workspace.to_string(),
@@ -259,6 +272,50 @@ fn insert(
         last_used_ms: None,
         use_count: 0,
     })
+}
+
+/// Adds memory `id`'s terms to the index.
+fn index(conn: &Connection, id: i64, workspace: &str, text: &str) -> rusqlite::Result<()> {
+    let terms: Vec<String> = segment::terms(text)
+        .iter()
+        .map(|t| index_term(workspace, t))
+        .collect();
+    conn.prepare_cached("INSERT INTO memory_index (rowid, terms) VALUES (?1, ?2)")?
+        .execute(params![id, terms.join(" ")])?;
+    Ok(())
+}
+
+/// Rebuilds the index from `memories` if the database still has the old
+/// one; the memories themselves are untouched.
+fn replace_old_index(conn: &mut Connection) -> rusqlite::Result<()> {
+    let has_old = |conn: &Connection| {
+        conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+            params![OLD_INDEX],
+            |r| r.get::<_, bool>(0),
+        )
+    };
+    if !has_old(conn)? {
+        return Ok(());
+    }
+    let tx = write_transaction(conn)?;
+    // Another process may have rebuilt it meanwhile.
+    if !has_old(&tx)? {
+        return Ok(());
+    }
+    tx.execute_batch(&format!(
+        "DROP TABLE {OLD_INDEX}; DELETE FROM memory_index;"
+    ))?;
+    let rows: Vec<(i64, String, String)> = tx
+        .prepare("SELECT id, workspace, text FROM memories")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    for (id, workspace, text) in &rows {
+        index(&tx, *id, workspace, text)?;
+    }
+    tx.commit()?;
+    tracing::info!("memory: rebuilt the index of {} memories", rows.len());
+    Ok(())
 }
 
 /// Index matches ranked by [`rank::score`]; if there are none, substring matches.
@@ -278,7 +335,7 @@ fn find(
     let terms = segment::query_terms(query, MAX_QUERY_TERMS);
     let mut rare = Vec::new();
     for term in &terms {
-        if !is_common(conn, term)? {
+        if !is_common(conn, workspace, term)? {
             rare.push(term.clone());
         }
     }
@@ -288,7 +345,7 @@ fn find(
         (rare, Order::Relevance)
     };
     let mut found = match match_expression(workspace, &terms) {
-        Some(expression) => by_index(conn, workspace, &expression, order, limit)?,
+        Some(expression) => by_index(conn, workspace, &expression, &terms, order, limit)?,
         None => Vec::new(),
     };
     if found.is_empty() {
@@ -303,16 +360,16 @@ fn find(
     Ok(found)
 }
 
-/// Whether `term` is in more than [`COMMON_TERM_ROWS`] rows of the index
-/// (counting stops there, so this stays cheap for any term).
-fn is_common(conn: &Connection, term: &str) -> Result<bool, MemoryError> {
+/// Whether `term` is in more than [`COMMON_TERM_ROWS`] memories of
+/// `workspace` (counting stops there, so this stays cheap for any term).
+fn is_common(conn: &Connection, workspace: &str, term: &str) -> Result<bool, MemoryError> {
     let rows: i64 = conn
         .prepare_cached(
-            "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ?1 LIMIT ?2)",
+            "SELECT count(*) FROM (SELECT 1 FROM memory_index WHERE memory_index MATCH ?1 LIMIT ?2)",
         )?
         .query_row(
             params![
-                format!("terms : {}", quoted(term)),
+                quoted(&index_term(workspace, term)),
                 sql_limit(COMMON_TERM_ROWS + 1)
             ],
             |r| r.get(0),
@@ -325,7 +382,9 @@ fn is_common(conn: &Connection, term: &str) -> Result<bool, MemoryError> {
 enum Order {
     /// The best BM25 scores.
     Relevance,
-    /// The newest matches, without scoring every match first.
+    /// The newest matches, their relevance the number of query terms they
+    /// hold. BM25 is not asked for: its weights count every row of every
+    /// term, which for common terms is what this order avoids.
     Newest,
 }
 
@@ -333,34 +392,48 @@ fn by_index(
     conn: &Connection,
     workspace: &str,
     expression: &str,
+    terms: &[String],
     order: Order,
     limit: usize,
 ) -> Result<Vec<Recalled>, MemoryError> {
     let candidates = limit
         .saturating_mul(CANDIDATES_PER_RESULT)
         .max(MIN_CANDIDATES);
-    let order = match order {
-        Order::Relevance => "relevance DESC",
-        Order::Newest => "rowid DESC",
+    let matches = match order {
+        Order::Relevance => {
+            "SELECT rowid, -bm25(memory_index) AS relevance FROM memory_index
+             WHERE memory_index MATCH ?1 ORDER BY relevance DESC LIMIT ?2"
+        }
+        Order::Newest => {
+            "SELECT rowid, NULL AS relevance FROM memory_index
+             WHERE memory_index MATCH ?1 ORDER BY rowid DESC LIMIT ?2"
+        }
     };
-    // bm25 weights: the workspace column counts for nothing.
+    // CROSS JOIN keeps the index matches the outer loop; left to itself the
+    // planner may walk every memory of the workspace and probe the matches.
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS}, f.relevance FROM (
-             SELECT rowid, -bm25(memory_fts, 0.0, 1.0) AS relevance FROM memory_fts
-             WHERE memory_fts MATCH ?1 ORDER BY {order} LIMIT ?2
-         ) AS f JOIN memories ON memories.id = f.rowid
-         WHERE memories.workspace = ?3"
+        "SELECT {COLUMNS}, f.relevance FROM ({matches}) AS f
+         CROSS JOIN memories ON memories.id = f.rowid WHERE memories.workspace = ?3"
     ))?;
     let now = now_ms();
     let rows = stmt.query_map(
         params![expression, sql_limit(candidates), workspace],
         |row| {
             let memory = memory(row)?;
-            let relevance: f64 = row.get(7)?;
+            let relevance = match row.get::<_, Option<f64>>(7)? {
+                Some(bm25) => bm25,
+                None => terms_held(&memory.text, terms),
+            };
             Ok(recalled(memory, relevance, now, MatchKind::Index))
         },
     )?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// How many of `terms` the segmented `text` holds.
+fn terms_held(text: &str, terms: &[String]) -> f64 {
+    let held = segment::terms(text);
+    terms.iter().filter(|t| held.contains(t)).count() as f64
 }
 
 fn by_substring(
@@ -369,15 +442,17 @@ fn by_substring(
     query: &str,
 ) -> Result<Vec<Recalled>, MemoryError> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM memories
-         WHERE workspace = ?1 AND text LIKE ?2 ESCAPE '\\' ORDER BY id DESC LIMIT ?3"
+        "SELECT {COLUMNS} FROM (
+             SELECT * FROM memories WHERE workspace = ?1 ORDER BY id DESC LIMIT ?4
+         ) WHERE text LIKE ?2 ESCAPE '\\' ORDER BY id DESC LIMIT ?3"
     ))?;
     let now = now_ms();
     let rows = stmt.query_map(
         params![
             workspace,
             like_pattern(query),
-            sql_limit(MAX_SUBSTRING_CANDIDATES)
+            sql_limit(MAX_SUBSTRING_CANDIDATES),
+            sql_limit(SUBSTRING_SCAN_ROWS)
         ],
         |row| Ok(recalled(memory(row)?, 1.0, now, MatchKind::Substring)),
     )?;

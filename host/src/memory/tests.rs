@@ -410,3 +410,131 @@ fn common_terms_give_way_to_rarer_ones_and_alone_still_find_the_newest() {
     let found = store.search("main", "tea", 3).unwrap();
     assert_eq!(ids(&found), [jasmine.id, made[4_099].id, made[4_098].id]);
 }
+
+#[test]
+fn a_term_is_common_or_rare_by_its_own_workspaces_count() {
+    let (_dir, store) = store();
+    let elsewhere: Vec<String> = (0..600).map(|i| format!("tea elsewhere {i}")).collect();
+    let items: Vec<(MemoryKind, &str)> = elsewhere
+        .iter()
+        .map(|t| (MemoryKind::Fact, t.as_str()))
+        .collect();
+    store.add_many("other", &items).unwrap();
+    let best = store.add("main", MemoryKind::Fact, "tea").unwrap();
+    // Newer, longer, weaker matches: more than the candidates taken when a
+    // term is common, so only ranking by relevance finds `best` first.
+    let noise: Vec<String> = (0..80)
+        .map(|i| format!("tea came up once in a long note about deploys, budgets and trains {i}"))
+        .collect();
+    let items: Vec<(MemoryKind, &str)> = noise
+        .iter()
+        .map(|t| (MemoryKind::Fact, t.as_str()))
+        .collect();
+    store.add_many("main", &items).unwrap();
+    let found = store.search("main", "tea", 1).unwrap();
+    assert_eq!(ids(&found), [best.id]);
+}
+
+#[test]
+fn the_substring_fallback_reads_only_the_newest_memories() {
+    let (_dir, store) = store();
+    let old = store
+        .add("main", MemoryKind::Fact, "locker code qx-old-7731")
+        .unwrap();
+    let filler: Vec<String> = (0..20_000).map(|i| format!("filler {i}")).collect();
+    let items: Vec<(MemoryKind, &str)> = filler
+        .iter()
+        .map(|t| (MemoryKind::Fact, t.as_str()))
+        .collect();
+    store.add_many("main", &items).unwrap();
+    // "x" and "ol" are no index terms: only a substring search could find it,
+    // and the old memory is beyond the newest 20,000.
+    assert!(store.search("main", "x-ol", 5).unwrap().is_empty());
+    let new = store
+        .add("main", MemoryKind::Fact, "locker code qx-old-7732")
+        .unwrap();
+    let found = store.search("main", "x-ol", 5).unwrap();
+    assert_eq!(ids(&found), [new.id]);
+    assert_eq!(found[0].matched_by, MatchKind::Substring);
+    assert_ne!(new.id, old.id);
+}
+
+#[test]
+fn a_database_with_the_old_index_is_reindexed_without_losing_a_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let conn = crate::db::open(&dir.path().join(crate::db::FILE_NAME)).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE memories (
+                 id INTEGER PRIMARY KEY AUTOINCREMENT, workspace TEXT NOT NULL,
+                 kind TEXT NOT NULL, text TEXT NOT NULL, created_ms INTEGER NOT NULL,
+                 last_used_ms INTEGER, use_count INTEGER NOT NULL DEFAULT 0,
+                 UNIQUE (workspace, text));
+             CREATE VIRTUAL TABLE memory_fts USING fts5 (
+                 space, terms, content = '', contentless_delete = 1, tokenize = 'ascii');
+             INSERT INTO memories (workspace, kind, text, created_ms)
+                 VALUES ('main', 'preference', '用户喜欢靠窗的座位', 1);
+             INSERT INTO memory_fts (rowid, space, terms)
+                 VALUES (1, 'w6d61696e', '用户 喜欢 靠窗 座位');",
+        )
+        .unwrap();
+    }
+    let store = MemoryStore::open(dir.path()).unwrap();
+    let found = store.search("main", "座位偏好", 5).unwrap();
+    assert_eq!(ids(&found), [1]);
+    assert_eq!(found[0].matched_by, MatchKind::Index);
+    let old: i64 = store
+        .conn()
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'memory_fts'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(old, 0);
+    drop(store);
+    // Reopening again changes nothing.
+    let store = MemoryStore::open(dir.path()).unwrap();
+    assert_eq!(ids(&store.search("main", "座位", 5).unwrap()), [1]);
+}
+
+/// Another connection writing to the same database (the session store, the
+/// audit log, a second pincer process) must never make a memory write fail:
+/// a deferred transaction that reads first and writes second would get
+/// SQLITE_BUSY (snapshot) at once, without waiting, whenever a write landed
+/// in between.
+#[test]
+fn memory_writes_succeed_while_another_connection_writes() {
+    let (dir, store) = store();
+    let path = dir.path().join(crate::db::FILE_NAME);
+    let other = crate::db::open(&path).unwrap();
+    other
+        .execute_batch("CREATE TABLE IF NOT EXISTS noise (n INTEGER)")
+        .unwrap();
+    let stop = &std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writer = s.spawn(move || {
+            let mut writes = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                other.execute("INSERT INTO noise VALUES (1)", []).unwrap();
+                writes += 1;
+            }
+            writes
+        });
+        for i in 0..300 {
+            let text = format!("memory number {i} about 座位 {i}");
+            let outcome = store
+                .add("main", MemoryKind::Fact, &text)
+                .and_then(|_| store.add_many("main", &[(MemoryKind::Fact, &text)]))
+                .and_then(|_| store.recall("main", "座位", 3));
+            if let Err(e) = outcome {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                panic!("write {i} failed beside another writer: {e}");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(writer.join().unwrap() > 0, "the other writer never wrote");
+    });
+    assert_eq!(store.count("main").unwrap(), 300);
+}

@@ -1,0 +1,532 @@
+//! Memory: index build and query latency at scale, segmentation throughput,
+//! and recall quality against plain FTS5 tokenizers.
+//!
+//!     cargo bench -p pincer --bench memory                 # 100k and 1M
+//!     cargo bench -p pincer --bench memory -- 10000        # other sizes
+//!
+//! 1. **Scale.** N synthetic mixed Chinese/English memories (Zipf-distributed
+//!    words from a few hundred, plus numbers, identifiers and names that make
+//!    rare terms, as real memories have) are added to one workspace through
+//!    [`MemoryStore::add_many`] in batches of 10k; 2,000 queries then go
+//!    through [`MemoryStore::search`] (the ranking `recall` uses) and 500
+//!    through `recall` itself (which also writes the use count): one to three
+//!    words, or a fragment of a stored memory. Median, p99 and max.
+//! 2. **Segmentation.** jieba-rs `cut_for_search` and pincer's term
+//!    extraction over 4 MB of the same text, in MB/s.
+//! 3. **Quality.** `benches/data/memory_recall.json`: 30 memories and 30
+//!    paraphrasing queries with the memory that answers each. pincer's index
+//!    against an FTS5 table with the `unicode61` tokenizer and one with
+//!    `trigram`, each queried the best way its tokenizer allows (an OR of
+//!    the query's tokens, or of its 3-character windows) and ranked by BM25.
+//!    recall@3 and MRR@10.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use pincer::memory::{MatchKind, MemoryKind, MemoryStore, segment};
+use rusqlite::Connection;
+use serde::Deserialize;
+
+const WORKSPACE: &str = "bench";
+const BATCH: usize = 10_000;
+const SEARCHES: usize = 2_000;
+const RECALLS: usize = 500;
+const LIMIT: usize = 5;
+
+fn main() -> anyhow::Result<()> {
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .map(|a| a.parse())
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("sizes are whole numbers of memories: {e}"))?;
+    let sizes = if sizes.is_empty() {
+        vec![100_000, 1_000_000]
+    } else {
+        sizes
+    };
+
+    quality()?;
+    segmentation();
+    println!("\n## Index build and query latency (one workspace, mixed Chinese/English)\n");
+    println!(
+        "| memories | build | build rate | db size | search median | p99 | max | recall median | p99 |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut paths = Vec::new();
+    for n in sizes {
+        paths.push(scale(n)?);
+    }
+    println!(
+        "\nsearches by how they were answered:\n{}",
+        paths.join("\n")
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- scale
+
+/// Prints the size's row of the table; returns its searches by path.
+fn scale(n: usize) -> anyhow::Result<String> {
+    let home = tempfile::tempdir()?;
+    // To look at the database afterwards: PINCER_BENCH_KEEP=DIR keeps each
+    // size's database as DIR/<n>/pincer.db.
+    let home = match std::env::var_os("PINCER_BENCH_KEEP") {
+        Some(dir) => {
+            let dir = Path::new(&dir).join(n.to_string());
+            std::fs::create_dir_all(&dir)?;
+            dir
+        }
+        None => home.path().to_path_buf(),
+    };
+    let store = MemoryStore::open(&home)?;
+    let mut corpus = Corpus::new(0x5eed ^ n as u64);
+    let started = Instant::now();
+    let mut kept = Vec::new();
+    let mut added = 0;
+    while added < n {
+        let batch: Vec<String> = (0..BATCH.min(n - added)).map(|_| corpus.memory()).collect();
+        // Keep one memory in 500 to quote fragments of in queries.
+        kept.extend(batch.iter().step_by(500).cloned());
+        let items: Vec<(MemoryKind, &str)> = batch
+            .iter()
+            .map(|t| (MemoryKind::Fact, t.as_str()))
+            .collect();
+        store.add_many(WORKSPACE, &items)?;
+        added += batch.len();
+        eprint!("\r  built {added}/{n}");
+    }
+    let build = started.elapsed();
+    eprintln!();
+    let size = db_bytes(&home);
+
+    let queries: Vec<String> = (0..SEARCHES + RECALLS)
+        .map(|i| {
+            if i % 5 == 0 {
+                corpus.fragment(&kept[i % kept.len()])
+            } else {
+                corpus.query()
+            }
+        })
+        .collect();
+    // By how each search was answered: index or substring, quoted fragment
+    // or free words.
+    let mut by_path: [Vec<Duration>; 4] = Default::default();
+    let mut searches = Vec::with_capacity(SEARCHES);
+    for (i, q) in queries[..SEARCHES].iter().enumerate() {
+        let started = Instant::now();
+        let found = store.search(WORKSPACE, q, LIMIT)?;
+        let took = started.elapsed();
+        searches.push(took);
+        let substring = found
+            .first()
+            .is_none_or(|r| r.matched_by == MatchKind::Substring);
+        by_path[usize::from(substring) * 2 + usize::from(i % 5 == 0)].push(took);
+    }
+    let mut recalls = Vec::with_capacity(RECALLS);
+    for q in &queries[SEARCHES..] {
+        let started = Instant::now();
+        store.recall(WORKSPACE, q, LIMIT)?;
+        recalls.push(started.elapsed());
+    }
+    let s = Stats::of(&mut searches);
+    let r = Stats::of(&mut recalls);
+    println!(
+        "| {n} | {:.1} s | {:.0}/s | {:.0} MB | {:.2} ms | {:.2} ms | {:.1} ms | {:.2} ms | {:.2} ms |",
+        build.as_secs_f64(),
+        n as f64 / build.as_secs_f64(),
+        size as f64 / 1e6,
+        ms(s.median),
+        ms(s.p99),
+        ms(s.max),
+        ms(r.median),
+        ms(r.p99),
+    );
+    let labels = [
+        "index, words",
+        "index, fragment",
+        "substring, words",
+        "substring, fragment",
+    ];
+    let parts: Vec<String> = labels
+        .iter()
+        .zip(&mut by_path)
+        .filter(|(_, t)| !t.is_empty())
+        .map(|(label, t)| {
+            let count = t.len();
+            let s = Stats::of(t);
+            format!(
+                "{label}: {count} searches, median {:.2} ms, p99 {:.2} ms",
+                ms(s.median),
+                ms(s.p99)
+            )
+        })
+        .collect();
+    Ok(format!("- {n}: {}", parts.join(" · ")))
+}
+
+fn db_bytes(home: &Path) -> u64 {
+    std::fs::read_dir(home)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+struct Stats {
+    median: Duration,
+    p99: Duration,
+    max: Duration,
+}
+
+impl Stats {
+    fn of(samples: &mut [Duration]) -> Stats {
+        samples.sort();
+        let at = |q: f64| {
+            samples
+                .get(((samples.len().saturating_sub(1)) as f64 * q).round() as usize)
+                .copied()
+                .unwrap_or_default()
+        };
+        Stats {
+            median: at(0.5),
+            p99: at(0.99),
+            max: at(1.0),
+        }
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+// ---------------------------------------------------------------- segmentation
+
+fn segmentation() {
+    let mut corpus = Corpus::new(7);
+    let mut text = String::new();
+    while text.len() < 4_000_000 {
+        text.push_str(&corpus.memory());
+        text.push('\n');
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let jieba = segment::jieba();
+    let started = Instant::now();
+    let mut words = 0;
+    for line in &lines {
+        words += jieba.cut_for_search(line, true).len();
+    }
+    let cut = started.elapsed();
+    let started = Instant::now();
+    let mut terms = 0;
+    for line in &lines {
+        terms += segment::terms(line).len();
+    }
+    let pincer = started.elapsed();
+    let mb = text.len() as f64 / 1e6;
+    println!("\n## Segmentation ({mb:.1} MB of mixed text, one thread)\n");
+    println!("| step | throughput | output |");
+    println!("|---|---:|---:|");
+    println!(
+        "| jieba-rs cut_for_search | {:.1} MB/s | {words} words |",
+        mb / cut.as_secs_f64()
+    );
+    println!(
+        "| pincer index terms (cut + split + lowercase + stop words) | {:.1} MB/s | {terms} terms |",
+        mb / pincer.as_secs_f64()
+    );
+}
+
+// ---------------------------------------------------------------- quality
+
+#[derive(Deserialize)]
+struct Labelled {
+    memories: Vec<String>,
+    queries: Vec<Query>,
+}
+
+#[derive(Deserialize)]
+struct Query {
+    q: String,
+    expect: Vec<usize>,
+}
+
+fn quality() -> anyhow::Result<()> {
+    let data: Labelled = serde_json::from_str(include_str!("data/memory_recall.json"))?;
+    let home = tempfile::tempdir()?;
+    let store = MemoryStore::open(home.path())?;
+    let items: Vec<(MemoryKind, &str)> = data
+        .memories
+        .iter()
+        .map(|t| (MemoryKind::Fact, t.as_str()))
+        .collect();
+    let ids: Vec<i64> = store
+        .add_many(WORKSPACE, &items)?
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    let pincer = |q: &str| -> anyhow::Result<Vec<usize>> {
+        Ok(store
+            .search(WORKSPACE, q, 10)?
+            .iter()
+            .filter_map(|r| ids.iter().position(|id| *id == r.memory.id))
+            .collect())
+    };
+    let unicode61 = PlainFts::new("unicode61", &data.memories)?;
+    let trigram = PlainFts::new("trigram", &data.memories)?;
+
+    println!(
+        "## Recall quality ({} memories, {} labelled queries, Chinese/English/mixed)\n",
+        data.memories.len(),
+        data.queries.len()
+    );
+    println!("| index | recall@3 | MRR@10 | queries with no result |");
+    println!("|---|---:|---:|---:|");
+    let mut misses = Vec::new();
+    for (name, ranked) in [
+        (
+            "pincer: jieba terms + substring fallback",
+            &pincer as &dyn Fn(&str) -> anyhow::Result<Vec<usize>>,
+        ),
+        ("FTS5 unicode61", &|q: &str| unicode61.search(q, &words(q))),
+        ("FTS5 trigram", &|q: &str| trigram.search(q, &trigrams(q))),
+    ] {
+        let (mut hits, mut rr, mut empty) = (0usize, 0.0, 0usize);
+        for query in &data.queries {
+            let got = ranked(&query.q)?;
+            empty += usize::from(got.is_empty());
+            if let Some(rank) = got.iter().position(|i| query.expect.contains(i)) {
+                hits += usize::from(rank < 3);
+                rr += 1.0 / (rank + 1) as f64;
+            } else if name.starts_with("pincer") {
+                misses.push(query.q.clone());
+            }
+        }
+        let n = data.queries.len() as f64;
+        println!(
+            "| {name} | {:.2} | {:.2} | {empty} |",
+            hits as f64 / n,
+            rr / n
+        );
+    }
+    if !misses.is_empty() {
+        println!("\npincer missed: {}", misses.join(" · "));
+    }
+    Ok(())
+}
+
+/// A baseline: the texts in an FTS5 table with one of SQLite's tokenizers.
+struct PlainFts {
+    conn: Connection,
+}
+
+impl PlainFts {
+    fn new(tokenizer: &str, texts: &[String]) -> anyhow::Result<Self> {
+        let conn = Connection::open_in_memory()?;
+        conn.execute_batch(&format!(
+            "CREATE VIRTUAL TABLE t USING fts5(text, tokenize = '{tokenizer}')"
+        ))?;
+        for (i, text) in texts.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO t (rowid, text) VALUES (?1, ?2)",
+                rusqlite::params![i as i64, text],
+            )?;
+        }
+        Ok(Self { conn })
+    }
+
+    /// Rows matching any of `tokens`, best BM25 first.
+    fn search(&self, _query: &str, tokens: &[String]) -> anyhow::Result<Vec<usize>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let expression = tokens
+            .iter()
+            .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+            .collect::<Vec<_>>()
+            .join(" OR ");
+        let mut stmt = self
+            .conn
+            .prepare("SELECT rowid FROM t WHERE t MATCH ?1 ORDER BY bm25(t) LIMIT 10")?;
+        let rows = stmt.query_map([expression], |r| r.get::<_, i64>(0))?;
+        Ok(rows
+            .filter_map(Result::ok)
+            .map(|id| id.max(0) as usize)
+            .collect())
+    }
+}
+
+/// The query split the way `unicode61` splits text: at anything that is not
+/// a letter or digit (a run of Chinese characters stays one token).
+fn words(q: &str) -> Vec<String> {
+    q.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Every 3-character window of each word: what a `trigram` index can match.
+fn trigrams(q: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for word in q.split_whitespace() {
+        let chars: Vec<char> = word.chars().collect();
+        for window in chars.windows(3) {
+            out.push(window.iter().collect());
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------- synthetic text
+
+/// The word lists of `data/memory_vocabulary.txt`.
+struct Vocabulary {
+    zh: Vec<&'static str>,
+    en: Vec<&'static str>,
+    syllables: Vec<&'static str>,
+    surnames: Vec<&'static str>,
+    given: Vec<&'static str>,
+}
+
+impl Vocabulary {
+    fn load() -> Self {
+        let text = include_str!("data/memory_vocabulary.txt");
+        let list = |name: &str| -> Vec<&'static str> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+                .map(|words| words.split_whitespace().collect())
+                .filter(|words: &Vec<&str>| !words.is_empty())
+                .unwrap_or_else(|| panic!("memory_vocabulary.txt has no `{name}` list"))
+        };
+        Self {
+            zh: list("zh"),
+            en: list("en"),
+            syllables: list("syllables"),
+            surnames: list("surnames"),
+            given: list("given"),
+        }
+    }
+}
+
+/// Deterministic pseudo-random text (splitmix64; Zipf over the word lists).
+struct Corpus {
+    state: u64,
+    words: Vocabulary,
+    zh: Vec<f64>,
+    en: Vec<f64>,
+}
+
+fn zipf_cdf(n: usize) -> Vec<f64> {
+    let mut acc = 0.0;
+    let mut out: Vec<f64> = (1..=n)
+        .map(|rank| {
+            acc += 1.0 / rank as f64;
+            acc
+        })
+        .collect();
+    for x in &mut out {
+        *x /= acc;
+    }
+    out
+}
+
+/// The word at quantile `u` of a Zipf distribution over `words`.
+fn zipf<'a>(words: &[&'a str], cdf: &[f64], u: f64) -> &'a str {
+    words[cdf.partition_point(|c| *c < u).min(words.len() - 1)]
+}
+
+impl Corpus {
+    fn new(seed: u64) -> Self {
+        let words = Vocabulary::load();
+        Self {
+            state: seed,
+            zh: zipf_cdf(words.zh.len()),
+            en: zipf_cdf(words.en.len()),
+            words,
+        }
+    }
+
+    fn next(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn any(&mut self, words: fn(&Vocabulary) -> &Vec<&'static str>) -> &'static str {
+        let i = self.below(words(&self.words).len());
+        words(&self.words)[i]
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// One piece of a memory: a Chinese or English word, a number, an
+    /// identifier or a name.
+    fn piece(&mut self) -> (bool, String) {
+        match self.below(100) {
+            0..=47 => {
+                let u = self.unit();
+                (true, zipf(&self.words.zh, &self.zh, u).to_string())
+            }
+            48..=87 => {
+                let u = self.unit();
+                (false, zipf(&self.words.en, &self.en, u).to_string())
+            }
+            88..=93 => (false, self.below(100_000).to_string()),
+            94..=97 => {
+                let a = self.any(|v| &v.syllables);
+                let b = self.any(|v| &v.syllables);
+                (false, format!("{a}{b}-{}", self.below(1000)))
+            }
+            _ => {
+                let s = self.any(|v| &v.surnames);
+                let g = self.any(|v| &v.given);
+                (true, format!("{s}{g}"))
+            }
+        }
+    }
+
+    fn join(pieces: Vec<(bool, String)>) -> String {
+        let mut out = String::new();
+        let mut last_chinese = true;
+        for (chinese, piece) in pieces {
+            if !(out.is_empty() || (chinese && last_chinese)) {
+                out.push(' ');
+            }
+            out.push_str(&piece);
+            last_chinese = chinese;
+        }
+        out
+    }
+
+    /// A memory of 5 to 16 pieces.
+    fn memory(&mut self) -> String {
+        let n = 5 + self.below(12);
+        let pieces = (0..n).map(|_| self.piece()).collect();
+        Self::join(pieces)
+    }
+
+    /// A query of one to three pieces.
+    fn query(&mut self) -> String {
+        let n = 1 + self.below(3);
+        let pieces = (0..n).map(|_| self.piece()).collect();
+        Self::join(pieces)
+    }
+
+    /// A few consecutive characters of `text`, as a user quoting it would.
+    fn fragment(&mut self, text: &str) -> String {
+        let chars: Vec<char> = text.chars().collect();
+        let len = (4 + self.below(8)).min(chars.len());
+        let start = self.below(chars.len() - len + 1);
+        chars[start..start + len].iter().collect()
+    }
+}
