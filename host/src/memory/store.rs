@@ -15,10 +15,11 @@ const MAX_QUERY_TERMS: usize = 64;
 /// BM25 candidates re-ranked with recency and use, per requested result.
 const CANDIDATES_PER_RESULT: usize = 8;
 const MIN_CANDIDATES: usize = 64;
-/// A term in more index rows than this is common: BM25 would have to score
-/// every one of its rows. Common terms are left out of the match when the
-/// query has rarer ones; a query of only common terms takes the newest
-/// matches (recency is part of the ranking anyway) instead of the best-scoring.
+/// A term held by more memories of the workspace than this is common: BM25
+/// would have to read every one of its rows. Common terms are left out of
+/// the match when the query has rarer ones; a query of only common terms
+/// takes the newest matches (recency is part of the ranking anyway) instead
+/// of the best-scoring.
 const COMMON_TERM_ROWS: usize = 500;
 /// Substring matches re-ranked at most (newest first).
 const MAX_SUBSTRING_CANDIDATES: usize = 1000;
