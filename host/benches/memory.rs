@@ -88,11 +88,7 @@ fn scale(n: usize) -> anyhow::Result<String> {
         let batch: Vec<String> = (0..BATCH.min(n - added)).map(|_| corpus.memory()).collect();
         // Keep one memory in 500 to quote fragments of in queries.
         kept.extend(batch.iter().step_by(500).cloned());
-        let items: Vec<(MemoryKind, &str)> = batch
-            .iter()
-            .map(|t| (MemoryKind::Fact, t.as_str()))
-            .collect();
-        store.add_many(WORKSPACE, &items)?;
+        store.add_many(WORKSPACE, MemoryKind::Fact, &batch)?;
         added += batch.len();
         eprint!("\r  built {added}/{n}");
     }
@@ -257,13 +253,8 @@ fn quality() -> anyhow::Result<()> {
     let data: Labelled = serde_json::from_str(include_str!("data/memory_recall.json"))?;
     let home = tempfile::tempdir()?;
     let store = MemoryStore::open(home.path())?;
-    let items: Vec<(MemoryKind, &str)> = data
-        .memories
-        .iter()
-        .map(|t| (MemoryKind::Fact, t.as_str()))
-        .collect();
     let ids: Vec<i64> = store
-        .add_many(WORKSPACE, &items)?
+        .add_many(WORKSPACE, MemoryKind::Fact, &data.memories)?
         .iter()
         .map(|m| m.id)
         .collect();
@@ -290,8 +281,8 @@ fn quality() -> anyhow::Result<()> {
             "pincer: jieba terms + substring fallback",
             &pincer as &dyn Fn(&str) -> anyhow::Result<Vec<usize>>,
         ),
-        ("FTS5 unicode61", &|q: &str| unicode61.search(q, &words(q))),
-        ("FTS5 trigram", &|q: &str| trigram.search(q, &trigrams(q))),
+        ("FTS5 unicode61", &|q: &str| unicode61.search(&words(q))),
+        ("FTS5 trigram", &|q: &str| trigram.search(&trigrams(q))),
     ] {
         let (mut hits, mut rr, mut empty) = (0usize, 0.0, 0usize);
         for query in &data.queries {
@@ -338,7 +329,7 @@ impl PlainFts {
     }
 
     /// Rows matching any of `tokens`, best BM25 first.
-    fn search(&self, _query: &str, tokens: &[String]) -> anyhow::Result<Vec<usize>> {
+    fn search(&self, tokens: &[String]) -> anyhow::Result<Vec<usize>> {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }

@@ -132,22 +132,24 @@ impl MemoryStore {
         Ok(memory)
     }
 
-    /// [`add`](Self::add) for many texts in one transaction (imports, the
-    /// benchmark). Every text is checked before anything is written.
+    /// [`add`](Self::add) for many texts of one kind in one transaction
+    /// (imports, the benchmark). Every text is checked before anything is
+    /// written.
     pub fn add_many(
         &self,
         workspace: &str,
-        items: &[(MemoryKind, &str)],
+        kind: MemoryKind,
+        texts: &[impl AsRef<str>],
     ) -> Result<Vec<Memory>, MemoryError> {
-        let checked = items
+        let checked = texts
             .iter()
-            .map(|(kind, text)| checked_text(text).map(|t| (*kind, t)))
+            .map(|text| checked_text(text.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut conn = self.conn()?;
         let tx = write_transaction(&mut conn)?;
         let now = now_ms();
         let mut out = Vec::with_capacity(checked.len());
-        for (kind, text) in checked {
+        for text in checked {
             out.push(insert(&tx, workspace, kind, text, now)?);
         }
         tx.commit()?;

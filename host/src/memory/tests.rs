@@ -390,11 +390,7 @@ fn the_store_can_be_shared_between_threads() {
 fn common_terms_give_way_to_rarer_ones_and_alone_still_find_the_newest() {
     let (_dir, store) = store();
     let texts: Vec<String> = (0..4_100).map(|i| format!("tea note {i}")).collect();
-    let items: Vec<(MemoryKind, &str)> = texts
-        .iter()
-        .map(|t| (MemoryKind::Fact, t.as_str()))
-        .collect();
-    let made = store.add_many("main", &items).unwrap();
+    let made = store.add_many("main", MemoryKind::Fact, &texts).unwrap();
     let jasmine = store
         .add("main", MemoryKind::Preference, "green tea with jasmine")
         .unwrap();
@@ -415,22 +411,16 @@ fn common_terms_give_way_to_rarer_ones_and_alone_still_find_the_newest() {
 fn a_term_is_common_or_rare_by_its_own_workspaces_count() {
     let (_dir, store) = store();
     let elsewhere: Vec<String> = (0..600).map(|i| format!("tea elsewhere {i}")).collect();
-    let items: Vec<(MemoryKind, &str)> = elsewhere
-        .iter()
-        .map(|t| (MemoryKind::Fact, t.as_str()))
-        .collect();
-    store.add_many("other", &items).unwrap();
+    store
+        .add_many("other", MemoryKind::Fact, &elsewhere)
+        .unwrap();
     let best = store.add("main", MemoryKind::Fact, "tea").unwrap();
     // Newer, longer, weaker matches: more than the candidates taken when a
     // term is common, so only ranking by relevance finds `best` first.
     let noise: Vec<String> = (0..80)
         .map(|i| format!("tea came up once in a long note about deploys, budgets and trains {i}"))
         .collect();
-    let items: Vec<(MemoryKind, &str)> = noise
-        .iter()
-        .map(|t| (MemoryKind::Fact, t.as_str()))
-        .collect();
-    store.add_many("main", &items).unwrap();
+    store.add_many("main", MemoryKind::Fact, &noise).unwrap();
     let found = store.search("main", "tea", 1).unwrap();
     assert_eq!(ids(&found), [best.id]);
 }
@@ -442,11 +432,7 @@ fn the_substring_fallback_reads_only_the_newest_memories() {
         .add("main", MemoryKind::Fact, "locker code qx-old-7731")
         .unwrap();
     let filler: Vec<String> = (0..20_000).map(|i| format!("filler {i}")).collect();
-    let items: Vec<(MemoryKind, &str)> = filler
-        .iter()
-        .map(|t| (MemoryKind::Fact, t.as_str()))
-        .collect();
-    store.add_many("main", &items).unwrap();
+    store.add_many("main", MemoryKind::Fact, &filler).unwrap();
     // "x" and "ol" are no index terms: only a substring search could find it,
     // and the old memory is beyond the newest 20,000.
     assert!(store.search("main", "x-ol", 5).unwrap().is_empty());
@@ -526,7 +512,7 @@ fn memory_writes_succeed_while_another_connection_writes() {
             let text = format!("memory number {i} about 座位 {i}");
             let outcome = store
                 .add("main", MemoryKind::Fact, &text)
-                .and_then(|_| store.add_many("main", &[(MemoryKind::Fact, &text)]))
+                .and_then(|_| store.add_many("main", MemoryKind::Fact, &[&text]))
                 .and_then(|_| store.recall("main", "座位", 3));
             if let Err(e) = outcome {
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
