@@ -206,81 +206,70 @@ impl Generator<'_> {
         limits: &Limits,
         sampling: &Sampling,
         cancel: &AtomicBool,
-        emit: impl FnMut(&str) -> bool,
+        mut emit: impl FnMut(&str) -> bool,
     ) -> Finished {
-        generate(self, prompt, limits, sampling, cancel, emit)
+        let (model, tokenizer, pool) = (self.model, self.tokenizer, self.pool);
+        let started = std::time::Instant::now();
+        let mut cache = model.new_cache(prompt.len() + limits.max_tokens);
+        let mut rng = Rng(sampling.seed);
+        let mut out = Output {
+            stops: &limits.stop,
+            bytes: Vec::new(),
+            text: String::new(),
+        };
+        let mut finished = Finished {
+            reason: FinishReason::Length,
+            completion_tokens: 0,
+            prompt_secs: 0.0,
+            generation_secs: 0.0,
+        };
+        if prompt.is_empty() || limits.max_tokens == 0 {
+            return finished;
+        }
+        let mut logits = model.forward(pool, prompt, &mut cache);
+        finished.prompt_secs = started.elapsed().as_secs_f64();
+        let generating = std::time::Instant::now();
+        let mut bytes = Vec::new();
+        let mut by_sequence = false;
+        loop {
+            if cancel.load(Ordering::Relaxed) {
+                finished.reason = FinishReason::Cancelled;
+                break;
+            }
+            let next = sample(&mut logits, sampling, &mut rng);
+            finished.completion_tokens += 1;
+            if !limits.ignore_eos && (tokenizer.is_control(next) || Some(next) == tokenizer.eos) {
+                finished.reason = FinishReason::Stop;
+                break;
+            }
+            bytes.clear();
+            tokenizer.token_bytes(next, &mut bytes);
+            let (text, stopped) = out.push(&bytes);
+            if !text.is_empty() && !emit(&text) {
+                finished.reason = FinishReason::Cancelled;
+                break;
+            }
+            if stopped {
+                finished.reason = FinishReason::Stop;
+                by_sequence = true;
+                break;
+            }
+            if finished.completion_tokens >= limits.max_tokens {
+                finished.reason = FinishReason::Length;
+                break;
+            }
+            logits = model.forward(pool, &[next], &mut cache);
+        }
+        if finished.reason != FinishReason::Cancelled && !by_sequence {
+            // Held back as a possible stop sequence that never completed.
+            let rest = out.flush();
+            if !rest.is_empty() {
+                emit(&rest);
+            }
+        }
+        finished.generation_secs = generating.elapsed().as_secs_f64();
+        finished
     }
-}
-
-fn generate(
-    g: &Generator<'_>,
-    prompt: &[u32],
-    limits: &Limits,
-    sampling: &Sampling,
-    cancel: &AtomicBool,
-    mut emit: impl FnMut(&str) -> bool,
-) -> Finished {
-    let (model, tokenizer, pool) = (g.model, g.tokenizer, g.pool);
-    let started = std::time::Instant::now();
-    let mut cache = model.new_cache(prompt.len() + limits.max_tokens);
-    let mut rng = Rng(sampling.seed);
-    let mut out = Output {
-        stops: &limits.stop,
-        bytes: Vec::new(),
-        text: String::new(),
-    };
-    let mut finished = Finished {
-        reason: FinishReason::Length,
-        completion_tokens: 0,
-        prompt_secs: 0.0,
-        generation_secs: 0.0,
-    };
-    if prompt.is_empty() || limits.max_tokens == 0 {
-        return finished;
-    }
-    let mut logits = model.forward(pool, prompt, &mut cache);
-    finished.prompt_secs = started.elapsed().as_secs_f64();
-    let generating = std::time::Instant::now();
-    let mut bytes = Vec::new();
-    let mut by_sequence = false;
-    loop {
-        if cancel.load(Ordering::Relaxed) {
-            finished.reason = FinishReason::Cancelled;
-            break;
-        }
-        let next = sample(&mut logits, sampling, &mut rng);
-        finished.completion_tokens += 1;
-        if !limits.ignore_eos && (tokenizer.is_control(next) || Some(next) == tokenizer.eos) {
-            finished.reason = FinishReason::Stop;
-            break;
-        }
-        bytes.clear();
-        tokenizer.token_bytes(next, &mut bytes);
-        let (text, stopped) = out.push(&bytes);
-        if !text.is_empty() && !emit(&text) {
-            finished.reason = FinishReason::Cancelled;
-            break;
-        }
-        if stopped {
-            finished.reason = FinishReason::Stop;
-            by_sequence = true;
-            break;
-        }
-        if finished.completion_tokens >= limits.max_tokens {
-            finished.reason = FinishReason::Length;
-            break;
-        }
-        logits = model.forward(pool, &[next], &mut cache);
-    }
-    if finished.reason != FinishReason::Cancelled && !by_sequence {
-        // Held back as a possible stop sequence that never completed.
-        let rest = out.flush();
-        if !rest.is_empty() {
-            emit(&rest);
-        }
-    }
-    finished.generation_secs = generating.elapsed().as_secs_f64();
-    finished
 }
 
 #[cfg(test)]
