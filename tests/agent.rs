@@ -551,3 +551,50 @@ async fn a_memory_made_in_one_session_is_recalled_in_the_next_until_forgotten() 
     assert_eq!(of_kind(&events, "context")[0]["memories_recalled"], 0);
     assert!(!system(3).contains("靠窗"), "{}", system(3));
 }
+
+/// The runner lives in the container, so what it streams into the host's
+/// database is bounded per turn: by events and by bytes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runner_streaming_past_the_turn_bounds_is_stopped_and_audited() {
+    let calls: Vec<(String, String)> = (0..40)
+        .map(|i| {
+            (
+                "bash".to_string(),
+                format!(
+                    r#"{{"command": "head -c 16000 /dev/zero | tr '\\0' '{}'"}}"#,
+                    i % 10
+                ),
+            )
+        })
+        .collect();
+    let env = Env::new(
+        vec![Behaviour::ToolCalls(calls)],
+        concat!(
+            "  flood: {agent: {max_turn_events: 30}}\n",
+            "  big: {agent: {max_turn_stored_bytes: 65536}}\n",
+        ),
+    )
+    .await;
+    for (workspace, key) in [
+        ("flood", "agent.max_turn_events"),
+        ("big", "agent.max_turn_stored_bytes"),
+    ] {
+        let (events, out) = env.message(workspace, "flood the host");
+        assert!(!out.status.success(), "{events:?}");
+        let end = last(&events);
+        assert_eq!(end["event"], "failed", "{end}");
+        let message = end["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(key) && message.contains("the turn was stopped"),
+            "{message}"
+        );
+        let stored = env.stored(workspace);
+        assert!(
+            stored.len() < 40,
+            "{} messages were stored past the bound",
+            stored.len()
+        );
+        let audit = ok(env.pincer(&["policy", "audit", workspace]));
+        assert!(audit.contains("turn.runner_flood"), "{audit}");
+    }
+}

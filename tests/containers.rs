@@ -196,6 +196,11 @@ fn allowed_executables_run_and_others_are_refused() {
     );
     let err = fails(env.exec("narrow", &["/tools/other", "echo", "nope"]));
     assert!(err.contains("permission denied"), "{err}");
+    let audit = ok(env.pincer(&["policy", "audit", "narrow"]));
+    assert!(
+        audit.contains("container.exec_refused") && audit.contains("/tools/other"),
+        "the refusal is not in the audit: {audit}"
+    );
     // Also when a permitted shell tries to start it.
     let out = env.exec(
         "narrow",
@@ -443,5 +448,87 @@ fn containers_get_their_own_gateway_token_and_never_a_provider_key() {
     assert!(
         !keys.contains(&token),
         "a key listing shows a token: {keys}"
+    );
+}
+
+#[test]
+fn mounts_that_expose_the_host_are_refused_before_anything_starts() {
+    let env = Env::new("  other: {}\n");
+    let root = env.sandbox.dir.path();
+    let home = env.sandbox.home();
+    let base = root.join("ws");
+    std::fs::create_dir_all(base.join("other")).unwrap();
+    std::fs::create_dir_all(home.join("run")).unwrap();
+    let cases: [(&str, String, &str); 7] = [
+        ("state", home.display().to_string(), "pincer's state"),
+        (
+            "statepart",
+            home.join("run").display().to_string(),
+            "is inside",
+        ),
+        ("above", root.display().to_string(), "holds"),
+        ("kernel", "/proc".into(), "a kernel interface"),
+        (
+            "engine",
+            "/run/docker.sock".into(),
+            "the container engine's socket",
+        ),
+        (
+            "viasymlink",
+            "/var/run/docker.sock".into(),
+            "resolves through a symlink",
+        ),
+        (
+            "neighbour",
+            base.join("other").display().to_string(),
+            "the folder of every workspace",
+        ),
+    ];
+    let mut yaml = format!(
+        "containers:\n  workspace_base_path: {}\nworkspaces:\n  other: {{}}\n",
+        base.display()
+    );
+    for (name, source, _) in &cases {
+        yaml.push_str(&format!(
+            "  {name}:\n    mounts: [{{source: \"{source}\", target: /x}}]\n"
+        ));
+    }
+    std::fs::write(&env.config, yaml).unwrap();
+    for (name, _, says) in &cases {
+        let err = fails(env.pincer(&["workspace", "up", name]));
+        assert!(err.contains(says), "{name}: {err}");
+        let listed = docker(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("name={}", env.container(name)),
+        ]);
+        assert!(stdout(&listed).trim().is_empty(), "{name} got a container");
+    }
+    // A target over pincer's own folders is a configuration error.
+    std::fs::write(
+        &env.config,
+        format!(
+            "containers:\n  workspace_base_path: {}\nworkspaces:\n  cover:\n    mounts: [{{source: {}, target: /run/pincer}}]\n",
+            base.display(),
+            base.join("other").display()
+        ),
+    )
+    .unwrap();
+    let err = fails(env.pincer(&["workspace", "up", "cover"]));
+    assert!(
+        err.contains("cannot mount over, above or inside `/run/pincer`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn io_uring_is_refused_in_a_baseline_workspace() {
+    let env = Env::new("  plain: {}\n");
+    let status = ok(env.exec("plain", &["/opt/pincer/pincer-agent", "ping"]));
+    let status: serde_json::Value = serde_json::from_str(status.trim()).unwrap();
+    assert_eq!(
+        status["enforcement"]["io_uring_refused"], true,
+        "io_uring is allowed in the container: {status}"
     );
 }

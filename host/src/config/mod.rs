@@ -185,6 +185,8 @@ workspaces:
     #   max_turn_tokens: 200000
     #   history_tokens: 24000       # history sent with each turn (estimated)
     #   turn_timeout_secs: 600
+    #   max_turn_events: 4096       # events the runner may stream in one turn
+    #   max_turn_stored_bytes: 8388608  # bytes of them (all stored)
 
 plugins:
   dirs: []                          # extra folders scanned for plugins

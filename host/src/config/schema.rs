@@ -266,6 +266,12 @@ pub struct AgentLimits {
     pub history_tokens: u64,
     /// Seconds a whole turn may take.
     pub turn_timeout_secs: u64,
+    /// Events the runner may stream in one turn; past it the turn is
+    /// stopped (the runner is inside the container: it is not trusted).
+    pub max_turn_events: u64,
+    /// Bytes of events the runner may stream in one turn (all of it is
+    /// stored); past it the turn is stopped.
+    pub max_turn_stored_bytes: u64,
 }
 
 impl Default for AgentLimits {
@@ -277,6 +283,8 @@ impl Default for AgentLimits {
             max_turn_tokens: 200_000,
             history_tokens: 24_000,
             turn_timeout_secs: 600,
+            max_turn_events: 4096,
+            max_turn_stored_bytes: 8 * 1024 * 1024,
         }
     }
 }

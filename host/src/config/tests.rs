@@ -577,6 +577,24 @@ fn semantic_errors_have_positions() {
         34,
         &["absolute"],
     );
+    for (target, says) in [
+        ("/run/pincer", "/run/pincer"),
+        ("/run", "/run/pincer"),
+        ("/run/pincer/gateway", "/run/pincer"),
+        ("/opt", "/opt/pincer"),
+        ("/opt/pincer/pincer-agent", "/opt/pincer"),
+        ("/proc", "/proc"),
+        ("/proc/self", "/proc"),
+        ("/dev/shm", "/dev"),
+        ("/sys", "/sys"),
+    ] {
+        assert_error(
+            &format!("workspaces:\n  dev:\n    mounts: [{{source: a, target: {target}}}]\n"),
+            3,
+            34,
+            &[says],
+        );
+    }
     // channel.workspace
     assert_error(
         "workspaces:\n  dev: {}\nchannels:\n  hook: {plugin: channel-webhook, workspace: prod}\n",
@@ -774,7 +792,7 @@ workspaces:
 /// The commented-out examples in the built-in file are valid once uncommented.
 #[test]
 fn default_config_documents_accounting_keys() {
-    const KEYS: [&str; 23] = [
+    const KEYS: [&str; 25] = [
         "max_request_bytes:",
         "prices:",
         "openai/gpt-4o-mini:",
@@ -799,6 +817,8 @@ fn default_config_documents_accounting_keys() {
         "max_turn_tokens:",
         "history_tokens:",
         "turn_timeout_secs:",
+        "max_turn_events:",
+        "max_turn_stored_bytes:",
     ];
     let text: String = DEFAULT_CONFIG
         .lines()

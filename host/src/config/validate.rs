@@ -280,10 +280,29 @@ fn mount_target_problem(target: &str) -> Option<&'static str> {
         return Some("mount target must not contain `.` or `..`");
     }
     match parts.as_slice() {
-        [] => Some("cannot mount over `/`"),
-        ["workspace"] => Some("cannot mount over `/workspace` (the workspace folder)"),
-        _ => None,
+        [] => return Some("cannot mount over `/`"),
+        ["workspace"] => return Some("cannot mount over `/workspace` (the workspace folder)"),
+        _ => {}
     }
+    // pincer's own folders (the runner binary, its sockets) and the kernel's:
+    // a mount over, above or inside one would replace what pincer trusts.
+    const RESERVED: [(&[&str], &str); 5] = [
+        (
+            &["opt", "pincer"],
+            "cannot mount over, above or inside `/opt/pincer` (the agent runner)",
+        ),
+        (
+            &["run", "pincer"],
+            "cannot mount over, above or inside `/run/pincer` (the runner and gateway sockets)",
+        ),
+        (&["proc"], "cannot mount over or inside `/proc`"),
+        (&["sys"], "cannot mount over or inside `/sys`"),
+        (&["dev"], "cannot mount over or inside `/dev`"),
+    ];
+    RESERVED
+        .iter()
+        .find(|(reserved, _)| parts.starts_with(reserved) || reserved.starts_with(&parts))
+        .map(|(_, why)| *why)
 }
 
 /// Normalized form of a valid mount target (for duplicate detection).
@@ -459,13 +478,15 @@ fn channels(cfg: &Config) -> Check<'_> {
 /// Every bound of a turn must allow something: zero would end every turn
 /// before it starts.
 fn agent_limits<'a>(workspace: &'a str, limits: &crate::config::AgentLimits) -> Check<'a> {
-    let checks: [(&'static str, u64); 6] = [
+    let checks: [(&'static str, u64); 8] = [
         ("max_steps", u64::from(limits.max_steps)),
         ("max_tool_output_bytes", limits.max_tool_output_bytes as u64),
         ("tool_timeout_secs", limits.tool_timeout_secs),
         ("max_turn_tokens", limits.max_turn_tokens),
         ("history_tokens", limits.history_tokens),
         ("turn_timeout_secs", limits.turn_timeout_secs),
+        ("max_turn_events", limits.max_turn_events),
+        ("max_turn_stored_bytes", limits.max_turn_stored_bytes),
     ];
     for (key, value) in checks {
         if value == 0 {

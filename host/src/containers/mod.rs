@@ -80,13 +80,16 @@ pub fn plan(
     let catalog = PolicyCatalog::load(&config.containers.policy_dirs)?;
     let policy = catalog.effective(workspace, &ws.policies)?;
     let settings = policy.compile();
+    let workspace_base = expand_tilde(&config.containers.workspace_base_path);
+    let protected = mounts::protected_paths(home, &workspace_base);
     let mut extra = Vec::new();
     for mount in &ws.mounts {
-        let source =
-            mounts::check_source(&mount.source).map_err(|source| ContainerError::Mount {
+        let source = mounts::check_source(&mount.source, &protected).map_err(|source| {
+            ContainerError::Mount {
                 workspace: workspace.to_string(),
                 source,
-            })?;
+            }
+        })?;
         extra.push(mounts::BindMount {
             source,
             target: mount.target.clone(),
@@ -99,7 +102,7 @@ pub fn plan(
         container_name: format!("pincer-{instance}-{workspace}"),
         image: config.containers.image.clone(),
         settings,
-        workspace_dir: expand_tilde(&config.containers.workspace_base_path).join(workspace),
+        workspace_dir: workspace_base.join(workspace),
         run_dir: home.join("run").join(workspace),
         runner_binary: agent_binary::install(home)?,
         mounts: extra,

@@ -1,7 +1,14 @@
 //! Mount sources from config, checked before anything is handed to Docker:
-//! a source must exist, must not be `/` or a home folder root, and must not
-//! resolve (through symlinks) anywhere other than where it was named.
+//! a source must exist, must not be `/` or a home folder root, must not
+//! resolve (through symlinks) anywhere other than where it was named, and
+//! must not expose what the container must never reach: the kernel's
+//! interfaces (`/proc`, `/sys`, `/dev`), the container engine's sockets and
+//! state, pincer's own state folder (tokens, sockets, the database) and the
+//! folder holding every workspace. A source inside such a place, equal to it
+//! or holding it (an ancestor) is refused, and so is any unix socket: a
+//! container reaches host services only through the gateway.
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use crate::config::expand_tilde;
@@ -25,10 +32,99 @@ pub enum MountError {
     Escapes { named: String, resolved: String },
     #[error("mount source {0} must be an absolute path or start with ~")]
     Relative(String),
+    #[error(
+        "mount source {path} {relation} {protected} ({why}); a container must never reach it — mount a folder that holds only what the agent may see"
+    )]
+    Protected {
+        path: String,
+        relation: &'static str,
+        protected: String,
+        why: &'static str,
+    },
+    #[error(
+        "mount source {0} is a unix socket; containers reach host services only through the gateway socket"
+    )]
+    Socket(String),
+}
+
+/// A host path no mount may expose, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protected {
+    pub path: PathBuf,
+    pub why: &'static str,
+    /// Folders inside it are refused too (not so for `/home`, whose users'
+    /// own folders are what people mount).
+    pub inside_too: bool,
+}
+
+impl Protected {
+    fn tree(path: impl Into<PathBuf>, why: &'static str) -> Self {
+        Self {
+            path: path.into(),
+            why,
+            inside_too: true,
+        }
+    }
+}
+
+/// Engine sockets and state a container must never see (the Docker socket is
+/// root on the host).
+const ENGINE_PATHS: [&str; 6] = [
+    "/run/docker.sock",
+    "/run/docker",
+    "/run/containerd",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/run/runc",
+];
+
+/// Kernel interfaces: a bind mount of these bypasses what Docker masks.
+const KERNEL_PATHS: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// What no mount of this host may expose: the kernel's and the engine's
+/// folders, `/home` itself, pincer's state folder and the workspace base
+/// folder (every workspace's files).
+pub fn protected_paths(pincer_home: &Path, workspace_base: &Path) -> Vec<Protected> {
+    let mut out: Vec<Protected> = KERNEL_PATHS
+        .iter()
+        .map(|p| Protected::tree(*p, "a kernel interface"))
+        .collect();
+    out.extend(
+        ENGINE_PATHS
+            .iter()
+            .map(|p| Protected::tree(*p, "the container engine's socket or state")),
+    );
+    if let Some(socket) = std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
+    {
+        out.push(Protected::tree(
+            real_or_named(&socket),
+            "the container engine's socket (DOCKER_HOST)",
+        ));
+    }
+    out.push(Protected {
+        path: PathBuf::from("/home"),
+        why: "every user's home folder",
+        inside_too: false,
+    });
+    out.push(Protected::tree(
+        real_or_named(pincer_home),
+        "pincer's state: database, tokens, sockets (PINCER_HOME)",
+    ));
+    out.push(Protected::tree(
+        real_or_named(&expand_tilde(workspace_base)),
+        "the folder of every workspace (containers.workspace_base_path)",
+    ));
+    out
+}
+
+fn real_or_named(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| normalize(path))
 }
 
 /// Checks one configured mount and returns it with its source resolved.
-pub fn check_source(source: &Path) -> Result<PathBuf, MountError> {
+pub fn check_source(source: &Path, protected: &[Protected]) -> Result<PathBuf, MountError> {
     let named = expand_tilde(source);
     if !named.is_absolute() {
         return Err(MountError::Relative(source.display().to_string()));
@@ -48,6 +144,26 @@ pub fn check_source(source: &Path) -> Result<PathBuf, MountError> {
             named: named.display().to_string(),
             resolved: resolved.display().to_string(),
         });
+    }
+    for p in protected {
+        let relation = if resolved == p.path {
+            "is"
+        } else if p.inside_too && resolved.starts_with(&p.path) {
+            "is inside"
+        } else if p.path.starts_with(&resolved) {
+            "holds"
+        } else {
+            continue;
+        };
+        return Err(MountError::Protected {
+            path: resolved.display().to_string(),
+            relation,
+            protected: p.path.display().to_string(),
+            why: p.why,
+        });
+    }
+    if std::fs::metadata(&resolved).is_ok_and(|m| m.file_type().is_socket()) {
+        return Err(MountError::Socket(resolved.display().to_string()));
     }
     Ok(resolved)
 }
@@ -86,6 +202,10 @@ fn normalize(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
+    fn check_source(source: &Path) -> Result<PathBuf, MountError> {
+        super::check_source(source, &[])
+    }
+
     #[test]
     fn sources_are_checked() {
         let dir = tempfile::tempdir().unwrap();
@@ -121,5 +241,70 @@ mod tests {
             check_source(Path::new(&dotted)).is_ok(),
             "a `..` that stays inside is fine"
         );
+    }
+
+    fn refused(source: &Path, protected: &[Protected]) -> String {
+        match super::check_source(source, protected) {
+            Err(e) => e.to_string(),
+            Ok(p) => panic!("{} was accepted", p.display()),
+        }
+    }
+
+    #[test]
+    fn what_the_container_must_never_reach_is_refused_inside_equal_or_above() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let home = root.join("state");
+        let base = root.join("workspaces");
+        for d in [&home.join("run"), &base.join("other"), &root.join("docs")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let protected = protected_paths(&home, &base);
+        for (source, says) in [
+            (home.clone(), "is"),
+            (home.join("run"), "is inside"),
+            (root.clone(), "holds"),
+            (base.join("other"), "is inside"),
+            (PathBuf::from("/proc"), "is"),
+            (PathBuf::from("/proc/1"), "is inside"),
+            (PathBuf::from("/dev"), "is"),
+            (PathBuf::from("/sys/fs"), "is inside"),
+            (PathBuf::from("/home"), "is"),
+            (PathBuf::from("/run"), "holds"),
+            (PathBuf::from("/var"), "holds"),
+        ] {
+            if !source.exists() {
+                continue;
+            }
+            let e = refused(&source, &protected);
+            assert!(e.contains(says) && e.contains("must never reach"), "{e}");
+        }
+        assert_eq!(
+            super::check_source(&root.join("docs"), &protected).unwrap(),
+            root.join("docs"),
+            "a folder of its own is fine"
+        );
+    }
+
+    #[test]
+    fn a_folder_inside_a_users_home_is_fine_but_home_itself_is_not() {
+        let protected = protected_paths(Path::new("/nonexistent/h"), Path::new("/nonexistent/w"));
+        let inside_home = protected
+            .iter()
+            .find(|p| p.path == Path::new("/home"))
+            .unwrap();
+        assert!(!inside_home.inside_too);
+        assert!(refused(Path::new("/home"), &protected).contains("every user's home folder"));
+    }
+
+    #[test]
+    fn a_unix_socket_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().canonicalize().unwrap().join("s.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        assert!(matches!(
+            super::check_source(&path, &[]),
+            Err(MountError::Socket(_))
+        ));
     }
 }

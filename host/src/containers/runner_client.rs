@@ -100,6 +100,7 @@ pub struct TurnStream {
     // Kept open for the whole turn: dropping it tells the runner to stop.
     _write: tokio::net::unix::OwnedWriteHalf,
     finished: bool,
+    received: u64,
 }
 
 /// Starts a turn; read its events with [`TurnStream::next`].
@@ -112,10 +113,16 @@ pub async fn turn(
         reader: BufReader::new(read),
         _write: write,
         finished: false,
+        received: 0,
     })
 }
 
 impl TurnStream {
+    /// Bytes read from the runner so far.
+    pub fn received_bytes(&self) -> u64 {
+        self.received
+    }
+
     /// The next event; `Ok(None)` after the terminal event. A connection
     /// that ends before the terminal event is [`RunnerError::Closed`].
     pub async fn next(&mut self) -> Result<Option<pincer_runner_protocol::TurnEvent>, RunnerError> {
@@ -132,6 +139,7 @@ impl TurnStream {
             self.finished = true;
             return Err(RunnerError::Closed);
         }
+        self.received += line.len() as u64;
         let event = match pincer_runner_protocol::decode_line::<Response>(&line, max) {
             Ok(Response::Event(event)) => event,
             Ok(Response::Error { kind, message }) => pincer_runner_protocol::TurnEvent::Failed {

@@ -95,6 +95,10 @@ impl ContainerRuntime {
         &self.docker
     }
 
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
+    }
+
     /// This host instance's id (the `pincer.instance` label of its containers).
     pub fn instance(&self) -> &str {
         &self.instance
@@ -269,6 +273,7 @@ impl ContainerRuntime {
         request: ExecRequest,
     ) -> Result<(Ensured, ExecOutcome), ContainerError> {
         let ensured = self.ensure(spec).await?;
+        let program = request.argv.first().cloned().unwrap_or_default();
         let before = Counters::read(&ensured.id);
         let wait = Duration::from_millis(request.timeout_ms) + Duration::from_secs(5);
         let answer = runner_client::call(&runner_socket(spec), &Request::Exec(request), wait).await;
@@ -306,7 +311,17 @@ impl ContainerRuntime {
                     pids_limit_hits,
                 },
             )),
-            Ok(Response::Error { kind, message }) => Err(ContainerError::Exec { kind, message }),
+            Ok(Response::Error { kind, message }) => {
+                if kind == pincer_runner_protocol::ErrorKind::PermissionDenied {
+                    self.audit.record(
+                        &format!("workspace:{}", spec.workspace),
+                        Some(&spec.workspace),
+                        "container.exec_refused",
+                        &format!("{program:?}: {message}"),
+                    );
+                }
+                Err(ContainerError::Exec { kind, message })
+            }
             Ok(other) => Err(ContainerError::Runner(RunnerError::Protocol(format!(
                 "unexpected answer {other:?}"
             )))),
@@ -466,6 +481,12 @@ fn enforcement_mismatches(spec: &WorkspaceSpec, status: &Status) -> Vec<String> 
     let want = &spec.settings.runner;
     if status.uid == 0 {
         problems.push("the agent runner runs as root".to_string());
+    }
+    if !status.enforcement.io_uring_refused {
+        problems.push(
+            "io_uring is allowed in the container (its seccomp profile did not take effect)"
+                .to_string(),
+        );
     }
     if want.no_process_creation && !status.enforcement.exec_filter {
         problems

@@ -43,8 +43,9 @@ pub struct ContainerSettings {
     pub tmpfs: BTreeMap<String, String>,
     /// Every configured extra mount is read-only, whatever the config says.
     pub mounts_read_only: bool,
-    /// A full Docker seccomp profile; `None` = Docker's default profile.
-    pub seccomp_profile: Option<serde_json::Value>,
+    /// The full Docker seccomp profile, always pincer's own: Docker's default
+    /// changes with the engine's version (20.10's allows io_uring).
+    pub seccomp_profile: serde_json::Value,
     /// `no-new-privileges`, `seccomp=<inline json>`.
     pub security_opt: Vec<String>,
     pub runner: RunnerPolicy,
@@ -76,9 +77,7 @@ impl EffectivePolicy {
         if self.no_new_privileges.value {
             security_opt.push("no-new-privileges".to_owned());
         }
-        if let Some(profile) = &seccomp_profile {
-            security_opt.push(format!("seccomp={profile}"));
-        }
+        security_opt.push(format!("seccomp={seccomp_profile}"));
         ContainerSettings {
             network_mode: self.network.value.as_str().to_owned(),
             memory_bytes: memory,
@@ -107,14 +106,12 @@ impl EffectivePolicy {
         }
     }
 
-    /// The generated seccomp profile, or `None` when no group adds rules.
-    fn seccomp_profile(&self) -> Option<serde_json::Value> {
-        if !self.has_seccomp_rules() {
-            return None;
-        }
+    /// The generated seccomp profile: Docker's allow-list without io_uring,
+    /// plus the groups' rules.
+    fn seccomp_profile(&self) -> serde_json::Value {
         let profile = seccomp::profile(&self.seccomp_base, &self.requests());
         // plain strings and integers: serialising cannot fail
-        serde_json::to_value(profile).ok()
+        serde_json::to_value(profile).unwrap_or_default()
     }
 
     pub(crate) fn requests(&self) -> Requests<'_> {
@@ -182,16 +179,13 @@ pub fn enforcement_notes(policy: &EffectivePolicy) -> Vec<String> {
             options.value
         ));
     }
-    if policy.has_seccomp_rules() {
-        notes.push(
-            "seccomp: a generated profile (Docker's default allow-list plus the groups' rules) \
-             is passed inline in security_opt; runc installs it before the container's first \
-             execve, and it also applies to `docker exec`"
-                .to_owned(),
-        );
-    } else {
-        notes.push("seccomp: Docker's default profile".to_owned());
-    }
+    notes.push(
+        "seccomp: pincer's generated profile (Docker's default allow-list without io_uring, \
+         whatever the engine's version, plus the groups' rules) is passed inline in \
+         security_opt; runc installs it before the container's first execve, and it also \
+         applies to `docker exec`; the agent runner checks at start that io_uring is refused"
+            .to_owned(),
+    );
     if policy.has_seccomp_rules() {
         let mut parts = Vec::new();
         let mut from: Vec<String> = Vec::new();

@@ -256,14 +256,6 @@ fn setting_lines(p: &EffectivePolicy) -> Vec<SettingLine> {
 }
 
 fn seccomp_summary(p: &EffectivePolicy, rules: usize) -> SeccompSummary {
-    if !p.has_seccomp_rules() {
-        return SeccompSummary {
-            profile: "docker-default".to_owned(),
-            allowed_syscalls: 0,
-            rules: 0,
-            added: Vec::new(),
-        };
-    }
     let ruled =
         |name: &str| p.seccomp_deny.contains_key(name) || p.seccomp_enosys.contains_key(name);
     let allowed = p.seccomp_base.allow_names().filter(|n| !ruled(n)).count();
@@ -304,8 +296,7 @@ fn container_summary(p: &EffectivePolicy) -> ContainerSummary {
     let s = p.compile();
     let rules = s
         .seccomp_profile
-        .as_ref()
-        .and_then(|v| v.get("syscalls"))
+        .get("syscalls")
         .and_then(|v| v.as_array())
         .map_or(0, Vec::len);
     let security_opt = s
@@ -681,14 +672,10 @@ pub fn render_text(report: &PolicyReport) -> String {
     let seccomp = &c.seccomp;
     rows.push((
         "seccomp".to_owned(),
-        if seccomp.profile == "generated" {
-            format!(
-                "generated: {} syscalls allowed unconditionally, {} rules, default EPERM",
-                seccomp.allowed_syscalls, seccomp.rules
-            )
-        } else {
-            "Docker's default profile".to_owned()
-        },
+        format!(
+            "generated: {} syscalls allowed unconditionally (no io_uring), {} rules, default EPERM",
+            seccomp.allowed_syscalls, seccomp.rules
+        ),
     ));
     for rule in &seccomp.added {
         rows.push((

@@ -81,11 +81,14 @@ fn baseline_alone_compiles_to_the_defaults() {
     assert!(!s.mounts_read_only);
     assert_eq!(s.tmpfs.len(), 1);
     assert_eq!(s.tmpfs["/tmp"], "size=64m,noexec,nosuid,nodev");
-    assert_eq!(
-        s.seccomp_profile, None,
-        "no rules: Docker's default profile"
-    );
-    assert_eq!(s.security_opt, ["no-new-privileges"]);
+    // Always pincer's own profile: Docker 20.10's default allows io_uring.
+    check(&s.seccomp_profile, "io_uring_setup", 0, EPERM);
+    check(&s.seccomp_profile, "io_uring_enter", 0, EPERM);
+    check(&s.seccomp_profile, "io_uring_register", 0, EPERM);
+    check(&s.seccomp_profile, "read", 0, ALLOW);
+    assert_eq!(s.security_opt.len(), 2);
+    assert_eq!(s.security_opt[0], "no-new-privileges");
+    assert!(s.security_opt[1].starts_with("seccomp={"));
     assert_eq!(s.runner, RunnerPolicy::default());
     assert_eq!(s.allowed_skills, None);
     assert_eq!(s.allowed_mcp_servers, None);
@@ -95,7 +98,11 @@ fn baseline_alone_compiles_to_the_defaults() {
 fn no_internet_access_compiles_to_network_none() {
     let s = effective(&["no_internet_access"]).compile();
     assert_eq!(s.network_mode, "none");
-    assert_eq!(s.seccomp_profile, None);
+    assert_eq!(
+        s.seccomp_profile,
+        effective(&[]).compile().seccomp_profile,
+        "no seccomp rules of its own: the baseline's profile"
+    );
     assert_eq!(s.memory_bytes, 1 << 30, "everything else from the baseline");
 }
 
@@ -104,7 +111,7 @@ fn no_process_creation_compiles_to_seccomp_and_runner_filter() {
     let s = effective(&["no_process_creation"]).compile();
     assert!(s.runner.no_process_creation);
     assert_eq!(s.runner.allowed_executables, None);
-    let profile = s.seccomp_profile.as_ref().expect("a generated profile");
+    let profile = &s.seccomp_profile;
     assert_eq!(s.security_opt.len(), 2);
     assert_eq!(s.security_opt[0], "no-new-privileges");
     let inline = s.security_opt[1].strip_prefix("seccomp=").unwrap();
@@ -415,7 +422,7 @@ fn allow_lists_intersect() {
         p.seccomp_deny["memfd_create"],
         ["tools_a", "allowed_executables"]
     );
-    assert!(s.seccomp_profile.is_some());
+    check(&s.seccomp_profile, "memfd_create", 0, EPERM);
 }
 
 #[test]
@@ -531,10 +538,7 @@ fn a_group_defined_in_two_folders_is_an_error() {
 // ---- seccomp ----
 
 fn profile(names: &[&str]) -> Value {
-    effective(names)
-        .compile()
-        .seccomp_profile
-        .expect("a generated profile")
+    effective(names).compile().seccomp_profile
 }
 
 fn rules_for<'a>(profile: &'a Value, syscall: &str) -> Vec<&'a Value> {
@@ -651,8 +655,7 @@ fn generated_profile_keeps_docker_defaults_elsewhere() {
         .effective("main", &list)
         .unwrap()
         .compile()
-        .seccomp_profile
-        .unwrap();
+        .seccomp_profile;
     check(&p, "memfd_create", 0, EPERM);
     check(&p, "execveat", 0, ALLOW);
     check(&p, "fork", 0, ALLOW);
@@ -894,7 +897,11 @@ fn report_shows_mounts_reach_and_settings() {
             "backup → anthropic/claude-3-5-haiku-latest"
         ]
     );
-    assert_eq!(lethal.container.seccomp.profile, "docker-default");
+    assert_eq!(lethal.container.seccomp.profile, "generated");
+    assert!(
+        lethal.container.seccomp.added.is_empty(),
+        "no rules of its own"
+    );
 }
 
 #[test]
@@ -962,6 +969,7 @@ fn enforcement_notes_explain_each_restriction() {
     ));
     assert!(all.contains("cgroup limits"));
     let notes = enforcement_notes(&effective(&[])).join("\n");
-    assert!(notes.contains("seccomp: Docker's default profile"));
+    assert!(notes.contains("seccomp: pincer's generated profile"));
+    assert!(notes.contains("without io_uring"));
     assert!(notes.contains("network bridge: outbound connections are NOT restricted"));
 }

@@ -418,9 +418,16 @@ impl Agent {
         };
         let socket = containers::runtime::runner_socket(&spec);
         let deadline = Duration::from_secs(limits.turn_timeout_secs);
+        let bounds = RelayBounds {
+            workspace,
+            max_events: limits.max_turn_events,
+            max_bytes: limits.max_turn_stored_bytes,
+        };
         let streamed = tokio::time::timeout(
             deadline,
-            self.relay(&socket, request, session_id, turn_id, events, observe),
+            self.relay(
+                &socket, request, session_id, turn_id, &bounds, events, observe,
+            ),
         )
         .await;
         match streamed {
@@ -454,12 +461,15 @@ impl Agent {
     }
 
     /// Streams the runner's events: stores them, forwards them, observes.
+    /// The runner is inside the container, so what it sends is bounded.
+    #[allow(clippy::too_many_arguments)]
     async fn relay(
         &self,
         socket: &std::path::Path,
         request: TurnRequest,
         session_id: i64,
         turn_id: &str,
+        bounds: &RelayBounds<'_>,
         events: &(dyn Fn(AgentEvent) + Send + Sync),
         observe: &(dyn Fn(api::EventBody) + Send + Sync),
     ) -> Result<Outcome, RunnerGone> {
@@ -469,6 +479,7 @@ impl Agent {
             Err(e) => return Ok(fail(events, TurnErrorKind::Internal, e.to_string())),
         };
         let mut pending: HashMap<String, (String, String)> = HashMap::new();
+        let mut count: u64 = 0;
         loop {
             let event = match stream.next().await {
                 Ok(Some(event)) => event,
@@ -476,6 +487,17 @@ impl Agent {
                 Err(runner_client::RunnerError::Closed) => return Err(RunnerGone),
                 Err(e) => return Ok(fail(events, TurnErrorKind::Internal, e.to_string())),
             };
+            count += 1;
+            if let Some(message) = bounds.exceeded(count, stream.received_bytes()) {
+                self.runtime.audit().record(
+                    &format!("workspace:{}", bounds.workspace),
+                    Some(bounds.workspace),
+                    "turn.runner_flood",
+                    &message,
+                );
+                // Dropping the stream closes the connection: the runner stops.
+                return Ok(fail(events, TurnErrorKind::Internal, message));
+            }
             if let Err(e) = self.store(session_id, turn_id, &event, &mut pending, observe, &model) {
                 // The stored record is the source of truth: without it the
                 // turn must not go on.
@@ -614,6 +636,36 @@ enum Outcome {
 
 /// The runner's connection closed mid-turn (its container stopped).
 struct RunnerGone;
+
+/// How much one turn's runner may stream (`agent.max_turn_events`,
+/// `agent.max_turn_stored_bytes`).
+struct RelayBounds<'a> {
+    workspace: &'a str,
+    max_events: u64,
+    max_bytes: u64,
+}
+
+impl RelayBounds<'_> {
+    /// Why the turn must stop after `events` events of `bytes` bytes, if it must.
+    fn exceeded(&self, events: u64, bytes: u64) -> Option<String> {
+        let ws = self.workspace;
+        if events > self.max_events {
+            Some(format!(
+                "the agent runner sent more than {} events in one turn \
+                 (workspaces.{ws}.agent.max_turn_events); the turn was stopped",
+                self.max_events
+            ))
+        } else if bytes > self.max_bytes {
+            Some(format!(
+                "the agent runner sent more than {} bytes in one turn \
+                 (workspaces.{ws}.agent.max_turn_stored_bytes); the turn was stopped",
+                self.max_bytes
+            ))
+        } else {
+            None
+        }
+    }
+}
 
 fn fail(
     events: &(dyn Fn(AgentEvent) + Send + Sync),

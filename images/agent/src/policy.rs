@@ -147,6 +147,7 @@ impl Enforcer {
         }
         let enforcement = Enforcement {
             exec_filter: policy.no_process_creation,
+            io_uring_refused: io_uring_refused(),
             landlock_abi,
             allowed_executables: allowed.as_ref().map(|a| {
                 a.files
@@ -247,6 +248,24 @@ pub fn landlock_abi() -> Option<u32> {
         )
     };
     u32::try_from(version).ok().filter(|&v| v > 0)
+}
+
+/// Whether the kernel refuses io_uring here (the container's seccomp profile,
+/// or a kernel without it). io_uring submits I/O that seccomp cannot see, so
+/// the host refuses a container where it is allowed.
+pub fn io_uring_refused() -> bool {
+    // SAFETY: a NULL params pointer makes an allowed call fail with EFAULT
+    // before it creates anything; a refused one fails with EPERM or ENOSYS.
+    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, std::ptr::null::<u8>()) };
+    if fd >= 0 {
+        // SAFETY: the call just created this descriptor and nothing else has it.
+        unsafe { libc::close(fd as libc::c_int) };
+        return false;
+    }
+    matches!(
+        io::Error::last_os_error().raw_os_error(),
+        Some(libc::EPERM) | Some(libc::ENOSYS)
+    )
 }
 
 /// Each entry: absolute, an existing regular file (symlinks followed), whose

@@ -161,6 +161,10 @@ pub struct Enforcement {
     /// The runner's own seccomp filter denying `execve`/`execveat` (EPERM)
     /// is installed, for the runner and everything it starts.
     pub exec_filter: bool,
+    /// The kernel refuses `io_uring_setup` in the container (its seccomp
+    /// profile does; io_uring would submit I/O seccomp never sees).
+    #[serde(default)]
+    pub io_uring_refused: bool,
     /// The kernel's Landlock ABI version, when Landlock is available.
     pub landlock_abi: Option<u32>,
     /// The executables (canonical paths) every command is restricted to,
@@ -411,6 +415,7 @@ mod tests {
             version: "0.1.0".into(),
             enforcement: Enforcement {
                 exec_filter: true,
+                io_uring_refused: true,
                 landlock_abi: Some(7),
                 allowed_executables: Some(vec!["/bin/busybox".into()]),
             },
