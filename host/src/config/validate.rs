@@ -315,6 +315,9 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a>
             ));
         }
     }
+    if let Some(models) = &ws.models {
+        model_allowlist(cfg, name, ws, models)?;
+    }
     budget(name, &ws.budget)?;
     let mut targets = BTreeSet::new();
     for (i, mount) in ws.mounts.iter().enumerate() {
@@ -383,6 +386,61 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a>
                 item("channels", i),
                 format!("unknown channel `{channel}` (not defined under channels)"),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// `workspaces.NAME.models`: known aliases, listed once, holding `model`
+/// and every alias the router may fall back to from a listed one (so what
+/// the audit prints is all the gateway can call).
+fn model_allowlist<'a>(
+    cfg: &'a Config,
+    name: &'a str,
+    ws: &'a Workspace,
+    models: &'a [String],
+) -> Check<'a> {
+    let known = aliases(cfg);
+    let item = |i: usize| vec![Key("workspaces"), Key(name), Key("models"), Index(i)];
+    for (i, alias) in models.iter().enumerate() {
+        if !known.contains(alias.as_str()) {
+            let defined: Vec<&str> = known.iter().copied().collect();
+            return Err(at(
+                item(i),
+                format!(
+                    "unknown model alias `{alias}` (no gateway.model_list entry has this model_name; defined: {})",
+                    if defined.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        defined.join(", ")
+                    }
+                ),
+            ));
+        }
+        if models[..i].contains(alias) {
+            return Err(at(item(i), format!("`{alias}` is listed more than once")));
+        }
+    }
+    if let Some(model) = &ws.model
+        && !models.contains(model)
+    {
+        return Err(at(
+            vec![Key("workspaces"), Key(name), Key("models")],
+            format!(
+                "workspaces.{name}.models must contain the workspace's own model `{model}` (workspaces.{name}.model)"
+            ),
+        ));
+    }
+    for (i, alias) in models.iter().enumerate() {
+        for fallback in crate::policy::with_fallbacks(cfg, alias) {
+            if !models.contains(&fallback) {
+                return Err(at(
+                    item(i),
+                    format!(
+                        "`{alias}` falls back to `{fallback}` (gateway.fallbacks), which workspaces.{name}.models does not list: add `{fallback}` to the list or change gateway.fallbacks"
+                    ),
+                ));
+            }
         }
     }
     Ok(())

@@ -47,6 +47,7 @@ mod compile;
 mod error;
 mod group;
 mod merge;
+mod reach;
 mod report;
 mod seccomp;
 
@@ -61,9 +62,14 @@ pub use compile::{ContainerSettings, RunnerPolicy, enforcement_notes};
 pub use error::PolicyError;
 pub use group::NetworkMode;
 pub use merge::{BASELINE, EffectivePolicy, GroupInfo, Setting, SourcedSet};
+pub use reach::{
+    MEMORY, MEMORY_TOOLS, ModelReach, ModelsFrom, Reaches, SourceKind, ToolSource, WorkspaceReach,
+    with_fallbacks,
+};
 pub use report::{
-    ContainerSummary, MountLine, PolicyReport, Reach, ReachItem, ReportInput, SeccompRuleSummary,
-    SeccompSummary, SettingLine, Trifecta, WORKSPACE_TARGET, render_text, report,
+    ContainerSummary, ModelsLine, MountLine, PolicyReport, Reach, ReachItem, ReportInput,
+    SeccompRuleSummary, SeccompSummary, SettingLine, Trifecta, WORKSPACE_TARGET, render_text,
+    report,
 };
 
 use crate::config::PolicyEntry;
