@@ -171,7 +171,7 @@ async fn a_workspace_calls_only_its_model_aliases() {
     let cloud = FakeUpstream::spawn(Behaviour::answer("from the cloud")).await;
     let served = Served::start(
         &format!(
-            "gateway:\n  model_list:\n{}{}workspaces:\n  offline:\n    model: local\n    policies: [no_internet_access]\n  open: {{}}\n  picky:\n    models: [cloud]\n",
+            "gateway:\n  model_list:\n{}{}workspaces:\n  offline:\n    model: local\n    policies: [no_internet_access]\n  open: {{}}\n  picky:\n    model: cloud\n    models: [cloud]\n",
             deployment("local", "openai_compatible/local-model", &local),
             deployment("cloud", "openai_compatible/cloud-model", &cloud),
         ),
@@ -254,11 +254,11 @@ fn an_unknown_alias_in_models_is_a_config_error_with_its_position() {
     // reach past the list.
     sandbox.write(
         "pincer.yaml",
-        "gateway:\n  model_list:\n    - {model_name: local, litellm_params: {model: ollama/llama3.2}}\n    - {model_name: cloud, litellm_params: {model: openai/gpt-4o-mini}}\n  fallbacks: [{local: [cloud]}]\nworkspaces:\n  a:\n    models: [local]\n",
+        "gateway:\n  model_list:\n    - {model_name: local, litellm_params: {model: ollama/llama3.2}}\n    - {model_name: cloud, litellm_params: {model: openai/gpt-4o-mini}}\n  fallbacks: [{local: [cloud]}]\nworkspaces:\n  a:\n    model: local\n    models: [local]\n",
     );
     let err = support::fails(sandbox.pincer(&["--config", path, "config", "check"]));
     assert!(
-        err.contains("pincer.yaml:8:") && err.contains("falls back to `cloud`"),
+        err.contains("pincer.yaml:9:") && err.contains("falls back to `cloud`"),
         "{err}"
     );
 }
@@ -586,7 +586,7 @@ fn the_audit_and_the_gateway_agree_on_every_example_workspace() {
         ));
     }
     workspaces.push_str(&format!(
-        "  calc-only:\n    policies: [calc_only]\n    model: small\n{uses}  no-memory:\n    memory: {{enabled: false}}\n    models: [big]\n{uses}  execs:\n    policies: [{{allowed_executables: [/bin/busybox]}}]\n{uses}"
+        "  calc-only:\n    policies: [calc_only]\n    model: small\n{uses}  no-memory:\n    memory: {{enabled: false}}\n    model: big\n    models: [big]\n{uses}  execs:\n    policies: [{{allowed_executables: [/bin/busybox]}}]\n{uses}"
     ));
     let config = format!(
         "containers:\n  policy_dirs: [\"{}\"]\ngateway:\n  model_list:\n    - {{model_name: small, litellm_params: {{model: ollama/llama3.2}}}}\n    - {{model_name: big, litellm_params: {{model: \"openai/gpt-4o\", api_key: unused}}}}\n    - {{model_name: spare, litellm_params: {{model: ollama/qwen2.5}}}}\n  fallbacks: [{{small: [spare]}}]\nmcp_servers:\n  echoer:\n    {}\n    tools: [echo]\nskills:\n  skill-notes:\n    tools: [list]\nworkspaces:\n{workspaces}",

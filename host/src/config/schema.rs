@@ -208,7 +208,8 @@ pub struct Workspace {
     /// The model aliases this workspace may call through the gateway
     /// (aliases from `gateway.model_list`). Default (`None`): `model` and its
     /// fallbacks when `model` is set, every alias when it is not. When set,
-    /// it must contain `model` and every fallback of each listed alias.
+    /// it must contain `model` (or `default` when `model` is unset: turns
+    /// use that alias) and every fallback of each listed alias.
     pub models: Option<Vec<String>>,
     /// Policy groups: names, or the one-key mapping
     /// `{allowed_executables: [paths]}`.

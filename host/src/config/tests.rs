@@ -658,10 +658,18 @@ fn semantic_errors_have_positions() {
         &["must contain the workspace's own model `b`"],
     );
     assert_error(
-        &format!("{two}  fallbacks: [{{a: [b]}}]\nworkspaces:\n  dev:\n    models: [a]\n"),
-        8,
+        &format!(
+            "{two}  fallbacks: [{{a: [b]}}]\nworkspaces:\n  dev:\n    model: a\n    models: [a]\n"
+        ),
+        9,
         14,
         &["`a` falls back to `b`", "workspaces.dev.models"],
+    );
+    assert_error(
+        &format!("{two}workspaces:\n  dev:\n    models: [b]\n"),
+        7,
+        13,
+        &["turns use the alias `default`", "set workspaces.dev.model"],
     );
     assert_error(
         "workspaces:\n  dev:\n    models: [a]\n",

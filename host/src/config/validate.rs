@@ -421,14 +421,24 @@ fn model_allowlist<'a>(
             return Err(at(item(i), format!("`{alias}` is listed more than once")));
         }
     }
-    if let Some(model) = &ws.model
-        && !models.contains(model)
-    {
-        return Err(at(
-            vec![Key("workspaces"), Key(name), Key("models")],
+    // Turns use `model`, or the alias `default` when it is unset.
+    let (model, named) = match &ws.model {
+        Some(model) => (model.as_str(), true),
+        None => (crate::router::DEFAULT_MODEL_ALIAS, false),
+    };
+    if !models.iter().any(|m| m == model) {
+        let message = if named {
             format!(
                 "workspaces.{name}.models must contain the workspace's own model `{model}` (workspaces.{name}.model)"
-            ),
+            )
+        } else {
+            format!(
+                "workspaces.{name}.model is not set, so its turns use the alias `{model}`, which workspaces.{name}.models does not list: set workspaces.{name}.model to one of the listed aliases"
+            )
+        };
+        return Err(at(
+            vec![Key("workspaces"), Key(name), Key("models")],
+            message,
         ));
     }
     for (i, alias) in models.iter().enumerate() {
