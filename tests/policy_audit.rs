@@ -188,3 +188,33 @@ fn contradictory_user_groups_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn the_audit_prints_each_workspaces_models_and_where_the_list_comes_from() {
+    let (text, report) = audit("analyst");
+    assert_eq!(
+        report["reach"]["models"]["aliases"],
+        serde_json::json!(["local"])
+    );
+    assert_eq!(report["reach"]["models"]["from"], "explicit");
+    assert!(
+        text.contains("local (explicit: workspaces.analyst.models)"),
+        "{text}"
+    );
+    let (text, report) = audit("sandbox");
+    assert_eq!(report["reach"]["models"]["from"], "model_and_fallbacks");
+    assert!(
+        text.contains("local (default: workspaces.sandbox.model and its fallbacks"),
+        "{text}"
+    );
+    assert!(text.contains("skill-calc (tools: evaluate)"), "{text}");
+    let (text, report) = audit("researcher");
+    assert_eq!(
+        report["reach"]["models"]["aliases"],
+        serde_json::json!(["cloud", "local"])
+    );
+    assert!(
+        text.contains("cloud, local (default: every alias"),
+        "{text}"
+    );
+}

@@ -162,6 +162,9 @@ containers:
 workspaces:
   default:
     # model: default                # a model_name from gateway.model_list
+    # models: [default, backup]     # the aliases it may call through the gateway;
+    #                               # default: `model` and its fallbacks, or every
+    #                               # alias when `model` is unset (see `pincer policy audit`)
     policies: []                    # e.g. [no_internet_access]
     mounts: []                      # e.g. [{source: "~/notes", target: /notes, read_only: true}]
     mcp_servers: []                 # names from mcp_servers

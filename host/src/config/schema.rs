@@ -205,6 +205,12 @@ pub enum ContainerRuntime {
 pub struct Workspace {
     /// An alias from `gateway.model_list`; `None` = the gateway's default.
     pub model: Option<String>,
+    /// The model aliases this workspace may call through the gateway
+    /// (aliases from `gateway.model_list`). Default (`None`): `model` and its
+    /// fallbacks when `model` is set, every alias when it is not. When set,
+    /// it must contain `model` (or `default` when `model` is unset: turns
+    /// use that alias) and every fallback of each listed alias.
+    pub models: Option<Vec<String>>,
     /// Policy groups: names, or the one-key mapping
     /// `{allowed_executables: [paths]}`.
     pub policies: Vec<PolicyEntry>,

@@ -655,6 +655,46 @@ fn semantic_errors_have_positions() {
         16,
         &["unknown model alias `gpt`"],
     );
+    // workspace model allowlist
+    let two = "gateway:\n  model_list:\n    - {model_name: a, litellm_params: {model: m}}\n    - {model_name: b, litellm_params: {model: m}}\n";
+    assert_error(
+        &format!("{two}workspaces:\n  dev:\n    models: [a, gpt]\n"),
+        7,
+        17,
+        &["unknown model alias `gpt`", "defined: a, b"],
+    );
+    assert_error(
+        &format!("{two}workspaces:\n  dev:\n    models: [a, a]\n"),
+        7,
+        17,
+        &["`a` is listed more than once"],
+    );
+    assert_error(
+        &format!("{two}workspaces:\n  dev:\n    model: b\n    models: [a]\n"),
+        8,
+        13,
+        &["must contain the workspace's own model `b`"],
+    );
+    assert_error(
+        &format!(
+            "{two}  fallbacks: [{{a: [b]}}]\nworkspaces:\n  dev:\n    model: a\n    models: [a]\n"
+        ),
+        9,
+        14,
+        &["`a` falls back to `b`", "workspaces.dev.models"],
+    );
+    assert_error(
+        &format!("{two}workspaces:\n  dev:\n    models: [b]\n"),
+        7,
+        13,
+        &["turns use the alias `default`", "set workspaces.dev.model"],
+    );
+    assert_error(
+        "workspaces:\n  dev:\n    models: [a]\n",
+        3,
+        14,
+        &["unknown model alias `a`", "defined: none"],
+    );
     // limits
     assert_error(
         "plugins:\n  limits:\n    memory_mb: 0\n",
@@ -972,4 +1012,23 @@ fn memory_is_a_reserved_skill_and_mcp_server_name() {
     let cfg =
         parse("workspaces:\n  main: {skills: [memory-notes], memory: {enabled: false}}\n").unwrap();
     assert!(!cfg.workspaces["main"].memory.enabled);
+}
+
+/// `workspaces.NAME.models` is documented in the built-in file, and its
+/// example is valid with the example model list.
+#[test]
+fn default_config_documents_the_model_allowlist() {
+    assert!(
+        DEFAULT_CONFIG.contains("    # models: [default, backup]"),
+        "{DEFAULT_CONFIG}"
+    );
+    let cfg = parse(
+        "gateway:\n  model_list:\n    - {model_name: default, litellm_params: {model: m}}\n    - {model_name: backup, litellm_params: {model: m}}\n  fallbacks: [{default: [backup]}]\nworkspaces:\n  default:\n    model: default\n    models: [default, backup]\n  open: {}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.workspaces["default"].models.as_deref(),
+        Some(&["default".to_owned(), "backup".to_owned()][..])
+    );
+    assert_eq!(cfg.workspaces["open"].models, None);
 }

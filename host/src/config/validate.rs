@@ -334,6 +334,9 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a>
             ));
         }
     }
+    if let Some(models) = &ws.models {
+        model_allowlist(cfg, name, ws, models)?;
+    }
     budget(name, &ws.budget)?;
     let mut targets = BTreeSet::new();
     for (i, mount) in ws.mounts.iter().enumerate() {
@@ -402,6 +405,71 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a>
                 item("channels", i),
                 format!("unknown channel `{channel}` (not defined under channels)"),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// `workspaces.NAME.models`: known aliases, listed once, holding `model`
+/// and every alias the router may fall back to from a listed one (so what
+/// the audit prints is all the gateway can call).
+fn model_allowlist<'a>(
+    cfg: &'a Config,
+    name: &'a str,
+    ws: &'a Workspace,
+    models: &'a [String],
+) -> Check<'a> {
+    let known = aliases(cfg);
+    let item = |i: usize| vec![Key("workspaces"), Key(name), Key("models"), Index(i)];
+    for (i, alias) in models.iter().enumerate() {
+        if !known.contains(alias.as_str()) {
+            let defined: Vec<&str> = known.iter().copied().collect();
+            return Err(at(
+                item(i),
+                format!(
+                    "unknown model alias `{alias}` (no gateway.model_list entry has this model_name; defined: {})",
+                    if defined.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        defined.join(", ")
+                    }
+                ),
+            ));
+        }
+        if models[..i].contains(alias) {
+            return Err(at(item(i), format!("`{alias}` is listed more than once")));
+        }
+    }
+    // Turns use `model`, or the alias `default` when it is unset.
+    let (model, named) = match &ws.model {
+        Some(model) => (model.as_str(), true),
+        None => (crate::router::DEFAULT_MODEL_ALIAS, false),
+    };
+    if !models.iter().any(|m| m == model) {
+        let message = if named {
+            format!(
+                "workspaces.{name}.models must contain the workspace's own model `{model}` (workspaces.{name}.model)"
+            )
+        } else {
+            format!(
+                "workspaces.{name}.model is not set, so its turns use the alias `{model}`, which workspaces.{name}.models does not list: set workspaces.{name}.model to one of the listed aliases"
+            )
+        };
+        return Err(at(
+            vec![Key("workspaces"), Key(name), Key("models")],
+            message,
+        ));
+    }
+    for (i, alias) in models.iter().enumerate() {
+        for fallback in crate::policy::with_fallbacks(cfg, alias) {
+            if !models.contains(&fallback) {
+                return Err(at(
+                    item(i),
+                    format!(
+                        "`{alias}` falls back to `{fallback}` (gateway.fallbacks), which workspaces.{name}.models does not list: add `{fallback}` to the list or change gateway.fallbacks"
+                    ),
+                ));
+            }
         }
     }
     Ok(())

@@ -21,9 +21,12 @@
 //! Estimates: the completion part uses the request's `max_tokens` /
 //! `max_completion_tokens` (times `n`), or [`DEFAULT_MAX_COMPLETION_TOKENS`]
 //! when the request sets neither; the prompt part is a deliberately generous
-//! guess from the request text ([`estimate_prompt_tokens`]). A call can only
-//! overspend by the amount its actual usage exceeds its estimate, which the
-//! dispatcher can rule out by sending the reserved `max_tokens` upstream.
+//! guess from the request text ([`estimate_prompt_tokens`]). The dispatcher
+//! sends the reserved per-choice bound ([`completion_bound`]) upstream on
+//! every HTTP request (each provider adapter puts it in the field that
+//! provider honours: `gateway::llm::openai::upstream_body`,
+//! `gateway::llm::anthropic::request_from_openai`), so a response cannot
+//! use more completion tokens than were reserved.
 //!
 //! Models without a price: a workspace with a USD limit refuses them
 //! ([`BudgetError::Unpriced`], telling the user to add `gateway.prices`)
@@ -79,13 +82,8 @@ impl Estimate {
     /// request body: [`estimate_prompt_tokens`], and `max_completion_tokens`
     /// or `max_tokens` (default [`DEFAULT_MAX_COMPLETION_TOKENS`]) times `n`.
     pub fn for_request(request: &Value, price: Option<Price>) -> Self {
-        let max_tokens = ["max_completion_tokens", "max_tokens"]
-            .iter()
-            .find_map(|k| request.get(*k).and_then(Value::as_u64));
         let choices = request.get("n").and_then(Value::as_u64).unwrap_or(1).max(1);
-        let max = max_tokens
-            .unwrap_or(DEFAULT_MAX_COMPLETION_TOKENS)
-            .saturating_mul(choices);
+        let max = completion_bound(request).saturating_mul(choices);
         Self::new(estimate_prompt_tokens(request), Some(max), price)
     }
 
@@ -94,6 +92,29 @@ impl Estimate {
         self.prompt_tokens
             .saturating_add(self.max_completion_tokens)
     }
+}
+
+/// The request fields that bound completion tokens (OpenAI's current and
+/// legacy names).
+pub const COMPLETION_BOUND_FIELDS: [&str; 2] = ["max_completion_tokens", "max_tokens"];
+
+/// The completion tokens one choice of `request` may use, as reserved: the
+/// smaller of the client's `max_completion_tokens` and `max_tokens` (whole
+/// numbers only), or [`DEFAULT_MAX_COMPLETION_TOKENS`] when it sets neither.
+pub fn completion_bound(request: &Value) -> u64 {
+    match request {
+        Value::Object(body) => completion_bound_in(body),
+        _ => DEFAULT_MAX_COMPLETION_TOKENS,
+    }
+}
+
+/// [`completion_bound`] of a request body already taken apart.
+pub fn completion_bound_in(body: &serde_json::Map<String, Value>) -> u64 {
+    COMPLETION_BOUND_FIELDS
+        .iter()
+        .filter_map(|k| body.get(*k).and_then(Value::as_u64))
+        .min()
+        .unwrap_or(DEFAULT_MAX_COMPLETION_TOKENS)
 }
 
 /// A generous guess of a request's prompt tokens: one token per 4 ASCII

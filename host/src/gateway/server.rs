@@ -25,6 +25,7 @@ use super::keys::{KeyInfo, KeyStore};
 use super::llm::{self, ChatOutcome, LlmError, LlmRouter};
 use crate::audit::AuditLog;
 use crate::config::{Budget, Config};
+use crate::policy::{Reaches, WorkspaceReach};
 
 pub const DEPLOYMENT_HEADER: &str = "x-pincer-deployment";
 pub const CACHE_HEADER: &str = "x-pincer-cache";
@@ -39,6 +40,9 @@ pub struct Gateway {
     audit: Arc<AuditLog>,
     budgets: BTreeMap<String, Budget>,
     max_request_bytes: usize,
+    /// What each configured workspace may reach, computed once here and
+    /// shared with the MCP gateway; `pincer policy audit` prints the same.
+    reaches: Arc<Reaches>,
     mcp: Arc<super::mcp::McpGateway>,
 }
 
@@ -81,6 +85,7 @@ impl ApiError {
 fn error_type(status: u16) -> &'static str {
     match status {
         401 => "authentication_error",
+        403 => "permission_error",
         404 => "not_found_error",
         413 | 400 => "invalid_request_error",
         429 => "rate_limit_error",
@@ -109,7 +114,18 @@ pub fn workspace_socket(home: &Path, workspace: &str) -> std::path::PathBuf {
 impl Gateway {
     pub fn new(config: &Config, home: &Path, audit: Arc<AuditLog>) -> anyhow::Result<Self> {
         let database = home.join(crate::db::FILE_NAME);
-        let mcp = Arc::new(super::mcp::McpGateway::new(config, home, audit.clone()));
+        let reaches = Arc::new(Reaches::compute(config));
+        for (workspace, reach) in reaches.iter() {
+            if let Some(why) = &reach.unavailable {
+                tracing::error!(workspace = workspace.as_str(), "{why}");
+            }
+        }
+        let mcp = Arc::new(super::mcp::McpGateway::new(
+            config,
+            home,
+            audit.clone(),
+            reaches.clone(),
+        ));
         Ok(Self {
             router: LlmRouter::new(&config.gateway, llm::default_client()?)?.with_local(
                 llm::local::LocalSettings {
@@ -129,6 +145,7 @@ impl Gateway {
                 .collect(),
             max_request_bytes: usize::try_from(config.gateway.max_request_bytes)
                 .unwrap_or(usize::MAX),
+            reaches,
             mcp,
         })
     }
@@ -200,13 +217,41 @@ impl Gateway {
                 "no API key: send `Authorization: Bearer <key>` with a key from `pincer gateway keys create WORKSPACE`",
             ));
         };
-        self.keys.verify(token).ok_or_else(|| {
+        let key = self.keys.verify(token).ok_or_else(|| {
             ApiError::new(
                 401,
                 "invalid_api_key",
                 "the API key is not valid (unknown or revoked)",
             )
-        })
+        })?;
+        if self.reaches.get(&key.workspace).is_none() {
+            let workspace = &key.workspace;
+            let reason = format!(
+                "the API key belongs to workspace `{workspace}`, which is not in the configuration \
+                 (no workspaces.{workspace}): add the workspace back, or revoke the key with \
+                 `pincer gateway keys revoke {workspace} {}`",
+                key.name
+            );
+            self.audit
+                .record(&actor(&key), Some(workspace), "gateway.denied", &reason);
+            return Err(ApiError::new(403, "unconfigured_workspace", reason));
+        }
+        Ok(key)
+    }
+
+    /// The reach of an authenticated key's workspace ([`Self::authenticate`]
+    /// refuses keys of workspaces that are not configured).
+    fn reach(&self, key: &KeyInfo) -> Result<&WorkspaceReach, ApiError> {
+        self.reaches
+            .get(&key.workspace)
+            .map(|r| &**r)
+            .ok_or_else(|| {
+                ApiError::new(
+                    403,
+                    "unconfigured_workspace",
+                    format!("workspace `{}` is not in the configuration", key.workspace),
+                )
+            })
     }
 
     /// Authenticates, reads and parses the body as a JSON object.
@@ -263,14 +308,20 @@ impl Gateway {
             )
             .respond(dialect));
         }
+        let reach = self.reach(key).map_err(|e| e.respond(dialect))?;
         if !self.router.aliases().contains(&alias) {
             return Err(llm_error(
                 &LlmError::UnknownModel {
                     alias,
-                    known: self.router.aliases(),
+                    known: reach.models.aliases.clone(),
                 },
                 dialect,
             ));
+        }
+        if let Err(reason) = reach.model(&alias) {
+            self.audit
+                .record(&actor(key), Some(workspace), "gateway.denied", &reason);
+            return Err(ApiError::new(403, "model_not_allowed", reason).respond(dialect));
         }
         if let Some(cache) = &self.cache
             && ResponseCache::cacheable(&request)
@@ -430,13 +481,19 @@ fn actor(key: &KeyInfo) -> String {
 }
 
 async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    if let Err(e) = gateway.authenticate(&headers) {
-        return e.respond(Dialect::OpenAi);
-    }
-    let data: Vec<Value> = gateway
-        .router
-        .aliases()
-        .into_iter()
+    let reach = match gateway
+        .authenticate(&headers)
+        .and_then(|key| gateway.reach(&key).cloned())
+    {
+        Ok(reach) => reach,
+        Err(e) => return e.respond(Dialect::OpenAi),
+    };
+    let served = gateway.router.aliases();
+    let data: Vec<Value> = reach
+        .models
+        .aliases
+        .iter()
+        .filter(|alias| served.contains(alias))
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "pincer"}))
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()

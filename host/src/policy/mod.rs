@@ -33,7 +33,7 @@
 //! | `tmpfs` | by path: a listed group's options replace the baseline's; two listed groups with different options for one path contradict |
 //! | `seccomp.deny` (EPERM), `seccomp.enosys` (ENOSYS) | union; a syscall denied by one group and ENOSYS in another is a contradiction; `execve` cannot be listed (runc needs it to start the container) |
 //! | `allowed_executables` | intersection of the groups that set it; an empty intersection is a contradiction; a group setting it also denies `memfd_create` (EPERM), closing the exec-from-memory loophole of path rules |
-//! | `allowed_skills`, `allowed_mcp_servers` | intersection of the groups that set it (empty = none allowed); unset = no restriction |
+//! | `allowed_skills`, `allowed_mcp_servers` | intersection of the groups that set it (empty = none allowed); unset = no restriction; in `allowed_skills`, `memory` names the built-in memory tools |
 //!
 //! Listing a group twice or listing `baseline` is an error.
 //!
@@ -41,12 +41,16 @@
 //! ([`Setting::from`], [`SourcedSet`]). [`EffectivePolicy::compile`] turns it
 //! into [`ContainerSettings`]; when no group adds seccomp rules the profile is
 //! `None` (Docker's default applies), otherwise a full profile is generated
-//! (see `seccomp.rs`). [`report`] builds the audit of `pincer policy audit`.
+//! (see `seccomp.rs`). [`WorkspaceReach`] (`reach.rs`) is what a workspace
+//! may reach through the gateway, computed once per configuration load from
+//! the configuration and the effective policy; the gateway enforces it and
+//! [`report`] (the audit of `pincer policy audit`) prints it.
 
 mod compile;
 mod error;
 mod group;
 mod merge;
+mod reach;
 mod report;
 mod seccomp;
 
@@ -61,9 +65,14 @@ pub use compile::{ContainerSettings, RunnerPolicy, enforcement_notes};
 pub use error::PolicyError;
 pub use group::NetworkMode;
 pub use merge::{BASELINE, EffectivePolicy, GroupInfo, Setting, SourcedSet};
+pub use reach::{
+    MEMORY, MEMORY_TOOLS, ModelReach, ModelsFrom, Reaches, SourceKind, ToolSource, WorkspaceReach,
+    with_fallbacks,
+};
 pub use report::{
-    ContainerSummary, MountLine, PolicyReport, Reach, ReachItem, ReportInput, SeccompRuleSummary,
-    SeccompSummary, SettingLine, Trifecta, WORKSPACE_TARGET, render_text, report,
+    ContainerSummary, ModelsLine, MountLine, PolicyReport, Reach, ReachItem, ReportInput,
+    SeccompRuleSummary, SeccompSummary, SettingLine, Trifecta, WORKSPACE_TARGET, render_text,
+    report,
 };
 
 use crate::config::PolicyEntry;

@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::compile::{RunnerPolicy, enforcement_notes, list_or_none};
 use super::group::{NetworkMode, format_cpus, human_bytes};
 use super::merge::{BASELINE, EffectivePolicy, GroupInfo, Setting, SourcedSet};
+use super::reach::{ModelsFrom, ToolSource, WorkspaceReach};
 use super::seccomp::{ENOSYS, EPERM, THREAD_CLONE_MASK};
 use crate::audit::AuditEvent;
 use crate::config::{Config, McpServer, Workspace};
@@ -106,20 +107,43 @@ pub struct MountLine {
     pub mode: String,
 }
 
+/// What the workspace reaches: printed from the same [`WorkspaceReach`]
+/// the gateway enforces (`policy::reach`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Reach {
     pub network: String,
+    /// Set when the policy cannot be applied and nothing is reachable.
+    pub unavailable: Option<String>,
+    /// The built-in memory tools.
+    pub memory: ReachItem,
     pub skills: Vec<ReachItem>,
     pub mcp_servers: Vec<ReachItem>,
-    pub models: Vec<String>,
+    pub models: ModelsLine,
+    /// Outbound HTTP hosts per plugin (reserved for per-workspace plugin
+    /// grants; empty until they exist).
+    pub plugin_http: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReachItem {
     pub name: String,
-    /// False when the policy blocks it.
+    /// False when the configuration or the policy refuses it.
     pub reachable: bool,
+    /// The tools let through; empty = every tool the source offers.
+    pub tools: Vec<String>,
     pub note: String,
+}
+
+/// The model aliases the workspace may call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelsLine {
+    /// Sorted; exactly what the gateway serves on `/v1/models`.
+    pub aliases: Vec<String>,
+    /// `explicit` (workspaces.NAME.models), `model_and_fallbacks`,
+    /// `every_alias` (the defaults) or `unavailable`.
+    pub from: ModelsFrom,
+    /// Each alias with its deployments and fallbacks.
+    pub deployments: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -141,7 +165,8 @@ impl Trifecta {
 
 /// Builds the audit report of `policy` (denials left empty for the caller).
 pub fn report(policy: &EffectivePolicy, input: &ReportInput<'_>) -> PolicyReport {
-    let reach = reach(policy, input);
+    let computed = WorkspaceReach::compute(input.config, &policy.workspace, Ok(policy));
+    let reach = reach(policy, input, &computed);
     let trifecta = trifecta(policy, input, &reach);
     PolicyReport {
         workspace: policy.workspace.clone(),
@@ -357,27 +382,6 @@ fn mounts(p: &EffectivePolicy, input: &ReportInput<'_>) -> Vec<MountLine> {
     lines
 }
 
-fn allowed_by(list: &Option<Setting<Vec<String>>>, name: &str) -> bool {
-    list.as_ref()
-        .is_none_or(|s| s.value.iter().any(|n| n == name))
-}
-
-fn blocked_note(what: &str, list: &Option<Setting<Vec<String>>>) -> String {
-    let from = list.as_ref().map(|s| s.from.join(", ")).unwrap_or_default();
-    format!("blocked by policy ({what} from {from})")
-}
-
-/// `https://host` of a URL, never its path, query or credentials.
-fn url_origin(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(parsed) => match parsed.host_str() {
-            Some(host) => format!("{}://{host}", parsed.scheme()),
-            None => parsed.scheme().to_owned(),
-        },
-        Err(_) => "an unparsable URL".to_owned(),
-    }
-}
-
 fn mcp_kind(server: &McpServer) -> String {
     if let Some(url) = &server.url {
         format!("remote at {}", url_origin(url))
@@ -394,111 +398,107 @@ fn mcp_kind(server: &McpServer) -> String {
     }
 }
 
-fn reach(p: &EffectivePolicy, input: &ReportInput<'_>) -> Reach {
+/// `https://host` of a URL, never its path, query or credentials.
+fn url_origin(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(parsed) => match parsed.host_str() {
+            Some(host) => format!("{}://{host}", parsed.scheme()),
+            None => parsed.scheme().to_owned(),
+        },
+        Err(_) => "an unparsable URL".to_owned(),
+    }
+}
+
+fn item(source: &ToolSource, mut notes: Vec<String>) -> ReachItem {
+    if let Some(why) = &source.refused {
+        notes.insert(0, why.clone());
+    }
+    if !source.tools.is_empty() {
+        notes.push(format!("tools: {}", source.tools.join(", ")));
+    }
+    ReachItem {
+        name: source.name.clone(),
+        reachable: source.reachable(),
+        tools: source.tools.clone(),
+        note: notes.join("; "),
+    }
+}
+
+fn reach(p: &EffectivePolicy, input: &ReportInput<'_>, computed: &WorkspaceReach) -> Reach {
     let network = match p.network.value {
         NetworkMode::None => "none — only the gateway socket",
         NetworkMode::Bridge => "bridge — outbound internet allowed",
     }
     .to_owned();
-    let skills = input
-        .workspace
+    let skills = computed
         .skills
         .iter()
-        .map(|name| {
-            let reachable = allowed_by(&p.allowed_skills, name);
+        .map(|source| {
             let mut notes = Vec::new();
-            if !reachable {
-                notes.push(blocked_note("allowed_skills", &p.allowed_skills));
-            }
-            if input.egress_skills.contains(name) {
+            if input.egress_skills.contains(&source.name) {
                 notes.push("has the http capability".to_owned());
             }
-            if let Some(rules) = input.config.skills.get(name)
-                && !rules.tools.is_empty()
-            {
-                notes.push(format!("tools: {}", rules.tools.join(", ")));
-            }
-            ReachItem {
-                name: name.clone(),
-                reachable,
-                note: notes.join("; "),
-            }
+            item(source, notes)
         })
         .collect();
-    let mcp_servers = input
-        .workspace
+    let mcp_servers = computed
         .mcp_servers
         .iter()
-        .map(|name| {
-            let reachable = allowed_by(&p.allowed_mcp_servers, name);
-            let mut notes = Vec::new();
-            if !reachable {
-                notes.push(blocked_note("allowed_mcp_servers", &p.allowed_mcp_servers));
-            }
-            match input.config.mcp_servers.get(name) {
-                Some(server) => {
-                    notes.push(mcp_kind(server));
-                    if !server.tools.is_empty() {
-                        notes.push(format!("tools: {}", server.tools.join(", ")));
-                    }
-                }
-                None => notes.push("not defined under mcp_servers".to_owned()),
-            }
-            ReachItem {
-                name: name.clone(),
-                reachable,
-                note: notes.join("; "),
-            }
+        .map(|source| {
+            let notes = input
+                .config
+                .mcp_servers
+                .get(&source.name)
+                .map(|server| vec![mcp_kind(server)])
+                .unwrap_or_default();
+            item(source, notes)
         })
         .collect();
+    // The memory tools are fixed; their list is not a filter worth printing.
+    let mut memory = item(&computed.memory, Vec::new());
+    memory.tools = Vec::new();
+    memory.note = computed.memory.refused.clone().unwrap_or_default();
     Reach {
         network,
+        unavailable: computed.unavailable.clone(),
+        memory,
         skills,
         mcp_servers,
-        models: models(input),
+        models: ModelsLine {
+            aliases: computed.models.aliases.clone(),
+            from: computed.models.from,
+            deployments: deployments(input, &computed.models.aliases),
+        },
+        plugin_http: computed.plugin_http.clone(),
     }
 }
 
-/// The workspace's model alias, its deployments and its fallbacks.
-fn models(input: &ReportInput<'_>) -> Vec<String> {
+/// Each alias with its deployments and fallbacks.
+fn deployments(input: &ReportInput<'_>, aliases: &[String]) -> Vec<String> {
     let gateway = &input.config.gateway;
-    let Some(alias) = &input.workspace.model else {
-        return vec!["the gateway's default model".to_owned()];
-    };
-    let mut out = Vec::new();
-    let mut queue = vec![alias.clone()];
-    while let Some(alias) = queue.pop() {
-        if out
-            .iter()
-            .any(|line: &String| line.starts_with(&format!("{alias} ")))
-        {
-            continue;
-        }
-        let deployments: Vec<&str> = gateway
-            .model_list
-            .iter()
-            .filter(|d| d.model_name == alias)
-            .map(|d| d.litellm_params.model.as_str())
-            .collect();
-        let fallbacks: Vec<String> = gateway
-            .fallbacks
-            .iter()
-            .filter_map(|map| map.get(&alias))
-            .flatten()
-            .cloned()
-            .collect();
-        let mut text = format!("{alias} → {}", list_or_none(&strings(&deployments)));
-        if !fallbacks.is_empty() {
-            text.push_str(&format!(" (fallbacks: {})", fallbacks.join(", ")));
-        }
-        out.push(text);
-        // depth-first in listed order
-        queue.extend(fallbacks.into_iter().rev());
-        if out.len() > 64 {
-            break;
-        }
-    }
-    out
+    aliases
+        .iter()
+        .map(|alias| {
+            let deployments: Vec<&str> = gateway
+                .model_list
+                .iter()
+                .filter(|d| &d.model_name == alias)
+                .map(|d| d.litellm_params.model.as_str())
+                .collect();
+            let fallbacks: Vec<String> = gateway
+                .fallbacks
+                .iter()
+                .filter_map(|map| map.get(alias))
+                .flatten()
+                .cloned()
+                .collect();
+            let mut text = format!("{alias} → {}", list_or_none(&strings(&deployments)));
+            if !fallbacks.is_empty() {
+                text.push_str(&format!(" (fallbacks: {})", fallbacks.join(", ")));
+            }
+            text
+        })
+        .collect()
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -707,17 +707,48 @@ pub fn render_text(report: &PolicyReport) -> String {
             format!("{} ({state}{})", i.name, i.note)
         }
     };
-    let skills: Vec<String> = report.reach.skills.iter().map(item).collect();
-    let servers: Vec<String> = report.reach.mcp_servers.iter().map(item).collect();
-    table(
-        &mut out,
-        &[
-            ("network".to_owned(), report.reach.network.clone()),
-            ("skills".to_owned(), list_or_none(&skills)),
-            ("mcp servers".to_owned(), list_or_none(&servers)),
-            ("models".to_owned(), list_or_none(&report.reach.models)),
-        ],
-    );
+    let reach = &report.reach;
+    let skills: Vec<String> = reach.skills.iter().map(item).collect();
+    let servers: Vec<String> = reach.mcp_servers.iter().map(item).collect();
+    let models = &reach.models;
+    let models_from = match models.from {
+        ModelsFrom::Explicit => format!("explicit: workspaces.{}.models", report.workspace),
+        ModelsFrom::ModelAndFallbacks => format!(
+            "default: workspaces.{}.model and its fallbacks; set workspaces.{0}.models to change",
+            report.workspace
+        ),
+        ModelsFrom::EveryAlias => format!(
+            "default: every alias, no workspaces.{}.model; set workspaces.{0}.models to restrict",
+            report.workspace
+        ),
+        ModelsFrom::Unavailable => "none: the policy cannot be applied".to_owned(),
+    };
+    let mut rows = Vec::new();
+    if let Some(why) = &reach.unavailable {
+        rows.push(("NOTHING reachable".to_owned(), why.clone()));
+    }
+    rows.extend([
+        ("network".to_owned(), reach.network.clone()),
+        ("memory".to_owned(), item(&reach.memory)),
+        ("skills".to_owned(), list_or_none(&skills)),
+        ("mcp servers".to_owned(), list_or_none(&servers)),
+        (
+            "models".to_owned(),
+            format!("{} ({models_from})", list_or_none(&models.aliases)),
+        ),
+    ]);
+    for line in &models.deployments {
+        rows.push(("  model".to_owned(), line.clone()));
+    }
+    let http: Vec<String> = reach
+        .plugin_http
+        .iter()
+        .map(|(plugin, hosts)| format!("{plugin}: {}", list_or_none(hosts)))
+        .collect();
+    if !http.is_empty() {
+        rows.push(("plugin http".to_owned(), http.join("; ")));
+    }
+    table(&mut out, &rows);
 
     out.push_str("\nenforcement\n");
     for note in &report.enforcement {

@@ -818,11 +818,14 @@ fn trifecta_verdicts() {
     let report = audit(&cfg2, "isolated", &strict);
     assert_eq!(report.trifecta.verdict, "ok: no way out");
     assert!(!report.reach.skills[0].reachable);
+    let note = &report.reach.skills[0].note;
     assert!(
-        report.reach.skills[0]
-            .note
-            .contains("blocked by policy (allowed_skills from offline_tools)")
+        note.contains(
+            "allowed_skills (memory; from policy group offline_tools) does not list `web-search`"
+        ),
+        "{note}"
     );
+    assert!(report.reach.memory.reachable, "allowed_skills lists memory");
 
     let scratch = audit(&cfg, "scratch", &c).trifecta;
     assert_eq!(scratch.verdict, "ok: no private data, no untrusted input");
@@ -868,7 +871,9 @@ fn report_shows_mounts_reach_and_settings() {
         ]
     );
     assert_eq!(r.reach.network, "none — only the gateway socket");
-    assert_eq!(r.reach.models, ["the gateway's default model"]);
+    // No `model`: every alias, by default.
+    assert_eq!(r.reach.models.aliases, ["backup", "default"]);
+    assert_eq!(r.reach.models.from, ModelsFrom::EveryAlias);
     let network = r.settings.iter().find(|s| s.setting == "network").unwrap();
     assert_eq!(
         (network.value.as_str(), network.from.as_slice()),
@@ -891,12 +896,15 @@ fn report_shows_mounts_reach_and_settings() {
 
     let lethal = audit(&cfg, "lethal", &catalog());
     assert_eq!(
-        lethal.reach.models,
+        lethal.reach.models.deployments,
         [
-            "default → openai/gpt-4o-mini (fallbacks: backup)",
-            "backup → anthropic/claude-3-5-haiku-latest"
+            "backup → anthropic/claude-3-5-haiku-latest",
+            "default → openai/gpt-4o-mini (fallbacks: backup)"
         ]
     );
+    // `model: default`: it and its fallbacks, by default.
+    assert_eq!(lethal.reach.models.aliases, ["backup", "default"]);
+    assert_eq!(lethal.reach.models.from, ModelsFrom::ModelAndFallbacks);
     assert_eq!(lethal.container.seccomp.profile, "generated");
     assert!(
         lethal.container.seccomp.added.is_empty(),

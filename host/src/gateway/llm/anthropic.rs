@@ -12,7 +12,7 @@ use super::sse::SseEvent;
 use super::types::Usage;
 
 /// `max_tokens` is required by Anthropic; used when the client sets none.
-pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+pub const DEFAULT_MAX_TOKENS: u64 = crate::gateway::budget::DEFAULT_MAX_COMPLETION_TOKENS;
 
 /// The system instruction that stands in for OpenAI's JSON mode.
 pub const JSON_MODE_INSTRUCTION: &str =
@@ -196,11 +196,9 @@ pub(crate) fn request_from_openai(
 
     let mut out = Map::new();
     out.insert("model".into(), Value::String(upstream_model.to_owned()));
-    let max_tokens = body
-        .get("max_completion_tokens")
-        .or_else(|| body.get("max_tokens"))
-        .and_then(Value::as_u64)
-        .unwrap_or(DEFAULT_MAX_TOKENS);
+    // The bound the budget reserved (the smaller client value, else the
+    // default, which equals DEFAULT_MAX_TOKENS).
+    let max_tokens = crate::gateway::budget::completion_bound_in(body);
     out.insert("max_tokens".into(), max_tokens.into());
     let turns: Vec<Value> = turns
         .into_iter()

@@ -100,11 +100,31 @@ pub(crate) fn estimate_tokens(text: &str) -> u32 {
 }
 
 /// The body for an OpenAI-style upstream: the client's body with the
-/// upstream model name, and `stream_options.include_usage` so that streamed
-/// usage can be accounted.
-pub(crate) fn upstream_body(request: &ChatRequest, upstream_model: &str) -> Value {
+/// upstream model name, `stream_options.include_usage` so that streamed
+/// usage can be accounted, and the completion bound the budget reserved
+/// (`gateway::budget::completion_bound`: the smaller client value, else the
+/// default) always set, in the field the upstream honours: `max_completion_tokens` alone for
+/// OpenAI itself (`max_tokens` is deprecated there and refused by its
+/// reasoning models), `max_tokens` for every other OpenAI-compatible server
+/// (Ollama, vLLM, llama.cpp and LiteLLM all honour it; a client's
+/// `max_completion_tokens` is kept too).
+pub(crate) fn upstream_body(
+    request: &ChatRequest,
+    upstream_model: &str,
+    provider: super::provider::Provider,
+) -> Value {
     let mut body = request.body.clone();
     body.insert("model".into(), Value::String(upstream_model.to_owned()));
+    let bound = crate::gateway::budget::completion_bound_in(&request.body);
+    if provider == super::provider::Provider::OpenAi {
+        body.remove("max_tokens");
+        body.insert("max_completion_tokens".into(), bound.into());
+    } else {
+        body.insert("max_tokens".into(), bound.into());
+        if body.contains_key("max_completion_tokens") {
+            body.insert("max_completion_tokens".into(), bound.into());
+        }
+    }
     if request.stream {
         let options = body
             .entry("stream_options")
@@ -398,7 +418,11 @@ mod tests {
             "model": "alias", "messages": [{"role": "user", "content": "x"}], "stream": true
         }))
         .unwrap();
-        let body = upstream_body(&req, "gpt-4o");
+        let body = upstream_body(
+            &req,
+            "gpt-4o",
+            super::super::provider::Provider::OpenAiCompatible,
+        );
         assert_eq!(body["model"], "gpt-4o");
         assert_eq!(body["stream_options"]["include_usage"], true);
     }

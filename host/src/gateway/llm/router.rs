@@ -377,7 +377,7 @@ impl LlmRouter {
         };
         let openai_style = deployment.provider.is_openai_style();
         let body = if openai_style {
-            openai::upstream_body(request, &deployment.upstream_model)
+            openai::upstream_body(request, &deployment.upstream_model, deployment.provider)
         } else {
             anthropic::request_from_openai(request, &deployment.upstream_model)
                 .map_err(Failure::Fatal)?

@@ -1,19 +1,20 @@
-//! Who may call what: the pure part of the MCP gateway, from configuration
-//! alone. A tool is exposed as `<source>__<tool>` where the source is a skill
-//! or an MCP server the workspace lists and is allowed to use, or the
-//! built-in `memory` when the workspace's memory is enabled.
+//! Who may call what: the pure part of the MCP gateway. A tool is exposed
+//! as `<source>__<tool>` where the source is the built-in `memory`, a skill
+//! or an MCP server, exactly as the workspace's [`WorkspaceReach`] (computed
+//! once per configuration load, `crate::policy::reach`) says it may use.
 
-use crate::config::{Config, McpServer, Skill};
+use crate::config::{Config, McpServer};
+use crate::policy::{SourceKind, WorkspaceReach};
 
 /// Separates the source (skill or server) from the tool in exposed names.
 pub const SEPARATOR: &str = "__";
 
 /// The source name of the built-in memory tools. Configuration refuses a
-/// skill or MCP server of this name; [`sources`] skips one all the same.
-pub const MEMORY: &str = crate::memory::TOOL_NAMESPACE;
+/// skill or MCP server of this name; the reach skips one all the same.
+pub const MEMORY: &str = crate::policy::MEMORY;
 
 /// The built-in memory tools, without the `memory__` prefix.
-pub const MEMORY_TOOLS: [&str; 3] = ["memorize", "recall", "forget"];
+pub const MEMORY_TOOLS: [&str; 3] = crate::policy::MEMORY_TOOLS;
 
 /// Where a namespaced tool comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,63 +50,51 @@ impl Source {
     }
 }
 
-fn admits(allowed: &[String], workspace: &str) -> bool {
-    allowed.iter().any(|w| w == "*" || w == workspace)
+fn source(config: &Config, kind: SourceKind, name: &str, tools: &[String]) -> Option<Source> {
+    match kind {
+        SourceKind::Memory => Some(Source::Memory),
+        SourceKind::Skill => Some(Source::Skill {
+            name: name.to_owned(),
+            tools: tools.to_vec(),
+        }),
+        SourceKind::Server => config.mcp_servers.get(name).map(|server| Source::Server {
+            name: name.to_owned(),
+            server: McpServer {
+                tools: tools.to_vec(),
+                ..server.clone()
+            },
+        }),
+    }
 }
 
-/// Memory (when enabled), then every skill and MCP server `workspace` both
-/// lists and is allowed to use.
-pub fn sources(config: &Config, workspace: &str) -> Vec<Source> {
-    let Some(ws) = config.workspaces.get(workspace) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    if ws.memory.enabled {
-        out.push(Source::Memory);
-    }
-    for name in ws.skills.iter().filter(|n| *n != MEMORY) {
-        let rule = config
-            .skills
-            .get(name)
-            .cloned()
-            .unwrap_or_else(Skill::default);
-        if admits(&rule.allowed_workspaces, workspace) {
-            out.push(Source::Skill {
-                name: name.clone(),
-                tools: rule.tools,
-            });
-        }
-    }
-    for name in ws.mcp_servers.iter().filter(|n| *n != MEMORY) {
-        if let Some(server) = config.mcp_servers.get(name)
-            && admits(&server.allowed_workspaces, workspace)
-        {
-            out.push(Source::Server {
-                name: name.clone(),
-                server: server.clone(),
-            });
-        }
-    }
-    out
+/// Every source `reach` marks reachable: memory (when reachable), then the
+/// skills, then the MCP servers, each with the reach's tool filter.
+pub fn sources(config: &Config, reach: &WorkspaceReach) -> Vec<Source> {
+    reach
+        .reachable_sources()
+        .filter_map(|(kind, s)| source(config, kind, &s.name, &s.tools))
+        .collect()
 }
 
-/// Resolves an exposed tool name for `workspace`, or says why it is refused.
+/// Resolves an exposed tool name under `reach`, or says why it is refused
+/// (which configuration or policy key refuses it, and what to change).
 pub fn resolve(
     config: &Config,
-    workspace: &str,
+    reach: &WorkspaceReach,
     exposed: &str,
 ) -> Result<(Source, String), String> {
+    let workspace = &reach.workspace;
     let Some((prefix, tool)) = exposed.split_once(SEPARATOR) else {
         return Err(format!(
             "unknown tool `{exposed}`: tools are named `<server or skill>{SEPARATOR}<tool>`"
         ));
     };
-    let Some(source) = sources(config, workspace)
-        .into_iter()
-        .find(|s| s.name() == prefix)
-    else {
+    let (kind, reachable) = reach.source(prefix).map_err(|why| {
+        format!("tool `{exposed}` is not available to workspace `{workspace}`: {why}")
+    })?;
+    let Some(source) = source(config, kind, &reachable.name, &reachable.tools) else {
         return Err(format!(
-            "tool `{exposed}` is not available to workspace `{workspace}`: `{prefix}` is not a skill or MCP server this workspace may use"
+            "tool `{exposed}` is not available to workspace `{workspace}`: MCP server `{prefix}` is not defined under mcp_servers"
         ));
     };
     if source == Source::Memory && !source.allows_tool(tool) {
@@ -127,6 +116,15 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Skill;
+
+    fn reach(config: &Config, workspace: &str) -> WorkspaceReach {
+        let policy = crate::policy::PolicyCatalog::builtin()
+            .unwrap()
+            .effective(workspace, &[])
+            .map_err(|e| e.to_string());
+        WorkspaceReach::compute(config, workspace, policy.as_ref().map_err(Clone::clone))
+    }
 
     fn config() -> Config {
         let mut config = Config::default();
@@ -168,21 +166,21 @@ mod tests {
     #[test]
     fn a_workspace_sees_only_what_it_lists_and_is_allowed() {
         let config = config();
-        let names: Vec<String> = sources(&config, "main")
+        let names: Vec<String> = sources(&config, &reach(&config, "main"))
             .iter()
             .map(|s| s.name().to_string())
             .collect();
         assert_eq!(names, ["memory", "skill-calc", "files"]);
-        assert_eq!(sources(&config, "other"), [Source::Memory]);
-        assert!(sources(&config, "nobody").is_empty());
+        assert_eq!(sources(&config, &reach(&config, "other")), [Source::Memory]);
+        assert!(sources(&config, &reach(&config, "nobody")).is_empty());
     }
 
     #[test]
     fn memory_tools_exist_only_while_memory_is_enabled() {
         let mut config = config();
-        let (source, tool) = resolve(&config, "main", "memory__recall").unwrap();
+        let (source, tool) = resolve(&config, &reach(&config, "main"), "memory__recall").unwrap();
         assert_eq!((source, tool.as_str()), (Source::Memory, "recall"));
-        let unknown = resolve(&config, "main", "memory__drop_all").unwrap_err();
+        let unknown = resolve(&config, &reach(&config, "main"), "memory__drop_all").unwrap_err();
         assert!(
             unknown.contains("memory__memorize, memory__recall, memory__forget"),
             "{unknown}"
@@ -191,13 +189,13 @@ mod tests {
         if let Some(main) = config.workspaces.get_mut("main") {
             main.memory.enabled = false;
         }
-        assert!(!sources(&config, "main").contains(&Source::Memory));
-        let refused = resolve(&config, "main", "memory__recall").unwrap_err();
+        assert!(!sources(&config, &reach(&config, "main")).contains(&Source::Memory));
+        let refused = resolve(&config, &reach(&config, "main"), "memory__recall").unwrap_err();
         assert!(
             refused.contains("not available to workspace `main`"),
             "{refused}"
         );
-        assert!(resolve(&config, "other", "memory__recall").is_ok());
+        assert!(resolve(&config, &reach(&config, "other"), "memory__recall").is_ok());
     }
 
     #[test]
@@ -216,35 +214,37 @@ mod tests {
             ws.mcp_servers.push(MEMORY.into());
         }
         assert_eq!(
-            sources(&config, "other"),
+            sources(&config, &reach(&config, "other")),
             [Source::Memory],
             "only the built-in memory answers to `memory`"
         );
         assert_eq!(
-            resolve(&config, "other", "memory__recall").unwrap().0,
+            resolve(&config, &reach(&config, "other"), "memory__recall")
+                .unwrap()
+                .0,
             Source::Memory
         );
         if let Some(other) = config.workspaces.get_mut("other") {
             other.memory.enabled = false;
         }
-        assert!(sources(&config, "other").is_empty());
-        assert!(resolve(&config, "other", "memory__recall").is_err());
+        assert!(sources(&config, &reach(&config, "other")).is_empty());
+        assert!(resolve(&config, &reach(&config, "other"), "memory__recall").is_err());
     }
 
     #[test]
     fn resolve_applies_lists_and_filters() {
         let config = config();
-        let (source, tool) = resolve(&config, "main", "files__read").unwrap();
+        let (source, tool) = resolve(&config, &reach(&config, "main"), "files__read").unwrap();
         assert_eq!((source.name(), tool.as_str()), ("files", "read"));
-        assert!(resolve(&config, "main", "skill-calc__evaluate").is_ok());
+        assert!(resolve(&config, &reach(&config, "main"), "skill-calc__evaluate").is_ok());
         assert!(
-            resolve(&config, "main", "files__write")
+            resolve(&config, &reach(&config, "main"), "files__write")
                 .unwrap_err()
                 .contains("filtered")
         );
-        assert!(resolve(&config, "main", "locked__x").is_err());
-        assert!(resolve(&config, "main", "skill-notes__add").is_err());
-        assert!(resolve(&config, "other", "files__read").is_err());
-        assert!(resolve(&config, "main", "plain").is_err());
+        assert!(resolve(&config, &reach(&config, "main"), "locked__x").is_err());
+        assert!(resolve(&config, &reach(&config, "main"), "skill-notes__add").is_err());
+        assert!(resolve(&config, &reach(&config, "other"), "files__read").is_err());
+        assert!(resolve(&config, &reach(&config, "main"), "plain").is_err());
     }
 }

@@ -35,6 +35,7 @@ use self::skills::Skills;
 use self::upstream::Upstreams;
 use crate::audit::AuditLog;
 use crate::config::Config;
+use crate::policy::{Reaches, WorkspaceReach};
 
 /// The workspace a request was authenticated for, put into the request's
 /// extensions by the gateway's auth layer.
@@ -43,9 +44,12 @@ pub struct Caller {
     pub workspace: String,
 }
 
-/// Shared by every MCP request: configuration, skills and server connections.
+/// Shared by every MCP request: configuration, each workspace's reach
+/// (computed once, by [`crate::gateway::Gateway::new`]), skills and server
+/// connections.
 pub struct McpGateway {
     config: Arc<Config>,
+    reaches: Arc<Reaches>,
     skills: Skills,
     upstreams: Upstreams,
     memory: MemoryTools,
@@ -53,9 +57,10 @@ pub struct McpGateway {
 }
 
 impl McpGateway {
-    pub fn new(config: &Config, home: &Path, audit: Arc<AuditLog>) -> Self {
+    pub fn new(config: &Config, home: &Path, audit: Arc<AuditLog>, reaches: Arc<Reaches>) -> Self {
         Self {
             config: Arc::new(config.clone()),
+            reaches,
             skills: Skills::new(config, home),
             upstreams: Upstreams::new(&config.mcp_servers),
             memory: MemoryTools::new(home.to_path_buf()),
@@ -93,10 +98,21 @@ impl McpGateway {
             ))
     }
 
+    fn reach(&self, workspace: &str) -> Result<&WorkspaceReach, String> {
+        self.reaches.get(workspace).map(|r| &**r).ok_or_else(|| {
+            format!(
+                "workspace `{workspace}` is not in the configuration (workspaces.{workspace}): it reaches nothing"
+            )
+        })
+    }
+
     /// Every tool `workspace` may call, namespaced.
     async fn list(&self, workspace: &str) -> Vec<Tool> {
         let mut out = Vec::new();
-        for source in acl::sources(&self.config, workspace) {
+        let Ok(reach) = self.reach(workspace) else {
+            return out;
+        };
+        for source in acl::sources(&self.config, reach) {
             let listed = match &source {
                 Source::Skill { name, .. } => self.skills.tools(name).await,
                 Source::Server { name, server } => self.upstreams.list_tools(name, server).await,
@@ -123,7 +139,10 @@ impl McpGateway {
     ) -> Result<CallToolResult, ErrorData> {
         let actor = format!("workspace:{workspace}");
         let exposed = request.name.to_string();
-        let (source, tool) = match acl::resolve(&self.config, workspace, &exposed) {
+        let resolved = self
+            .reach(workspace)
+            .and_then(|reach| acl::resolve(&self.config, reach, &exposed));
+        let (source, tool) = match resolved {
             Ok(resolved) => resolved,
             Err(reason) => {
                 self.audit

@@ -150,7 +150,9 @@ async fn messages_endpoint_over_an_openai_provider() {
         sent["messages"][0],
         json!({"role": "system", "content": "Speak French."})
     );
-    assert_eq!(sent["max_tokens"], 50);
+    // OpenAI gets the bound as `max_completion_tokens` (its current field).
+    assert_eq!(sent["max_completion_tokens"], 50);
+    assert!(sent.get("max_tokens").is_none(), "{sent}");
 
     let mut streaming = anthropic_req;
     streaming["stream"] = Value::Bool(true);
