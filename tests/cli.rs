@@ -537,7 +537,10 @@ fn a_plugin_cannot_take_a_builtin_name_without_replace() {
         "--replace",
         impostor.to_str().unwrap(),
     ]));
-    assert!(out.contains("replaced: the built-in `skill-notes`"), "{out}");
+    assert!(
+        out.contains("replaced: the built-in `skill-notes`"),
+        "{out}"
+    );
     assert!(out.contains("state:"), "{out}");
     let replaced = audit_kinds(&sandbox, "plugin.replaced");
     assert!(
@@ -574,7 +577,8 @@ fn skill_invoke_uses_the_named_workspaces_state() {
     assert!(alice.contains("diary"), "{alice}");
     let err = fails(invoke(None, "list", "{}"));
     assert!(
-        err.contains("several workspaces are configured (alice, bob)") && err.contains("--workspace"),
+        err.contains("several workspaces are configured (alice, bob)")
+            && err.contains("--workspace"),
         "{err}"
     );
     let err = fails(invoke(Some("carol"), "list", "{}"));
@@ -602,9 +606,9 @@ fn plugin_capability_denials_are_audited_for_the_workspace() {
         ]));
         assert!(out.contains("\"denied\": true"), "{out}");
     }
-    let audit: Value = serde_json::from_str(&ok(sandbox.pincer(&[
-        "--config", config, "policy", "audit", "w", "--json",
-    ])))
+    let audit: Value = serde_json::from_str(&ok(
+        sandbox.pincer(&["--config", config, "policy", "audit", "w", "--json"])
+    ))
     .unwrap();
     let denials: Vec<String> = audit["denials"]
         .as_array()
@@ -614,6 +618,12 @@ fn plugin_capability_denials_are_audited_for_the_workspace() {
         .filter_map(|e| e["detail"].as_str().map(str::to_string))
         .collect();
     assert!(denials.iter().any(|d| d.starts_with("kv ")), "{denials:?}");
-    assert!(denials.iter().any(|d| d.starts_with("http ")), "{denials:?}");
-    assert!(denials.iter().all(|d| !d.contains("secretpw")), "{denials:?}");
+    assert!(
+        denials.iter().any(|d| d.starts_with("http ")),
+        "{denials:?}"
+    );
+    assert!(
+        denials.iter().all(|d| !d.contains("secretpw")),
+        "{denials:?}"
+    );
 }

@@ -821,7 +821,11 @@ async fn names_resolving_to_private_addresses_are_refused() {
     .await
     .unwrap_err();
     assert!(matches!(&err, ToolError::Denied(_)), "{err:?}");
-    assert_eq!(hits.load(Ordering::SeqCst), 0, "a non-default port was reached");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "a non-default port was reached"
+    );
 
     // Named literally (`127.0.0.1:*` in the grant), it is reached.
     let granted = load_granted(
@@ -849,9 +853,14 @@ async fn names_resolving_to_private_addresses_are_refused() {
     )
     .await
     .unwrap_err();
-    let records = host.audit().recent(Some("plugin:undeclared-http"), 20).unwrap();
+    let records = host
+        .audit()
+        .recent(Some("plugin:undeclared-http"), 20)
+        .unwrap();
     assert!(
-        records.iter().any(|e| e.detail.contains("elsewhere.invalid")),
+        records
+            .iter()
+            .any(|e| e.detail.contains("elsewhere.invalid")),
         "{records:?}"
     );
     assert!(
@@ -875,9 +884,14 @@ async fn kv_and_data_are_per_workspace() {
     let bob = host
         .rescope(&template, &Scope::workspace("bob"), reach)
         .unwrap();
-    invoke(&host, &alice, "put", json!({"key": "diary", "text": "secret"}))
-        .await
-        .unwrap();
+    invoke(
+        &host,
+        &alice,
+        "put",
+        json!({"key": "diary", "text": "secret"}),
+    )
+    .await
+    .unwrap();
     let listed = invoke(&host, &bob, "list", json!({})).await.unwrap();
     assert!(!listed.to_string().contains("diary"), "{listed}");
     let mine = invoke(&host, &alice, "list", json!({})).await.unwrap();
@@ -893,7 +907,11 @@ async fn kv_and_data_are_per_workspace() {
     invoke(&host, &a, "fill", json!({"file": "f", "mb": 1}))
         .await
         .unwrap();
-    assert!(invoke(&host, &b, "size", json!({"file": "f"})).await.is_err());
+    assert!(
+        invoke(&host, &b, "size", json!({"file": "f"}))
+            .await
+            .is_err()
+    );
     assert_eq!(
         a.data_dir().unwrap(),
         dir.path().join("plugin-data/workspace.alice/hostile-io")
@@ -923,9 +941,14 @@ async fn state_in_the_old_layout_goes_to_the_default_workspace() {
         let probe = tempfile::tempdir().unwrap();
         let fresh = host(probe.path());
         let notes = load(&fresh, "skill-notes", json!({}));
-        invoke(&fresh, &notes, "put", json!({"key": "old", "text": "from before"}))
-            .await
-            .unwrap();
+        invoke(
+            &fresh,
+            &notes,
+            "put",
+            json!({"key": "old", "text": "from before"}),
+        )
+        .await
+        .unwrap();
         let probe_db = rusqlite::Connection::open(probe.path().join("pincer.db")).unwrap();
         let (key, value): (String, Vec<u8>) = probe_db
             .query_row("SELECT key, value FROM plugin_kv", [], |r| {
@@ -955,7 +978,11 @@ async fn state_in_the_old_layout_goes_to_the_default_workspace() {
             HttpReach::manifest_only(&template.manifest),
         )
         .unwrap();
-    assert!(invoke(&host, &bob, "get", json!({"key": "old"})).await.is_err());
+    assert!(
+        invoke(&host, &bob, "get", json!({"key": "old"}))
+            .await
+            .is_err()
+    );
     assert_eq!(
         std::fs::read_to_string(
             dir.path()
@@ -1010,7 +1037,9 @@ async fn data_writes_past_the_quota_fail_and_keep_what_was_written() {
         .unwrap();
     assert_eq!(second["written_mb"], 1, "{second}");
     assert!(!second["error"].is_null(), "{second}");
-    let kept = invoke(&host, &io, "size", json!({"file": "a"})).await.unwrap();
+    let kept = invoke(&host, &io, "size", json!({"file": "a"}))
+        .await
+        .unwrap();
     assert_eq!(kept["bytes"], 2 << 20);
     let total = pincer::plugins::capabilities::data::usage(
         &dir.path().join("plugin-data/workspace.default/hostile-io"),
@@ -1068,15 +1097,12 @@ async fn capability_denials_and_hostcall_floods_are_audited() {
         .skill_invoke(&io, "flood", r#"{"mb": 40}"#)
         .await
         .unwrap_err();
-    assert!(
-        matches!(flood, PluginError::HostcallFuel { .. }),
-        "{flood}"
-    );
+    assert!(matches!(flood, PluginError::HostcallFuel { .. }), "{flood}");
     let records = host.audit().recent(Some("plugin:hostile-io"), 10).unwrap();
     let has = |kind: &str, needle: &str| {
-        records
-            .iter()
-            .any(|e| e.kind == kind && e.detail.contains(needle) && e.workspace.as_deref() == Some("w"))
+        records.iter().any(|e| {
+            e.kind == kind && e.detail.contains(needle) && e.workspace.as_deref() == Some("w")
+        })
     };
     assert!(has("plugin.denied", "kv"), "{records:?}");
     assert!(has("plugin.denied", "http"), "{records:?}");

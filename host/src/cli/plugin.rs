@@ -207,7 +207,12 @@ fn install(ctx: &Context, path: &Path, replace: bool) -> anyhow::Result<()> {
     let installed = installed_dir
         .join(catalog::MANIFEST_FILE)
         .is_file()
-        .then(|| PluginPackage::read(&installed_dir, PluginSource::Installed(installed_dir.clone())))
+        .then(|| {
+            PluginPackage::read(
+                &installed_dir,
+                PluginSource::Installed(installed_dir.clone()),
+            )
+        })
         .and_then(Result::ok);
     let current = installed.as_ref().or(builtin.as_ref());
     let replaced = current

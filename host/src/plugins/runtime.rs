@@ -148,7 +148,12 @@ impl PluginHost {
                 migrated.rows
             );
             tracing::warn!("{what}");
-            audit.record("pincer", Some(LEGACY_WORKSPACE), "plugin.state_migrated", &what);
+            audit.record(
+                "pincer",
+                Some(LEGACY_WORKSPACE),
+                "plugin.state_migrated",
+                &what,
+            );
         }
         let moved = migrate_data_dirs(&paths.data_root, &legacy)?;
         if !moved.is_empty() {
@@ -158,7 +163,12 @@ impl PluginHost {
                 paths.data_root.join(legacy.dir_name()).display()
             );
             tracing::warn!("{what}");
-            audit.record("pincer", Some(LEGACY_WORKSPACE), "plugin.state_migrated", &what);
+            audit.record(
+                "pincer",
+                Some(LEGACY_WORKSPACE),
+                "plugin.state_migrated",
+                &what,
+            );
         }
         Ok(Self {
             engine,
@@ -279,7 +289,8 @@ impl PluginHost {
         reach: HttpReach,
     ) -> Result<Arc<LoadedPlugin>, PluginError> {
         let config = plugin.grants.config.clone();
-        let grants = Arc::new(self.grants(&plugin.manifest, &config, plugin.limits, scope, reach)?);
+        let grants =
+            Arc::new(self.grants(&plugin.manifest, &config, plugin.limits, scope, reach)?);
         Ok(Arc::new(LoadedPlugin {
             manifest: plugin.manifest.clone(),
             sha256: plugin.sha256.clone(),
@@ -374,12 +385,9 @@ impl PluginHost {
                 })?,
             )
         };
-        let data_dir = caps.data_dir.then(|| {
-            self.paths
-                .data_root
-                .join(scope.dir_name())
-                .join(&name)
-        });
+        let data_dir = caps
+            .data_dir
+            .then(|| self.paths.data_root.join(scope.dir_name()).join(&name));
         let data_quota = data_dir
             .as_ref()
             .map(|dir| Arc::new(DataQuota::new(dir.clone(), limits.data_quota_bytes)));
@@ -702,10 +710,10 @@ fn classify(plugin: &LoadedPlugin, state: &PluginState, error: wasmtime::Error) 
     if error.is::<wasmtime::PoolConcurrencyLimitError>() {
         return PluginError::Busy { plugin: name };
     }
-    if error
-        .chain()
-        .any(|e| e.to_string().contains("fuel allocated for hostcalls has been exhausted"))
-    {
+    if error.chain().any(|e| {
+        e.to_string()
+            .contains("fuel allocated for hostcalls has been exhausted")
+    }) {
         return PluginError::HostcallFuel {
             plugin: name,
             limit_mb: (HOSTCALL_FUEL >> 20) as u64,

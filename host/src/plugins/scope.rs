@@ -93,7 +93,9 @@ impl HttpReach {
     }
 
     fn patterns(list: &[String]) -> Vec<HostPattern> {
-        list.iter().filter_map(|p| HostPattern::parse(p).ok()).collect()
+        list.iter()
+            .filter_map(|p| HostPattern::parse(p).ok())
+            .collect()
     }
 
     /// Whether a URL with `host` (lower-case, IPv6 bracketed) and `port`
@@ -123,8 +125,7 @@ impl HttpReach {
             None => named(&self.manifest),
             Some(g) => named(g),
         };
-        by_config
-            || self.operator_addresses.iter().any(|a| canonical(*a) == ip)
+        by_config || self.operator_addresses.iter().any(|a| canonical(*a) == ip)
     }
 
     /// The effective destinations, for `pincer policy audit`: the manifest's
@@ -220,7 +221,10 @@ mod tests {
 
     #[test]
     fn reach_is_the_manifest_within_the_grant() {
-        let r = reach(&["api.example.com", "*.slack.com"], Some(&["hooks.slack.com"]));
+        let r = reach(
+            &["api.example.com", "*.slack.com"],
+            Some(&["hooks.slack.com"]),
+        );
         assert!(r.allows("hooks.slack.com", 443, 443));
         assert!(!r.allows("api.example.com", 443, 443));
         assert!(!r.allows("other.slack.com", 443, 443));

@@ -265,9 +265,8 @@ impl reqwest::dns::Resolve for CheckedResolver {
         let on_denied = self.on_denied.clone();
         let host = name.as_str().to_string();
         Box::pin(async move {
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let (kept, refused): (Vec<SocketAddr>, Vec<SocketAddr>) = found
                 .into_iter()
                 .partition(|a| address_allowed(&reach, a.ip()));

@@ -91,8 +91,8 @@ impl KvStore {
     /// The owners (`workspace:NAME`, `channel:NAME`) holding entries of `plugin`.
     pub fn owners_of(&self, plugin: &str) -> Result<Vec<String>, KvError> {
         self.with_conn(|conn| {
-            let mut stmt =
-                conn.prepare("SELECT DISTINCT owner FROM plugin_kv WHERE plugin = ?1 ORDER BY owner")?;
+            let mut stmt = conn
+                .prepare("SELECT DISTINCT owner FROM plugin_kv WHERE plugin = ?1 ORDER BY owner")?;
             let owners = stmt
                 .query_map(params![plugin], |r| r.get(0))?
                 .collect::<Result<Vec<String>, _>>()?;
@@ -141,9 +141,7 @@ fn migrate(conn: &mut Connection, legacy_owner: &str) -> rusqlite::Result<Migrat
          SELECT ?1, plugin, key, value, version, expires_at_ms FROM plugin_kv",
         params![legacy_owner],
     )?;
-    tx.execute_batch(
-        "DROP TABLE plugin_kv; ALTER TABLE plugin_kv_scoped RENAME TO plugin_kv;",
-    )?;
+    tx.execute_batch("DROP TABLE plugin_kv; ALTER TABLE plugin_kv_scoped RENAME TO plugin_kv;")?;
     tx.commit()?;
     Ok(Migrated { rows })
 }
@@ -224,7 +222,9 @@ impl KvNamespace {
                 "SELECT value, version, expires_at_ms FROM plugin_kv
                  WHERE owner = ?1 AND plugin = ?2 AND key = ?3",
             )?
-            .query_row(params![self.owner, self.plugin, key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_row(params![self.owner, self.plugin, key], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
             .optional()?;
         match row {
             Some((_, _, Some(expires))) if expires <= now_ms() => {
@@ -261,7 +261,9 @@ impl KvNamespace {
                 "SELECT count(*), coalesce(sum(length(value)), 0) FROM plugin_kv
                  WHERE owner = ?1 AND plugin = ?2",
             )?
-            .query_row(params![self.owner, self.plugin], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            .query_row(params![self.owner, self.plugin], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
         let replaced = current.map_or(0, |e| e.value.len() as i64);
         if current.is_none() && keys >= MAX_KEYS {
             return Err(KvError::QuotaExceeded(format!(
@@ -349,7 +351,10 @@ mod tests {
             .unwrap();
         assert_eq!((entry.value.as_slice(), entry.version), (&b"hi"[..], 3));
         assert_eq!(
-            store.namespace("workspace:bob", "skill-notes").get("note:a").unwrap(),
+            store
+                .namespace("workspace:bob", "skill-notes")
+                .get("note:a")
+                .unwrap(),
             None
         );
         drop(store);

@@ -39,7 +39,11 @@ impl Guest for HostileIo {
                 "The size of /data/`file` in bytes.",
                 r#"{"type":"object","properties":{"file":{"type":"string"}},"required":["file"]}"#,
             ),
-            spec("kv", "Sets a kv key (no kv capability).", r#"{"type":"object"}"#),
+            spec(
+                "kv",
+                "Sets a kv key (no kv capability).",
+                r#"{"type":"object"}"#,
+            ),
             spec(
                 "fetch",
                 "GETs `url` (no http capability).",
