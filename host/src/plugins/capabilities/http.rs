@@ -368,3 +368,43 @@ fn transport_error(e: reqwest::Error) -> HttpError {
         HttpError::Transport(e.without_url().to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(ip: &str) -> Option<&'static str> {
+        address_class(ip.parse().unwrap())
+    }
+
+    #[test]
+    fn non_public_addresses_are_told_apart_in_every_spelling() {
+        for (ip, want) in [
+            ("127.0.0.1", Some("loopback")),
+            ("::1", Some("loopback")),
+            ("::ffff:127.0.0.1", Some("loopback")),
+            ("169.254.169.254", Some("link-local")),
+            ("::ffff:169.254.169.254", Some("link-local")),
+            ("fe80::1", Some("link-local")),
+            ("10.1.2.3", Some("private")),
+            ("172.16.0.1", Some("private")),
+            ("192.168.1.1", Some("private")),
+            ("100.64.0.1", Some("private")),
+            ("fd00::1", Some("unique-local")),
+            ("0.0.0.0", Some("unspecified")),
+            ("::", Some("unspecified")),
+            ("224.0.0.1", Some("multicast or reserved")),
+            ("ff02::1", Some("multicast")),
+            ("8.8.8.8", None),
+            ("2606:4700::1111", None),
+        ] {
+            assert_eq!(class(ip), want, "{ip}");
+        }
+    }
+
+    #[test]
+    fn userinfo_is_never_shown() {
+        let url = Url::parse("https://admin:hunter2@example.com:8443/x?q=1").unwrap();
+        assert_eq!(shown(&url), "https://example.com:8443/x?q=1");
+    }
+}
