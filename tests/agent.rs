@@ -472,7 +472,7 @@ async fn observers_see_the_turn_and_a_stuck_one_holds_nothing_up() {
     let log = env
         .sandbox
         .home()
-        .join("plugin-data/observer-jsonl/events.jsonl");
+        .join("plugin-data/workspace.w/observer-jsonl/events.jsonl");
     let lines = std::fs::read_to_string(&log).unwrap();
     let kinds: Vec<String> = lines
         .lines()

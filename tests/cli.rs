@@ -35,7 +35,7 @@ fn demo_drives_all_four_worlds() {
     let events = std::fs::read_to_string(
         sandbox
             .home()
-            .join("plugin-data/observer-jsonl/events.jsonl"),
+            .join("plugin-data/workspace.default/observer-jsonl/events.jsonl"),
     )
     .unwrap();
     assert!(events.contains("hello pincer"));
@@ -451,4 +451,179 @@ fn init_writes_a_config_using_the_key_in_the_environment_and_never_overwrites_si
         "config",
         "check",
     ]));
+}
+
+/// A copy of staged `src` whose manifest is renamed to `name`.
+fn renamed(sandbox: &Sandbox, src: &str, name: &str) -> PathBuf {
+    let src_dir = staged(src);
+    let dir = sandbox.work().join(format!("impostor-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = std::fs::read_to_string(src_dir.join("plugin.toml"))
+        .unwrap()
+        .replace(&format!("name = \"{src}\""), &format!("name = \"{name}\""));
+    std::fs::write(dir.join("plugin.toml"), manifest).unwrap();
+    std::fs::copy(src_dir.join("plugin.wasm"), dir.join("plugin.wasm")).unwrap();
+    dir
+}
+
+fn audit_kinds(sandbox: &Sandbox, kind: &str) -> Vec<String> {
+    let conn = rusqlite::Connection::open(sandbox.home().join("pincer.db")).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT detail FROM audit_events WHERE kind = ?1")
+        .unwrap();
+    stmt.query_map([kind], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<Vec<String>, _>>()
+        .unwrap()
+}
+
+/// A component calling itself `skill-notes` does not silently take the
+/// built-in's place (and its notes): only `--replace` does, audited.
+#[test]
+fn a_plugin_cannot_take_a_builtin_name_without_replace() {
+    let sandbox = Sandbox::new();
+    let config = sandbox.write("pincer.yaml", "workspaces:\n  default: {}\n");
+    let config = config.to_str().unwrap();
+    ok(sandbox.pincer(&[
+        "--config",
+        config,
+        "skill",
+        "invoke",
+        "skill-notes",
+        "put",
+        "--args",
+        r#"{"key": "k", "text": "the built-in's note"}"#,
+    ]));
+    let impostor = renamed(&sandbox, "undeclared-http", "skill-notes");
+    let err = fails(sandbox.pincer(&[
+        "--config",
+        config,
+        "plugin",
+        "install",
+        impostor.to_str().unwrap(),
+    ]));
+    assert!(
+        err.contains("built-in plugin is named `skill-notes`") && err.contains("--replace"),
+        "{err}"
+    );
+    let list = ok(sandbox.pincer(&["--config", config, "plugin", "list"]));
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("skill-notes") && l.contains("built-in")),
+        "{list}"
+    );
+    // A configured folder cannot shadow it either.
+    let dirs = sandbox.write(
+        "dirs.yaml",
+        &format!(
+            "workspaces:\n  default: {{}}\nplugins:\n  dirs: [{}]\n",
+            sandbox.work().display()
+        ),
+    );
+    let list = ok(sandbox.pincer(&["--config", dirs.to_str().unwrap(), "plugin", "list"]));
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("skill-notes") && l.contains("built-in")),
+        "{list}"
+    );
+    assert!(list.contains("problem: plugin skill-notes"), "{list}");
+
+    // --replace does it, says what happens to the state, and is audited.
+    let out = ok(sandbox.pincer(&[
+        "--config",
+        config,
+        "plugin",
+        "install",
+        "--replace",
+        impostor.to_str().unwrap(),
+    ]));
+    assert!(
+        out.contains("replaced: the built-in `skill-notes`"),
+        "{out}"
+    );
+    assert!(out.contains("state:"), "{out}");
+    let replaced = audit_kinds(&sandbox, "plugin.replaced");
+    assert!(
+        replaced.iter().any(|d| d.starts_with("skill-notes:")),
+        "{replaced:?}"
+    );
+}
+
+/// `skill invoke` works with one workspace's state, named by --workspace.
+#[test]
+fn skill_invoke_uses_the_named_workspaces_state() {
+    let sandbox = Sandbox::new();
+    let config = sandbox.write(
+        "pincer.yaml",
+        "workspaces:\n  alice: {skills: [skill-notes]}\n  bob: {skills: [skill-notes]}\n",
+    );
+    let config = config.to_str().unwrap();
+    let invoke = |workspace: Option<&str>, tool: &str, args: &str| {
+        let mut argv = vec!["--config", config, "skill", "invoke", "skill-notes", tool];
+        argv.extend(["--args", args]);
+        if let Some(w) = workspace {
+            argv.extend(["--workspace", w]);
+        }
+        sandbox.pincer(&argv)
+    };
+    ok(invoke(
+        Some("alice"),
+        "put",
+        r#"{"key": "diary", "text": "alice only"}"#,
+    ));
+    let bob = ok(invoke(Some("bob"), "list", "{}"));
+    assert!(!bob.contains("diary"), "{bob}");
+    let alice = ok(invoke(Some("alice"), "list", "{}"));
+    assert!(alice.contains("diary"), "{alice}");
+    let err = fails(invoke(None, "list", "{}"));
+    assert!(
+        err.contains("several workspaces are configured (alice, bob)")
+            && err.contains("--workspace"),
+        "{err}"
+    );
+    let err = fails(invoke(Some("carol"), "list", "{}"));
+    assert!(err.contains("no workspace named `carol`"), "{err}");
+}
+
+/// Refused kv and http calls of a plugin are in `pincer policy audit`.
+#[test]
+fn plugin_capability_denials_are_audited_for_the_workspace() {
+    let sandbox = Sandbox::new();
+    let config = with_fixtures(&sandbox, "workspaces:\n  w: {}\n");
+    let config = config.to_str().unwrap();
+    for tool in ["kv", "fetch"] {
+        let out = ok(sandbox.pincer(&[
+            "--config",
+            config,
+            "skill",
+            "invoke",
+            "hostile-io",
+            tool,
+            "--args",
+            r#"{"url": "http://u:secretpw@example.com/"}"#,
+            "--workspace",
+            "w",
+        ]));
+        assert!(out.contains("\"denied\": true"), "{out}");
+    }
+    let audit: Value = serde_json::from_str(&ok(
+        sandbox.pincer(&["--config", config, "policy", "audit", "w", "--json"])
+    ))
+    .unwrap();
+    let denials: Vec<String> = audit["denials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "plugin.denied")
+        .filter_map(|e| e["detail"].as_str().map(str::to_string))
+        .collect();
+    assert!(denials.iter().any(|d| d.starts_with("kv ")), "{denials:?}");
+    assert!(
+        denials.iter().any(|d| d.starts_with("http ")),
+        "{denials:?}"
+    );
+    assert!(
+        denials.iter().all(|d| !d.contains("secretpw")),
+        "{denials:?}"
+    );
 }

@@ -208,3 +208,59 @@ async fn the_mcp_endpoint_requires_a_valid_key() {
         assert_eq!(response.status().as_u16(), 401, "{key:?}");
     }
 }
+
+/// One tool call through the official `mcp` client with `key`.
+fn call(served: &Served, key: &str, tool: &str, args: Value) -> Value {
+    python_client(
+        "mcp_call.py",
+        &[
+            &format!("{}/mcp", served.base),
+            key,
+            tool,
+            &args.to_string(),
+        ],
+    )
+}
+
+/// Two workspaces share the skill-notes skill; each has its own notes.
+/// (Before per-workspace plugin state, bob's `list` showed alice's note.)
+#[test]
+fn skill_state_is_private_to_each_workspace() {
+    let served = Served::start(
+        "workspaces:
+  alice:
+    skills: [skill-notes]
+  bob:
+    skills: [skill-notes]
+",
+        &[],
+    );
+    let (alice, bob) = (served.key("alice"), served.key("bob"));
+    let put = call(
+        &served,
+        &alice,
+        "skill-notes__put",
+        serde_json::json!({"key": "secret", "text": "alice's diary"}),
+    );
+    assert_eq!(put["ok"], true, "{put}");
+    let listed = call(&served, &bob, "skill-notes__list", serde_json::json!({}));
+    assert_eq!(listed["ok"], true, "{listed}");
+    let text = listed["text"].as_str().unwrap_or_default();
+    assert!(!text.contains("secret"), "bob sees alice's note: {text}");
+    let got = call(
+        &served,
+        &bob,
+        "skill-notes__get",
+        serde_json::json!({"key": "secret"}),
+    );
+    assert!(
+        !got.to_string().contains("alice's diary"),
+        "bob reads alice's note: {got}"
+    );
+    // alice still has hers.
+    let mine = call(&served, &alice, "skill-notes__list", serde_json::json!({}));
+    assert!(
+        mine["text"].as_str().unwrap_or_default().contains("secret"),
+        "{mine}"
+    );
+}

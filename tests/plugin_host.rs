@@ -15,7 +15,8 @@ use pincer::plugins::api::{
 };
 use pincer::plugins::engine::CompileSource;
 use pincer::plugins::{
-    CallLimits, HostPaths, LoadedPlugin, PluginError, PluginHost, PluginPackage, PluginSource,
+    CallLimits, HostPaths, HttpReach, LoadedPlugin, PluginError, PluginHost, PluginPackage,
+    PluginSource, Scope,
 };
 use serde_json::{Value, json};
 use support::staged;
@@ -45,6 +46,29 @@ async fn invoke(
         .await
         .expect("plugin call")?;
     Ok(serde_json::from_str(&out.json).expect("tool output is JSON"))
+}
+
+/// `name` in `scope`, its HTTP reach narrowed by a workspace grant.
+fn load_granted(
+    host: &PluginHost,
+    name: &str,
+    scope: Scope,
+    granted: &[&str],
+) -> Arc<LoadedPlugin> {
+    let package = package(name);
+    let manifest = pincer::plugins::Manifest::parse(&package.manifest_text, name).unwrap();
+    let reach = HttpReach {
+        granted: Some(granted.iter().map(|s| s.to_string()).collect()),
+        ..HttpReach::manifest_only(&manifest)
+    };
+    host.load_in(
+        &package,
+        Some(&json!({})),
+        CallLimits::default(),
+        &scope,
+        Some(reach),
+    )
+    .unwrap_or_else(|e| panic!("loading {name}: {e}"))
 }
 
 fn webhook(method: &str, path: &str, headers: Vec<(&str, String)>, body: &str) -> WebhookRequest {
@@ -174,7 +198,9 @@ async fn observer_world_writes_json_lines() {
         };
         host.observe(&observer, &event).await.unwrap();
     }
-    let file = dir.path().join("plugin-data/observer-jsonl/events.jsonl");
+    let file = dir
+        .path()
+        .join("plugin-data/workspace.default/observer-jsonl/events.jsonl");
     let text = std::fs::read_to_string(&file).expect("events file");
     let lines: Vec<Value> = text
         .lines()
@@ -394,6 +420,7 @@ fn limits() -> CallLimits {
     CallLimits {
         memory_bytes: 32 << 20,
         timeout: Duration::from_millis(500),
+        ..CallLimits::default()
     }
 }
 
@@ -517,7 +544,15 @@ async fn http_outside_the_manifest_is_denied_even_through_redirects() {
     let port = addr.port();
     let dir = tempfile::tempdir().unwrap();
     let host = host(dir.path());
-    let fetcher = load(&host, "undeclared-http", json!({}));
+    // The manifest allows `localhost:*`; the fake listens on 127.0.0.1, which
+    // the operator's grant names literally (without it, see
+    // `names_resolving_to_private_addresses_are_refused`).
+    let fetcher = load_granted(
+        &host,
+        "undeclared-http",
+        Scope::workspace("w"),
+        &["localhost:*", "127.0.0.1:*"],
+    );
     let calc = load(&host, "skill-calc", json!({}));
     let fetch = |url: String| invoke(&host, &fetcher, "fetch", json!({ "url": url }));
 
@@ -730,4 +765,350 @@ async fn compiled_components_are_cached_on_disk() {
     }
     let third = load(&host(dir.path()), "skill-calc", json!({}));
     assert_eq!(third.compiled, CompileSource::Compiled);
+}
+
+/// A declared name that resolves to loopback is not reached unless the
+/// configuration names the literal address; a bare host allows only the
+/// scheme's default port; userinfo never reaches the audit log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_resolving_to_private_addresses_are_refused() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let addr = support::serve(Router::new().route(
+        "/ok",
+        get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { "reached" }
+        }),
+    ))
+    .await;
+    let port = addr.port();
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(dir.path());
+    // The manifest says `localhost:*`; `localhost` resolves to 127.0.0.1.
+    let fetcher = load(&host, "undeclared-http", json!({}));
+    let err = invoke(
+        &host,
+        &fetcher,
+        "fetch",
+        json!({"url": format!("http://localhost:{port}/ok")}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, ToolError::Denied(m) if m.contains("127.0.0.1")),
+        "{err:?}"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "loopback was reached");
+
+    // A bare host is its scheme's default port only.
+    let bare = doctored(
+        dir.path(),
+        "undeclared-http",
+        |m| m.replace("http = [\"localhost:*\"]", "http = [\"127.0.0.1\"]"),
+        |w| w,
+    )
+    .unwrap();
+    let bare = host
+        .load(&bare, Some(&json!({})), CallLimits::default())
+        .unwrap();
+    let err = invoke(
+        &host,
+        &bare,
+        "fetch",
+        json!({"url": format!("http://127.0.0.1:{port}/ok")}),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(&err, ToolError::Denied(_)), "{err:?}");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "a non-default port was reached"
+    );
+
+    // Named literally (`127.0.0.1:*` in the grant), it is reached.
+    let granted = load_granted(
+        &host,
+        "undeclared-http",
+        Scope::workspace("w"),
+        &["localhost:*", "127.0.0.1:*"],
+    );
+    let out = invoke(
+        &host,
+        &granted,
+        "fetch",
+        json!({"url": format!("http://localhost:{port}/ok")}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out["body"], "reached");
+
+    // A denied URL is audited without its user:password@.
+    let _ = invoke(
+        &host,
+        &fetcher,
+        "fetch",
+        json!({"url": "http://admin:hunter2@elsewhere.invalid:8080/x?token=1"}),
+    )
+    .await
+    .unwrap_err();
+    let records = host
+        .audit()
+        .recent(Some("plugin:undeclared-http"), 20)
+        .unwrap();
+    assert!(
+        records
+            .iter()
+            .any(|e| e.detail.contains("elsewhere.invalid")),
+        "{records:?}"
+    );
+    assert!(
+        records
+            .iter()
+            .all(|e| !e.detail.contains("hunter2") && !e.detail.contains("admin")),
+        "{records:?}"
+    );
+}
+
+/// Two workspaces' instances of one skill share no kv entries and no /data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_and_data_are_per_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(dir.path());
+    let template = load(&host, "skill-notes", json!({}));
+    let reach = HttpReach::manifest_only(&template.manifest);
+    let alice = host
+        .rescope(&template, &Scope::workspace("alice"), reach.clone())
+        .unwrap();
+    let bob = host
+        .rescope(&template, &Scope::workspace("bob"), reach)
+        .unwrap();
+    invoke(
+        &host,
+        &alice,
+        "put",
+        json!({"key": "diary", "text": "secret"}),
+    )
+    .await
+    .unwrap();
+    let listed = invoke(&host, &bob, "list", json!({})).await.unwrap();
+    assert!(!listed.to_string().contains("diary"), "{listed}");
+    let mine = invoke(&host, &alice, "list", json!({})).await.unwrap();
+    assert!(mine.to_string().contains("diary"), "{mine}");
+
+    let io = load(&host, "hostile-io", json!({}));
+    let (a, b) = (
+        host.rescope(&io, &Scope::workspace("alice"), HttpReach::default())
+            .unwrap(),
+        host.rescope(&io, &Scope::channel("c"), HttpReach::default())
+            .unwrap(),
+    );
+    invoke(&host, &a, "fill", json!({"file": "f", "mb": 1}))
+        .await
+        .unwrap();
+    assert!(
+        invoke(&host, &b, "size", json!({"file": "f"}))
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        a.data_dir().unwrap(),
+        dir.path().join("plugin-data/workspace.alice/hostile-io")
+    );
+    assert_eq!(
+        b.data_dir().unwrap(),
+        dir.path().join("plugin-data/channel.c/hostile-io")
+    );
+}
+
+/// State kept by plugin name only (before per-workspace state) goes to the
+/// `default` workspace, once, with an audit record; no other workspace gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_in_the_old_layout_goes_to_the_default_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("pincer.db")).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE plugin_kv (
+                plugin TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL,
+                version INTEGER NOT NULL, expires_at_ms INTEGER,
+                PRIMARY KEY (plugin, key)
+            ) WITHOUT ROWID;",
+        )
+        .unwrap();
+        // skill-notes keeps `note:<key>` entries.
+        let probe = tempfile::tempdir().unwrap();
+        let fresh = host(probe.path());
+        let notes = load(&fresh, "skill-notes", json!({}));
+        invoke(
+            &fresh,
+            &notes,
+            "put",
+            json!({"key": "old", "text": "from before"}),
+        )
+        .await
+        .unwrap();
+        let probe_db = rusqlite::Connection::open(probe.path().join("pincer.db")).unwrap();
+        let (key, value): (String, Vec<u8>) = probe_db
+            .query_row("SELECT key, value FROM plugin_kv", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        conn.execute(
+            "INSERT INTO plugin_kv VALUES ('skill-notes', ?1, ?2, 1, NULL)",
+            rusqlite::params![key, value],
+        )
+        .unwrap();
+    }
+    let old_data = dir.path().join("plugin-data/observer-jsonl");
+    std::fs::create_dir_all(&old_data).unwrap();
+    std::fs::write(old_data.join("events.jsonl"), "{}\n").unwrap();
+
+    let host = host(dir.path());
+    let template = load(&host, "skill-notes", json!({}));
+    let got = invoke(&host, &template, "get", json!({"key": "old"}))
+        .await
+        .unwrap();
+    assert!(got.to_string().contains("from before"), "{got}");
+    let bob = host
+        .rescope(
+            &template,
+            &Scope::workspace("bob"),
+            HttpReach::manifest_only(&template.manifest),
+        )
+        .unwrap();
+    assert!(
+        invoke(&host, &bob, "get", json!({"key": "old"}))
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        std::fs::read_to_string(
+            dir.path()
+                .join("plugin-data/workspace.default/observer-jsonl/events.jsonl")
+        )
+        .unwrap(),
+        "{}\n"
+    );
+    assert!(!old_data.exists());
+    let migrated: Vec<_> = host
+        .audit()
+        .recent(Some("pincer"), 10)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "plugin.state_migrated")
+        .collect();
+    assert_eq!(migrated.len(), 2, "{migrated:?}");
+    drop(host);
+    // Logged once: opening again migrates nothing.
+    let again = PluginHost::new(HostPaths::under(dir.path())).unwrap();
+    let records = again.audit().recent(Some("pincer"), 10).unwrap();
+    assert_eq!(
+        records
+            .iter()
+            .filter(|e| e.kind == "plugin.state_migrated")
+            .count(),
+        2
+    );
+}
+
+/// `/data` is bounded: a write past the quota fails, what was written stays,
+/// and the host keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_writes_past_the_quota_fail_and_keep_what_was_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(dir.path());
+    let limits = CallLimits {
+        data_quota_bytes: 3 << 20,
+        timeout: Duration::from_secs(20),
+        ..CallLimits::default()
+    };
+    let io = host
+        .load(&package("hostile-io"), Some(&json!({})), limits)
+        .unwrap();
+    let calc = load(&host, "skill-calc", json!({}));
+    let first = invoke(&host, &io, "fill", json!({"file": "a", "mb": 2}))
+        .await
+        .unwrap();
+    assert_eq!(first["written_mb"], 2, "{first}");
+    let second = invoke(&host, &io, "fill", json!({"file": "b", "mb": 50}))
+        .await
+        .unwrap();
+    assert_eq!(second["written_mb"], 1, "{second}");
+    assert!(!second["error"].is_null(), "{second}");
+    let kept = invoke(&host, &io, "size", json!({"file": "a"}))
+        .await
+        .unwrap();
+    assert_eq!(kept["bytes"], 2 << 20);
+    let total = pincer::plugins::capabilities::data::usage(
+        &dir.path().join("plugin-data/workspace.default/hostile-io"),
+    );
+    assert!(total <= 3 << 20, "{total} bytes under /data");
+    // Still refused in a later call; other plugins are unaffected.
+    let third = invoke(&host, &io, "fill", json!({"file": "a", "mb": 1}))
+        .await
+        .unwrap();
+    assert_eq!(third["written_mb"], 0, "{third}");
+    assert_eq!(
+        invoke(&host, &calc, "evaluate", json!({"expression": "2+2"}))
+            .await
+            .unwrap()["result"],
+        4.0
+    );
+    let denied = host.audit().recent(Some("plugin:hostile-io"), 10).unwrap();
+    assert!(
+        denied
+            .iter()
+            .any(|e| e.kind == "plugin.denied" && e.detail.contains("quota")),
+        "{denied:?}"
+    );
+}
+
+/// kv and http without the capability, and a flooded host call, are audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capability_denials_and_hostcall_floods_are_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(dir.path());
+    let io = host
+        .load_in(
+            &package("hostile-io"),
+            Some(&json!({})),
+            CallLimits {
+                memory_bytes: 128 << 20,
+                ..CallLimits::default()
+            },
+            &Scope::workspace("w"),
+            None,
+        )
+        .unwrap();
+    let kv = invoke(&host, &io, "kv", json!({})).await.unwrap();
+    assert_eq!(kv["denied"], true, "{kv}");
+    let http = invoke(
+        &host,
+        &io,
+        "fetch",
+        json!({"url": "http://user:pw@example.com/"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(http["denied"], true, "{http}");
+    let flood = host
+        .skill_invoke(&io, "flood", r#"{"mb": 40}"#)
+        .await
+        .unwrap_err();
+    assert!(matches!(flood, PluginError::HostcallFuel { .. }), "{flood}");
+    let records = host.audit().recent(Some("plugin:hostile-io"), 10).unwrap();
+    let has = |kind: &str, needle: &str| {
+        records.iter().any(|e| {
+            e.kind == kind && e.detail.contains(needle) && e.workspace.as_deref() == Some("w")
+        })
+    };
+    assert!(has("plugin.denied", "kv"), "{records:?}");
+    assert!(has("plugin.denied", "http"), "{records:?}");
+    assert!(has("plugin.fault", "host call"), "{records:?}");
+    assert!(
+        records.iter().all(|e| !e.detail.contains("user:pw")),
+        "{records:?}"
+    );
 }

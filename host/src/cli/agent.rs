@@ -124,7 +124,7 @@ fn observers(ctx: &Context) -> anyhow::Result<HashMap<String, Observers>> {
             .observers
             .iter()
             .map(|plugin| {
-                ctx.load_plugin(&host, plugin)
+                ctx.load_plugin_for(&host, plugin, name)
                     .with_context(|| format!("loading observer `{plugin}` of workspace `{name}`"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;

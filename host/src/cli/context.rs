@@ -10,7 +10,9 @@ use anyhow::Context as _;
 use crate::audit::AuditLog;
 use crate::config::{self, Config};
 use crate::containers::ContainerRuntime;
-use crate::plugins::{CallLimits, Catalog, HostPaths, LoadedPlugin, PluginHost};
+use crate::plugins::{
+    CallLimits, Catalog, HostPaths, LoadedPlugin, PluginHost, Scope, plugin_http_reach,
+};
 
 pub struct Context {
     /// `None`: built-in defaults, no file.
@@ -76,11 +78,50 @@ impl Context {
         CallLimits {
             memory_bytes: (limits.memory_mb as usize) << 20,
             timeout: Duration::from_millis(limits.call_timeout_ms),
+            data_quota_bytes: limits.data_quota_mb << 20,
         }
     }
 
-    /// Loads a plugin by name with its configured `plugins.config.<name>`.
+    /// The workspace a plugin command works for: `flag`, else the only
+    /// configured workspace, else `default` (when it is configured or no
+    /// workspace is).
+    pub fn plugin_workspace(&self, flag: Option<&str>) -> anyhow::Result<String> {
+        let names: Vec<&str> = self.config.workspaces.keys().map(String::as_str).collect();
+        match flag {
+            Some(name) => {
+                if !names.is_empty() || name != crate::plugins::scope::LEGACY_WORKSPACE {
+                    self.check_workspace(name)?;
+                }
+                Ok(name.to_string())
+            }
+            None => match names.as_slice() {
+                [] => Ok(crate::plugins::scope::LEGACY_WORKSPACE.to_string()),
+                [only] => Ok((*only).to_string()),
+                several if several.contains(&crate::plugins::scope::LEGACY_WORKSPACE) => {
+                    Ok(crate::plugins::scope::LEGACY_WORKSPACE.to_string())
+                }
+                several => anyhow::bail!(
+                    "several workspaces are configured ({}): say whose plugin state to use with --workspace NAME",
+                    several.join(", ")
+                ),
+            },
+        }
+    }
+
+    /// Loads a plugin by name with its configured `plugins.config.<name>`,
+    /// working with the state of the `default` workspace.
     pub fn load_plugin(&self, host: &PluginHost, name: &str) -> anyhow::Result<Arc<LoadedPlugin>> {
+        self.load_plugin_for(host, name, crate::plugins::scope::LEGACY_WORKSPACE)
+    }
+
+    /// Loads a plugin by name with its configured `plugins.config.<name>`,
+    /// working with `workspace`'s state and HTTP grant.
+    pub fn load_plugin_for(
+        &self,
+        host: &PluginHost,
+        name: &str,
+        workspace: &str,
+    ) -> anyhow::Result<Arc<LoadedPlugin>> {
         let catalog = self.catalog();
         let package = catalog.get(name)?;
         let config = self
@@ -90,6 +131,14 @@ impl Context {
             .get(name)
             .cloned()
             .unwrap_or_else(|| serde_json::json!({}));
-        Ok(host.load(package, Some(&config), self.limits())?)
+        let manifest = crate::plugins::Manifest::parse(&package.manifest_text, name)?;
+        let reach = plugin_http_reach(&self.config, workspace, name, &manifest);
+        Ok(host.load_in(
+            package,
+            Some(&config),
+            self.limits(),
+            &Scope::workspace(workspace),
+            Some(reach),
+        )?)
     }
 }

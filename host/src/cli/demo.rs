@@ -106,7 +106,9 @@ pub async fn run(config_flag: Option<&Path>) -> anyhow::Result<()> {
         body: EventBody::MessageIn(message),
     };
     host.observe(get("observer-jsonl")?, &event).await?;
-    let file = ctx.home.join("plugin-data/observer-jsonl/events.jsonl");
+    let file = ctx
+        .home
+        .join("plugin-data/workspace.default/observer-jsonl/events.jsonl");
     report(
         "observer observer-jsonl.on-event",
         t,

@@ -128,6 +128,10 @@ pub enum PluginCommand {
     Install {
         /// A folder holding plugin.toml and the component, or either file
         path: PathBuf,
+        /// Replace the built-in or installed plugin of the same name (audited);
+        /// the new component takes over that plugin's kv and /data state
+        #[arg(long)]
+        replace: bool,
     },
     /// Scaffold a plugin crate that builds with `cargo build --target wasm32-wasip2`
     New {
@@ -150,6 +154,10 @@ pub enum SkillCommand {
         /// The tool's arguments as a JSON object
         #[arg(long, default_value = "{}")]
         args: String,
+        /// The workspace whose plugin state (kv, /data, HTTP grant) the call
+        /// uses [default: the only configured workspace, else `default`]
+        #[arg(long, value_name = "NAME")]
+        workspace: Option<String>,
     },
     /// List the tools a skill plugin offers, with their argument schemas
     Tools {

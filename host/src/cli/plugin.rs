@@ -11,7 +11,7 @@ pub async fn run(config_flag: Option<&Path>, command: PluginCommand) -> anyhow::
     match command {
         PluginCommand::List(flag) => list(&ctx, flag.json),
         PluginCommand::Inspect { target, json } => inspect(&ctx, &target, json.json).await,
-        PluginCommand::Install { path } => install(&ctx, &path),
+        PluginCommand::Install { path, replace } => install(&ctx, &path, replace),
         PluginCommand::New { kind, name, dir } => {
             let parent = dir.unwrap_or_else(|| ".".into());
             let created = scaffold::create(&parent, &kind, &name)?;
@@ -194,12 +194,46 @@ fn print_report(r: &serde_json::Value) {
     }
 }
 
-fn install(ctx: &Context, path: &Path) -> anyhow::Result<()> {
+fn install(ctx: &Context, path: &Path, replace: bool) -> anyhow::Result<()> {
     let host = ctx.plugin_host()?;
     let package = PluginPackage::read(path, PluginSource::Dir(path.to_path_buf()))?;
     let plugin = host.load(&package, None, ctx.limits())?;
-    let target = catalog::install(&ctx.home, &package, &plugin.manifest)
-        .with_context(|| format!("installing into {}", ctx.home.join("plugins").display()))?;
+    let name = plugin.name().to_string();
+    // What has this name now: a built-in and/or an installed plugin.
+    let builtin = PluginPackage::builtin()
+        .into_iter()
+        .find(|p| p.label() == name);
+    let installed_dir = ctx.home.join("plugins").join(&name);
+    let installed = installed_dir
+        .join(catalog::MANIFEST_FILE)
+        .is_file()
+        .then(|| {
+            PluginPackage::read(
+                &installed_dir,
+                PluginSource::Installed(installed_dir.clone()),
+            )
+        })
+        .and_then(Result::ok);
+    let current = installed.as_ref().or(builtin.as_ref());
+    let replaced = current
+        .filter(|c| c.sha256() != plugin.sha256)
+        .map(|c| (c.source.clone(), c.sha256()));
+    if let Some((source, old)) = &replaced
+        && !replace
+    {
+        anyhow::bail!(
+            "a {source} plugin is named `{name}` (sha256 {old}); installing this component (sha256 {}) would replace it and hand it that plugin's kv and /data state in every workspace. Rename the plugin (`name` in its plugin.toml), or pass --replace to replace it deliberately",
+            plugin.sha256
+        );
+    }
+    let replaces_builtin = builtin.as_ref().map(PluginPackage::sha256);
+    let target = catalog::install(
+        &ctx.home,
+        &package,
+        &plugin.manifest,
+        replaces_builtin.as_deref(),
+    )
+    .with_context(|| format!("installing into {}", ctx.home.join("plugins").display()))?;
     let caps = &plugin.manifest.capabilities;
     println!(
         "installed {} {} ({}) into {}",
@@ -209,6 +243,25 @@ fn install(ctx: &Context, path: &Path) -> anyhow::Result<()> {
         target.display()
     );
     println!("  sha256 pinned: {}", plugin.sha256);
+    if let Some((source, old)) = &replaced {
+        let owners = host.kv().owners_of(&name).unwrap_or_default();
+        let detail = format!(
+            "{name}: the {source} component (sha256 {old}) replaced by sha256 {} from {}",
+            plugin.sha256,
+            path.display()
+        );
+        ctx.audit_log()?
+            .record("cli", None, "plugin.replaced", &detail);
+        println!("  replaced: the {source} `{name}` (sha256 {old}); this was audited");
+        println!(
+            "  state: this component now uses the kv entries and /data folders of `{name}` in every workspace{}",
+            if owners.is_empty() {
+                String::new()
+            } else {
+                format!(" (kv entries kept for: {})", owners.join(", "))
+            }
+        );
+    }
     println!("  requests:");
     if caps.http.is_empty() && !caps.kv && !caps.data_dir {
         println!("    nothing beyond logging, config and clock");
@@ -217,12 +270,17 @@ fn install(ctx: &Context, path: &Path) -> anyhow::Result<()> {
         println!("    http to: {}", caps.http.join(", "));
     }
     if caps.kv {
-        println!("    kv: a private key-value store");
+        println!("    kv: a private key-value store per workspace");
     }
     if caps.data_dir {
         println!(
-            "    data_dir: a private folder at {}",
-            ctx.home.join("plugin-data").join(plugin.name()).display()
+            "    data_dir: a private folder per workspace at {} (at most {} MiB each)",
+            ctx.home
+                .join("plugin-data")
+                .join("workspace.NAME")
+                .join(plugin.name())
+                .display(),
+            ctx.config.plugins.limits.data_quota_mb
         );
     }
     Ok(())

@@ -6,7 +6,7 @@ use anyhow::bail;
 
 use super::Context;
 use crate::config::expand_tilde;
-use crate::plugins::Manifest;
+use crate::plugins::{Manifest, plugin_http_reach};
 use crate::policy::{self, PolicyCatalog, ReportInput};
 
 pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow::Result<()> {
@@ -20,15 +20,20 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
     };
     let policy = PolicyCatalog::load(&ctx.config.containers.policy_dirs)?
         .effective(name, &workspace.policies)?;
-    // Skills that may make outbound HTTP requests are a way out.
+    // Skills that may make outbound HTTP requests are a way out: those whose
+    // HTTP reach in this workspace (manifest ∩ workspaces.NAME.plugin_http,
+    // computed as the plugin host computes it) is not empty.
     let catalog = ctx.catalog();
     let egress_skills: Vec<String> = workspace
         .skills
         .iter()
         .filter(|skill| {
             catalog.plugins.get(*skill).is_some_and(|p| {
-                Manifest::parse(&p.manifest_text, skill)
-                    .is_ok_and(|m| !m.capabilities.http.is_empty())
+                Manifest::parse(&p.manifest_text, skill).is_ok_and(|m| {
+                    !plugin_http_reach(&ctx.config, name, skill, &m)
+                        .effective()
+                        .is_empty()
+                })
             })
         })
         .cloned()

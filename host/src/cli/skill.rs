@@ -9,13 +9,19 @@ pub async fn run(config_flag: Option<&Path>, command: SkillCommand) -> anyhow::R
     let ctx = Context::load(config_flag)?;
     let host = ctx.plugin_host()?;
     match command {
-        SkillCommand::Invoke { plugin, tool, args } => {
+        SkillCommand::Invoke {
+            plugin,
+            tool,
+            args,
+            workspace,
+        } => {
             let parsed: serde_json::Value = serde_json::from_str(&args)
                 .with_context(|| format!("--args is not valid JSON: {args}"))?;
             if !parsed.is_object() {
                 bail!("--args must be a JSON object, e.g. '{{\"expression\": \"1+1\"}}'");
             }
-            let loaded = ctx.load_plugin(&host, &plugin)?;
+            let workspace = ctx.plugin_workspace(workspace.as_deref())?;
+            let loaded = ctx.load_plugin_for(&host, &plugin, &workspace)?;
             match host.skill_invoke(&loaded, &tool, &args).await? {
                 Ok(output) => {
                     let value: serde_json::Value = serde_json::from_str(&output.json)

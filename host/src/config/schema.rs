@@ -231,6 +231,10 @@ pub struct Workspace {
     pub memory: WorkspaceMemory,
     /// Bounds of one agent turn.
     pub agent: AgentLimits,
+    /// HTTP hosts each plugin may reach for this workspace, by plugin name
+    /// (patterns as in a manifest's `[capabilities] http`). A plugin reaches
+    /// its manifest's hosts ∩ these; without an entry, its manifest's hosts.
+    pub plugin_http: BTreeMap<String, Vec<String>>,
 }
 
 /// `workspaces.NAME.memory`.
@@ -446,11 +450,16 @@ pub struct PluginLimits {
     pub memory_mb: u32,
     /// 1..=600000, default 5000.
     pub call_timeout_ms: u64,
+    /// Size of one plugin's `/data` folder in one workspace (or channel), in
+    /// MiB; 1..=1048576, default 100.
+    pub data_quota_mb: u64,
 }
 
 impl PluginLimits {
     pub const MAX_MEMORY_MB: u32 = 4096;
     pub const MAX_CALL_TIMEOUT_MS: u64 = 600_000;
+    pub const DEFAULT_DATA_QUOTA_MB: u64 = 100;
+    pub const MAX_DATA_QUOTA_MB: u64 = 1 << 20;
 }
 
 impl Default for PluginLimits {
@@ -458,6 +467,7 @@ impl Default for PluginLimits {
         PluginLimits {
             memory_mb: 64,
             call_timeout_ms: 5000,
+            data_quota_mb: Self::DEFAULT_DATA_QUOTA_MB,
         }
     }
 }

@@ -1032,3 +1032,34 @@ fn default_config_documents_the_model_allowlist() {
     );
     assert_eq!(cfg.workspaces["open"].models, None);
 }
+
+#[test]
+fn plugin_http_grants_and_data_quota_are_checked() {
+    let cfg = parse(
+        "workspaces:\n  dev:\n    plugin_http: {channel-webhook: [\"hooks.example.com\", \"127.0.0.1:*\"]}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.workspaces["dev"].plugin_http["channel-webhook"],
+        vec!["hooks.example.com".to_string(), "127.0.0.1:*".to_string()]
+    );
+    assert_eq!(cfg.plugins.limits.data_quota_mb, 100);
+    assert_error(
+        "workspaces:\n  dev:\n    plugin_http: {skill-x: [\"https://a.example.com\"]}\n",
+        3,
+        29,
+        &["not a URL"],
+    );
+    assert_error(
+        "workspaces:\n  dev:\n    plugin_http: {Bad_Name: []}\n",
+        3,
+        19,
+        &["plugin name `Bad_Name`"],
+    );
+    assert_error(
+        "plugins:\n  limits:\n    data_quota_mb: 0\n",
+        3,
+        20,
+        &["data_quota_mb must be between 1 and 1048576"],
+    );
+}

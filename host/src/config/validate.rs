@@ -380,6 +380,20 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a>
         }
     }
     agent_limits(name, &ws.agent)?;
+    for (plugin, hosts) in &ws.plugin_http {
+        let mut p = base();
+        p.extend([Key("plugin_http"), Key(plugin.as_str())]);
+        if let Err(reason) = crate::plugins::manifest::check_name(plugin) {
+            return Err(at_key(p, reason));
+        }
+        for (i, host) in hosts.iter().enumerate() {
+            if let Err(reason) = crate::plugins::manifest::HostPattern::parse(host) {
+                let mut p = p.clone();
+                p.push(Index(i));
+                return Err(at(p, reason));
+            }
+        }
+    }
     for (i, server) in ws.mcp_servers.iter().enumerate() {
         if let Some(message) = reserved_source("MCP server", server) {
             return Err(at(item("mcp_servers", i), message));
@@ -496,6 +510,15 @@ fn plugins(limits: &PluginLimits) -> Check<'static> {
             format!(
                 "call_timeout_ms must be between 1 and {}",
                 PluginLimits::MAX_CALL_TIMEOUT_MS
+            ),
+        ));
+    }
+    if !(1..=PluginLimits::MAX_DATA_QUOTA_MB).contains(&limits.data_quota_mb) {
+        return Err(at(
+            path("data_quota_mb"),
+            format!(
+                "data_quota_mb must be between 1 and {} (MiB of one plugin's /data folder per workspace)",
+                PluginLimits::MAX_DATA_QUOTA_MB
             ),
         ));
     }

@@ -19,6 +19,9 @@ mod builtin {
 pub const MANIFEST_FILE: &str = "plugin.toml";
 /// Beside an installed plugin: the sha256 its component was installed with.
 pub const PIN_FILE: &str = "pin.sha256";
+/// Beside an installed plugin that took a built-in's name (installed with
+/// `--replace`, or identical to the built-in): the built-in's sha256.
+pub const REPLACES_FILE: &str = "replaces-builtin.sha256";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PluginSource {
@@ -47,6 +50,8 @@ pub struct PluginPackage {
     pub wasm: Arc<[u8]>,
     pub source: PluginSource,
     pub pinned_sha256: Option<String>,
+    /// An installed plugin that may take a built-in's name.
+    pub replaces_builtin: bool,
 }
 
 impl PluginPackage {
@@ -99,12 +104,15 @@ impl PluginPackage {
             ),
             _ => None,
         };
+        let replaces_builtin =
+            matches!(source, PluginSource::Installed(_)) && dir.join(REPLACES_FILE).is_file();
         Ok(Self {
             origin,
             manifest_text,
             wasm: wasm.into(),
             source,
             pinned_sha256,
+            replaces_builtin,
         })
     }
 
@@ -117,6 +125,7 @@ impl PluginPackage {
                 wasm: Arc::from(*wasm),
                 source: PluginSource::Builtin,
                 pinned_sha256: None,
+                replaces_builtin: false,
             })
             .collect()
     }
@@ -130,8 +139,12 @@ fn read_to_string(plugin: &str, path: &Path) -> Result<String, PluginError> {
     })
 }
 
-/// Every plugin this host can see, by name. Later sources override earlier
-/// ones: built-in, then installed, then configured folders.
+/// Every plugin this host can see, by name: built-in, then installed, then
+/// configured folders. A name is never taken over silently (the new one
+/// would inherit the old one's kv and `/data` state): a later plugin with an
+/// earlier one's name and a different component is a problem and is left
+/// out, except an installed plugin that `pincer plugin install --replace`
+/// put in a built-in's place.
 #[derive(Default)]
 pub struct Catalog {
     pub plugins: BTreeMap<String, PluginPackage>,
@@ -161,6 +174,20 @@ impl Catalog {
 
     fn add(&mut self, package: PluginPackage) {
         let name = package.label();
+        if let Some(existing) = self.plugins.get(&name) {
+            let takes_builtin =
+                existing.source == PluginSource::Builtin && package.replaces_builtin;
+            if !takes_builtin {
+                if existing.sha256() != package.sha256() {
+                    self.problems.push(PluginError::NameTaken {
+                        plugin: name,
+                        by: existing.source.to_string(),
+                        ignored: package.source.to_string(),
+                    });
+                }
+                return;
+            }
+        }
         self.plugins.insert(name, package);
     }
 
@@ -186,10 +213,13 @@ impl Catalog {
 
 /// Copies a validated plugin into `$PINCER_HOME/plugins/<name>/` and pins
 /// its sha256. Returns the folder it was installed to.
+/// `replaces_builtin`: the sha256 of the built-in this plugin takes the name
+/// of (recorded beside it so the catalog lets it).
 pub fn install(
     home: &Path,
     package: &PluginPackage,
     manifest: &Manifest,
+    replaces_builtin: Option<&str>,
 ) -> std::io::Result<PathBuf> {
     let root = home.join("plugins");
     std::fs::create_dir_all(&root)?;
@@ -208,6 +238,9 @@ pub fn install(
         staging.path().join(PIN_FILE),
         format!("{}\n", package.sha256()),
     )?;
+    if let Some(builtin) = replaces_builtin {
+        std::fs::write(staging.path().join(REPLACES_FILE), format!("{builtin}\n"))?;
+    }
     if target.exists() {
         std::fs::remove_dir_all(&target)?;
     }

@@ -47,6 +47,15 @@ pub enum PluginError {
     #[error("plugin {plugin}: config: {reason}")]
     Config { plugin: String, reason: String },
 
+    #[error(
+        "plugin {plugin}: the {by} plugin has this name, so {ignored} is ignored (it would take over that plugin's state); rename it in its plugin.toml, or install it with `pincer plugin install --replace`"
+    )]
+    NameTaken {
+        plugin: String,
+        by: String,
+        ignored: String,
+    },
+
     #[error("no plugin named `{0}` (see `pincer plugin list`)")]
     NotFound(String),
 
@@ -66,6 +75,11 @@ pub enum PluginError {
     #[error("plugin {plugin}: trapped: {message}")]
     Trap { plugin: String, message: String },
 
+    #[error(
+        "plugin {plugin}: passed the host more than {limit_mb} MiB in one host call and was stopped"
+    )]
+    HostcallFuel { plugin: String, limit_mb: u64 },
+
     #[error("plugin {plugin}: too many concurrent calls; try again")]
     Busy { plugin: String },
 
@@ -78,7 +92,10 @@ impl PluginError {
     pub fn is_fault(&self) -> bool {
         matches!(
             self,
-            Self::Deadline { .. } | Self::MemoryLimit { .. } | Self::Trap { .. }
+            Self::Deadline { .. }
+                | Self::MemoryLimit { .. }
+                | Self::Trap { .. }
+                | Self::HostcallFuel { .. }
         )
     }
 }

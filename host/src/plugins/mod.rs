@@ -14,6 +14,7 @@ mod error;
 pub mod manifest;
 pub mod runtime;
 pub mod scaffold;
+pub mod scope;
 mod state;
 pub mod wit;
 
@@ -21,4 +22,5 @@ pub use catalog::{Catalog, PluginPackage, PluginSource};
 pub use error::PluginError;
 pub use manifest::{Manifest, PluginKind};
 pub use runtime::{CallLimits, HostPaths, LoadedPlugin, PluginHost};
+pub use scope::{HttpReach, Scope, plugin_http_reach};
 pub use wit::latest as api;

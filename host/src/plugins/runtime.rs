@@ -11,11 +11,13 @@ use wasmtime::Store;
 use wasmtime::component::{Component, Linker};
 
 use super::PluginError;
-use super::capabilities::http::HttpEgress;
+use super::capabilities::data::DataQuota;
+use super::capabilities::http::{DenialSink, HttpEgress};
 use super::capabilities::kv::KvStore;
 use super::catalog::{PluginPackage, PluginSource};
 use super::engine::{CompileSource, MAX_PLUGIN_MEMORY, PluginEngine};
-use super::manifest::{HostPattern, Manifest, PluginKind};
+use super::manifest::{Manifest, PluginKind};
+use super::scope::{HttpReach, LEGACY_WORKSPACE, Scope};
 use super::state::{Grants, PluginState};
 use super::wit::{self, WitRelease, latest};
 use crate::audit::AuditLog;
@@ -25,6 +27,8 @@ use crate::audit::AuditLog;
 pub struct CallLimits {
     pub memory_bytes: usize,
     pub timeout: Duration,
+    /// Bytes one plugin's `/data` folder may hold in one scope.
+    pub data_quota_bytes: u64,
 }
 
 impl Default for CallLimits {
@@ -32,9 +36,14 @@ impl Default for CallLimits {
         Self {
             memory_bytes: 64 << 20,
             timeout: Duration::from_secs(5),
+            data_quota_bytes: 100 << 20,
         }
     }
 }
+
+/// Bytes a plugin may pass to the host in one host call (kv values, HTTP
+/// request bodies, log lines); past it the call traps and is audited.
+pub const HOSTCALL_FUEL: usize = 32 << 20;
 
 /// Where the host keeps what plugins own.
 #[derive(Debug, Clone)]
@@ -43,7 +52,8 @@ pub struct HostPaths {
     pub cache_dir: Option<PathBuf>,
     /// The host database (kv, audit).
     pub database: PathBuf,
-    /// Parent of each plugin's private `/data` folder.
+    /// Parent of the scopes' folders (`workspace.NAME/`, `channel.NAME/`)
+    /// holding each plugin's private `/data` folder.
     pub data_root: PathBuf,
 }
 
@@ -62,7 +72,6 @@ pub struct PluginHost {
     linker: Linker<PluginState>,
     kv: Arc<KvStore>,
     audit: Arc<AuditLog>,
-    http_client: reqwest::Client,
     paths: HostPaths,
 }
 
@@ -91,9 +100,9 @@ pub struct LoadedPlugin {
     /// Interfaces the component imports (WASI and pincer).
     pub imports: Vec<String>,
     pub limits: CallLimits,
-    faults: AtomicU64,
+    faults: Arc<AtomicU64>,
     grants: Arc<Grants>,
-    pre: Pre,
+    pre: Arc<Pre>,
 }
 
 impl LoadedPlugin {
@@ -105,9 +114,20 @@ impl LoadedPlugin {
         self.manifest.kind()
     }
 
-    /// Calls that trapped, ran out of time or memory since load.
+    /// Calls that trapped, ran out of time or memory since load (in every
+    /// scope it was given).
     pub fn faults(&self) -> u64 {
         self.faults.load(Ordering::Relaxed)
+    }
+
+    /// The scope whose state this instance works with.
+    pub fn scope(&self) -> &Scope {
+        &self.grants.scope
+    }
+
+    /// The host folder this instance sees as `/data`, if it has one.
+    pub fn data_dir(&self) -> Option<&std::path::Path> {
+        self.grants.data_dir.as_deref()
     }
 }
 
@@ -119,16 +139,48 @@ impl PluginHost {
         if let Some(parent) = paths.database.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        let kv = KvStore::open(&paths.database)?;
+        let legacy = Scope::workspace(LEGACY_WORKSPACE);
+        let (kv, migrated) = KvStore::open_migrating(&paths.database, &legacy.key())?;
         let audit = Arc::new(AuditLog::open(&paths.database)?);
+        if migrated.rows > 0 {
+            let what = format!(
+                "{} kv entries kept by plugin name only (from before per-workspace plugin state) now belong to workspace `{LEGACY_WORKSPACE}`",
+                migrated.rows
+            );
+            tracing::warn!("{what}");
+            audit.record(
+                "pincer",
+                Some(LEGACY_WORKSPACE),
+                "plugin.state_migrated",
+                &what,
+            );
+        }
+        let moved = migrate_data_dirs(&paths.data_root, &legacy)?;
+        if !moved.is_empty() {
+            let what = format!(
+                "/data folders of {} (from before per-workspace plugin state) now belong to workspace `{LEGACY_WORKSPACE}` (moved under {})",
+                moved.join(", "),
+                paths.data_root.join(legacy.dir_name()).display()
+            );
+            tracing::warn!("{what}");
+            audit.record(
+                "pincer",
+                Some(LEGACY_WORKSPACE),
+                "plugin.state_migrated",
+                &what,
+            );
+        }
         Ok(Self {
             engine,
             linker,
             kv,
             audit,
-            http_client: HttpEgress::client()?,
             paths,
         })
+    }
+
+    pub fn kv(&self) -> &Arc<KvStore> {
+        &self.kv
     }
 
     pub fn audit(&self) -> &Arc<AuditLog> {
@@ -147,6 +199,19 @@ impl PluginHost {
         package: &PluginPackage,
         config: Option<&serde_json::Value>,
         limits: CallLimits,
+    ) -> Result<Arc<LoadedPlugin>, PluginError> {
+        self.load_in(package, config, limits, &Scope::default(), None)
+    }
+
+    /// [`Self::load`] for `scope`'s state, reaching `reach` over HTTP
+    /// (`None`: the manifest's hosts).
+    pub fn load_in(
+        &self,
+        package: &PluginPackage,
+        config: Option<&serde_json::Value>,
+        limits: CallLimits,
+        scope: &Scope,
+        reach: Option<HttpReach>,
     ) -> Result<Arc<LoadedPlugin>, PluginError> {
         let origin = package.label();
         let manifest = Manifest::parse(&package.manifest_text, &origin)?;
@@ -197,8 +262,9 @@ impl PluginHost {
             .imports(self.engine.engine())
             .map(|(name, _)| name.to_string())
             .collect();
-        let grants = Arc::new(self.grants(&manifest, config, limits));
-        let pre = self.pre_instantiate(&name, manifest.kind(), &component)?;
+        let reach = reach.unwrap_or_else(|| HttpReach::manifest_only(&manifest));
+        let grants = Arc::new(self.grants(&manifest, config, limits, scope, reach)?);
+        let pre = Arc::new(self.pre_instantiate(&name, manifest.kind(), &component)?);
         Ok(Arc::new(LoadedPlugin {
             manifest,
             sha256,
@@ -208,9 +274,35 @@ impl PluginHost {
             size_bytes: package.wasm.len(),
             imports,
             limits,
-            faults: AtomicU64::new(0),
+            faults: Arc::new(AtomicU64::new(0)),
             grants,
             pre,
+        }))
+    }
+
+    /// The same loaded plugin working with `scope`'s state and `reach`
+    /// (no compiling again).
+    pub fn rescope(
+        &self,
+        plugin: &LoadedPlugin,
+        scope: &Scope,
+        reach: HttpReach,
+    ) -> Result<Arc<LoadedPlugin>, PluginError> {
+        let config = plugin.grants.config.clone();
+        let grants =
+            Arc::new(self.grants(&plugin.manifest, &config, plugin.limits, scope, reach)?);
+        Ok(Arc::new(LoadedPlugin {
+            manifest: plugin.manifest.clone(),
+            sha256: plugin.sha256.clone(),
+            source: plugin.source.clone(),
+            compiled: plugin.compiled,
+            wit: plugin.wit,
+            size_bytes: plugin.size_bytes,
+            imports: plugin.imports.clone(),
+            limits: plugin.limits,
+            faults: plugin.faults.clone(),
+            grants,
+            pre: plugin.pre.clone(),
         }))
     }
 
@@ -264,35 +356,56 @@ impl PluginHost {
         manifest: &Manifest,
         config: &serde_json::Value,
         limits: CallLimits,
-    ) -> Grants {
+        scope: &Scope,
+        reach: HttpReach,
+    ) -> Result<Grants, PluginError> {
         let name = manifest.name().to_string();
         let caps = &manifest.capabilities;
-        let http = (!caps.http.is_empty()).then(|| {
-            let allow = caps
-                .http
-                .iter()
-                .filter_map(|p| HostPattern::parse(p).ok())
-                .collect();
+        let on_denied: DenialSink = {
             let audit = self.audit.clone();
             let actor = format!("plugin:{name}");
-            let sink = Arc::new(move |what: &str| {
-                tracing::warn!(%actor, "denied {what}");
-                audit.record(&actor, None, "plugin.denied", what);
-            });
-            HttpEgress::new(self.http_client.clone(), allow, sink)
-        });
-        Grants {
-            kv: caps.kv.then(|| self.kv.namespace(&name)),
+            let scope = scope.clone();
+            Arc::new(move |what: &str| {
+                tracing::warn!(%actor, %scope, "denied {what}");
+                audit.record(
+                    &actor,
+                    scope.workspace_name(),
+                    "plugin.denied",
+                    &format!("{what} [{scope}]"),
+                );
+            })
+        };
+        let http = if caps.http.is_empty() {
+            None
+        } else {
+            Some(
+                HttpEgress::new(reach, on_denied.clone()).map_err(|e| PluginError::Host {
+                    plugin: name.clone(),
+                    message: format!("cannot build its http client: {e}"),
+                })?,
+            )
+        };
+        let data_dir = caps
+            .data_dir
+            .then(|| self.paths.data_root.join(scope.dir_name()).join(&name));
+        let data_quota = data_dir
+            .as_ref()
+            .map(|dir| Arc::new(DataQuota::new(dir.clone(), limits.data_quota_bytes)));
+        Ok(Grants {
+            kv: caps.kv.then(|| self.kv.namespace(&scope.key(), &name)),
             http,
-            data_dir: caps.data_dir.then(|| self.paths.data_root.join(&name)),
+            data_dir,
+            data_quota,
             config: if config.is_null() {
                 serde_json::json!({})
             } else {
                 config.clone()
             },
             memory_limit: limits.memory_bytes.min(MAX_PLUGIN_MEMORY),
+            scope: scope.clone(),
+            on_denied,
             plugin: name,
-        }
+        })
     }
 
     fn pre_instantiate(
@@ -331,6 +444,7 @@ impl PluginHost {
         })?;
         let mut store = Store::new(self.engine.engine(), state);
         store.limiter(|s| &mut s.limiter);
+        store.set_hostcall_fuel(HOSTCALL_FUEL);
         // Yield to the runtime every tick so the deadline below can fire even
         // while the guest spins.
         store.set_epoch_deadline(1);
@@ -353,9 +467,9 @@ impl PluginHost {
             tracing::warn!(plugin = plugin.name(), "{error}");
             self.audit.record(
                 &format!("plugin:{}", plugin.name()),
-                None,
+                plugin.scope().workspace_name(),
                 "plugin.fault",
-                &error.to_string(),
+                &format!("{error} [{}]", plugin.scope()),
             );
         }
         Err(error)
@@ -502,6 +616,38 @@ impl PluginHost {
     }
 }
 
+/// Moves `/data` folders of the old layout (`DATA_ROOT/PLUGIN/`, from before
+/// per-workspace state) to `legacy`'s folder. Returns the plugins moved.
+fn migrate_data_dirs(data_root: &std::path::Path, legacy: &Scope) -> std::io::Result<Vec<String>> {
+    let Ok(entries) = std::fs::read_dir(data_root) else {
+        return Ok(Vec::new());
+    };
+    let mut moved = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        // Scope folders have a `.` in their name; plugin names never do.
+        if !is_dir || super::manifest::check_name(&name).is_err() {
+            continue;
+        }
+        let target_dir = data_root.join(legacy.dir_name());
+        std::fs::create_dir_all(&target_dir)?;
+        let target = target_dir.join(&name);
+        if target.exists() {
+            tracing::warn!(
+                "not moving {}: {} exists already",
+                entry.path().display(),
+                target.display()
+            );
+            continue;
+        }
+        std::fs::rename(entry.path(), &target)?;
+        moved.push(name);
+    }
+    moved.sort();
+    Ok(moved)
+}
+
 async fn instantiate(pre: &Pre, store: &mut Store<PluginState>) -> wasmtime::Result<Bound> {
     Ok(match pre {
         Pre::Channel(p) => Bound::Channel(p.instantiate_async(store).await?),
@@ -563,6 +709,15 @@ fn classify(plugin: &LoadedPlugin, state: &PluginState, error: wasmtime::Error) 
     }
     if error.is::<wasmtime::PoolConcurrencyLimitError>() {
         return PluginError::Busy { plugin: name };
+    }
+    if error.chain().any(|e| {
+        e.to_string()
+            .contains("fuel allocated for hostcalls has been exhausted")
+    }) {
+        return PluginError::HostcallFuel {
+            plugin: name,
+            limit_mb: (HOSTCALL_FUEL >> 20) as u64,
+        };
     }
     if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
         let message = match state.stderr.last_line() {

@@ -86,8 +86,12 @@ strip = true
 
 fn manifest(kind: PluginKind, name: &str) -> String {
     let capabilities = match kind {
-        PluginKind::Channel => "http = [\"localhost\"]   # hosts the channel may call\n",
-        PluginKind::Tunnel => "http = [\"localhost\", \"127.0.0.1\"]\n",
+        PluginKind::Channel => {
+            "http = [\"api.example.com\"]   # hosts the channel may call: host (default port), host:PORT or host:*\n"
+        }
+        PluginKind::Tunnel => {
+            "http = [\"127.0.0.1:*\"]   # loopback must be named as a literal address\n"
+        }
         PluginKind::Skill | PluginKind::Observer => {
             "# http = [\"api.example.com\"]\n# kv = true\n# data_dir = true\n"
         }

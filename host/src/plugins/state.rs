@@ -12,19 +12,27 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::capabilities::http::HttpEgress;
+use super::capabilities::data::DataQuota;
+use super::capabilities::http::{DenialSink, HttpEgress};
 use super::capabilities::kv::KvNamespace;
+use super::scope::Scope;
 
-/// What the host grants one plugin, fixed at load time.
+/// What the host grants one plugin in one scope, fixed at load time.
 pub struct Grants {
     pub plugin: String,
+    /// Whose kv namespace, `/data` and HTTP grant these are.
+    pub scope: Scope,
     /// The plugin's config as a JSON object.
     pub config: serde_json::Value,
     pub kv: Option<KvNamespace>,
     pub http: Option<HttpEgress>,
     /// Host folder shown to the plugin as `/data`.
     pub data_dir: Option<std::path::PathBuf>,
+    /// The quota of `data_dir`.
+    pub data_quota: Option<Arc<DataQuota>>,
     pub memory_limit: usize,
+    /// Logs and audits a refused capability use (`what`, e.g. "kv ...").
+    pub on_denied: DenialSink,
 }
 
 pub struct PluginState {
@@ -52,6 +60,17 @@ impl PluginState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
         })
+    }
+}
+
+impl PluginState {
+    /// Logs and audits that `capability` was refused, with why.
+    pub fn report_denial(&self, capability: &str, why: &str) {
+        (self.grants.on_denied)(&format!("{capability} {why}"));
+    }
+
+    pub fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
     }
 }
 

@@ -114,7 +114,7 @@ impl McpGateway {
         };
         for source in acl::sources(&self.config, reach) {
             let listed = match &source {
-                Source::Skill { name, .. } => self.skills.tools(name).await,
+                Source::Skill { name, .. } => self.skills.tools(workspace, name).await,
                 Source::Server { name, server } => self.upstreams.list_tools(name, server).await,
                 Source::Memory => Ok(memory::tools()),
             };
@@ -156,7 +156,9 @@ impl McpGateway {
                     .arguments
                     .map(serde_json::Value::Object)
                     .unwrap_or_else(|| serde_json::json!({}));
-                self.skills.invoke(name, &tool, &args.to_string()).await
+                self.skills
+                    .invoke(workspace, name, &tool, &args.to_string())
+                    .await
             }
             Source::Server { name, server } => {
                 self.upstreams

@@ -1,5 +1,7 @@
 //! WASM skills offered as MCP tools. The plugin host is created on first use
-//! and each skill is loaded once (with its `plugins.config.<name>`).
+//! and each skill is loaded once (with its `plugins.config.<name>`), then
+//! bound to each calling workspace's own state (kv, `/data`) and HTTP grant:
+//! a workspace's calls never see another's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,15 +14,19 @@ use tokio::sync::{Mutex, OnceCell};
 use super::text_result;
 use crate::config::Config;
 use crate::plugins::api::ToolError;
-use crate::plugins::{CallLimits, Catalog, HostPaths, LoadedPlugin, PluginHost};
+use crate::plugins::{
+    CallLimits, Catalog, HostPaths, LoadedPlugin, PluginHost, Scope, plugin_http_reach,
+};
 
 pub struct Skills {
     home: PathBuf,
-    dirs: Vec<PathBuf>,
-    config: BTreeMap<String, serde_json::Value>,
+    config: Arc<Config>,
     limits: CallLimits,
     host: OnceCell<Arc<PluginHost>>,
+    /// By plugin name, in no workspace's scope (compiled once).
     loaded: Mutex<BTreeMap<String, Arc<LoadedPlugin>>>,
+    /// By (workspace, plugin name).
+    scoped: Mutex<BTreeMap<(String, String), Arc<LoadedPlugin>>>,
 }
 
 impl Skills {
@@ -28,14 +34,15 @@ impl Skills {
         let limits = &config.plugins.limits;
         Self {
             home: home.to_path_buf(),
-            dirs: config.plugins.dirs.clone(),
-            config: config.plugins.config.clone(),
+            config: Arc::new(config.clone()),
             limits: CallLimits {
                 memory_bytes: (limits.memory_mb as usize) << 20,
                 timeout: Duration::from_millis(limits.call_timeout_ms),
+                data_quota_bytes: limits.data_quota_mb << 20,
             },
             host: OnceCell::new(),
             loaded: Mutex::new(BTreeMap::new()),
+            scoped: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -53,14 +60,40 @@ impl Skills {
             .cloned()
     }
 
-    async fn plugin(&self, name: &str) -> Result<(Arc<PluginHost>, Arc<LoadedPlugin>), String> {
+    /// `name` bound to `workspace`'s state and HTTP grant.
+    async fn plugin(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<(Arc<PluginHost>, Arc<LoadedPlugin>), String> {
+        let key = (workspace.to_string(), name.to_string());
+        if let Some(plugin) = self.scoped.lock().await.get(&key) {
+            return Ok((self.host().await?, plugin.clone()));
+        }
+        let (host, template) = self.template(name).await?;
+        let reach = plugin_http_reach(&self.config, workspace, name, &template.manifest);
+        let plugin = host
+            .rescope(&template, &Scope::workspace(workspace), reach)
+            .map_err(|e| format!("skill `{name}`: {e}"))?;
+        let mut scoped = self.scoped.lock().await;
+        let plugin = scoped.entry(key).or_insert(plugin).clone();
+        Ok((host, plugin))
+    }
+
+    async fn template(&self, name: &str) -> Result<(Arc<PluginHost>, Arc<LoadedPlugin>), String> {
         let host = self.host().await?;
         let mut loaded = self.loaded.lock().await;
         if let Some(plugin) = loaded.get(name) {
             return Ok((host, plugin.clone()));
         }
-        let (home, dirs, limits) = (self.home.clone(), self.dirs.clone(), self.limits);
+        let (home, dirs, limits) = (
+            self.home.clone(),
+            self.config.plugins.dirs.clone(),
+            self.limits,
+        );
         let config = self
+            .config
+            .plugins
             .config
             .get(name)
             .cloned()
@@ -80,8 +113,8 @@ impl Skills {
         Ok((host, plugin))
     }
 
-    pub async fn tools(&self, name: &str) -> Result<Vec<Tool>, String> {
-        let (host, plugin) = self.plugin(name).await?;
+    pub async fn tools(&self, workspace: &str, name: &str) -> Result<Vec<Tool>, String> {
+        let (host, plugin) = self.plugin(workspace, name).await?;
         let specs = host
             .skill_tools(&plugin)
             .await
@@ -102,11 +135,12 @@ impl Skills {
 
     pub async fn invoke(
         &self,
+        workspace: &str,
         name: &str,
         tool: &str,
         args_json: &str,
     ) -> Result<CallToolResult, String> {
-        let (host, plugin) = self.plugin(name).await?;
+        let (host, plugin) = self.plugin(workspace, name).await?;
         match host.skill_invoke(&plugin, tool, args_json).await {
             Ok(Ok(output)) => Ok(text_result(output.json, false)),
             Ok(Err(e)) => Ok(text_result(describe(&e), true)),

@@ -1,14 +1,22 @@
 //! The `http` capability: outbound requests only to the hosts a plugin's
-//! manifest declares. Redirects are followed by hand so every hop is checked
-//! against the same allowlist (and credentials are dropped across hosts).
+//! manifest declares and its workspace grants ([`HttpReach`]). Redirects are
+//! followed by hand so every hop is checked against the same allowlist (and
+//! credentials are dropped across hosts).
+//!
+//! Names are checked, then resolved by the client's own resolver, which
+//! drops every loopback, private, link-local, unique-local, multicast or
+//! unspecified address the configuration does not name literally. The
+//! connection goes to exactly the addresses that resolver returned, so a
+//! name that re-resolves elsewhere between check and connect gains nothing.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use url::Url;
 
-use crate::plugins::manifest::HostPattern;
+use crate::plugins::scope::{HttpReach, canonical};
 
 pub const MAX_REDIRECTS: usize = 5;
 pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
@@ -53,27 +61,37 @@ pub type DenialSink = Arc<dyn Fn(&str) + Send + Sync>;
 #[derive(Clone)]
 pub struct HttpEgress {
     client: reqwest::Client,
-    allow: Arc<Vec<HostPattern>>,
+    reach: Arc<HttpReach>,
     on_denied: DenialSink,
 }
 
 impl HttpEgress {
-    pub fn new(client: reqwest::Client, allow: Vec<HostPattern>, on_denied: DenialSink) -> Self {
-        Self {
-            client,
-            allow: Arc::new(allow),
+    /// An egress for one (scope, plugin): its own client, whose resolver
+    /// enforces `reach`'s address rule.
+    pub fn new(reach: HttpReach, on_denied: DenialSink) -> reqwest::Result<Self> {
+        let reach = Arc::new(reach);
+        let resolver = Arc::new(CheckedResolver {
+            reach: reach.clone(),
+            on_denied: on_denied.clone(),
+        });
+        Ok(Self {
+            client: Self::client(resolver)?,
+            reach,
             on_denied,
-        }
+        })
     }
 
-    /// A client that never follows redirects on its own.
-    pub fn client() -> reqwest::Result<reqwest::Client> {
+    /// A client that never follows redirects on its own and resolves names
+    /// with `resolver`.
+    fn client(resolver: Arc<CheckedResolver>) -> reqwest::Result<reqwest::Client> {
         // The process-wide TLS provider; a second install is a harmless no-op.
         let _ = rustls::crypto::ring::default_provider().install_default();
         reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("pincer/", env!("CARGO_PKG_VERSION")))
+            .no_proxy()
+            .dns_resolver(resolver)
             .build()
     }
 
@@ -153,14 +171,137 @@ impl HttpEgress {
             }
         };
         let port = url.port_or_known_default().unwrap_or(0);
-        if self.allow.iter().any(|p| p.matches(&host, port)) {
-            return Ok(());
+        let default_port = if url.scheme() == "https" { 443 } else { 80 };
+        if !self.reach.allows(&host, port, default_port) {
+            let what = format!("{host}:{port} is not in this plugin's http allowlist");
+            (self.on_denied)(&format!("http {what} ({})", shown(url)));
+            return Err(HttpError::Denied(what));
         }
-        let what = format!("{host}:{port} is not in this plugin's http allowlist");
-        (self.on_denied)(&format!("http {what} ({url})"));
-        Err(HttpError::Denied(what))
+        // An address in the URL is never resolved: check it here.
+        let literal = match url.host() {
+            Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
+            _ => None,
+        };
+        if let Some(ip) = literal
+            && !address_allowed(&self.reach, ip)
+        {
+            let what = format!(
+                "{host} is a {} address the configuration does not name",
+                address_class(ip).unwrap_or("non-public")
+            );
+            (self.on_denied)(&format!("http {what} ({})", shown(url)));
+            return Err(HttpError::Denied(what));
+        }
+        Ok(())
     }
 }
+
+/// `url` without its `user:password@`, for logs and audit records.
+pub fn shown(url: &Url) -> String {
+    let mut url = url.clone();
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.to_string()
+}
+
+/// Why `ip` is not a public address, if it is not.
+pub fn address_class(ip: IpAddr) -> Option<&'static str> {
+    match canonical(ip) {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            if v4.is_loopback() {
+                Some("loopback")
+            } else if v4.is_unspecified() || a == 0 {
+                Some("unspecified")
+            } else if v4.is_link_local() {
+                Some("link-local")
+            } else if v4.is_private() || (a == 100 && (64..128).contains(&b)) {
+                Some("private")
+            } else if v4.is_multicast() || v4.is_broadcast() || a >= 240 {
+                Some("multicast or reserved")
+            } else {
+                None
+            }
+        }
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            if v6.is_loopback() {
+                Some("loopback")
+            } else if v6.is_unspecified() {
+                Some("unspecified")
+            } else if first & 0xffc0 == 0xfe80 {
+                Some("link-local")
+            } else if first & 0xfe00 == 0xfc00 || first & 0xffc0 == 0xfec0 {
+                Some("unique-local")
+            } else if v6.is_multicast() {
+                Some("multicast")
+            } else if let Some(v4) = v6.to_ipv4().filter(|_| first == 0) {
+                // IPv4-compatible (::a.b.c.d): judged as the IPv4 address.
+                address_class(IpAddr::V4(v4))
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// Public addresses are allowed; others only when the configuration names
+/// them literally.
+fn address_allowed(reach: &HttpReach, ip: IpAddr) -> bool {
+    address_class(ip).is_none() || reach.names_address(ip)
+}
+
+/// The plugin client's resolver: the system's, less the addresses
+/// [`address_allowed`] refuses.
+struct CheckedResolver {
+    reach: Arc<HttpReach>,
+    on_denied: DenialSink,
+}
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let reach = self.reach.clone();
+        let on_denied = self.on_denied.clone();
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let (kept, refused): (Vec<SocketAddr>, Vec<SocketAddr>) = found
+                .into_iter()
+                .partition(|a| address_allowed(&reach, a.ip()));
+            if kept.is_empty() {
+                let addrs: Vec<String> = refused.iter().map(|a| a.ip().to_string()).collect();
+                let what = format!(
+                    "{host} resolves only to addresses the configuration does not name ({}); name the literal address (e.g. `{}:*`) in the manifest or in workspaces.NAME.plugin_http to allow it",
+                    addrs.join(", "),
+                    refused
+                        .first()
+                        .map(|a| match a.ip() {
+                            IpAddr::V6(v6) => format!("[{v6}]"),
+                            v4 => v4.to_string(),
+                        })
+                        .unwrap_or_default()
+                );
+                on_denied(&format!("http {what}"));
+                return Err(Box::new(Refused(what)) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// A resolution the address rule emptied.
+#[derive(Debug)]
+struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
 
 fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, HttpError> {
     let mut map = HeaderMap::new();
@@ -213,10 +354,57 @@ async fn read_response(mut response: reqwest::Response) -> Result<Response, Http
 }
 
 fn transport_error(e: reqwest::Error) -> HttpError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        if let Some(refused) = err.downcast_ref::<Refused>() {
+            return HttpError::Denied(refused.0.clone());
+        }
+        source = err.source();
+    }
     if e.is_timeout() {
         HttpError::Timeout
     } else {
         // Without the URL: it is the plugin's own, and may carry a token.
         HttpError::Transport(e.without_url().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(ip: &str) -> Option<&'static str> {
+        address_class(ip.parse().unwrap())
+    }
+
+    #[test]
+    fn non_public_addresses_are_told_apart_in_every_spelling() {
+        for (ip, want) in [
+            ("127.0.0.1", Some("loopback")),
+            ("::1", Some("loopback")),
+            ("::ffff:127.0.0.1", Some("loopback")),
+            ("169.254.169.254", Some("link-local")),
+            ("::ffff:169.254.169.254", Some("link-local")),
+            ("fe80::1", Some("link-local")),
+            ("10.1.2.3", Some("private")),
+            ("172.16.0.1", Some("private")),
+            ("192.168.1.1", Some("private")),
+            ("100.64.0.1", Some("private")),
+            ("fd00::1", Some("unique-local")),
+            ("0.0.0.0", Some("unspecified")),
+            ("::", Some("unspecified")),
+            ("224.0.0.1", Some("multicast or reserved")),
+            ("ff02::1", Some("multicast")),
+            ("8.8.8.8", None),
+            ("2606:4700::1111", None),
+        ] {
+            assert_eq!(class(ip), want, "{ip}");
+        }
+    }
+
+    #[test]
+    fn userinfo_is_never_shown() {
+        let url = Url::parse("https://admin:hunter2@example.com:8443/x?q=1").unwrap();
+        assert_eq!(shown(&url), "https://example.com:8443/x?q=1");
     }
 }

@@ -1,5 +1,6 @@
-//! The `kv` capability: a key-value store private to each plugin, with TTL
-//! and versioned compare-and-set, kept in the host database.
+//! The `kv` capability: a key-value store private to each (owner, plugin)
+//! pair, where the owner is a workspace or a channel, with TTL and versioned
+//! compare-and-set, kept in the host database.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -35,34 +36,68 @@ pub struct Entry {
     pub version: u64,
 }
 
-/// The shared store; hand each plugin its own [`KvNamespace`].
+/// The shared store; hand each (owner, plugin) its own [`KvNamespace`].
 pub struct KvStore {
     conn: Mutex<Connection>,
 }
 
+/// Rows moved from the old per-plugin layout by [`KvStore::open`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Migrated {
+    pub rows: usize,
+}
+
 impl KvStore {
     pub fn open(path: &Path) -> rusqlite::Result<Arc<Self>> {
-        let conn = crate::db::open(path)?;
+        Self::open_migrating(path, "workspace:default").map(|(store, _)| store)
+    }
+
+    /// Opens the store; rows of the old layout (keyed by plugin only, from
+    /// before per-workspace state) are assigned to `legacy_owner`, once.
+    pub fn open_migrating(
+        path: &Path,
+        legacy_owner: &str,
+    ) -> rusqlite::Result<(Arc<Self>, Migrated)> {
+        let mut conn = crate::db::open(path)?;
+        let migrated = migrate(&mut conn, legacy_owner)?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS plugin_kv (
+                owner TEXT NOT NULL,
                 plugin TEXT NOT NULL,
                 key TEXT NOT NULL,
                 value BLOB NOT NULL,
                 version INTEGER NOT NULL,
                 expires_at_ms INTEGER,
-                PRIMARY KEY (plugin, key)
+                PRIMARY KEY (owner, plugin, key)
             ) WITHOUT ROWID;",
         )?;
-        Ok(Arc::new(Self {
-            conn: Mutex::new(conn),
-        }))
+        Ok((
+            Arc::new(Self {
+                conn: Mutex::new(conn),
+            }),
+            migrated,
+        ))
     }
 
-    pub fn namespace(self: &Arc<Self>, plugin: &str) -> KvNamespace {
+    /// `owner` is a [`crate::plugins::scope::Scope`] key (`workspace:NAME`).
+    pub fn namespace(self: &Arc<Self>, owner: &str, plugin: &str) -> KvNamespace {
         KvNamespace {
             store: self.clone(),
+            owner: owner.to_string(),
             plugin: plugin.to_string(),
         }
+    }
+
+    /// The owners (`workspace:NAME`, `channel:NAME`) holding entries of `plugin`.
+    pub fn owners_of(&self, plugin: &str) -> Result<Vec<String>, KvError> {
+        self.with_conn(|conn| {
+            let mut stmt = conn
+                .prepare("SELECT DISTINCT owner FROM plugin_kv WHERE plugin = ?1 ORDER BY owner")?;
+            let owners = stmt
+                .query_map(params![plugin], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()?;
+            Ok(owners)
+        })
     }
 
     fn with_conn<T>(
@@ -77,9 +112,44 @@ impl KvStore {
     }
 }
 
+/// Moves a `plugin_kv` table of the old layout (no `owner` column) into the
+/// new one under `legacy_owner`, in one transaction. Returns the rows moved.
+fn migrate(conn: &mut Connection, legacy_owner: &str) -> rusqlite::Result<Migrated> {
+    let old_layout: bool = conn
+        .prepare("SELECT 1 FROM pragma_table_info('plugin_kv') WHERE name = 'plugin'")?
+        .exists([])?
+        && !conn
+            .prepare("SELECT 1 FROM pragma_table_info('plugin_kv') WHERE name = 'owner'")?
+            .exists([])?;
+    if !old_layout {
+        return Ok(Migrated::default());
+    }
+    let tx = conn.transaction()?;
+    tx.execute_batch(
+        "CREATE TABLE plugin_kv_scoped (
+            owner TEXT NOT NULL,
+            plugin TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value BLOB NOT NULL,
+            version INTEGER NOT NULL,
+            expires_at_ms INTEGER,
+            PRIMARY KEY (owner, plugin, key)
+        ) WITHOUT ROWID;",
+    )?;
+    let rows = tx.execute(
+        "INSERT INTO plugin_kv_scoped (owner, plugin, key, value, version, expires_at_ms)
+         SELECT ?1, plugin, key, value, version, expires_at_ms FROM plugin_kv",
+        params![legacy_owner],
+    )?;
+    tx.execute_batch("DROP TABLE plugin_kv; ALTER TABLE plugin_kv_scoped RENAME TO plugin_kv;")?;
+    tx.commit()?;
+    Ok(Migrated { rows })
+}
+
 #[derive(Clone)]
 pub struct KvNamespace {
     store: Arc<KvStore>,
+    owner: String,
     plugin: String,
 }
 
@@ -121,8 +191,8 @@ impl KvNamespace {
         self.store.with_conn(|conn| {
             let existed = self.live_entry(conn, key)?.is_some();
             conn.execute(
-                "DELETE FROM plugin_kv WHERE plugin = ?1 AND key = ?2",
-                params![self.plugin, key],
+                "DELETE FROM plugin_kv WHERE owner = ?1 AND plugin = ?2 AND key = ?3",
+                params![self.owner, self.plugin, key],
             )?;
             Ok(existed)
         })
@@ -132,13 +202,13 @@ impl KvNamespace {
         self.store.with_conn(|conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT key FROM plugin_kv
-                 WHERE plugin = ?1 AND substr(key, 1, length(?2)) = ?2
-                   AND (expires_at_ms IS NULL OR expires_at_ms > ?3)
-                 ORDER BY key LIMIT ?4",
+                 WHERE owner = ?1 AND plugin = ?2 AND substr(key, 1, length(?3)) = ?3
+                   AND (expires_at_ms IS NULL OR expires_at_ms > ?4)
+                 ORDER BY key LIMIT ?5",
             )?;
             let keys = stmt
                 .query_map(
-                    params![self.plugin, prefix, now_ms(), limit.min(1000)],
+                    params![self.owner, self.plugin, prefix, now_ms(), limit.min(1000)],
                     |row| row.get(0),
                 )?
                 .collect::<Result<Vec<String>, _>>()?;
@@ -149,15 +219,18 @@ impl KvNamespace {
     fn live_entry(&self, conn: &Connection, key: &str) -> Result<Option<Entry>, KvError> {
         let row: Option<(Vec<u8>, i64, Option<i64>)> = conn
             .prepare_cached(
-                "SELECT value, version, expires_at_ms FROM plugin_kv WHERE plugin = ?1 AND key = ?2",
+                "SELECT value, version, expires_at_ms FROM plugin_kv
+                 WHERE owner = ?1 AND plugin = ?2 AND key = ?3",
             )?
-            .query_row(params![self.plugin, key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_row(params![self.owner, self.plugin, key], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
             .optional()?;
         match row {
             Some((_, _, Some(expires))) if expires <= now_ms() => {
                 conn.execute(
-                    "DELETE FROM plugin_kv WHERE plugin = ?1 AND key = ?2",
-                    params![self.plugin, key],
+                    "DELETE FROM plugin_kv WHERE owner = ?1 AND plugin = ?2 AND key = ?3",
+                    params![self.owner, self.plugin, key],
                 )?;
                 Ok(None)
             }
@@ -185,29 +258,32 @@ impl KvNamespace {
         }
         let (keys, bytes): (i64, i64) = conn
             .prepare_cached(
-                "SELECT count(*), coalesce(sum(length(value)), 0) FROM plugin_kv WHERE plugin = ?1",
+                "SELECT count(*), coalesce(sum(length(value)), 0) FROM plugin_kv
+                 WHERE owner = ?1 AND plugin = ?2",
             )?
-            .query_row(params![self.plugin], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            .query_row(params![self.owner, self.plugin], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
         let replaced = current.map_or(0, |e| e.value.len() as i64);
         if current.is_none() && keys >= MAX_KEYS {
             return Err(KvError::QuotaExceeded(format!(
-                "at most {MAX_KEYS} keys per plugin"
+                "at most {MAX_KEYS} keys per plugin and workspace"
             )));
         }
         if bytes - replaced + value.len() as i64 > MAX_TOTAL_BYTES {
             return Err(KvError::QuotaExceeded(format!(
-                "at most {MAX_TOTAL_BYTES} bytes per plugin"
+                "at most {MAX_TOTAL_BYTES} bytes per plugin and workspace"
             )));
         }
         let version = current.map_or(1, |e| e.version + 1);
         let expires = ttl_ms.map(|ttl| now_ms().saturating_add(ttl.min(i64::MAX as u64) as i64));
         conn.execute(
-            "INSERT INTO plugin_kv (plugin, key, value, version, expires_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (plugin, key) DO UPDATE SET
+            "INSERT INTO plugin_kv (owner, plugin, key, value, version, expires_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (owner, plugin, key) DO UPDATE SET
                value = excluded.value, version = excluded.version,
                expires_at_ms = excluded.expires_at_ms",
-            params![self.plugin, key, value, version as i64, expires],
+            params![self.owner, self.plugin, key, value, version as i64, expires],
         )?;
         Ok(version)
     }
@@ -240,17 +316,56 @@ mod tests {
     #[test]
     fn namespaces_are_separate() {
         let (_dir, store) = store();
-        let a = store.namespace("a");
-        let b = store.namespace("b");
+        let a = store.namespace("workspace:w", "a");
+        let b = store.namespace("workspace:w", "b");
+        let other = store.namespace("workspace:v", "a");
         a.set("k", b"1", None).unwrap();
         assert_eq!(b.get("k").unwrap(), None);
+        assert_eq!(other.get("k").unwrap(), None);
+        assert!(other.list_keys("", 10).unwrap().is_empty());
         assert_eq!(a.get("k").unwrap().unwrap().value, b"1");
+    }
+
+    #[test]
+    fn the_old_layout_is_assigned_to_the_legacy_owner_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kv.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE plugin_kv (
+                    plugin TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL,
+                    version INTEGER NOT NULL, expires_at_ms INTEGER,
+                    PRIMARY KEY (plugin, key)
+                ) WITHOUT ROWID;
+                INSERT INTO plugin_kv VALUES ('skill-notes', 'note:a', x'6869', 3, NULL);",
+            )
+            .unwrap();
+        }
+        let (store, migrated) = KvStore::open_migrating(&path, "workspace:default").unwrap();
+        assert_eq!(migrated.rows, 1);
+        let entry = store
+            .namespace("workspace:default", "skill-notes")
+            .get("note:a")
+            .unwrap()
+            .unwrap();
+        assert_eq!((entry.value.as_slice(), entry.version), (&b"hi"[..], 3));
+        assert_eq!(
+            store
+                .namespace("workspace:bob", "skill-notes")
+                .get("note:a")
+                .unwrap(),
+            None
+        );
+        drop(store);
+        let (_, again) = KvStore::open_migrating(&path, "workspace:default").unwrap();
+        assert_eq!(again.rows, 0);
     }
 
     #[test]
     fn compare_and_set_follows_versions() {
         let (_dir, store) = store();
-        let ns = store.namespace("p");
+        let ns = store.namespace("workspace:w", "p");
         assert_eq!(ns.compare_and_set("k", None, b"a", None).unwrap(), Some(1));
         assert_eq!(ns.compare_and_set("k", None, b"b", None).unwrap(), None);
         assert_eq!(
@@ -266,7 +381,7 @@ mod tests {
     #[test]
     fn entries_expire() {
         let (_dir, store) = store();
-        let ns = store.namespace("p");
+        let ns = store.namespace("workspace:w", "p");
         ns.set("gone", b"x", Some(0)).unwrap();
         ns.set("kept", b"x", Some(60_000)).unwrap();
         assert_eq!(ns.get("gone").unwrap(), None);
@@ -276,7 +391,7 @@ mod tests {
     #[test]
     fn bad_keys_and_big_values_are_refused() {
         let (_dir, store) = store();
-        let ns = store.namespace("p");
+        let ns = store.namespace("workspace:w", "p");
         assert!(matches!(
             ns.set("", b"x", None),
             Err(KvError::InvalidKey(_))

@@ -1,5 +1,6 @@
 //! Host-side implementations of the capabilities plugins import. Each is
 //! granted per plugin by its manifest; the WIT glue lives in `wit/`.
 
+pub mod data;
 pub mod http;
 pub mod kv;

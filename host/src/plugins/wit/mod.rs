@@ -52,6 +52,8 @@ impl WitRelease {
 /// Adds the host imports of every served release to one linker.
 pub fn add_to_linker(linker: &mut Linker<PluginState>) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
+    // Quota-checked writes under /data, in place of wasmtime-wasi's own.
+    super::capabilities::data::add_to_linker(linker)?;
     v0_1_0::add_to_linker(linker)
 }
 

@@ -169,7 +169,7 @@ impl kv::Host for PluginState {
 impl PluginState {
     fn kv(&self) -> Result<&crate::plugins::capabilities::kv::KvNamespace, kv::KvError> {
         self.grants.kv.as_ref().ok_or_else(|| {
-            tracing::warn!(plugin = %self.grants.plugin, "kv denied: not in the manifest's capabilities");
+            self.report_denial("kv", "is not in this plugin's manifest capabilities");
             kv::KvError::Denied
         })
     }
@@ -190,6 +190,10 @@ impl http::Host for PluginState {
     ) -> wasmtime::Result<Result<types::HttpResponse, types::HttpError>> {
         let Some(egress) = self.grants.http.clone() else {
             let what = "this plugin's manifest requests no http capability".to_string();
+            let url = url::Url::parse(&request.url)
+                .map(|u| egress::shown(&u))
+                .unwrap_or_else(|_| "an unparsable URL".to_string());
+            self.report_denial("http", &format!("{url}: {what}"));
             return Ok(Err(types::HttpError::Denied(what)));
         };
         let request = egress::Request {
