@@ -1,5 +1,6 @@
 //! `pincer policy audit WORKSPACE`: what a workspace can and cannot touch.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::bail;
@@ -20,23 +21,19 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
     };
     let policy = PolicyCatalog::load(&ctx.config.containers.policy_dirs)?
         .effective(name, &workspace.policies)?;
-    // Skills that may make outbound HTTP requests are a way out: those whose
-    // HTTP reach in this workspace (manifest ∩ workspaces.NAME.plugin_http,
-    // computed as the plugin host computes it) is not empty.
+    // Skills that may make outbound HTTP requests are a way out: their HTTP
+    // reach in this workspace (manifest ∩ workspaces.NAME.plugin_http), from
+    // the same computation the plugin host enforces.
     let catalog = ctx.catalog();
-    let egress_skills: Vec<String> = workspace
+    let plugin_http: BTreeMap<String, Vec<String>> = workspace
         .skills
         .iter()
-        .filter(|skill| {
-            catalog.plugins.get(*skill).is_some_and(|p| {
-                Manifest::parse(&p.manifest_text, skill).is_ok_and(|m| {
-                    !plugin_http_reach(&ctx.config, name, skill, &m)
-                        .effective()
-                        .is_empty()
-                })
-            })
+        .filter_map(|skill| {
+            let plugin = catalog.plugins.get(skill)?;
+            let manifest = Manifest::parse(&plugin.manifest_text, skill).ok()?;
+            let hosts = plugin_http_reach(&ctx.config, name, skill, &manifest).effective();
+            (!hosts.is_empty()).then(|| (skill.clone(), hosts))
         })
-        .cloned()
         .collect();
     let workspace_dir = expand_tilde(&ctx.config.containers.workspace_base_path).join(name);
     let mut report = policy::report(
@@ -45,7 +42,7 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
             config: &ctx.config,
             workspace,
             workspace_dir: &workspace_dir,
-            egress_skills: &egress_skills,
+            plugin_http: &plugin_http,
         },
     );
     report.denials = ctx.audit_log()?.for_workspace(name, 50)?;

@@ -97,12 +97,6 @@ pub struct WorkspaceReach {
     /// Every MCP server `workspaces.NAME.mcp_servers` lists, reachable or not.
     pub mcp_servers: Vec<ToolSource>,
     pub models: ModelReach,
-    /// Outbound HTTP hosts each plugin may reach on this workspace's behalf,
-    /// by plugin name. Reserved for the per-workspace plugin HTTP grants
-    /// (`host/src/plugins/`, issue 11 part 3): filled there, printed by the
-    /// audit and enforced by the plugin host from this same value. Empty
-    /// until then.
-    pub plugin_http: BTreeMap<String, Vec<String>>,
 }
 
 fn admits(allowed: &[String], workspace: &str) -> bool {
@@ -228,7 +222,6 @@ impl WorkspaceReach {
             skills,
             mcp_servers,
             models,
-            plugin_http: BTreeMap::new(),
         }
     }
 

@@ -30,7 +30,7 @@ pub struct ReportInput<'a> {
     /// Host folder mounted at `/workspace`.
     pub workspace_dir: &'a Path,
     /// Skills whose manifest grants the http capability (a way out).
-    pub egress_skills: &'a [String],
+    pub plugin_http: &'a std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// The audit of one workspace's policy (`pincer policy audit`, `--json`).
@@ -119,8 +119,9 @@ pub struct Reach {
     pub skills: Vec<ReachItem>,
     pub mcp_servers: Vec<ReachItem>,
     pub models: ModelsLine,
-    /// Outbound HTTP hosts per plugin (reserved for per-workspace plugin
-    /// grants; empty until they exist).
+    /// Outbound HTTP destinations of each listed skill that has any:
+    /// manifest ∩ `workspaces.NAME.plugin_http`, from
+    /// `plugins::plugin_http_reach`, the computation the plugin host enforces.
     pub plugin_http: std::collections::BTreeMap<String, Vec<String>>,
 }
 
@@ -435,8 +436,8 @@ fn reach(p: &EffectivePolicy, input: &ReportInput<'_>, computed: &WorkspaceReach
         .iter()
         .map(|source| {
             let mut notes = Vec::new();
-            if input.egress_skills.contains(&source.name) {
-                notes.push("has the http capability".to_owned());
+            if let Some(hosts) = input.plugin_http.get(&source.name) {
+                notes.push(format!("http to {}", hosts.join(", ")));
             }
             item(source, notes)
         })
@@ -469,7 +470,7 @@ fn reach(p: &EffectivePolicy, input: &ReportInput<'_>, computed: &WorkspaceReach
             from: computed.models.from,
             deployments: deployments(input, &computed.models.aliases),
         },
-        plugin_http: computed.plugin_http.clone(),
+        plugin_http: input.plugin_http.clone(),
     }
 }
 
@@ -562,8 +563,12 @@ fn trifecta(p: &EffectivePolicy, input: &ReportInput<'_>, reach: &Reach) -> Trif
         }
     }
     for item in reach.skills.iter().filter(|i| i.reachable) {
-        if input.egress_skills.contains(&item.name) {
-            exfiltration.push(format!("skill {} has the http capability", item.name));
+        if let Some(hosts) = input.plugin_http.get(&item.name) {
+            exfiltration.push(format!(
+                "skill {} makes HTTP requests to {}",
+                item.name,
+                hosts.join(", ")
+            ));
         }
     }
 

@@ -728,7 +728,10 @@ fn config() -> Config {
 fn audit(cfg: &Config, workspace: &str, catalog: &PolicyCatalog) -> PolicyReport {
     let ws = &cfg.workspaces[workspace];
     let policy = catalog.effective(workspace, &ws.policies).unwrap();
-    let egress = ["web-search".to_owned()];
+    let egress = std::collections::BTreeMap::from([(
+        "web-search".to_owned(),
+        vec!["api.search.example".to_owned()],
+    )]);
     let dir = PathBuf::from(format!("/home/u/pincer_workspaces/{workspace}"));
     report(
         &policy,
@@ -736,7 +739,7 @@ fn audit(cfg: &Config, workspace: &str, catalog: &PolicyCatalog) -> PolicyReport
             config: cfg,
             workspace: ws,
             workspace_dir: &dir,
-            egress_skills: &egress,
+            plugin_http: &egress,
         },
     )
 }
@@ -788,7 +791,7 @@ fn trifecta_verdicts() {
         lethal.exfiltration,
         [
             "network bridge: outbound internet allowed",
-            "skill web-search has the http capability"
+            "skill web-search makes HTTP requests to api.search.example"
         ]
     );
 
@@ -803,7 +806,7 @@ fn trifecta_verdicts() {
         isolated.exfiltration,
         [
             "MCP server files runs on the host (stdio); its network is not restricted",
-            "skill web-search has the http capability"
+            "skill web-search makes HTTP requests to api.search.example"
         ]
     );
     // ...which a group restricting skills and MCP servers removes
