@@ -21,11 +21,20 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most of an error body that is read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// Where the gateway is and how to authenticate to it.
-#[derive(Debug, Clone)]
+/// Where the gateway is and how to authenticate to it. `Debug` hides the token.
+#[derive(Clone)]
 pub struct Gateway {
     socket: PathBuf,
     token: String,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("socket", &self.socket)
+            .field("token", &"<hidden>")
+            .finish()
+    }
 }
 
 /// Why a gateway request failed.
@@ -254,6 +263,7 @@ mod tests {
     fn addresses() {
         let gateway = Gateway::new("unix:///run/pincer/gateway/gateway.sock", "t".into()).unwrap();
         assert_eq!(gateway.socket, Path::new("/run/pincer/gateway/gateway.sock"));
+        assert!(!format!("{gateway:?}").contains("\"t\""));
         for bad in [
             "http://localhost:8080",
             "unix://relative.sock",
