@@ -598,3 +598,127 @@ async fn a_runner_streaming_past_the_turn_bounds_is_stopped_and_audited() {
         assert!(audit.contains("turn.runner_flood"), "{audit}");
     }
 }
+
+/// The workspace folder is the container's: an AGENTS.md that is a symlink
+/// to a host file, a symlink to a device, a FIFO or a sparse 1 GB file must
+/// neither put host data into the prompt, nor freeze the host, nor flood it.
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_md_planted_by_the_container_cannot_leak_freeze_or_flood_the_host() {
+    const HOST_SECRET: &str = "host-env-secret-7d2e1f-never-in-a-prompt";
+    let env = Env::new(vec![Behaviour::answer("ok")], "  w: {}\n").await;
+    ok(env.pincer(&["workspace", "exec", "w", "--", "true"]));
+    let cases = [
+        ("ln -s /proc/self/environ AGENTS.md", "is a symlink"),
+        ("ln -s /dev/zero AGENTS.md", "is a symlink"),
+        ("/bin/busybox mkfifo AGENTS.md", "FIFO"),
+        (
+            "/bin/busybox truncate -s 1G AGENTS.md",
+            "only its beginning",
+        ),
+    ];
+    for (plant, notice) in cases {
+        ok(env.pincer(&[
+            "workspace",
+            "exec",
+            "w",
+            "--",
+            "sh",
+            "-c",
+            &format!("cd /workspace && rm -f AGENTS.md && {plant}"),
+        ]));
+        let before = env.upstream.received().len();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
+            .args(["--config", env.config.to_str().unwrap()])
+            .args(["message", "-w", "w", "--json", "--text", "hi"])
+            .current_dir(env.sandbox.work())
+            .env("PINCER_HOME", env.sandbox.home())
+            .env("PINCER_TEST_HOST_SECRET", HOST_SECRET)
+            .env_remove("PINCER_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("`{plant}`: the host froze reading AGENTS.md");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let out = child.wait_with_output().unwrap();
+        let events = events(&out);
+        assert_eq!(last(&events)["event"], "done", "`{plant}`: {events:?}");
+        let requests = env.upstream.received();
+        assert_eq!(requests.len(), before + 1);
+        let system = requests[before]["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            !system.contains(HOST_SECRET) && !system.contains("PINCER_HOME"),
+            "`{plant}`: the host's environment went to the provider"
+        );
+        assert!(
+            system.len() < 40 * 1024,
+            "`{plant}`: {} bytes",
+            system.len()
+        );
+        let notices: Vec<String> = of_kind(&events, "notice")
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert!(
+            notices.iter().any(|n| n.contains(notice)),
+            "`{plant}`: no notice with {notice:?}: {notices:?}"
+        );
+    }
+}
+
+/// The token the runner holds (granted over its socket) is nowhere a tool
+/// can read it; a runner restarted in the same container (no grant) is
+/// granted a fresh one on the next turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn tools_in_a_turn_cannot_read_the_gateway_token() {
+    let probe = "env; echo ---; cat /proc/1/environ | tr '\\0' '\\n'; echo ---; head -c 65536 /proc/1/mem | wc -c; echo ---; for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null | tr '\\0' '\\n'; done; true";
+    let arguments = serde_json::json!({ "command": probe }).to_string();
+    let env = Env::new(
+        vec![
+            Behaviour::tool("bash", &arguments),
+            Behaviour::answer("looked"),
+            Behaviour::tool("bash", &arguments),
+            Behaviour::answer("looked again"),
+        ],
+        "  w: {}\n",
+    )
+    .await;
+    let (events, out) = env.message("w", "look around");
+    assert_eq!(
+        last(&events)["event"],
+        "done",
+        "{}\n{events:?}",
+        stderr(&out)
+    );
+    let seen = tool_results(&events).join("\n");
+    assert!(
+        !seen.contains("pk-pincer-"),
+        "a tool saw a gateway token:\n{seen}"
+    );
+    assert!(
+        seen.matches("Permission denied").count() >= 2,
+        "/proc/1/environ or /proc/1/mem was readable:\n{seen}"
+    );
+    // The runner restarts in the same container and holds no token: the
+    // host grants a fresh one, and the turn still reaches the gateway.
+    ok(docker(&["restart", "-t", "1", &env.container("w")]));
+    let (events, out) = env.message("w", "look again");
+    assert_eq!(
+        last(&events)["event"],
+        "done",
+        "{}\n{events:?}",
+        stderr(&out)
+    );
+    assert_eq!(last(&events)["reply"], "looked again");
+    let seen = tool_results(&events).join("\n");
+    assert!(!seen.contains("pk-pincer-"), "{seen}");
+}

@@ -118,8 +118,8 @@ fn no_internet_leaves_only_loopback_and_the_gateway_socket() {
     );
     assert!(!stdout(&sealed).contains("hello-from-listener"));
 
-    // The host's socket folder is reachable (the gateway listens there).
-    let socket = env.sandbox.home().join("run/sealed/gateway.sock");
+    // The host's gateway socket folder is reachable (read-only: connecting works).
+    let socket = env.sandbox.home().join("run/sealed/gateway/gateway.sock");
     let server = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     std::fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
     let answer = std::thread::spawn(move || {
@@ -141,7 +141,7 @@ fn no_internet_leaves_only_loopback_and_the_gateway_socket() {
             "/opt/pincer/pincer-agent",
             "ping",
             "--socket",
-            "/run/pincer/gateway.sock",
+            "/run/pincer/gateway/gateway.sock",
         ],
     ));
     assert!(out.contains("gateway-stand-in"), "{out}");
@@ -399,8 +399,8 @@ fn containers_get_their_own_gateway_token_and_never_a_provider_key() {
         ),
         "  main: {}\n",
     );
-    // Commands see a minimal environment; the runner's own holds the
-    // gateway address and this container's token.
+    // Commands see a minimal environment; the runner's own holds only the
+    // gateway address: its token was granted over the runner socket.
     let inside = ok(env.exec("main", &["env"]));
     assert!(
         !inside.contains(PROVIDER_KEY),
@@ -414,40 +414,268 @@ fn containers_get_their_own_gateway_token_and_never_a_provider_key() {
     ]));
     assert!(!container_env.contains(PROVIDER_KEY), "{container_env}");
     let vars: Vec<String> = serde_json::from_str(&container_env).unwrap();
-    let token = vars
-        .iter()
-        .find_map(|v| v.strip_prefix("PINCER_GATEWAY_TOKEN="))
-        .unwrap_or_else(|| panic!("no gateway token in {vars:?}"))
-        .to_string();
-    assert!(token.starts_with("pk-pincer-"), "{token}");
     assert!(
-        vars.contains(&"PINCER_GATEWAY_URL=unix:///run/pincer/gateway.sock".to_string()),
+        !container_env.contains("pk-pincer-") && !container_env.contains("PINCER_GATEWAY_TOKEN"),
+        "a gateway token is in the container's environment: {vars:?}"
+    );
+    assert!(
+        vars.contains(&"PINCER_GATEWAY_URL=unix:///run/pincer/gateway/gateway.sock".to_string()),
         "{vars:?}"
     );
+    let live_prefix = |env: &Env| -> String {
+        let keys =
+            pincer::gateway::keys::KeyStore::open(&env.sandbox.home().join("pincer.db")).unwrap();
+        let live: Vec<_> = keys
+            .list("main")
+            .unwrap()
+            .into_iter()
+            .filter(|k| k.kind == pincer::gateway::keys::KeyKind::Container && !k.revoked)
+            .collect();
+        assert_eq!(live.len(), 1, "{live:?}");
+        live[0].prefix.clone()
+    };
+    let first = live_prefix(&env);
+    assert_no_token_inside(&env, "main", &first);
 
     // A replacement container gets a new token; the old one is revoked.
     ok(docker(&["kill", &env.container("main")]));
     ok(env.exec("main", &["true"]));
-    let replaced = ok(docker(&[
-        "inspect",
-        "-f",
-        "{{json .Config.Env}}",
-        &env.container("main"),
-    ]));
-    assert!(
-        replaced.contains("PINCER_GATEWAY_TOKEN=pk-pincer-") && !replaced.contains(&token),
-        "the replaced container kept the old token"
+    let second = live_prefix(&env);
+    assert_ne!(first, second, "the replaced container kept the old token");
+    assert_no_token_inside(&env, "main", &second);
+}
+
+/// Nothing a command in `workspace` can read holds its gateway token: not
+/// its environment, not the runner's (`/proc/1/environ`), not the runner's
+/// memory (`/proc/1/mem`: the runner is not dumpable). `prefix` is the
+/// token's display prefix (`pk-pincer-<ws>-<prefix>...`).
+fn assert_no_token_inside(env: &Env, workspace: &str, prefix: &str) {
+    let token_start = format!("pk-pincer-{workspace}-{prefix}");
+    let out = env.exec(
+        workspace,
+        &[
+            "sh",
+            "-c",
+            "env; echo ---; cat /proc/1/environ | tr '\\0' '\\n'; echo ---;              head -c 65536 /proc/1/mem | wc -c; echo ---;              for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null | tr '\\0' '\\n'; done",
+        ],
     );
-    let keys = ok(env.pincer(&["gateway", "keys", "list", "main"]));
-    let container_keys: Vec<&str> = keys.lines().filter(|l| l.contains("container")).collect();
+    let seen = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        !seen.contains("pk-pincer-"),
+        "a command saw a gateway token ({token_start}...):\n{seen}"
+    );
+    assert!(!seen.contains(&token_start), "{seen}");
+    // The runner is not dumpable: its /proc files are closed to its commands.
+    assert!(
+        seen.matches("Permission denied").count() >= 2,
+        "/proc/1/environ or /proc/1/mem was readable:\n{seen}"
+    );
+}
+
+#[test]
+fn workspace_down_and_reconcile_revoke_the_container_token() {
+    let env = Env::new(
+        "  main: {}
+  gone: {}
+",
+    );
+    ok(env.exec("main", &["true"]));
+    ok(env.exec("gone", &["true"]));
+    // The test cannot read the tokens the host granted (nothing in the
+    // container can); it mints container tokens the way the host does and
+    // checks what the gateway answers.
+    let keys =
+        pincer::gateway::keys::KeyStore::open(&env.sandbox.home().join("pincer.db")).unwrap();
+    let main_token = keys.mint_container_token("main").unwrap();
+    let gone_token = keys.mint_container_token("gone").unwrap();
+    let gateway = GatewayProcess::start(&env);
+    assert_eq!(gateway.status_with(&main_token), 200);
+    assert_eq!(gateway.status_with(&gone_token), 200);
+
+    ok(env.pincer(&["workspace", "down", "main"]));
     assert_eq!(
-        container_keys.iter().filter(|l| l.contains("live")).count(),
-        1,
-        "{keys}"
+        gateway.status_with(&main_token),
+        401,
+        "the token of a container that is down still works"
+    );
+    // An orphan removed by reconcile loses its token too.
+    let config = std::fs::read_to_string(&env.config).unwrap();
+    std::fs::write(&env.config, config.replace("  gone: {}\n", "")).unwrap();
+    let listed = env.pincer(&["workspace", "list"]);
+    assert!(
+        stderr(&listed).contains(&format!("removed {}", env.container("gone"))),
+        "{}",
+        stderr(&listed)
+    );
+    assert_eq!(
+        gateway.status_with(&gone_token),
+        401,
+        "the token of a removed orphan still works"
+    );
+}
+
+/// `pincer gateway serve` on a free port, stopped on drop.
+struct GatewayProcess {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl GatewayProcess {
+    fn start(env: &Env) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+            .env("PINCER_HOME", env.sandbox.home())
+            .args(["--config", env.config.to_str().unwrap()])
+            .args(["gateway", "serve", "--listen", &listen])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let gateway = Self { child, port };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "gateway serve did not listen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        gateway
+    }
+
+    /// The HTTP status of `GET /v1/models` with `token`.
+    fn status_with(&self, token: &str) -> u16 {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(
+            stream,
+            "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("not HTTP: {answer}"))
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Inside workspace `a`, replace its runner socket by a symlink to `b`'s (as
+/// the host sees the tree): the host must not run `a`'s next command in `b`.
+#[test]
+fn a_workspace_cannot_divert_the_hosts_commands_to_another_workspace() {
+    let env = Env::new("  a: {}\n  b: {}\n");
+    ok(env.exec("a", &["sh", "-c", "echo I-am-a > /workspace/who"]));
+    ok(env.exec("b", &["sh", "-c", "echo I-am-b > /workspace/who"]));
+    // Relative to the runner's folder on the host, whichever layout it has.
+    ok(env.exec(
+        "a",
+        &[
+            "sh",
+            "-c",
+            "if [ -d /run/pincer/runner ]; then cd /run/pincer/runner && ln -s ../../b/runner/runner.sock r; \
+             else cd /run/pincer && ln -s ../b/runner.sock r; fi && mv -f r runner.sock",
+        ],
+    ));
+    let diverted = env.exec("a", &["cat", "/workspace/who"]);
+    assert!(
+        !stdout(&diverted).contains("I-am-b"),
+        "workspace a's command ran in workspace b's container"
+    );
+    let err = stderr(&diverted);
+    assert!(
+        !diverted.status.success() && err.contains("symlink"),
+        "the swapped socket was not refused: {err}"
+    );
+    let audit = ok(env.pincer(&["policy", "audit", "a"]));
+    assert!(audit.contains("container.verify_failed"), "{audit}");
+    // The next command gets a fresh container of a's own (its runner
+    // replaces the planted symlink), and b was never touched.
+    assert_eq!(ok(env.exec("a", &["cat", "/workspace/who"])), "I-am-a\n");
+    assert_eq!(ok(env.exec("b", &["cat", "/workspace/who"])), "I-am-b\n");
+}
+
+/// The gateway socket's folder is the host's and read-only in the
+/// container: the container cannot plant a symlink where the host binds,
+/// so the host's chmod(0666) after bind cannot be turned onto a host file
+/// (the race is also run, bounded, against repeated rebinds).
+#[test]
+fn the_container_cannot_swap_the_gateway_socket_for_a_host_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new("  w: {}\n");
+    ok(env.exec("w", &["true"]));
+    let victim = env.sandbox.dir.path().join("victim.txt");
+    std::fs::write(&victim, "host-only").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let folder = "d=/run/pincer/gateway; [ -d $d ] || d=/run/pincer";
+    let planted = env.exec(
+        "w",
+        &[
+            "sh",
+            "-c",
+            &format!("{folder}; ln -s {} $d/planted", victim.display()),
+        ],
     );
     assert!(
-        !keys.contains(&token),
-        "a key listing shows a token: {keys}"
+        !planted.status.success() && stderr(&planted).contains("Read-only file system"),
+        "the container created an entry next to the gateway socket: {}",
+        stderr(&planted)
+    );
+    // The race: the container swaps symlinks in while the host rebinds.
+    let racer = {
+        let config = env.config.clone();
+        let home = env.sandbox.home();
+        let work = env.sandbox.work();
+        let script = format!(
+            "{folder}; r() {{ i=0; while [ $i -lt 3000 ]; do ln -sf {v} $d/t$1 2>/dev/null; mv -f $d/t$1 $d/gateway.sock 2>/dev/null; i=$((i+1)); done; }}; r 1 & r 2 & r 3 & wait; echo raced",
+            v = victim.display()
+        );
+        std::thread::spawn(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+                .current_dir(work)
+                .env("PINCER_HOME", home)
+                .args(["--config", config.to_str().unwrap()])
+                .args(["workspace", "exec", "w", "--timeout-ms", "60000", "--"])
+                .args(["sh", "-c", &script])
+                .output()
+                .unwrap()
+        })
+    };
+    // On the old layout this won within ~12 rebinds (3 racing loops).
+    for _ in 0..40 {
+        let gateway = GatewayProcess::start(&env);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        drop(gateway);
+        let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode,
+            0o600,
+            "the host made {} mode {mode:o}",
+            victim.display()
+        );
+        if racer.is_finished() {
+            break;
+        }
+    }
+    let _ = racer.join();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "host-only");
+    assert_eq!(
+        std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777,
+        0o600
     );
 }
 

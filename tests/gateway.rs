@@ -398,7 +398,7 @@ async fn each_workspace_has_its_own_unix_socket() {
         &format!("  model_list:\n{}", deployment("default", &answer, "")),
         "    {}\n",
     );
-    let socket = served.sandbox.home().join("run/main/gateway.sock");
+    let socket = served.sandbox.home().join("run/main/gateway/gateway.sock");
     let body =
         json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]}).to_string();
     let out = tokio::process::Command::new("curl")

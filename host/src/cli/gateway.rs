@@ -78,7 +78,7 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
     }
 }
 
-/// Serves on TCP and on `$PINCER_HOME/run/<workspace>/gateway.sock` for
+/// Serves on TCP and on `$PINCER_HOME/run/<workspace>/gateway/gateway.sock` for
 /// every configured workspace, until Ctrl-C.
 async fn serve(ctx: &Context, listen: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
     let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, ctx.audit_log()?)?);

@@ -221,7 +221,10 @@ pub struct Workspace {
     pub skills: Vec<String>,
     /// Names from `channels`.
     pub channels: Vec<String>,
-    /// Instructions file (e.g. `AGENTS.md`).
+    /// Instructions file (e.g. `AGENTS.md`). Relative: beneath the
+    /// workspace folder (no symlinks, regular files only, capped). Absolute:
+    /// inside the workspace folder, read beneath it; elsewhere, the
+    /// operator's own file, read only if no component is a symlink or `..`.
     pub instructions: Option<PathBuf>,
     /// Spending limits for model calls through the gateway; none by default.
     pub budget: Budget,

@@ -3,6 +3,7 @@
 //! and the agent runner inside it reached over a unix socket.
 
 pub mod agent_binary;
+pub mod beneath;
 pub mod cgroup;
 pub mod image;
 pub mod mounts;

@@ -1,7 +1,11 @@
 //! Talking to the agent runner inside a workspace container, over the unix
-//! socket it listens on in the container's `/run/pincer` (a host folder).
+//! socket it listens on in the container's `/run/pincer/runner` (a host
+//! folder the container owns, so never trusted by name): the socket is
+//! resolved beneath the folder's handle without following symlinks,
+//! connected through that handle, and its peer must be a process of the
+//! workspace's own container (see [`super::beneath`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pincer_runner_protocol::{Request, Response};
@@ -23,11 +27,73 @@ pub enum RunnerError {
     Io(#[from] std::io::Error),
     #[error("the agent runner sent an invalid answer: {0}")]
     Protocol(String),
+    #[error("refusing the runner socket: {0}")]
+    Boundary(#[from] super::beneath::BeneathError),
+    #[error(
+        "the process listening on {path} is not in the workspace's container ({detail}); it is not trusted"
+    )]
+    Untrusted { path: String, detail: String },
+}
+
+/// File name of the runner's socket in its folder.
+pub const SOCKET_NAME: &str = "runner.sock";
+
+/// Where the host reaches one container's runner: the runner folder on the
+/// host (`$PINCER_HOME/run/<ws>/runner`) and the container (Docker's full
+/// id) whose process must be listening there.
+#[derive(Debug, Clone)]
+pub struct RunnerAddr {
+    pub dir: PathBuf,
+    pub container_id: String,
+}
+
+impl RunnerAddr {
+    fn display(&self) -> PathBuf {
+        self.dir.join(SOCKET_NAME)
+    }
+
+    /// Connects to the runner without following any name the container
+    /// controls, and checks that the peer is in the container.
+    pub async fn connect(&self) -> Result<UnixStream, RunnerError> {
+        let shown = self.display();
+        let dir = super::beneath::open_dir(&self.dir)?;
+        let handle = {
+            use std::os::fd::AsFd;
+            super::beneath::open_socket_beneath(dir.as_fd(), Path::new(SOCKET_NAME), &shown)?
+        };
+        let stream = UnixStream::connect(super::beneath::socket_fd_path(&handle))
+            .await
+            .map_err(|source| RunnerError::Connect {
+                path: shown.display().to_string(),
+                source,
+            })?;
+        drop(handle);
+        let pid = stream
+            .peer_cred()
+            .map_err(|source| RunnerError::Connect {
+                path: shown.display().to_string(),
+                source,
+            })?
+            .pid()
+            .unwrap_or(0);
+        if !super::beneath::pid_in_container(pid, &self.container_id) {
+            return Err(RunnerError::Untrusted {
+                path: shown.display().to_string(),
+                detail: if pid <= 0 {
+                    "its process id is not visible to pincer".to_string()
+                } else {
+                    let short = self.container_id.get(..12).unwrap_or(&self.container_id);
+                    format!("process {pid} is not in the cgroup of container {short}")
+                },
+            });
+        }
+        Ok(stream)
+    }
 }
 
 /// Sends one request and waits up to `timeout` for its answer.
 pub async fn call(
-    socket: &Path,
+    socket: &RunnerAddr,
     request: &Request,
     timeout: Duration,
 ) -> Result<Response, RunnerError> {
@@ -36,7 +102,7 @@ pub async fn call(
         .unwrap_or(Err(RunnerError::Timeout(timeout)))
 }
 
-async fn exchange(socket: &Path, request: &Request) -> Result<Response, RunnerError> {
+async fn exchange(socket: &RunnerAddr, request: &Request) -> Result<Response, RunnerError> {
     let (read, _write) = send(socket, request).await?;
     let mut reader = BufReader::new(read).take(pincer_runner_protocol::MAX_RESPONSE_BYTES as u64);
     let mut answer = Vec::new();
@@ -51,7 +117,7 @@ async fn exchange(socket: &Path, request: &Request) -> Result<Response, RunnerEr
 /// Connects and writes one request line; the halves stay open for the
 /// answer (closing the write half early would end a turn).
 async fn send(
-    socket: &Path,
+    socket: &RunnerAddr,
     request: &Request,
 ) -> Result<
     (
@@ -60,12 +126,7 @@ async fn send(
     ),
     RunnerError,
 > {
-    let stream = UnixStream::connect(socket)
-        .await
-        .map_err(|source| RunnerError::Connect {
-            path: socket.display().to_string(),
-            source,
-        })?;
+    let stream = socket.connect().await?;
     let (read, mut write) = stream.into_split();
     write
         .write_all(&pincer_runner_protocol::encode_line(request))
@@ -76,7 +137,7 @@ async fn send(
 
 /// Waits until the runner answers a ping (it starts with the container).
 pub async fn wait_ready(
-    socket: &Path,
+    socket: &RunnerAddr,
     within: Duration,
 ) -> Result<pincer_runner_protocol::Status, RunnerError> {
     let started = tokio::time::Instant::now();
@@ -88,6 +149,9 @@ pub async fn wait_ready(
                     "expected a pong, got {other:?}"
                 )));
             }
+            // A socket bound by a process outside the container is no
+            // start-up delay: refuse at once.
+            Err(e @ RunnerError::Untrusted { .. }) => return Err(e),
             Err(e) if started.elapsed() >= within => return Err(e),
             Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
         }
@@ -105,7 +169,7 @@ pub struct TurnStream {
 
 /// Starts a turn; read its events with [`TurnStream::next`].
 pub async fn turn(
-    socket: &Path,
+    socket: &RunnerAddr,
     request: pincer_runner_protocol::TurnRequest,
 ) -> Result<TurnStream, RunnerError> {
     let (read, write) = send(socket, &Request::Turn(request)).await?;

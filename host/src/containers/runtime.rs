@@ -3,7 +3,7 @@
 //! replaced when it died, and reconciled at start.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,11 +12,11 @@ use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptions,
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
 };
-use pincer_runner_protocol::{ExecRequest, ExecResult, Request, Response, Status};
+use pincer_runner_protocol::{ExecRequest, ExecResult, Grant, Request, Response, Status};
 
 use super::ContainerError;
 use super::cgroup::Counters;
-use super::runner_client::{self, RunnerError};
+use super::runner_client::{self, RunnerAddr, RunnerError};
 use super::spec::{LABEL_INSTANCE, LABEL_SPEC, LABEL_WORKSPACE, WorkspaceSpec};
 use crate::audit::AuditLog;
 use crate::gateway::keys::KeyStore;
@@ -32,8 +32,9 @@ pub struct ContainerRuntime {
     keys: KeyStore,
 }
 
-/// Where a container finds the gateway, and the token it authenticates with.
-pub use pincer_runner_protocol::{GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV};
+/// Where a container finds the gateway (its token is granted over the
+/// runner socket, never put in an environment).
+pub use pincer_runner_protocol::{GATEWAY_SOCKET_PATH, GATEWAY_URL_ENV};
 
 /// A container as pincer sees it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -128,6 +129,7 @@ impl ContainerRuntime {
             let id = existing.id.clone().unwrap_or_default();
             if running && same_spec {
                 let runner = self.verify(spec, &id).await?;
+                let runner = self.grant(spec, &id, runner).await?;
                 return Ok(Ensured {
                     id,
                     created: false,
@@ -170,6 +172,7 @@ impl ContainerRuntime {
         }
         let id = self.create_and_start(spec, &digest).await?;
         let runner = self.verify(spec, &id).await?;
+        let runner = self.grant(spec, &id, runner).await?;
         Ok(Ensured {
             id,
             created: true,
@@ -188,22 +191,9 @@ impl ContainerRuntime {
         if let Some(labels) = body.labels.as_mut() {
             labels.insert(LABEL_SPEC.into(), digest.into());
         }
-        // A fresh token per container; minting it revokes the previous one.
-        let token = self
-            .keys
-            .mint_container_token(&spec.workspace)
-            .map_err(|e| {
-                ContainerError::Host(format!(
-                    "minting the gateway token of {}: {e}",
-                    spec.workspace
-                ))
-            })?;
+        // The address only: the token is granted after start (see `grant`).
         if let Some(env) = body.env.as_mut() {
-            env.push(format!(
-                "{GATEWAY_URL_ENV}=unix://{}/gateway.sock",
-                super::spec::RUN_DIR
-            ));
-            env.push(format!("{GATEWAY_TOKEN_ENV}={token}"));
+            env.push(format!("{GATEWAY_URL_ENV}=unix://{GATEWAY_SOCKET_PATH}"));
         }
         let options = CreateContainerOptionsBuilder::default()
             .name(&spec.container_name)
@@ -240,7 +230,7 @@ impl ContainerRuntime {
             None => vec!["the container disappeared".to_string()],
         };
         if problems.is_empty() {
-            match runner_client::wait_ready(&runner_socket(spec), RUNNER_START).await {
+            match runner_client::wait_ready(&runner_addr(spec, id), RUNNER_START).await {
                 Ok(status) => {
                     problems.extend(enforcement_mismatches(spec, &status));
                     if problems.is_empty() {
@@ -250,7 +240,14 @@ impl ContainerRuntime {
                 Err(e) => problems.push(format!("the agent runner is not answering: {e}")),
             }
         }
+        Err(self.not_trusted(spec, problems).await)
+    }
+
+    /// Removes the container whose policy or runner could not be verified,
+    /// audits why, and says so.
+    async fn not_trusted(&self, spec: &WorkspaceSpec, problems: Vec<String>) -> ContainerError {
         let _ = self.remove(&spec.container_name).await;
+        self.revoke_token(&spec.workspace);
         let detail = problems.join("; ");
         tracing::debug!(workspace = %spec.workspace, "policy not applied, container removed: {detail}");
         self.audit.record(
@@ -259,10 +256,69 @@ impl ContainerRuntime {
             "container.verify_failed",
             &detail,
         );
-        Err(ContainerError::PolicyNotApplied {
+        ContainerError::PolicyNotApplied {
             workspace: spec.workspace.clone(),
             problems,
-        })
+        }
+    }
+
+    /// Hands a verified runner that holds no gateway token (a fresh one, or
+    /// a reused one whose grant was lost, e.g. the host stopped between
+    /// start and grant) a freshly minted token over its peer-checked socket.
+    /// Minting revokes the workspace's previous container token.
+    async fn grant(
+        &self,
+        spec: &WorkspaceSpec,
+        id: &str,
+        mut status: Status,
+    ) -> Result<Status, ContainerError> {
+        if status.granted {
+            return Ok(status);
+        }
+        let token = self
+            .keys
+            .mint_container_token(&spec.workspace)
+            .map_err(|e| {
+                ContainerError::Host(format!(
+                    "minting the gateway token of {}: {e}",
+                    spec.workspace
+                ))
+            })?;
+        let answer = runner_client::call(
+            &runner_addr(spec, id),
+            &Request::Grant(Grant { token }),
+            Duration::from_secs(5),
+        )
+        .await;
+        match answer {
+            Ok(Response::Ok) => {
+                status.granted = true;
+                Ok(status)
+            }
+            Ok(other) => Err(self
+                .not_trusted(
+                    spec,
+                    vec![format!(
+                        "the agent runner did not accept its gateway token: {other:?}"
+                    )],
+                )
+                .await),
+            Err(e) => Err(self
+                .not_trusted(
+                    spec,
+                    vec![format!(
+                        "the agent runner did not take its gateway token: {e}"
+                    )],
+                )
+                .await),
+        }
+    }
+
+    /// Revokes the workspace's container token (its container is gone).
+    fn revoke_token(&self, workspace: &str) {
+        if let Err(e) = self.keys.revoke_container_token(workspace) {
+            tracing::warn!(%workspace, "revoking the container token failed: {e}");
+        }
     }
 
     /// Runs a command in the workspace's container through its runner, as
@@ -276,7 +332,12 @@ impl ContainerRuntime {
         let program = request.argv.first().cloned().unwrap_or_default();
         let before = Counters::read(&ensured.id);
         let wait = Duration::from_millis(request.timeout_ms) + Duration::from_secs(5);
-        let answer = runner_client::call(&runner_socket(spec), &Request::Exec(request), wait).await;
+        let answer = runner_client::call(
+            &runner_addr(spec, &ensured.id),
+            &Request::Exec(request),
+            wait,
+        )
+        .await;
         let after = Counters::read(&ensured.id);
         let oom_killed = after.oom_kills > before.oom_kills;
         let pids_limit_hits = after.pids_limit_hits.saturating_sub(before.pids_limit_hits);
@@ -356,6 +417,8 @@ impl ContainerRuntime {
     /// Stops and removes the workspace's container; `false` if there was none.
     pub async fn down(&self, workspace: &str) -> Result<bool, ContainerError> {
         let name = self.container_name(workspace);
+        // Whatever was there, no token outlives `down`.
+        self.revoke_token(workspace);
         if self.inspect(&name).await?.is_none() {
             return Ok(false);
         }
@@ -413,6 +476,7 @@ impl ContainerRuntime {
         for container in self.list().await? {
             if !workspaces.contains(&container.workspace) {
                 self.remove(&container.id).await?;
+                self.revoke_token(&container.workspace);
                 self.audit.record(
                     "host",
                     Some(&container.workspace),
@@ -472,8 +536,12 @@ impl ContainerRuntime {
     }
 }
 
-pub fn runner_socket(spec: &WorkspaceSpec) -> PathBuf {
-    spec.run_dir.join("runner.sock")
+/// How the host reaches the runner of `spec`'s container `container_id`.
+pub fn runner_addr(spec: &WorkspaceSpec, container_id: &str) -> RunnerAddr {
+    RunnerAddr {
+        dir: spec.runner_dir(),
+        container_id: container_id.to_string(),
+    }
 }
 
 fn enforcement_mismatches(spec: &WorkspaceSpec, status: &Status) -> Vec<String> {
@@ -503,29 +571,34 @@ fn enforcement_mismatches(spec: &WorkspaceSpec, status: &Status) -> Vec<String> 
     problems
 }
 
-/// Folders on the host that the container mounts, owned by its user so
-/// the runner can write its socket and the agent its files.
+/// Folders on the host that the container mounts. The workspace folder
+/// (new ones handed to the container user) and the runner folder (handed
+/// to it on every start) are the container's; the gateway folder is the
+/// host's (0755, read-only in the container). Ownership and modes are set
+/// through directory handles, never by following a path; nothing inside
+/// the container-writable folders is touched (a stale runner socket is the
+/// runner's to replace).
 fn prepare_host_dirs(spec: &WorkspaceSpec) -> Result<(), ContainerError> {
+    use super::beneath::ensure_dir;
     let owner = parse_user(&spec.settings.user);
-    for dir in [&spec.workspace_dir, &spec.run_dir] {
-        let existed = dir.exists();
-        std::fs::create_dir_all(dir)
-            .map_err(|e| ContainerError::Host(format!("creating {}: {e}", dir.display())))?;
-        let stale = dir.join("runner.sock");
-        if *dir == spec.run_dir && stale.exists() {
-            let _ = std::fs::remove_file(&stale);
-        }
-        if let Some((uid, gid)) = owner
-            && (!existed || *dir == spec.run_dir)
-        {
-            std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|e| {
+    let host = |e: super::beneath::BeneathError| ContainerError::Host(e.to_string());
+    if !spec.workspace_dir.exists() {
+        std::fs::create_dir_all(&spec.workspace_dir).map_err(|e| {
+            ContainerError::Host(format!("creating {}: {e}", spec.workspace_dir.display()))
+        })?;
+        if let Some((uid, gid)) = owner {
+            let dir = super::beneath::open_dir(&spec.workspace_dir).map_err(host)?;
+            std::os::unix::fs::fchown(&dir, Some(uid), Some(gid)).map_err(|e| {
                 ContainerError::Host(format!(
                     "cannot hand {} to the container user {uid}:{gid}: {e}",
-                    dir.display()
+                    spec.workspace_dir.display()
                 ))
             })?;
         }
     }
+    ensure_dir(&spec.run_dir, 0o755, None).map_err(host)?;
+    ensure_dir(&spec.gateway_dir(), 0o755, None).map_err(host)?;
+    ensure_dir(&spec.runner_dir(), 0o755, owner).map_err(host)?;
     Ok(())
 }
 

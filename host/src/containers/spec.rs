@@ -19,6 +19,13 @@ pub const LABEL_SPEC: &str = "pincer.spec";
 
 pub const RUNNER_PATH: &str = "/opt/pincer/pincer-agent";
 pub const RUN_DIR: &str = "/run/pincer";
+/// The gateway socket's folder in the container: a host-owned folder,
+/// mounted read-only, so the container can connect but never rename,
+/// replace or relink its entries.
+pub const GATEWAY_DIR: &str = "/run/pincer/gateway";
+/// The runner socket's folder in the container: the container's own
+/// (read-write); the host reaches the runner only beneath a handle on it.
+pub const RUNNER_DIR: &str = "/run/pincer/runner";
 pub const WORKSPACE_DIR: &str = "/workspace";
 
 #[derive(Debug, Clone)]
@@ -30,7 +37,9 @@ pub struct WorkspaceSpec {
     pub settings: ContainerSettings,
     /// Host folder mounted at `/workspace`.
     pub workspace_dir: PathBuf,
-    /// Host folder mounted at `/run/pincer` (runner and gateway sockets).
+    /// Host folder `$PINCER_HOME/run/<ws>`, never mounted itself: its
+    /// `gateway/` is mounted read-only at [`GATEWAY_DIR`], its `runner/`
+    /// read-write at [`RUNNER_DIR`].
     pub run_dir: PathBuf,
     /// The static runner binary on the host.
     pub runner_binary: PathBuf,
@@ -41,6 +50,16 @@ pub struct WorkspaceSpec {
 }
 
 impl WorkspaceSpec {
+    /// Host folder of the gateway socket (host-owned; read-only in the container).
+    pub fn gateway_dir(&self) -> PathBuf {
+        gateway_dir(&self.run_dir)
+    }
+
+    /// Host folder of the runner socket (the container's; never followed by name).
+    pub fn runner_dir(&self) -> PathBuf {
+        self.run_dir.join("runner")
+    }
+
     /// Every bind mount, with its effective mode.
     pub fn all_mounts(&self) -> Vec<BindMount> {
         let mut all = vec![
@@ -55,8 +74,13 @@ impl WorkspaceSpec {
                 read_only: true,
             },
             BindMount {
-                source: self.run_dir.clone(),
-                target: RUN_DIR.into(),
+                source: self.gateway_dir(),
+                target: GATEWAY_DIR.into(),
+                read_only: true,
+            },
+            BindMount {
+                source: self.runner_dir(),
+                target: RUNNER_DIR.into(),
                 read_only: false,
             },
         ];
@@ -268,6 +292,11 @@ impl WorkspaceSpec {
         check("attached networks", want_networks, networks.join(","));
         diffs
     }
+}
+
+/// The gateway socket folder under a workspace's `$PINCER_HOME/run/<ws>`.
+pub fn gateway_dir(run_dir: &std::path::Path) -> PathBuf {
+    run_dir.join("gateway")
 }
 
 fn sorted(items: &[String]) -> String {

@@ -330,6 +330,22 @@ impl KeyStore {
         )?;
         Ok(changed > 0)
     }
+
+    /// Revokes the workspace's live container token(s): its container is
+    /// gone (`workspace down`, an orphan removed by reconcile, a container
+    /// that failed verification). `false` if there was none.
+    ///
+    /// # Errors
+    /// Storage failures.
+    pub fn revoke_container_token(&self, workspace: &str) -> Result<bool, KeyError> {
+        let conn = self.lock()?;
+        let changed = conn.execute(
+            "UPDATE gateway_keys SET revoked_ms = ?3
+             WHERE workspace = ?1 AND kind = ?2 AND revoked_ms IS NULL",
+            params![workspace, KeyKind::Container.as_str(), now_ms()],
+        )?;
+        Ok(changed > 0)
+    }
 }
 
 fn insert(
@@ -626,6 +642,19 @@ mod tests {
         // the container token can be revoked by name
         assert!(store.revoke("dev", CONTAINER_KEY_NAME).unwrap());
         assert_eq!(store.verify(&second), None);
+    }
+
+    #[test]
+    fn revoking_the_container_token_leaves_external_keys() {
+        let (_dir, store) = store();
+        let token = store.mint_container_token("dev").unwrap();
+        let external = store.mint("dev", "laptop").unwrap();
+        let other = store.mint_container_token("prod").unwrap();
+        assert!(store.revoke_container_token("dev").unwrap());
+        assert!(!store.revoke_container_token("dev").unwrap());
+        assert_eq!(store.verify(&token), None);
+        assert!(store.verify(&external.token).is_some());
+        assert!(store.verify(&other).is_some());
     }
 
     #[test]

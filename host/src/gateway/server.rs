@@ -105,10 +105,11 @@ fn llm_error(e: &LlmError, dialect: Dialect) -> Response {
         .into_response()
 }
 
-/// The gateway socket of `workspace` on the host (`/run/pincer/gateway.sock`
-/// in its container).
+/// The gateway socket of `workspace` on the host
+/// (`/run/pincer/gateway/gateway.sock` in its container), in a host-owned
+/// folder the container has read-only.
 pub fn workspace_socket(home: &Path, workspace: &str) -> std::path::PathBuf {
-    home.join("run").join(workspace).join("gateway.sock")
+    crate::containers::spec::gateway_dir(&home.join("run").join(workspace)).join("gateway.sock")
 }
 
 impl Gateway {
@@ -154,7 +155,7 @@ impl Gateway {
         &self.keys
     }
 
-    /// Serves the gateway on `$PINCER_HOME/run/<workspace>/gateway.sock`,
+    /// Serves the gateway on `$PINCER_HOME/run/<workspace>/gateway/gateway.sock`,
     /// the socket mounted into the workspace's container, until the
     /// returned task is aborted. A stale socket file is replaced.
     pub fn serve_workspace_socket(
@@ -164,8 +165,12 @@ impl Gateway {
     ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
         use anyhow::Context as _;
         let path = workspace_socket(home, workspace);
+        // A host-owned folder (0755, a real directory, mounted read-only
+        // into the container): no container can rename or relink its
+        // entries, so remove, bind and chmod by path are safe here.
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            crate::containers::beneath::ensure_dir(dir, 0o755, None)
+                .with_context(|| format!("preparing {}", dir.display()))?;
         }
         let _ = std::fs::remove_file(&path);
         let socket = tokio::net::UnixListener::bind(&path)

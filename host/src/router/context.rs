@@ -20,41 +20,81 @@ fn preamble(workspace: &str) -> String {
     )
 }
 
-/// The workspace's instructions: the configured file (relative to the
-/// workspace folder) or `AGENTS.md` when present. Capped; a missing
-/// configured file is reported, not fatal.
+/// The workspace's instructions: the configured file or `AGENTS.md` when
+/// present. Capped; a missing configured file is reported, not fatal.
+///
+/// The workspace folder is written by the container, so the file is never
+/// opened by path: it is resolved beneath a handle on the folder with
+/// `openat2` (no symlink, no magic link, no `..` out of it), must be a
+/// regular file (a FIFO, socket or device is refused without blocking), and
+/// at most [`MAX_INSTRUCTIONS_BYTES`] of it are read. A relative configured
+/// path is resolved beneath the workspace folder the same way; an absolute
+/// one inside the workspace folder too. Any other absolute path is the
+/// operator's own file: read only if no component of it is a symlink or
+/// `..` (so a path into a mount or another workspace cannot be redirected),
+/// regular files only, capped. Blocking I/O: call it off the async threads.
 pub fn instructions(folder: &Path, configured: Option<&Path>) -> (Option<String>, Option<String>) {
-    let (path, required) = match configured {
+    use crate::containers::beneath::{self, BeneathError};
+    use std::os::fd::AsFd;
+    let (display, required) = match configured {
         Some(p) if p.is_absolute() => (p.to_path_buf(), true),
         Some(p) => (folder.join(p), true),
         None => (folder.join("AGENTS.md"), false),
     };
-    match std::fs::read(&path) {
-        Ok(bytes) => {
-            let mut text = String::from_utf8_lossy(&bytes).into_owned();
-            let mut notice = None;
-            if text.len() > MAX_INSTRUCTIONS_BYTES {
-                let mut cut = MAX_INSTRUCTIONS_BYTES;
+    let read = match configured {
+        Some(p) if p.is_absolute() && !p.starts_with(folder) => {
+            beneath::read_regular_absolute(p, MAX_INSTRUCTIONS_BYTES)
+        }
+        _ => {
+            let relative = match configured {
+                Some(p) if p.is_absolute() => p.strip_prefix(folder).unwrap_or(p).to_path_buf(),
+                Some(p) => p.to_path_buf(),
+                None => "AGENTS.md".into(),
+            };
+            beneath::open_dir(folder).and_then(|dir| {
+                beneath::read_regular_beneath(
+                    dir.as_fd(),
+                    &relative,
+                    MAX_INSTRUCTIONS_BYTES,
+                    &display,
+                )
+            })
+        }
+    };
+    match read {
+        Ok(capped) => {
+            let mut text = String::from_utf8_lossy(&capped.bytes).into_owned();
+            if capped.truncated {
+                // A lossy decode may have grown a cut character; stay within the cap.
+                let mut cut = text.len().min(MAX_INSTRUCTIONS_BYTES);
                 while !text.is_char_boundary(cut) {
                     cut -= 1;
                 }
                 text.truncate(cut);
-                notice = Some(format!(
-                    "{} is larger than {} KiB; only its beginning is used",
-                    path.display(),
-                    MAX_INSTRUCTIONS_BYTES / 1024
-                ));
             }
+            let notice = capped.truncated.then(|| {
+                format!(
+                    "{} is larger than {} KiB; only its beginning is used",
+                    display.display(),
+                    MAX_INSTRUCTIONS_BYTES / 1024
+                )
+            });
             (Some(text), notice)
         }
-        Err(e) if required => (
+        Err(BeneathError::NotFound(_)) if !required => (None, None),
+        Err(BeneathError::Symlink(name)) => (
             None,
             Some(format!(
-                "the instructions file {} cannot be read ({e}); continuing without it",
-                path.display()
+                "{name} is a symlink (or a path through one); pincer reads only regular files \
+                 in the workspace folder, never through symlinks; continuing without it"
             )),
         ),
-        Err(_) => (None, None),
+        Err(e) => (
+            None,
+            Some(format!(
+                "the instructions file cannot be used ({e}); continuing without it"
+            )),
+        ),
     }
 }
 
@@ -123,6 +163,49 @@ mod tests {
         let (text, notice) = instructions(dir.path(), Some(Path::new("big.md")));
         assert!(text.unwrap().len() <= MAX_INSTRUCTIONS_BYTES);
         assert!(notice.unwrap().contains("only its beginning"));
+        // An absolute path inside the workspace folder is read beneath it.
+        let inside = dir.path().join("big.md");
+        assert!(instructions(dir.path(), Some(&inside)).0.is_some());
+    }
+
+    #[test]
+    fn instructions_refuse_symlinks_fifos_devices_and_escapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::os::unix::fs::symlink("/proc/self/environ", root.join("AGENTS.md")).unwrap();
+        let (text, notice) = instructions(root, None);
+        assert!(text.is_none());
+        let notice = notice.unwrap();
+        assert!(
+            notice.contains("AGENTS.md is a symlink")
+                && notice.contains("pincer reads only regular files in the workspace folder"),
+            "{notice}"
+        );
+        std::fs::remove_file(root.join("AGENTS.md")).unwrap();
+        let fifo = std::ffi::CString::new(root.join("AGENTS.md").to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let (text, notice) = instructions(root, None);
+        assert!(text.is_none());
+        assert!(notice.unwrap().contains("FIFO"));
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("x.md"), "secret").unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        for escape in ["../x.md", "sub/../../x.md"] {
+            let (text, notice) = instructions(root, Some(Path::new(escape)));
+            assert!(text.is_none(), "{escape}");
+            assert!(notice.unwrap().contains("outside"), "{escape}");
+        }
+        // An operator's own absolute file is read; through a symlink it is not.
+        let own = outside.path().join("x.md");
+        assert_eq!(instructions(root, Some(&own)).0.as_deref(), Some("secret"));
+        std::os::unix::fs::symlink(outside.path(), root.join("link")).unwrap();
+        let (text, notice) = instructions(root, Some(&root.join("link/x.md")));
+        assert!(text.is_none());
+        assert!(notice.unwrap().contains("symlink"));
+        let (text, notice) = instructions(root, Some(Path::new("/dev/zero")));
+        assert!(text.is_none());
+        assert!(notice.unwrap().contains("not a regular file"));
     }
 
     #[test]

@@ -343,8 +343,33 @@ impl Agent {
             };
 
         // Context: system prompt, memories, history (which ends with `text`).
-        let (instructions, notice) =
-            context::instructions(&spec.workspace_dir, ws.instructions.as_deref());
+        // The instructions file is in the container-writable workspace
+        // folder: read beneath it, off the async threads, within the turn's
+        // time limit.
+        let deadline = Duration::from_secs(limits.turn_timeout_secs);
+        let read = {
+            let folder = spec.workspace_dir.clone();
+            let configured = ws.instructions.clone();
+            tokio::task::spawn_blocking(move || {
+                context::instructions(&folder, configured.as_deref())
+            })
+        };
+        let (instructions, notice) = match tokio::time::timeout(deadline, read).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(e)) => (
+                None,
+                Some(format!(
+                    "the instructions file could not be read ({e}); continuing without it"
+                )),
+            ),
+            Err(_) => (
+                None,
+                Some(format!(
+                    "reading the instructions file took longer than {} s; continuing without it",
+                    limits.turn_timeout_secs
+                )),
+            ),
+        };
         if let Some(notice) = notice {
             events(AgentEvent::Turn(TurnEvent::Notice { message: notice }));
         }
@@ -416,7 +441,7 @@ impl Agent {
             },
             gateway_tools: true,
         };
-        let socket = containers::runtime::runner_socket(&spec);
+        let socket = containers::runtime::runner_addr(&spec, &ensured.id);
         let deadline = Duration::from_secs(limits.turn_timeout_secs);
         let bounds = RelayBounds {
             workspace,
@@ -465,7 +490,7 @@ impl Agent {
     #[allow(clippy::too_many_arguments)]
     async fn relay(
         &self,
-        socket: &std::path::Path,
+        socket: &runner_client::RunnerAddr,
         request: TurnRequest,
         session_id: i64,
         turn_id: &str,

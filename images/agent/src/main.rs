@@ -32,7 +32,7 @@ usage:
       JSON lines (exit 0 when it is done, 1 when it failed)
   pincer-agent --version
 
-The socket defaults to /run/pincer/runner.sock.";
+The socket defaults to /run/pincer/runner/runner.sock.";
 
 #[derive(Debug, PartialEq, Eq)]
 enum Cli {
@@ -210,7 +210,7 @@ mod tests {
         assert_eq!(
             parse(args(&["serve"])).unwrap(),
             Cli::Serve {
-                socket: PathBuf::from("/run/pincer/runner.sock")
+                socket: PathBuf::from("/run/pincer/runner/runner.sock")
             }
         );
         assert_eq!(
@@ -277,7 +277,7 @@ mod tests {
         .unwrap() else {
             panic!("not turn")
         };
-        assert_eq!(socket, PathBuf::from("/run/pincer/runner.sock"));
+        assert_eq!(socket, PathBuf::from("/run/pincer/runner/runner.sock"));
         assert_eq!(request.model, "fast");
         assert_eq!(
             request.messages,

@@ -8,7 +8,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -57,6 +57,9 @@ struct Shared {
     active: AtomicUsize,
     /// Milliseconds since `started` of the last request or reply.
     last_activity_ms: AtomicU64,
+    /// The gateway token the host granted ([`Request::Grant`]); in memory
+    /// only, never in an environment, never passed to commands.
+    grant: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -70,6 +73,16 @@ impl Shared {
 /// (which exit the process with 0 from the signal thread).
 pub fn serve(socket: &Path) -> Result<(), ServeError> {
     let started = Instant::now();
+    // Not dumpable: the commands it runs (same uid) cannot read its memory,
+    // environment or descriptors through /proc/1 (the granted token lives in
+    // its memory). Commands it starts are dumpable again after execve.
+    // SAFETY: prctl(PR_SET_DUMPABLE) takes plain integers.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(ServeError::Setup(format!(
+            "prctl(PR_SET_DUMPABLE, 0): {}",
+            std::io::Error::last_os_error()
+        )));
+    }
     let policy = policy_from_env().map_err(ServeError::Policy)?;
     let signals =
         reap::catch_signals().map_err(|e| ServeError::Setup(format!("catching signals: {e}")))?;
@@ -94,6 +107,7 @@ pub fn serve(socket: &Path) -> Result<(), ServeError> {
         started,
         active: AtomicUsize::new(0),
         last_activity_ms: AtomicU64::new(0),
+        grant: Mutex::new(None),
     });
     if let Some(idle) = idle_timeout() {
         spawn_idle_watchdog(shared.clone(), idle, socket.to_path_buf())
@@ -148,7 +162,8 @@ fn log(line: &str) {
     eprintln!("pincer-agent: {line}");
 }
 
-/// Removes a stale socket (refusing if a runner still answers on it), binds,
+/// Removes a stale socket (refusing if a runner still answers on it) or a
+/// symlink in its place, binds,
 /// and makes the socket owner-only (0600).
 fn bind(socket: &Path) -> Result<UnixListener, ServeError> {
     let setup = |what: &str, e: &dyn fmt::Display| {
@@ -163,6 +178,11 @@ fn bind(socket: &Path) -> Result<UnixListener, ServeError> {
                 return Err(setup("another runner is listening on", &"address in use"));
             }
             std::fs::remove_file(socket).map_err(|e| setup("removing stale socket", &e))?;
+        }
+        // A symlink left by a previous container's tools: removing it removes
+        // only the link (the host never follows names in this folder anyway).
+        Ok(meta) if meta.file_type().is_symlink() => {
+            std::fs::remove_file(socket).map_err(|e| setup("removing the symlink", &e))?;
         }
         Ok(_) => return Err(setup("refusing to replace", &"not a socket")),
         Err(_) => {}
@@ -228,6 +248,7 @@ fn handle(stream: &UnixStream, shared: &Shared) {
                 Response::error(ErrorKind::BadRequest, e.to_string()),
             ),
             Ok(Request::Ping) => ("ping".to_string(), Response::Pong(status(shared))),
+            Ok(Request::Grant(grant)) => ("grant".to_string(), accept_grant(shared, grant.token)),
             Ok(Request::Exec(req)) => (
                 format!("exec {}", exec::describe(&req)),
                 exec::run(&req, &shared.enforcer, &shared.children),
@@ -256,6 +277,7 @@ fn handle(stream: &UnixStream, shared: &Shared) {
         }
         Response::Error { kind, message } => format!("{kind}: {message}"),
         Response::Event(_) => "event".to_string(),
+        Response::Ok => "ok".to_string(),
     };
     let sent = match sent {
         Ok(()) => String::new(),
@@ -273,7 +295,7 @@ fn handle(stream: &UnixStream, shared: &Shared) {
 fn serve_turn(stream: &UnixStream, req: &TurnRequest, shared: &Shared, started: Instant) {
     let cancel = Cancel::on_hangup(stream.as_fd());
     let env = TurnEnv {
-        gateway: Gateway::from_env(),
+        gateway: Gateway::from_env(shared.grant.lock().ok().and_then(|g| g.clone())),
         workspace: PathBuf::from(exec::DEFAULT_CWD),
         enforcer: &shared.enforcer,
         children: &shared.children,
@@ -321,6 +343,21 @@ fn status(shared: &Shared) -> Status {
         uptime_ms: u64::try_from(shared.started.elapsed().as_millis()).unwrap_or(u64::MAX),
         version: env!("CARGO_PKG_VERSION").to_string(),
         enforcement: shared.enforcer.enforcement.clone(),
+        granted: shared.grant.lock().is_ok_and(|g| g.is_some()),
+    }
+}
+
+/// Keeps the host's gateway token (replacing an earlier one).
+fn accept_grant(shared: &Shared, token: String) -> Response {
+    if token.trim().is_empty() || token.len() > 256 || token.chars().any(char::is_control) {
+        return Response::error(ErrorKind::BadRequest, "grant: not a gateway token");
+    }
+    match shared.grant.lock() {
+        Ok(mut grant) => {
+            *grant = Some(token);
+            Response::Ok
+        }
+        Err(_) => Response::error(ErrorKind::Internal, "grant: lock poisoned"),
     }
 }
 

@@ -382,6 +382,18 @@ fn socket_is_owner_only_and_a_stale_one_is_replaced() {
         .unwrap();
     assert_eq!(status.code(), Some(1));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+
+    // A symlink in the socket's place (planted by an earlier container's
+    // tools) is replaced; its target is left alone.
+    let link = dir.path().join("link.sock");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    let log4 = dir.path().join("log4");
+    let mut child = serve_command(&link, None, &log4).spawn().unwrap();
+    wait_for_socket(&link, &mut child, &log4);
+    assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+    child.kill().unwrap();
+    child.wait().unwrap();
 }
 
 /// As PID 1 of a new PID namespace (`unshare --pid --fork`, needs root), the

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::gateway::*;
 use common::*;
 use pincer_runner_protocol::{
-    GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV, MAX_RESPONSE_BYTES, Request, Response, StopReason,
+    GATEWAY_URL_ENV, Grant, MAX_RESPONSE_BYTES, Request, Response, StopReason,
     TurnErrorKind, TurnEvent, TurnLimits, TurnRequest, decode_line, encode_line, read_line,
 };
 use serde_json::json;
@@ -28,14 +28,19 @@ fn turn_request(id: &str) -> TurnRequest {
     }
 }
 
+/// A runner pointed at `gateway` and granted the token, as the host does
+/// after start (the token is in no environment).
 fn runner_for(gateway: &FakeGateway) -> Runner {
-    Runner::start_with(
-        None,
-        &[
-            (GATEWAY_URL_ENV, gateway.url()),
-            (GATEWAY_TOKEN_ENV, TOKEN.to_string()),
-        ],
-    )
+    let runner = Runner::start_with(None, &[(GATEWAY_URL_ENV, gateway.url())]);
+    assert!(!runner.status().granted);
+    assert_eq!(
+        runner.call(&Request::Grant(Grant {
+            token: TOKEN.to_string()
+        })),
+        Response::Ok
+    );
+    assert!(runner.status().granted);
+    runner
 }
 
 /// Sends a turn; events arrive on the channel with their arrival time.
@@ -118,7 +123,7 @@ fn events_stream_while_other_requests_are_served() {
             stop: StopReason::Finished
         }
     );
-    // The gateway got the container's token from the runner's environment.
+    // The gateway got the token the host granted the runner.
     assert_eq!(
         gateway.chat_requests()[0].header("authorization"),
         Some(&*format!("Bearer {TOKEN}"))

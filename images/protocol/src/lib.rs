@@ -23,12 +23,14 @@ use serde::{Deserialize, Serialize};
 pub mod turn;
 
 pub use turn::{
-    GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV, StopReason, TurnErrorKind, TurnEvent, TurnLimits,
+    GATEWAY_SOCKET_PATH, GATEWAY_URL_ENV, StopReason, TurnErrorKind, TurnEvent, TurnLimits,
     TurnRequest,
 };
 
-/// Where the runner listens inside the container.
-pub const SOCKET_PATH: &str = "/run/pincer/runner.sock";
+/// Where the runner listens inside the container: in its own folder
+/// `/run/pincer/runner` (container-writable; the host never follows names
+/// in it), apart from the host-owned, read-only `/run/pincer/gateway`.
+pub const SOCKET_PATH: &str = "/run/pincer/runner/runner.sock";
 
 /// Environment variable holding the runner's [`RunnerPolicy`] as JSON.
 pub const POLICY_ENV: &str = "PINCER_RUNNER_POLICY";
@@ -66,6 +68,22 @@ pub enum Request {
     /// lines ending in a terminal event (see [`turn`]), or with one
     /// [`Response::Error`] when the turn cannot start.
     Turn(TurnRequest),
+    /// The container's gateway token, handed over by the host after start
+    /// (never through the environment); the runner keeps it in memory only
+    /// and answers [`Response::Ok`]. A later grant replaces it.
+    Grant(Grant),
+}
+
+/// The gateway token of a [`Request::Grant`]; its `Debug` hides it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub token: String,
+}
+
+impl fmt::Debug for Grant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Grant { token: <hidden> }")
+    }
 }
 
 /// A command to run inside the container.
@@ -131,6 +149,8 @@ pub enum Response {
     Error { kind: ErrorKind, message: String },
     /// One event of a [`Request::Turn`].
     Event(TurnEvent),
+    /// The request (a [`Request::Grant`]) was carried out.
+    Ok,
 }
 
 impl Response {
@@ -153,6 +173,9 @@ pub struct Status {
     pub version: String,
     /// What the runner enforces, as opposed to what it was asked to.
     pub enforcement: Enforcement,
+    /// The runner holds a gateway token ([`Request::Grant`]).
+    #[serde(default)]
+    pub granted: bool,
 }
 
 /// The restrictions the runner has in force.
@@ -407,6 +430,27 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_carries_its_token_on_the_wire_but_not_in_debug() {
+        let grant = Request::Grant(Grant {
+            token: "pk-pincer-w-secret".into(),
+        });
+        let text = String::from_utf8(encode_line(&grant)).unwrap();
+        assert_eq!(
+            text,
+            "{\"op\":\"grant\",\"token\":\"pk-pincer-w-secret\"}\n"
+        );
+        assert!(!format!("{grant:?}").contains("secret"));
+        let back: Request = decode_line(text.trim_end().as_bytes(), MAX_REQUEST_BYTES).unwrap();
+        assert_eq!(back, grant);
+        // An older runner's status (no `granted`) reads as not granted.
+        let old = r#"{"op":"pong","pid":1,"uid":1,"uptime_ms":1,"version":"x","enforcement":{"exec_filter":false,"landlock_abi":null,"allowed_executables":null}}"#;
+        match decode_line::<Response>(old.as_bytes(), MAX_RESPONSE_BYTES).unwrap() {
+            Response::Pong(status) => assert!(!status.granted),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn response_round_trips() {
         round_trip(Response::Pong(Status {
             pid: 1,
@@ -419,6 +463,7 @@ mod tests {
                 landlock_abi: Some(7),
                 allowed_executables: Some(vec!["/bin/busybox".into()]),
             },
+            granted: true,
         }));
         round_trip(Response::Pong(Status {
             pid: 7,
@@ -426,7 +471,9 @@ mod tests {
             uptime_ms: 0,
             version: String::new(),
             enforcement: Enforcement::default(),
+            granted: false,
         }));
+        round_trip(Response::Ok);
         round_trip(Response::Exec(ExecResult {
             exit_code: Some(3),
             signal: None,

@@ -12,12 +12,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Environment variable (set by the host in every workspace container) with
-/// the gateway's address, `unix:///run/pincer/gateway.sock`.
+/// the gateway's address, `unix:///run/pincer/gateway/gateway.sock` (a
+/// host-owned folder mounted read-only).
 pub const GATEWAY_URL_ENV: &str = "PINCER_GATEWAY_URL";
 
-/// Environment variable with the container's own gateway token (a pincer
-/// key; never a provider key). The runner does not pass it to commands.
-pub const GATEWAY_TOKEN_ENV: &str = "PINCER_GATEWAY_TOKEN";
+/// Where the gateway socket is inside a workspace container.
+pub const GATEWAY_SOCKET_PATH: &str = "/run/pincer/gateway/gateway.sock";
+
+// The container's gateway token is in no environment: the host hands it to
+// the runner with [`Request::Grant`](crate::Request::Grant) over the
+// peer-checked runner socket, and the runner keeps it in memory.
 
 /// Default [`TurnLimits::max_steps`]: model calls per turn.
 pub const DEFAULT_MAX_STEPS: u32 = 16;

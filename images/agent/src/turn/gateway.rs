@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper_util::rt::TokioIo;
-use pincer_runner_protocol::{GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV};
+use pincer_runner_protocol::GATEWAY_URL_ENV;
 use serde_json::Value;
 
 use crate::cancel::{CHECK_INTERVAL, Cancel};
@@ -21,11 +21,20 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most of an error body that is read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// Where the gateway is and how to authenticate to it.
-#[derive(Debug, Clone)]
+/// Where the gateway is and how to authenticate to it. `Debug` hides the token.
+#[derive(Clone)]
 pub struct Gateway {
     socket: PathBuf,
     token: String,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("socket", &self.socket)
+            .field("token", &"<hidden>")
+            .finish()
+    }
 }
 
 /// Why a gateway request failed.
@@ -46,13 +55,14 @@ pub struct Reply {
 }
 
 impl Gateway {
-    /// From [`GATEWAY_URL_ENV`] and [`GATEWAY_TOKEN_ENV`].
-    pub fn from_env() -> Result<Gateway, String> {
+    /// From [`GATEWAY_URL_ENV`] and the token the host granted (never from
+    /// the environment).
+    pub fn from_env(token: Option<String>) -> Result<Gateway, String> {
         let url = std::env::var(GATEWAY_URL_ENV).map_err(|_| {
             format!("{GATEWAY_URL_ENV} is not set: this container was started without a gateway")
         })?;
-        let token = std::env::var(GATEWAY_TOKEN_ENV).map_err(|_| {
-            format!("{GATEWAY_TOKEN_ENV} is not set: this container has no gateway token")
+        let token = token.ok_or_else(|| {
+            "the host has not granted this runner a gateway token yet".to_string()
         })?;
         Gateway::new(&url, token)
     }
@@ -70,7 +80,7 @@ impl Gateway {
             ));
         }
         if token.trim().is_empty() {
-            return Err(format!("{GATEWAY_TOKEN_ENV} is empty"));
+            return Err("the gateway token is empty".to_string());
         }
         Ok(Gateway {
             socket: PathBuf::from(path),
@@ -251,8 +261,9 @@ mod tests {
 
     #[test]
     fn addresses() {
-        let gateway = Gateway::new("unix:///run/pincer/gateway.sock", "t".into()).unwrap();
-        assert_eq!(gateway.socket, Path::new("/run/pincer/gateway.sock"));
+        let gateway = Gateway::new("unix:///run/pincer/gateway/gateway.sock", "t".into()).unwrap();
+        assert_eq!(gateway.socket, Path::new("/run/pincer/gateway/gateway.sock"));
+        assert!(!format!("{gateway:?}").contains("\"t\""));
         for bad in [
             "http://localhost:8080",
             "unix://relative.sock",
