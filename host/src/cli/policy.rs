@@ -42,6 +42,8 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
             config: &ctx.config,
             workspace,
             workspace_dir: &workspace_dir,
+            run_dir: &ctx.home.join("run").join(name),
+            runner_binary: &crate::containers::agent_binary::path(&ctx.home),
             plugin_http: &plugin_http,
         },
     );

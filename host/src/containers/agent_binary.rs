@@ -16,9 +16,8 @@ mod embedded {
 /// Writes the runner into `<home>/bin/` (named by its digest, so upgrades
 /// never touch a binary a running container has mounted) and returns its path.
 pub fn install(home: &Path) -> Result<PathBuf, ContainerError> {
-    let digest = hex::encode(&Sha256::digest(embedded::AGENT)[..6]);
+    let path = path(home);
     let dir = home.join("bin");
-    let path = dir.join(format!("pincer-agent-{digest}"));
     if path.is_file() {
         return Ok(path);
     }
@@ -34,6 +33,12 @@ pub fn install(home: &Path) -> Result<PathBuf, ContainerError> {
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).map_err(failed)?;
     tmp.persist(&path).map_err(|e| failed(e.error))?;
     Ok(path)
+}
+
+/// Where [`install`] puts this build's runner.
+pub fn path(home: &Path) -> PathBuf {
+    let digest = hex::encode(&Sha256::digest(embedded::AGENT)[..6]);
+    home.join("bin").join(format!("pincer-agent-{digest}"))
 }
 
 pub fn size() -> usize {

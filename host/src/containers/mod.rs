@@ -82,7 +82,8 @@ pub fn plan(
     let policy = catalog.effective(workspace, &ws.policies)?;
     let settings = policy.compile();
     let workspace_base = expand_tilde(&config.containers.workspace_base_path);
-    let protected = mounts::protected_paths(home, &workspace_base);
+    let mut protected = mounts::protected_paths(home, &workspace_base);
+    protected.extend(mounts::writable_sources(config));
     let mut extra = Vec::new();
     for mount in &ws.mounts {
         let source = mounts::check_source(&mount.source, &protected).map_err(|source| {

@@ -52,9 +52,21 @@ pub enum MountError {
 pub struct Protected {
     pub path: PathBuf,
     pub why: &'static str,
-    /// Folders inside it are refused too (not so for `/home`, whose users'
-    /// own folders are what people mount).
-    pub inside_too: bool,
+    pub guard: Guard,
+}
+
+/// Which sources a [`Protected`] path refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// The path, anything inside it, and any folder holding it.
+    Tree,
+    /// The path and any folder holding it, not what is inside (`/home`,
+    /// whose users' own folders are what people mount).
+    AtOrAbove,
+    /// Only what is strictly inside it: a folder some container can write,
+    /// where it could swap a subfolder for a symlink between pincer's check
+    /// and Docker's mount.
+    Inside,
 }
 
 impl Protected {
@@ -62,7 +74,22 @@ impl Protected {
         Self {
             path: path.into(),
             why,
-            inside_too: true,
+            guard: Guard::Tree,
+        }
+    }
+
+    /// What this path says of `source`, when it refuses it.
+    fn refuses(&self, source: &Path) -> Option<&'static str> {
+        let (at, inside, above) = (
+            source == self.path,
+            source != self.path && source.starts_with(&self.path),
+            source != self.path && self.path.starts_with(source),
+        );
+        match self.guard {
+            Guard::Tree | Guard::AtOrAbove if at => Some("is"),
+            Guard::Tree | Guard::Inside if inside => Some("is inside"),
+            Guard::Tree | Guard::AtOrAbove if above => Some("holds"),
+            _ => None,
         }
     }
 }
@@ -106,7 +133,7 @@ pub fn protected_paths(pincer_home: &Path, workspace_base: &Path) -> Vec<Protect
     out.push(Protected {
         path: PathBuf::from("/home"),
         why: "every user's home folder",
-        inside_too: false,
+        guard: Guard::AtOrAbove,
     });
     out.push(Protected::tree(
         real_or_named(pincer_home),
@@ -117,6 +144,23 @@ pub fn protected_paths(pincer_home: &Path, workspace_base: &Path) -> Vec<Protect
         "the folder of every workspace (containers.workspace_base_path)",
     ));
     out
+}
+
+/// Every read-write mount source of the configuration (any workspace's,
+/// this one's included): a container can rename what is inside, so a
+/// source inside one could be a symlink by the time Docker mounts it.
+pub fn writable_sources(config: &crate::config::Config) -> Vec<Protected> {
+    config
+        .workspaces
+        .values()
+        .flat_map(|ws| ws.mounts.iter())
+        .filter(|m| !m.read_only)
+        .map(|m| Protected {
+            path: real_or_named(&expand_tilde(&m.source)),
+            why: "a folder a container can write (a read-write mount source)",
+            guard: Guard::Inside,
+        })
+        .collect()
 }
 
 fn real_or_named(path: &Path) -> PathBuf {
@@ -146,13 +190,7 @@ pub fn check_source(source: &Path, protected: &[Protected]) -> Result<PathBuf, M
         });
     }
     for p in protected {
-        let relation = if resolved == p.path {
-            "is"
-        } else if p.inside_too && resolved.starts_with(&p.path) {
-            "is inside"
-        } else if p.path.starts_with(&resolved) {
-            "holds"
-        } else {
+        let Some(relation) = p.refuses(&resolved) else {
             continue;
         };
         return Err(MountError::Protected {
@@ -293,7 +331,7 @@ mod tests {
             .iter()
             .find(|p| p.path == Path::new("/home"))
             .unwrap();
-        assert!(!inside_home.inside_too);
+        assert_eq!(inside_home.guard, Guard::AtOrAbove);
         assert!(refused(Path::new("/home"), &protected).contains("every user's home folder"));
     }
 
@@ -306,5 +344,23 @@ mod tests {
             super::check_source(&path, &[]),
             Err(MountError::Socket(_))
         ));
+    }
+
+    #[test]
+    fn a_source_inside_a_writable_mount_is_refused_but_the_mount_itself_is_fine() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().canonicalize().unwrap().join("shared");
+        std::fs::create_dir_all(shared.join("sub")).unwrap();
+        let protected = [Protected {
+            path: shared.clone(),
+            why: "a folder a container can write (a read-write mount source)",
+            guard: Guard::Inside,
+        }];
+        assert_eq!(super::check_source(&shared, &protected).unwrap(), shared);
+        let e = refused(&shared.join("sub"), &protected);
+        assert!(
+            e.contains("is inside") && e.contains("a container can write"),
+            "{e}"
+        );
     }
 }

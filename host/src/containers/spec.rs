@@ -57,33 +57,12 @@ impl WorkspaceSpec {
 
     /// Host folder of the runner socket (the container's; never followed by name).
     pub fn runner_dir(&self) -> PathBuf {
-        self.run_dir.join("runner")
+        runner_dir(&self.run_dir)
     }
 
     /// Every bind mount, with its effective mode.
     pub fn all_mounts(&self) -> Vec<BindMount> {
-        let mut all = vec![
-            BindMount {
-                source: self.workspace_dir.clone(),
-                target: WORKSPACE_DIR.into(),
-                read_only: false,
-            },
-            BindMount {
-                source: self.runner_binary.clone(),
-                target: RUNNER_PATH.into(),
-                read_only: true,
-            },
-            BindMount {
-                source: self.gateway_dir(),
-                target: GATEWAY_DIR.into(),
-                read_only: true,
-            },
-            BindMount {
-                source: self.runner_dir(),
-                target: RUNNER_DIR.into(),
-                read_only: false,
-            },
-        ];
+        let mut all = pincer_mounts(&self.workspace_dir, &self.runner_binary, &self.run_dir);
         for mount in &self.mounts {
             all.push(BindMount {
                 read_only: mount.read_only || self.settings.mounts_read_only,
@@ -295,6 +274,43 @@ impl WorkspaceSpec {
 }
 
 /// The gateway socket folder under a workspace's `$PINCER_HOME/run/<ws>`.
+/// The mounts pincer gives every container, before the configured ones:
+/// the workspace folder, the runner binary, the gateway socket's folder
+/// (host-owned, read-only) and the runner socket's folder (the container's).
+/// `pincer policy audit` lists these same values.
+pub fn pincer_mounts(
+    workspace_dir: &std::path::Path,
+    runner_binary: &std::path::Path,
+    run_dir: &std::path::Path,
+) -> Vec<BindMount> {
+    vec![
+        BindMount {
+            source: workspace_dir.to_path_buf(),
+            target: WORKSPACE_DIR.into(),
+            read_only: false,
+        },
+        BindMount {
+            source: runner_binary.to_path_buf(),
+            target: RUNNER_PATH.into(),
+            read_only: true,
+        },
+        BindMount {
+            source: gateway_dir(run_dir),
+            target: GATEWAY_DIR.into(),
+            read_only: true,
+        },
+        BindMount {
+            source: runner_dir(run_dir),
+            target: RUNNER_DIR.into(),
+            read_only: false,
+        },
+    ]
+}
+
+pub fn runner_dir(run_dir: &std::path::Path) -> PathBuf {
+    run_dir.join("runner")
+}
+
 pub fn gateway_dir(run_dir: &std::path::Path) -> PathBuf {
     run_dir.join("gateway")
 }

@@ -71,8 +71,7 @@ pub use reach::{
 };
 pub use report::{
     ContainerSummary, ModelsLine, MountLine, PolicyReport, Reach, ReachItem, ReportInput,
-    SeccompRuleSummary, SeccompSummary, SettingLine, Trifecta, WORKSPACE_TARGET, render_text,
-    report,
+    SeccompRuleSummary, SeccompSummary, SettingLine, Trifecta, render_text, report,
 };
 
 use crate::config::PolicyEntry;

@@ -19,9 +19,6 @@ use super::seccomp::{ENOSYS, EPERM, THREAD_CLONE_MASK};
 use crate::audit::AuditEvent;
 use crate::config::{Config, McpServer, Workspace};
 
-/// The container folder the workspace folder is mounted at.
-pub const WORKSPACE_TARGET: &str = "/workspace";
-
 /// What [`report`] needs besides the policy.
 #[derive(Debug, Clone, Copy)]
 pub struct ReportInput<'a> {
@@ -29,6 +26,10 @@ pub struct ReportInput<'a> {
     pub workspace: &'a Workspace,
     /// Host folder mounted at `/workspace`.
     pub workspace_dir: &'a Path,
+    /// The workspace's `$PINCER_HOME/run/<ws>` (its socket folders).
+    pub run_dir: &'a Path,
+    /// The agent runner binary mounted into the container.
+    pub runner_binary: &'a Path,
     /// Skills whose manifest grants the http capability (a way out).
     pub plugin_http: &'a std::collections::BTreeMap<String, Vec<String>>,
 }
@@ -105,6 +106,9 @@ pub struct MountLine {
     pub target: String,
     /// `rw`, `ro`, or `ro (forced by read_only_mounts)`.
     pub mode: String,
+    /// What pincer mounts it for; `None` for the configured mounts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
 }
 
 /// What the workspace reaches: printed from the same [`WorkspaceReach`]
@@ -360,12 +364,30 @@ fn container_summary(p: &EffectivePolicy) -> ContainerSummary {
     }
 }
 
+/// Every mount of the container: pincer's own (from the same function the
+/// container spec uses), then the configured ones.
 fn mounts(p: &EffectivePolicy, input: &ReportInput<'_>) -> Vec<MountLine> {
-    let mut lines = vec![MountLine {
-        source: input.workspace_dir.display().to_string(),
-        target: WORKSPACE_TARGET.to_owned(),
-        mode: "rw".to_owned(),
-    }];
+    let own = crate::containers::spec::pincer_mounts(
+        input.workspace_dir,
+        input.runner_binary,
+        input.run_dir,
+    );
+    let what = |target: &str| match target {
+        crate::containers::spec::WORKSPACE_DIR => "the workspace folder",
+        crate::containers::spec::RUNNER_PATH => "the agent runner",
+        crate::containers::spec::GATEWAY_DIR => "the gateway socket; host-owned",
+        crate::containers::spec::RUNNER_DIR => "the runner socket; the container's own",
+        _ => "",
+    };
+    let mut lines: Vec<MountLine> = own
+        .iter()
+        .map(|m| MountLine {
+            source: m.source.display().to_string(),
+            target: m.target.clone(),
+            mode: if m.read_only { "ro" } else { "rw" }.to_owned(),
+            purpose: Some(what(&m.target).to_owned()),
+        })
+        .collect();
     for mount in &input.workspace.mounts {
         let mode = if mount.read_only {
             "ro"
@@ -378,6 +400,7 @@ fn mounts(p: &EffectivePolicy, input: &ReportInput<'_>) -> Vec<MountLine> {
             source: mount.source.display().to_string(),
             target: mount.target.clone(),
             mode: mode.to_owned(),
+            purpose: None,
         });
     }
     lines
@@ -699,7 +722,17 @@ pub fn render_text(report: &PolicyReport) -> String {
     let rows: Vec<(String, String)> = report
         .mounts
         .iter()
-        .map(|m| (m.target.clone(), format!("{}  {}", m.mode, m.source)))
+        .map(|m| {
+            let purpose = m
+                .purpose
+                .as_ref()
+                .map(|p| format!("  ({p})"))
+                .unwrap_or_default();
+            (
+                m.target.clone(),
+                format!("{}  {}{purpose}", m.mode, m.source),
+            )
+        })
         .collect();
     table(&mut out, &rows);
 

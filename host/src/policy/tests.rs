@@ -739,6 +739,8 @@ fn audit(cfg: &Config, workspace: &str, catalog: &PolicyCatalog) -> PolicyReport
             config: cfg,
             workspace: ws,
             workspace_dir: &dir,
+            run_dir: Path::new("/home/u/.pincer/run/x"),
+            runner_binary: Path::new("/home/u/.pincer/bin/pincer-agent-0"),
             plugin_http: &egress,
         },
     )
@@ -858,21 +860,82 @@ fn report_shows_mounts_reach_and_settings() {
     let cfg = config();
     let r = audit(&cfg, "isolated", &catalog());
     assert_eq!(r.groups.len(), 3);
+    let line = |source: &str, target: &str, mode: &str| {
+        let (mode, purpose) = match mode.split_once(" (") {
+            Some((m, p)) if !p.starts_with("forced") => {
+                (m.to_owned(), Some(p.trim_end_matches(')').to_owned()))
+            }
+            _ => (mode.to_owned(), None),
+        };
+        MountLine {
+            source: source.into(),
+            target: target.into(),
+            mode,
+            purpose,
+        }
+    };
     assert_eq!(
         r.mounts,
         [
-            MountLine {
-                source: "/home/u/pincer_workspaces/isolated".into(),
-                target: "/workspace".into(),
-                mode: "rw".into()
-            },
-            MountLine {
-                source: "~/code".into(),
-                target: "/code".into(),
-                mode: "ro (forced by read_only_mounts)".into()
-            },
+            line(
+                "/home/u/pincer_workspaces/isolated",
+                "/workspace",
+                "rw (the workspace folder)"
+            ),
+            line(
+                "/home/u/.pincer/bin/pincer-agent-0",
+                "/opt/pincer/pincer-agent",
+                "ro (the agent runner)"
+            ),
+            line(
+                "/home/u/.pincer/run/x/gateway",
+                "/run/pincer/gateway",
+                "ro (the gateway socket; host-owned)"
+            ),
+            line(
+                "/home/u/.pincer/run/x/runner",
+                "/run/pincer/runner",
+                "rw (the runner socket; the container's own)"
+            ),
+            line("~/code", "/code", "ro (forced by read_only_mounts)"),
         ]
     );
+    // The audit lists exactly the container spec's mounts.
+    let ws = &cfg.workspaces["isolated"];
+    let spec = crate::containers::WorkspaceSpec {
+        workspace: "isolated".into(),
+        instance: "0".into(),
+        container_name: "c".into(),
+        image: "i".into(),
+        settings: catalog()
+            .effective("isolated", &ws.policies)
+            .unwrap()
+            .compile(),
+        workspace_dir: "/home/u/pincer_workspaces/isolated".into(),
+        run_dir: "/home/u/.pincer/run/x".into(),
+        runner_binary: "/home/u/.pincer/bin/pincer-agent-0".into(),
+        mounts: ws
+            .mounts
+            .iter()
+            .map(|m| crate::containers::mounts::BindMount {
+                source: m.source.clone(),
+                target: m.target.clone(),
+                read_only: m.read_only,
+            })
+            .collect(),
+        idle_timeout_secs: 0,
+    };
+    let from_spec: Vec<(String, String, bool)> = spec
+        .all_mounts()
+        .into_iter()
+        .map(|m| (m.source.display().to_string(), m.target, m.read_only))
+        .collect();
+    let from_audit: Vec<(String, String, bool)> = r
+        .mounts
+        .iter()
+        .map(|m| (m.source.clone(), m.target.clone(), m.mode.starts_with("ro")))
+        .collect();
+    assert_eq!(from_audit, from_spec);
     assert_eq!(r.reach.network, "none — only the gateway socket");
     // No `model`: every alias, by default.
     assert_eq!(r.reach.models.aliases, ["backup", "default"]);
@@ -956,7 +1019,9 @@ fn render_text_has_the_key_lines() {
         "  seccomp           generated: ",
         "    + rule          fork, vfork → SCMP_ACT_ERRNO EPERM (1)  [no_process_creation]\n",
         "    + rule          clone → SCMP_ACT_ALLOW only if (flags & 0x7e030000) == 0x10000 (threads)  [no_process_creation]\n",
-        "\nmounts\n  /workspace  rw  /home/u/pincer_workspaces/scratch\n",
+        "\nmounts\n  /workspace                rw  /home/u/pincer_workspaces/scratch  (the workspace folder)\n",
+        "  /run/pincer/gateway       ro  /home/u/.pincer/run/x/gateway  (the gateway socket; host-owned)\n",
+        "  /run/pincer/runner        rw  /home/u/.pincer/run/x/runner  (the runner socket; the container's own)\n",
         "  network      bridge — outbound internet allowed\n",
         "  mcp servers  docs (remote at https://docs.example.com)\n",
         "\nlethal trifecta: ok: no private data, no untrusted input\n",
