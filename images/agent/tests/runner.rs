@@ -390,7 +390,12 @@ fn socket_is_owner_only_and_a_stale_one_is_replaced() {
     let log4 = dir.path().join("log4");
     let mut child = serve_command(&link, None, &log4).spawn().unwrap();
     wait_for_socket(&link, &mut child, &log4);
-    assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(
+        !std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
     child.kill().unwrap();
     child.wait().unwrap();

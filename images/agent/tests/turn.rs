@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use common::gateway::*;
 use common::*;
 use pincer_runner_protocol::{
-    GATEWAY_URL_ENV, Grant, MAX_RESPONSE_BYTES, Request, Response, StopReason,
-    TurnErrorKind, TurnEvent, TurnLimits, TurnRequest, decode_line, encode_line, read_line,
+    GATEWAY_URL_ENV, Grant, MAX_RESPONSE_BYTES, Request, Response, StopReason, TurnErrorKind,
+    TurnEvent, TurnLimits, TurnRequest, decode_line, encode_line, read_line,
 };
 use serde_json::json;
 

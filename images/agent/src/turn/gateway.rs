@@ -262,7 +262,10 @@ mod tests {
     #[test]
     fn addresses() {
         let gateway = Gateway::new("unix:///run/pincer/gateway/gateway.sock", "t".into()).unwrap();
-        assert_eq!(gateway.socket, Path::new("/run/pincer/gateway/gateway.sock"));
+        assert_eq!(
+            gateway.socket,
+            Path::new("/run/pincer/gateway/gateway.sock")
+        );
         assert!(!format!("{gateway:?}").contains("\"t\""));
         for bad in [
             "http://localhost:8080",
