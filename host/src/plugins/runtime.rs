@@ -142,11 +142,7 @@ impl PluginHost {
         let legacy = Scope::workspace(LEGACY_WORKSPACE);
         let (kv, migrated) = KvStore::open_migrating(&paths.database, &legacy.key())?;
         let audit = Arc::new(AuditLog::open(&paths.database)?);
-        if migrated.rows > 0 {
-            let what = format!(
-                "{} kv entries kept by plugin name only (from before per-workspace plugin state) now belong to workspace `{LEGACY_WORKSPACE}`",
-                migrated.rows
-            );
+        let migrated_note = |what: String| {
             tracing::warn!("{what}");
             audit.record(
                 "pincer",
@@ -154,21 +150,20 @@ impl PluginHost {
                 "plugin.state_migrated",
                 &what,
             );
+        };
+        if migrated.rows > 0 {
+            migrated_note(format!(
+                "{} kv entries kept by plugin name only (from before per-workspace plugin state) now belong to workspace `{LEGACY_WORKSPACE}`",
+                migrated.rows
+            ));
         }
         let moved = migrate_data_dirs(&paths.data_root, &legacy)?;
         if !moved.is_empty() {
-            let what = format!(
+            migrated_note(format!(
                 "/data folders of {} (from before per-workspace plugin state) now belong to workspace `{LEGACY_WORKSPACE}` (moved under {})",
                 moved.join(", "),
                 paths.data_root.join(legacy.dir_name()).display()
-            );
-            tracing::warn!("{what}");
-            audit.record(
-                "pincer",
-                Some(LEGACY_WORKSPACE),
-                "plugin.state_migrated",
-                &what,
-            );
+            ));
         }
         Ok(Self {
             engine,

@@ -36,6 +36,12 @@ pub struct Entry {
     pub version: u64,
 }
 
+/// The columns of `plugin_kv`: entries keyed by owner (a workspace or
+/// channel scope), plugin and key.
+const KV_COLUMNS: &str = "owner TEXT NOT NULL, plugin TEXT NOT NULL, key TEXT NOT NULL, \
+    value BLOB NOT NULL, version INTEGER NOT NULL, expires_at_ms INTEGER, \
+    PRIMARY KEY (owner, plugin, key)";
+
 /// The shared store; hand each (owner, plugin) its own [`KvNamespace`].
 pub struct KvStore {
     conn: Mutex<Connection>,
@@ -60,17 +66,9 @@ impl KvStore {
     ) -> rusqlite::Result<(Arc<Self>, Migrated)> {
         let mut conn = crate::db::open(path)?;
         let migrated = migrate(&mut conn, legacy_owner)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS plugin_kv (
-                owner TEXT NOT NULL,
-                plugin TEXT NOT NULL,
-                key TEXT NOT NULL,
-                value BLOB NOT NULL,
-                version INTEGER NOT NULL,
-                expires_at_ms INTEGER,
-                PRIMARY KEY (owner, plugin, key)
-            ) WITHOUT ROWID;",
-        )?;
+        conn.execute_batch(&format!(
+            "CREATE TABLE IF NOT EXISTS plugin_kv ({KV_COLUMNS}) WITHOUT ROWID;"
+        ))?;
         Ok((
             Arc::new(Self {
                 conn: Mutex::new(conn),
@@ -125,17 +123,9 @@ fn migrate(conn: &mut Connection, legacy_owner: &str) -> rusqlite::Result<Migrat
         return Ok(Migrated::default());
     }
     let tx = conn.transaction()?;
-    tx.execute_batch(
-        "CREATE TABLE plugin_kv_scoped (
-            owner TEXT NOT NULL,
-            plugin TEXT NOT NULL,
-            key TEXT NOT NULL,
-            value BLOB NOT NULL,
-            version INTEGER NOT NULL,
-            expires_at_ms INTEGER,
-            PRIMARY KEY (owner, plugin, key)
-        ) WITHOUT ROWID;",
-    )?;
+    tx.execute_batch(&format!(
+        "CREATE TABLE plugin_kv_scoped ({KV_COLUMNS}) WITHOUT ROWID;"
+    ))?;
     let rows = tx.execute(
         "INSERT INTO plugin_kv_scoped (owner, plugin, key, value, version, expires_at_ms)
          SELECT ?1, plugin, key, value, version, expires_at_ms FROM plugin_kv",
