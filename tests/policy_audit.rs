@@ -59,7 +59,33 @@ fn researcher_is_flagged_as_the_lethal_trifecta() {
         text.contains("lethal trifecta: LETHAL: all three present"),
         "{text}"
     );
-    assert!(text.contains("/notes      ro  ~/notes"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().eq(["/notes", "ro", "~/notes"])),
+        "{text}"
+    );
+    // pincer's own mounts are listed too: the socket folders and the runner.
+    for (target, mode, purpose) in [
+        (
+            "/run/pincer/gateway",
+            "ro",
+            "(the gateway socket; host-owned)",
+        ),
+        (
+            "/run/pincer/runner",
+            "rw",
+            "(the runner socket; the container's own)",
+        ),
+        ("/opt/pincer/pincer-agent", "ro", "(the agent runner)"),
+    ] {
+        assert!(
+            text.lines().any(|l| {
+                let l = l.trim_start();
+                l.starts_with(target) && l.contains(&format!("  {mode}  ")) && l.ends_with(purpose)
+            }),
+            "{target} missing from\n{text}"
+        );
+    }
     assert!(
         text.contains("network      bridge — outbound internet allowed"),
         "{text}"
