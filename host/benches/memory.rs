@@ -13,12 +13,16 @@
 //!    words, or a fragment of a stored memory. Median, p99 and max.
 //! 2. **Segmentation.** jieba-rs `cut_for_search` and pincer's term
 //!    extraction over 4 MB of the same text, in MB/s.
-//! 3. **Quality.** `benches/data/memory_recall.json`: 30 memories and 30
-//!    paraphrasing queries with the memory that answers each. pincer's index
-//!    against an FTS5 table with the `unicode61` tokenizer and one with
-//!    `trigram`, each queried the best way its tokenizer allows (an OR of
-//!    the query's tokens, or of its 3-character windows) and ranked by BM25.
-//!    recall@3 and MRR@10.
+//! 3. **Quality.** `benches/data/memory_labelled.json`: 305 hand-written
+//!    memories of a team assistant in Chinese, English and mixed text, and
+//!    261 queries that paraphrase them (never substrings), each with its
+//!    relevant memories and language, split into `dev` (tuned on) and
+//!    `heldout` (scored only at the end). pincer's real [`MemoryStore`]
+//!    against two baselines ranked by BM25: FTS5 over jieba-rs
+//!    `cut_for_search` words with the query's words ORed, and FTS5
+//!    `trigram` with the query's 3-character windows ORed. MRR@10 overall and
+//!    per language, R@1, R@5 (|relevant ∩ top k| / |relevant|, averaged) and
+//!    the queries with no relevant memory in the top 10.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -239,22 +243,37 @@ fn segmentation() {
 
 #[derive(Deserialize)]
 struct Labelled {
-    memories: Vec<String>,
+    memories: Vec<LabelledMemory>,
     queries: Vec<Query>,
+}
+
+#[derive(Deserialize)]
+struct LabelledMemory {
+    id: usize,
+    text: String,
 }
 
 #[derive(Deserialize)]
 struct Query {
     q: String,
-    expect: Vec<usize>,
+    lang: String,
+    relevant: Vec<usize>,
+    split: String,
 }
 
+/// A ranking under test: the labelled ids of its top 10 for a query.
+type Ranker<'a> = &'a dyn Fn(&str) -> anyhow::Result<Vec<usize>>;
+
+const LANGS: [&str; 3] = ["zh", "en", "mixed"];
+
 fn quality() -> anyhow::Result<()> {
-    let data: Labelled = serde_json::from_str(include_str!("data/memory_recall.json"))?;
+    let data: Labelled = serde_json::from_str(include_str!("data/memory_labelled.json"))?;
+    let texts: Vec<String> = data.memories.iter().map(|m| m.text.clone()).collect();
+    let labels: Vec<usize> = data.memories.iter().map(|m| m.id).collect();
     let home = tempfile::tempdir()?;
     let store = MemoryStore::open(home.path())?;
     let ids: Vec<i64> = store
-        .add_many(WORKSPACE, MemoryKind::Fact, &data.memories)?
+        .add_many(WORKSPACE, MemoryKind::Fact, &texts)?
         .iter()
         .map(|m| m.id)
         .collect();
@@ -263,58 +282,103 @@ fn quality() -> anyhow::Result<()> {
             .search(WORKSPACE, q, 10)?
             .iter()
             .filter_map(|r| ids.iter().position(|id| *id == r.memory.id))
+            .map(|i| labels[i])
             .collect())
     };
-    let unicode61 = PlainFts::new("unicode61", &data.memories)?;
-    let trigram = PlainFts::new("trigram", &data.memories)?;
-
-    println!(
-        "## Recall quality ({} memories, {} labelled queries, Chinese/English/mixed)\n",
-        data.memories.len(),
-        data.queries.len()
-    );
-    println!("| index | recall@3 | MRR@10 | queries with no result |");
-    println!("|---|---:|---:|---:|");
-    let mut misses = Vec::new();
-    for (name, ranked) in [
+    let jieba_docs: Vec<String> = texts.iter().map(|t| jieba_words(t).join(" ")).collect();
+    let jieba = PlainFts::new("ascii", &jieba_docs, &labels)?;
+    let trigram = PlainFts::new("trigram", &texts, &labels)?;
+    let systems: [(&str, Ranker); 3] = [
+        ("pincer (`MemoryStore::search`)", &pincer),
         (
-            "pincer: jieba terms + substring fallback",
-            &pincer as &dyn Fn(&str) -> anyhow::Result<Vec<usize>>,
+            "FTS5 + jieba `cut_for_search`, BM25, terms ORed",
+            &|q: &str| jieba.search(&jieba_words(q)),
         ),
-        ("FTS5 unicode61", &|q: &str| unicode61.search(&words(q))),
-        ("FTS5 trigram", &|q: &str| trigram.search(&trigrams(q))),
-    ] {
-        let (mut hits, mut rr, mut empty) = (0usize, 0.0, 0usize);
-        for query in &data.queries {
-            let got = ranked(&query.q)?;
-            empty += usize::from(got.is_empty());
-            if let Some(rank) = got.iter().position(|i| query.expect.contains(i)) {
-                hits += usize::from(rank < 3);
-                rr += 1.0 / (rank + 1) as f64;
-            } else if name.starts_with("pincer") {
-                misses.push(query.q.clone());
+        ("FTS5 `trigram`, BM25", &|q: &str| {
+            trigram.search(&trigrams(q))
+        }),
+    ];
+    println!(
+        "## Recall quality (`benches/data/memory_labelled.json`: {} memories; tune on dev, score held-out at the end)",
+        data.memories.len()
+    );
+    for split in ["dev", "heldout"] {
+        let queries: Vec<&Query> = data.queries.iter().filter(|q| q.split == split).collect();
+        let count = |lang: &str| queries.iter().filter(|q| q.lang == lang).count();
+        println!(
+            "\n### {split}: {} queries (zh {}, en {}, mixed {})\n",
+            queries.len(),
+            count("zh"),
+            count("en"),
+            count("mixed")
+        );
+        println!(
+            "| system | MRR@10 all | zh | en | mixed | R@1 | R@5 | queries with no hit in the top 10 |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        for (name, ranked) in &systems {
+            let mut misses = Vec::new();
+            let mut rr_by_lang = [0.0f64; 3];
+            let (mut r1, mut r5) = (0.0, 0.0);
+            for query in &queries {
+                let got = ranked(&query.q)?;
+                let first = got.iter().position(|i| query.relevant.contains(i));
+                let rr = first.map_or(0.0, |rank| 1.0 / (rank + 1) as f64);
+                if first.is_none() {
+                    misses.push(query.q.as_str());
+                }
+                if let Some(l) = LANGS.iter().position(|l| *l == query.lang) {
+                    rr_by_lang[l] += rr;
+                }
+                let recall = |k: usize| {
+                    got.iter()
+                        .take(k)
+                        .filter(|i| query.relevant.contains(i))
+                        .count() as f64
+                        / query.relevant.len() as f64
+                };
+                r1 += recall(1);
+                r5 += recall(5);
+            }
+            let n = queries.len().max(1) as f64;
+            let by_lang = |l: usize| rr_by_lang[l] / count(LANGS[l]).max(1) as f64;
+            println!(
+                "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} |",
+                rr_by_lang.iter().sum::<f64>() / n,
+                by_lang(0),
+                by_lang(1),
+                by_lang(2),
+                r1 / n,
+                r5 / n,
+                misses.len()
+            );
+            if name.starts_with("pincer") && split == "dev" && !misses.is_empty() {
+                eprintln!("pincer missed on dev: {}", misses.join(" · "));
             }
         }
-        let n = data.queries.len() as f64;
-        println!(
-            "| {name} | {:.2} | {:.2} | {empty} |",
-            hits as f64 / n,
-            rr / n
-        );
-    }
-    if !misses.is_empty() {
-        println!("\npincer missed: {}", misses.join(" · "));
     }
     Ok(())
+}
+
+/// jieba-rs `cut_for_search` words, lowercased, without whitespace and
+/// punctuation: the plain baseline's terms, no stop words, no stemming.
+fn jieba_words(text: &str) -> Vec<String> {
+    segment::jieba()
+        .cut_for_search(text, true)
+        .iter()
+        .map(|t| t.word.to_lowercase())
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        .collect()
 }
 
 /// A baseline: the texts in an FTS5 table with one of SQLite's tokenizers.
 struct PlainFts {
     conn: Connection,
+    labels: Vec<usize>,
 }
 
 impl PlainFts {
-    fn new(tokenizer: &str, texts: &[String]) -> anyhow::Result<Self> {
+    fn new(tokenizer: &str, texts: &[String], labels: &[usize]) -> anyhow::Result<Self> {
         let conn = Connection::open_in_memory()?;
         conn.execute_batch(&format!(
             "CREATE VIRTUAL TABLE t USING fts5(text, tokenize = '{tokenizer}')"
@@ -325,10 +389,13 @@ impl PlainFts {
                 rusqlite::params![i as i64, text],
             )?;
         }
-        Ok(Self { conn })
+        Ok(Self {
+            conn,
+            labels: labels.to_vec(),
+        })
     }
 
-    /// Rows matching any of `tokens`, best BM25 first.
+    /// The labels of rows matching any of `tokens`, best BM25 first.
     fn search(&self, tokens: &[String]) -> anyhow::Result<Vec<usize>> {
         if tokens.is_empty() {
             return Ok(Vec::new());
@@ -344,18 +411,9 @@ impl PlainFts {
         let rows = stmt.query_map([expression], |r| r.get::<_, i64>(0))?;
         Ok(rows
             .filter_map(Result::ok)
-            .map(|id| id.max(0) as usize)
+            .filter_map(|row| self.labels.get(row.max(0) as usize).copied())
             .collect())
     }
-}
-
-/// The query split the way `unicode61` splits text: at anything that is not
-/// a letter or digit (a run of Chinese characters stays one token).
-fn words(q: &str) -> Vec<String> {
-    q.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect()
 }
 
 /// Every 3-character window of each word: what a `trigram` index can match.

@@ -15,6 +15,13 @@ pub fn index_term(workspace: &str, term: &str) -> String {
     format!("{}{term}", term_prefix(workspace))
 }
 
+/// What every second-list term ([`super::segment::variants`]) of a
+/// workspace starts with: as [`term_prefix`], with `y` for `x`, so the two
+/// lists never share a term.
+pub fn variant_prefix(workspace: &str) -> String {
+    format!("{}y", hex::encode(workspace.as_bytes()))
+}
+
 /// `term` as an FTS5 string: quoted, inner quotes doubled.
 pub fn quoted(term: &str) -> String {
     format!("\"{}\"", term.replace('"', "\"\""))
@@ -22,13 +29,19 @@ pub fn quoted(term: &str) -> String {
 
 /// `"<prefix>t1" OR "<prefix>t2" …`: rows of the workspace that contain any
 /// of the terms. `None` when there are no terms.
+#[cfg(test)]
 pub fn match_expression(workspace: &str, terms: &[String]) -> Option<String> {
+    prefixed_expression(&term_prefix(workspace), terms)
+}
+
+/// [`match_expression`] with another prefix.
+pub fn prefixed_expression(prefix: &str, terms: &[String]) -> Option<String> {
     if terms.is_empty() {
         return None;
     }
     let any: Vec<String> = terms
         .iter()
-        .map(|t| quoted(&index_term(workspace, t)))
+        .map(|t| quoted(&format!("{prefix}{t}")))
         .collect();
     Some(any.join(" OR "))
 }

@@ -1,22 +1,44 @@
-//! The ranking formula, in one place:
+//! The ranking, in one place.
+//!
+//! A query is answered from two ranked lists of index matches, each ordered
+//! by FTS5's BM25: the query's words ([`super::segment::terms`]) and their
+//! variants ([`super::segment::variants`]: English stems, Chinese characters
+//! and pairs). The lists are fused by reciprocal rank:
 //!
 //! ```text
-//! score = relevance × (1 + 0.5 · 2^(−age_days / 30) + 0.25 · ln(1 + use_count))
+//! relevance = 1 / (K + rank_words) + VARIANT_WEIGHT / (K + rank_variants)
 //! ```
 //!
-//! - `relevance` is FTS5's BM25 negated (higher is better) for index matches,
-//!   and 1 for substring matches;
-//! - `age_days` runs from the memory's last use, or its creation if never
-//!   used: a memory touched today gets up to ×1.5, one idle for 30 days ×1.25;
-//! - `use_count` grows the score logarithmically: 10 uses give +0.6.
+//! (a list a memory is not in adds nothing; equal BM25 shares a rank). Then
+//! recency and use break ties, never more:
 //!
-//! Relevance multiplies, so recency and use reorder comparable matches but
-//! cannot lift a memory that does not match at all.
+//! ```text
+//! score = relevance × (1 + TIE · (0.5 · 2^(−age_days / 30) + 0.25 · ln(1 + use_count)))
+//! ```
+//!
+//! - `age_days` runs from the memory's last use, or its creation if never
+//!   used;
+//! - `TIE` is small enough (0.1 % per unit) that a memory one rank lower in
+//!   a list is not lifted above a better match by being newer or used.
+//!
+//! Substring matches (the fallback) have relevance 1.
 
+/// Reciprocal rank fusion's constant: how much the first ranks of a list
+/// count more than the later ones.
+pub const K: f64 = 10.0;
+/// The variant list's weight against the word list's 1.
+pub const VARIANT_WEIGHT: f64 = 1.0;
+const TIE: f64 = 1e-3;
 const RECENCY_WEIGHT: f64 = 0.5;
 const HALF_LIFE_DAYS: f64 = 30.0;
 const USE_WEIGHT: f64 = 0.25;
 const DAY_MS: f64 = 86_400_000.0;
+
+/// The fused relevance of a memory at 1-based `word` and `variant` ranks.
+pub fn fuse(word: Option<usize>, variant: Option<usize>) -> f64 {
+    let part = |rank: Option<usize>| rank.map_or(0.0, |r| 1.0 / (K + r as f64));
+    part(word) + VARIANT_WEIGHT * part(variant)
+}
 
 pub fn score(
     relevance: f64,
@@ -29,12 +51,12 @@ pub fn score(
     let age_days = (now_ms.saturating_sub(touched)).max(0) as f64 / DAY_MS;
     let recency = (-age_days / HALF_LIFE_DAYS).exp2();
     let uses = (use_count as f64).ln_1p();
-    relevance * (1.0 + RECENCY_WEIGHT * recency + USE_WEIGHT * uses)
+    relevance * (1.0 + TIE * (RECENCY_WEIGHT * recency + USE_WEIGHT * uses))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::score;
+    use super::{fuse, score};
 
     const DAY: i64 = 86_400_000;
 
@@ -47,13 +69,19 @@ mod tests {
                 > score(2.0, now, now - 60 * DAY, None, 0)
         );
         assert!(score(2.0, now, now, None, 5) > score(2.0, now, now, None, 0));
-        assert!((score(1.0, now, now, None, 0) - 1.5).abs() < 1e-9);
-        assert!((score(1.0, now, now - 30 * DAY, None, 0) - 1.25).abs() < 1e-9);
+        assert!((score(1.0, now, now, None, 0) - 1.0005).abs() < 1e-9);
     }
 
     #[test]
-    fn much_better_relevance_beats_recency() {
+    fn recency_and_use_never_outrank_one_rank_of_relevance() {
         let now = 100 * DAY;
-        assert!(score(4.0, now, now - 365 * DAY, None, 0) > score(2.0, now, now, None, 0));
+        for rank in 1..50 {
+            let better = fuse(Some(rank), None);
+            let worse = fuse(Some(rank + 1), None);
+            assert!(
+                score(better, now, now - 365 * DAY, None, 0) > score(worse, now, now, None, 100)
+            );
+        }
+        assert!(fuse(Some(3), Some(3)) > fuse(Some(1), None));
     }
 }

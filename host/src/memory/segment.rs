@@ -10,6 +10,7 @@
 use std::sync::OnceLock;
 
 use jieba_rs::Jieba;
+use rust_stemmers::{Algorithm, Stemmer};
 
 static JIEBA: OnceLock<Jieba> = OnceLock::new();
 
@@ -57,10 +58,101 @@ pub fn terms(text: &str) -> Vec<String> {
     out
 }
 
+/// Words of a question that say what is asked, not what it is about: left
+/// out of queries only (a memory never needs them to be found).
+const QUERY_STOP_WORDS: &[&str] = &[
+    // Chinese
+    "什么",
+    "怎么",
+    "怎么样",
+    "怎样",
+    "谁",
+    "哪",
+    "哪里",
+    "哪儿",
+    "哪个",
+    "哪些",
+    "哪天",
+    "多久",
+    "多少",
+    "多长",
+    "几",
+    "几点",
+    "是否",
+    "吗",
+    "如何",
+    "为什么",
+    "要",
+    "需要",
+    "能",
+    "可以",
+    "该",
+    "一般",
+    "什么样",
+    "时候", // English
+    "what",
+    "when",
+    "where",
+    "who",
+    "whom",
+    "whose",
+    "which",
+    "why",
+    "how",
+    "can",
+    "could",
+    "should",
+    "would",
+    "will",
+    "shall",
+    "may",
+    "must",
+    "need",
+    "there",
+    "any",
+    "anyone",
+    "much",
+    "many",
+    "often",
+    "long",
+    "get",
+    "go",
+    "our",
+    "us",
+    "so",
+    "if",
+    "about",
+    "have",
+    "has",
+    "am",
+];
+
+fn is_query_stop_word(term: &str) -> bool {
+    is_stop_word(term) || QUERY_STOP_WORDS.contains(&term)
+}
+
+/// The index terms of a query: [`terms`] without the question words.
+fn query_words(query: &str) -> Vec<String> {
+    terms(query)
+        .into_iter()
+        .filter(|t| !is_query_stop_word(t))
+        .collect()
+}
+
 /// The distinct terms of a query, first occurrence first, at most `max`.
+/// Question words (what, how, 什么, 谁 …) are left out, unless the query
+/// has nothing else.
 pub fn query_terms(query: &str, max: usize) -> Vec<String> {
+    let mut words = query_words(query);
+    if words.is_empty() {
+        words = terms(query);
+    }
+    distinct(words, max)
+}
+
+fn distinct(terms: Vec<String>, max: usize) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for term in terms(query) {
+    for term in terms {
         if out.len() == max {
             break;
         }
@@ -69,6 +161,69 @@ pub fn query_terms(query: &str, max: usize) -> Vec<String> {
         }
     }
     out
+}
+
+static STEMMER: OnceLock<Stemmer> = OnceLock::new();
+
+fn is_han(c: char) -> bool {
+    matches!(c, '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}' | '\u{f900}'..='\u{faff}')
+}
+
+/// The second list's terms of `text`: what matches when the words differ.
+/// Each Latin word becomes its Snowball English stem (meetings → meet,
+/// approval and approve → approv), each run of Chinese characters its single
+/// characters and the pairs of neighbours (报警 and 告警 share 警; 审核
+/// and 审批 share 审). Repeats are kept, as in [`terms`].
+pub fn variants(text: &str) -> Vec<String> {
+    let stemmer = STEMMER.get_or_init(|| Stemmer::create(Algorithm::English));
+    let mut out = Vec::new();
+    let mut run: Vec<char> = Vec::new();
+    let flush = |run: &mut Vec<char>, out: &mut Vec<String>| {
+        for (i, c) in run.iter().enumerate() {
+            out.push(c.to_string());
+            if let Some(next) = run.get(i + 1) {
+                out.push([*c, *next].iter().collect());
+            }
+        }
+        run.clear();
+    };
+    let mut word = String::new();
+    let end_word = |word: &mut String, out: &mut Vec<String>| {
+        if word.len() >= 2 && !is_query_stop_word(word) {
+            out.push(stemmer.stem(word).into_owned());
+        }
+        word.clear();
+    };
+    for c in text.chars() {
+        if is_han(c) {
+            end_word(&mut word, &mut out);
+            run.push(c);
+        } else if c.is_ascii_alphanumeric() {
+            flush(&mut run, &mut out);
+            word.push(c.to_ascii_lowercase());
+        } else {
+            flush(&mut run, &mut out);
+            end_word(&mut word, &mut out);
+        }
+    }
+    flush(&mut run, &mut out);
+    end_word(&mut word, &mut out);
+    out
+}
+
+/// The distinct [`variants`] of a query without its stop and question words
+/// (they split the query's Chinese runs), at most `max`.
+pub fn query_variants(query: &str, max: usize) -> Vec<String> {
+    let mut kept = String::new();
+    for token in jieba().cut(query, true) {
+        let word = token.word.to_lowercase();
+        if is_query_stop_word(word.trim()) {
+            kept.push(' ');
+        } else {
+            kept.push_str(token.word);
+        }
+    }
+    distinct(variants(&kept), max)
 }
 
 #[cfg(test)]
@@ -109,5 +264,27 @@ mod tests {
     fn query_terms_are_distinct_and_capped() {
         assert_eq!(query_terms("tea tea TEA coffee", 10), ["tea", "coffee"]);
         assert_eq!(query_terms("one two three four", 2), ["one", "two"]);
+    }
+
+    #[test]
+    fn question_words_leave_queries_unless_nothing_else_is_left() {
+        assert_eq!(
+            query_terms("who approves expenses", 10),
+            ["approves", "expenses"]
+        );
+        assert_eq!(query_terms("who", 10), ["who"]);
+        assert!(!query_terms("报销找谁批", 10).contains(&"谁".to_string()));
+    }
+
+    #[test]
+    fn variants_are_english_stems_and_chinese_characters_and_pairs() {
+        let v = variants("Meetings need approval 报警");
+        for expected in ["meet", "approv", "报", "警", "报警"] {
+            assert!(v.contains(&expected.to_string()), "{v:?}");
+        }
+        assert_eq!(variants("approve")[0], variants("approval")[0]);
+        let q = query_variants("谁批准告警", 10);
+        assert!(q.contains(&"警".to_string()), "{q:?}");
+        assert!(!q.iter().any(|t| t.contains('谁')), "{q:?}");
     }
 }

@@ -6,7 +6,9 @@ use std::sync::{Mutex, MutexGuard};
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 
-use super::query::{index_term, like_pattern, match_expression, quoted};
+use super::query::{
+    index_term, like_pattern, prefixed_expression, quoted, term_prefix, variant_prefix,
+};
 use super::{MAX_TEXT_BYTES, MatchKind, Memory, MemoryError, MemoryKind, Recalled, rank, segment};
 use crate::db::now_ms;
 
@@ -27,6 +29,10 @@ const MAX_SUBSTRING_CANDIDATES: usize = 1000;
 /// newest memories at most: a miss costs a scan, and a scan of a whole large
 /// workspace (~40 ms per 100k memories) on every turn would be too slow.
 const SUBSTRING_SCAN_ROWS: usize = 20_000;
+/// What the index holds, in `memory_meta`: 2 added the second list
+/// ([`segment::variants`]). A database whose index is of another version
+/// is reindexed from `memories` when opened.
+const INDEX_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS memories (
@@ -48,6 +54,7 @@ CREATE INDEX IF NOT EXISTS memories_by_workspace ON memories (workspace, id);
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_index USING fts5 (
     terms, content = '', contentless_delete = 1, tokenize = 'ascii'
 );
+CREATE TABLE IF NOT EXISTS memory_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 ";
 
 /// The index of earlier versions (one `space` column ANDed with the terms:
@@ -106,7 +113,7 @@ impl MemoryStore {
         }
         let mut conn = crate::db::open(&path).map_err(open_error)?;
         conn.execute_batch(SCHEMA).map_err(open_error)?;
-        replace_old_index(&mut conn).map_err(open_error)?;
+        reindex_if_stale(&mut conn).map_err(open_error)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -277,37 +284,58 @@ fn insert(
     })
 }
 
-/// Adds memory `id`'s terms to the index.
+/// Adds memory `id`'s terms to the index: its words and, with another
+/// prefix, their variants (the second list).
 fn index(conn: &Connection, id: i64, workspace: &str, text: &str) -> rusqlite::Result<()> {
+    let variant = variant_prefix(workspace);
     let terms: Vec<String> = segment::terms(text)
         .iter()
         .map(|t| index_term(workspace, t))
+        .chain(
+            segment::variants(text)
+                .iter()
+                .map(|t| format!("{variant}{t}")),
+        )
         .collect();
     conn.prepare_cached("INSERT INTO memory_index (rowid, terms) VALUES (?1, ?2)")?
         .execute(params![id, terms.join(" ")])?;
     Ok(())
 }
 
-/// Rebuilds the index from `memories` if the database still has the old
-/// one; the memories themselves are untouched.
-fn replace_old_index(conn: &mut Connection) -> rusqlite::Result<()> {
-    let has_old = |conn: &Connection| {
-        conn.query_row(
+/// The index version the database says it has (0 before `memory_meta`).
+fn index_version(conn: &Connection) -> rusqlite::Result<i64> {
+    Ok(conn
+        .query_row(
+            "SELECT value FROM memory_meta WHERE key = 'index_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// Rebuilds the index from `memories` if the database has the old index
+/// table or an index of another version; the memories themselves are
+/// untouched.
+fn reindex_if_stale(conn: &mut Connection) -> rusqlite::Result<()> {
+    let stale = |conn: &Connection| -> rusqlite::Result<bool> {
+        let has_old = conn.query_row(
             "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
             params![OLD_INDEX],
             |r| r.get::<_, bool>(0),
-        )
+        )?;
+        Ok(has_old || index_version(conn)? != INDEX_VERSION)
     };
-    if !has_old(conn)? {
+    if !stale(conn)? {
         return Ok(());
     }
     let tx = write_transaction(conn)?;
     // Another process may have rebuilt it meanwhile.
-    if !has_old(&tx)? {
+    if !stale(&tx)? {
         return Ok(());
     }
     tx.execute_batch(&format!(
-        "DROP TABLE {OLD_INDEX}; DELETE FROM memory_index;"
+        "DROP TABLE IF EXISTS {OLD_INDEX}; DELETE FROM memory_index;"
     ))?;
     let rows: Vec<(i64, String, String)> = tx
         .prepare("SELECT id, workspace, text FROM memories")?
@@ -316,12 +344,21 @@ fn replace_old_index(conn: &mut Connection) -> rusqlite::Result<()> {
     for (id, workspace, text) in &rows {
         index(&tx, *id, workspace, text)?;
     }
+    tx.execute(
+        "INSERT OR REPLACE INTO memory_meta (key, value) VALUES ('index_version', ?1)",
+        params![INDEX_VERSION],
+    )?;
     tx.commit()?;
-    tracing::info!("memory: rebuilt the index of {} memories", rows.len());
+    if !rows.is_empty() {
+        tracing::info!("memory: rebuilt the index of {} memories", rows.len());
+    }
     Ok(())
 }
 
-/// Index matches ranked by [`rank::score`]; if there are none, substring matches.
+/// Two ranked lists of index matches — the query's words, and their
+/// variants (stems, Chinese characters and pairs) — fused by reciprocal
+/// rank ([`rank::fuse`]), recency and use breaking ties ([`rank::score`]).
+/// Without a word match: substring matches, then variant matches alone.
 fn find(
     conn: &Connection,
     workspace: &str,
@@ -335,25 +372,32 @@ fn find(
     if limit == 0 {
         return Ok(Vec::new());
     }
-    let terms = segment::query_terms(query, MAX_QUERY_TERMS);
-    let mut rare = Vec::new();
-    for term in &terms {
-        if !is_common(conn, workspace, term)? {
-            rare.push(term.clone());
-        }
-    }
-    let (terms, order) = if rare.is_empty() {
-        (terms, Order::Newest)
+    let words = by_list(
+        conn,
+        workspace,
+        &term_prefix(workspace),
+        segment::query_terms(query, MAX_QUERY_TERMS),
+        true,
+        limit,
+    )?;
+    let variants = by_list(
+        conn,
+        workspace,
+        &variant_prefix(workspace),
+        segment::query_variants(query, MAX_QUERY_TERMS),
+        false,
+        limit,
+    )?;
+    let mut found = if !words.is_empty() {
+        fuse(words, variants)
     } else {
-        (rare, Order::Relevance)
+        let substring = by_substring(conn, workspace, query)?;
+        if substring.is_empty() {
+            fuse(Vec::new(), variants)
+        } else {
+            substring
+        }
     };
-    let mut found = match match_expression(workspace, &terms) {
-        Some(expression) => by_index(conn, workspace, &expression, &terms, order, limit)?,
-        None => Vec::new(),
-    };
-    if found.is_empty() {
-        found = by_substring(conn, workspace, query)?;
-    }
     found.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)
@@ -363,16 +407,86 @@ fn find(
     Ok(found)
 }
 
-/// Whether `term` is in more than [`COMMON_TERM_ROWS`] memories of
-/// `workspace` (counting stops there, so this stays cheap for any term).
-fn is_common(conn: &Connection, workspace: &str, term: &str) -> Result<bool, MemoryError> {
+/// One ranked list: the matches of `terms` (with `prefix`), best first, each
+/// with its BM25 relevance. Common terms give way to rarer ones; a list of
+/// only common terms takes the newest matches if `newest_if_common`, or
+/// nothing.
+fn by_list(
+    conn: &Connection,
+    workspace: &str,
+    prefix: &str,
+    terms: Vec<String>,
+    newest_if_common: bool,
+    limit: usize,
+) -> Result<Vec<Recalled>, MemoryError> {
+    let mut rare = Vec::new();
+    for term in &terms {
+        if !is_common(conn, &format!("{prefix}{term}"))? {
+            rare.push(term.clone());
+        }
+    }
+    let (terms, order) = if !rare.is_empty() {
+        (rare, Order::Relevance)
+    } else if newest_if_common {
+        (terms, Order::Newest)
+    } else {
+        return Ok(Vec::new());
+    };
+    let Some(expression) = prefixed_expression(prefix, &terms) else {
+        return Ok(Vec::new());
+    };
+    let mut found = by_index(conn, workspace, &expression, &terms, order, limit)?;
+    found.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(b.memory.id.cmp(&a.memory.id))
+    });
+    Ok(found)
+}
+
+/// The two lists as one, by [`rank::fuse`] over each memory's ranks; equal
+/// relevance shares a rank, so ties stay ties for recency and use to break.
+fn fuse(words: Vec<Recalled>, variants: Vec<Recalled>) -> Vec<Recalled> {
+    let ranks = |list: &[Recalled]| -> Vec<usize> {
+        let mut out = Vec::with_capacity(list.len());
+        for (i, r) in list.iter().enumerate() {
+            // Within a millionth: the same BM25, recency's tie-break aside.
+            let shared = i > 0 && (list[i - 1].score - r.score).abs() <= 1e-6 * r.score.abs();
+            out.push(if shared { out[i - 1] } else { i + 1 });
+        }
+        out
+    };
+    let (word_ranks, variant_ranks) = (ranks(&words), ranks(&variants));
+    let mut fused: Vec<(Recalled, Option<usize>, Option<usize>)> = Vec::new();
+    for (r, rank) in words.into_iter().zip(word_ranks) {
+        fused.push((r, Some(rank), None));
+    }
+    for (r, rank) in variants.into_iter().zip(variant_ranks) {
+        match fused.iter_mut().find(|f| f.0.memory.id == r.memory.id) {
+            Some(f) => f.2 = Some(rank),
+            None => fused.push((r, None, Some(rank))),
+        }
+    }
+    let now = now_ms();
+    fused
+        .into_iter()
+        .map(|(r, word, variant)| {
+            let matched_by = r.matched_by;
+            recalled(r.memory, rank::fuse(word, variant), now, matched_by)
+        })
+        .collect()
+}
+
+/// Whether the (prefixed, so per-workspace) index `term` is in more than
+/// [`COMMON_TERM_ROWS`] memories (counting stops there, so this stays cheap for any term).
+fn is_common(conn: &Connection, term: &str) -> Result<bool, MemoryError> {
     let rows: i64 = conn
         .prepare_cached(
             "SELECT count(*) FROM (SELECT 1 FROM memory_index WHERE memory_index MATCH ?1 LIMIT ?2)",
         )?
         .query_row(
             params![
-                quoted(&index_term(workspace, term)),
+                quoted(term),
                 sql_limit(COMMON_TERM_ROWS + 1)
             ],
             |r| r.get(0),

@@ -485,6 +485,38 @@ fn a_database_with_the_old_index_is_reindexed_without_losing_a_memory() {
     assert_eq!(ids(&store.search("main", "座位", 5).unwrap()), [1]);
 }
 
+#[test]
+fn a_database_of_the_previous_index_version_is_reindexed_without_losing_a_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // The layout before the second list: word terms only, no memory_meta.
+        let conn = crate::db::open(&dir.path().join(crate::db::FILE_NAME)).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE memories (
+                 id INTEGER PRIMARY KEY AUTOINCREMENT, workspace TEXT NOT NULL,
+                 kind TEXT NOT NULL, text TEXT NOT NULL, created_ms INTEGER NOT NULL,
+                 last_used_ms INTEGER, use_count INTEGER NOT NULL DEFAULT 0,
+                 UNIQUE (workspace, text));
+             CREATE VIRTUAL TABLE memory_index USING fts5 (
+                 terms, content = '', contentless_delete = 1, tokenize = 'ascii');
+             INSERT INTO memories (workspace, kind, text, created_ms)
+                 VALUES ('main', 'fact', 'The team meets on Mondays', 1);
+             INSERT INTO memory_index (rowid, terms)
+                 VALUES (1, '6d61696exteam 6d61696exmeets 6d61696exmondays');",
+        )
+        .unwrap();
+    }
+    let store = MemoryStore::open(dir.path()).unwrap();
+    // Only the stems of the new list match another word form.
+    let found = store.search("main", "weekly meeting", 5).unwrap();
+    assert_eq!(ids(&found), [1]);
+    assert_eq!(found[0].matched_by, MatchKind::Index);
+    assert_eq!(store.count("main").unwrap(), 1);
+    drop(store);
+    let store = MemoryStore::open(dir.path()).unwrap();
+    assert_eq!(ids(&store.search("main", "team", 5).unwrap()), [1]);
+}
+
 /// Another connection writing to the same database (the session store, the
 /// audit log, a second pincer process) must never make a memory write fail:
 /// a deferred transaction that reads first and writes second would get
