@@ -57,7 +57,7 @@ open connection):
   GET  /_test/acks               -> {"acks": [...], "envelopes": [...], "protocol_errors": [...]}
   GET  /_test/connections        -> {"open": n, "connections": [...]} with pings, frames, times
   GET  /_test/events/sent        -> {"sent": [...]} every events/send
-  GET  /_test/wait?what=calls|acks|connections|protocol_errors&method=M&count=N&timeout=S
+  GET  /_test/wait?what=calls|acks|connections|protocol_errors|events_sent&method=M&count=N&timeout=S
                                  -> 200 {"count", "items"} once N are recorded, else 408
   POST /_test/reset              {"close_sockets": bool} : forget calls, acks, envelopes,
                                   reactions, rate limits, events sent, closed connections
@@ -549,8 +549,8 @@ class Fake:
         return {"ok": True}  # reactions.add, "Typical success response"
 
     def reactions_remove(self, args, token, _header):
-        # https://docs.slack.dev/reference/methods/reactions.remove: `no_reaction` when the item
-        # has no such reaction from this user.
+        # https://docs.slack.dev/reference/methods/reactions.remove, "Typical error response":
+        #   {"error": "no_reaction", "ok": false}
         key, error = self.reaction_args(args, token)
         if error:
             return error
@@ -756,11 +756,12 @@ class Fake:
             env["timer"].cancel()
             env["timer"] = None
         env["deliveries"][-1]["unacked"] = reason
-        # Socket Mode retries an unacked envelope, like the Events API retries a request not
-        # answered in 3 seconds, up to 3 times (https://docs.slack.dev/apis/events-api/, "Retries";
-        # https://docs.slack.dev/apis/events-api/using-socket-mode: "Your app still needs to
-        # acknowledge receiving each event so that Slack knows whether to retry"). The fake
-        # redelivers at once rather than on Slack's immediately / 1 min / 5 min schedule.
+        # Socket Mode retries an unacked envelope ("Your app still needs to acknowledge receiving
+        # each event so that Slack knows whether to retry",
+        # https://docs.slack.dev/apis/events-api/using-socket-mode), as the Events API retries a
+        # request not answered within 3 seconds, up to 3 times (https://docs.slack.dev/apis/events-api/,
+        # "Retries": immediately, after 1 minute, after 5 minutes; that page was read here only
+        # through write-ups quoting it). The fake redelivers at once, not on that schedule.
         if env["envelope"].get("type") != "events_api" or env["attempt"] >= MAX_RETRIES:
             # Only events_api envelopes are retried; an unacked slash command or interaction
             # is just reported (status "failed") as Slack shows the user an error instead.
@@ -947,9 +948,9 @@ class Fake:
         if not body.get("no_signature"):
             headers["X-Slack-Signature"] = signature
         if body.get("retry_num") is not None:
-            # https://docs.slack.dev/apis/events-api/ ("Retries"): x-slack-retry-num and
-            # x-slack-retry-reason (http_timeout, too_many_redirects, connection_failed,
-            # ssl_error, http_error, unknown_error).
+            # https://docs.slack.dev/apis/events-api/ ("Retries", as quoted by write-ups of it):
+            # X-Slack-Retry-Num and X-Slack-Retry-Reason (http_timeout, too_many_redirects,
+            # connection_failed, ssl_error, http_error, unknown_error).
             headers["X-Slack-Retry-Num"] = str(body["retry_num"])
             headers["X-Slack-Retry-Reason"] = body.get("retry_reason", "http_timeout")
         record = {
