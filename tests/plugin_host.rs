@@ -381,6 +381,8 @@ async fn tunnel_world_forwards_relative_requests_only() {
         headers: vec![],
         body: vec![],
         timeout_ms: None,
+        secrets: vec![],
+        capture: None,
     };
     let response = host
         .tunnel_forward(&tunnel, &request("/ping"))

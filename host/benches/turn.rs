@@ -133,6 +133,7 @@ async fn turn(agent: &Agent, text: &str) -> anyhow::Result<()> {
                 },
                 // A fresh session each time keeps the context the same size.
                 text: format!("/new {text}"),
+                origin: None,
             },
             &|_| {},
             std::future::pending(),

@@ -3,6 +3,7 @@
 //! One folder per subsystem; each exposes a small typed API (see DESIGN.md).
 
 pub mod audit;
+pub mod channels;
 pub mod cli;
 pub mod config;
 pub mod containers;

@@ -147,6 +147,7 @@ pub async fn message(config_flag: Option<&Path>, args: MessageArgs) -> anyhow::R
             workspace: args.workspace,
         },
         text: args.text,
+        origin: None,
     };
     let summary = runner.turn(&ctx, inbound, &printer).await?;
     printer.finish();
@@ -205,6 +206,7 @@ pub async fn chat(
         let inbound = Inbound {
             key: key.clone(),
             text: text.to_string(),
+            origin: None,
         };
         match runner.turn(&ctx, inbound, &printer).await {
             Ok(summary) => {

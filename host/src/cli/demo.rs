@@ -124,6 +124,8 @@ pub async fn run(config_flag: Option<&Path>) -> anyhow::Result<()> {
         headers: vec![],
         body: vec![],
         timeout_ms: Some(5000),
+        secrets: vec![],
+        capture: None,
     };
     let response = host
         .tunnel_forward(tunnel, &request)

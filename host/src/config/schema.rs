@@ -18,8 +18,8 @@ pub struct Config {
     /// Workspaces by name (`[a-z0-9][a-z0-9_-]{0,62}`).
     pub workspaces: BTreeMap<String, Workspace>,
     pub plugins: Plugins,
-    /// Channels by name.
-    pub channels: BTreeMap<String, Channel>,
+    /// Channels by name, and `listen`: where their webhooks are served.
+    pub channels: Channels,
     /// Per-skill access rules by skill name. A workspace may also use skills
     /// (plugins) that have no entry here.
     pub skills: BTreeMap<String, Skill>,
@@ -475,17 +475,158 @@ impl Default for PluginLimits {
     }
 }
 
-/// A channel: a channel plugin bound to one workspace.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// `channels:` — each channel by name, plus the reserved key `listen`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Channels {
+    /// Where the daemon serves channel webhooks
+    /// (`http://LISTEN/channels/NAME/...`). Default `127.0.0.1:4100`.
+    pub listen: SocketAddr,
+    named: BTreeMap<String, Channel>,
+}
+
+impl Channels {
+    pub const DEFAULT_LISTEN: SocketAddr =
+        SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 4100);
+    /// The key under `channels:` that is not a channel.
+    pub const LISTEN_KEY: &'static str = "listen";
+
+    pub fn new(listen: SocketAddr, named: BTreeMap<String, Channel>) -> Self {
+        Self { listen, named }
+    }
+}
+
+impl Default for Channels {
+    fn default() -> Self {
+        Self::new(Self::DEFAULT_LISTEN, BTreeMap::new())
+    }
+}
+
+impl std::ops::Deref for Channels {
+    type Target = BTreeMap<String, Channel>;
+    fn deref(&self) -> &Self::Target {
+        &self.named
+    }
+}
+
+impl std::ops::DerefMut for Channels {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.named
+    }
+}
+
+impl<'a> IntoIterator for &'a Channels {
+    type Item = (&'a String, &'a Channel);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, Channel>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.named.iter()
+    }
+}
+
+impl<'de> Deserialize<'de> for Channels {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ChannelsVisitor;
+        impl<'de> Visitor<'de> for ChannelsVisitor {
+            type Value = Channels;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a mapping of channel names (and `listen: HOST:PORT`)")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Channels, A::Error> {
+                let mut out = Channels::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == Channels::LISTEN_KEY {
+                        out.listen = map.next_value()?;
+                    } else if out.named.contains_key(&key) {
+                        return Err(de::Error::custom(format!(
+                            "channel `{key}` is defined twice"
+                        )));
+                    } else {
+                        let channel = map.next_value()?;
+                        out.named.insert(key, channel);
+                    }
+                }
+                Ok(out)
+            }
+        }
+        deserializer.deserialize_map(ChannelsVisitor)
+    }
+}
+
+/// A channel: a channel plugin bound to a workspace.
+#[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Channel {
-    /// The channel plugin, e.g. `channel-webhook`.
+    /// The channel plugin, e.g. `channel-slack`.
     pub plugin: String,
-    /// The workspace messages go to.
+    /// The workspace messages go to, unless `conversations` binds theirs
+    /// elsewhere.
     pub workspace: String,
-    /// Sender ids allowed to use this channel.
+    /// Sender ids (the platform's user ids) allowed to use this channel;
+    /// `*` allows everyone. Empty: nobody (every message is refused).
     #[serde(default)]
     pub allowed_senders: Vec<String>,
+    /// The plugin's settings, `${...}` interpolated. Keys its manifest marks
+    /// secret are used by the host on the plugin's behalf and never given
+    /// to it. Values are hidden from `Debug`.
+    #[serde(default)]
+    pub config: BTreeMap<String, serde_json::Value>,
+    /// HTTP destinations this channel's plugin may reach besides its
+    /// manifest's (patterns as in a manifest's `[capabilities] http`), e.g.
+    /// a local proxy or test server named in `config.api_base`.
+    #[serde(default)]
+    pub http: Vec<String>,
+    /// Per-conversation workspace bindings: platform conversation id →
+    /// workspace name.
+    #[serde(default)]
+    pub conversations: BTreeMap<String, String>,
+    /// What a sender not in `allowed_senders` sees. Default `silent`.
+    #[serde(default)]
+    pub refusal: Refusal,
+}
+
+impl fmt::Debug for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channel")
+            .field("plugin", &self.plugin)
+            .field("workspace", &self.workspace)
+            .field("allowed_senders", &self.allowed_senders)
+            .field("config", &Redacted(self.config.keys()))
+            .field("http", &self.http)
+            .field("conversations", &self.conversations)
+            .field("refusal", &self.refusal)
+            .finish()
+    }
+}
+
+impl Channel {
+    /// The workspace answering `conversation`.
+    pub fn workspace_for(&self, conversation: &str) -> &str {
+        self.conversations
+            .get(conversation)
+            .map_or(self.workspace.as_str(), String::as_str)
+    }
+
+    pub fn allows(&self, sender: &str) -> bool {
+        self.allowed_senders
+            .iter()
+            .any(|allowed| allowed == "*" || allowed == sender)
+    }
+
+    /// The plugin config as a JSON object.
+    pub fn plugin_config(&self) -> serde_json::Value {
+        serde_json::Value::Object(self.config.clone().into_iter().collect())
+    }
+}
+
+/// What a refused sender sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// Nothing (the refusal is audited).
+    #[default]
+    Silent,
+    /// A short reply saying they are not allowed, with their sender id (so
+    /// an operator can add it).
+    Reply,
 }
 
 /// Access rules for one skill.

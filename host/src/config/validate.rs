@@ -562,6 +562,23 @@ fn channels(cfg: &Config) -> Check<'_> {
                 ),
             ));
         }
+        for (conversation, workspace) in &channel.conversations {
+            if !cfg.workspaces.contains_key(workspace) {
+                let mut path = field("conversations");
+                path.push(Key(conversation.as_str()));
+                return Err(at(
+                    path,
+                    format!("unknown workspace `{workspace}` (not defined under workspaces)"),
+                ));
+            }
+        }
+        for (i, pattern) in channel.http.iter().enumerate() {
+            if let Err(why) = crate::plugins::manifest::HostPattern::parse(pattern) {
+                let mut p = field("http");
+                p.push(Index(i));
+                return Err(at(p, why));
+            }
+        }
     }
     Ok(())
 }

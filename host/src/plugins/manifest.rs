@@ -166,6 +166,15 @@ impl Manifest {
         &self.plugin.name
     }
 
+    /// The config keys marked `secret = true`.
+    pub fn secret_keys(&self) -> std::collections::BTreeSet<String> {
+        self.config
+            .iter()
+            .filter(|(_, k)| k.secret)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     pub fn kind(&self) -> PluginKind {
         self.plugin.kind
     }

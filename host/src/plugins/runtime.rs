@@ -14,12 +14,13 @@ use super::PluginError;
 use super::capabilities::data::DataQuota;
 use super::capabilities::http::{DenialSink, HttpEgress};
 use super::capabilities::kv::KvStore;
+use super::capabilities::secrets::Secrets;
 use super::catalog::{PluginPackage, PluginSource};
 use super::engine::{CompileSource, MAX_PLUGIN_MEMORY, PluginEngine};
 use super::manifest::{Manifest, PluginKind};
 use super::scope::{HttpReach, LEGACY_WORKSPACE, Scope};
 use super::state::{Grants, PluginState};
-use super::wit::{self, WitRelease, latest};
+use super::wit::{self, WitRelease, latest, v0_1_0 as v1};
 use crate::audit::AuditLog;
 
 /// Limits applied to every call of a plugin.
@@ -75,12 +76,16 @@ pub struct PluginHost {
     paths: HostPaths,
 }
 
-/// The instance-ready form of a plugin, by world.
+/// The instance-ready form of a plugin, by world and WIT release.
 enum Pre {
     Channel(latest::ChannelPluginPre<PluginState>),
     Skill(latest::SkillPluginPre<PluginState>),
     Observer(latest::ObserverPluginPre<PluginState>),
     Tunnel(latest::TunnelPluginPre<PluginState>),
+    ChannelV1(v1::ChannelPluginPre<PluginState>),
+    SkillV1(v1::SkillPluginPre<PluginState>),
+    ObserverV1(v1::ObserverPluginPre<PluginState>),
+    TunnelV1(v1::TunnelPluginPre<PluginState>),
 }
 
 enum Bound {
@@ -88,7 +93,15 @@ enum Bound {
     Skill(latest::SkillPlugin),
     Observer(latest::ObserverPlugin),
     Tunnel(latest::TunnelPlugin),
+    ChannelV1(v1::ChannelPlugin),
+    SkillV1(v1::SkillPlugin),
+    ObserverV1(v1::ObserverPlugin),
+    TunnelV1(v1::TunnelPlugin),
 }
+
+/// What a channel built against WIT 0.1.0 (which cannot say) may send in
+/// one message.
+pub const V1_CHANNEL_MAX_TEXT_BYTES: u32 = 4000;
 
 pub struct LoadedPlugin {
     pub manifest: Manifest,
@@ -128,6 +141,14 @@ impl LoadedPlugin {
     /// The host folder this instance sees as `/data`, if it has one.
     pub fn data_dir(&self) -> Option<&std::path::Path> {
         self.grants.data_dir.as_deref()
+    }
+
+    /// Whether this instance may reach `host:port` (its HTTP reach).
+    pub fn reaches(&self, host: &str, port: u16, default_port: u16) -> bool {
+        self.grants
+            .http
+            .as_ref()
+            .is_some_and(|h| h.reach().allows(host, port, default_port))
     }
 }
 
@@ -259,7 +280,7 @@ impl PluginHost {
             .collect();
         let reach = reach.unwrap_or_else(|| HttpReach::manifest_only(&manifest));
         let grants = Arc::new(self.grants(&manifest, config, limits, scope, reach)?);
-        let pre = Arc::new(self.pre_instantiate(&name, manifest.kind(), &component)?);
+        let pre = Arc::new(self.pre_instantiate(&name, manifest.kind(), wit, &component)?);
         Ok(Arc::new(LoadedPlugin {
             manifest,
             sha256,
@@ -386,16 +407,20 @@ impl PluginHost {
         let data_quota = data_dir
             .as_ref()
             .map(|dir| Arc::new(DataQuota::new(dir.clone(), limits.data_quota_bytes)));
+        let config = if config.is_null() {
+            serde_json::json!({})
+        } else {
+            config.clone()
+        };
+        let secrets = Secrets::new(manifest.secret_keys(), &config);
         Ok(Grants {
             kv: caps.kv.then(|| self.kv.namespace(&scope.key(), &name)),
             http,
             data_dir,
             data_quota,
-            config: if config.is_null() {
-                serde_json::json!({})
-            } else {
-                config.clone()
-            },
+            public_config: secrets.public_config(&config),
+            secrets,
+            config,
             memory_limit: limits.memory_bytes.min(MAX_PLUGIN_MEMORY),
             scope: scope.clone(),
             on_denied,
@@ -407,6 +432,7 @@ impl PluginHost {
         &self,
         name: &str,
         kind: PluginKind,
+        wit: WitRelease,
         component: &Component,
     ) -> Result<Pre, PluginError> {
         let invalid = |e: wasmtime::Error| PluginError::InvalidComponent {
@@ -414,15 +440,31 @@ impl PluginHost {
             reason: format!("cannot be linked against this host: {}", e.root_cause()),
         };
         let pre = self.linker.instantiate_pre(component).map_err(invalid)?;
-        Ok(match kind {
-            PluginKind::Channel => {
+        Ok(match (kind, wit) {
+            (PluginKind::Channel, WitRelease::V0_2_0) => {
                 Pre::Channel(latest::ChannelPluginPre::new(pre).map_err(invalid)?)
             }
-            PluginKind::Skill => Pre::Skill(latest::SkillPluginPre::new(pre).map_err(invalid)?),
-            PluginKind::Observer => {
+            (PluginKind::Skill, WitRelease::V0_2_0) => {
+                Pre::Skill(latest::SkillPluginPre::new(pre).map_err(invalid)?)
+            }
+            (PluginKind::Observer, WitRelease::V0_2_0) => {
                 Pre::Observer(latest::ObserverPluginPre::new(pre).map_err(invalid)?)
             }
-            PluginKind::Tunnel => Pre::Tunnel(latest::TunnelPluginPre::new(pre).map_err(invalid)?),
+            (PluginKind::Tunnel, WitRelease::V0_2_0) => {
+                Pre::Tunnel(latest::TunnelPluginPre::new(pre).map_err(invalid)?)
+            }
+            (PluginKind::Channel, WitRelease::V0_1_0) => {
+                Pre::ChannelV1(v1::ChannelPluginPre::new(pre).map_err(invalid)?)
+            }
+            (PluginKind::Skill, WitRelease::V0_1_0) => {
+                Pre::SkillV1(v1::SkillPluginPre::new(pre).map_err(invalid)?)
+            }
+            (PluginKind::Observer, WitRelease::V0_1_0) => {
+                Pre::ObserverV1(v1::ObserverPluginPre::new(pre).map_err(invalid)?)
+            }
+            (PluginKind::Tunnel, WitRelease::V0_1_0) => {
+                Pre::TunnelV1(v1::TunnelPluginPre::new(pre).map_err(invalid)?)
+            }
         })
     }
 
@@ -475,8 +517,16 @@ impl PluginHost {
         plugin: &LoadedPlugin,
     ) -> Result<Vec<latest::ToolSpec>, PluginError> {
         expect_kind(plugin, PluginKind::Skill)?;
-        self.call(plugin, async |store, bound| {
-            bound.skill()?.pincer_plugin_skill().call_tools(store).await
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Skill(s) => s.pincer_plugin_skill().call_tools(store).await,
+            Bound::SkillV1(s) => Ok(s
+                .pincer_plugin_skill()
+                .call_tools(store)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect()),
+            _ => Err(not_a("skill")),
         })
         .await
     }
@@ -488,12 +538,19 @@ impl PluginHost {
         args_json: &str,
     ) -> Result<Result<latest::ToolOutput, latest::ToolError>, PluginError> {
         expect_kind(plugin, PluginKind::Skill)?;
-        self.call(plugin, async |store, bound| {
-            bound
-                .skill()?
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Skill(s) => {
+                s.pincer_plugin_skill()
+                    .call_invoke(store, tool, args_json)
+                    .await
+            }
+            Bound::SkillV1(s) => Ok(s
                 .pincer_plugin_skill()
                 .call_invoke(store, tool, args_json)
-                .await
+                .await?
+                .map(Into::into)
+                .map_err(Into::into)),
+            _ => Err(not_a("skill")),
         })
         .await
     }
@@ -504,12 +561,14 @@ impl PluginHost {
         event: &latest::Event,
     ) -> Result<(), PluginError> {
         expect_kind(plugin, PluginKind::Observer)?;
-        self.call(plugin, async |store, bound| {
-            bound
-                .observer()?
-                .pincer_plugin_observer()
-                .call_on_event(store, event)
-                .await
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Observer(o) => o.pincer_plugin_observer().call_on_event(store, event).await,
+            Bound::ObserverV1(o) => {
+                o.pincer_plugin_observer()
+                    .call_on_event(store, &event.into())
+                    .await
+            }
+            _ => Err(not_a("observer")),
         })
         .await
     }
@@ -520,12 +579,19 @@ impl PluginHost {
         request: &latest::WebhookRequest,
     ) -> Result<Result<latest::WebhookOutcome, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        self.call(plugin, async |store, bound| {
-            bound
-                .channel()?
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Channel(c) => {
+                c.pincer_plugin_channel()
+                    .call_handle_webhook(store, request)
+                    .await
+            }
+            Bound::ChannelV1(c) => Ok(c
                 .pincer_plugin_channel()
-                .call_handle_webhook(store, request)
-                .await
+                .call_handle_webhook(store, &request.into())
+                .await?
+                .map(Into::into)
+                .map_err(Into::into)),
+            _ => Err(not_a("channel")),
         })
         .await
     }
@@ -535,12 +601,15 @@ impl PluginHost {
         plugin: &LoadedPlugin,
     ) -> Result<Result<Option<latest::ConnectionRequest>, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        self.call(plugin, async |store, bound| {
-            bound
-                .channel()?
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Channel(c) => c.pincer_plugin_channel().call_connect(store).await,
+            Bound::ChannelV1(c) => Ok(c
                 .pincer_plugin_channel()
                 .call_connect(store)
-                .await
+                .await?
+                .map(|c| c.map(Into::into))
+                .map_err(Into::into)),
+            _ => Err(not_a("channel")),
         })
         .await
     }
@@ -551,12 +620,15 @@ impl PluginHost {
         frame: &latest::Frame,
     ) -> Result<Result<latest::FrameOutcome, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        self.call(plugin, async |store, bound| {
-            bound
-                .channel()?
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Channel(c) => c.pincer_plugin_channel().call_on_frame(store, frame).await,
+            Bound::ChannelV1(c) => Ok(c
                 .pincer_plugin_channel()
-                .call_on_frame(store, frame)
-                .await
+                .call_on_frame(store, &frame.into())
+                .await?
+                .map(Into::into)
+                .map_err(Into::into)),
+            _ => Err(not_a("channel")),
         })
         .await
     }
@@ -567,24 +639,61 @@ impl PluginHost {
         message: &latest::Outbound,
     ) -> Result<Result<latest::Delivery, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        self.call(plugin, async |store, bound| {
-            bound
-                .channel()?
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Channel(c) => c.pincer_plugin_channel().call_send(store, message).await,
+            Bound::ChannelV1(c) => Ok(c
                 .pincer_plugin_channel()
-                .call_send(store, message)
-                .await
+                .call_send(store, &message.into())
+                .await?
+                .map(Into::into)
+                .map_err(Into::into)),
+            _ => Err(not_a("channel")),
+        })
+        .await
+    }
+
+    /// The channel's limits (WIT 0.1.0 channels: [`V1_CHANNEL_MAX_TEXT_BYTES`]).
+    pub async fn channel_describe(
+        &self,
+        plugin: &LoadedPlugin,
+    ) -> Result<latest::ChannelInfo, PluginError> {
+        expect_kind(plugin, PluginKind::Channel)?;
+        if let Pre::ChannelV1(_) = *plugin.pre {
+            return Ok(latest::ChannelInfo {
+                max_text_bytes: V1_CHANNEL_MAX_TEXT_BYTES,
+            });
+        }
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Channel(c) => c.pincer_plugin_channel().call_describe(store).await,
+            _ => Err(not_a("channel of WIT 0.2")),
+        })
+        .await
+    }
+
+    /// Shows a turn's state on the platform (WIT 0.1.0 channels cannot:
+    /// nothing is called).
+    pub async fn channel_status(
+        &self,
+        plugin: &LoadedPlugin,
+        update: &latest::StatusUpdate,
+    ) -> Result<Result<Option<String>, latest::ChannelError>, PluginError> {
+        expect_kind(plugin, PluginKind::Channel)?;
+        if let Pre::ChannelV1(_) = *plugin.pre {
+            return Ok(Ok(None));
+        }
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Channel(c) => c.pincer_plugin_channel().call_status(store, update).await,
+            _ => Err(not_a("channel of WIT 0.2")),
         })
         .await
     }
 
     pub async fn tunnel_service(&self, plugin: &LoadedPlugin) -> Result<String, PluginError> {
         expect_kind(plugin, PluginKind::Tunnel)?;
-        self.call(plugin, async |store, bound| {
-            bound
-                .tunnel()?
-                .pincer_plugin_tunnel()
-                .call_service(store)
-                .await
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Tunnel(t) => t.pincer_plugin_tunnel().call_service(store).await,
+            Bound::TunnelV1(t) => t.pincer_plugin_tunnel().call_service(store).await,
+            _ => Err(not_a("tunnel")),
         })
         .await
     }
@@ -595,12 +704,15 @@ impl PluginHost {
         request: &latest::HttpRequest,
     ) -> Result<Result<latest::HttpResponse, latest::TunnelError>, PluginError> {
         expect_kind(plugin, PluginKind::Tunnel)?;
-        self.call(plugin, async |store, bound| {
-            bound
-                .tunnel()?
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Tunnel(t) => t.pincer_plugin_tunnel().call_forward(store, request).await,
+            Bound::TunnelV1(t) => Ok(t
                 .pincer_plugin_tunnel()
-                .call_forward(store, request)
-                .await
+                .call_forward(store, &request.into())
+                .await?
+                .map(Into::into)
+                .map_err(Into::into)),
+            _ => Err(not_a("tunnel")),
         })
         .await
     }
@@ -649,37 +761,15 @@ async fn instantiate(pre: &Pre, store: &mut Store<PluginState>) -> wasmtime::Res
         Pre::Skill(p) => Bound::Skill(p.instantiate_async(store).await?),
         Pre::Observer(p) => Bound::Observer(p.instantiate_async(store).await?),
         Pre::Tunnel(p) => Bound::Tunnel(p.instantiate_async(store).await?),
+        Pre::ChannelV1(p) => Bound::ChannelV1(p.instantiate_async(store).await?),
+        Pre::SkillV1(p) => Bound::SkillV1(p.instantiate_async(store).await?),
+        Pre::ObserverV1(p) => Bound::ObserverV1(p.instantiate_async(store).await?),
+        Pre::TunnelV1(p) => Bound::TunnelV1(p.instantiate_async(store).await?),
     })
 }
 
-impl Bound {
-    fn skill(&self) -> wasmtime::Result<&latest::SkillPlugin> {
-        match self {
-            Self::Skill(s) => Ok(s),
-            _ => Err(wasmtime::format_err!("not a skill")),
-        }
-    }
-
-    fn observer(&self) -> wasmtime::Result<&latest::ObserverPlugin> {
-        match self {
-            Self::Observer(o) => Ok(o),
-            _ => Err(wasmtime::format_err!("not an observer")),
-        }
-    }
-
-    fn channel(&self) -> wasmtime::Result<&latest::ChannelPlugin> {
-        match self {
-            Self::Channel(c) => Ok(c),
-            _ => Err(wasmtime::format_err!("not a channel")),
-        }
-    }
-
-    fn tunnel(&self) -> wasmtime::Result<&latest::TunnelPlugin> {
-        match self {
-            Self::Tunnel(t) => Ok(t),
-            _ => Err(wasmtime::format_err!("not a tunnel")),
-        }
-    }
+fn not_a(kind: &str) -> wasmtime::Error {
+    wasmtime::format_err!("not a {kind}")
 }
 
 fn expect_kind(plugin: &LoadedPlugin, wanted: PluginKind) -> Result<(), PluginError> {

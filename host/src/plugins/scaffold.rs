@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 
 use super::manifest::{PluginKind, check_name};
-use super::wit::v0_1_0::VERSION as WIT_VERSION;
+use super::wit::latest::VERSION as WIT_VERSION;
 
 /// The WIT files of the newest release, embedded so scaffolds need no checkout.
 const WIT_FILES: &[(&str, &str)] = &[
-    ("types.wit", include_str!("../../../wit/v0.1.0/types.wit")),
-    ("host.wit", include_str!("../../../wit/v0.1.0/host.wit")),
-    ("worlds.wit", include_str!("../../../wit/v0.1.0/worlds.wit")),
+    ("types.wit", include_str!("../../../wit/v0.2.0/types.wit")),
+    ("host.wit", include_str!("../../../wit/v0.2.0/host.wit")),
+    ("worlds.wit", include_str!("../../../wit/v0.2.0/worlds.wit")),
 ];
 
 /// Creates `<parent>/<name>/`; refuses to touch an existing folder.
@@ -171,8 +171,8 @@ impl Guest for Plugin {
         }
         PluginKind::Channel => {
             r#"use exports::pincer::plugin::channel::{
-    ChannelError, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest, WebhookOutcome,
-    WebhookRequest,
+    ChannelError, ChannelInfo, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest,
+    StatusUpdate, WebhookOutcome, WebhookRequest,
 };
 use pincer::plugin::clock::now_ms;
 use pincer::plugin::types::{HttpResponse, Message, Outbound};
@@ -209,6 +209,14 @@ impl Guest for Plugin {
 
     fn send(_message: Outbound) -> Result<Delivery, ChannelError> {
         Err(ChannelError::Unsupported("sending is not implemented yet".into()))
+    }
+
+    fn describe() -> ChannelInfo {
+        ChannelInfo { max_text_bytes: 4000 }
+    }
+
+    fn status(_update: StatusUpdate) -> Result<Option<String>, ChannelError> {
+        Ok(None)
     }
 }
 "#

@@ -80,6 +80,9 @@ pub struct HttpReach {
     /// Addresses the operator's configuration names literally (URLs in the
     /// plugin's `plugins.config` entry), which may be private or loopback.
     pub operator_addresses: Vec<IpAddr>,
+    /// Destinations the operator adds for a channel's plugin beyond its
+    /// manifest (`channels.NAME.http`), e.g. a local proxy.
+    pub added: Vec<String>,
 }
 
 impl HttpReach {
@@ -89,6 +92,16 @@ impl HttpReach {
             manifest: manifest.capabilities.http.clone(),
             granted: None,
             operator_addresses: Vec::new(),
+            added: Vec::new(),
+        }
+    }
+
+    /// A channel plugin's reach: its manifest's hosts and the operator's
+    /// `channels.NAME.http` additions.
+    pub fn for_channel(manifest: &Manifest, added: &[String]) -> Self {
+        Self {
+            added: added.to_vec(),
+            ..Self::manifest_only(manifest)
         }
     }
 
@@ -102,11 +115,12 @@ impl HttpReach {
     /// passes both the manifest and the grant.
     pub fn allows(&self, host: &str, port: u16, default_port: u16) -> bool {
         let hit = |list: &[HostPattern]| list.iter().any(|p| p.matches(host, port, default_port));
-        hit(&Self::patterns(&self.manifest))
+        (hit(&Self::patterns(&self.manifest))
             && self
                 .granted
                 .as_ref()
-                .is_none_or(|g| hit(&Self::patterns(g)))
+                .is_none_or(|g| hit(&Self::patterns(g))))
+            || hit(&Self::patterns(&self.added))
     }
 
     /// Whether a private, loopback or otherwise non-public `ip` is named
@@ -125,12 +139,24 @@ impl HttpReach {
             None => named(&self.manifest),
             Some(g) => named(g),
         };
-        by_config || self.operator_addresses.iter().any(|a| canonical(*a) == ip)
+        by_config
+            || named(&self.added)
+            || self.operator_addresses.iter().any(|a| canonical(*a) == ip)
     }
 
     /// The effective destinations, for `pincer policy audit`: the manifest's
     /// patterns inside the grant and the grant's patterns inside the manifest.
     pub fn effective(&self) -> Vec<String> {
+        let mut out = self.effective_of_manifest();
+        for added in &self.added {
+            if !out.contains(added) {
+                out.push(added.clone());
+            }
+        }
+        out
+    }
+
+    fn effective_of_manifest(&self) -> Vec<String> {
         let Some(granted) = &self.granted else {
             return self.manifest.clone();
         };
@@ -182,6 +208,7 @@ pub fn plugin_http_reach(
         manifest: manifest.capabilities.http.clone(),
         granted,
         operator_addresses,
+        added: Vec::new(),
     }
 }
 
@@ -216,6 +243,7 @@ mod tests {
             manifest: manifest.iter().map(|s| s.to_string()).collect(),
             granted: granted.map(|g| g.iter().map(|s| s.to_string()).collect()),
             operator_addresses: Vec::new(),
+            added: Vec::new(),
         }
     }
 

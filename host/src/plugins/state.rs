@@ -15,6 +15,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::capabilities::data::DataQuota;
 use super::capabilities::http::{DenialSink, HttpEgress};
 use super::capabilities::kv::KvNamespace;
+use super::capabilities::secrets::Secrets;
 use super::scope::Scope;
 
 /// What the host grants one plugin in one scope, fixed at load time.
@@ -22,8 +23,13 @@ pub struct Grants {
     pub plugin: String,
     /// Whose kv namespace, `/data` and HTTP grant these are.
     pub scope: Scope,
-    /// The plugin's config as a JSON object.
+    /// The plugin's config as a JSON object (secret keys included: plugins
+    /// built against WIT 0.1.0 read them; newer ones get `public_config`).
     pub config: serde_json::Value,
+    /// `config` without the keys the manifest marks secret.
+    pub public_config: serde_json::Value,
+    /// The secret keys' values and captured values, used by name.
+    pub secrets: Secrets,
     pub kv: Option<KvNamespace>,
     pub http: Option<HttpEgress>,
     /// Host folder shown to the plugin as `/data`.

@@ -131,6 +131,7 @@ async fn handle(stream: UnixStream, agent: &Agent) -> std::io::Result<()> {
             workspace: request.workspace,
         },
         text: request.text,
+        origin: None,
     };
     let reply = match agent
         .turn(

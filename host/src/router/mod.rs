@@ -6,6 +6,7 @@
 
 pub mod context;
 pub mod control;
+pub mod inbound;
 pub mod observers;
 
 use std::collections::HashMap;
@@ -56,6 +57,18 @@ pub enum TurnError {
 pub struct Inbound {
     pub key: SessionKey,
     pub text: String,
+    /// Who sent it on which platform message, for channel messages.
+    pub origin: Option<Origin>,
+}
+
+/// The platform's view of an inbound message.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub sender: String,
+    pub sender_name: Option<String>,
+    pub message_id: String,
+    pub thread: Option<String>,
+    pub timestamp_ms: u64,
 }
 
 /// What the caller of a turn sees, in order. Host events and the runner's
@@ -175,7 +188,7 @@ impl Agent {
         events: &(dyn Fn(AgentEvent) + Send + Sync),
         cancel: impl Future<Output = ()>,
     ) -> Result<TurnSummary, TurnError> {
-        let key = inbound.key;
+        let key = inbound.key.clone();
         let workspace = self
             .config
             .workspaces
@@ -241,14 +254,18 @@ impl Agent {
                 });
             }
         };
+        let origin = inbound.origin.as_ref();
         observe(api::EventBody::MessageIn(api::Message {
-            id: turn_id.clone(),
+            id: origin.map_or_else(|| turn_id.clone(), |o| o.message_id.clone()),
             conversation: key.conversation.clone(),
-            thread: None,
-            sender: key.channel.clone(),
-            sender_name: None,
+            thread: origin.and_then(|o| o.thread.clone()),
+            sender: origin.map_or_else(|| key.channel.clone(), |o| o.sender.clone()),
+            sender_name: origin.and_then(|o| o.sender_name.clone()),
             text: text.to_string(),
-            timestamp_ms: u64::try_from(crate::db::now_ms()).unwrap_or(0),
+            timestamp_ms: origin.map_or_else(
+                || u64::try_from(crate::db::now_ms()).unwrap_or(0),
+                |o| o.timestamp_ms,
+            ),
         }));
 
         let run = self.run(&key, session.id, &turn_id, &model, text, events, &observe);
@@ -270,9 +287,9 @@ impl Agent {
                     .finish_turn(&turn_id, TurnStatus::Done, None)?;
                 observe(api::EventBody::MessageOut(api::Outbound {
                     conversation: key.conversation.clone(),
-                    thread: None,
+                    thread: origin.and_then(|o| o.thread.clone()),
                     text: reply.clone(),
-                    reply_to: Some(turn_id.clone()),
+                    reply_to: Some(origin.map_or_else(|| turn_id.clone(), |o| o.message_id.clone())),
                 }));
                 summary(TurnStatus::Done, Some(reply), Some(stop), None)
             }

@@ -32,6 +32,9 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub timeout: Option<Duration>,
+    /// The request carries secrets: a redirect to another origin is handed
+    /// back as the response instead of followed.
+    pub same_origin_only: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +82,10 @@ impl HttpEgress {
             reach,
             on_denied,
         })
+    }
+
+    pub fn reach(&self) -> &HttpReach {
+        &self.reach
     }
 
     /// A client that never follows redirects on its own and resolves names
@@ -133,9 +140,11 @@ impl HttpEgress {
             let next = url.join(location).map_err(|e| {
                 HttpError::Transport(format!("redirect to a bad location `{location}`: {e}"))
             })?;
-            if next.host_str() != url.host_str()
-                || next.port_or_known_default() != url.port_or_known_default()
-            {
+            let cross_origin = next.origin() != url.origin();
+            if cross_origin && request.same_origin_only {
+                return read_response(response).await;
+            }
+            if cross_origin {
                 for name in ["authorization", "cookie", "proxy-authorization"] {
                     headers.remove(name);
                 }

@@ -4,3 +4,4 @@
 pub mod data;
 pub mod http;
 pub mod kv;
+pub mod secrets;

@@ -1,13 +1,15 @@
 //! Bindings and host imports for the frozen WIT release `pincer:plugin@0.1.0`
-//! (`wit/v0.1.0/`). The newest release's types are the host's own API types;
-//! an older release, once there is a newer one, converts into them here.
-
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+//! (`wit/v0.1.0/`). Its imports delegate to the newest release's
+//! implementations; its exported types convert to and from the newest
+//! release's, which are the host's API types.
+//!
+//! One behaviour differs on purpose: `config` returns secret keys to 0.1.0
+//! plugins, which have no other way to use them. Plugins that hold secrets
+//! should move to 0.2.0, which uses them by name.
 
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::plugins::capabilities::http::{self as egress, HttpError as EgressError};
-use crate::plugins::capabilities::kv::KvError as StoreKvError;
+use super::v0_2_0 as new;
 use crate::plugins::state::PluginState;
 
 pub const VERSION: &str = "0.1.0";
@@ -51,23 +53,16 @@ mod tunnel_world {
     });
 }
 
+use channel_world::exports::pincer::plugin::channel as ch;
 use channel_world::pincer::plugin::{clock, config, http, kv, logging, types};
+use tunnel_world::exports::pincer::plugin::tunnel as tn;
 
-pub use channel_world::exports::pincer::plugin::channel::{
-    ChannelError, ConnectionRequest, Delivery, Frame, FrameOutcome, WebhookOutcome, WebhookRequest,
-};
 pub use channel_world::{ChannelPlugin, ChannelPluginPre};
 pub use observer_world::{ObserverPlugin, ObserverPluginPre};
 pub use skill_world::{SkillPlugin, SkillPluginPre};
-pub use tunnel_world::exports::pincer::plugin::tunnel::TunnelError;
 pub use tunnel_world::{TunnelPlugin, TunnelPluginPre};
-pub use types::{
-    Event, EventBody, Header, HttpRequest, HttpResponse, LlmUsage, Message, Outbound, ToolCall,
-    ToolError, ToolOutput, ToolSpec,
-};
 
-/// Adds this release's host imports to `linker`. Every world of the release
-/// imports a subset of the channel world's imports, so one call serves all.
+/// Adds this release's host imports to `linker`.
 pub fn add_to_linker(linker: &mut Linker<PluginState>) -> wasmtime::Result<()> {
     ChannelPlugin::add_to_linker::<_, HasSelf<_>>(linker, |state| state)
 }
@@ -76,16 +71,15 @@ impl types::Host for PluginState {}
 
 impl logging::Host for PluginState {
     async fn log(&mut self, level: logging::Level, message: String) -> wasmtime::Result<()> {
-        let plugin = self.grants.plugin.as_str();
-        let message = truncate(&message, 4096);
-        match level {
-            logging::Level::Trace => tracing::trace!(plugin, "{message}"),
-            logging::Level::Debug => tracing::debug!(plugin, "{message}"),
-            logging::Level::Info => tracing::info!(plugin, "{message}"),
-            logging::Level::Warn => tracing::warn!(plugin, "{message}"),
-            logging::Level::Error => tracing::error!(plugin, "{message}"),
-        }
-        Ok(())
+        use new::logging::{Host, Level};
+        let level = match level {
+            logging::Level::Trace => Level::Trace,
+            logging::Level::Debug => Level::Debug,
+            logging::Level::Info => Level::Info,
+            logging::Level::Warn => Level::Warn,
+            logging::Level::Error => Level::Error,
+        };
+        Host::log(self, level, message).await
     }
 }
 
@@ -95,18 +89,23 @@ impl config::Host for PluginState {
     }
 
     async fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(self.grants.config.get(&key).map(|value| match value {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        }))
+        Ok(new::config_value(&self.grants.config, &key))
     }
 }
 
 impl clock::Host for PluginState {
     async fn now_ms(&mut self) -> wasmtime::Result<u64> {
-        Ok(SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64))
+        new::clock::Host::now_ms(self).await
+    }
+}
+
+fn kv_error(e: new::kv::KvError) -> kv::KvError {
+    use new::kv::KvError as E;
+    match e {
+        E::Denied => kv::KvError::Denied,
+        E::QuotaExceeded(m) => kv::KvError::QuotaExceeded(m),
+        E::InvalidKey(m) => kv::KvError::InvalidKey(m),
+        E::Storage(m) => kv::KvError::Storage(m),
     }
 }
 
@@ -115,16 +114,15 @@ impl kv::Host for PluginState {
         &mut self,
         key: String,
     ) -> wasmtime::Result<Result<Option<kv::Entry>, kv::KvError>> {
-        Ok(self.kv().and_then(|ns| {
-            ns.get(&key)
-                .map(|e| {
-                    e.map(|e| kv::Entry {
-                        value: e.value,
-                        version: e.version,
-                    })
+        Ok(new::kv::Host::get(self, key)
+            .await?
+            .map_err(kv_error)
+            .map(|e| {
+                e.map(|e| kv::Entry {
+                    value: e.value,
+                    version: e.version,
                 })
-                .map_err(kv_error)
-        }))
+            }))
     }
 
     async fn set(
@@ -133,9 +131,9 @@ impl kv::Host for PluginState {
         value: Vec<u8>,
         ttl_ms: Option<u64>,
     ) -> wasmtime::Result<Result<u64, kv::KvError>> {
-        Ok(self
-            .kv()
-            .and_then(|ns| ns.set(&key, &value, ttl_ms).map_err(kv_error)))
+        Ok(new::kv::Host::set(self, key, value, ttl_ms)
+            .await?
+            .map_err(kv_error))
     }
 
     async fn compare_and_set(
@@ -145,14 +143,15 @@ impl kv::Host for PluginState {
         value: Vec<u8>,
         ttl_ms: Option<u64>,
     ) -> wasmtime::Result<Result<Option<u64>, kv::KvError>> {
-        Ok(self.kv().and_then(|ns| {
-            ns.compare_and_set(&key, expected, &value, ttl_ms)
-                .map_err(kv_error)
-        }))
+        Ok(
+            new::kv::Host::compare_and_set(self, key, expected, value, ttl_ms)
+                .await?
+                .map_err(kv_error),
+        )
     }
 
     async fn delete(&mut self, key: String) -> wasmtime::Result<Result<bool, kv::KvError>> {
-        Ok(self.kv().and_then(|ns| ns.delete(&key).map_err(kv_error)))
+        Ok(new::kv::Host::delete(self, key).await?.map_err(kv_error))
     }
 
     async fn list_keys(
@@ -160,26 +159,9 @@ impl kv::Host for PluginState {
         prefix: String,
         limit: u32,
     ) -> wasmtime::Result<Result<Vec<String>, kv::KvError>> {
-        Ok(self
-            .kv()
-            .and_then(|ns| ns.list_keys(&prefix, limit).map_err(kv_error)))
-    }
-}
-
-impl PluginState {
-    fn kv(&self) -> Result<&crate::plugins::capabilities::kv::KvNamespace, kv::KvError> {
-        self.grants.kv.as_ref().ok_or_else(|| {
-            self.report_denial("kv", "is not in this plugin's manifest capabilities");
-            kv::KvError::Denied
-        })
-    }
-}
-
-fn kv_error(e: StoreKvError) -> kv::KvError {
-    match e {
-        StoreKvError::QuotaExceeded(m) => kv::KvError::QuotaExceeded(m),
-        StoreKvError::InvalidKey(m) => kv::KvError::InvalidKey(m),
-        StoreKvError::Storage(m) => kv::KvError::Storage(m),
+        Ok(new::kv::Host::list_keys(self, prefix, limit)
+            .await?
+            .map_err(kv_error))
     }
 }
 
@@ -188,56 +170,265 @@ impl http::Host for PluginState {
         &mut self,
         request: types::HttpRequest,
     ) -> wasmtime::Result<Result<types::HttpResponse, types::HttpError>> {
-        let Some(egress) = self.grants.http.clone() else {
-            let what = "this plugin's manifest requests no http capability".to_string();
-            let url = url::Url::parse(&request.url)
-                .map(|u| egress::shown(&u))
-                .unwrap_or_else(|_| "an unparsable URL".to_string());
-            self.report_denial("http", &format!("{url}: {what}"));
-            return Ok(Err(types::HttpError::Denied(what)));
-        };
-        let request = egress::Request {
+        let request = new::HttpRequest {
             method: request.method,
             url: request.url,
-            headers: request
-                .headers
-                .into_iter()
-                .map(|h| (h.name, h.value))
-                .collect(),
+            headers: request.headers.into_iter().map(Into::into).collect(),
             body: request.body,
-            timeout: request
-                .timeout_ms
-                .map(|ms| Duration::from_millis(ms.into())),
+            timeout_ms: request.timeout_ms,
+            secrets: Vec::new(),
+            capture: None,
         };
-        Ok(egress
-            .fetch(request)
-            .await
-            .map(|r| types::HttpResponse {
-                status: r.status,
-                headers: r
-                    .headers
-                    .into_iter()
-                    .map(|(name, value)| types::Header { name, value })
-                    .collect(),
-                body: r.body,
-            })
-            .map_err(|e| match e {
-                EgressError::Denied(m) => types::HttpError::Denied(m),
-                EgressError::InvalidRequest(m) => types::HttpError::InvalidRequest(m),
-                EgressError::Transport(m) => types::HttpError::Transport(m),
-                EgressError::Timeout => types::HttpError::Timeout,
-                EgressError::TooLarge => types::HttpError::TooLarge,
+        Ok(new::http::Host::fetch(self, request)
+            .await?
+            .map(Into::into)
+            .map_err(|e| {
+                use new::types::HttpError as E;
+                match e {
+                    E::Denied(m) => types::HttpError::Denied(m),
+                    E::InvalidRequest(m) => types::HttpError::InvalidRequest(m),
+                    E::Transport(m) => types::HttpError::Transport(m),
+                    E::Timeout => types::HttpError::Timeout,
+                    E::TooLarge => types::HttpError::TooLarge,
+                }
             }))
     }
 }
 
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
+// Exported types: the host calls with the newest release's values; these
+// turn them into this release's and the results back.
+
+impl From<types::Header> for new::Header {
+    fn from(h: types::Header) -> Self {
+        Self {
+            name: h.name,
+            value: h.value,
+        }
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
+}
+
+impl From<new::Header> for types::Header {
+    fn from(h: new::Header) -> Self {
+        Self {
+            name: h.name,
+            value: h.value,
+        }
     }
-    &s[..end]
+}
+
+impl From<new::HttpResponse> for types::HttpResponse {
+    fn from(r: new::HttpResponse) -> Self {
+        Self {
+            status: r.status,
+            headers: r.headers.into_iter().map(Into::into).collect(),
+            body: r.body,
+        }
+    }
+}
+
+impl From<types::HttpResponse> for new::HttpResponse {
+    fn from(r: types::HttpResponse) -> Self {
+        Self {
+            status: r.status,
+            headers: r.headers.into_iter().map(Into::into).collect(),
+            body: r.body,
+        }
+    }
+}
+
+impl From<types::Message> for new::Message {
+    fn from(m: types::Message) -> Self {
+        Self {
+            id: m.id,
+            conversation: m.conversation,
+            thread: m.thread,
+            sender: m.sender,
+            sender_name: m.sender_name,
+            text: m.text,
+            timestamp_ms: m.timestamp_ms,
+        }
+    }
+}
+
+impl From<&new::Message> for types::Message {
+    fn from(m: &new::Message) -> Self {
+        Self {
+            id: m.id.clone(),
+            conversation: m.conversation.clone(),
+            thread: m.thread.clone(),
+            sender: m.sender.clone(),
+            sender_name: m.sender_name.clone(),
+            text: m.text.clone(),
+            timestamp_ms: m.timestamp_ms,
+        }
+    }
+}
+
+impl From<&new::Outbound> for types::Outbound {
+    fn from(o: &new::Outbound) -> Self {
+        Self {
+            conversation: o.conversation.clone(),
+            thread: o.thread.clone(),
+            text: o.text.clone(),
+            reply_to: o.reply_to.clone(),
+        }
+    }
+}
+
+impl From<&new::WebhookRequest> for ch::WebhookRequest {
+    fn from(r: &new::WebhookRequest) -> Self {
+        Self {
+            method: r.method.clone(),
+            path: r.path.clone(),
+            query: r.query.clone(),
+            headers: r.headers.iter().cloned().map(Into::into).collect(),
+            body: r.body.clone(),
+        }
+    }
+}
+
+impl From<ch::WebhookOutcome> for new::WebhookOutcome {
+    fn from(o: ch::WebhookOutcome) -> Self {
+        Self {
+            response: o.response.into(),
+            messages: o.messages.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl From<ch::ConnectionRequest> for new::ConnectionRequest {
+    fn from(c: ch::ConnectionRequest) -> Self {
+        Self {
+            url: c.url,
+            headers: c.headers.into_iter().map(Into::into).collect(),
+            idle_timeout_ms: c.idle_timeout_ms,
+            keepalive: None,
+            reconnect: None,
+        }
+    }
+}
+
+impl From<&new::Frame> for ch::Frame {
+    fn from(f: &new::Frame) -> Self {
+        match f {
+            new::Frame::Text(t) => Self::Text(t.clone()),
+            new::Frame::Binary(b) => Self::Binary(b.clone()),
+        }
+    }
+}
+
+impl From<ch::Frame> for new::Frame {
+    fn from(f: ch::Frame) -> Self {
+        match f {
+            ch::Frame::Text(t) => Self::Text(t),
+            ch::Frame::Binary(b) => Self::Binary(b),
+        }
+    }
+}
+
+impl From<ch::FrameOutcome> for new::FrameOutcome {
+    fn from(o: ch::FrameOutcome) -> Self {
+        Self {
+            replies: o.replies.into_iter().map(Into::into).collect(),
+            messages: o.messages.into_iter().map(Into::into).collect(),
+            reconnect: o.reconnect,
+            keepalive: None,
+            reconnect_policy: None,
+        }
+    }
+}
+
+impl From<ch::Delivery> for new::Delivery {
+    fn from(d: ch::Delivery) -> Self {
+        Self { id: d.id }
+    }
+}
+
+impl From<ch::ChannelError> for new::ChannelError {
+    fn from(e: ch::ChannelError) -> Self {
+        match e {
+            ch::ChannelError::Unauthorized(m) => Self::Unauthorized(m),
+            ch::ChannelError::BadRequest(m) => Self::BadRequest(m),
+            ch::ChannelError::Upstream(m) => Self::Upstream(m),
+            ch::ChannelError::Unsupported(m) => Self::Unsupported(m),
+        }
+    }
+}
+
+impl From<types::ToolSpec> for new::ToolSpec {
+    fn from(t: types::ToolSpec) -> Self {
+        Self {
+            name: t.name,
+            description: t.description,
+            input_schema: t.input_schema,
+        }
+    }
+}
+
+impl From<types::ToolOutput> for new::ToolOutput {
+    fn from(t: types::ToolOutput) -> Self {
+        Self { json: t.json }
+    }
+}
+
+impl From<types::ToolError> for new::ToolError {
+    fn from(e: types::ToolError) -> Self {
+        match e {
+            types::ToolError::UnknownTool(m) => Self::UnknownTool(m),
+            types::ToolError::InvalidArgs(m) => Self::InvalidArgs(m),
+            types::ToolError::Failed(m) => Self::Failed(m),
+            types::ToolError::Denied(m) => Self::Denied(m),
+        }
+    }
+}
+
+impl From<&new::Event> for types::Event {
+    fn from(e: &new::Event) -> Self {
+        use new::EventBody as B;
+        Self {
+            timestamp_ms: e.timestamp_ms,
+            workspace: e.workspace.clone(),
+            session: e.session.clone(),
+            body: match &e.body {
+                B::MessageIn(m) => types::EventBody::MessageIn(m.into()),
+                B::MessageOut(o) => types::EventBody::MessageOut(o.into()),
+                B::ToolCall(c) => types::EventBody::ToolCall(types::ToolCall {
+                    tool: c.tool.clone(),
+                    args_json: c.args_json.clone(),
+                    outcome: c.outcome.clone(),
+                    duration_ms: c.duration_ms,
+                }),
+                B::LlmUsage(u) => types::EventBody::LlmUsage(types::LlmUsage {
+                    model: u.model.clone(),
+                    input_tokens: u.input_tokens,
+                    output_tokens: u.output_tokens,
+                    cost_usd: u.cost_usd,
+                }),
+                B::PluginFault(m) => types::EventBody::PluginFault(m.clone()),
+                B::Error(m) => types::EventBody::Error(m.clone()),
+            },
+        }
+    }
+}
+
+impl From<&new::HttpRequest> for types::HttpRequest {
+    fn from(r: &new::HttpRequest) -> Self {
+        Self {
+            method: r.method.clone(),
+            url: r.url.clone(),
+            headers: r.headers.iter().cloned().map(Into::into).collect(),
+            body: r.body.clone(),
+            timeout_ms: r.timeout_ms,
+        }
+    }
+}
+
+impl From<tn::TunnelError> for new::TunnelError {
+    fn from(e: tn::TunnelError) -> Self {
+        match e {
+            tn::TunnelError::Denied(m) => Self::Denied(m),
+            tn::TunnelError::BadRequest(m) => Self::BadRequest(m),
+            tn::TunnelError::Upstream(m) => Self::Upstream(m),
+        }
+    }
 }

@@ -1,0 +1,402 @@
+//! Host-held connections (Slack Socket Mode, Feishu's long connection): the
+//! plugin says where to connect (`connect`), the host opens and holds the
+//! WebSocket, hands every frame to the plugin (`on-frame`), sends its
+//! replies (acks) at once, sends the keepalive it asks for, and reconnects
+//! with backoff when the socket closes, the plugin asks, or the socket goes
+//! quiet (no frame and no pong for the idle timeout: a "connected" socket
+//! that receives nothing is treated as dead).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
+
+use crate::db::now_ms;
+use crate::plugins::api;
+
+use super::{ChannelHost, Inbox};
+
+/// Reconnect policy when the plugin gives none.
+pub const DEFAULT_RECONNECT: api::ReconnectPolicy = api::ReconnectPolicy {
+    min_delay_ms: 1000,
+    max_delay_ms: 60_000,
+    jitter_ms: 1000,
+    max_attempts: None,
+};
+
+/// Idle timeout when the plugin gives none.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(60);
+
+/// Largest frame accepted from the platform.
+const MAX_FRAME_BYTES: usize = 4 << 20;
+
+#[derive(Debug, thiserror::Error)]
+enum Dropped {
+    #[error("{0}")]
+    Refused(String),
+    #[error("the socket was quiet for {0:?} (no frames, no pongs)")]
+    Quiet(Duration),
+    #[error("the plugin asked to reconnect")]
+    PluginAsked,
+    #[error("closed by the platform{0}")]
+    Closed(String),
+    #[error("{0}")]
+    Transport(String),
+    #[error("stopping")]
+    Stopping,
+}
+
+/// Holds `channel`'s connection until `stop`; returns at once if the
+/// plugin has no connection mode.
+pub async fn hold(
+    host: Arc<ChannelHost>,
+    inbox: Arc<dyn Inbox>,
+    channel: String,
+    mut stop: watch::Receiver<bool>,
+) {
+    let Some(loaded) = host.get(&channel) else {
+        return;
+    };
+    let plugin = loaded.plugin.clone();
+    let mut policy = DEFAULT_RECONNECT;
+    let mut failures: u32 = 0;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let mut wait_at_least = Duration::ZERO;
+        let request = match host.plugins.channel_connect(&plugin).await {
+            Ok(Ok(Some(request))) => Some(request),
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => {
+                if let api::ChannelError::RetryLater(r) = &e {
+                    wait_at_least = Duration::from_millis(u64::from(r.after_ms));
+                }
+                record_failure(
+                    &host,
+                    &channel,
+                    &format!("connect refused: {}", channel_error(&e)),
+                );
+                None
+            }
+            Err(e) => {
+                record_failure(&host, &channel, &format!("connect failed: {e}"));
+                None
+            }
+        };
+        host.update_status(&channel, |s| s.holds_connection = true);
+        match request {
+            None => failures += 1,
+            Some(request) => {
+                if let Some(p) = request.reconnect {
+                    policy = p;
+                }
+                let started = Instant::now();
+                let outcome = session(
+                    &host,
+                    &inbox,
+                    &channel,
+                    &plugin,
+                    request,
+                    &mut policy,
+                    &mut stop,
+                )
+                .await;
+                if matches!(outcome, Dropped::Stopping) {
+                    host.update_status(&channel, |s| s.connected = false);
+                    return;
+                }
+                tracing::warn!(%channel, "connection dropped: {outcome}");
+                host.update_status(&channel, |s| {
+                    s.connected = false;
+                    s.since_ms = Some(now_ms());
+                    s.reconnects += 1;
+                    if matches!(outcome, Dropped::Quiet(_)) {
+                        s.watchdog_reconnects += 1;
+                    }
+                    s.last_error = Some(outcome.to_string());
+                });
+                // A connection that lived a while, or one the platform asked
+                // to renew, starts the backoff over.
+                if started.elapsed() > Duration::from_secs(30)
+                    || matches!(outcome, Dropped::PluginAsked)
+                {
+                    failures = 0;
+                } else {
+                    failures += 1;
+                }
+            }
+        }
+        if let Some(max) = policy.max_attempts
+            && failures > max
+        {
+            record_failure(
+                &host,
+                &channel,
+                &format!("gave up after {max} failed connection attempts in a row"),
+            );
+            return;
+        }
+        let delay = reconnect_delay(&policy, failures).max(wait_at_least);
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+fn record_failure(host: &ChannelHost, channel: &str, message: &str) {
+    tracing::warn!(%channel, "{message}");
+    host.update_status(channel, |s| {
+        s.connected = false;
+        s.last_error = Some(message.to_string());
+    });
+}
+
+fn channel_error(e: &api::ChannelError) -> String {
+    use api::ChannelError as E;
+    match e {
+        E::Unauthorized(m) => format!("unauthorized: {m}"),
+        E::BadRequest(m) => format!("bad request: {m}"),
+        E::Upstream(m) => format!("the platform failed: {m}"),
+        E::Unsupported(m) => format!("unsupported: {m}"),
+        E::Rejected(m) => format!("refused: {m}"),
+        E::RetryLater(r) => format!("retry in {} ms: {}", r.after_ms, r.reason),
+    }
+}
+
+/// The delay before attempt `failures` (1 = the first retry).
+pub fn reconnect_delay(policy: &api::ReconnectPolicy, failures: u32) -> Duration {
+    if failures == 0 {
+        return Duration::from_millis(u64::from(policy.min_delay_ms.min(250)));
+    }
+    let base = u64::from(policy.min_delay_ms)
+        .saturating_mul(1u64 << (failures - 1).min(16))
+        .min(u64::from(policy.max_delay_ms.max(policy.min_delay_ms)));
+    let jitter = if policy.jitter_ms == 0 {
+        0
+    } else {
+        u64::from(uuid::Uuid::new_v4().as_u128() as u32) % u64::from(policy.jitter_ms)
+    };
+    Duration::from_millis(base + jitter)
+}
+
+/// Checks the URL the plugin asks for: `wss://`, or `ws://` to loopback
+/// only, to a host the plugin may reach.
+fn check_url(plugin: &crate::plugins::LoadedPlugin, raw: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(raw).map_err(|e| format!("bad connection URL: {e}"))?;
+    let host = url.host().ok_or("the connection URL has no host")?;
+    let loopback = match &host {
+        url::Host::Domain(d) => d.eq_ignore_ascii_case("localhost"),
+        url::Host::Ipv4(ip) => ip.is_loopback(),
+        url::Host::Ipv6(ip) => ip.is_loopback(),
+    };
+    match url.scheme() {
+        "wss" => {}
+        "ws" if loopback => {}
+        "ws" => return Err("ws:// (unencrypted) is accepted only to loopback; use wss://".into()),
+        other => return Err(format!("scheme `{other}` is not a WebSocket scheme")),
+    }
+    let host_text = match host {
+        url::Host::Domain(d) => d.to_ascii_lowercase(),
+        url::Host::Ipv4(ip) => ip.to_string(),
+        url::Host::Ipv6(ip) => format!("[{ip}]"),
+    };
+    let port = url.port_or_known_default().unwrap_or(443);
+    let default_port = if url.scheme() == "wss" { 443 } else { 80 };
+    if !plugin.reaches(&host_text, port, default_port) {
+        return Err(format!(
+            "{host_text}:{port} is not among the hosts this channel's plugin may reach (its manifest's http capability and channels.NAME.http)"
+        ));
+    }
+    Ok(url)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn session(
+    host: &ChannelHost,
+    inbox: &Arc<dyn Inbox>,
+    channel: &str,
+    plugin: &crate::plugins::LoadedPlugin,
+    request: api::ConnectionRequest,
+    policy: &mut api::ReconnectPolicy,
+    stop: &mut watch::Receiver<bool>,
+) -> Dropped {
+    let url = match check_url(plugin, &request.url) {
+        Ok(url) => url,
+        Err(m) => return Dropped::Refused(m),
+    };
+    let mut ws_request =
+        match tungstenite::client::IntoClientRequest::into_client_request(url.as_str()) {
+            Ok(r) => r,
+            Err(e) => return Dropped::Refused(format!("bad connection URL: {e}")),
+        };
+    for header in &request.headers {
+        let (Ok(name), Ok(value)) = (
+            tungstenite::http::HeaderName::from_bytes(header.name.as_bytes()),
+            tungstenite::http::HeaderValue::from_str(&header.value),
+        ) else {
+            return Dropped::Refused(format!("bad connection header `{}`", header.name));
+        };
+        ws_request.headers_mut().insert(name, value);
+    }
+    let config = tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(MAX_FRAME_BYTES))
+        .max_frame_size(Some(MAX_FRAME_BYTES));
+    let connector = match tls_connector() {
+        Ok(c) => c,
+        Err(e) => return Dropped::Transport(e),
+    };
+    let connect = tokio_tungstenite::connect_async_tls_with_config(
+        ws_request,
+        Some(config),
+        false,
+        Some(connector),
+    );
+    let mut socket = match tokio::time::timeout(Duration::from_secs(15), connect).await {
+        Ok(Ok((socket, _))) => socket,
+        Ok(Err(e)) => return Dropped::Transport(format!("cannot connect: {e}")),
+        Err(_) => return Dropped::Transport("connecting took longer than 15 s".into()),
+    };
+    host.update_status(channel, |s| {
+        s.connected = true;
+        s.since_ms = Some(now_ms());
+        s.last_error = None;
+    });
+    tracing::info!(%channel, "connected");
+    let idle = request.idle_timeout_ms.map_or(DEFAULT_IDLE, |ms| {
+        Duration::from_millis(u64::from(ms.max(1000)))
+    });
+    let mut keepalive = request.keepalive;
+    let mut last_inbound = Instant::now();
+    let ping_every = idle / 3;
+    let mut next_ping = Instant::now() + ping_every;
+    let mut next_keepalive = keepalive
+        .as_ref()
+        .map(|k| Instant::now() + Duration::from_millis(u64::from(k.interval_ms.max(100))));
+    loop {
+        let quiet_at = last_inbound + idle;
+        let next_tick = [Some(next_ping), next_keepalive, Some(quiet_at)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(quiet_at);
+        let frame = tokio::select! {
+            frame = socket.next() => frame,
+            () = tokio::time::sleep_until(next_tick) => {
+                let now = Instant::now();
+                if now >= quiet_at {
+                    let _ = socket.close(None).await;
+                    return Dropped::Quiet(idle);
+                }
+                if now >= next_ping {
+                    next_ping = now + ping_every;
+                    if let Err(e) = socket.send(WsMessage::Ping(Vec::new().into())).await {
+                        return Dropped::Transport(e.to_string());
+                    }
+                }
+                if let (Some(at), Some(k)) = (next_keepalive, keepalive.as_ref())
+                    && now >= at
+                {
+                    next_keepalive = Some(now + Duration::from_millis(u64::from(k.interval_ms.max(100))));
+                    if let Err(e) = socket.send(to_ws(&k.frame)).await {
+                        return Dropped::Transport(e.to_string());
+                    }
+                }
+                continue;
+            }
+            _ = stop.changed() => {
+                let _ = socket.close(None).await;
+                return Dropped::Stopping;
+            }
+        };
+        let frame = match frame {
+            None => return Dropped::Closed(String::new()),
+            Some(Err(e)) => return Dropped::Transport(e.to_string()),
+            Some(Ok(frame)) => frame,
+        };
+        last_inbound = Instant::now();
+        let frame = match frame {
+            WsMessage::Text(t) => api::Frame::Text(t.to_string()),
+            WsMessage::Binary(b) => api::Frame::Binary(b.to_vec()),
+            WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_) => continue,
+            WsMessage::Close(close) => {
+                return Dropped::Closed(
+                    close
+                        .map(|c| format!(" ({} {})", u16::from(c.code), c.reason))
+                        .unwrap_or_default(),
+                );
+            }
+        };
+        host.update_status(channel, |s| s.last_event_ms = Some(now_ms()));
+        let outcome = match host.plugins.channel_on_frame(plugin, &frame).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => {
+                tracing::warn!(%channel, "frame refused: {}", channel_error(&e));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(%channel, "frame handling failed: {e}");
+                continue;
+            }
+        };
+        for reply in &outcome.replies {
+            if let Err(e) = socket.send(to_ws(reply)).await {
+                return Dropped::Transport(format!("cannot send an ack: {e}"));
+            }
+        }
+        if !outcome.messages.is_empty() {
+            host.update_status(channel, |s| s.messages_in += outcome.messages.len() as u64);
+            inbox.accept(channel, outcome.messages);
+        }
+        if let Some(k) = outcome.keepalive {
+            next_keepalive =
+                Some(Instant::now() + Duration::from_millis(u64::from(k.interval_ms.max(100))));
+            keepalive = Some(k);
+        }
+        if let Some(p) = outcome.reconnect_policy {
+            *policy = p;
+        }
+        if outcome.reconnect {
+            let _ = socket.close(None).await;
+            return Dropped::PluginAsked;
+        }
+    }
+}
+
+fn to_ws(frame: &api::Frame) -> WsMessage {
+    match frame {
+        api::Frame::Text(t) => WsMessage::Text(t.clone().into()),
+        api::Frame::Binary(b) => WsMessage::Binary(b.clone().into()),
+    }
+}
+
+fn tls_connector() -> Result<tokio_tungstenite::Connector, String> {
+    use rustls_platform_verifier::ConfigVerifierExt as _;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = rustls::ClientConfig::with_platform_verifier()
+        .map_err(|e| format!("cannot set up TLS: {e}"))?;
+    Ok(tokio_tungstenite::Connector::Rustls(Arc::new(config)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_with_bounded_jitter() {
+        let p = api::ReconnectPolicy {
+            min_delay_ms: 1000,
+            max_delay_ms: 8000,
+            jitter_ms: 500,
+            max_attempts: None,
+        };
+        for (failures, base) in [(1, 1000), (2, 2000), (3, 4000), (4, 8000), (9, 8000)] {
+            let d = reconnect_delay(&p, failures).as_millis() as u64;
+            assert!((base..base + 500).contains(&d), "{failures}: {d}");
+        }
+    }
+}

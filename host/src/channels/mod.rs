@@ -1,0 +1,224 @@
+//! The host side of every channel: the loaded channel plugins (one per
+//! configured channel, with its own state scope and credentials), the
+//! webhook listener, the host-held connections with reconnect and a
+//! quiet-socket watchdog, and the outbox. The WASM plugin owns the
+//! platform's formats; everything that must survive it lives here.
+
+pub mod connection;
+pub mod outbox;
+pub mod split;
+pub mod store;
+pub mod webhook;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::config::{self, Config};
+use crate::plugins::{LoadedPlugin, PluginHost, Scope, api};
+
+pub use store::{ChannelStore, InboundState, Received, Reply};
+
+/// Where inbound messages go once a channel has parsed them.
+pub trait Inbox: Send + Sync {
+    /// Stores and routes `messages` of `channel`. Returns once they are
+    /// stored (so a webhook can answer the platform), not when answered.
+    fn accept(&self, channel: &str, messages: Vec<api::Message>);
+}
+
+/// Where a reply goes.
+#[derive(Debug, Clone, Copy)]
+pub struct Address<'a> {
+    pub channel: &'a str,
+    pub conversation: &'a str,
+    pub thread: Option<&'a str>,
+    /// The platform message it answers.
+    pub reply_to: Option<&'a str>,
+}
+
+impl<'a> Address<'a> {
+    /// The reply to a stored inbound message.
+    pub fn of(row: &'a store::InboundRow) -> Self {
+        Self {
+            channel: &row.channel,
+            conversation: &row.conversation,
+            thread: row.thread.as_deref(),
+            reply_to: Some(&row.message_id),
+        }
+    }
+}
+
+/// One configured channel, loaded.
+pub struct LoadedChannel {
+    pub name: String,
+    pub config: config::Channel,
+    pub plugin: Arc<LoadedPlugin>,
+    pub info: api::ChannelInfo,
+}
+
+/// What `pincer status` shows of a channel's connection.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ConnectionStatus {
+    /// The plugin has a connection mode (Socket Mode, long connection).
+    pub holds_connection: bool,
+    pub connected: bool,
+    /// Since when (ms since the epoch) it is connected, or was last tried.
+    pub since_ms: Option<i64>,
+    pub last_event_ms: Option<i64>,
+    pub reconnects: u64,
+    /// Reconnects because the socket went quiet.
+    pub watchdog_reconnects: u64,
+    pub last_error: Option<String>,
+    pub webhooks: u64,
+    pub messages_in: u64,
+}
+
+pub struct ChannelHost {
+    plugins: Arc<PluginHost>,
+    channels: BTreeMap<String, LoadedChannel>,
+    store: Arc<ChannelStore>,
+    status: Mutex<BTreeMap<String, ConnectionStatus>>,
+    outbox_wake: tokio::sync::Notify,
+}
+
+impl ChannelHost {
+    /// Loads the plugin of every channel in `config`.
+    pub async fn load(
+        config: &Config,
+        plugins: Arc<PluginHost>,
+        catalog: &crate::plugins::Catalog,
+        limits: crate::plugins::CallLimits,
+        store: Arc<ChannelStore>,
+    ) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let mut channels = BTreeMap::new();
+        for (name, channel) in &config.channels {
+            let package = catalog
+                .get(&channel.plugin)
+                .with_context(|| format!("channels.{name}.plugin"))?;
+            let manifest = crate::plugins::Manifest::parse(&package.manifest_text, name)?;
+            let reach = crate::plugins::HttpReach::for_channel(&manifest, &channel.http);
+            let plugin = plugins
+                .load_in(
+                    package,
+                    Some(&channel.plugin_config()),
+                    limits,
+                    &Scope::channel(name),
+                    Some(reach),
+                )
+                .with_context(|| {
+                    format!("loading channel `{name}` (plugin `{}`)", channel.plugin)
+                })?;
+            if plugin.kind() != crate::plugins::PluginKind::Channel {
+                anyhow::bail!(
+                    "channels.{name}.plugin: `{}` is a {} plugin, not a channel",
+                    channel.plugin,
+                    plugin.kind()
+                );
+            }
+            let info = plugins
+                .channel_describe(&plugin)
+                .await
+                .with_context(|| format!("asking channel `{name}` for its limits"))?;
+            channels.insert(
+                name.clone(),
+                LoadedChannel {
+                    name: name.clone(),
+                    config: channel.clone(),
+                    plugin,
+                    info,
+                },
+            );
+        }
+        Ok(Self {
+            plugins,
+            channels,
+            store,
+            status: Mutex::default(),
+            outbox_wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    pub fn plugins(&self) -> &Arc<PluginHost> {
+        &self.plugins
+    }
+
+    pub fn store(&self) -> &Arc<ChannelStore> {
+        &self.store
+    }
+
+    pub fn get(&self, name: &str) -> Option<&LoadedChannel> {
+        self.channels.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.channels.keys().map(String::as_str)
+    }
+
+    /// Queues a reply (split to the channel's limit) and wakes the outbox;
+    /// marks the inbound message `inbound_id` `state` in the same
+    /// transaction.
+    pub fn reply(
+        &self,
+        inbound_id: Option<i64>,
+        state: InboundState,
+        to: &Address<'_>,
+        text: &str,
+    ) -> Result<(), store::StoreError> {
+        let max = self
+            .channels
+            .get(to.channel)
+            .map_or(crate::plugins::runtime::V1_CHANNEL_MAX_TEXT_BYTES, |c| {
+                c.info.max_text_bytes
+            });
+        let reply = Reply {
+            channel: to.channel.to_string(),
+            conversation: to.conversation.to_string(),
+            thread: to.thread.map(str::to_string),
+            reply_to: to.reply_to.map(str::to_string),
+            parts: split::split(text, max as usize),
+        };
+        self.store.finish(inbound_id, state, &reply)?;
+        self.outbox_wake.notify_one();
+        Ok(())
+    }
+
+    /// Shows the state of the turn answering `row` (a reaction, a typing
+    /// sign). Failures are logged: a missing reaction never stops a turn.
+    pub async fn show_status(&self, row: &store::InboundRow, state: api::TurnState) {
+        let Some(channel) = self.channels.get(&row.channel) else {
+            return;
+        };
+        let update = api::StatusUpdate {
+            conversation: row.conversation.clone(),
+            thread: row.thread.clone(),
+            message_id: row.message_id.clone(),
+            state,
+            handle: row.status_handle.clone(),
+        };
+        match self.plugins.channel_status(&channel.plugin, &update).await {
+            Ok(Ok(handle)) => {
+                if let Err(e) = self.store.set_status_handle(row.id, handle.as_deref()) {
+                    tracing::warn!(channel = %row.channel, "cannot store the status handle: {e}");
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(channel = %row.channel, "status update refused: {e:?}"),
+            Err(e) => tracing::warn!(channel = %row.channel, "status update failed: {e}"),
+        }
+    }
+
+    pub fn status(&self) -> BTreeMap<String, ConnectionStatus> {
+        let mut out = self.status.lock().map(|s| s.clone()).unwrap_or_default();
+        for name in self.channels.keys() {
+            out.entry(name.clone()).or_default();
+        }
+        out
+    }
+
+    pub(crate) fn update_status(&self, channel: &str, update: impl FnOnce(&mut ConnectionStatus)) {
+        if let Ok(mut status) = self.status.lock() {
+            update(status.entry(channel.to_string()).or_default());
+        }
+    }
+}

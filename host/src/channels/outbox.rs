@@ -1,0 +1,184 @@
+//! The outbox worker: delivers queued replies through their channel's
+//! `send`, retries transient failures with backoff (honouring the
+//! platform's `Retry-After`), gives up on permanent ones (audited), and
+//! stores each platform receipt.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::audit::AuditLog;
+use crate::db::now_ms;
+use crate::plugins::api;
+
+use super::ChannelHost;
+use super::store::OutboxRow;
+
+/// Attempts before a transient failure is given up.
+pub const MAX_ATTEMPTS: u32 = 12;
+/// How long a claimed row stays this worker's (a send takes at most the
+/// plugin's call timeout).
+const LEASE_MS: i64 = 10 * 60 * 1000;
+/// Rows delivered at once (each from a different conversation).
+const BATCH: usize = 32;
+/// The longest wait between attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Runs until `stop` resolves; then returns after the rows in flight.
+pub async fn run(
+    host: Arc<ChannelHost>,
+    audit: Arc<AuditLog>,
+    owner: String,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let delivered = deliver_due(&host, &audit, &owner).await;
+        if *stop.borrow() {
+            return;
+        }
+        if delivered > 0 {
+            continue;
+        }
+        let wait = match host.store.next_due_ms() {
+            Ok(Some(due)) => Duration::from_millis(u64::try_from(due - now_ms()).unwrap_or(0)),
+            Ok(None) => Duration::from_secs(60),
+            Err(e) => {
+                tracing::error!("outbox: {e}");
+                Duration::from_secs(5)
+            }
+        }
+        .min(Duration::from_secs(60));
+        tokio::select! {
+            () = host.outbox_wake.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+/// Delivers what is due now; returns how many rows were attempted.
+pub async fn deliver_due(host: &Arc<ChannelHost>, audit: &AuditLog, owner: &str) -> usize {
+    let rows = match host.store.claim_due(owner, LEASE_MS, BATCH) {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::error!("outbox: cannot claim rows: {e}");
+            return 0;
+        }
+    };
+    let count = rows.len();
+    futures_util::future::join_all(rows.into_iter().map(|row| deliver(host, audit, row))).await;
+    count
+}
+
+enum Verdict {
+    Sent(String),
+    Retry { after: Duration, why: String },
+    GiveUp(String),
+}
+
+async fn deliver(host: &ChannelHost, audit: &AuditLog, row: OutboxRow) {
+    let verdict = match host.get(&row.channel) {
+        None => Verdict::GiveUp(format!("channel `{}` is no longer configured", row.channel)),
+        Some(channel) => {
+            let message = api::Outbound {
+                conversation: row.conversation.clone(),
+                thread: row.thread.clone(),
+                text: row.text.clone(),
+                reply_to: row.reply_to.clone(),
+            };
+            judge(
+                host.plugins.channel_send(&channel.plugin, &message).await,
+                row.attempts,
+            )
+        }
+    };
+    let stored = match &verdict {
+        Verdict::Sent(receipt) => host.store.delivered(row.id, receipt),
+        Verdict::Retry { after, why } => {
+            tracing::warn!(channel = %row.channel, id = row.id, "delivery failed, retrying in {after:?}: {why}");
+            let at = now_ms() + i64::try_from(after.as_millis()).unwrap_or(i64::MAX / 2);
+            host.store.retry_at(row.id, at, why)
+        }
+        Verdict::GiveUp(why) => {
+            tracing::error!(channel = %row.channel, id = row.id, "delivery given up: {why}");
+            audit.record(
+                &format!("channel:{}", row.channel),
+                None,
+                "channel.delivery_failed",
+                &format!(
+                    "outbox row {} to conversation {} after {} attempt(s): {why}",
+                    row.id,
+                    row.conversation,
+                    row.attempts + 1
+                ),
+            );
+            host.store.give_up(row.id, why)
+        }
+    };
+    if let Err(e) = stored {
+        tracing::error!(channel = %row.channel, id = row.id, "outbox: cannot record the outcome: {e}");
+    }
+}
+
+fn judge(
+    outcome: Result<Result<api::Delivery, api::ChannelError>, crate::plugins::PluginError>,
+    attempts: u32,
+) -> Verdict {
+    use api::ChannelError as E;
+    let transient = |why: String| {
+        if attempts + 1 >= MAX_ATTEMPTS {
+            Verdict::GiveUp(format!("{why} (after {MAX_ATTEMPTS} attempts)"))
+        } else {
+            Verdict::Retry {
+                after: backoff(attempts),
+                why,
+            }
+        }
+    };
+    match outcome {
+        Ok(Ok(delivery)) => Verdict::Sent(delivery.id),
+        Ok(Err(E::RetryLater(r))) => Verdict::Retry {
+            after: Duration::from_millis(u64::from(r.after_ms)).min(MAX_BACKOFF),
+            why: format!("the platform asked to retry later: {}", r.reason),
+        },
+        Ok(Err(E::Upstream(m))) => transient(format!("the platform failed: {m}")),
+        Ok(Err(E::Rejected(m))) => Verdict::GiveUp(format!("the platform refused: {m}")),
+        Ok(Err(E::Unauthorized(m))) => Verdict::GiveUp(format!("unauthorized: {m}")),
+        Ok(Err(E::BadRequest(m))) => Verdict::GiveUp(format!("bad request: {m}")),
+        Ok(Err(E::Unsupported(m))) => Verdict::GiveUp(format!("unsupported: {m}")),
+        Err(e) => transient(e.to_string()),
+    }
+}
+
+/// 1 s, 2 s, 4 s … up to [`MAX_BACKOFF`].
+fn backoff(attempts: u32) -> Duration {
+    Duration::from_secs(1u64 << attempts.min(9)).min(MAX_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_honoured_and_permanent_errors_are_not_retried() {
+        let v = judge(
+            Ok(Err(api::ChannelError::RetryLater(api::RetryAfter {
+                after_ms: 3000,
+                reason: "ratelimited".into(),
+            }))),
+            0,
+        );
+        assert!(matches!(v, Verdict::Retry { after, .. } if after == Duration::from_secs(3)));
+        let v = judge(
+            Ok(Err(api::ChannelError::Rejected("channel_not_found".into()))),
+            0,
+        );
+        assert!(matches!(v, Verdict::GiveUp(_)));
+        let v = judge(Ok(Err(api::ChannelError::Upstream("502".into()))), 2);
+        assert!(matches!(v, Verdict::Retry { after, .. } if after == Duration::from_secs(4)));
+        let v = judge(
+            Ok(Err(api::ChannelError::Upstream("502".into()))),
+            MAX_ATTEMPTS - 1,
+        );
+        assert!(matches!(v, Verdict::GiveUp(_)));
+    }
+}

@@ -1,0 +1,523 @@
+//! What channels keep in `pincer.db`: every inbound message (stored before
+//! anything else happens to it, de-duplicated by its platform id) and the
+//! outbox (a reply is a row before it is sent; its platform receipt is
+//! stored when it is).
+//!
+//! Rows that a worker works on are claimed (owner and deadline), so a
+//! daemon that dies mid-delivery leaves a claim that expires, never a row
+//! that nobody will pick up again.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::db::now_ms;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("channel store: {0}")]
+    Db(#[from] rusqlite::Error),
+    #[error("channel store: lock poisoned by a panicked thread")]
+    Poisoned,
+}
+
+/// An inbound message as received (before routing decisions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    pub channel: String,
+    pub conversation: String,
+    pub thread: Option<String>,
+    pub message_id: String,
+    pub sender: String,
+    pub sender_name: Option<String>,
+    pub text: String,
+    pub timestamp_ms: u64,
+}
+
+/// Where an inbound message is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InboundState {
+    /// Waiting for its session's earlier messages.
+    Queued,
+    Running,
+    /// Answered (the reply is in the outbox).
+    Done,
+    Failed,
+    /// Its sender is not allowed.
+    Refused,
+    /// The daemon stopped during its turn.
+    Interrupted,
+}
+
+impl InboundState {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Done => "done",
+            Self::Failed => "failed",
+            Self::Refused => "refused",
+            Self::Interrupted => "interrupted",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "running" => Self::Running,
+            "done" => Self::Done,
+            "failed" => Self::Failed,
+            "refused" => Self::Refused,
+            "interrupted" => Self::Interrupted,
+            _ => Self::Queued,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InboundRow {
+    pub id: i64,
+    pub channel: String,
+    pub conversation: String,
+    pub thread: Option<String>,
+    pub message_id: String,
+    pub sender: String,
+    pub sender_name: Option<String>,
+    pub text: String,
+    pub workspace: String,
+    pub state: InboundState,
+    pub received_ms: i64,
+    pub turn_id: Option<String>,
+    /// What the channel's `status` call returned for this message.
+    pub status_handle: Option<String>,
+}
+
+/// One message to deliver (one part of a reply split to the platform's limit).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub channel: String,
+    pub conversation: String,
+    pub thread: Option<String>,
+    pub reply_to: Option<String>,
+    pub text: String,
+    pub attempts: u32,
+    pub state: OutboxState,
+    pub receipt: Option<String>,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutboxState {
+    Pending,
+    Sent,
+    Failed,
+}
+
+impl OutboxState {
+    fn parse(s: &str) -> Self {
+        match s {
+            "sent" => Self::Sent,
+            "failed" => Self::Failed,
+            _ => Self::Pending,
+        }
+    }
+}
+
+/// A reply to put in the outbox: its parts, in order.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub channel: String,
+    pub conversation: String,
+    pub thread: Option<String>,
+    pub reply_to: Option<String>,
+    pub parts: Vec<String>,
+}
+
+pub struct ChannelStore {
+    conn: Mutex<Connection>,
+}
+
+const INBOUND_COLUMNS: &str = "id, channel, conversation, thread, message_id, sender, sender_name, text, workspace, state, received_ms, turn_id, status_handle";
+const OUTBOX_COLUMNS: &str =
+    "id, channel, conversation, thread, reply_to, text, attempts, state, receipt, last_error";
+
+impl ChannelStore {
+    pub fn open(db: &Path) -> Result<Self, StoreError> {
+        let conn = crate::db::open(db)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS channel_inbound (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                channel TEXT NOT NULL,
+                conversation TEXT NOT NULL,
+                thread TEXT,
+                message_id TEXT NOT NULL,
+                sender TEXT NOT NULL,
+                sender_name TEXT,
+                text TEXT NOT NULL,
+                workspace TEXT NOT NULL,
+                state TEXT NOT NULL,
+                received_ms INTEGER NOT NULL,
+                platform_ms INTEGER NOT NULL,
+                turn_id TEXT,
+                status_handle TEXT,
+                UNIQUE (channel, conversation, message_id)
+            );
+            CREATE INDEX IF NOT EXISTS channel_inbound_state ON channel_inbound (state, id);
+            CREATE TABLE IF NOT EXISTS channel_outbox (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                channel TEXT NOT NULL,
+                conversation TEXT NOT NULL,
+                thread TEXT,
+                reply_to TEXT,
+                text TEXT NOT NULL,
+                inbound_id INTEGER,
+                state TEXT NOT NULL DEFAULT 'pending',
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_ms INTEGER NOT NULL,
+                claimed_by TEXT,
+                claimed_until_ms INTEGER,
+                last_error TEXT,
+                receipt TEXT,
+                created_ms INTEGER NOT NULL,
+                sent_ms INTEGER
+            );
+            CREATE INDEX IF NOT EXISTS channel_outbox_pending
+                ON channel_outbox (state, channel, conversation, id);",
+        )?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
+        self.conn.lock().map_err(|_| StoreError::Poisoned)
+    }
+
+    /// Stores an inbound message. `None` when it is already stored (a
+    /// platform redelivery).
+    pub fn receive(
+        &self,
+        message: &Received,
+        workspace: &str,
+        state: InboundState,
+    ) -> Result<Option<i64>, StoreError> {
+        let conn = self.conn()?;
+        let inserted = conn.execute(
+            "INSERT INTO channel_inbound
+                (channel, conversation, thread, message_id, sender, sender_name, text,
+                 workspace, state, received_ms, platform_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+             ON CONFLICT (channel, conversation, message_id) DO NOTHING",
+            params![
+                message.channel,
+                message.conversation,
+                message.thread,
+                message.message_id,
+                message.sender,
+                message.sender_name,
+                message.text,
+                workspace,
+                state.as_str(),
+                now_ms(),
+                i64::try_from(message.timestamp_ms).unwrap_or(i64::MAX),
+            ],
+        )?;
+        Ok((inserted == 1).then(|| conn.last_insert_rowid()))
+    }
+
+    pub fn inbound(&self, id: i64) -> Result<Option<InboundRow>, StoreError> {
+        let conn = self.conn()?;
+        Ok(conn
+            .query_row(
+                &format!("SELECT {INBOUND_COLUMNS} FROM channel_inbound WHERE id = ?1"),
+                [id],
+                inbound_row,
+            )
+            .optional()?)
+    }
+
+    /// Messages in `state`, oldest first.
+    pub fn inbound_in(&self, state: InboundState) -> Result<Vec<InboundRow>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {INBOUND_COLUMNS} FROM channel_inbound WHERE state = ?1 ORDER BY id"
+        ))?;
+        let rows = stmt.query_map([state.as_str()], inbound_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn set_inbound_state(&self, id: i64, state: InboundState) -> Result<(), StoreError> {
+        self.conn()?.execute(
+            "UPDATE channel_inbound SET state = ?2 WHERE id = ?1",
+            params![id, state.as_str()],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_turn(&self, id: i64, turn_id: &str) -> Result<(), StoreError> {
+        self.conn()?.execute(
+            "UPDATE channel_inbound SET turn_id = ?2 WHERE id = ?1",
+            params![id, turn_id],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_status_handle(&self, id: i64, handle: Option<&str>) -> Result<(), StoreError> {
+        self.conn()?.execute(
+            "UPDATE channel_inbound SET status_handle = ?2 WHERE id = ?1",
+            params![id, handle],
+        )?;
+        Ok(())
+    }
+
+    /// Ends an inbound message's turn and queues its reply, in one
+    /// transaction: a reply is never lost between the two.
+    pub fn finish(
+        &self,
+        inbound_id: Option<i64>,
+        state: InboundState,
+        reply: &Reply,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let now = now_ms();
+        let mut ids = Vec::with_capacity(reply.parts.len());
+        for part in &reply.parts {
+            tx.execute(
+                "INSERT INTO channel_outbox
+                    (channel, conversation, thread, reply_to, text, inbound_id,
+                     next_attempt_ms, created_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                params![
+                    reply.channel,
+                    reply.conversation,
+                    reply.thread,
+                    reply.reply_to,
+                    part,
+                    inbound_id,
+                    now
+                ],
+            )?;
+            ids.push(tx.last_insert_rowid());
+        }
+        if let Some(id) = inbound_id {
+            tx.execute(
+                "UPDATE channel_inbound SET state = ?2 WHERE id = ?1",
+                params![id, state.as_str()],
+            )?;
+        }
+        tx.commit()?;
+        Ok(ids)
+    }
+
+    /// Claims up to `limit` due outbox rows for `owner` until `lease_ms`
+    /// from now: for each conversation only its oldest undelivered row, so
+    /// the parts of a reply and successive replies arrive in order.
+    pub fn claim_due(
+        &self,
+        owner: &str,
+        lease_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let now = now_ms();
+        let ids: Vec<i64> = {
+            let mut stmt = tx.prepare(
+                "SELECT o.id FROM channel_outbox o
+                 WHERE o.state = 'pending'
+                   AND o.id = (SELECT MIN(id) FROM channel_outbox p
+                               WHERE p.state = 'pending' AND p.channel = o.channel
+                                 AND p.conversation = o.conversation)
+                   AND o.next_attempt_ms <= ?1
+                   AND (o.claimed_until_ms IS NULL OR o.claimed_until_ms <= ?1)
+                 ORDER BY o.next_attempt_ms, o.id
+                 LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![now, limit as i64], |r| r.get(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut claimed = Vec::with_capacity(ids.len());
+        for id in ids {
+            tx.execute(
+                "UPDATE channel_outbox SET claimed_by = ?2, claimed_until_ms = ?3 WHERE id = ?1",
+                params![id, owner, now + lease_ms],
+            )?;
+            claimed.push(tx.query_row(
+                &format!("SELECT {OUTBOX_COLUMNS} FROM channel_outbox WHERE id = ?1"),
+                [id],
+                outbox_row,
+            )?);
+        }
+        tx.commit()?;
+        Ok(claimed)
+    }
+
+    /// When the next pending row is due (ms since the epoch), if any.
+    pub fn next_due_ms(&self) -> Result<Option<i64>, StoreError> {
+        let conn = self.conn()?;
+        Ok(conn.query_row(
+            "SELECT MIN(MAX(next_attempt_ms, COALESCE(claimed_until_ms, 0)))
+             FROM channel_outbox WHERE state = 'pending'",
+            [],
+            |r| r.get(0),
+        )?)
+    }
+
+    pub fn delivered(&self, id: i64, receipt: &str) -> Result<(), StoreError> {
+        self.conn()?.execute(
+            "UPDATE channel_outbox SET state = 'sent', receipt = ?2, sent_ms = ?3,
+                attempts = attempts + 1, claimed_by = NULL, claimed_until_ms = NULL
+             WHERE id = ?1",
+            params![id, receipt, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// Puts a row back for another attempt at `retry_at_ms`.
+    pub fn retry_at(&self, id: i64, retry_at_ms: i64, error: &str) -> Result<(), StoreError> {
+        self.conn()?.execute(
+            "UPDATE channel_outbox SET attempts = attempts + 1, next_attempt_ms = ?2,
+                last_error = ?3, claimed_by = NULL, claimed_until_ms = NULL
+             WHERE id = ?1",
+            params![id, retry_at_ms, error],
+        )?;
+        Ok(())
+    }
+
+    pub fn give_up(&self, id: i64, error: &str) -> Result<(), StoreError> {
+        self.conn()?.execute(
+            "UPDATE channel_outbox SET state = 'failed', attempts = attempts + 1,
+                last_error = ?2, claimed_by = NULL, claimed_until_ms = NULL
+             WHERE id = ?1",
+            params![id, error],
+        )?;
+        Ok(())
+    }
+
+    /// Every outbox row of a channel, oldest first.
+    pub fn outbox(&self, channel: &str) -> Result<Vec<OutboxRow>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {OUTBOX_COLUMNS} FROM channel_outbox WHERE channel = ?1 ORDER BY id"
+        ))?;
+        let rows = stmt.query_map([channel], outbox_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Rows waiting to be delivered, per channel.
+    pub fn outbox_depth(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(
+            "SELECT channel, COUNT(*) FROM channel_outbox WHERE state = 'pending'
+             GROUP BY channel ORDER BY channel",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+fn inbound_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InboundRow> {
+    Ok(InboundRow {
+        id: r.get(0)?,
+        channel: r.get(1)?,
+        conversation: r.get(2)?,
+        thread: r.get(3)?,
+        message_id: r.get(4)?,
+        sender: r.get(5)?,
+        sender_name: r.get(6)?,
+        text: r.get(7)?,
+        workspace: r.get(8)?,
+        state: InboundState::parse(&r.get::<_, String>(9)?),
+        received_ms: r.get(10)?,
+        turn_id: r.get(11)?,
+        status_handle: r.get(12)?,
+    })
+}
+
+fn outbox_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OutboxRow> {
+    Ok(OutboxRow {
+        id: r.get(0)?,
+        channel: r.get(1)?,
+        conversation: r.get(2)?,
+        thread: r.get(3)?,
+        reply_to: r.get(4)?,
+        text: r.get(5)?,
+        attempts: r.get(6)?,
+        state: OutboxState::parse(&r.get::<_, String>(7)?),
+        receipt: r.get(8)?,
+        last_error: r.get(9)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn received(id: &str) -> Received {
+        Received {
+            channel: "slack".into(),
+            conversation: "D1".into(),
+            thread: None,
+            message_id: id.into(),
+            sender: "U1".into(),
+            sender_name: None,
+            text: "hi".into(),
+            timestamp_ms: 1,
+        }
+    }
+
+    fn reply(parts: &[&str]) -> Reply {
+        Reply {
+            channel: "slack".into(),
+            conversation: "D1".into(),
+            thread: None,
+            reply_to: None,
+            parts: parts.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_redelivered_message_is_stored_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ChannelStore::open(&dir.path().join("p.db")).unwrap();
+        let first = store
+            .receive(&received("1.1"), "default", InboundState::Queued)
+            .unwrap();
+        assert!(first.is_some());
+        assert_eq!(
+            store
+                .receive(&received("1.1"), "default", InboundState::Queued)
+                .unwrap(),
+            None
+        );
+        assert_eq!(store.inbound_in(InboundState::Queued).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn parts_are_claimed_one_at_a_time_per_conversation_and_leases_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ChannelStore::open(&dir.path().join("p.db")).unwrap();
+        store
+            .finish(None, InboundState::Done, &reply(&["one", "two"]))
+            .unwrap();
+        let claimed = store.claim_due("a", 60_000, 10).unwrap();
+        assert_eq!(
+            claimed.iter().map(|r| r.text.as_str()).collect::<Vec<_>>(),
+            ["one"]
+        );
+        assert!(
+            store.claim_due("b", 60_000, 10).unwrap().is_empty(),
+            "claimed"
+        );
+        store.delivered(claimed[0].id, "ts1").unwrap();
+        let next = store.claim_due("a", 0, 10).unwrap();
+        assert_eq!(next[0].text, "two");
+        // A zero lease has expired already: another worker may take it.
+        assert_eq!(store.claim_due("b", 60_000, 10).unwrap()[0].text, "two");
+    }
+}

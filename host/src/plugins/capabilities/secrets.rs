@@ -1,0 +1,610 @@
+//! Secrets a plugin uses by name and never sees: the values of the config
+//! keys its manifest marks `secret = true`, and values the host kept from a
+//! response for it (`capture`, e.g. a tenant access token).
+//!
+//! The host puts a secret only into the typed places a request names
+//! (a header, a JSON member, a form field), never into free text, so a
+//! message that happens to contain a secret's name cannot pull the value
+//! into a chat. Responses are scrubbed of every value before the plugin
+//! reads them, in case a server echoes one back.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hmac::Mac;
+use sha2::{Digest as _, Sha256};
+
+/// What replaces a secret's value wherever the plugin could read it.
+pub const SCRUBBED: &str = "[secret]";
+
+/// Longest lifetime a captured value is kept without a stated expiry.
+pub const CAPTURE_MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("no value is set for secret `{0}`")]
+    Unknown(String),
+    #[error("`{0}` is not a secret of this plugin (mark it `secret = true` in plugin.toml)")]
+    Denied(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Where a secret goes in a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// Header `name` set to `prefix` + value.
+    Header { name: String, prefix: String },
+    /// A member of the JSON object body, by JSON Pointer.
+    JsonField(String),
+    /// A field of a form-urlencoded body.
+    FormField(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Use {
+    pub secret: String,
+    pub place: Place,
+}
+
+/// Keep a response's JSON string member as a secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capture {
+    pub pointer: String,
+    pub secret: String,
+    pub expires_in_pointer: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Digest {
+    HmacSha256,
+    Sha256,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Bytes(Vec<u8>),
+    Secret(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cipher {
+    Aes256CbcSha256Key,
+}
+
+/// One plugin's secrets in one scope.
+pub struct Secrets {
+    /// Config keys the manifest marks secret.
+    declared: BTreeSet<String>,
+    /// Their non-empty values.
+    configured: BTreeMap<String, String>,
+    captured: Mutex<HashMap<String, Captured>>,
+}
+
+struct Captured {
+    value: String,
+    until: Instant,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secrets")
+            .field("declared", &self.declared)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Secrets {
+    /// The secrets among `config`'s values: those of the `declared` keys.
+    /// Non-string values count by their JSON text.
+    pub fn new(declared: BTreeSet<String>, config: &serde_json::Value) -> Self {
+        let configured = declared
+            .iter()
+            .filter_map(|key| {
+                let value = match config.get(key)? {
+                    serde_json::Value::String(s) => s.clone(),
+                    serde_json::Value::Null => return None,
+                    other => other.to_string(),
+                };
+                (!value.is_empty()).then(|| (key.clone(), value))
+            })
+            .collect();
+        Self {
+            declared,
+            configured,
+            captured: Mutex::default(),
+        }
+    }
+
+    /// `config` without the secret keys: what the plugin may read.
+    pub fn public_config(&self, config: &serde_json::Value) -> serde_json::Value {
+        match config {
+            serde_json::Value::Object(map) => serde_json::Value::Object(
+                map.iter()
+                    .filter(|(k, _)| !self.declared.contains(*k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    pub fn is_secret(&self, key: &str) -> bool {
+        self.declared.contains(key)
+    }
+
+    pub fn is_set(&self, name: &str) -> bool {
+        self.value(name).is_ok()
+    }
+
+    fn value(&self, name: &str) -> Result<String, SecretError> {
+        if let Some(v) = self.configured.get(name) {
+            return Ok(v.clone());
+        }
+        if self.declared.contains(name) {
+            return Err(SecretError::Unknown(name.to_string()));
+        }
+        let mut captured = self
+            .captured
+            .lock()
+            .map_err(|_| SecretError::Invalid("secret store poisoned".into()))?;
+        match captured.get(name) {
+            Some(c) if c.until > Instant::now() => Ok(c.value.clone()),
+            Some(_) => {
+                captured.remove(name);
+                Err(SecretError::Unknown(name.to_string()))
+            }
+            None => Err(SecretError::Denied(name.to_string())),
+        }
+    }
+
+    /// Every value the plugin must never read, longest first.
+    fn all_values(&self) -> Vec<String> {
+        let mut values: Vec<String> = self.configured.values().cloned().collect();
+        if let Ok(captured) = self.captured.lock() {
+            values.extend(captured.values().map(|c| c.value.clone()));
+        }
+        // Values shorter than this are too likely to be ordinary text.
+        values.retain(|v| v.len() >= 8);
+        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        values.dedup();
+        values
+    }
+
+    /// Puts each secret of `uses` into `headers` or `body`. Returns the
+    /// names of the headers now carrying a secret.
+    pub fn apply(
+        &self,
+        uses: &[Use],
+        headers: &mut Vec<(String, String)>,
+        body: &mut Vec<u8>,
+    ) -> Result<(), SecretError> {
+        for one in uses {
+            let value = self.value(&one.secret)?;
+            match &one.place {
+                Place::Header { name, prefix } => {
+                    headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+                    headers.push((name.clone(), format!("{prefix}{value}")));
+                }
+                Place::JsonField(pointer) => set_json_member(body, pointer, value)?,
+                Place::FormField(field) => set_form_field(body, field, &value),
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the string at `capture.pointer` of the JSON `body` and blanks
+    /// it there.
+    pub fn capture(&self, capture: &Capture, body: &mut Vec<u8>) -> Result<(), SecretError> {
+        if self.declared.contains(&capture.secret) {
+            return Err(SecretError::Invalid(format!(
+                "cannot capture into `{}`: it is a config key",
+                capture.secret
+            )));
+        }
+        let mut json: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+            SecretError::Invalid(format!("the response to capture from is not JSON: {e}"))
+        })?;
+        let lifetime = capture
+            .expires_in_pointer
+            .as_deref()
+            .and_then(|p| json.pointer(p))
+            .and_then(serde_json::Value::as_u64)
+            .map_or(CAPTURE_MAX_LIFETIME, |s| {
+                Duration::from_secs(s).min(CAPTURE_MAX_LIFETIME)
+            });
+        let slot = json.pointer_mut(&capture.pointer).ok_or_else(|| {
+            SecretError::Invalid(format!(
+                "the response has no member at `{}` to capture",
+                capture.pointer
+            ))
+        })?;
+        let serde_json::Value::String(value) = std::mem::take(slot) else {
+            return Err(SecretError::Invalid(format!(
+                "the member at `{}` is not a string",
+                capture.pointer
+            )));
+        };
+        *slot = serde_json::Value::String(String::new());
+        if value.is_empty() {
+            return Err(SecretError::Invalid(format!(
+                "the member at `{}` is empty",
+                capture.pointer
+            )));
+        }
+        *body = serde_json::to_vec(&json).map_err(|e| SecretError::Invalid(e.to_string()))?;
+        self.captured
+            .lock()
+            .map_err(|_| SecretError::Invalid("secret store poisoned".into()))?
+            .insert(
+                capture.secret.clone(),
+                Captured {
+                    value,
+                    until: Instant::now() + lifetime,
+                },
+            );
+        Ok(())
+    }
+
+    /// Replaces every secret value in `bytes` (and in `headers`) with
+    /// [`SCRUBBED`].
+    pub fn scrub(&self, headers: &mut [(String, String)], bytes: &mut Vec<u8>) {
+        let values = self.all_values();
+        if values.is_empty() {
+            return;
+        }
+        for value in &values {
+            if let Some(replaced) = replace_all(bytes, value.as_bytes(), SCRUBBED.as_bytes()) {
+                *bytes = replaced;
+            }
+            for (_, v) in headers.iter_mut() {
+                if v.contains(value.as_str()) {
+                    *v = v.replace(value.as_str(), SCRUBBED);
+                }
+            }
+        }
+    }
+
+    /// Digest of `parts` (HMAC keyed with `key`) compared with `expected` in
+    /// constant time.
+    pub fn verify(
+        &self,
+        digest: Digest,
+        key: Option<&str>,
+        parts: &[Part],
+        expected: &[u8],
+    ) -> Result<bool, SecretError> {
+        let mut message = Vec::new();
+        for part in parts {
+            match part {
+                Part::Bytes(b) => message.extend_from_slice(b),
+                Part::Secret(name) => message.extend_from_slice(self.value(name)?.as_bytes()),
+            }
+        }
+        match digest {
+            Digest::HmacSha256 => {
+                let name = key.ok_or_else(|| {
+                    SecretError::Invalid("hmac-sha256 needs a key (a secret's name)".into())
+                })?;
+                let key = self.value(name)?;
+                let mut mac = hmac::Hmac::<Sha256>::new_from_slice(key.as_bytes())
+                    .map_err(|e| SecretError::Invalid(e.to_string()))?;
+                mac.update(&message);
+                Ok(mac.verify_slice(expected).is_ok())
+            }
+            Digest::Sha256 => {
+                if key.is_some() {
+                    return Err(SecretError::Invalid(
+                        "sha256 takes no key; put the secret among the parts".into(),
+                    ));
+                }
+                let got = Sha256::digest(&message);
+                Ok(constant_time_eq(&got, expected))
+            }
+        }
+    }
+
+    pub fn decrypt(&self, cipher: Cipher, key: &str, data: &[u8]) -> Result<Vec<u8>, SecretError> {
+        use aes::cipher::{BlockDecryptMut, KeyIvInit, block_padding::Pkcs7};
+        match cipher {
+            Cipher::Aes256CbcSha256Key => {
+                let key = Sha256::digest(self.value(key)?.as_bytes());
+                if data.len() < 32 || data.len() % 16 != 0 {
+                    return Err(SecretError::Invalid(format!(
+                        "{} bytes is not an IV followed by whole AES blocks",
+                        data.len()
+                    )));
+                }
+                let (iv, blocks) = data.split_at(16);
+                cbc::Decryptor::<aes::Aes256>::new_from_slices(&key, iv)
+                    .map_err(|e| SecretError::Invalid(e.to_string()))?
+                    .decrypt_padded_vec_mut::<Pkcs7>(blocks)
+                    .map_err(|_| SecretError::Invalid("bad padding: wrong key?".into()))
+            }
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// `haystack` with every `needle` replaced, or `None` when there is none.
+fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Option<Vec<u8>> {
+    if needle.is_empty() || haystack.len() < needle.len() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(haystack.len());
+    let mut i = 0;
+    let mut found = false;
+    while i < haystack.len() {
+        if haystack[i..].starts_with(needle) {
+            out.extend_from_slice(with);
+            i += needle.len();
+            found = true;
+        } else {
+            out.push(haystack[i]);
+            i += 1;
+        }
+    }
+    found.then_some(out)
+}
+
+fn set_json_member(body: &mut Vec<u8>, pointer: &str, value: String) -> Result<(), SecretError> {
+    let mut json: serde_json::Value = if body.is_empty() {
+        serde_json::json!({})
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            SecretError::Invalid(format!("a json-field secret needs a JSON object body: {e}"))
+        })?
+    };
+    let (parent, last) = match pointer.rsplit_once('/') {
+        Some((parent, last)) if pointer.starts_with('/') => (parent, last),
+        _ => {
+            return Err(SecretError::Invalid(format!(
+                "`{pointer}` is not a JSON Pointer (it starts with `/`)"
+            )));
+        }
+    };
+    let key = last.replace("~1", "/").replace("~0", "~");
+    let target = if parent.is_empty() {
+        Some(&mut json)
+    } else {
+        json.pointer_mut(parent)
+    };
+    match target {
+        Some(serde_json::Value::Object(map)) => {
+            map.insert(key, serde_json::Value::String(value));
+        }
+        _ => {
+            return Err(SecretError::Invalid(format!(
+                "the body has no JSON object at `{}`",
+                if parent.is_empty() { "/" } else { parent }
+            )));
+        }
+    }
+    *body = serde_json::to_vec(&json).map_err(|e| SecretError::Invalid(e.to_string()))?;
+    Ok(())
+}
+
+fn set_form_field(body: &mut Vec<u8>, field: &str, value: &str) {
+    let mut pairs: Vec<(String, String)> = url::form_urlencoded::parse(body)
+        .into_owned()
+        .filter(|(k, _)| k != field)
+        .collect();
+    pairs.push((field.to_string(), value.to_string()));
+    *body = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+        .into_bytes();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secrets() -> Secrets {
+        Secrets::new(
+            [
+                "bot_token".to_string(),
+                "signing_secret".to_string(),
+                "unset".to_string(),
+            ]
+            .into(),
+            &serde_json::json!({
+                "bot_token": "xoxb-123-secret-value",
+                "signing_secret": "8f742231b10e8888abcd99yyyzzz85a5",
+                "api_base": "https://slack.com/api",
+            }),
+        )
+    }
+
+    #[test]
+    fn the_plugin_reads_config_without_secret_keys() {
+        let s = secrets();
+        let shown = s.public_config(&serde_json::json!({"bot_token": "x", "api_base": "y"}));
+        assert_eq!(shown, serde_json::json!({"api_base": "y"}));
+        assert!(s.is_set("bot_token"));
+        assert!(!s.is_set("unset"));
+        assert!(!s.is_set("api_base"), "not a secret");
+    }
+
+    #[test]
+    fn secrets_go_only_where_the_request_names_them() {
+        let s = secrets();
+        let mut headers = vec![("Authorization".to_string(), "Bearer guess".to_string())];
+        let mut body = br#"{"text":"bot_token {{bot_token}}"}"#.to_vec();
+        s.apply(
+            &[Use {
+                secret: "bot_token".into(),
+                place: Place::Header {
+                    name: "authorization".into(),
+                    prefix: "Bearer ".into(),
+                },
+            }],
+            &mut headers,
+            &mut body,
+        )
+        .unwrap();
+        assert_eq!(
+            headers,
+            vec![(
+                "authorization".to_string(),
+                "Bearer xoxb-123-secret-value".to_string()
+            )]
+        );
+        assert_eq!(body, br#"{"text":"bot_token {{bot_token}}"}"#.to_vec());
+
+        s.apply(
+            &[Use {
+                secret: "bot_token".into(),
+                place: Place::JsonField("/auth/app_secret".into()),
+            }],
+            &mut headers,
+            &mut body,
+        )
+        .unwrap_err();
+        let mut body = br#"{"app_id":"cli_1","auth":{}}"#.to_vec();
+        s.apply(
+            &[Use {
+                secret: "bot_token".into(),
+                place: Place::JsonField("/auth/app_secret".into()),
+            }],
+            &mut headers,
+            &mut body,
+        )
+        .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["auth"]["app_secret"], "xoxb-123-secret-value");
+
+        let mut form = b"channel=C1&token=guess".to_vec();
+        s.apply(
+            &[Use {
+                secret: "bot_token".into(),
+                place: Place::FormField("token".into()),
+            }],
+            &mut headers,
+            &mut form,
+        )
+        .unwrap();
+        assert_eq!(form, b"channel=C1&token=xoxb-123-secret-value".to_vec());
+    }
+
+    #[test]
+    fn unknown_and_undeclared_names_are_refused() {
+        let s = secrets();
+        let use_of = |name: &str| Use {
+            secret: name.into(),
+            place: Place::FormField("t".into()),
+        };
+        let (mut h, mut b) = (Vec::new(), Vec::new());
+        assert_eq!(
+            s.apply(&[use_of("unset")], &mut h, &mut b),
+            Err(SecretError::Unknown("unset".into()))
+        );
+        assert_eq!(
+            s.apply(&[use_of("api_base")], &mut h, &mut b),
+            Err(SecretError::Denied("api_base".into()))
+        );
+    }
+
+    #[test]
+    fn captured_values_are_kept_blanked_and_scrubbed() {
+        let s = secrets();
+        let mut body =
+            br#"{"code":0,"tenant_access_token":"t-g1044ghJRUIJJ5ELSBO","expire":7200}"#.to_vec();
+        s.capture(
+            &Capture {
+                pointer: "/tenant_access_token".into(),
+                secret: "tenant_token".into(),
+                expires_in_pointer: Some("/expire".into()),
+            },
+            &mut body,
+        )
+        .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["tenant_access_token"], "");
+        assert!(s.is_set("tenant_token"));
+        let mut echoed = b"you sent t-g1044ghJRUIJJ5ELSBO and xoxb-123-secret-value".to_vec();
+        let mut headers = vec![(
+            "x-echo".to_string(),
+            "Bearer t-g1044ghJRUIJJ5ELSBO".to_string(),
+        )];
+        s.scrub(&mut headers, &mut echoed);
+        assert_eq!(echoed, b"you sent [secret] and [secret]".to_vec());
+        assert_eq!(headers[0].1, "Bearer [secret]");
+        assert!(
+            s.capture(
+                &Capture {
+                    pointer: "/x".into(),
+                    secret: "bot_token".into(),
+                    expires_in_pointer: None,
+                },
+                &mut br#"{"x":"y"}"#.to_vec(),
+            )
+            .is_err(),
+            "a capture may not overwrite a configured secret"
+        );
+    }
+
+    #[test]
+    fn slack_signature_example_verifies() {
+        // https://api.slack.com/authentication/verifying-requests-from-slack
+        let s = secrets();
+        let body = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
+        let expected =
+            hex::decode("a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503")
+                .unwrap();
+        let parts = [
+            Part::Bytes(b"v0:1531420618:".to_vec()),
+            Part::Bytes(body.as_bytes().to_vec()),
+        ];
+        assert_eq!(
+            s.verify(
+                Digest::HmacSha256,
+                Some("signing_secret"),
+                &parts,
+                &expected
+            ),
+            Ok(true)
+        );
+        let mut wrong = expected.clone();
+        wrong[0] ^= 1;
+        assert_eq!(
+            s.verify(Digest::HmacSha256, Some("signing_secret"), &parts, &wrong),
+            Ok(false)
+        );
+    }
+
+    #[test]
+    fn feishu_decrypt_example_and_signature() {
+        // https://open.feishu.cn/document/server-docs/event-subscription-guide/event-subscription-configure-/encrypt-key-encryption-configuration-case
+        let s = Secrets::new(
+            ["encrypt_key".to_string()].into(),
+            &serde_json::json!({"encrypt_key": "test key"}),
+        );
+        use base64::Engine as _;
+        let data = base64::engine::general_purpose::STANDARD
+            .decode("P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=")
+            .unwrap();
+        assert_eq!(
+            s.decrypt(Cipher::Aes256CbcSha256Key, "encrypt_key", &data),
+            Ok(b"hello world".to_vec())
+        );
+        assert!(
+            s.decrypt(Cipher::Aes256CbcSha256Key, "encrypt_key", &data[..20])
+                .is_err()
+        );
+        let parts = [
+            Part::Bytes(b"1700000000nonce".to_vec()),
+            Part::Secret("encrypt_key".into()),
+            Part::Bytes(b"{}".to_vec()),
+        ];
+        let want = Sha256::digest(b"1700000000noncetest key{}");
+        assert_eq!(s.verify(Digest::Sha256, None, &parts, &want), Ok(true));
+    }
+}

@@ -1,0 +1,298 @@
+//! Messages from channels: each is stored first (a platform retry of a
+//! message already stored is dropped), its sender checked against the
+//! channel's `allowed_senders`, its (channel, conversation) mapped to a
+//! workspace, and its turn run one at a time per session, in arrival
+//! order. The reply goes to the outbox in the same transaction that marks
+//! the message answered.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use super::{Agent, AgentEvent, HostEvent, Inbound, Origin};
+use crate::audit::AuditLog;
+use crate::channels::store::{InboundRow, StoreError};
+use crate::channels::{Address, ChannelHost, InboundState, Inbox, Received};
+use crate::config::{Config, Refusal};
+use crate::plugins::api;
+use crate::sessions::{SessionKey, TurnStatus};
+
+/// A session's worker ends after this long without messages.
+const IDLE_WORKER: Duration = Duration::from_secs(600);
+
+/// What a turn that pincer's restart interrupted answers.
+pub const INTERRUPTED_REPLY: &str = "pincer was restarted while it worked on this message, so it has no answer for it. Send the message again if you still need one.";
+
+pub struct ChannelRouter {
+    me: Weak<ChannelRouter>,
+    agent: Arc<Agent>,
+    channels: Arc<ChannelHost>,
+    audit: Arc<AuditLog>,
+    config: Arc<Config>,
+    queues: Mutex<HashMap<SessionKey, mpsc::UnboundedSender<i64>>>,
+    /// Turns in progress (to wait for at shutdown).
+    running: tokio::sync::Semaphore,
+    stop: watch::Receiver<bool>,
+    /// How long a turn may go on once the daemon is stopping.
+    grace: Duration,
+}
+
+/// Upper bound of turns running at once (each holds a permit).
+const MAX_RUNNING: u32 = 1 << 16;
+
+impl ChannelRouter {
+    pub fn new(
+        agent: Arc<Agent>,
+        channels: Arc<ChannelHost>,
+        audit: Arc<AuditLog>,
+        config: Arc<Config>,
+        stop: watch::Receiver<bool>,
+        grace: Duration,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me| ChannelRouter {
+            me: me.clone(),
+            agent,
+            channels,
+            audit,
+            config,
+            queues: Mutex::default(),
+            running: tokio::sync::Semaphore::new(MAX_RUNNING as usize),
+            stop,
+            grace,
+        })
+    }
+
+    /// After a restart: messages whose turn was cut short get a notice;
+    /// messages still queued are run, in order.
+    pub fn recover(&self) -> Result<(), StoreError> {
+        let store = self.channels.store();
+        for row in store.inbound_in(InboundState::Running)? {
+            tracing::warn!(channel = %row.channel, id = row.id, "a turn was interrupted by a restart");
+            self.channels.reply(
+                Some(row.id),
+                InboundState::Interrupted,
+                &Address::of(&row),
+                INTERRUPTED_REPLY,
+            )?;
+        }
+        for row in store.inbound_in(InboundState::Queued)? {
+            self.enqueue(session_key(&row), row.id);
+        }
+        Ok(())
+    }
+
+    /// Waits for running turns to end (they are cancelled `grace` after
+    /// the stop signal), at most `within`.
+    pub async fn drain(&self, within: Duration) {
+        let _ = tokio::time::timeout(within, self.running.acquire_many(MAX_RUNNING)).await;
+    }
+
+    fn accept_one(&self, channel: &str, message: api::Message) -> Result<(), StoreError> {
+        let Some(config) = self.config.channels.get(channel) else {
+            tracing::warn!(%channel, "a message for an unconfigured channel was dropped");
+            return Ok(());
+        };
+        let workspace = config.workspace_for(&message.conversation).to_string();
+        let allowed = config.allows(&message.sender);
+        let received = Received {
+            channel: channel.to_string(),
+            conversation: message.conversation,
+            thread: message.thread,
+            message_id: message.id,
+            sender: message.sender,
+            sender_name: message.sender_name,
+            text: message.text,
+            timestamp_ms: message.timestamp_ms,
+        };
+        let state = if allowed {
+            InboundState::Queued
+        } else {
+            InboundState::Refused
+        };
+        let Some(id) = self.channels.store().receive(&received, &workspace, state)? else {
+            tracing::debug!(%channel, id = %received.message_id, "a redelivered message was dropped");
+            return Ok(());
+        };
+        if !allowed {
+            self.audit.record(
+                &format!("channel:{channel}"),
+                Some(&workspace),
+                "channel.sender_refused",
+                &format!(
+                    "sender `{}` is not in channels.{channel}.allowed_senders (conversation {}, message {})",
+                    received.sender, received.conversation, received.message_id
+                ),
+            );
+            if config.refusal == Refusal::Reply {
+                let to = Address {
+                    channel,
+                    conversation: &received.conversation,
+                    thread: received.thread.as_deref(),
+                    reply_to: Some(&received.message_id),
+                };
+                self.channels.reply(
+                    Some(id),
+                    InboundState::Refused,
+                    &to,
+                    &format!(
+                        "You are not allowed to use this assistant. Your id here is `{}`: ask its operator to add it to `channels.{channel}.allowed_senders`.",
+                        received.sender
+                    ),
+                )?;
+            }
+            return Ok(());
+        }
+        let key = SessionKey {
+            channel: channel.to_string(),
+            conversation: session_conversation(&received.conversation, received.thread.as_deref()),
+            workspace,
+        };
+        self.enqueue(key, id);
+        Ok(())
+    }
+
+    fn enqueue(&self, key: SessionKey, id: i64) {
+        let Ok(mut queues) = self.queues.lock() else {
+            return;
+        };
+        if let Some(tx) = queues.get(&key)
+            && tx.send(id).is_ok()
+        {
+            return;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(id);
+        queues.insert(key.clone(), tx);
+        if let Some(me) = self.me.upgrade() {
+            tokio::spawn(async move { me.work(key, rx).await });
+        }
+    }
+
+    /// Runs the session's messages one after the other.
+    async fn work(self: Arc<Self>, key: SessionKey, mut rx: mpsc::UnboundedReceiver<i64>) {
+        loop {
+            let id = match tokio::time::timeout(IDLE_WORKER, rx.recv()).await {
+                Ok(Some(id)) => id,
+                Ok(None) => return,
+                Err(_) => {
+                    // Leave only if nothing arrived meanwhile (senders send
+                    // under the same lock).
+                    let Ok(mut queues) = self.queues.lock() else {
+                        return;
+                    };
+                    if rx.is_empty() {
+                        queues.remove(&key);
+                        return;
+                    }
+                    continue;
+                }
+            };
+            if *self.stop.borrow() {
+                // Stays queued: the next start runs it.
+                continue;
+            }
+            if let Err(e) = self.run_one(&key, id).await {
+                tracing::error!(channel = %key.channel, id, "cannot record a channel turn: {e}");
+            }
+        }
+    }
+
+    async fn run_one(&self, key: &SessionKey, id: i64) -> Result<(), StoreError> {
+        let store = self.channels.store();
+        let Some(row) = store.inbound(id)? else {
+            return Ok(());
+        };
+        if row.state != InboundState::Queued {
+            return Ok(());
+        }
+        let Ok(_permit) = self.running.acquire().await else {
+            return Ok(());
+        };
+        store.set_inbound_state(id, InboundState::Running)?;
+        self.channels.show_status(&row, api::TurnState::Working).await;
+        let inbound = Inbound {
+            key: key.clone(),
+            text: row.text.clone(),
+            origin: Some(Origin {
+                sender: row.sender.clone(),
+                sender_name: row.sender_name.clone(),
+                message_id: row.message_id.clone(),
+                thread: row.thread.clone(),
+                timestamp_ms: u64::try_from(row.received_ms).unwrap_or(0),
+            }),
+        };
+        let events = |event: AgentEvent| {
+            if let AgentEvent::Host(HostEvent::Session { turn_id, .. }) = &event
+                && let Err(e) = store.set_turn(id, turn_id)
+            {
+                tracing::warn!(id, "cannot record the turn id: {e}");
+            }
+        };
+        let mut stop = self.stop.clone();
+        let grace = self.grace;
+        let cancel = async move {
+            let _ = stop.wait_for(|s| *s).await;
+            tokio::time::sleep(grace).await;
+        };
+        let (state, text) = match self.agent.turn(inbound, &events, cancel).await {
+            Ok(summary) => match summary.status {
+                TurnStatus::Done => (
+                    InboundState::Done,
+                    summary.reply.unwrap_or_else(|| "(no reply)".into()),
+                ),
+                TurnStatus::Cancelled if *self.stop.borrow() => {
+                    (InboundState::Interrupted, INTERRUPTED_REPLY.to_string())
+                }
+                _ => (
+                    InboundState::Failed,
+                    failure_text(summary.error.as_deref().unwrap_or("the turn failed")),
+                ),
+            },
+            Err(e) => (InboundState::Failed, failure_text(&e.to_string())),
+        };
+        self.channels
+            .reply(Some(id), state, &Address::of(&row), &text)?;
+        let row = store.inbound(id)?.unwrap_or(row);
+        let shown = if state == InboundState::Done {
+            api::TurnState::Done
+        } else {
+            api::TurnState::Failed
+        };
+        self.channels.show_status(&row, shown).await;
+        Ok(())
+    }
+}
+
+impl Inbox for ChannelRouter {
+    fn accept(&self, channel: &str, messages: Vec<api::Message>) {
+        for message in messages {
+            if let Err(e) = self.accept_one(channel, message) {
+                // Not stored: the platform's retry (it got no ack from a
+                // webhook that failed) or the next redelivery brings it back.
+                tracing::error!(%channel, "cannot store an inbound message: {e}");
+            }
+        }
+    }
+}
+
+fn failure_text(error: &str) -> String {
+    format!("⚠️ Sorry, this message could not be answered: {error}")
+}
+
+/// A thread is a conversation of its own.
+fn session_conversation(conversation: &str, thread: Option<&str>) -> String {
+    match thread {
+        Some(thread) => format!("{conversation}/{thread}"),
+        None => conversation.to_string(),
+    }
+}
+
+fn session_key(row: &InboundRow) -> SessionKey {
+    SessionKey {
+        channel: row.channel.clone(),
+        conversation: session_conversation(&row.conversation, row.thread.as_deref()),
+        workspace: row.workspace.clone(),
+    }
+}
