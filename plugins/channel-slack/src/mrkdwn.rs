@@ -305,15 +305,15 @@ impl Writer {
         if let Some(gap) = self.gap.take()
             && !self.out.is_empty()
         {
-            match gap {
-                Gap::Line => self.newline(),
-                Gap::Blank => {
-                    self.newline();
-                    if self.quote_depth > 0 && self.last_line_quoted {
-                        self.out.push('>');
-                    }
-                    self.newline();
+            // Raw HTML lines end in a newline of their own.
+            if !self.out.ends_with('\n') {
+                self.newline();
+            }
+            if gap == Gap::Blank {
+                if self.quote_depth > 0 && self.last_line_quoted {
+                    self.out.push('>');
                 }
+                self.newline();
             }
         }
         if self.out.is_empty() {
@@ -410,6 +410,17 @@ mod tests {
             "<div class=\"x\">\n<p>hi</p>\n</div>",
             "&lt;div class=\"x\"&gt;\n&lt;p&gt;hi&lt;/p&gt;\n&lt;/div&gt;",
         );
+    }
+
+    #[test]
+    fn html_blocks_between_paragraphs() {
+        check(
+            "before\n\n<div>\n</div>\n\nafter",
+            "before\n\n&lt;div&gt;\n&lt;/div&gt;\n\nafter",
+        );
+        check("<br>\n\n- item", "&lt;br&gt;\n\n• item");
+        // An HTML block runs to the next blank line.
+        check("<br>\n- item", "&lt;br&gt;\n- item");
     }
 
     #[test]
