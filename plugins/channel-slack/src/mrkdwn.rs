@@ -49,6 +49,14 @@ fn link_url(url: &str) -> String {
     out
 }
 
+const ZERO_WIDTH_SPACE: char = '\u{200B}';
+
+/// Whether a formatting marker next to `c` needs a zero-width space to be
+/// seen by Slack: letters, digits and non-ASCII punctuation (`：`, `，`) do.
+fn needs_boundary(c: char) -> bool {
+    !c.is_whitespace() && !c.is_ascii_punctuation() && c != ZERO_WIDTH_SPACE
+}
+
 /// What separates the next block from what came before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Gap {
@@ -82,6 +90,10 @@ struct Writer {
     marker: Option<String>,
     in_heading: bool,
     in_code_block: bool,
+    /// An opening formatting marker is being written.
+    opening: bool,
+    /// The last thing written was a closing formatting marker.
+    closed: bool,
     link: Option<PendingLink>,
 }
 
@@ -171,9 +183,9 @@ impl Writer {
                 };
                 self.marker = Some(marker);
             }
-            Tag::Emphasis => self.mark("_"),
-            Tag::Strong => self.strong(),
-            Tag::Strikethrough => self.mark("~"),
+            Tag::Emphasis => self.mark("_", true),
+            Tag::Strong => self.strong(true),
+            Tag::Strikethrough => self.mark("~", true),
             Tag::Link {
                 link_type,
                 dest_url,
@@ -219,9 +231,9 @@ impl Writer {
                 }
                 self.gap = Some(Gap::Line);
             }
-            TagEnd::Emphasis => self.mark("_"),
-            TagEnd::Strong => self.strong(),
-            TagEnd::Strikethrough => self.mark("~"),
+            TagEnd::Emphasis => self.mark("_", false),
+            TagEnd::Strong => self.strong(false),
+            TagEnd::Strikethrough => self.mark("~", false),
             TagEnd::Link | TagEnd::Image => self.end_link(),
             _ => {}
         }
@@ -229,17 +241,24 @@ impl Writer {
 
     /// Bold, except in headings: they are bold already, and Slack does not
     /// nest `*`.
-    fn strong(&mut self) {
+    fn strong(&mut self, open: bool) {
         if !self.in_heading {
-            self.mark("*");
+            self.mark("*", open);
         }
     }
 
-    /// A formatting marker; dropped inside link labels, which Slack shows plainly.
-    fn mark(&mut self, marker: &str) {
-        if self.link.is_none() {
-            self.write(marker);
+    /// A formatting marker; dropped inside link labels, which Slack shows
+    /// plainly. Slack only sees markers at word boundaries (`a*b*c` stays
+    /// literal, and so does bold inside Chinese text), so a zero-width space
+    /// separates a marker from a letter next to it.
+    fn mark(&mut self, marker: &str, open: bool) {
+        if self.link.is_some() {
+            return;
         }
+        self.opening = open;
+        self.write(marker);
+        self.opening = false;
+        self.closed = !open;
     }
 
     fn text(&mut self, text: &str) {
@@ -334,12 +353,24 @@ impl Writer {
             self.out.push('\n');
         }
         self.at_line_start = true;
+        self.closed = false;
     }
 
     fn line_part(&mut self, part: &str) {
         if self.at_line_start && (!part.is_empty() || self.marker.is_some()) {
             self.prefix();
             self.at_line_start = false;
+        }
+        if let Some(first) = part.chars().next() {
+            let glued = if self.opening {
+                self.out.chars().next_back().is_some_and(needs_boundary)
+            } else {
+                self.closed && needs_boundary(first)
+            };
+            if glued {
+                self.out.push(ZERO_WIDTH_SPACE);
+            }
+            self.closed = false;
         }
         self.out.push_str(part);
     }
@@ -393,6 +424,20 @@ mod tests {
         check("~~gone~~", "~gone~");
         check("***both***", "_*both*_");
         check("**bold _and italic_**", "*bold _and italic_*");
+    }
+
+    #[test]
+    fn markers_inside_words_get_zero_width_spaces() {
+        check("foo**bar**baz", "foo\u{200B}*bar*\u{200B}baz");
+        check("请**务必**注意", "请\u{200B}*务必*\u{200B}注意");
+        check(
+            "un*frigging*believable",
+            "un\u{200B}_frigging_\u{200B}believable",
+        );
+        // Spaces and ASCII punctuation are boundaries already.
+        check("(**x**), **y**.", "(*x*), *y*.");
+        check("**a** b", "*a* b");
+        check("- **item**", "• *item*");
     }
 
     #[test]
@@ -523,7 +568,7 @@ mod tests {
     fn chinese_text() {
         check(
             "## 总结\n\n**注意**：请运行 `cargo build`，然后查看[文档](https://example.com/文档)。",
-            "*总结*\n\n*注意*：请运行 `cargo build`，然后查看<https://example.com/文档|文档>。",
+            "*总结*\n\n*注意*\u{200B}：请运行 `cargo build`，然后查看<https://example.com/文档|文档>。",
         );
     }
 
