@@ -1,0 +1,819 @@
+//! Channel `channel-slack`: Slack as a pincer channel.
+//!
+//! Messages arrive over Socket Mode (when `app_token` is set: the host holds
+//! the websocket `connect` describes and hands its frames to `on_frame`) or
+//! through the Events API (signed webhooks to `/events`, verified with
+//! `signing_secret`). Replies go out by `chat.postMessage`, converted from
+//! Markdown to Slack's mrkdwn; a reaction shows that a turn is working.
+//!
+//! The tokens and the signing secret are manifest secrets: the plugin names
+//! them in requests (`secret-use`) and verifications (`secrets::verify`) and
+//! never sees their values. Everything that does not call the host lives in
+//! pure functions, unit-tested natively.
+
+mod api;
+mod inbound;
+mod mrkdwn;
+mod signature;
+mod socket;
+
+wit_bindgen::generate!({
+    path: "../../wit/v0.2.0",
+    world: "channel-plugin",
+});
+
+use api::Failure;
+use exports::pincer::plugin::channel::{
+    ChannelError, ChannelInfo, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest,
+    ReconnectPolicy, RetryAfter, StatusUpdate, TurnState, WebhookOutcome, WebhookRequest,
+};
+use pincer::plugin::secrets::{self, Digest, Part, SecretError};
+use pincer::plugin::types::{
+    Header, HttpError, HttpRequest, HttpResponse, Outbound, SecretHeader, SecretPlace, SecretUse,
+};
+use pincer::plugin::{clock, config, http, logging};
+use serde_json::{Value, json};
+
+const BOT_TOKEN: &str = "bot_token";
+const APP_TOKEN: &str = "app_token";
+const SIGNING_SECRET: &str = "signing_secret";
+const DEFAULT_API_BASE: &str = "https://slack.com/api";
+const DEFAULT_REACTION: &str = "eyes";
+
+/// Slack recommends at most 4,000 characters per message; escaping (`&amp;`)
+/// and mrkdwn markers need some headroom.
+const MAX_TEXT_BYTES: u32 = 3500;
+/// Slack pings Socket Mode connections regularly; silence this long means the
+/// connection is dead.
+const IDLE_TIMEOUT_MS: u32 = 30_000;
+/// Per-request timeout for Web API calls.
+const HTTP_TIMEOUT_MS: u32 = 15_000;
+
+const CONNECTION_TOKEN_ERRORS: [&str; 3] = ["invalid_auth", "not_authed", "not_allowed_token_type"];
+
+struct SlackChannel;
+
+impl Guest for SlackChannel {
+    fn describe() -> ChannelInfo {
+        ChannelInfo {
+            max_text_bytes: MAX_TEXT_BYTES,
+        }
+    }
+
+    fn handle_webhook(request: WebhookRequest) -> Result<WebhookOutcome, ChannelError> {
+        if let Some(outcome) = route(&request.method, &request.path) {
+            return Ok(outcome);
+        }
+        if !secrets::is_set(SIGNING_SECRET) {
+            return Err(no_signing_secret());
+        }
+        let now_ms = clock::now_ms();
+        let check = signature::prepare(
+            header_value(&request.headers, signature::TIMESTAMP_HEADER),
+            header_value(&request.headers, signature::SIGNATURE_HEADER),
+            now_ms,
+        )
+        .map_err(ChannelError::Unauthorized)?;
+        let parts = [Part::Bytes(check.prefix), Part::Bytes(request.body.clone())];
+        match secrets::verify(
+            Digest::HmacSha256,
+            Some(SIGNING_SECRET),
+            &parts,
+            &check.expected,
+        ) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(ChannelError::Unauthorized(
+                    "X-Slack-Signature does not match: the request is not from Slack, or \
+                     `signing_secret` is not this app's Signing Secret"
+                        .into(),
+                ));
+            }
+            Err(SecretError::Unknown(_)) => return Err(no_signing_secret()),
+            Err(SecretError::Denied(why)) => {
+                return Err(ChannelError::Unsupported(format!(
+                    "the host refused the signing secret: {why}"
+                )));
+            }
+            Err(SecretError::Invalid(why)) => {
+                return Err(ChannelError::Unauthorized(format!(
+                    "the signature cannot be checked: {why}"
+                )));
+            }
+        }
+        let (outcome, notes) = events_outcome(&request.body, now_ms)?;
+        for note in notes {
+            log(logging::Level::Debug, &note);
+        }
+        Ok(outcome)
+    }
+
+    fn connect() -> Result<Option<ConnectionRequest>, ChannelError> {
+        if !secrets::is_set(APP_TOKEN) {
+            log(
+                logging::Level::Info,
+                "no `app_token`: Socket Mode is off, messages arrive through the Events API",
+            );
+            return Ok(None);
+        }
+        let value = call(
+            APP_TOKEN,
+            "apps.connections.open",
+            "application/x-www-form-urlencoded",
+            Vec::new(),
+        )
+        .map_err(|err| err.into_connect_error())?;
+        let url = connection_url(&value).map_err(ChannelError::Upstream)?;
+        Ok(Some(connection_request(url)))
+    }
+
+    fn on_frame(frame: Frame) -> Result<FrameOutcome, ChannelError> {
+        let text = match frame {
+            Frame::Text(text) => text,
+            Frame::Binary(bytes) => {
+                return Err(ChannelError::BadRequest(format!(
+                    "Socket Mode sends text frames; got a binary frame of {} bytes",
+                    bytes.len()
+                )));
+            }
+        };
+        let outcome = socket::frame(&text, clock::now_ms()).map_err(ChannelError::BadRequest)?;
+        for (level, line) in &outcome.logs {
+            log(
+                match level {
+                    socket::Level::Debug => logging::Level::Debug,
+                    socket::Level::Info => logging::Level::Info,
+                    socket::Level::Warn => logging::Level::Warn,
+                    socket::Level::Error => logging::Level::Error,
+                },
+                line,
+            );
+        }
+        Ok(frame_outcome(outcome))
+    }
+
+    fn send(message: Outbound) -> Result<Delivery, ChannelError> {
+        require_bot_token()?;
+        let body = post_message_body(&message);
+        let value = call_json(BOT_TOKEN, "chat.postMessage", &body).map_err(ChannelError::from)?;
+        match delivery_id(&value) {
+            Some(id) => Ok(Delivery { id }),
+            None => {
+                log(
+                    logging::Level::Warn,
+                    "chat.postMessage answered ok without a `ts`",
+                );
+                Ok(Delivery { id: String::new() })
+            }
+        }
+    }
+
+    fn status(update: StatusUpdate) -> Result<Option<String>, ChannelError> {
+        let Some(name) = working_reaction(config::get("working_reaction")) else {
+            return Ok(None);
+        };
+        // Slash commands have a trigger id, not a message to react to.
+        if !inbound::is_ts(&update.message_id) {
+            return Ok(None);
+        }
+        match update.state {
+            TurnState::Working => {
+                require_bot_token()?;
+                let body = reaction_body(&update.conversation, &update.message_id, &name);
+                match call_json(BOT_TOKEN, "reactions.add", &body) {
+                    Ok(_) => Ok(Some(name)),
+                    Err(err) if err.error_code() == Some("already_reacted") => Ok(Some(name)),
+                    Err(err) => Err(err.into()),
+                }
+            }
+            TurnState::Done | TurnState::Failed => {
+                let Some(added) = update.handle.filter(|h| !h.is_empty()) else {
+                    return Ok(None);
+                };
+                require_bot_token()?;
+                let body = reaction_body(&update.conversation, &update.message_id, &added);
+                match call_json(BOT_TOKEN, "reactions.remove", &body) {
+                    Ok(_) => Ok(None),
+                    Err(err) if err.error_code() == Some("no_reaction") => Ok(None),
+                    Err(err) => Err(err.into()),
+                }
+            }
+        }
+    }
+}
+
+// ----- The thin layer over the host's imports.
+
+fn log(level: logging::Level, line: &str) {
+    logging::log(level, line);
+}
+
+fn require_bot_token() -> Result<(), ChannelError> {
+    if secrets::is_set(BOT_TOKEN) {
+        Ok(())
+    } else {
+        Err(ChannelError::Unsupported(
+            "`bot_token` is not set: give the app's Bot User OAuth Token (xoxb-…)".into(),
+        ))
+    }
+}
+
+fn no_signing_secret() -> ChannelError {
+    ChannelError::Unsupported(
+        "the Events API needs `signing_secret` (the app's Signing Secret, on its Basic \
+         Information page) to verify requests; set it, or use Socket Mode with `app_token`"
+            .into(),
+    )
+}
+
+fn api_base() -> Result<String, ChannelError> {
+    parse_api_base(config::get("api_base")).map_err(ChannelError::Unsupported)
+}
+
+/// A failed Web API call.
+enum CallError {
+    /// Slack answered, and refused or failed.
+    Slack(Failure),
+    /// Slack could not be reached.
+    Channel(ChannelError),
+}
+
+impl CallError {
+    fn error_code(&self) -> Option<&str> {
+        match self {
+            CallError::Slack(failure) => failure.error_code(),
+            CallError::Channel(_) => None,
+        }
+    }
+
+    /// For `apps.connections.open`: a refused token is the app-level token's fault.
+    fn into_connect_error(self) -> ChannelError {
+        match self {
+            CallError::Slack(failure) => connect_error(failure),
+            CallError::Channel(err) => err,
+        }
+    }
+}
+
+impl From<CallError> for ChannelError {
+    fn from(err: CallError) -> Self {
+        match err {
+            CallError::Slack(failure) => failure_error(failure),
+            CallError::Channel(err) => err,
+        }
+    }
+}
+
+fn call_json(token: &str, method: &str, body: &Value) -> Result<Value, CallError> {
+    call(
+        token,
+        method,
+        "application/json; charset=utf-8",
+        body.to_string().into_bytes(),
+    )
+}
+
+/// POSTs to a Web API method, authorized with the secret `token`.
+fn call(token: &str, method: &str, content_type: &str, body: Vec<u8>) -> Result<Value, CallError> {
+    let url = format!("{}/{method}", api_base().map_err(CallError::Channel)?);
+    let response = http::fetch(&HttpRequest {
+        method: "POST".into(),
+        url: url.clone(),
+        headers: vec![header("content-type", content_type)],
+        body,
+        timeout_ms: Some(HTTP_TIMEOUT_MS),
+        secrets: vec![bearer(token)],
+        capture: None,
+    })
+    .map_err(|err| CallError::Channel(http_error(method, &url, err)))?;
+    api::check(
+        method,
+        response.status,
+        header_value(&response.headers, "retry-after"),
+        &response.body,
+    )
+    .map_err(CallError::Slack)
+}
+
+export!(SlackChannel);
+
+// ----- Pure helpers.
+
+fn bearer(secret: &str) -> SecretUse {
+    SecretUse {
+        secret: secret.into(),
+        place: SecretPlace::Header(SecretHeader {
+            name: "authorization".into(),
+            prefix: "Bearer ".into(),
+        }),
+    }
+}
+
+fn header(name: &str, value: &str) -> Header {
+    Header {
+        name: name.into(),
+        value: value.into(),
+    }
+}
+
+fn header_value<'a>(headers: &'a [Header], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+/// `api_base` without a trailing slash; the default when unset or empty.
+fn parse_api_base(value: Option<String>) -> Result<String, String> {
+    let value = value.unwrap_or_default();
+    let base = value.trim().trim_end_matches('/');
+    if base.is_empty() {
+        return Ok(DEFAULT_API_BASE.into());
+    }
+    if !(base.starts_with("https://") || base.starts_with("http://")) {
+        return Err(format!(
+            "`api_base` must be an http:// or https:// URL, got {base:?}"
+        ));
+    }
+    Ok(base.into())
+}
+
+/// The reaction to show while working: the default when unset, none when
+/// set to an empty string; colons (`:eyes:`) are dropped.
+fn working_reaction(value: Option<String>) -> Option<String> {
+    match value {
+        None => Some(DEFAULT_REACTION.into()),
+        Some(value) => {
+            let name = value.trim().trim_matches(':').trim();
+            (!name.is_empty()).then(|| name.to_string())
+        }
+    }
+}
+
+/// Where an HTTP request or response goes wrong before Slack's answer.
+fn http_error(method: &str, url: &str, err: HttpError) -> ChannelError {
+    match err {
+        HttpError::Denied(why) => ChannelError::Unsupported(format!(
+            "{method}: the host does not let this plugin reach {url} ({why}); `api_base` must be \
+             on slack.com or allowed for the channel"
+        )),
+        HttpError::InvalidRequest(why) => ChannelError::Unsupported(format!(
+            "{method}: the request to {url} is invalid ({why}); check `api_base`"
+        )),
+        HttpError::Transport(why) => {
+            ChannelError::Upstream(format!("{method}: cannot reach Slack: {why}"))
+        }
+        HttpError::Timeout => {
+            ChannelError::Upstream(format!("{method}: Slack did not answer in time"))
+        }
+        HttpError::TooLarge => {
+            ChannelError::Upstream(format!("{method}: Slack's answer is too large"))
+        }
+    }
+}
+
+fn failure_error(failure: Failure) -> ChannelError {
+    match failure {
+        Failure::RetryLater { after_ms, reason } => {
+            ChannelError::RetryLater(RetryAfter { after_ms, reason })
+        }
+        Failure::Upstream(message) => ChannelError::Upstream(message),
+        Failure::Rejected { message, .. } => ChannelError::Rejected(message),
+    }
+}
+
+fn connect_error(failure: Failure) -> ChannelError {
+    match failure {
+        Failure::Rejected { error, .. } if CONNECTION_TOKEN_ERRORS.contains(&error.as_str()) => {
+            ChannelError::Unauthorized(format!(
+                "Slack refused apps.connections.open: {error}; `app_token` must be an \
+                 app-level token (xapp-…) with the connections:write scope, from the app's \
+                 Basic Information page"
+            ))
+        }
+        other => failure_error(other),
+    }
+}
+
+/// The websocket URL of an `apps.connections.open` answer.
+fn connection_url(value: &Value) -> Result<String, String> {
+    match value.get("url").and_then(Value::as_str) {
+        Some(url) if url.starts_with("wss://") || url.starts_with("ws://") => Ok(url.into()),
+        Some(url) => Err(format!(
+            "apps.connections.open answered a URL that is not ws:// or wss://: {url:?}"
+        )),
+        None => Err("apps.connections.open answered ok without a `url`".into()),
+    }
+}
+
+fn connection_request(url: String) -> ConnectionRequest {
+    ConnectionRequest {
+        url,
+        headers: Vec::new(),
+        idle_timeout_ms: Some(IDLE_TIMEOUT_MS),
+        keepalive: None,
+        reconnect: Some(ReconnectPolicy {
+            min_delay_ms: 1_000,
+            max_delay_ms: 30_000,
+            jitter_ms: 1_000,
+            max_attempts: None,
+        }),
+    }
+}
+
+fn frame_outcome(outcome: socket::Outcome) -> FrameOutcome {
+    FrameOutcome {
+        replies: outcome.replies.into_iter().map(Frame::Text).collect(),
+        messages: outcome.messages,
+        reconnect: outcome.reconnect,
+        keepalive: None,
+        reconnect_policy: None,
+    }
+}
+
+fn post_message_body(message: &Outbound) -> Value {
+    let mut body = json!({
+        "channel": message.conversation,
+        "text": mrkdwn::to_mrkdwn(&message.text),
+        "mrkdwn": true,
+    });
+    if let Some(thread) = message.thread.as_deref().filter(|t| !t.is_empty()) {
+        body["thread_ts"] = json!(thread);
+    }
+    body
+}
+
+fn reaction_body(channel: &str, timestamp: &str, name: &str) -> Value {
+    json!({ "channel": channel, "timestamp": timestamp, "name": name })
+}
+
+fn delivery_id(value: &Value) -> Option<String> {
+    value
+        .get("ts")
+        .and_then(Value::as_str)
+        .filter(|ts| !ts.is_empty())
+        .map(str::to_string)
+}
+
+/// The answer to a request outside `POST /events`, if it is one.
+fn route(method: &str, path: &str) -> Option<WebhookOutcome> {
+    let path = path.split('?').next().unwrap_or(path);
+    if path.trim_end_matches('/') != "/events" {
+        return Some(webhook_reply(
+            404,
+            json!({ "ok": false, "error": "not found; Slack's Request URL is <mount>/events" }),
+        ));
+    }
+    if !method.eq_ignore_ascii_case("POST") {
+        let mut outcome = webhook_reply(405, json!({ "ok": false, "error": "method not allowed" }));
+        outcome.response.headers.push(header("allow", "POST"));
+        return Some(outcome);
+    }
+    None
+}
+
+fn webhook_reply(status: u16, body: Value) -> WebhookOutcome {
+    WebhookOutcome {
+        response: HttpResponse {
+            status,
+            headers: vec![header("content-type", "application/json")],
+            body: body.to_string().into_bytes(),
+        },
+        messages: Vec::new(),
+    }
+}
+
+/// A verified Events API request: the answer, its messages, and notes on
+/// what was ignored.
+fn events_outcome(body: &[u8], now_ms: u64) -> Result<(WebhookOutcome, Vec<String>), ChannelError> {
+    let value: Value = serde_json::from_slice(body).map_err(|err| {
+        ChannelError::BadRequest(format!("the Events API body is not JSON: {err}"))
+    })?;
+    let kind = value.get("type").and_then(Value::as_str).unwrap_or("");
+    let empty = || WebhookOutcome {
+        response: HttpResponse {
+            status: 200,
+            headers: Vec::new(),
+            body: Vec::new(),
+        },
+        messages: Vec::new(),
+    };
+    let mut notes = Vec::new();
+    let outcome = match kind {
+        "url_verification" => {
+            let challenge = value
+                .get("challenge")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    ChannelError::BadRequest("url_verification without a `challenge`".into())
+                })?;
+            webhook_reply(200, json!({ "challenge": challenge }))
+        }
+        "event_callback" => {
+            let callback: inbound::Callback = serde_json::from_value(value).map_err(|err| {
+                ChannelError::BadRequest(format!("malformed event_callback: {err}"))
+            })?;
+            let mut outcome = empty();
+            match callback.message(now_ms) {
+                Ok(message) => outcome.messages.push(message),
+                Err(skip) => notes.push(format!("event ignored: {skip}")),
+            }
+            outcome
+        }
+        other => {
+            notes.push(format!("Events API request of type {other:?} ignored"));
+            empty()
+        }
+    };
+    Ok((outcome, notes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbound(text: &str, thread: Option<&str>) -> Outbound {
+        Outbound {
+            conversation: "C123".into(),
+            thread: thread.map(str::to_string),
+            text: text.into(),
+            reply_to: Some("1.2".into()),
+        }
+    }
+
+    #[test]
+    fn describe_leaves_headroom() {
+        assert_eq!(SlackChannel::describe().max_text_bytes, 3500);
+    }
+
+    #[test]
+    fn post_message_bodies() {
+        let body = post_message_body(&outbound("**hi** <there>", None));
+        assert_eq!(
+            body,
+            json!({ "channel": "C123", "text": "*hi* &lt;there&gt;", "mrkdwn": true })
+        );
+        let body = post_message_body(&outbound("x", Some("1700000000.000100")));
+        assert_eq!(body["thread_ts"], "1700000000.000100");
+        let body = post_message_body(&outbound("x", Some("")));
+        assert!(body.get("thread_ts").is_none());
+    }
+
+    #[test]
+    fn send_errors_map_to_channel_errors() {
+        let post = |status: u16, retry: Option<&str>, body: &str| {
+            api::check("chat.postMessage", status, retry, body.as_bytes()).map_err(failure_error)
+        };
+        assert!(matches!(
+            post(429, Some("7"), ""),
+            Err(ChannelError::RetryLater(RetryAfter { after_ms: 7000, .. }))
+        ));
+        assert!(matches!(
+            post(200, None, r#"{"ok":false,"error":"ratelimited"}"#),
+            Err(ChannelError::RetryLater(RetryAfter { after_ms: 1000, .. }))
+        ));
+        assert!(matches!(
+            post(503, None, ""),
+            Err(ChannelError::Upstream(_))
+        ));
+        assert!(matches!(
+            post(200, None, r#"{"ok":false,"error":"channel_not_found"}"#),
+            Err(ChannelError::Rejected(m)) if m.contains("channel_not_found")
+        ));
+        assert!(matches!(
+            post(200, None, r#"{"ok":false,"error":"missing_scope","needed":"chat:write"}"#),
+            Err(ChannelError::Rejected(m)) if m.contains("chat:write")
+        ));
+        assert!(matches!(
+            post(200, None, r#"{"ok":false,"error":"weird_new_thing"}"#),
+            Err(ChannelError::Upstream(_))
+        ));
+        let ok = post(
+            200,
+            None,
+            r#"{"ok":true,"channel":"C1","ts":"1503435956.000247"}"#,
+        )
+        .expect("ok");
+        assert_eq!(delivery_id(&ok).as_deref(), Some("1503435956.000247"));
+        assert_eq!(delivery_id(&json!({ "ok": true })), None);
+    }
+
+    #[test]
+    fn transport_errors() {
+        let url = "https://slack.com/api/chat.postMessage";
+        assert!(matches!(
+            http_error("chat.postMessage", url, HttpError::Timeout),
+            ChannelError::Upstream(_)
+        ));
+        assert!(matches!(
+            http_error("chat.postMessage", url, HttpError::Transport("reset".into())),
+            ChannelError::Upstream(m) if m.contains("reset")
+        ));
+        assert!(matches!(
+            http_error("chat.postMessage", url, HttpError::Denied("not allowed".into())),
+            ChannelError::Unsupported(m) if m.contains("api_base")
+        ));
+    }
+
+    #[test]
+    fn connect_errors_blame_the_app_token() {
+        let open = |status: u16, body: &str| {
+            api::check("apps.connections.open", status, Some("12"), body.as_bytes())
+                .map_err(connect_error)
+        };
+        for error in CONNECTION_TOKEN_ERRORS {
+            match open(200, &format!(r#"{{"ok":false,"error":"{error}"}}"#)) {
+                Err(ChannelError::Unauthorized(m)) => {
+                    assert!(
+                        m.contains(error) && m.contains("xapp-") && m.contains("connections:write"),
+                        "{m}"
+                    );
+                }
+                other => panic!("{error}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            open(429, ""),
+            Err(ChannelError::RetryLater(RetryAfter {
+                after_ms: 12_000,
+                ..
+            }))
+        ));
+        assert!(matches!(
+            open(200, r#"{"ok":false,"error":"internal_error"}"#),
+            Err(ChannelError::Upstream(_))
+        ));
+    }
+
+    #[test]
+    fn connection_requests() {
+        // https://docs.slack.dev/reference/methods/apps.connections.open
+        let value: Value = serde_json::from_str(
+            r#"{ "ok": true, "url": "wss:\/\/wss.slack.com\/link\/?ticket=1234-5678" }"#,
+        )
+        .expect("json");
+        let url = connection_url(&value).expect("url");
+        assert_eq!(url, "wss://wss.slack.com/link/?ticket=1234-5678");
+        let request = connection_request(url);
+        assert_eq!(request.idle_timeout_ms, Some(30_000));
+        assert!(request.keepalive.is_none());
+        assert!(request.headers.is_empty());
+        let policy = request.reconnect.expect("policy");
+        assert_eq!(
+            (
+                policy.min_delay_ms,
+                policy.max_delay_ms,
+                policy.jitter_ms,
+                policy.max_attempts
+            ),
+            (1_000, 30_000, 1_000, None)
+        );
+        assert!(connection_url(&json!({ "ok": true })).is_err());
+        assert!(connection_url(&json!({ "ok": true, "url": "https://x" })).is_err());
+        assert!(connection_url(&json!({ "ok": true, "url": 5 })).is_err());
+    }
+
+    #[test]
+    fn frame_outcomes_leave_keepalive_alone() {
+        let outcome = frame_outcome(socket::Outcome {
+            replies: vec!["{}".into()],
+            reconnect: true,
+            ..Default::default()
+        });
+        assert!(outcome.reconnect);
+        assert!(outcome.keepalive.is_none() && outcome.reconnect_policy.is_none());
+        assert!(matches!(&outcome.replies[..], [Frame::Text(t)] if t == "{}"));
+    }
+
+    #[test]
+    fn api_bases() {
+        assert_eq!(parse_api_base(None).as_deref(), Ok(DEFAULT_API_BASE));
+        assert_eq!(
+            parse_api_base(Some(" ".into())).as_deref(),
+            Ok(DEFAULT_API_BASE)
+        );
+        assert_eq!(
+            parse_api_base(Some("http://127.0.0.1:9000/api/".into())).as_deref(),
+            Ok("http://127.0.0.1:9000/api")
+        );
+        assert!(parse_api_base(Some("slack.com/api".into())).is_err());
+    }
+
+    #[test]
+    fn working_reactions() {
+        assert_eq!(working_reaction(None).as_deref(), Some("eyes"));
+        assert_eq!(working_reaction(Some(String::new())), None);
+        assert_eq!(working_reaction(Some("  ".into())), None);
+        assert_eq!(
+            working_reaction(Some(":hourglass:".into())).as_deref(),
+            Some("hourglass")
+        );
+        assert_eq!(
+            reaction_body("C1", "1.2", "eyes"),
+            json!({ "channel": "C1", "timestamp": "1.2", "name": "eyes" })
+        );
+    }
+
+    #[test]
+    fn webhook_routes_without_host_calls() {
+        let request = |method: &str, path: &str| WebhookRequest {
+            method: method.into(),
+            path: path.into(),
+            query: String::new(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let outcome = SlackChannel::handle_webhook(request("POST", "/other")).expect("404");
+        assert_eq!(outcome.response.status, 404);
+        assert!(outcome.messages.is_empty());
+        let outcome = SlackChannel::handle_webhook(request("GET", "/events")).expect("405");
+        assert_eq!(outcome.response.status, 405);
+        assert_eq!(
+            header_value(&outcome.response.headers, "Allow"),
+            Some("POST")
+        );
+        assert!(route("post", "/events").is_none());
+        assert!(route("POST", "/events/").is_none());
+        assert!(matches!(
+            SlackChannel::on_frame(Frame::Binary(vec![1, 2])),
+            Err(ChannelError::BadRequest(_))
+        ));
+    }
+
+    #[test]
+    fn url_verification_from_slacks_docs() {
+        // https://api.slack.com/events/url_verification
+        let body = br#"{
+            "token": "Jhj5dZrVaK7ZwHHjRyZWjbDl",
+            "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P",
+            "type": "url_verification"
+        }"#;
+        let (outcome, _) = events_outcome(body, 0).expect("challenge");
+        assert_eq!(outcome.response.status, 200);
+        let answer: Value = serde_json::from_slice(&outcome.response.body).expect("json");
+        assert_eq!(
+            answer,
+            json!({ "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P" })
+        );
+        assert!(outcome.messages.is_empty());
+        assert!(events_outcome(br#"{"type":"url_verification"}"#, 0).is_err());
+    }
+
+    #[test]
+    fn event_callbacks_over_http() {
+        // https://api.slack.com/events/app_mention, with its envelope.
+        let body = br#"{
+            "token": "ZZZZZZWSxiZZZ2yIvs3peJ",
+            "team_id": "T061EG9R6",
+            "api_app_id": "A0MDYCDME",
+            "event": {
+                "type": "app_mention",
+                "user": "W021FGA1Z",
+                "text": "You can count on <@U0LAN0Z89> for an honorable mention.",
+                "ts": "1515449483.000108",
+                "channel": "C0LAN2Q65",
+                "event_ts": "1515449483000108"
+            },
+            "type": "event_callback",
+            "event_id": "Ev0MDYHUEL",
+            "event_time": 1515449483000108,
+            "authed_users": ["U0LAN0Z89"]
+        }"#;
+        let (outcome, notes) = events_outcome(body, 0).expect("callback");
+        assert_eq!(outcome.response.status, 200);
+        assert!(outcome.response.body.is_empty());
+        assert!(notes.is_empty());
+        let [message] = &outcome.messages[..] else {
+            panic!("one message: {:?}", outcome.messages);
+        };
+        assert_eq!(message.text, "You can count on for an honorable mention.");
+        assert_eq!(message.conversation, "C0LAN2Q65");
+        assert_eq!(message.thread.as_deref(), Some("1515449483.000108"));
+        assert_eq!(message.sender, "W021FGA1Z");
+
+        // An edit: 200, nothing delivered.
+        let body = br#"{"type":"event_callback","authed_users":["UB"],"event":{"type":"message","subtype":"message_changed","channel":"D1","channel_type":"im","ts":"1.1"}}"#;
+        let (outcome, notes) = events_outcome(body, 0).expect("callback");
+        assert_eq!(outcome.response.status, 200);
+        assert!(outcome.messages.is_empty());
+        assert_eq!(notes.len(), 1);
+
+        // Other request types are answered 200 and ignored.
+        let (outcome, _) = events_outcome(
+            br#"{"type":"app_rate_limited","minute_rate_limited":1518467820}"#,
+            0,
+        )
+        .expect("other");
+        assert_eq!(outcome.response.status, 200);
+        assert!(outcome.messages.is_empty());
+
+        assert!(matches!(
+            events_outcome(b"token=x&team_id=y", 0),
+            Err(ChannelError::BadRequest(_))
+        ));
+        assert!(matches!(
+            events_outcome(br#"{"type":"event_callback","authed_users":"nope"}"#, 0),
+            Err(ChannelError::BadRequest(_))
+        ));
+    }
+}
