@@ -7,6 +7,7 @@ pub mod channels;
 pub mod cli;
 pub mod config;
 pub mod containers;
+pub mod daemon;
 pub mod db;
 pub mod gateway;
 pub mod memory;

@@ -5,19 +5,15 @@
 //! process serves it), the container, the session store. Either way they
 //! print the turn's events the same way.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 
-use anyhow::Context as _;
 use pincer_runner_protocol::TurnEvent;
 
 use super::{Context, ExitStatus};
-use crate::gateway::server::Gateway;
 use crate::router::control::{self, ControlRequest};
-use crate::router::{Agent, AgentEvent, HostEvent, Inbound, Observers, Recall, TurnSummary};
-use crate::sessions::{SessionKey, SessionStore, TurnStatus};
+use crate::router::{Agent, AgentEvent, HostEvent, Inbound, TurnSummary};
+use crate::sessions::{SessionKey, TurnStatus};
 
 /// The channel name of turns started from the terminal.
 pub const CLI_CHANNEL: &str = "cli";
@@ -43,7 +39,7 @@ impl Runner {
         if control::connect(&ctx.home).await.is_some() {
             return Ok(Runner::Daemon);
         }
-        Ok(Runner::Local(agent(ctx).await?))
+        Ok(Runner::Local(crate::daemon::build::agent(ctx).await?))
     }
 
     /// Gives this process's observers a moment to deliver queued events.
@@ -80,57 +76,6 @@ impl Runner {
             }
         }
     }
-}
-
-/// Builds the turn engine for the configuration in `ctx`.
-pub async fn agent(ctx: &Context) -> anyhow::Result<Agent> {
-    let audit = ctx.audit_log()?;
-    let runtime = Arc::new(ctx.container_runtime().await?);
-    let sessions = Arc::new(SessionStore::open(&ctx.home)?);
-    let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, audit)?);
-    let memory = memory_store(ctx)?;
-    let observers = observers(ctx)?;
-    Ok(Agent::new(
-        Arc::new(ctx.config.clone()),
-        ctx.home.clone(),
-        runtime,
-        sessions,
-        memory,
-        gateway,
-        observers,
-    ))
-}
-
-fn memory_store(ctx: &Context) -> anyhow::Result<Arc<dyn Recall>> {
-    Ok(Arc::new(crate::memory::MemoryStore::open(&ctx.home)?))
-}
-
-/// Loads each workspace's observer plugins; a plugin that cannot load is an
-/// error (an observer that silently observes nothing is worse).
-fn observers(ctx: &Context) -> anyhow::Result<HashMap<String, Observers>> {
-    let wanted: Vec<_> = ctx
-        .config
-        .workspaces
-        .iter()
-        .filter(|(_, ws)| !ws.observers.is_empty())
-        .collect();
-    let mut out = HashMap::new();
-    if wanted.is_empty() {
-        return Ok(out);
-    }
-    let host = Arc::new(ctx.plugin_host()?);
-    for (name, ws) in wanted {
-        let plugins = ws
-            .observers
-            .iter()
-            .map(|plugin| {
-                ctx.load_plugin_for(&host, plugin, name)
-                    .with_context(|| format!("loading observer `{plugin}` of workspace `{name}`"))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        out.insert(name.clone(), Observers::start(host.clone(), plugins));
-    }
-    Ok(out)
 }
 
 /// `pincer message`: one turn; prints the reply (or every event with

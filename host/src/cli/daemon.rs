@@ -1,49 +1,101 @@
-//! `pincer start`: the long-running host. It serves the gateway (TCP and
-//! every workspace's socket) and runs turns for `pincer message` and
-//! `pincer chat` over its control socket, until Ctrl-C or SIGTERM.
+//! `pincer start`: the long-running host (see [`crate::daemon`]), and
+//! `pincer status`: what it is doing.
 
 use std::path::Path;
-use std::sync::Arc;
-
-use anyhow::Context as _;
-
-use super::Context;
-use crate::router::control;
 
 pub async fn start(
     config_flag: Option<&Path>,
     listen: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<()> {
-    let ctx = Context::load(config_flag)?;
-    let control_socket = control::bind(&ctx.home)?;
-    let agent = Arc::new(super::agent::agent(&ctx).await?);
-    let addr = listen.unwrap_or(ctx.config.gateway.listen);
-    let tcp = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} (gateway.listen)"))?;
-    let bound = tcp.local_addr()?;
-    let routes = agent.gateway().routes();
-    let gateway = tokio::spawn(async move { axum::serve(tcp, routes).await });
-    for workspace in ctx.config.workspaces.keys() {
-        agent.serve_gateway(workspace).map_err(anyhow::Error::msg)?;
-    }
-    let turns = tokio::spawn(control::serve(control_socket, agent.clone()));
-    println!(
-        "pincer is running: gateway on http://{bound}/v1, turns on {}, {} workspace(s); Ctrl-C stops it",
-        control::socket_path(&ctx.home).display(),
-        ctx.config.workspaces.len()
-    );
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let outcome = tokio::select! {
-        _ = tokio::signal::ctrl_c() => Ok(()),
-        _ = terminate.recv() => Ok(()),
-        done = gateway => match done {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(anyhow::Error::from(e).context("the gateway listener stopped")),
-            Err(e) => Err(anyhow::Error::from(e)),
-        },
+    crate::daemon::run(config_flag, listen).await
+}
+
+/// `pincer status`.
+pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()> {
+    let ctx = super::Context::load(config_flag)?;
+    let snapshot = crate::daemon::status::read(&ctx.home);
+    let store = crate::channels::ChannelStore::open(&ctx.home.join(crate::db::FILE_NAME))?;
+    let depth = store.outbox_depth()?;
+    let containers = match ctx.container_runtime().await {
+        Ok(runtime) => Some(runtime.list().await.unwrap_or_default()),
+        Err(_) => None,
     };
-    turns.abort();
-    let _ = std::fs::remove_file(control::socket_path(&ctx.home));
-    outcome
+    if json {
+        let value = serde_json::json!({
+            "daemon": snapshot,
+            "outbox_pending": depth.iter().map(|(c, n)| (c.clone(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
+            "containers": containers.as_ref().map(|list| list.iter().map(|c| serde_json::json!({
+                "workspace": c.workspace, "name": c.name, "state": c.state, "status": c.status,
+            })).collect::<Vec<_>>()),
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    let ago = |ms: Option<i64>| match ms {
+        Some(ms) => format!("{} s ago", (crate::db::now_ms() - ms).max(0) / 1000),
+        None => "never".to_string(),
+    };
+    match &snapshot {
+        Some(s) => println!(
+            "daemon: running (pid {}, up {}), gateway http://{}/v1{}",
+            s.pid,
+            ago(Some(s.started_ms)).trim_end_matches(" ago"),
+            s.gateway,
+            s.webhooks
+                .as_ref()
+                .map(|w| format!(", webhooks http://{w}/channels/NAME/"))
+                .unwrap_or_default()
+        ),
+        None => println!("daemon: not running (start it with `pincer start`)"),
+    }
+    println!("\nworkspaces:");
+    for name in ctx.config.workspaces.keys() {
+        let state = match &containers {
+            Some(list) => list
+                .iter()
+                .find(|c| &c.workspace == name)
+                .map_or("no container".to_string(), |c| {
+                    format!("{} ({})", c.state, c.name)
+                }),
+            None => "Docker not reachable".to_string(),
+        };
+        println!("  {name:<20} {state}");
+    }
+    println!("\nchannels:");
+    if ctx.config.channels.is_empty() {
+        println!("  (none configured)");
+    }
+    for (name, channel) in &ctx.config.channels {
+        let pending = depth.iter().find(|(c, _)| c == name).map_or(0, |(_, n)| *n);
+        let live = snapshot.as_ref().and_then(|s| s.channels.get(name));
+        let connection = match live {
+            None => "daemon not running".to_string(),
+            Some(c) if !c.holds_connection => "webhooks only".to_string(),
+            Some(c) if c.connected => format!("connected since {}", ago(c.since_ms)),
+            Some(c) => format!(
+                "NOT connected{}",
+                c.last_error
+                    .as_ref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ),
+        };
+        println!(
+            "  {name:<20} plugin {} -> workspace {}; {connection}",
+            channel.plugin, channel.workspace
+        );
+        if let Some(c) = live {
+            println!(
+                "  {:<20} last event {}, {} message(s) in, {} webhook request(s), {} reconnect(s) ({} by the quiet-socket watchdog)",
+                "",
+                ago(c.last_event_ms),
+                c.messages_in,
+                c.webhooks,
+                c.reconnects,
+                c.watchdog_reconnects
+            );
+        }
+        println!("  {:<20} outbox: {pending} waiting", "");
+    }
+    Ok(())
 }

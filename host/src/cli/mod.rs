@@ -93,7 +93,12 @@ pub enum Command {
         #[arg(long, default_value = "default")]
         conversation: String,
     },
-    /// Run pincer: the gateway, and the turns of `pincer message` and `pincer chat`
+    /// What a running `pincer start` is doing: workspaces, containers, channels, outbox
+    Status {
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Run pincer: the gateway, the channels, and the turns of `pincer message` and `pincer chat`
     Start {
         /// Gateway TCP address (default: gateway.listen)
         #[arg(long, value_name = "ADDR")]
@@ -339,6 +344,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             conversation,
         } => agent::chat(cli.config.as_deref(), workspace, conversation).await,
         Command::Start { listen } => daemon::start(cli.config.as_deref(), listen).await,
+        Command::Status { json } => daemon::status(cli.config.as_deref(), json.json).await,
         Command::Init { force } => init::run(&crate::config::pincer_home()?, force),
     }
 }

@@ -31,9 +31,10 @@ pub mod starter;
 pub use error::{ConfigError, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
-    AgentLimits, Budget, Channel, Channels, Config, ContainerRuntime, Containers, Gateway, GatewayCache,
-    LitellmParams, McpContainer, McpServer, ModelDeployment, ModelPrice, Mount, PluginLimits,
-    Plugins, PolicyEntry, Refusal, RoutingStrategy, Skill, Workspace, WorkspaceMemory,
+    AgentLimits, Budget, Channel, Channels, Config, ContainerRuntime, Containers, Gateway,
+    GatewayCache, LitellmParams, McpContainer, McpServer, ModelDeployment, ModelPrice, Mount,
+    PluginLimits, Plugins, PolicyEntry, Refusal, RoutingStrategy, Skill, Workspace,
+    WorkspaceMemory,
 };
 
 use error::Site;

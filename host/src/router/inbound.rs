@@ -111,7 +111,11 @@ impl ChannelRouter {
         } else {
             InboundState::Refused
         };
-        let Some(id) = self.channels.store().receive(&received, &workspace, state)? else {
+        let Some(id) = self
+            .channels
+            .store()
+            .receive(&received, &workspace, state)?
+        else {
             tracing::debug!(%channel, id = %received.message_id, "a redelivered message was dropped");
             return Ok(());
         };
@@ -211,7 +215,9 @@ impl ChannelRouter {
             return Ok(());
         };
         store.set_inbound_state(id, InboundState::Running)?;
-        self.channels.show_status(&row, api::TurnState::Working).await;
+        self.channels
+            .show_status(&row, api::TurnState::Working)
+            .await;
         let inbound = Inbound {
             key: key.clone(),
             text: row.text.clone(),

@@ -162,6 +162,10 @@ impl Agent {
         }
     }
 
+    pub fn runtime(&self) -> &Arc<ContainerRuntime> {
+        &self.runtime
+    }
+
     pub fn sessions(&self) -> &SessionStore {
         &self.sessions
     }
@@ -289,7 +293,9 @@ impl Agent {
                     conversation: key.conversation.clone(),
                     thread: origin.and_then(|o| o.thread.clone()),
                     text: reply.clone(),
-                    reply_to: Some(origin.map_or_else(|| turn_id.clone(), |o| o.message_id.clone())),
+                    reply_to: Some(
+                        origin.map_or_else(|| turn_id.clone(), |o| o.message_id.clone()),
+                    ),
                 }));
                 summary(TurnStatus::Done, Some(reply), Some(stop), None)
             }

@@ -33,7 +33,8 @@ pub fn escape(text: &str) -> String {
 }
 
 /// A URL made safe inside `<url|label>`: the characters that would end or
-/// split the link syntax are percent-encoded.
+/// split the link syntax are percent-encoded, and `&` is written `&amp;` as
+/// in all of a message's text (Slack's own events show links that way).
 fn link_url(url: &str) -> String {
     let mut out = String::with_capacity(url.len());
     for c in url.trim().chars() {
@@ -42,6 +43,7 @@ fn link_url(url: &str) -> String {
             '>' => out.push_str("%3E"),
             '|' => out.push_str("%7C"),
             ' ' => out.push_str("%20"),
+            '&' => out.push_str("&amp;"),
             c if c.is_control() => {}
             _ => out.push(c),
         }
@@ -476,7 +478,7 @@ mod tests {
         );
         check(
             "<https://example.com/a?b=1&c=2>",
-            "<https://example.com/a?b=1&c=2>",
+            "<https://example.com/a?b=1&amp;c=2>",
         );
         check(
             "see [the **docs**](https://x.io/a|b) now",

@@ -1,0 +1,77 @@
+//! Building the services one configuration needs, for the daemon and for
+//! the one-shot commands that run a turn in their own process.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::cli::Context;
+use crate::gateway::server::Gateway;
+use crate::router::{Agent, Observers, Recall};
+use crate::sessions::SessionStore;
+
+/// Builds the turn engine for the configuration in `ctx`.
+pub async fn agent(ctx: &Context) -> anyhow::Result<Agent> {
+    agent_with(ctx, None).await
+}
+
+/// [`agent`] with the process's plugin host, when it has one already.
+pub async fn agent_with(
+    ctx: &Context,
+    plugins: Option<Arc<crate::plugins::PluginHost>>,
+) -> anyhow::Result<Agent> {
+    let audit = ctx.audit_log()?;
+    let runtime = Arc::new(ctx.container_runtime().await?);
+    let sessions = Arc::new(SessionStore::open(&ctx.home)?);
+    let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, audit)?);
+    let memory = memory_store(ctx)?;
+    let observers = observers(ctx, plugins)?;
+    Ok(Agent::new(
+        Arc::new(ctx.config.clone()),
+        ctx.home.clone(),
+        runtime,
+        sessions,
+        memory,
+        gateway,
+        observers,
+    ))
+}
+
+fn memory_store(ctx: &Context) -> anyhow::Result<Arc<dyn Recall>> {
+    Ok(Arc::new(crate::memory::MemoryStore::open(&ctx.home)?))
+}
+
+/// Loads each workspace's observer plugins; a plugin that cannot load is an
+/// error (an observer that silently observes nothing is worse).
+fn observers(
+    ctx: &Context,
+    plugins: Option<Arc<crate::plugins::PluginHost>>,
+) -> anyhow::Result<HashMap<String, Observers>> {
+    let wanted: Vec<_> = ctx
+        .config
+        .workspaces
+        .iter()
+        .filter(|(_, ws)| !ws.observers.is_empty())
+        .collect();
+    let mut out = HashMap::new();
+    if wanted.is_empty() {
+        return Ok(out);
+    }
+    let host = match plugins {
+        Some(host) => host,
+        None => Arc::new(ctx.plugin_host()?),
+    };
+    for (name, ws) in wanted {
+        let plugins = ws
+            .observers
+            .iter()
+            .map(|plugin| {
+                ctx.load_plugin_for(&host, plugin, name)
+                    .with_context(|| format!("loading observer `{plugin}` of workspace `{name}`"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        out.insert(name.clone(), Observers::start(host.clone(), plugins));
+    }
+    Ok(out)
+}

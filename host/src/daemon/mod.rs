@@ -1,0 +1,256 @@
+//! The composition root of `pincer start`: builds one of each service for
+//! a configuration — plugin host, agent (gateway, container runtime,
+//! sessions, memory, observers), channel host with its store, router,
+//! outbox worker, connections, webhook listener, control socket — wires
+//! them together, and runs them until a signal:
+//! - SIGTERM / Ctrl-C: stop taking input, let running turns finish within
+//!   [`TURN_GRACE`] (then record them interrupted), deliver what the outbox
+//!   can within [`FLUSH_WITHIN`], exit 0;
+//! - SIGHUP, or a change to `pincer.yaml`: load the file again; if it is
+//!   valid, stop the same way and start again with it; if not, say why and
+//!   keep running with the old one.
+
+pub mod build;
+pub mod status;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::watch;
+
+use crate::channels::{ChannelHost, ChannelStore, Inbox};
+use crate::cli::Context;
+use crate::router::control;
+use crate::router::inbound::ChannelRouter;
+
+/// How long a running turn may go on after a stop signal.
+pub const TURN_GRACE: Duration = Duration::from_secs(20);
+/// How long the outbox may keep delivering after the turns ended.
+pub const FLUSH_WITHIN: Duration = Duration::from_secs(10);
+
+enum Ending {
+    Stop,
+    Reload(Box<Context>),
+}
+
+/// Runs the daemon until SIGTERM or Ctrl-C.
+pub async fn run(
+    config_flag: Option<&Path>,
+    listen: Option<std::net::SocketAddr>,
+) -> anyhow::Result<()> {
+    let mut ctx = Context::load(config_flag)?;
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let changes = watch_config(ctx.config_path.clone());
+    loop {
+        let ending = serve(
+            &ctx,
+            listen,
+            config_flag,
+            &mut hangup,
+            &mut terminate,
+            &changes,
+        )
+        .await?;
+        match ending {
+            Ending::Stop => return Ok(()),
+            Ending::Reload(next) => {
+                println!("pincer: configuration reloaded");
+                ctx = *next;
+            }
+        }
+    }
+}
+
+/// One configuration's life: build, serve, stop.
+async fn serve(
+    ctx: &Context,
+    listen: Option<std::net::SocketAddr>,
+    config_flag: Option<&Path>,
+    hangup: &mut tokio::signal::unix::Signal,
+    terminate: &mut tokio::signal::unix::Signal,
+    changes: &tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<()>>,
+) -> anyhow::Result<Ending> {
+    let (stop_tx, stop) = watch::channel(false);
+    let control_socket = control::bind(&ctx.home)?;
+    let plugins = Arc::new(ctx.plugin_host()?);
+    let audit = plugins.audit().clone();
+    let agent = Arc::new(build::agent_with(ctx, Some(plugins.clone())).await?);
+
+    let configured: Vec<String> = ctx.config.workspaces.keys().cloned().collect();
+    match agent.runtime().reconcile(&configured).await {
+        Ok(removed) => {
+            for name in removed {
+                println!("pincer: removed {name}: its workspace is no longer configured");
+            }
+        }
+        Err(e) => eprintln!("pincer: cannot reconcile containers: {e}"),
+    }
+
+    let addr = listen.unwrap_or(ctx.config.gateway.listen);
+    let tcp = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (gateway.listen)"))?;
+    let bound = tcp.local_addr()?;
+    let gateway = {
+        let routes = agent.gateway().routes();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            axum::serve(tcp, routes)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        })
+    };
+    for workspace in ctx.config.workspaces.keys() {
+        agent.serve_gateway(workspace).map_err(anyhow::Error::msg)?;
+    }
+
+    let store = Arc::new(ChannelStore::open(&ctx.home.join(crate::db::FILE_NAME))?);
+    let channels = Arc::new(
+        ChannelHost::load(
+            &ctx.config,
+            plugins.clone(),
+            &ctx.catalog(),
+            ctx.limits(),
+            store,
+        )
+        .await?,
+    );
+    let router = ChannelRouter::new(
+        agent.clone(),
+        channels.clone(),
+        audit.clone(),
+        Arc::new(ctx.config.clone()),
+        stop.clone(),
+        TURN_GRACE,
+    );
+    router.recover()?;
+    let inbox: Arc<dyn Inbox> = router.clone();
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(crate::channels::outbox::run(
+        channels.clone(),
+        audit.clone(),
+        format!("pincer-{}", std::process::id()),
+        stop.clone(),
+    ));
+    for name in channels.names().map(str::to_string).collect::<Vec<_>>() {
+        tasks.spawn(crate::channels::connection::hold(
+            channels.clone(),
+            inbox.clone(),
+            name,
+            stop.clone(),
+        ));
+    }
+    let webhooks = if ctx.config.channels.is_empty() {
+        None
+    } else {
+        let at = ctx.config.channels.listen;
+        let listener = tokio::net::TcpListener::bind(at)
+            .await
+            .with_context(|| format!("cannot listen on {at} (channels.listen)"))?;
+        let bound = listener.local_addr()?;
+        let routes = crate::channels::webhook::routes(channels.clone(), inbox.clone());
+        let mut stop = stop.clone();
+        tasks.spawn(async move {
+            let served = axum::serve(listener, routes)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!("the webhook listener stopped: {e}");
+            }
+        });
+        Some(bound)
+    };
+    let turns = tokio::spawn(control::serve(control_socket, agent.clone()));
+    let status = status::Reporter::new(
+        &ctx.home,
+        ctx.config.clone(),
+        channels.clone(),
+        bound,
+        webhooks,
+    );
+    tasks.spawn(status.clone().run(stop.clone()));
+    println!(
+        "pincer is running: gateway on http://{bound}/v1, turns on {}, {} workspace(s), {} channel(s){}; Ctrl-C stops it",
+        control::socket_path(&ctx.home).display(),
+        ctx.config.workspaces.len(),
+        ctx.config.channels.len(),
+        webhooks
+            .map(|a| format!(", webhooks on http://{a}/channels/NAME/"))
+            .unwrap_or_default(),
+    );
+
+    let ending = loop {
+        let reload = tokio::select! {
+            _ = tokio::signal::ctrl_c() => break Ending::Stop,
+            _ = terminate.recv() => break Ending::Stop,
+            _ = hangup.recv() => true,
+            _ = async { changes.lock().await.recv().await } => true,
+        };
+        if reload {
+            match Context::load(config_flag) {
+                Ok(next) => break Ending::Reload(Box::new(next)),
+                Err(e) => {
+                    eprintln!(
+                        "pincer: the new configuration is not valid, so the running one stays: {e:#}"
+                    );
+                    audit.record("pincer", None, "config.reload_refused", &format!("{e:#}"));
+                }
+            }
+        }
+    };
+
+    // Stop taking input; let turns end; deliver what is queued.
+    let _ = stop_tx.send(true);
+    turns.abort();
+    let _ = std::fs::remove_file(control::socket_path(&ctx.home));
+    router.drain(TURN_GRACE + Duration::from_secs(5)).await;
+    let flushed = tokio::time::timeout(FLUSH_WITHIN, async {
+        let owner = format!("pincer-{}-flush", std::process::id());
+        while crate::channels::outbox::deliver_due(&channels, &audit, &owner).await > 0 {}
+    })
+    .await;
+    if flushed.is_err() {
+        eprintln!("pincer: undelivered replies stay in the outbox for the next start");
+    }
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    let _ = gateway.await;
+    agent.close_observers(Duration::from_secs(3)).await;
+    status.clear();
+    Ok(ending)
+}
+
+/// Sends a unit on every change of the configuration file (debounced).
+fn watch_config(
+    path: Option<PathBuf>,
+) -> tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<()>> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    if let Some(path) = path {
+        std::thread::spawn(move || {
+            let mut last = modified(&path);
+            loop {
+                std::thread::sleep(Duration::from_millis(500));
+                let now = modified(&path);
+                if now != last {
+                    last = now;
+                    if tx.send(()).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    tokio::sync::Mutex::new(rx)
+}
+
+fn modified(path: &Path) -> Option<(std::time::SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}

@@ -1,0 +1,141 @@
+//! What `pincer status` shows of a running daemon: it writes a snapshot to
+//! `$PINCER_HOME/run/status.json` every second (and removes it when it
+//! stops); `pincer status` adds what the database and Docker say.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::channels::{ChannelHost, ConnectionStatus};
+use crate::config::Config;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub pid: u32,
+    pub started_ms: i64,
+    pub updated_ms: i64,
+    pub gateway: String,
+    pub webhooks: Option<String>,
+    pub workspaces: Vec<String>,
+    pub channels: BTreeMap<String, ChannelSnapshot>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChannelSnapshot {
+    pub plugin: String,
+    pub workspace: String,
+    pub holds_connection: bool,
+    pub connected: bool,
+    pub since_ms: Option<i64>,
+    pub last_event_ms: Option<i64>,
+    pub reconnects: u64,
+    pub watchdog_reconnects: u64,
+    pub last_error: Option<String>,
+    pub webhooks: u64,
+    pub messages_in: u64,
+}
+
+pub fn path(home: &Path) -> PathBuf {
+    home.join("run").join("status.json")
+}
+
+#[derive(Clone)]
+pub struct Reporter {
+    file: PathBuf,
+    config: Arc<Config>,
+    channels: Arc<ChannelHost>,
+    gateway: String,
+    webhooks: Option<String>,
+    started_ms: i64,
+}
+
+impl Reporter {
+    pub fn new(
+        home: &Path,
+        config: Config,
+        channels: Arc<ChannelHost>,
+        gateway: std::net::SocketAddr,
+        webhooks: Option<std::net::SocketAddr>,
+    ) -> Self {
+        Self {
+            file: path(home),
+            config: Arc::new(config),
+            channels,
+            gateway: gateway.to_string(),
+            webhooks: webhooks.map(|a| a.to_string()),
+            started_ms: crate::db::now_ms(),
+        }
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let status = self.channels.status();
+        let channels = self
+            .config
+            .channels
+            .iter()
+            .map(|(name, c)| {
+                let s: ConnectionStatus = status.get(name).cloned().unwrap_or_default();
+                (
+                    name.clone(),
+                    ChannelSnapshot {
+                        plugin: c.plugin.clone(),
+                        workspace: c.workspace.clone(),
+                        holds_connection: s.holds_connection,
+                        connected: s.connected,
+                        since_ms: s.since_ms,
+                        last_event_ms: s.last_event_ms,
+                        reconnects: s.reconnects,
+                        watchdog_reconnects: s.watchdog_reconnects,
+                        last_error: s.last_error,
+                        webhooks: s.webhooks,
+                        messages_in: s.messages_in,
+                    },
+                )
+            })
+            .collect();
+        Snapshot {
+            pid: std::process::id(),
+            started_ms: self.started_ms,
+            updated_ms: crate::db::now_ms(),
+            gateway: self.gateway.clone(),
+            webhooks: self.webhooks.clone(),
+            workspaces: self.config.workspaces.keys().cloned().collect(),
+            channels,
+        }
+    }
+
+    fn write(&self) {
+        let Ok(text) = serde_json::to_vec_pretty(&self.snapshot()) else {
+            return;
+        };
+        let tmp = self.file.with_extension("json.tmp");
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, &self.file);
+        }
+    }
+
+    pub async fn run(self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            self.write();
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    pub fn clear(&self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// The running daemon's snapshot, if one is running (a snapshot older
+/// than a few seconds is from a daemon that died).
+pub fn read(home: &Path) -> Option<Snapshot> {
+    let text = std::fs::read(path(home)).ok()?;
+    let snapshot: Snapshot = serde_json::from_slice(&text).ok()?;
+    (crate::db::now_ms() - snapshot.updated_ms < 5000).then_some(snapshot)
+}

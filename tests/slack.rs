@@ -1,0 +1,474 @@
+//! Slack end to end: the real `pincer start` daemon with the real
+//! `channel-slack` component, a real workspace container running the agent
+//! runner, a scripted fake model, and `tests/python/fake_slack.py` — a
+//! local Slack built from Slack's documented examples whose Events API
+//! requests are signed by the official `slack_sdk`. Loopback only.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::fake_llm::{Behaviour, FakeUpstream};
+use support::{DockerCleanup, Sandbox, ok, unique};
+
+const BOT_TOKEN: &str = "xoxb-fake-bot-token";
+const APP_TOKEN: &str = "xapp-1-fake-app-token";
+const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+const ALLOWED: &str = "U0ALLOWED";
+
+/// The fake Slack, killed on drop.
+struct FakeSlack {
+    child: Child,
+    api_base: String,
+    control: String,
+    http: reqwest::Client,
+}
+
+impl FakeSlack {
+    fn start() -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::new();
+        let mut child = Command::new(support::gateway::python())
+            .arg(support::gateway::python_script("fake_slack.py"))
+            .args(["--bot-token", BOT_TOKEN, "--app-token", APP_TOKEN])
+            .args(["--signing-secret", SIGNING_SECRET])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start fake_slack.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ready: Value = serde_json::from_str(&line).expect("fake_slack ready line");
+        Self {
+            child,
+            api_base: ready["api_base"].as_str().unwrap().to_string(),
+            control: ready["control"].as_str().unwrap().to_string(),
+            http,
+        }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.control))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        response.json().await.unwrap()
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.control))
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Waits until `count` calls of `method` are recorded; returns them all.
+    async fn calls(&self, method: &str, count: usize) -> Vec<Value> {
+        let (status, _) = self
+            .get(&format!(
+                "/wait?what=calls&method={method}&count={count}&timeout=60"
+            ))
+            .await;
+        let (_, calls) = self.get(&format!("/calls?method={method}")).await;
+        let calls = calls["calls"].as_array().cloned().unwrap_or_default();
+        assert_eq!(
+            status, 200,
+            "waited for {count} {method} calls, got {calls:#?}"
+        );
+        calls
+    }
+
+    async fn posted(&self, count: usize) -> Vec<Value> {
+        self.calls("chat.postMessage", count)
+            .await
+            .into_iter()
+            .filter(|c| c["status"] == 200 && c["response"]["ok"] == true)
+            .collect()
+    }
+}
+
+impl Drop for FakeSlack {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Daemon {
+    child: Child,
+    webhooks: String,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn stop(&mut self) -> std::process::ExitStatus {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Env {
+    _cleanup: DockerCleanup,
+    sandbox: Sandbox,
+    config: PathBuf,
+    slack: FakeSlack,
+    _model: FakeUpstream,
+}
+
+impl Env {
+    async fn new(script: Vec<Behaviour>) -> Self {
+        let model = FakeUpstream::spawn(Behaviour::Script(script)).await;
+        let slack = FakeSlack::start();
+        let sandbox = Sandbox::new();
+        let base = sandbox.dir.path().join("ws");
+        let config = sandbox.write(
+            "pincer.yaml",
+            &format!(
+                r#"gateway:
+  num_retries: 0
+  model_list:
+    - model_name: default
+      litellm_params: {{model: openai/fake-model, api_base: "{model}", api_key: "sk-slack-test"}}
+containers:
+  workspace_base_path: {base}
+workspaces:
+  team: {{}}
+channels:
+  listen: 127.0.0.1:0
+  slack:
+    plugin: channel-slack
+    workspace: team
+    allowed_senders: [{ALLOWED}]
+    refusal: reply
+    http: ["127.0.0.1:*"]
+    config:
+      bot_token: "${{SLACK_BOT_TOKEN}}"
+      app_token: "${{SLACK_APP_TOKEN}}"
+      signing_secret: "${{SLACK_SIGNING_SECRET}}"
+      api_base: "{api}"
+"#,
+                model = model.base_url,
+                base = base.display(),
+                api = slack.api_base,
+            ),
+        );
+        let env = Env {
+            _cleanup: DockerCleanup {
+                home: sandbox.home(),
+                label: unique(),
+            },
+            sandbox,
+            config,
+            slack,
+            _model: model,
+        };
+        ok(env.cli(&["image", "build"]));
+        env
+    }
+
+    /// The `pincer` command with this environment's config and secrets.
+    fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pincer"));
+        command
+            .args(["--config", self.config.to_str().unwrap()])
+            .current_dir(self.sandbox.work())
+            .env("PINCER_HOME", self.sandbox.home())
+            .env("SLACK_BOT_TOKEN", BOT_TOKEN)
+            .env("SLACK_APP_TOKEN", APP_TOKEN)
+            .env("SLACK_SIGNING_SECRET", SIGNING_SECRET);
+        command
+    }
+
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        self.command().args(args).output().unwrap()
+    }
+
+    fn start(&self) -> Daemon {
+        let log = self
+            .sandbox
+            .dir
+            .path()
+            .join(format!("daemon-{}.log", unique()));
+        let mut child = self
+            .command()
+            .args(["start", "--listen", "127.0.0.1:0"])
+            .env("PINCER_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut banner = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut banner)
+            .unwrap();
+        assert!(
+            banner.contains("pincer is running"),
+            "{banner}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        let webhooks = banner
+            .split("webhooks on http://")
+            .nth(1)
+            .and_then(|rest| rest.split("/channels/").next())
+            .expect("the banner names the webhook listener")
+            .to_string();
+        Daemon {
+            child,
+            webhooks,
+            log,
+        }
+    }
+
+    /// Inbound messages stored by the daemon, as (message_id, state).
+    fn inbound(&self) -> Vec<(String, String)> {
+        let db = rusqlite::Connection::open(self.sandbox.home().join("pincer.db")).unwrap();
+        let mut stmt = db
+            .prepare("SELECT message_id, state FROM channel_inbound ORDER BY id")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    fn audited(&self, kind: &str) -> Vec<String> {
+        let db = rusqlite::Connection::open(self.sandbox.home().join("pincer.db")).unwrap();
+        let mut stmt = db
+            .prepare("SELECT detail FROM audit_events WHERE kind = ?1 ORDER BY id")
+            .unwrap();
+        stmt.query_map([kind], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dm_over_socket_mode_is_answered_in_mrkdwn_and_acked_in_time() {
+    let env = Env::new(vec![Behaviour::answer(
+        "**Done**: see [the docs](https://example.com/a?b=1&c=2) and `x < y`",
+    )])
+    .await;
+    let mut daemon = env.start();
+    let (status, _) = env
+        .slack
+        .get("/wait?what=connections&count=1&timeout=30")
+        .await;
+    assert_eq!(
+        status,
+        200,
+        "the daemon opened no Socket Mode connection\n{}",
+        daemon.log()
+    );
+
+    let pushed = env
+        .slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "hello pincer", "user": ALLOWED, "channel": "D0DM"}),
+        )
+        .await;
+    let posted = env.slack.posted(1).await;
+    let reply = &posted[0]["args"];
+    assert_eq!(reply["channel"], "D0DM", "{posted:#?}");
+    let text = reply["text"].as_str().unwrap();
+    assert!(text.contains("*Done*"), "{text}");
+    assert!(
+        text.contains("<https://example.com/a?b=1&amp;c=2|the docs>"),
+        "{text}"
+    );
+    assert!(text.contains("`x &lt; y`"), "{text}");
+    assert!(
+        reply.get("thread_ts").is_none_or(Value::is_null),
+        "a top-level DM is answered in the DM: {reply}"
+    );
+    // The bot token went in the header, set by the host.
+    assert_eq!(posted[0]["token"], BOT_TOKEN);
+    assert_eq!(posted[0]["token_from"], "header");
+
+    let (_, acks) = env.slack.get("/acks").await;
+    let ack = acks["acks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["envelope_id"] == pushed["envelope_id"])
+        .unwrap_or_else(|| panic!("no ack for {pushed}: {acks:#}"));
+    assert!(ack["delay_ms"].as_f64().unwrap() < 3000.0, "{ack}");
+    // The working sign went up and came down.
+    env.slack.calls("reactions.add", 1).await;
+    env.slack.calls("reactions.remove", 1).await;
+
+    // The same event delivered again (Slack's retry) is answered once.
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "hello pincer", "user": ALLOWED, "channel": "D0DM",
+                   "ts": pushed["ts"]}),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    assert_eq!(calls["calls"].as_array().unwrap().len(), 1, "{calls:#}");
+    assert_eq!(env.inbound().len(), 1);
+
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn events_api_checks_signatures_refuses_strangers_and_replies_in_thread() {
+    let env = Env::new(vec![Behaviour::answer("answered in the thread")]).await;
+    let mut daemon = env.start();
+    let url = format!("http://{}/channels/slack/events", daemon.webhooks);
+
+    let challenge = env
+        .slack
+        .post(
+            "/events/send",
+            json!({"url": url, "kind": "url_verification", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}),
+        )
+        .await;
+    assert_eq!(challenge["status"], 200, "{challenge}");
+    assert!(
+        challenge["body"]
+            .as_str()
+            .unwrap()
+            .contains("3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"),
+        "{challenge}"
+    );
+
+    for bad in [
+        json!({"bad_signature": true}),
+        json!({"stale": true}),
+        json!({"no_signature": true}),
+    ] {
+        let mut request = json!({"url": url, "kind": "mention", "text": "forged", "user": ALLOWED, "channel": "C0CHAN"});
+        request
+            .as_object_mut()
+            .unwrap()
+            .extend(bad.as_object().unwrap().clone());
+        let answer = env.slack.post("/events/send", request).await;
+        assert_eq!(answer["status"], 401, "{bad}: {answer}");
+    }
+    assert!(env.inbound().is_empty(), "a refused request stored nothing");
+
+    let stranger = env
+        .slack
+        .post(
+            "/events/send",
+            json!({"url": url, "kind": "mention", "text": "let me in", "user": "U0STRANGER", "channel": "C0CHAN"}),
+        )
+        .await;
+    assert_eq!(stranger["status"], 200, "{stranger}");
+    let refused = env.slack.posted(1).await;
+    assert!(
+        refused[0]["args"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("U0STRANGER"),
+        "{refused:#?}"
+    );
+    assert_eq!(env.audited("channel.sender_refused").len(), 1);
+
+    let sent = env
+        .slack
+        .post(
+            "/events/send",
+            json!({"url": url, "kind": "mention", "text": "please help", "user": ALLOWED, "channel": "C0CHAN"}),
+        )
+        .await;
+    assert_eq!(sent["status"], 200, "{sent}");
+    assert!(sent["elapsed_ms"].as_f64().unwrap() < 3000.0, "{sent}");
+    let mention_ts = sent["ts"].clone();
+    // Slack retries when it thinks the answer was late: the retry is dropped.
+    let retry = env
+        .slack
+        .post(
+            "/events/send",
+            json!({"url": url, "kind": "mention", "text": "please help", "user": ALLOWED,
+                   "channel": "C0CHAN", "ts": mention_ts, "event_id": sent["event_id"],
+                   "retry_num": 1, "retry_reason": "http_timeout"}),
+        )
+        .await;
+    assert_eq!(retry["status"], 200, "{retry}");
+    let posted = env.slack.posted(2).await;
+    let reply = &posted[1]["args"];
+    assert_eq!(reply["channel"], "C0CHAN");
+    assert_eq!(
+        reply["thread_ts"], mention_ts,
+        "a mention is answered in its thread"
+    );
+    assert_eq!(reply["text"], "answered in the thread");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        env.inbound()
+            .iter()
+            .map(|(_, state)| state.as_str())
+            .collect::<Vec<_>>(),
+        ["refused", "done"]
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rate_limits_and_dropped_sockets_lose_and_double_nothing() {
+    let env = Env::new(vec![Behaviour::answer("one reply")]).await;
+    let mut daemon = env.start();
+    env.slack
+        .get("/wait?what=connections&count=1&timeout=30")
+        .await;
+    // chat.postMessage answers 429 twice with Retry-After: 1.
+    env.slack
+        .post(
+            "/ratelimit",
+            json!({"method": "chat.postMessage", "count": 2, "retry_after": 1}),
+        )
+        .await;
+    // The socket closes right after the envelope, before an ack.
+    env.slack
+        .post(
+            "/socket/close",
+            json!({"push": {"kind": "dm", "text": "are you there", "user": ALLOWED, "channel": "D0DM"}}),
+        )
+        .await;
+    let calls = env.slack.calls("chat.postMessage", 3).await;
+    let statuses: Vec<_> = calls.iter().map(|c| c["status"].clone()).collect();
+    assert_eq!(statuses, [json!(429), json!(429), json!(200)], "{calls:#?}");
+    let spacing =
+        calls[2]["received_at"].as_f64().unwrap() - calls[1]["received_at"].as_f64().unwrap();
+    assert!(spacing >= 0.9, "Retry-After honoured: {spacing}");
+    // Redelivered on the new connection, answered once.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    assert_eq!(calls["calls"].as_array().unwrap().len(), 3, "{calls:#}");
+    let (_, connections) = env.slack.get("/connections").await;
+    assert!(
+        connections["connections"].as_array().unwrap().len() >= 2,
+        "{connections:#}"
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
