@@ -535,13 +535,18 @@ impl<'de> Deserialize<'de> for Channels {
                 while let Some(key) = map.next_key::<String>()? {
                     if key == Channels::LISTEN_KEY {
                         out.listen = map.next_value()?;
-                    } else if out.named.contains_key(&key) {
-                        return Err(de::Error::custom(format!(
-                            "channel `{key}` is defined twice"
-                        )));
-                    } else {
-                        let channel = map.next_value()?;
-                        out.named.insert(key, channel);
+                        continue;
+                    }
+                    match out.named.entry(key) {
+                        std::collections::btree_map::Entry::Occupied(e) => {
+                            return Err(de::Error::custom(format!(
+                                "channel `{}` is defined twice",
+                                e.key()
+                            )));
+                        }
+                        std::collections::btree_map::Entry::Vacant(e) => {
+                            e.insert(map.next_value()?);
+                        }
                     }
                 }
                 Ok(out)

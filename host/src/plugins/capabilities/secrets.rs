@@ -310,7 +310,7 @@ impl Secrets {
         match cipher {
             Cipher::Aes256CbcSha256Key => {
                 let key = Sha256::digest(self.value(key)?.as_bytes());
-                if data.len() < 32 || data.len() % 16 != 0 {
+                if data.len() < 32 || !data.len().is_multiple_of(16) {
                     return Err(SecretError::Invalid(format!(
                         "{} bytes is not an IV followed by whole AES blocks",
                         data.len()
