@@ -684,17 +684,27 @@ async fn broken_plugins_are_refused_with_a_clear_message() {
                 |m| m.replace("wit = \"0.1.0\"", "wit = \"1.0.0\""),
                 |w| w,
             ),
-            "built against pincer:plugin@1.0.0, but this host serves 0.1.0 (WIT major-version mismatch)",
+            "built against pincer:plugin@1.0.0, but this host serves 0.1.0, 0.2.0 (WIT major-version mismatch)",
         ),
         (
             "WIT minor on 0.x",
             doctored(
                 dir.path(),
                 "skill-calc",
-                |m| m.replace("wit = \"0.1.0\"", "wit = \"0.2.0\""),
+                |m| m.replace("wit = \"0.1.0\"", "wit = \"0.3.0\""),
                 |w| w,
             ),
             "WIT major-version mismatch",
+        ),
+        (
+            "manifest and component disagree on the release",
+            doctored(
+                dir.path(),
+                "skill-calc",
+                |m| m.replace("wit = \"0.1.0\"", "wit = \"0.2.0\""),
+                |w| w,
+            ),
+            "plugin.toml says wit = \"0.2.0\", but the component was built against pincer:plugin@0.1.0",
         ),
         (
             "unknown manifest key",
