@@ -472,3 +472,62 @@ async fn rate_limits_and_dropped_sockets_lose_and_double_nothing() {
     );
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reply_queued_when_the_daemon_is_killed_arrives_once_after_restart() {
+    let env = Env::new(vec![Behaviour::answer("survives kill -9")]).await;
+    let mut daemon = env.start();
+    env.slack
+        .get("/wait?what=connections&count=1&timeout=30")
+        .await;
+    // The first delivery attempt is refused with Retry-After: 3, so the
+    // reply sits in the outbox when the daemon dies.
+    env.slack
+        .post(
+            "/ratelimit",
+            json!({"method": "chat.postMessage", "count": 1, "retry_after": 3}),
+        )
+        .await;
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "remember me", "user": ALLOWED, "channel": "D0DM"}),
+        )
+        .await;
+    let first = env.slack.calls("chat.postMessage", 1).await;
+    assert_eq!(first[0]["status"], 429);
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
+    let pending: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM channel_outbox WHERE state = 'pending'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(pending, 1, "the reply is a row before it is sent");
+
+    let mut again = env.start();
+    let calls = env.slack.calls("chat.postMessage", 2).await;
+    assert_eq!(calls[1]["status"], 200, "{calls:#?}");
+    assert_eq!(calls[1]["args"]["text"], "survives kill -9");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    assert_eq!(
+        calls["calls"].as_array().unwrap().len(),
+        2,
+        "delivered once"
+    );
+    let (state, receipt): (String, Option<String>) = db
+        .query_row("SELECT state, receipt FROM channel_outbox", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(state, "sent");
+    assert_eq!(
+        receipt.as_deref(),
+        calls["calls"][1]["response"]["ts"].as_str()
+    );
+    assert!(again.stop().success(), "{}", again.log());
+}

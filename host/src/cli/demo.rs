@@ -174,6 +174,8 @@ async fn skill(
 fn demo_config(plugin: &str, service_url: &str) -> serde_json::Value {
     match plugin {
         "tunnel-http" => json!({"service": "demo-service", "target": service_url}),
+        // Loaded, not called: the demo talks to no chat platform.
+        "channel-slack" => json!({"bot_token": "xoxb-demo-not-a-real-token"}),
         _ => json!({}),
     }
 }
