@@ -41,7 +41,7 @@ fn demo_drives_all_four_worlds() {
     assert!(events.contains("hello pincer"));
     // The second run loads from the compile cache.
     let again = ok(sandbox.pincer(&["demo"]));
-    assert!(again.contains("(5 from the compile cache)"), "{again}");
+    assert!(again.contains("(6 from the compile cache)"), "{again}");
 }
 
 #[test]
