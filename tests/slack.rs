@@ -531,3 +531,149 @@ async fn a_reply_queued_when_the_daemon_is_killed_arrives_once_after_restart() {
     );
     assert!(again.stop().success(), "{}", again.log());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn messages_sent_during_a_turn_are_answered_in_order_one_at_a_time() {
+    let env = Env::new(vec![
+        Behaviour::slow_answer(2500, "first"),
+        Behaviour::answer("second"),
+        Behaviour::answer("third"),
+    ])
+    .await;
+    let mut daemon = env.start();
+    env.slack
+        .get("/wait?what=connections&count=1&timeout=30")
+        .await;
+    for text in ["one", "two", "three"] {
+        env.slack
+            .post(
+                "/socket/push",
+                json!({"kind": "dm", "text": text, "user": ALLOWED, "channel": "D0DM"}),
+            )
+            .await;
+    }
+    let posted = env.slack.posted(3).await;
+    let texts: Vec<_> = posted.iter().map(|c| c["args"]["text"].clone()).collect();
+    assert_eq!(texts, [json!("first"), json!("second"), json!("third")]);
+    // Each turn started after the one before ended: its history holds the
+    // earlier message and its answer.
+    let requests = env._model.received();
+    assert_eq!(requests.len(), 3);
+    let said = |request: &Value| -> Vec<String> {
+        request["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] != "system")
+            .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(said(&requests[0]), ["one"]);
+    assert_eq!(said(&requests[1]), ["one", "first", "two"]);
+    assert_eq!(
+        said(&requests[2]),
+        ["one", "first", "two", "second", "three"]
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refresh_requested_and_a_deaf_socket_both_end_in_a_fresh_connection() {
+    let env = Env::new(vec![
+        Behaviour::answer("after refresh"),
+        Behaviour::answer("after deafness"),
+    ])
+    .await;
+    let mut daemon = env.start();
+    env.slack
+        .get("/wait?what=connections&count=1&timeout=30")
+        .await;
+    env.slack
+        .post("/socket/disconnect", json!({"reason": "refresh_requested"}))
+        .await;
+    let (status, _) = env
+        .slack
+        .get("/wait?what=connections&count=2&timeout=30")
+        .await;
+    assert_eq!(
+        status,
+        200,
+        "no new connection after refresh_requested\n{}",
+        daemon.log()
+    );
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "still there?", "user": ALLOWED, "channel": "D0DM"}),
+        )
+        .await;
+    assert_eq!(
+        env.slack.posted(1).await[0]["args"]["text"],
+        "after refresh"
+    );
+
+    // The socket stays open but nothing comes, not even pongs: the
+    // envelope pushed now is swallowed.
+    env.slack.post("/socket/deaf", json!({"on": true})).await;
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "hello?", "user": ALLOWED, "channel": "D0DM"}),
+        )
+        .await;
+    let (status, _) = env
+        .slack
+        .get("/wait?what=connections&count=3&timeout=90")
+        .await;
+    assert_eq!(
+        status,
+        200,
+        "the watchdog did not reconnect\n{}",
+        daemon.log()
+    );
+    // Redelivered on the new connection and answered.
+    let posted = env.slack.posted(2).await;
+    assert_eq!(posted[1]["args"]["text"], "after deafness");
+    // `pincer status` reads the daemon's snapshot, rewritten every second.
+    let mut status = Value::Null;
+    for _ in 0..50 {
+        status = serde_json::from_str(&ok(env.cli(&["status", "--json"]))).unwrap();
+        if status["daemon"]["channels"]["slack"]["watchdog_reconnects"].as_u64() >= Some(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let slack = &status["daemon"]["channels"]["slack"];
+    assert_eq!(slack["watchdog_reconnects"], 1, "{status:#}");
+    assert_eq!(slack["reconnects"], 2, "refresh and watchdog: {status:#}");
+    assert_eq!(slack["connected"], true, "{status:#}");
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_during_a_turn_lets_it_finish_delivers_the_reply_and_exits_0() {
+    let env = Env::new(vec![Behaviour::slow_answer(3000, "finished before exit")]).await;
+    let mut daemon = env.start();
+    env.slack
+        .get("/wait?what=connections&count=1&timeout=30")
+        .await;
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "take your time", "user": ALLOWED, "channel": "D0DM"}),
+        )
+        .await;
+    for _ in 0..100 {
+        if !env._model.received().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(env._model.received().len(), 1, "the turn reached the model");
+    let status = daemon.stop();
+    assert!(status.success(), "{status:?}\n{}", daemon.log());
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    let calls = calls["calls"].as_array().unwrap().clone();
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    assert_eq!(calls[0]["args"]["text"], "finished before exit");
+}

@@ -32,11 +32,18 @@ pub enum Behaviour {
     Script(Vec<Behaviour>),
     /// Answers with several tool calls at once.
     ToolCalls(Vec<(String, String)>),
+    /// Waits, then behaves as the inner behaviour.
+    Slow(Duration, Box<Behaviour>),
 }
 
 impl Behaviour {
     pub fn answer(text: &str) -> Self {
         Behaviour::Answer(text.to_string())
+    }
+
+    /// Answers `text` after `ms` milliseconds.
+    pub fn slow_answer(ms: u64, text: &str) -> Self {
+        Behaviour::Slow(Duration::from_millis(ms), Box::new(Self::answer(text)))
     }
 
     pub fn tool(name: &str, arguments: &str) -> Self {
@@ -89,7 +96,7 @@ async fn complete(State(shared): State<Shared>, headers: HeaderMap, body: String
     };
     let model = request["model"].as_str().unwrap_or("fake").to_string();
     let stream = request["stream"].as_bool().unwrap_or(false);
-    let behaviour = match shared.behaviour {
+    let mut behaviour = match shared.behaviour {
         Behaviour::Script(steps) => steps
             .get(n - 1)
             .or(steps.last())
@@ -97,8 +104,14 @@ async fn complete(State(shared): State<Shared>, headers: HeaderMap, body: String
             .unwrap_or(Behaviour::Status(500)),
         other => other,
     };
+    while let Behaviour::Slow(delay, inner) = behaviour {
+        tokio::time::sleep(delay).await;
+        behaviour = *inner;
+    }
     match behaviour {
-        Behaviour::Script(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Behaviour::Script(_) | Behaviour::Slow(..) => {
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
         Behaviour::ToolCalls(calls) => answer(
             &model,
             stream,
