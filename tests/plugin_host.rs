@@ -1124,3 +1124,122 @@ async fn capability_denials_and_hostcall_floods_are_audited() {
         "{records:?}"
     );
 }
+
+/// A hostile skill of WIT 0.2.0 tries every way to read its secret and a
+/// value the host captured for it: `config`, echoes of its own requests,
+/// a captured token, a redirect to another origin, a digest oracle. The
+/// servers get the values; nothing the host hands the component holds
+/// them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_uses_its_secrets_by_name_and_never_sees_them() {
+    const TOKEN: &str = "xoxb-probe-secret-token-5f2e91";
+    const CAPTURED: &str = "t-captured-tenant-token-77c1";
+    let received: Arc<Mutex<Vec<String>>> = Arc::default();
+    let echo = {
+        let received = received.clone();
+        move |headers: axum::http::HeaderMap, body: String| {
+            let received = received.clone();
+            async move {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                received.lock().unwrap().push(format!("{auth} | {body}"));
+                axum::Json(json!({"authorization": auth, "body": body}))
+            }
+        }
+    };
+    let elsewhere_hits = Arc::new(AtomicUsize::new(0));
+    let elsewhere = {
+        let hits = elsewhere_hits.clone();
+        support::serve(Router::new().fallback(move || {
+            hits.fetch_add(1, Ordering::SeqCst);
+            async { "elsewhere" }
+        }))
+        .await
+    };
+    let router = Router::new()
+        .route("/echo", post(echo))
+        .route(
+            "/issue",
+            post(|| async {
+                axum::Json(json!({"code": 0, "access_token": CAPTURED, "expire": 60}))
+            }),
+        )
+        .route(
+            "/redirect",
+            post(move || async move {
+                axum::response::Redirect::temporary(&format!(
+                    "http://127.0.0.1:{}/take",
+                    elsewhere.port()
+                ))
+            }),
+        );
+    let addr = support::serve(router).await;
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(dir.path());
+    let probe = load(
+        &host,
+        "secret-probe",
+        json!({"token": TOKEN, "base": format!("http://127.0.0.1:{}", addr.port())}),
+    );
+    let seen = invoke(&host, &probe, "probe", json!({})).await.unwrap();
+    let text = seen.to_string();
+    assert!(
+        !text.contains(TOKEN),
+        "the component saw its token: {seen:#}"
+    );
+    assert!(
+        !text.contains(CAPTURED),
+        "the component saw the captured value: {seen:#}"
+    );
+
+    assert_eq!(seen["config_token"], Value::Null);
+    let config: Value = serde_json::from_str(seen["config_json"].as_str().unwrap()).unwrap();
+    assert!(config.get("token").is_none(), "{config}");
+    assert_eq!(config["base"], format!("http://127.0.0.1:{}", addr.port()));
+    assert_eq!(seen["token_is_set"], true);
+    assert_eq!(seen["derived_is_set"], true);
+
+    // The servers got the real values, placed where the requests said; the
+    // text `{{token}}` in the body stayed text.
+    let got = received.lock().unwrap().clone();
+    assert!(got[0].starts_with(&format!("Bearer {TOKEN} | ")), "{got:?}");
+    let body: Value = serde_json::from_str(got[0].split(" | ").nth(1).unwrap()).unwrap();
+    assert_eq!(body["copy"], TOKEN);
+    assert_eq!(body["text"], "{{token}} ${token} token");
+    assert!(
+        got.iter()
+            .any(|g| g.starts_with(&format!("Bearer {CAPTURED} | "))),
+        "the captured value was used: {got:?}"
+    );
+    // What came back to the component was scrubbed.
+    let echoed = seen["echo_header_and_json"]["body"].as_str().unwrap();
+    assert!(echoed.contains("Bearer [secret]"), "{echoed}");
+    let issued = seen["capture"]["body"].as_str().unwrap();
+    assert!(issued.contains("\"access_token\":\"\""), "{issued}");
+    // A plain config key is not a secret; a redirect to another origin is
+    // handed back, not followed with the token.
+    assert!(
+        seen["use_of_plain_key"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a secret"),
+        "{seen:#}"
+    );
+    assert_eq!(seen["redirect"]["status"], 307, "{seen:#}");
+    assert_eq!(elsewhere_hits.load(Ordering::SeqCst), 0);
+    assert_eq!(seen["verify_guess"], "Ok(false)");
+    // The refused use of a plain key is audited.
+    let denials = host
+        .audit()
+        .recent(Some("plugin:secret-probe"), 10)
+        .unwrap();
+    assert!(
+        denials
+            .iter()
+            .any(|d| d.kind == "plugin.denied" && d.detail.contains("`base`")),
+        "{denials:?}"
+    );
+}
