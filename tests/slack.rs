@@ -30,12 +30,18 @@ struct FakeSlack {
 
 impl FakeSlack {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With extra flags, e.g. `--scopes chat:write`.
+    fn start_with(flags: &[&str]) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::new();
         let mut child = Command::new(support::gateway::python())
             .arg(support::gateway::python_script("fake_slack.py"))
             .args(["--bot-token", BOT_TOKEN, "--app-token", APP_TOKEN])
             .args(["--signing-secret", SIGNING_SECRET])
+            .args(flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -142,8 +148,11 @@ struct Env {
 
 impl Env {
     async fn new(script: Vec<Behaviour>) -> Self {
+        Self::with_slack(script, FakeSlack::start()).await
+    }
+
+    async fn with_slack(script: Vec<Behaviour>, slack: FakeSlack) -> Self {
         let model = FakeUpstream::spawn(Behaviour::Script(script)).await;
-        let slack = FakeSlack::start();
         let sandbox = Sandbox::new();
         let base = sandbox.dir.path().join("ws");
         let config = sandbox.write(
@@ -676,4 +685,68 @@ async fn sigterm_during_a_turn_lets_it_finish_delivers_the_reply_and_exits_0() {
     let calls = calls["calls"].as_array().unwrap().clone();
     assert_eq!(calls.len(), 1, "{calls:#?}");
     assert_eq!(calls[0]["args"]["text"], "finished before exit");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn channel_test_checks_tokens_and_scopes_against_the_web_api() {
+    let env = Env::with_slack(
+        vec![Behaviour::answer("unused")],
+        FakeSlack::start_with(&["--scopes", "chat:write,im:history,im:read"]),
+    )
+    .await;
+    let out = env.cli(&["channel", "test", "slack"]);
+    let text = support::stdout(&out);
+    assert!(
+        !out.status.success(),
+        "missing scopes fail the check:\n{text}"
+    );
+    assert!(
+        text.contains("auth.test: team Fake Team (T0TEAM), bot user U0BOT"),
+        "{text}"
+    );
+    assert!(
+        text.contains("missing scopes app_mentions:read, reactions:write"),
+        "{text}"
+    );
+    assert!(text.contains("ok   app-level token"), "{text}");
+    assert!(text.contains("ok   signing secret"), "{text}");
+
+    let out = env
+        .command()
+        .args(["channel", "test", "slack"])
+        .env("SLACK_BOT_TOKEN", "xoxb-revoked")
+        .env("SLACK_APP_TOKEN", "xoxb-not-an-app-token")
+        .output()
+        .unwrap();
+    let text = support::stdout(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("FAIL bot token") && text.contains("invalid_auth"),
+        "{text}"
+    );
+    assert!(text.contains("FAIL app-level token"), "{text}");
+    assert!(
+        !text.contains("xoxb-revoked"),
+        "a token is never printed: {text}"
+    );
+
+    let fails = env.cli(&["channel", "test", "slak"]);
+    assert!(
+        support::stderr(&fails).contains("no channel named `slak`, did you mean `slack`?"),
+        "{}",
+        support::stderr(&fails)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn channel_test_passes_with_good_tokens() {
+    let env = Env::new(vec![Behaviour::answer("unused")]).await;
+    let out = env.cli(&["channel", "test", "slack"]);
+    let text = support::stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", support::stderr(&out));
+    assert!(text.contains("ok   bot token"), "{text}");
+    assert!(
+        text.contains("scopes app_mentions:read,chat:write,im:history,im:read,reactions:write"),
+        "{text}"
+    );
 }

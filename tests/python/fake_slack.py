@@ -3,9 +3,11 @@
 Usage: fake_slack.py [--host 127.0.0.1] [--port 0] [--bot-token xoxb-...] [--app-token xapp-...]
                      [--signing-secret S] [--team-id T0TEAM] [--app-id A0APP] [--bot-user-id U0BOT]
                      [--bot-id B0BOT] [--channels C1,D2] [--ack-timeout 3]
+                     [--scopes app_mentions:read,chat:write,...]
 Every flag can also be given by environment: FAKE_SLACK_BOT_TOKEN, FAKE_SLACK_APP_TOKEN,
 FAKE_SLACK_SIGNING_SECRET, FAKE_SLACK_TEAM_ID, FAKE_SLACK_APP_ID, FAKE_SLACK_BOT_USER_ID,
-FAKE_SLACK_BOT_ID, FAKE_SLACK_CHANNELS, FAKE_SLACK_ACK_TIMEOUT (flags win).
+FAKE_SLACK_BOT_ID, FAKE_SLACK_CHANNELS, FAKE_SLACK_ACK_TIMEOUT, FAKE_SLACK_SCOPES (flags win).
+Web API answers to the bot token carry `x-oauth-scopes` (the --scopes list), as Slack's do.
 
 Serves on loopback only. When ready it prints one JSON line to stdout,
   {"port": N, "api_base": "http://127.0.0.1:N/api", "control": "http://127.0.0.1:N/_test"}
@@ -432,7 +434,13 @@ class Fake:
         }.get(method)
         if handler is None:
             return {"ok": False, "error": "unknown_method"}, 200, {}
-        return handler(args, token, header_token), 200, {}
+        answer = handler(args, token, header_token)
+        headers = {}
+        if token == self.cfg.bot_token:
+            # https://docs.slack.dev/authentication/tokens ("the x-oauth-scopes HTTP header" of
+            # every Web API response lists the token's scopes, comma-separated).
+            headers["x-oauth-scopes"] = self.cfg.scopes
+        return answer, 200, headers
 
     def auth_test(self, args, token, _header):
         error = self.auth(token, ("bot", "app"))
@@ -1116,6 +1124,14 @@ def parse_args(argv=None):
     p.add_argument("--bot-id", default=env("FAKE_SLACK_BOT_ID", "B0BOT"))
     p.add_argument("--channels", default=env("FAKE_SLACK_CHANNELS", ""),
                    help="comma-separated known channel ids (default: any C/D/G id)")
+    p.add_argument(
+        "--scopes",
+        default=env(
+            "FAKE_SLACK_SCOPES",
+            "app_mentions:read,chat:write,im:history,im:read,reactions:write",
+        ),
+        help="the bot token's scopes, as x-oauth-scopes reports them",
+    )
     p.add_argument("--ack-timeout", type=float, default=float(env("FAKE_SLACK_ACK_TIMEOUT", "3")))
     args = p.parse_args(argv)
     args.channels = [c for c in args.channels.split(",") if c]

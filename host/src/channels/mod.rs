@@ -57,6 +57,51 @@ pub struct LoadedChannel {
     pub info: api::ChannelInfo,
 }
 
+impl LoadedChannel {
+    /// Loads the plugin of channel `name` with its config, state scope and
+    /// reach, and asks it for its limits.
+    pub async fn load(
+        name: &str,
+        channel: &config::Channel,
+        plugins: &PluginHost,
+        catalog: &crate::plugins::Catalog,
+        limits: crate::plugins::CallLimits,
+    ) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let package = catalog
+            .get(&channel.plugin)
+            .with_context(|| format!("channels.{name}.plugin"))?;
+        let manifest = crate::plugins::Manifest::parse(&package.manifest_text, name)?;
+        if manifest.kind() != crate::plugins::PluginKind::Channel {
+            anyhow::bail!(
+                "channels.{name}.plugin: `{}` is a {} plugin, not a channel",
+                channel.plugin,
+                manifest.kind()
+            );
+        }
+        let reach = crate::plugins::HttpReach::for_channel(&manifest, &channel.http);
+        let plugin = plugins
+            .load_in(
+                package,
+                Some(&channel.plugin_config()),
+                limits,
+                &Scope::channel(name),
+                Some(reach),
+            )
+            .with_context(|| format!("loading channel `{name}` (plugin `{}`)", channel.plugin))?;
+        let info = plugins
+            .channel_describe(&plugin)
+            .await
+            .with_context(|| format!("asking channel `{name}` for its limits"))?;
+        Ok(Self {
+            name: name.to_string(),
+            config: channel.clone(),
+            plugin,
+            info,
+        })
+    }
+}
+
 /// What `pincer status` shows of a channel's connection.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ConnectionStatus {
@@ -91,45 +136,10 @@ impl ChannelHost {
         limits: crate::plugins::CallLimits,
         store: Arc<ChannelStore>,
     ) -> anyhow::Result<Self> {
-        use anyhow::Context as _;
         let mut channels = BTreeMap::new();
         for (name, channel) in &config.channels {
-            let package = catalog
-                .get(&channel.plugin)
-                .with_context(|| format!("channels.{name}.plugin"))?;
-            let manifest = crate::plugins::Manifest::parse(&package.manifest_text, name)?;
-            let reach = crate::plugins::HttpReach::for_channel(&manifest, &channel.http);
-            let plugin = plugins
-                .load_in(
-                    package,
-                    Some(&channel.plugin_config()),
-                    limits,
-                    &Scope::channel(name),
-                    Some(reach),
-                )
-                .with_context(|| {
-                    format!("loading channel `{name}` (plugin `{}`)", channel.plugin)
-                })?;
-            if plugin.kind() != crate::plugins::PluginKind::Channel {
-                anyhow::bail!(
-                    "channels.{name}.plugin: `{}` is a {} plugin, not a channel",
-                    channel.plugin,
-                    plugin.kind()
-                );
-            }
-            let info = plugins
-                .channel_describe(&plugin)
-                .await
-                .with_context(|| format!("asking channel `{name}` for its limits"))?;
-            channels.insert(
-                name.clone(),
-                LoadedChannel {
-                    name: name.clone(),
-                    config: channel.clone(),
-                    plugin,
-                    info,
-                },
-            );
+            let loaded = LoadedChannel::load(name, channel, &plugins, catalog, limits).await?;
+            channels.insert(name.clone(), loaded);
         }
         Ok(Self {
             plugins,

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 mod agent;
+mod channel;
 mod config_cmd;
 mod context;
 mod daemon;
@@ -61,6 +62,9 @@ pub enum Command {
     /// The LLM gateway: serve it alone, manage its keys, read usage
     #[command(subcommand)]
     Gateway(GatewayCommand),
+    /// Chat channels: check a channel's settings against its platform
+    #[command(subcommand)]
+    Channel(ChannelCommand),
     /// Long-term memory of a workspace: add, search, list, forget
     #[command(subcommand)]
     Memory(MemoryCommand),
@@ -303,6 +307,12 @@ pub enum MemoryCommand {
 #[error("exit code {0}")]
 pub struct ExitStatus(pub i32);
 
+#[derive(Debug, Subcommand)]
+pub enum ChannelCommand {
+    /// Load the channel's plugin and check its tokens and settings against the platform
+    Test { name: String },
+}
+
 #[derive(Debug, Args)]
 pub struct JsonFlag {
     /// Print JSON instead of text
@@ -322,6 +332,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Gateway(command) => gateway::run(cli.config.as_deref(), command).await,
         Command::Memory(command) => memory::run(cli.config.as_deref(), command),
+        Command::Channel(ChannelCommand::Test { name }) => {
+            channel::test(cli.config.as_deref(), &name).await
+        }
         Command::Model(command) => model::run(command),
         Command::Doctor => doctor::run(cli.config.as_deref()).await,
         Command::Demo => demo::run(cli.config.as_deref()).await,

@@ -688,6 +688,30 @@ impl PluginHost {
         .await
     }
 
+    /// The channel's own check of its settings against the platform
+    /// (WIT 0.1.0 channels have none: one item saying so).
+    pub async fn channel_check(
+        &self,
+        plugin: &LoadedPlugin,
+    ) -> Result<Vec<latest::CheckItem>, PluginError> {
+        expect_kind(plugin, PluginKind::Channel)?;
+        if let Pre::ChannelV1(_) = *plugin.pre {
+            return Ok(vec![latest::CheckItem {
+                name: "self-check".into(),
+                ok: true,
+                detail: format!(
+                    "{} is built against WIT 0.1.0, which has no check; it loaded with this configuration",
+                    plugin.name()
+                ),
+            }]);
+        }
+        self.call(plugin, async |store, bound| match bound {
+            Bound::Channel(c) => c.pincer_plugin_channel().call_check(store).await,
+            _ => Err(not_a("channel of WIT 0.2")),
+        })
+        .await
+    }
+
     pub async fn tunnel_service(&self, plugin: &LoadedPlugin) -> Result<String, PluginError> {
         expect_kind(plugin, PluginKind::Tunnel)?;
         self.call(plugin, async |store, bound| match bound {

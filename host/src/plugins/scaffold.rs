@@ -171,8 +171,8 @@ impl Guest for Plugin {
         }
         PluginKind::Channel => {
             r#"use exports::pincer::plugin::channel::{
-    ChannelError, ChannelInfo, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest,
-    StatusUpdate, WebhookOutcome, WebhookRequest,
+    ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome,
+    Guest, StatusUpdate, WebhookOutcome, WebhookRequest,
 };
 use pincer::plugin::clock::now_ms;
 use pincer::plugin::types::{HttpResponse, Message, Outbound};
@@ -217,6 +217,10 @@ impl Guest for Plugin {
 
     fn status(_update: StatusUpdate) -> Result<Option<String>, ChannelError> {
         Ok(None)
+    }
+
+    fn check() -> Vec<CheckItem> {
+        vec![CheckItem { name: "settings".into(), ok: true, detail: "nothing to check yet".into() }]
     }
 }
 "#

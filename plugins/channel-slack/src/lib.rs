@@ -24,7 +24,7 @@ wit_bindgen::generate!({
 
 use api::Failure;
 use exports::pincer::plugin::channel::{
-    ChannelError, ChannelInfo, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest,
+    ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest,
     ReconnectPolicy, RetryAfter, StatusUpdate, TurnState, WebhookOutcome, WebhookRequest,
 };
 use pincer::plugin::secrets::{self, Digest, Part, SecretError};
@@ -48,6 +48,15 @@ const MAX_TEXT_BYTES: u32 = 3500;
 const IDLE_TIMEOUT_MS: u32 = 30_000;
 /// Per-request timeout for Web API calls.
 const HTTP_TIMEOUT_MS: u32 = 15_000;
+
+/// Bot scopes the channel uses: reading DMs and mentions, replying, reacting.
+const NEEDED_SCOPES: [&str; 5] = [
+    "app_mentions:read",
+    "chat:write",
+    "im:history",
+    "im:read",
+    "reactions:write",
+];
 
 const CONNECTION_TOKEN_ERRORS: [&str; 3] = ["invalid_auth", "not_authed", "not_allowed_token_type"];
 
@@ -166,6 +175,72 @@ impl Guest for SlackChannel {
                 Ok(Delivery { id: String::new() })
             }
         }
+    }
+
+    fn check() -> Vec<CheckItem> {
+        let item = |name: &str, ok: bool, detail: String| CheckItem {
+            name: name.into(),
+            ok,
+            detail,
+        };
+        let mut items = Vec::new();
+        match api_base() {
+            Ok(base) => items.push(item("api_base", true, base)),
+            Err(e) => {
+                items.push(item("api_base", false, format!("{e:?}")));
+                return items;
+            }
+        }
+        if secrets::is_set(BOT_TOKEN) {
+            items.push(check_bot_token());
+        } else {
+            items.push(item(
+                "bot token",
+                false,
+                "`bot_token` is not set: give the app's Bot User OAuth Token (xoxb-…, on its OAuth & Permissions page)".into(),
+            ));
+        }
+        let socket_mode = secrets::is_set(APP_TOKEN);
+        if socket_mode {
+            items.push(
+                match call(
+                    APP_TOKEN,
+                    "apps.connections.open",
+                    "application/x-www-form-urlencoded",
+                    Vec::new(),
+                ) {
+                    Ok(_) => item(
+                        "app-level token",
+                        true,
+                        "apps.connections.open answered: Socket Mode works".into(),
+                    ),
+                    Err(e) => item(
+                        "app-level token",
+                        false,
+                        format!("{:?}", e.into_connect_error()),
+                    ),
+                },
+            );
+        } else {
+            items.push(item(
+                "app-level token",
+                true,
+                "not set: Socket Mode is off, messages arrive only through the Events API".into(),
+            ));
+        }
+        let signed = secrets::is_set(SIGNING_SECRET);
+        items.push(item(
+            "signing secret",
+            signed || socket_mode,
+            if signed {
+                "set: Events API requests are verified".into()
+            } else if socket_mode {
+                "not set: the Events API is refused (Socket Mode does not need it)".into()
+            } else {
+                "not set, and no app_token either: no message can arrive. Set `app_token` (Socket Mode) or `signing_secret` (Events API)".into()
+            },
+        ));
+        items
     }
 
     fn status(update: StatusUpdate) -> Result<Option<String>, ChannelError> {
@@ -295,7 +370,73 @@ fn call(token: &str, method: &str, content_type: &str, body: Vec<u8>) -> Result<
     .map_err(CallError::Slack)
 }
 
+/// `auth.test` with the bot token, and the scopes Slack says it has.
+fn check_bot_token() -> CheckItem {
+    let item = |ok: bool, detail: String| CheckItem {
+        name: "bot token".into(),
+        ok,
+        detail,
+    };
+    let url = match api_base() {
+        Ok(base) => format!("{base}/auth.test"),
+        Err(e) => return item(false, format!("{e:?}")),
+    };
+    let response = match http::fetch(&HttpRequest {
+        method: "POST".into(),
+        url: url.clone(),
+        headers: vec![header("content-type", "application/x-www-form-urlencoded")],
+        body: Vec::new(),
+        timeout_ms: Some(HTTP_TIMEOUT_MS),
+        secrets: vec![bearer(BOT_TOKEN)],
+        capture: None,
+    }) {
+        Ok(response) => response,
+        Err(e) => return item(false, format!("{:?}", http_error("auth.test", &url, e))),
+    };
+    let scopes = header_value(&response.headers, "x-oauth-scopes").map(str::to_string);
+    match api::check("auth.test", response.status, None, &response.body) {
+        Err(failure) => item(false, format!("{:?}", failure_error(failure))),
+        Ok(body) => {
+            let who = format!(
+                "auth.test: team {} ({}), bot user {}",
+                body["team"].as_str().unwrap_or("?"),
+                body["team_id"].as_str().unwrap_or("?"),
+                body["user_id"].as_str().unwrap_or("?"),
+            );
+            match scopes {
+                None => item(
+                    true,
+                    format!("{who}; Slack did not report the token's scopes"),
+                ),
+                Some(scopes) => {
+                    let missing = missing_scopes(&scopes);
+                    if missing.is_empty() {
+                        item(true, format!("{who}; scopes {scopes}"))
+                    } else {
+                        item(
+                            false,
+                            format!(
+                                "{who}; missing scopes {} (add them under OAuth & Permissions and reinstall the app)",
+                                missing.join(", ")
+                            ),
+                        )
+                    }
+                }
+            }
+        }
+    }
+}
+
 export!(SlackChannel);
+
+/// The [`NEEDED_SCOPES`] not in Slack's comma-separated `x-oauth-scopes`.
+fn missing_scopes(granted: &str) -> Vec<&'static str> {
+    let granted: Vec<&str> = granted.split(',').map(str::trim).collect();
+    NEEDED_SCOPES
+        .into_iter()
+        .filter(|s| !granted.contains(s))
+        .collect()
+}
 
 // ----- Pure helpers.
 
@@ -530,6 +671,21 @@ fn events_outcome(body: &[u8], now_ms: u64) -> Result<(WebhookOutcome, Vec<Strin
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn missing_scopes_are_named() {
+        assert_eq!(
+            missing_scopes("chat:write, im:history,im:read"),
+            vec!["app_mentions:read", "reactions:write"]
+        );
+        assert!(
+            missing_scopes(
+                "app_mentions:read,chat:write,im:history,im:read,reactions:write,users:read"
+            )
+            .is_empty()
+        );
+    }
+
     use super::*;
 
     fn outbound(text: &str, thread: Option<&str>) -> Outbound {

@@ -55,8 +55,9 @@ mod tunnel_world {
 pub(super) use channel_world::pincer::plugin::{clock, config, http, kv, logging, secrets, types};
 
 pub use channel_world::exports::pincer::plugin::channel::{
-    ChannelError, ChannelInfo, ConnectionRequest, Delivery, Frame, FrameOutcome, Keepalive,
-    ReconnectPolicy, RetryAfter, StatusUpdate, TurnState, WebhookOutcome, WebhookRequest,
+    ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome,
+    Keepalive, ReconnectPolicy, RetryAfter, StatusUpdate, TurnState, WebhookOutcome,
+    WebhookRequest,
 };
 pub use channel_world::{ChannelPlugin, ChannelPluginPre};
 pub use observer_world::{ObserverPlugin, ObserverPluginPre};
