@@ -116,11 +116,30 @@ impl Drop for FakeSlack {
 
 struct Daemon {
     child: Child,
+    stdout: BufReader<std::process::ChildStdout>,
     webhooks: String,
     log: PathBuf,
 }
 
 impl Daemon {
+    /// Reads the daemon's stdout until a line contains `wanted`.
+    fn wait_for_line(&mut self, wanted: &str) -> String {
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).unwrap();
+            assert!(
+                n > 0,
+                "the daemon ended before saying {wanted:?}:\n{seen}\n{}",
+                self.log()
+            );
+            seen.push_str(&line);
+            if line.contains(wanted) {
+                return seen;
+            }
+        }
+    }
+
     fn stop(&mut self) -> std::process::ExitStatus {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         self.child.wait().unwrap()
@@ -232,9 +251,8 @@ channels:
             .spawn()
             .unwrap();
         let mut banner = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut banner)
-            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut banner).unwrap();
         assert!(
             banner.contains("pincer is running"),
             "{banner}\n{}",
@@ -248,6 +266,7 @@ channels:
             .to_string();
         Daemon {
             child,
+            stdout,
             webhooks,
             log,
         }
@@ -749,4 +768,65 @@ async fn channel_test_passes_with_good_tokens() {
         text.contains("scopes app_mentions:read,chat:write,im:history,im:read,reactions:write"),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edited_config_is_reloaded_and_an_invalid_one_is_refused() {
+    let env = Env::new(vec![Behaviour::answer("answered")]).await;
+    let mut daemon = env.start();
+    env.slack
+        .get("/wait?what=connections&count=1&timeout=30")
+        .await;
+    let original = std::fs::read_to_string(&env.config).unwrap();
+
+    // Invalid: the daemon says why and keeps the running configuration.
+    std::fs::write(
+        &env.config,
+        original.replace("refusal: reply", "refusal: shout"),
+    )
+    .unwrap();
+    for _ in 0..100 {
+        if daemon.log().contains("the new configuration is not valid") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = daemon.log();
+    assert!(log.contains("the new configuration is not valid"), "{log}");
+    assert!(
+        log.contains("pincer.yaml:"),
+        "the error names the file and line: {log}"
+    );
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "still working?", "user": ALLOWED, "channel": "D0DM"}),
+        )
+        .await;
+    env.slack.posted(1).await;
+
+    // Valid: a newly allowed sender is answered after the reload.
+    std::fs::write(
+        &env.config,
+        original.replace(
+            &format!("allowed_senders: [{ALLOWED}]"),
+            &format!("allowed_senders: [{ALLOWED}, U0NEWCOMER]"),
+        ),
+    )
+    .unwrap();
+    daemon.wait_for_line("configuration reloaded");
+    daemon.wait_for_line("pincer is running");
+    env.slack
+        .get("/wait?what=connections&count=2&timeout=30")
+        .await;
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "hello, I am new", "user": "U0NEWCOMER", "channel": "D0NEW"}),
+        )
+        .await;
+    let posted = env.slack.posted(2).await;
+    assert_eq!(posted[1]["args"]["channel"], "D0NEW");
+    assert_eq!(posted[1]["args"]["text"], "answered");
+    assert!(daemon.stop().success(), "{}", daemon.log());
 }

@@ -14,7 +14,7 @@ pub mod spec;
 use std::path::Path;
 
 pub use pincer_runner_protocol::ErrorKind as ExecErrorKind;
-pub use runtime::{ContainerRuntime, ContainerStatus, Ensured, ExecOutcome};
+pub use runtime::{ContainerGrants, ContainerRuntime, ContainerStatus, Ensured, ExecOutcome};
 pub use spec::WorkspaceSpec;
 
 use crate::config::{Config, expand_tilde};

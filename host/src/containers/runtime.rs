@@ -21,6 +21,27 @@ use super::spec::{LABEL_INSTANCE, LABEL_SPEC, LABEL_WORKSPACE, WorkspaceSpec};
 use crate::audit::AuditLog;
 use crate::gateway::keys::KeyStore;
 
+/// Mints and revokes the gateway token of a workspace's container: the
+/// gateway's, handed to the runtime (which opens no store itself).
+pub trait ContainerGrants: Send + Sync {
+    /// A fresh token for `workspace`'s container; its previous one is revoked.
+    fn mint(&self, workspace: &str) -> Result<String, String>;
+    fn revoke(&self, workspace: &str) -> Result<(), String>;
+}
+
+impl ContainerGrants for KeyStore {
+    fn mint(&self, workspace: &str) -> Result<String, String> {
+        self.mint_container_token(workspace)
+            .map_err(|e| e.to_string())
+    }
+
+    fn revoke(&self, workspace: &str) -> Result<(), String> {
+        self.revoke_container_token(workspace)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
 /// How long a fresh runner gets to answer its first ping.
 const RUNNER_START: Duration = Duration::from_secs(10);
 
@@ -29,7 +50,7 @@ pub struct ContainerRuntime {
     instance: String,
     audit: Arc<AuditLog>,
     /// Mints each container's own gateway token (never a provider key).
-    keys: KeyStore,
+    grants: Arc<dyn ContainerGrants>,
 }
 
 /// Where a container finds the gateway (its token is granted over the
@@ -68,8 +89,21 @@ pub struct ExecOutcome {
 }
 
 impl ContainerRuntime {
-    /// Connects to the local Docker Engine and agrees on an API version.
+    /// Connects to the local Docker Engine and agrees on an API version;
+    /// tokens come from the key store in `home` (one-shot commands).
     pub async fn connect(home: &Path, audit: Arc<AuditLog>) -> Result<Self, ContainerError> {
+        let database = home.join(crate::db::FILE_NAME);
+        let keys = KeyStore::open(&database)
+            .map_err(|e| ContainerError::Host(format!("opening {}: {e}", database.display())))?;
+        Self::connect_with(home, audit, Arc::new(keys)).await
+    }
+
+    /// [`Self::connect`] with the gateway's grants (the daemon: one store).
+    pub async fn connect_with(
+        home: &Path,
+        audit: Arc<AuditLog>,
+        grants: Arc<dyn ContainerGrants>,
+    ) -> Result<Self, ContainerError> {
         let docker = Docker::connect_with_socket_defaults()
             .map_err(|e| {
                 ContainerError::Docker(format!("cannot connect to the Docker Engine: {e}"))
@@ -81,14 +115,11 @@ impl ContainerRuntime {
                     "the Docker Engine does not answer ({e}); is it running? (`pincer doctor`)"
                 ))
             })?;
-        let database = home.join(crate::db::FILE_NAME);
-        let keys = KeyStore::open(&database)
-            .map_err(|e| ContainerError::Host(format!("opening {}: {e}", database.display())))?;
         Ok(Self {
             docker,
             instance: instance_id(home)?,
             audit,
-            keys,
+            grants,
         })
     }
 
@@ -275,15 +306,12 @@ impl ContainerRuntime {
         if status.granted {
             return Ok(status);
         }
-        let token = self
-            .keys
-            .mint_container_token(&spec.workspace)
-            .map_err(|e| {
-                ContainerError::Host(format!(
-                    "minting the gateway token of {}: {e}",
-                    spec.workspace
-                ))
-            })?;
+        let token = self.grants.mint(&spec.workspace).map_err(|e| {
+            ContainerError::Host(format!(
+                "minting the gateway token of {}: {e}",
+                spec.workspace
+            ))
+        })?;
         let answer = runner_client::call(
             &runner_addr(spec, id),
             &Request::Grant(Grant { token }),
@@ -316,7 +344,7 @@ impl ContainerRuntime {
 
     /// Revokes the workspace's container token (its container is gone).
     fn revoke_token(&self, workspace: &str) {
-        if let Err(e) = self.keys.revoke_container_token(workspace) {
+        if let Err(e) = self.grants.revoke(workspace) {
             tracing::warn!(%workspace, "revoking the container token failed: {e}");
         }
     }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use crate::cli::Context;
-use crate::gateway::server::Gateway;
+use crate::containers::ContainerRuntime;
+use crate::gateway::server::{Gateway, Shared};
 use crate::router::{Agent, Observers, Recall};
 use crate::sessions::SessionStore;
 
@@ -21,11 +22,26 @@ pub async fn agent_with(
     ctx: &Context,
     plugins: Option<Arc<crate::plugins::PluginHost>>,
 ) -> anyhow::Result<Agent> {
-    let audit = ctx.audit_log()?;
-    let runtime = Arc::new(ctx.container_runtime().await?);
+    let audit = match &plugins {
+        Some(host) => host.audit().clone(),
+        None => ctx.audit_log()?,
+    };
+    let memory = Arc::new(crate::memory::MemoryStore::open(&ctx.home)?);
+    let shared = Shared {
+        plugins: plugins.clone(),
+        memory: Some(memory.clone()),
+    };
+    let gateway = Arc::new(Gateway::with_shared(
+        &ctx.config,
+        &ctx.home,
+        audit.clone(),
+        shared,
+    )?);
+    let runtime = Arc::new(
+        ContainerRuntime::connect_with(&ctx.home, audit, gateway.container_grants()).await?,
+    );
     let sessions = Arc::new(SessionStore::open(&ctx.home)?);
-    let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, audit)?);
-    let memory = memory_store(ctx)?;
+    let memory: Arc<dyn Recall> = memory;
     let observers = observers(ctx, plugins)?;
     Ok(Agent::new(
         Arc::new(ctx.config.clone()),
@@ -36,10 +52,6 @@ pub async fn agent_with(
         gateway,
         observers,
     ))
-}
-
-fn memory_store(ctx: &Context) -> anyhow::Result<Arc<dyn Recall>> {
-    Ok(Arc::new(crate::memory::MemoryStore::open(&ctx.home)?))
 }
 
 /// Loads each workspace's observer plugins; a plugin that cannot load is an

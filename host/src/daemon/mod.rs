@@ -227,30 +227,56 @@ async fn serve(
     Ok(ending)
 }
 
-/// Sends a unit on every change of the configuration file (debounced).
+/// Sends a unit when the configuration file's content changes. The folder
+/// is watched (editors replace the file rather than write it), events are
+/// collapsed for a moment, and a write that leaves the bytes as they were
+/// (a `touch`) is no change.
 fn watch_config(
     path: Option<PathBuf>,
 ) -> tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<()>> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     if let Some(path) = path {
         std::thread::spawn(move || {
-            let mut last = modified(&path);
-            loop {
-                std::thread::sleep(Duration::from_millis(500));
-                let now = modified(&path);
-                if now != last {
-                    last = now;
-                    if tx.send(()).is_err() {
-                        return;
-                    }
-                }
+            if let Err(e) = watch_file(&path, &tx) {
+                eprintln!(
+                    "pincer: not watching {} for changes ({e}); send SIGHUP to reload",
+                    path.display()
+                );
             }
         });
     }
     tokio::sync::Mutex::new(rx)
 }
 
-fn modified(path: &Path) -> Option<(std::time::SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
+fn watch_file(path: &Path, tx: &tokio::sync::mpsc::UnboundedSender<()>) -> notify::Result<()> {
+    use notify::Watcher as _;
+    let path = std::path::absolute(path)?;
+    let folder = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let (events_tx, events) = std::sync::mpsc::channel();
+    let mut watcher = notify::recommended_watcher(events_tx)?;
+    watcher.watch(&folder, notify::RecursiveMode::NonRecursive)?;
+    let digest = |p: &Path| std::fs::read(p).ok().map(|b| sha2::Sha256::digest(&b));
+    use sha2::Digest as _;
+    let mut last = digest(&path);
+    while let Ok(event) = events.recv() {
+        let touches = |e: &notify::Result<notify::Event>| {
+            e.as_ref()
+                .map(|e| e.paths.iter().any(|p| p == &path))
+                .unwrap_or(false)
+        };
+        if !touches(&event) {
+            continue;
+        }
+        // Collapse the burst an editor's save makes.
+        std::thread::sleep(Duration::from_millis(300));
+        while events.try_recv().is_ok() {}
+        let now = digest(&path);
+        if now != last {
+            last = now;
+            if tx.send(()).is_err() {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }

@@ -33,7 +33,7 @@ pub const CACHE_HEADER: &str = "x-pincer-cache";
 /// Everything a gateway request needs; shared by every listener.
 pub struct Gateway {
     router: LlmRouter,
-    keys: KeyStore,
+    keys: Arc<KeyStore>,
     ledger: Arc<Ledger>,
     prices: PriceTable,
     cache: Option<ResponseCache>,
@@ -112,8 +112,27 @@ pub fn workspace_socket(home: &Path, workspace: &str) -> std::path::PathBuf {
     crate::containers::spec::gateway_dir(&home.join("run").join(workspace)).join("gateway.sock")
 }
 
+/// Services the process has already, for the gateway to use rather than
+/// open its own (`None`: it opens one on first use).
+#[derive(Default, Clone)]
+pub struct Shared {
+    pub plugins: Option<Arc<crate::plugins::PluginHost>>,
+    pub memory: Option<Arc<crate::memory::MemoryStore>>,
+}
+
 impl Gateway {
     pub fn new(config: &Config, home: &Path, audit: Arc<AuditLog>) -> anyhow::Result<Self> {
+        Self::with_shared(config, home, audit, Shared::default())
+    }
+
+    /// [`Self::new`] using the process's own plugin host and memory store
+    /// for its MCP skills and memory tools.
+    pub fn with_shared(
+        config: &Config,
+        home: &Path,
+        audit: Arc<AuditLog>,
+        shared: Shared,
+    ) -> anyhow::Result<Self> {
         let database = home.join(crate::db::FILE_NAME);
         let reaches = Arc::new(Reaches::compute(config));
         for (workspace, reach) in reaches.iter() {
@@ -126,6 +145,7 @@ impl Gateway {
             home,
             audit.clone(),
             reaches.clone(),
+            shared,
         ));
         Ok(Self {
             router: LlmRouter::new(&config.gateway, llm::default_client()?)?.with_local(
@@ -134,7 +154,7 @@ impl Gateway {
                     ..Default::default()
                 },
             ),
-            keys: KeyStore::open(&database)?,
+            keys: Arc::new(KeyStore::open(&database)?),
             ledger: Ledger::open(&database)?,
             prices: PriceTable::new(&config.gateway.prices),
             cache: ResponseCache::from_config(&config.gateway.cache),
@@ -153,6 +173,12 @@ impl Gateway {
 
     pub fn keys(&self) -> &KeyStore {
         &self.keys
+    }
+
+    /// What mints and revokes containers' gateway tokens, for the container
+    /// runtime (which holds no store of its own).
+    pub fn container_grants(&self) -> Arc<dyn crate::containers::ContainerGrants> {
+        self.keys.clone()
     }
 
     /// Serves the gateway on `$PINCER_HOME/run/<workspace>/gateway/gateway.sock`,

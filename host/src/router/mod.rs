@@ -136,6 +136,9 @@ pub struct Agent {
     memory: Arc<dyn Recall>,
     gateway: Arc<Gateway>,
     observers: HashMap<String, Observers>,
+    /// Each workspace's container spec (or why it has none), computed once
+    /// per configuration load.
+    specs: HashMap<String, Result<containers::WorkspaceSpec, String>>,
     /// Workspaces whose gateway socket this process serves.
     serving: Mutex<HashMap<String, tokio::task::JoinHandle<anyhow::Result<()>>>>,
 }
@@ -150,7 +153,18 @@ impl Agent {
         gateway: Arc<Gateway>,
         observers: HashMap<String, Observers>,
     ) -> Self {
+        let specs = config
+            .workspaces
+            .keys()
+            .map(|name| {
+                let spec = containers::plan(&config, &home, runtime.instance(), name)
+                    .map(|(_, spec)| spec)
+                    .map_err(|e| e.to_string());
+                (name.clone(), spec)
+            })
+            .collect();
         Agent {
+            specs,
             config,
             home,
             runtime,
@@ -359,11 +373,17 @@ impl Agent {
             return Outcome::Failed(format!("no workspace named `{workspace}`"));
         };
         let limits = ws.agent;
-        let (_, spec) =
-            match containers::plan(&self.config, &self.home, self.runtime.instance(), workspace) {
-                Ok(planned) => planned,
-                Err(e) => return fail(events, TurnErrorKind::Internal, e.to_string()),
-            };
+        let spec = match self.specs.get(workspace) {
+            Some(Ok(spec)) => spec.clone(),
+            Some(Err(e)) => return fail(events, TurnErrorKind::Internal, e.clone()),
+            None => {
+                return fail(
+                    events,
+                    TurnErrorKind::Internal,
+                    format!("no workspace named `{workspace}`"),
+                );
+            }
+        };
 
         // Context: system prompt, memories, history (which ends with `text`).
         // The instructions file is in the container-writable workspace

@@ -152,10 +152,11 @@ enum Outcome {
 }
 
 impl MemoryTools {
-    pub fn new(home: PathBuf) -> Self {
+    /// `store`: the process's memory store; `None` opens one on first use.
+    pub fn new(home: PathBuf, store: Option<Arc<MemoryStore>>) -> Self {
         Self {
             home,
-            store: OnceCell::new(),
+            store: OnceCell::new_with(store),
         }
     }
 

@@ -57,13 +57,19 @@ pub struct McpGateway {
 }
 
 impl McpGateway {
-    pub fn new(config: &Config, home: &Path, audit: Arc<AuditLog>, reaches: Arc<Reaches>) -> Self {
+    pub fn new(
+        config: &Config,
+        home: &Path,
+        audit: Arc<AuditLog>,
+        reaches: Arc<Reaches>,
+        shared: crate::gateway::server::Shared,
+    ) -> Self {
         Self {
             config: Arc::new(config.clone()),
             reaches,
-            skills: Skills::new(config, home),
+            skills: Skills::new(config, home, shared.plugins),
             upstreams: Upstreams::new(&config.mcp_servers),
-            memory: MemoryTools::new(home.to_path_buf()),
+            memory: MemoryTools::new(home.to_path_buf(), shared.memory),
             audit,
         }
     }

@@ -30,7 +30,8 @@ pub struct Skills {
 }
 
 impl Skills {
-    pub fn new(config: &Config, home: &Path) -> Self {
+    /// `host`: the process's plugin host; `None` starts one on first use.
+    pub fn new(config: &Config, home: &Path, host: Option<Arc<PluginHost>>) -> Self {
         let limits = &config.plugins.limits;
         Self {
             home: home.to_path_buf(),
@@ -40,7 +41,7 @@ impl Skills {
                 timeout: Duration::from_millis(limits.call_timeout_ms),
                 data_quota_bytes: limits.data_quota_mb << 20,
             },
-            host: OnceCell::new(),
+            host: OnceCell::new_with(host),
             loaded: Mutex::new(BTreeMap::new()),
             scoped: Mutex::new(BTreeMap::new()),
         }
