@@ -830,3 +830,87 @@ async fn an_edited_config_is_reloaded_and_an_invalid_one_is_refused() {
     assert_eq!(posted[1]["args"]["text"], "answered");
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_crash_a_finished_turn_is_delivered_and_a_cut_one_is_told() {
+    use pincer::channels::store::{ChannelStore, InboundState, Received};
+    use pincer::sessions::{SessionKey, SessionStore, TurnStatus};
+    let env = Env::new(vec![Behaviour::answer("unused")]).await;
+    // What a daemon killed mid-work leaves: two messages marked running,
+    // one whose turn had ended (its answer stored in the session, not yet
+    // in the outbox), one cut short.
+    let home = env.sandbox.home();
+    let sessions = SessionStore::open(&home).unwrap();
+    let key = SessionKey {
+        channel: "slack".into(),
+        conversation: "D0DM".into(),
+        workspace: "team".into(),
+    };
+    let session = sessions.current(&key).unwrap();
+    sessions.begin_turn(session.id, "turn-ended").unwrap();
+    sessions
+        .append(
+            session.id,
+            "turn-ended",
+            &json!({"role": "user", "content": "q"}),
+        )
+        .unwrap();
+    sessions
+        .append(
+            session.id,
+            "turn-ended",
+            &json!({"role": "assistant", "content": "the stored answer"}),
+        )
+        .unwrap();
+    sessions
+        .finish_turn("turn-ended", TurnStatus::Done, None)
+        .unwrap();
+    let store = ChannelStore::open(&home.join("pincer.db")).unwrap();
+    let message = |conversation: &str, id: &str| Received {
+        channel: "slack".into(),
+        conversation: conversation.into(),
+        thread: None,
+        message_id: id.into(),
+        sender: ALLOWED.into(),
+        sender_name: None,
+        text: "q".into(),
+        timestamp_ms: 1,
+    };
+    let ended = store
+        .receive(
+            &message("D0DM", "1700000000.000100"),
+            "team",
+            InboundState::Running,
+        )
+        .unwrap()
+        .unwrap();
+    store.set_turn(ended, "turn-ended").unwrap();
+    store
+        .receive(
+            &message("D0CUT", "1700000000.000200"),
+            "team",
+            InboundState::Running,
+        )
+        .unwrap()
+        .unwrap();
+
+    let mut daemon = env.start();
+    let posted = env.slack.posted(2).await;
+    let by_channel = |c: &str| {
+        posted
+            .iter()
+            .find(|p| p["args"]["channel"] == c)
+            .map(|p| p["args"]["text"].as_str().unwrap().to_string())
+            .unwrap_or_else(|| panic!("nothing posted to {c}: {posted:#?}"))
+    };
+    assert_eq!(by_channel("D0DM"), "the stored answer");
+    assert!(by_channel("D0CUT").contains("restarted"), "{posted:#?}");
+    assert_eq!(
+        env.inbound()
+            .iter()
+            .map(|(_, s)| s.as_str())
+            .collect::<Vec<_>>(),
+        ["done", "interrupted"]
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}

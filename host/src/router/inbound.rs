@@ -69,6 +69,18 @@ impl ChannelRouter {
     pub fn recover(&self) -> Result<(), StoreError> {
         let store = self.channels.store();
         for row in store.inbound_in(InboundState::Running)? {
+            // The turn may have finished just before the stop: its reply is
+            // stored in the session; send that.
+            if let Some(reply) = self.finished_reply(&row) {
+                tracing::info!(channel = %row.channel, id = row.id, "delivering the reply of a turn that ended as the daemon stopped");
+                self.channels.reply(
+                    Some(row.id),
+                    InboundState::Done,
+                    &Address::of(&row),
+                    &reply,
+                )?;
+                continue;
+            }
             tracing::warn!(channel = %row.channel, id = row.id, "a turn was interrupted by a restart");
             self.channels.reply(
                 Some(row.id),
@@ -81,6 +93,23 @@ impl ChannelRouter {
             self.enqueue(session_key(&row), row.id);
         }
         Ok(())
+    }
+
+    /// The reply of `row`'s turn, if the session has it as done.
+    fn finished_reply(&self, row: &InboundRow) -> Option<String> {
+        let turn_id = row.turn_id.as_deref()?;
+        let sessions = self.agent.sessions();
+        let turn = sessions.turn(turn_id).ok()??;
+        if turn.status != TurnStatus::Done {
+            return None;
+        }
+        sessions
+            .messages(turn.session_id)
+            .ok()?
+            .into_iter()
+            .rev()
+            .filter(|m| m.turn_id == turn_id && m.message["role"] == "assistant")
+            .find_map(|m| m.message["content"].as_str().map(str::to_string))
     }
 
     /// Waits for running turns to end (they are cancelled `grace` after
