@@ -185,7 +185,7 @@ impl Env {
 containers:
   workspace_base_path: {base}
 workspaces:
-  team: {{}}
+  team: {{observers: [observer-jsonl]}}
 channels:
   listen: 127.0.0.1:0
   slack:
@@ -364,6 +364,27 @@ async fn a_dm_over_socket_mode_is_answered_in_mrkdwn_and_acked_in_time() {
     assert_eq!(calls["calls"].as_array().unwrap().len(), 1, "{calls:#}");
     assert_eq!(env.inbound().len(), 1);
 
+    // Observers see the platform's sender and message id, not the
+    // channel's name and a turn id.
+    let events = env
+        .sandbox
+        .home()
+        .join("plugin-data/workspace.team/observer-jsonl/events.jsonl");
+    let mut message_in = None;
+    for _ in 0..50 {
+        message_in = std::fs::read_to_string(&events)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["type"] == "message_in");
+        if message_in.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let message_in = message_in.expect("a message_in event");
+    assert_eq!(message_in["sender"], ALLOWED, "{message_in}");
+    assert_eq!(message_in["id"], pushed["ts"], "{message_in}");
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
 
