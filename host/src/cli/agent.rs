@@ -31,7 +31,7 @@ const OBSERVER_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 /// Where turns run: a daemon, or this process.
 enum Runner {
     Daemon,
-    Local(Agent),
+    Local(Box<Agent>),
 }
 
 impl Runner {
@@ -39,7 +39,9 @@ impl Runner {
         if control::connect(&ctx.home).await.is_some() {
             return Ok(Runner::Daemon);
         }
-        Ok(Runner::Local(crate::daemon::build::agent(ctx).await?))
+        Ok(Runner::Local(Box::new(
+            crate::daemon::build::agent(ctx).await?,
+        )))
     }
 
     /// Gives this process's observers a moment to deliver queued events.
