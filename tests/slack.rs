@@ -237,6 +237,10 @@ channels:
     }
 
     fn start(&self) -> Daemon {
+        self.start_with_env(&[])
+    }
+
+    fn start_with_env(&self, vars: &[(&str, &str)]) -> Daemon {
         let log = self
             .sandbox
             .dir
@@ -246,6 +250,7 @@ channels:
             .command()
             .args(["start", "--listen", "127.0.0.1:0"])
             .env("PINCER_LOG", "info")
+            .envs(vars.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -934,4 +939,70 @@ async fn after_a_crash_a_finished_turn_is_delivered_and_a_cut_one_is_told() {
         ["done", "interrupted"]
     );
     assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// Everything the host hands the Slack component over a DM, an Events API
+/// mention, deliveries and reactions is recorded (`PINCER_PLUGIN_TRACE`);
+/// no token or signing secret is in it.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_secret_value_crosses_the_wit_boundary() {
+    let env = Env::new(vec![Behaviour::answer("traced answer")]).await;
+    let trace = env.sandbox.dir.path().join("plugin-trace.log");
+    let mut daemon = env.start_with_env(&[("PINCER_PLUGIN_TRACE", trace.to_str().unwrap())]);
+    env.slack
+        .get("/wait?what=connections&count=1&timeout=30")
+        .await;
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "hello", "user": ALLOWED, "channel": "D0DM"}),
+        )
+        .await;
+    env.slack.posted(1).await;
+    let url = format!("http://{}/channels/slack/events", daemon.webhooks);
+    let sent = env
+        .slack
+        .post(
+            "/events/send",
+            json!({"url": url, "kind": "mention", "text": "hi", "user": ALLOWED, "channel": "C0CHAN"}),
+        )
+        .await;
+    assert_eq!(sent["status"], 200, "{sent}");
+    env.slack.posted(2).await;
+    env.slack.calls("reactions.remove", 2).await;
+    assert!(daemon.stop().success(), "{}", daemon.log());
+
+    let recorded = std::fs::read_to_string(&trace).unwrap();
+    for what in [
+        "← channel.connect",
+        "→ channel.on-frame",
+        "→ channel.handle-webhook",
+        "→ channel.send",
+        "→ channel.status",
+        "→ import http.fetch",
+        "→ import secrets.verify",
+        "→ import config.get",
+    ] {
+        assert!(
+            recorded.contains(what),
+            "the trace has no {what:?}:\n{recorded}"
+        );
+    }
+    // The Events API request body the plugin received is in it, as text.
+    assert!(recorded.contains("event_callback"), "{recorded}");
+    for (name, secret) in [
+        ("bot token", BOT_TOKEN),
+        ("app-level token", APP_TOKEN),
+        ("signing secret", SIGNING_SECRET),
+    ] {
+        assert!(
+            !recorded.contains(secret),
+            "the {name} crossed into the component:\n{}",
+            recorded
+                .lines()
+                .filter(|l| l.contains(secret))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
 }

@@ -16,6 +16,7 @@ pub mod runtime;
 pub mod scaffold;
 pub mod scope;
 mod state;
+pub mod trace;
 pub mod wit;
 
 pub use catalog::{Catalog, PluginPackage, PluginSource};

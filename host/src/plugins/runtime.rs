@@ -74,6 +74,7 @@ pub struct PluginHost {
     kv: Arc<KvStore>,
     audit: Arc<AuditLog>,
     paths: HostPaths,
+    trace: Option<super::trace::Trace>,
 }
 
 /// The instance-ready form of a plugin, by world and WIT release.
@@ -192,6 +193,7 @@ impl PluginHost {
             kv,
             audit,
             paths,
+            trace: super::trace::Trace::from_env(),
         })
     }
 
@@ -425,6 +427,7 @@ impl PluginHost {
             scope: scope.clone(),
             on_denied,
             plugin: name,
+            trace: self.trace.clone(),
         })
     }
 
@@ -466,6 +469,26 @@ impl PluginHost {
                 Pre::TunnelV1(v1::TunnelPluginPre::new(pre).map_err(invalid)?)
             }
         })
+    }
+
+    /// Records what goes into (`→`) or comes out of (`←`) a call, when
+    /// `PINCER_PLUGIN_TRACE` is set.
+    fn traced(&self, plugin: &LoadedPlugin, what: &str, value: &dyn std::fmt::Debug) {
+        if let Some(trace) = &self.trace {
+            trace.record(plugin.name(), what, value);
+        }
+    }
+
+    /// Runs `call` and traces its result.
+    async fn call_traced<T: std::fmt::Debug>(
+        &self,
+        plugin: &LoadedPlugin,
+        export: &str,
+        call: impl AsyncFnOnce(&mut Store<PluginState>, &Bound) -> wasmtime::Result<T>,
+    ) -> Result<T, PluginError> {
+        let outcome = self.call(plugin, call).await;
+        self.traced(plugin, &format!("← {export}"), &outcome);
+        outcome
     }
 
     /// Runs `call` on a fresh instance of `plugin` under its limits. A trap,
@@ -517,7 +540,7 @@ impl PluginHost {
         plugin: &LoadedPlugin,
     ) -> Result<Vec<latest::ToolSpec>, PluginError> {
         expect_kind(plugin, PluginKind::Skill)?;
-        self.call(plugin, async |store, bound| match bound {
+        self.call_traced(plugin, "skill.tools", async |store, bound| match bound {
             Bound::Skill(s) => s.pincer_plugin_skill().call_tools(store).await,
             Bound::SkillV1(s) => Ok(s
                 .pincer_plugin_skill()
@@ -538,7 +561,8 @@ impl PluginHost {
         args_json: &str,
     ) -> Result<Result<latest::ToolOutput, latest::ToolError>, PluginError> {
         expect_kind(plugin, PluginKind::Skill)?;
-        self.call(plugin, async |store, bound| match bound {
+        self.traced(plugin, "→ skill.invoke", &(tool, args_json));
+        self.call_traced(plugin, "skill.invoke", async |store, bound| match bound {
             Bound::Skill(s) => {
                 s.pincer_plugin_skill()
                     .call_invoke(store, tool, args_json)
@@ -561,15 +585,20 @@ impl PluginHost {
         event: &latest::Event,
     ) -> Result<(), PluginError> {
         expect_kind(plugin, PluginKind::Observer)?;
-        self.call(plugin, async |store, bound| match bound {
-            Bound::Observer(o) => o.pincer_plugin_observer().call_on_event(store, event).await,
-            Bound::ObserverV1(o) => {
-                o.pincer_plugin_observer()
-                    .call_on_event(store, &event.into())
-                    .await
-            }
-            _ => Err(not_a("observer")),
-        })
+        self.traced(plugin, "→ observer.on-event", event);
+        self.call_traced(
+            plugin,
+            "observer.on-event",
+            async |store, bound| match bound {
+                Bound::Observer(o) => o.pincer_plugin_observer().call_on_event(store, event).await,
+                Bound::ObserverV1(o) => {
+                    o.pincer_plugin_observer()
+                        .call_on_event(store, &event.into())
+                        .await
+                }
+                _ => Err(not_a("observer")),
+            },
+        )
         .await
     }
 
@@ -579,20 +608,25 @@ impl PluginHost {
         request: &latest::WebhookRequest,
     ) -> Result<Result<latest::WebhookOutcome, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        self.call(plugin, async |store, bound| match bound {
-            Bound::Channel(c) => {
-                c.pincer_plugin_channel()
-                    .call_handle_webhook(store, request)
-                    .await
-            }
-            Bound::ChannelV1(c) => Ok(c
-                .pincer_plugin_channel()
-                .call_handle_webhook(store, &request.into())
-                .await?
-                .map(Into::into)
-                .map_err(Into::into)),
-            _ => Err(not_a("channel")),
-        })
+        self.traced(plugin, "→ channel.handle-webhook", request);
+        self.call_traced(
+            plugin,
+            "channel.handle-webhook",
+            async |store, bound| match bound {
+                Bound::Channel(c) => {
+                    c.pincer_plugin_channel()
+                        .call_handle_webhook(store, request)
+                        .await
+                }
+                Bound::ChannelV1(c) => Ok(c
+                    .pincer_plugin_channel()
+                    .call_handle_webhook(store, &request.into())
+                    .await?
+                    .map(Into::into)
+                    .map_err(Into::into)),
+                _ => Err(not_a("channel")),
+            },
+        )
         .await
     }
 
@@ -601,16 +635,20 @@ impl PluginHost {
         plugin: &LoadedPlugin,
     ) -> Result<Result<Option<latest::ConnectionRequest>, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        self.call(plugin, async |store, bound| match bound {
-            Bound::Channel(c) => c.pincer_plugin_channel().call_connect(store).await,
-            Bound::ChannelV1(c) => Ok(c
-                .pincer_plugin_channel()
-                .call_connect(store)
-                .await?
-                .map(|c| c.map(Into::into))
-                .map_err(Into::into)),
-            _ => Err(not_a("channel")),
-        })
+        self.call_traced(
+            plugin,
+            "channel.connect",
+            async |store, bound| match bound {
+                Bound::Channel(c) => c.pincer_plugin_channel().call_connect(store).await,
+                Bound::ChannelV1(c) => Ok(c
+                    .pincer_plugin_channel()
+                    .call_connect(store)
+                    .await?
+                    .map(|c| c.map(Into::into))
+                    .map_err(Into::into)),
+                _ => Err(not_a("channel")),
+            },
+        )
         .await
     }
 
@@ -620,16 +658,21 @@ impl PluginHost {
         frame: &latest::Frame,
     ) -> Result<Result<latest::FrameOutcome, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        self.call(plugin, async |store, bound| match bound {
-            Bound::Channel(c) => c.pincer_plugin_channel().call_on_frame(store, frame).await,
-            Bound::ChannelV1(c) => Ok(c
-                .pincer_plugin_channel()
-                .call_on_frame(store, &frame.into())
-                .await?
-                .map(Into::into)
-                .map_err(Into::into)),
-            _ => Err(not_a("channel")),
-        })
+        self.traced(plugin, "→ channel.on-frame", frame);
+        self.call_traced(
+            plugin,
+            "channel.on-frame",
+            async |store, bound| match bound {
+                Bound::Channel(c) => c.pincer_plugin_channel().call_on_frame(store, frame).await,
+                Bound::ChannelV1(c) => Ok(c
+                    .pincer_plugin_channel()
+                    .call_on_frame(store, &frame.into())
+                    .await?
+                    .map(Into::into)
+                    .map_err(Into::into)),
+                _ => Err(not_a("channel")),
+            },
+        )
         .await
     }
 
@@ -639,7 +682,8 @@ impl PluginHost {
         message: &latest::Outbound,
     ) -> Result<Result<latest::Delivery, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        self.call(plugin, async |store, bound| match bound {
+        self.traced(plugin, "→ channel.send", message);
+        self.call_traced(plugin, "channel.send", async |store, bound| match bound {
             Bound::Channel(c) => c.pincer_plugin_channel().call_send(store, message).await,
             Bound::ChannelV1(c) => Ok(c
                 .pincer_plugin_channel()
@@ -663,10 +707,14 @@ impl PluginHost {
                 max_text_bytes: V1_CHANNEL_MAX_TEXT_BYTES,
             });
         }
-        self.call(plugin, async |store, bound| match bound {
-            Bound::Channel(c) => c.pincer_plugin_channel().call_describe(store).await,
-            _ => Err(not_a("channel of WIT 0.2")),
-        })
+        self.call_traced(
+            plugin,
+            "channel.describe",
+            async |store, bound| match bound {
+                Bound::Channel(c) => c.pincer_plugin_channel().call_describe(store).await,
+                _ => Err(not_a("channel of WIT 0.2")),
+            },
+        )
         .await
     }
 
@@ -681,7 +729,8 @@ impl PluginHost {
         if let Pre::ChannelV1(_) = *plugin.pre {
             return Ok(Ok(None));
         }
-        self.call(plugin, async |store, bound| match bound {
+        self.traced(plugin, "→ channel.status", update);
+        self.call_traced(plugin, "channel.status", async |store, bound| match bound {
             Bound::Channel(c) => c.pincer_plugin_channel().call_status(store, update).await,
             _ => Err(not_a("channel of WIT 0.2")),
         })
@@ -705,7 +754,7 @@ impl PluginHost {
                 ),
             }]);
         }
-        self.call(plugin, async |store, bound| match bound {
+        self.call_traced(plugin, "channel.check", async |store, bound| match bound {
             Bound::Channel(c) => c.pincer_plugin_channel().call_check(store).await,
             _ => Err(not_a("channel of WIT 0.2")),
         })
@@ -714,7 +763,7 @@ impl PluginHost {
 
     pub async fn tunnel_service(&self, plugin: &LoadedPlugin) -> Result<String, PluginError> {
         expect_kind(plugin, PluginKind::Tunnel)?;
-        self.call(plugin, async |store, bound| match bound {
+        self.call_traced(plugin, "tunnel.service", async |store, bound| match bound {
             Bound::Tunnel(t) => t.pincer_plugin_tunnel().call_service(store).await,
             Bound::TunnelV1(t) => t.pincer_plugin_tunnel().call_service(store).await,
             _ => Err(not_a("tunnel")),
@@ -728,7 +777,8 @@ impl PluginHost {
         request: &latest::HttpRequest,
     ) -> Result<Result<latest::HttpResponse, latest::TunnelError>, PluginError> {
         expect_kind(plugin, PluginKind::Tunnel)?;
-        self.call(plugin, async |store, bound| match bound {
+        self.traced(plugin, "→ tunnel.forward", request);
+        self.call_traced(plugin, "tunnel.forward", async |store, bound| match bound {
             Bound::Tunnel(t) => t.pincer_plugin_tunnel().call_forward(store, request).await,
             Bound::TunnelV1(t) => Ok(t
                 .pincer_plugin_tunnel()

@@ -39,6 +39,8 @@ pub struct Grants {
     pub memory_limit: usize,
     /// Logs and audits a refused capability use (`what`, e.g. "kv ...").
     pub on_denied: DenialSink,
+    /// `PINCER_PLUGIN_TRACE`: what the host hands the component.
+    pub trace: Option<super::trace::Trace>,
 }
 
 pub struct PluginState {
@@ -73,6 +75,14 @@ impl PluginState {
     /// Logs and audits that `capability` was refused, with why.
     pub fn report_denial(&self, capability: &str, why: &str) {
         (self.grants.on_denied)(&format!("{capability} {why}"));
+    }
+
+    /// Records `value`, returned to the component by import `what`, in the
+    /// trace (if there is one).
+    pub fn traced(&self, what: &str, value: &dyn std::fmt::Debug) {
+        if let Some(trace) = &self.grants.trace {
+            trace.record(&self.grants.plugin, &format!("→ import {what}"), value);
+        }
     }
 
     pub fn table(&mut self) -> &mut ResourceTable {

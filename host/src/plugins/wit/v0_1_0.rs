@@ -85,11 +85,15 @@ impl logging::Host for PluginState {
 
 impl config::Host for PluginState {
     async fn get_json(&mut self) -> wasmtime::Result<String> {
-        Ok(self.grants.config.to_string())
+        let out = self.grants.config.to_string();
+        self.traced("config.get-json (0.1.0)", &out);
+        Ok(out)
     }
 
     async fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(new::config_value(&self.grants.config, &key))
+        let out = new::config_value(&self.grants.config, &key);
+        self.traced("config.get (0.1.0)", &(&key, &out));
+        Ok(out)
     }
 }
 

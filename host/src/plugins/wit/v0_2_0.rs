@@ -94,11 +94,15 @@ impl logging::Host for PluginState {
 
 impl config::Host for PluginState {
     async fn get_json(&mut self) -> wasmtime::Result<String> {
-        Ok(self.grants.public_config.to_string())
+        let out = self.grants.public_config.to_string();
+        self.traced("config.get-json", &out);
+        Ok(out)
     }
 
     async fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        Ok(config_value(&self.grants.public_config, &key))
+        let out = config_value(&self.grants.public_config, &key);
+        self.traced("config.get", &(&key, &out));
+        Ok(out)
     }
 }
 
@@ -112,7 +116,9 @@ pub(super) fn config_value(config: &serde_json::Value, key: &str) -> Option<Stri
 
 impl secrets::Host for PluginState {
     async fn is_set(&mut self, secret: String) -> wasmtime::Result<bool> {
-        Ok(self.grants.secrets.is_set(&secret))
+        let out = self.grants.secrets.is_set(&secret);
+        self.traced("secrets.is-set", &(&secret, out));
+        Ok(out)
     }
 
     async fn verify(
@@ -133,11 +139,13 @@ impl secrets::Host for PluginState {
                 secrets::Part::Secret(name) => store::Part::Secret(name),
             })
             .collect();
-        Ok(self
+        let out = self
             .grants
             .secrets
             .verify(digest, key.as_deref(), &parts, &expected)
-            .map_err(|e| self.secret_error(e)))
+            .map_err(|e| self.secret_error(e));
+        self.traced("secrets.verify", &out);
+        Ok(out)
     }
 
     async fn decrypt(
@@ -149,11 +157,13 @@ impl secrets::Host for PluginState {
         let cipher = match cipher {
             secrets::Cipher::Aes256CbcSha256Key => store::Cipher::Aes256CbcSha256Key,
         };
-        Ok(self
+        let out = self
             .grants
             .secrets
             .decrypt(cipher, &key, &data)
-            .map_err(|e| self.secret_error(e)))
+            .map_err(|e| self.secret_error(e));
+        self.traced("secrets.decrypt", &out);
+        Ok(out)
     }
 }
 
@@ -183,7 +193,7 @@ impl kv::Host for PluginState {
         &mut self,
         key: String,
     ) -> wasmtime::Result<Result<Option<kv::Entry>, kv::KvError>> {
-        Ok(self.kv().and_then(|ns| {
+        let out = self.kv().and_then(|ns| {
             ns.get(&key)
                 .map(|e| {
                     e.map(|e| kv::Entry {
@@ -192,7 +202,9 @@ impl kv::Host for PluginState {
                     })
                 })
                 .map_err(kv_error)
-        }))
+        });
+        self.traced("kv.get", &out);
+        Ok(out)
     }
 
     async fn set(
@@ -257,7 +269,9 @@ impl http::Host for PluginState {
         request: types::HttpRequest,
     ) -> wasmtime::Result<Result<types::HttpResponse, types::HttpError>> {
         // Not `&self` across the await: the store's state is not `Sync`.
-        Ok(fetch_with_secrets(self.grants.clone(), request).await)
+        let out = fetch_with_secrets(self.grants.clone(), request).await;
+        self.traced("http.fetch", &out);
+        Ok(out)
     }
 }
 
