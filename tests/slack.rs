@@ -1006,3 +1006,69 @@ async fn no_secret_value_crosses_the_wit_boundary() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_reply_arrives_in_ordered_parts_and_a_failed_turn_says_why() {
+    let paragraph = |i: usize| {
+        format!(
+            "Paragraph {i}: {}",
+            "lorem ipsum dolor sit amet ".repeat(20)
+        )
+    };
+    let long = (0..20).map(paragraph).collect::<Vec<_>>().join("\n\n");
+    assert!(long.len() > 3 * 3500);
+    let env = Env::new(vec![Behaviour::answer(&long), Behaviour::Status(500)]).await;
+    let mut daemon = env.start();
+    env.slack
+        .get("/wait?what=connections&count=1&timeout=30")
+        .await;
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "tell me a lot", "user": ALLOWED, "channel": "D0DM"}),
+        )
+        .await;
+    let first = env.slack.posted(2).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    let parts: Vec<String> = calls["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["args"]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert!(first.len() >= 2 && parts.len() >= 3, "{parts:#?}");
+    for part in &parts {
+        assert!(part.len() <= 3500, "a part of {} bytes", part.len());
+    }
+    let numbers: Vec<usize> = parts
+        .join("\n")
+        .match_indices("Paragraph ")
+        .map(|(at, _)| {
+            parts.join("\n")[at + 10..]
+                .split(':')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        numbers,
+        (0..20).collect::<Vec<_>>(),
+        "every paragraph, in order"
+    );
+
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "and now?", "user": ALLOWED, "channel": "D0DM"}),
+        )
+        .await;
+    let all = env.slack.posted(parts.len() + 1).await;
+    let last = all.last().unwrap()["args"]["text"].as_str().unwrap();
+    assert!(last.contains("could not be answered"), "{last}");
+    assert!(last.contains("500"), "the reason is given: {last}");
+    env.slack.calls("reactions.remove", 2).await;
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
