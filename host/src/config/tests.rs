@@ -1063,3 +1063,59 @@ fn plugin_http_grants_and_data_quota_are_checked() {
         &["data_quota_mb must be between 1 and 1048576"],
     );
 }
+
+#[test]
+fn channels_take_a_listen_address_bindings_refusal_and_extra_hosts() {
+    let cfg = parse(
+        "workspaces:\n  team: {}\n  ops: {}\n\
+         channels:\n  listen: 127.0.0.1:9123\n  slack:\n    plugin: channel-slack\n    workspace: team\n    \
+         allowed_senders: [U1, \"*\"]\n    refusal: reply\n    http: [\"127.0.0.1:*\"]\n    \
+         conversations: {C0OPS: ops}\n    config: {bot_token: xoxb-1, api_base: \"http://127.0.0.1:9/api\"}\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.channels.listen, "127.0.0.1:9123".parse().unwrap());
+    let slack = &cfg.channels["slack"];
+    assert_eq!(slack.workspace_for("C0OPS"), "ops");
+    assert_eq!(slack.workspace_for("D0DM"), "team");
+    assert!(slack.allows("anyone"), "`*` allows everyone");
+    assert_eq!(slack.refusal, crate::config::Refusal::Reply);
+    assert_eq!(slack.plugin_config()["bot_token"], "xoxb-1");
+    assert!(
+        !format!("{slack:?}").contains("xoxb-1"),
+        "config values are hidden from Debug"
+    );
+    // Defaults: loopback listener, nobody allowed, silent refusals.
+    let cfg = parse(
+        "workspaces:\n  team: {}\nchannels:\n  slack: {plugin: channel-slack, workspace: team}\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.channels.listen, crate::config::Channels::DEFAULT_LISTEN);
+    assert!(!cfg.channels["slack"].allows("U1"));
+    assert_eq!(
+        cfg.channels["slack"].refusal,
+        crate::config::Refusal::Silent
+    );
+}
+
+#[test]
+fn bad_channel_settings_are_located() {
+    assert_error(
+        "workspaces:\n  team: {}\nchannels:\n  slack:\n    plugin: channel-slack\n    workspace: team\n    conversations: {C1: nowhere}\n",
+        7,
+        25,
+        &["unknown workspace `nowhere`"],
+    );
+    assert_error(
+        "workspaces:\n  team: {}\nchannels:\n  slack:\n    plugin: channel-slack\n    workspace: team\n    http: [\"https://x.io/\"]\n",
+        7,
+        12,
+        &["http capability `https://x.io/`"],
+    );
+    assert_error(
+        "workspaces:\n  team: {}\nchannels:\n  slack:\n    plugin: channel-slack\n    workspace: team\n    refusal: shout\n",
+        7,
+        14,
+        &["unknown value `shout`, expected one of `silent`, `reply`"],
+    );
+    assert_error("channels:\n  listen: nowhere\n", 2, 11, &["address"]);
+}
