@@ -82,6 +82,26 @@ impl FakeSlack {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// Waits until `count` Socket Mode connections were opened.
+    async fn connections(&self, count: usize) {
+        let (status, seen) = self
+            .get(&format!("/wait?what=connections&count={count}&timeout=30"))
+            .await;
+        assert_eq!(
+            status, 200,
+            "fewer than {count} Socket Mode connections: {seen:#}"
+        );
+    }
+
+    /// Pushes a DM from `user` in `channel` over Socket Mode.
+    async fn dm(&self, text: &str, user: &str, channel: &str) -> Value {
+        self.post(
+            "/socket/push",
+            json!({"kind": "dm", "text": text, "user": user, "channel": channel}),
+        )
+        .await
+    }
+
     /// Waits until `count` calls of `method` are recorded; returns them all.
     async fn calls(&self, method: &str, count: usize) -> Vec<Value> {
         let (status, _) = self
@@ -319,13 +339,7 @@ async fn a_dm_over_socket_mode_is_answered_in_mrkdwn_and_acked_in_time() {
         daemon.log()
     );
 
-    let pushed = env
-        .slack
-        .post(
-            "/socket/push",
-            json!({"kind": "dm", "text": "hello pincer", "user": ALLOWED, "channel": "D0DM"}),
-        )
-        .await;
+    let pushed = env.slack.dm("hello pincer", ALLOWED, "D0DM").await;
     let posted = env.slack.posted(1).await;
     let reply = &posted[0]["args"];
     assert_eq!(reply["channel"], "D0DM", "{posted:#?}");
@@ -492,9 +506,7 @@ async fn events_api_checks_signatures_refuses_strangers_and_replies_in_thread() 
 async fn rate_limits_and_dropped_sockets_lose_and_double_nothing() {
     let env = Env::new(vec![Behaviour::answer("one reply")]).await;
     let mut daemon = env.start();
-    env.slack
-        .get("/wait?what=connections&count=1&timeout=30")
-        .await;
+    env.slack.connections(1).await;
     // chat.postMessage answers 429 twice with Retry-After: 1.
     env.slack
         .post(
@@ -531,9 +543,7 @@ async fn rate_limits_and_dropped_sockets_lose_and_double_nothing() {
 async fn a_reply_queued_when_the_daemon_is_killed_arrives_once_after_restart() {
     let env = Env::new(vec![Behaviour::answer("survives kill -9")]).await;
     let mut daemon = env.start();
-    env.slack
-        .get("/wait?what=connections&count=1&timeout=30")
-        .await;
+    env.slack.connections(1).await;
     // The first delivery attempt is refused with Retry-After: 3, so the
     // reply sits in the outbox when the daemon dies.
     env.slack
@@ -542,12 +552,7 @@ async fn a_reply_queued_when_the_daemon_is_killed_arrives_once_after_restart() {
             json!({"method": "chat.postMessage", "count": 1, "retry_after": 3}),
         )
         .await;
-    env.slack
-        .post(
-            "/socket/push",
-            json!({"kind": "dm", "text": "remember me", "user": ALLOWED, "channel": "D0DM"}),
-        )
-        .await;
+    env.slack.dm("remember me", ALLOWED, "D0DM").await;
     let first = env.slack.calls("chat.postMessage", 1).await;
     assert_eq!(first[0]["status"], 429);
     daemon.child.kill().unwrap();
@@ -595,9 +600,7 @@ async fn messages_sent_during_a_turn_are_answered_in_order_one_at_a_time() {
     ])
     .await;
     let mut daemon = env.start();
-    env.slack
-        .get("/wait?what=connections&count=1&timeout=30")
-        .await;
+    env.slack.connections(1).await;
     for text in ["one", "two", "three"] {
         env.slack
             .post(
@@ -639,9 +642,7 @@ async fn refresh_requested_and_a_deaf_socket_both_end_in_a_fresh_connection() {
     ])
     .await;
     let mut daemon = env.start();
-    env.slack
-        .get("/wait?what=connections&count=1&timeout=30")
-        .await;
+    env.slack.connections(1).await;
     env.slack
         .post("/socket/disconnect", json!({"reason": "refresh_requested"}))
         .await;
@@ -655,12 +656,7 @@ async fn refresh_requested_and_a_deaf_socket_both_end_in_a_fresh_connection() {
         "no new connection after refresh_requested\n{}",
         daemon.log()
     );
-    env.slack
-        .post(
-            "/socket/push",
-            json!({"kind": "dm", "text": "still there?", "user": ALLOWED, "channel": "D0DM"}),
-        )
-        .await;
+    env.slack.dm("still there?", ALLOWED, "D0DM").await;
     assert_eq!(
         env.slack.posted(1).await[0]["args"]["text"],
         "after refresh"
@@ -669,12 +665,7 @@ async fn refresh_requested_and_a_deaf_socket_both_end_in_a_fresh_connection() {
     // The socket stays open but nothing comes, not even pongs: the
     // envelope pushed now is swallowed.
     env.slack.post("/socket/deaf", json!({"on": true})).await;
-    env.slack
-        .post(
-            "/socket/push",
-            json!({"kind": "dm", "text": "hello?", "user": ALLOWED, "channel": "D0DM"}),
-        )
-        .await;
+    env.slack.dm("hello?", ALLOWED, "D0DM").await;
     let (status, _) = env
         .slack
         .get("/wait?what=connections&count=3&timeout=90")
@@ -708,15 +699,8 @@ async fn refresh_requested_and_a_deaf_socket_both_end_in_a_fresh_connection() {
 async fn sigterm_during_a_turn_lets_it_finish_delivers_the_reply_and_exits_0() {
     let env = Env::new(vec![Behaviour::slow_answer(3000, "finished before exit")]).await;
     let mut daemon = env.start();
-    env.slack
-        .get("/wait?what=connections&count=1&timeout=30")
-        .await;
-    env.slack
-        .post(
-            "/socket/push",
-            json!({"kind": "dm", "text": "take your time", "user": ALLOWED, "channel": "D0DM"}),
-        )
-        .await;
+    env.slack.connections(1).await;
+    env.slack.dm("take your time", ALLOWED, "D0DM").await;
     for _ in 0..100 {
         if !env._model.received().is_empty() {
             break;
@@ -800,9 +784,7 @@ async fn channel_test_passes_with_good_tokens() {
 async fn an_edited_config_is_reloaded_and_an_invalid_one_is_refused() {
     let env = Env::new(vec![Behaviour::answer("answered")]).await;
     let mut daemon = env.start();
-    env.slack
-        .get("/wait?what=connections&count=1&timeout=30")
-        .await;
+    env.slack.connections(1).await;
     let original = std::fs::read_to_string(&env.config).unwrap();
 
     // Invalid: the daemon says why and keeps the running configuration.
@@ -823,12 +805,7 @@ async fn an_edited_config_is_reloaded_and_an_invalid_one_is_refused() {
         log.contains("pincer.yaml:"),
         "the error names the file and line: {log}"
     );
-    env.slack
-        .post(
-            "/socket/push",
-            json!({"kind": "dm", "text": "still working?", "user": ALLOWED, "channel": "D0DM"}),
-        )
-        .await;
+    env.slack.dm("still working?", ALLOWED, "D0DM").await;
     env.slack.posted(1).await;
 
     // Valid: a newly allowed sender is answered after the reload.
@@ -845,12 +822,7 @@ async fn an_edited_config_is_reloaded_and_an_invalid_one_is_refused() {
     env.slack
         .get("/wait?what=connections&count=2&timeout=30")
         .await;
-    env.slack
-        .post(
-            "/socket/push",
-            json!({"kind": "dm", "text": "hello, I am new", "user": "U0NEWCOMER", "channel": "D0NEW"}),
-        )
-        .await;
+    env.slack.dm("hello, I am new", "U0NEWCOMER", "D0NEW").await;
     let posted = env.slack.posted(2).await;
     assert_eq!(posted[1]["args"]["channel"], "D0NEW");
     assert_eq!(posted[1]["args"]["text"], "answered");
@@ -949,15 +921,8 @@ async fn no_secret_value_crosses_the_wit_boundary() {
     let env = Env::new(vec![Behaviour::answer("traced answer")]).await;
     let trace = env.sandbox.dir.path().join("plugin-trace.log");
     let mut daemon = env.start_with_env(&[("PINCER_PLUGIN_TRACE", trace.to_str().unwrap())]);
-    env.slack
-        .get("/wait?what=connections&count=1&timeout=30")
-        .await;
-    env.slack
-        .post(
-            "/socket/push",
-            json!({"kind": "dm", "text": "hello", "user": ALLOWED, "channel": "D0DM"}),
-        )
-        .await;
+    env.slack.connections(1).await;
+    env.slack.dm("hello", ALLOWED, "D0DM").await;
     env.slack.posted(1).await;
     let url = format!("http://{}/channels/slack/events", daemon.webhooks);
     let sent = env
@@ -1019,15 +984,8 @@ async fn a_long_reply_arrives_in_ordered_parts_and_a_failed_turn_says_why() {
     assert!(long.len() > 3 * 3500);
     let env = Env::new(vec![Behaviour::answer(&long), Behaviour::Status(500)]).await;
     let mut daemon = env.start();
-    env.slack
-        .get("/wait?what=connections&count=1&timeout=30")
-        .await;
-    env.slack
-        .post(
-            "/socket/push",
-            json!({"kind": "dm", "text": "tell me a lot", "user": ALLOWED, "channel": "D0DM"}),
-        )
-        .await;
+    env.slack.connections(1).await;
+    env.slack.dm("tell me a lot", ALLOWED, "D0DM").await;
     let first = env.slack.posted(2).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
@@ -1059,12 +1017,7 @@ async fn a_long_reply_arrives_in_ordered_parts_and_a_failed_turn_says_why() {
         "every paragraph, in order"
     );
 
-    env.slack
-        .post(
-            "/socket/push",
-            json!({"kind": "dm", "text": "and now?", "user": ALLOWED, "channel": "D0DM"}),
-        )
-        .await;
+    env.slack.dm("and now?", ALLOWED, "D0DM").await;
     let all = env.slack.posted(parts.len() + 1).await;
     let last = all.last().unwrap()["args"]["text"].as_str().unwrap();
     assert!(last.contains("could not be answered"), "{last}");

@@ -103,7 +103,7 @@ impl LoadedChannel {
 }
 
 /// What `pincer status` shows of a channel's connection.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct ConnectionStatus {
     /// The plugin has a connection mode (Socket Mode, long connection).
     pub holds_connection: bool,

@@ -67,7 +67,10 @@ pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()
     }
     for (name, channel) in &ctx.config.channels {
         let pending = depth.iter().find(|(c, _)| c == name).map_or(0, |(_, n)| *n);
-        let live = snapshot.as_ref().and_then(|s| s.channels.get(name));
+        let live = snapshot
+            .as_ref()
+            .and_then(|s| s.channels.get(name))
+            .map(|c| &c.connection);
         let connection = match live {
             None => "daemon not running".to_string(),
             Some(c) if !c.holds_connection => "webhooks only".to_string(),

@@ -27,15 +27,8 @@ pub struct Snapshot {
 pub struct ChannelSnapshot {
     pub plugin: String,
     pub workspace: String,
-    pub holds_connection: bool,
-    pub connected: bool,
-    pub since_ms: Option<i64>,
-    pub last_event_ms: Option<i64>,
-    pub reconnects: u64,
-    pub watchdog_reconnects: u64,
-    pub last_error: Option<String>,
-    pub webhooks: u64,
-    pub messages_in: u64,
+    #[serde(flatten)]
+    pub connection: ConnectionStatus,
 }
 
 pub fn path(home: &Path) -> PathBuf {
@@ -77,21 +70,12 @@ impl Reporter {
             .channels
             .iter()
             .map(|(name, c)| {
-                let s: ConnectionStatus = status.get(name).cloned().unwrap_or_default();
                 (
                     name.clone(),
                     ChannelSnapshot {
                         plugin: c.plugin.clone(),
                         workspace: c.workspace.clone(),
-                        holds_connection: s.holds_connection,
-                        connected: s.connected,
-                        since_ms: s.since_ms,
-                        last_event_ms: s.last_event_ms,
-                        reconnects: s.reconnects,
-                        watchdog_reconnects: s.watchdog_reconnects,
-                        last_error: s.last_error,
-                        webhooks: s.webhooks,
-                        messages_in: s.messages_in,
+                        connection: status.get(name).cloned().unwrap_or_default(),
                     },
                 )
             })
