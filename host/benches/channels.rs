@@ -821,10 +821,6 @@ async fn run(p: Params) -> anyhow::Result<()> {
         &sorted(o.iter().map(|x| x.latency_ms - x.overhead_ms)),
     );
     row("socket ack delay (all envelopes)", &ack_ms);
-    row(
-        "cold: first message per workspace",
-        &sorted(cold.outcomes.iter().map(|x| x.latency_ms)),
-    );
     for w in 0..p.workspaces {
         let of_w = sorted(
             o.iter()
@@ -839,6 +835,15 @@ async fn run(p: Params) -> anyhow::Result<()> {
         );
         row(&format!("host overhead, workspace w{}", w + 1), &of_w);
     }
+    let cold: Vec<String> = cold
+        .outcomes
+        .iter()
+        .map(|x| format!("{} {:.1} ms", x.conversation, x.latency_ms))
+        .collect();
+    println!(
+        "\ncold latency, the first message per workspace (its container starts): {}",
+        cold.join(", ")
+    );
     println!(
         "\nt0: the fake Slack sent the envelope frame; t1: the reply's chat.postMessage reached it \
          (both on its clock). Host overhead is t1 − t0 − the model's own time: it includes the \
