@@ -37,8 +37,13 @@ fn main() -> Result<()> {
 
     let crates = plugin_crates(&plugins_dir)?;
     for dir in crates.iter().chain(support_crates(&plugins_dir).iter()) {
+        // A path that does not exist would make cargo rebuild every time
+        // (support crates have no plugin.toml).
         for watched in ["Cargo.toml", "plugin.toml", "src"] {
-            println!("cargo:rerun-if-changed={}", dir.join(watched).display());
+            let path = dir.join(watched);
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
         }
     }
 

@@ -244,9 +244,6 @@ impl ChannelRouter {
             return Ok(());
         };
         store.set_inbound_state(id, InboundState::Running)?;
-        self.channels
-            .show_status(&row, api::TurnState::Working)
-            .await;
         let inbound = Inbound {
             key: key.clone(),
             text: row.text.clone(),
@@ -271,7 +268,12 @@ impl ChannelRouter {
             let _ = stop.wait_for(|s| *s).await;
             tokio::time::sleep(grace).await;
         };
-        let (state, text) = match self.agent.turn(inbound, &events, cancel).await {
+        // The working sign goes up while the turn runs, not before it.
+        let (_, outcome) = tokio::join!(
+            self.channels.show_status(&row, api::TurnState::Working),
+            self.agent.turn(inbound, &events, cancel)
+        );
+        let (state, text) = match outcome {
             Ok(summary) => match summary.status {
                 TurnStatus::Done => (
                     InboundState::Done,
