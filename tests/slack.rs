@@ -826,6 +826,11 @@ async fn an_edited_config_is_reloaded_and_an_invalid_one_is_refused() {
     let posted = env.slack.posted(2).await;
     assert_eq!(posted[1]["args"]["channel"], "D0NEW");
     assert_eq!(posted[1]["args"]["text"], "answered");
+
+    // SIGHUP reloads too.
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
+    daemon.wait_for_line("configuration reloaded");
+    daemon.wait_for_line("pincer is running");
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
 
@@ -1024,4 +1029,21 @@ async fn a_long_reply_arrives_in_ordered_parts_and_a_failed_turn_says_why() {
     assert!(last.contains("500"), "the reason is given: {last}");
     env.slack.calls("reactions.remove", 2).await;
     assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// The fake itself is checked against Slack's own client code: the
+/// official `slack_sdk`'s WebClient, Socket Mode client and
+/// SignatureVerifier (`tests/python/fake_slack_check.py`).
+#[test]
+fn the_fake_slack_agrees_with_slack_sdk() {
+    let out = Command::new(support::gateway::python())
+        .arg(support::gateway::python_script("fake_slack_check.py"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("all checks passed"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

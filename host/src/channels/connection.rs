@@ -187,6 +187,18 @@ pub fn reconnect_delay(policy: &api::ReconnectPolicy, failures: u32) -> Duration
 /// Checks the URL the plugin asks for: `wss://`, or `ws://` to loopback
 /// only, to a host the plugin may reach.
 fn check_url(plugin: &crate::plugins::LoadedPlugin, raw: &str) -> Result<url::Url, String> {
+    let (url, host, port, default_port) = websocket_target(raw)?;
+    if !plugin.reaches(&host, port, default_port) {
+        return Err(format!(
+            "{host}:{port} is not among the hosts this channel's plugin may reach (its manifest's http capability and channels.NAME.http)"
+        ));
+    }
+    Ok(url)
+}
+
+/// The URL, host (lower-case, IPv6 bracketed), port and default port of a
+/// WebSocket URL the host will open: `wss://`, or `ws://` to loopback.
+fn websocket_target(raw: &str) -> Result<(url::Url, String, u16, u16), String> {
     let url = url::Url::parse(raw).map_err(|e| format!("bad connection URL: {e}"))?;
     let host = url.host().ok_or("the connection URL has no host")?;
     let loopback = match &host {
@@ -205,14 +217,9 @@ fn check_url(plugin: &crate::plugins::LoadedPlugin, raw: &str) -> Result<url::Ur
         url::Host::Ipv4(ip) => ip.to_string(),
         url::Host::Ipv6(ip) => format!("[{ip}]"),
     };
-    let port = url.port_or_known_default().unwrap_or(443);
     let default_port = if url.scheme() == "wss" { 443 } else { 80 };
-    if !plugin.reaches(&host_text, port, default_port) {
-        return Err(format!(
-            "{host_text}:{port} is not among the hosts this channel's plugin may reach (its manifest's http capability and channels.NAME.http)"
-        ));
-    }
-    Ok(url)
+    let port = url.port_or_known_default().unwrap_or(default_port);
+    Ok((url, host_text, port, default_port))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -385,6 +392,30 @@ fn tls_connector() -> Result<tokio_tungstenite::Connector, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unencrypted_sockets_go_to_loopback_only() {
+        for ok in [
+            "wss://wss-primary.slack.com/link/?ticket=1",
+            "ws://127.0.0.1:9/link",
+            "ws://localhost:9/",
+            "ws://[::1]:9/",
+        ] {
+            assert!(websocket_target(ok).is_ok(), "{ok}");
+        }
+        for (bad, says) in [
+            ("ws://wss-primary.slack.com/link", "only to loopback"),
+            ("ws://10.0.0.1:9/", "only to loopback"),
+            ("ws://127.0.0.1.nip.io/", "only to loopback"),
+            ("https://slack.com/", "not a WebSocket scheme"),
+            ("not a url", "bad connection URL"),
+        ] {
+            let err = websocket_target(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let (_, host, port, default) = websocket_target("wss://Example.COM/x").unwrap();
+        assert_eq!((host.as_str(), port, default), ("example.com", 443, 443));
+    }
 
     #[test]
     fn backoff_doubles_to_the_cap_with_bounded_jitter() {
