@@ -21,6 +21,10 @@ pub const SCRUBBED: &str = "[secret]";
 /// Longest lifetime a captured value is kept without a stated expiry.
 pub const CAPTURE_MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
+/// How long before its stated expiry a captured value is forgotten, at
+/// most (a tenth of its lifetime when that is shorter).
+pub const CAPTURE_REFRESH_MARGIN: Duration = Duration::from_secs(300);
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SecretError {
     #[error("no value is set for secret `{0}`")]
@@ -214,6 +218,9 @@ impl Secrets {
             .map_or(CAPTURE_MAX_LIFETIME, |s| {
                 Duration::from_secs(s).min(CAPTURE_MAX_LIFETIME)
             });
+        // Forgotten a little early, so a plugin that checks `is-set` fetches
+        // a fresh one before the platform stops taking the old.
+        let lifetime = lifetime.saturating_sub((lifetime / 10).min(CAPTURE_REFRESH_MARGIN));
         let slot = json.pointer_mut(&capture.pointer).ok_or_else(|| {
             SecretError::Invalid(format!(
                 "the response has no member at `{}` to capture",
