@@ -808,6 +808,25 @@ async fn an_edited_config_is_reloaded_and_an_invalid_one_is_refused() {
     env.slack.dm("still working?", ALLOWED, "D0DM").await;
     env.slack.posted(1).await;
 
+    // Valid but cannot start (no such plugin): the previous one runs again.
+    std::fs::write(
+        &env.config,
+        original.replace("plugin: channel-slack", "plugin: channel-nope"),
+    )
+    .unwrap();
+    daemon.wait_for_line("configuration reloaded");
+    daemon.wait_for_line("pincer is running");
+    assert!(
+        daemon
+            .log()
+            .contains("could not be started, so the previous one runs again"),
+        "{}",
+        daemon.log()
+    );
+    env.slack.connections(2).await;
+    env.slack.dm("and now?", ALLOWED, "D0DM").await;
+    env.slack.posted(2).await;
+
     // Valid: a newly allowed sender is answered after the reload.
     std::fs::write(
         &env.config,
@@ -819,13 +838,11 @@ async fn an_edited_config_is_reloaded_and_an_invalid_one_is_refused() {
     .unwrap();
     daemon.wait_for_line("configuration reloaded");
     daemon.wait_for_line("pincer is running");
-    env.slack
-        .get("/wait?what=connections&count=2&timeout=30")
-        .await;
+    env.slack.connections(3).await;
     env.slack.dm("hello, I am new", "U0NEWCOMER", "D0NEW").await;
-    let posted = env.slack.posted(2).await;
-    assert_eq!(posted[1]["args"]["channel"], "D0NEW");
-    assert_eq!(posted[1]["args"]["text"], "answered");
+    let posted = env.slack.posted(3).await;
+    assert_eq!(posted[2]["args"]["channel"], "D0NEW");
+    assert_eq!(posted[2]["args"]["text"], "answered");
 
     // SIGHUP reloads too.
     unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };

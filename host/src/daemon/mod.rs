@@ -44,8 +44,11 @@ pub async fn run(
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let changes = watch_config(ctx.config_path.clone());
+    // The configuration that ran before a reload, to go back to if the new
+    // one cannot be started (a plugin that does not load, a busy port).
+    let mut previous: Option<Context> = None;
     loop {
-        let ending = serve(
+        let served = serve(
             &ctx,
             listen,
             config_flag,
@@ -53,13 +56,23 @@ pub async fn run(
             &mut terminate,
             &changes,
         )
-        .await?;
-        match ending {
-            Ending::Stop => return Ok(()),
-            Ending::Reload(next) => {
+        .await;
+        match served {
+            Ok(Ending::Stop) => return Ok(()),
+            Ok(Ending::Reload(next)) => {
                 println!("pincer: configuration reloaded");
-                ctx = *next;
+                previous = Some(std::mem::replace(&mut ctx, *next));
             }
+            // `serve` fails only while starting.
+            Err(e) => match previous.take() {
+                Some(old) => {
+                    eprintln!(
+                        "pincer: the new configuration could not be started, so the previous one runs again: {e:#}"
+                    );
+                    ctx = old;
+                }
+                None => return Err(e),
+            },
         }
     }
 }
