@@ -34,18 +34,27 @@ impl ManualClock {
 
     /// Sets the time.
     pub fn set(&self, now: DateTime<Utc>) {
-        *self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = now;
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = now;
     }
 
     /// Moves the time forward by `by`.
     pub fn advance(&self, by: chrono::Duration) {
-        let mut now = self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *now += by;
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
-        *self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

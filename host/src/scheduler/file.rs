@@ -182,10 +182,7 @@ pub fn parse(text: &str, file: &Path, checks: &Checks<'_>) -> Result<Vec<Task>, 
     let mut seen = HashSet::new();
     let mut tasks = Vec::with_capacity(raw.tasks.len());
     for (index, raw_task) in raw.tasks.into_iter().enumerate() {
-        let at = TaskSite {
-            doc: &doc,
-            index,
-        };
+        let at = TaskSite { doc: &doc, index };
         if !seen.insert(raw_task.id.clone()) {
             return Err(at.invalid("id", &format!("duplicate task id `{}`", raw_task.id)));
         }
@@ -310,7 +307,11 @@ impl TaskSite<'_, '_> {
     }
 }
 
-fn check_task(raw: RawTask, at: &TaskSite<'_, '_>, checks: &Checks<'_>) -> Result<Task, ConfigError> {
+fn check_task(
+    raw: RawTask,
+    at: &TaskSite<'_, '_>,
+    checks: &Checks<'_>,
+) -> Result<Task, ConfigError> {
     if !is_valid_name(&raw.id) {
         return Err(at.invalid(
             "id",
@@ -367,10 +368,9 @@ fn check_task(raw: RawTask, at: &TaskSite<'_, '_>, checks: &Checks<'_>) -> Resul
             }
             if let Some(tool) = &raw.tool {
                 if skill.contains("__") {
-                    return Err(at.invalid(
-                        "tool",
-                        "`tool` needs `skill` to name a plugin, not a tool",
-                    ));
+                    return Err(
+                        at.invalid("tool", "`tool` needs `skill` to name a plugin, not a tool")
+                    );
                 }
                 if tool.is_empty() {
                     return Err(at.invalid("tool", "`tool` is empty"));
@@ -398,7 +398,11 @@ fn check_task(raw: RawTask, at: &TaskSite<'_, '_>, checks: &Checks<'_>) -> Resul
                 } else {
                     "skill_input"
                 };
-                return Err(at.invalid_at(&[Seg::Key(key)], true, "only a `skill` task takes this"));
+                return Err(at.invalid_at(
+                    &[Seg::Key(key)],
+                    true,
+                    "only a `skill` task takes this",
+                ));
             }
             if prompt.trim().is_empty() {
                 return Err(at.invalid("prompt", "`prompt` is empty"));
@@ -496,15 +500,20 @@ pub fn parse_at(text: &str, zone: Tz) -> Result<DateTime<Utc>, String> {
     if let Ok(instant) = DateTime::parse_from_rfc3339(text) {
         return Ok(instant.with_timezone(&Utc));
     }
-    let local = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"]
-        .iter()
-        .find_map(|format| NaiveDateTime::parse_from_str(text, format).ok())
-        .ok_or_else(|| {
-            format!(
-                "invalid date-time `{text}`: expected e.g. 2026-12-24T09:00 (in the task's zone) \
+    let local = [
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|format| NaiveDateTime::parse_from_str(text, format).ok())
+    .ok_or_else(|| {
+        format!(
+            "invalid date-time `{text}`: expected e.g. 2026-12-24T09:00 (in the task's zone) \
                  or 2026-12-24T09:00:00+08:00"
-            )
-        })?;
+        )
+    })?;
     match zone.from_local_datetime(&local) {
         chrono::LocalResult::Single(t) => Ok(t.with_timezone(&Utc)),
         chrono::LocalResult::Ambiguous(first, _) => Ok(first.with_timezone(&Utc)),
@@ -665,14 +674,20 @@ mod tests {
         let err = parse(EXAMPLE, Path::new("s.yaml"), &checks)
             .expect_err("team-chat is unknown")
             .to_string();
-        assert!(err.starts_with("s.yaml:8:18: unknown channel `team-chat`"), "{err}");
+        assert!(
+            err.starts_with("s.yaml:8:18: unknown channel `team-chat`"),
+            "{err}"
+        );
         let text = EXAMPLE.replace("team-chat", "ops");
         parse(&text, Path::new("s.yaml"), &checks).expect("known channel and skill");
         let text = text.replace("skill: generate_daily_report", "skill: nope");
         let err = parse(&text, Path::new("s.yaml"), &checks)
             .expect_err("unknown skill")
             .to_string();
-        assert!(err.starts_with("s.yaml:6:12: unknown skill `nope`"), "{err}");
+        assert!(
+            err.starts_with("s.yaml:6:12: unknown skill `nope`"),
+            "{err}"
+        );
     }
 
     #[test]

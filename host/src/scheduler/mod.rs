@@ -151,8 +151,10 @@ impl Scheduler {
 
     /// Sets (or replaces, on reload) the tasks of a workspace.
     pub fn set_tasks(&mut self, workspace: &str, tasks: Vec<Task>) {
-        self.workspaces
-            .insert(workspace.to_owned(), tasks.into_iter().map(Arc::new).collect());
+        self.workspaces.insert(
+            workspace.to_owned(),
+            tasks.into_iter().map(Arc::new).collect(),
+        );
     }
 
     /// Forgets a workspace's tasks (its rows stay).

@@ -194,7 +194,16 @@ impl Store {
                  (workspace, task, due_ms, status, claimed_by, claimed_until_ms, ended_ms, error)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
              ON CONFLICT (workspace, task, due_ms) DO NOTHING",
-            params![workspace, task, due_ms, status.as_str(), owner, lease_until_ms, ended, note],
+            params![
+                workspace,
+                task,
+                due_ms,
+                status.as_str(),
+                owner,
+                lease_until_ms,
+                ended,
+                note
+            ],
         )?;
         Ok((changed == 1).then(|| conn.last_insert_rowid()))
     }
@@ -220,9 +229,12 @@ impl Store {
     /// SQLite errors.
     pub fn finish(&self, run_id: i64, outcome: &Outcome, now_ms: i64) -> rusqlite::Result<bool> {
         let (status, output, error, receipts) = match outcome {
-            Outcome::Done { output, receipts } => {
-                (RunStatus::Done, Some(output.as_str()), None, receipts.as_deref())
-            }
+            Outcome::Done { output, receipts } => (
+                RunStatus::Done,
+                Some(output.as_str()),
+                None,
+                receipts.as_deref(),
+            ),
             Outcome::Failed(reason) => (RunStatus::Failed, None, Some(reason.as_str()), None),
         };
         let changed = self.conn().execute(
@@ -240,7 +252,11 @@ impl Store {
     ///
     /// # Errors
     /// SQLite errors.
-    pub fn interrupt_abandoned(&self, owner: &str, now_ms: i64) -> rusqlite::Result<Vec<RunRecord>> {
+    pub fn interrupt_abandoned(
+        &self,
+        owner: &str,
+        now_ms: i64,
+    ) -> rusqlite::Result<Vec<RunRecord>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(&format!(
             "UPDATE schedule_runs
@@ -470,8 +486,16 @@ mod tests {
             history.iter().map(|r| r.status).collect::<Vec<_>>(),
             [RunStatus::Done, RunStatus::Interrupted]
         );
-        assert!(store.reclaim_interrupted(run, "new", 9000).expect("reclaim"));
-        assert!(!store.reclaim_interrupted(run, "new", 9000).expect("reclaim"));
+        assert!(
+            store
+                .reclaim_interrupted(run, "new", 9000)
+                .expect("reclaim")
+        );
+        assert!(
+            !store
+                .reclaim_interrupted(run, "new", 9000)
+                .expect("reclaim")
+        );
     }
 
     #[test]

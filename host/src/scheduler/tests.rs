@@ -37,8 +37,8 @@ impl Env {
         let store = Store::open(&self.db).expect("store");
         let clock: Arc<dyn Clock> = self.clock.clone();
         let mut scheduler = Scheduler::new(store, clock, owner).expect("scheduler");
-        let tasks = file::parse(yaml, Path::new("s.yaml"), &Checks::offline(Tz::UTC))
-            .expect("tasks parse");
+        let tasks =
+            file::parse(yaml, Path::new("s.yaml"), &Checks::offline(Tz::UTC)).expect("tasks parse");
         scheduler.set_tasks("ws", tasks);
         scheduler
     }
@@ -56,7 +56,11 @@ fn dues(runs: &[DueRun]) -> Vec<String> {
 
 fn finish(scheduler: &Scheduler, run: &DueRun) {
     let store = scheduler.store();
-    assert!(store.start(run.run_id, scheduler.owner(), 0).expect("start"));
+    assert!(
+        store
+            .start(run.run_id, scheduler.owner(), 0)
+            .expect("start")
+    );
     let outcome = Outcome::Done {
         output: "ok".into(),
         receipts: None,
@@ -65,7 +69,9 @@ fn finish(scheduler: &Scheduler, run: &DueRun) {
 }
 
 fn hourly(catch_up: &str) -> String {
-    format!("tasks:\n  - id: h\n    schedule: '0 * * * *'\n    prompt: x\n    catch_up: {catch_up}\n")
+    format!(
+        "tasks:\n  - id: h\n    schedule: '0 * * * *'\n    prompt: x\n    catch_up: {catch_up}\n"
+    )
 }
 
 /// Runs at 10:00, then the daemon is down from 10:30 to 13:30.
@@ -129,15 +135,26 @@ fn overlap_skip_records_the_due_time_as_skipped() {
     env.at("2026-01-01T10:00:00Z");
     let runs = scheduler.due_now().expect("due");
     assert_eq!(dues(&runs), ["10:00:00"]);
-    assert!(scheduler.store().start(runs[0].run_id, "a", 0).expect("start"));
+    assert!(
+        scheduler
+            .store()
+            .start(runs[0].run_id, "a", 0)
+            .expect("start")
+    );
     env.at("2026-01-01T10:01:00Z");
-    assert!(scheduler.due_now().expect("due").is_empty(), "still running");
+    assert!(
+        scheduler.due_now().expect("due").is_empty(),
+        "still running"
+    );
     let history = scheduler.store().history("ws", "m", 5).expect("history");
     assert_eq!(history[0].status, RunStatus::Skipped);
     assert_eq!(history[1].status, RunStatus::Running);
     finish_running(&scheduler, &runs[0]);
     env.at("2026-01-01T10:01:30Z");
-    assert!(scheduler.due_now().expect("due").is_empty(), "skipped stays skipped");
+    assert!(
+        scheduler.due_now().expect("due").is_empty(),
+        "skipped stays skipped"
+    );
 }
 
 fn finish_running(scheduler: &Scheduler, run: &DueRun) {
@@ -219,7 +236,10 @@ fn pause_survives_a_restart() {
     env.at("2026-01-01T10:06:00Z");
     assert!(second.due_now().expect("due").is_empty(), "still paused");
     second.resume("ws", "m").expect("resume");
-    assert!(second.due_now().expect("due").is_empty(), "nothing caught up");
+    assert!(
+        second.due_now().expect("due").is_empty(),
+        "nothing caught up"
+    );
     env.at("2026-01-01T10:07:00Z");
     assert_eq!(dues(&second.due_now().expect("due")), ["10:07:00"]);
 }
