@@ -123,6 +123,9 @@ impl fmt::Display for Trigger {
     }
 }
 
+/// Checks a skill name; the error text is shown as is.
+pub type SkillCheck<'a> = &'a dyn Fn(&str) -> Result<(), String>;
+
 /// What the checks may consult beyond the file itself.
 pub struct Checks<'a> {
     /// The zone of tasks without `timezone:`.
@@ -131,7 +134,7 @@ pub struct Checks<'a> {
     pub channels: Option<&'a BTreeSet<String>>,
     /// Checks a skill name (`plugin`, or `plugin__tool` when `tool:` is
     /// given); `None` skips the check. The error text is shown as is.
-    pub skill: Option<&'a dyn Fn(&str) -> Result<(), String>>,
+    pub skill: Option<SkillCheck<'a>>,
 }
 
 impl Checks<'_> {
