@@ -627,3 +627,79 @@ fn plugin_capability_denials_are_audited_for_the_workspace() {
         "{denials:?}"
     );
 }
+
+#[test]
+fn schedule_check_prints_shanghai_fire_times_of_the_example() {
+    let sandbox = Sandbox::new();
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../workspaces/default/schedules.yaml"
+    );
+    let out = ok(sandbox.pincer(&[
+        "schedule",
+        "check",
+        example,
+        "--after",
+        "2026-12-01T12:00:00Z",
+    ]));
+    assert!(out.contains("ok (1 task)"), "{out}");
+    assert!(
+        out.contains("channels and skills not checked (no configuration found)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("morning_briefing: schedule \"0 9 * * *\" in Asia/Shanghai"),
+        "{out}"
+    );
+    let times: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("  2026-"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        times,
+        [
+            "2026-12-02 09:00 +08:00 (01:00 UTC)",
+            "2026-12-03 09:00 +08:00 (01:00 UTC)",
+            "2026-12-04 09:00 +08:00 (01:00 UTC)",
+            "2026-12-05 09:00 +08:00 (01:00 UTC)",
+            "2026-12-06 09:00 +08:00 (01:00 UTC)",
+        ]
+    );
+}
+
+#[test]
+fn schedule_check_fails_with_the_located_error() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write(
+        "schedules.yaml",
+        "tasks:\n  - id: a\n    schedule: '0 25 * * *'\n    prompt: x\n",
+    );
+    let output = sandbox.pincer(&["schedule", "check", &file.display().to_string()]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(
+        err.contains("schedules.yaml:3:15: invalid cron expression `0 25 * * *`"),
+        "{err}"
+    );
+    // with a configuration, deliver_to channels are checked
+    let config = sandbox.write(
+        "pincer.yaml",
+        "skills:\n  generate_daily_report: {}\nchannels: {}\n",
+    );
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../workspaces/default/schedules.yaml"
+    );
+    let err = fails(sandbox.pincer(&[
+        "--config",
+        &config.display().to_string(),
+        "schedule",
+        "check",
+        example,
+    ]));
+    assert!(
+        err.contains("schedules.yaml:12:18: unknown channel `team-chat`"),
+        "{err}"
+    );
+}

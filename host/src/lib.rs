@@ -14,5 +14,6 @@ pub mod memory;
 pub mod plugins;
 pub mod policy;
 pub mod router;
+pub mod scheduler;
 pub mod sessions;
 pub mod suggest;

@@ -18,6 +18,7 @@ mod memory;
 mod model;
 mod plugin;
 mod policy;
+mod schedule;
 mod skill;
 mod workspace;
 
@@ -71,6 +72,9 @@ pub enum Command {
     /// Local GGUF models for `local/…` deployments: fetch, list
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Scheduled tasks: check a schedules.yaml
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
     /// Check what this machine is missing, and how to fix it
     Doctor,
     /// Load every built-in plugin and exercise each world once
@@ -113,6 +117,21 @@ pub enum Command {
         /// Replace an existing pincer.yaml (kept as pincer.yaml.bak)
         #[arg(long)]
         force: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Validate a schedules.yaml and print the next 5 fire times of each task
+    Check {
+        /// The schedules.yaml to check
+        file: PathBuf,
+        /// Zone of tasks without `timezone:` (IANA name) [default: the host's]
+        #[arg(long, value_name = "ZONE")]
+        zone: Option<String>,
+        /// List fire times after this instant (RFC 3339) [default: now]
+        #[arg(long, value_name = "TIME")]
+        after: Option<String>,
     },
 }
 
@@ -336,6 +355,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             channel::test(cli.config.as_deref(), &name).await
         }
         Command::Model(command) => model::run(command),
+        Command::Schedule(ScheduleCommand::Check { file, zone, after }) => schedule::check(
+            cli.config.as_deref(),
+            &file,
+            zone.as_deref(),
+            after.as_deref(),
+        ),
         Command::Doctor => doctor::run(cli.config.as_deref()).await,
         Command::Demo => demo::run(cli.config.as_deref()).await,
         Command::Message {

@@ -16,6 +16,7 @@
 mod de;
 mod error;
 mod interpolate;
+mod located;
 mod node;
 mod paths;
 mod schema;
@@ -37,7 +38,9 @@ pub use schema::{
     WorkspaceMemory,
 };
 
-use error::Site;
+pub(crate) use located::{Document, parse_located};
+pub(crate) use node::Seg;
+pub(crate) use validate::is_valid_name;
 
 impl Config {
     /// Reads and checks the file at `path`, interpolating from the process
@@ -80,28 +83,12 @@ impl Config {
     where
         F: Fn(&str) -> Option<String>,
     {
-        let site = Site::new(file.display().to_string());
-        let mut root = node::parse(text, &site)?;
-        interpolate::interpolate_tree(&mut root, text, &site, &env)?;
-        let config: Config = de::from_node(&root, text)
-            .map_err(|err| site.schema(err.pos.unwrap_or((1, 1)), &err.message))?;
-        validate::validate(&config).map_err(|issue| {
-            let mut message = issue.message;
-            // a message may quote the value: never the one from the environment
-            if let Some(node::Node {
-                kind:
-                    node::Kind::Str {
-                        value,
-                        template: Some(template),
-                    },
-                ..
-            }) = root.get(&issue.path, text)
-            {
-                message = de::redact(&message, value, template);
-            }
-            site.invalid(root.locate(&issue.path, issue.at_key, text), &message)
-        })?;
-        tracing::debug!(file = site.file(), "configuration loaded");
+        let mut doc = Document::parse(text, file)?;
+        doc.interpolate(env)?;
+        let config: Config = doc.deserialize()?;
+        validate::validate(&config)
+            .map_err(|issue| doc.invalid(&issue.path, issue.at_key, &issue.message))?;
+        tracing::debug!(file = doc.file(), "configuration loaded");
         Ok(config)
     }
 }

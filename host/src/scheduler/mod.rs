@@ -1,0 +1,317 @@
+//! Scheduled tasks: `schedules.yaml` per workspace, and which runs are due.
+//!
+//! - [`file`]: the typed file and its checks (located errors);
+//! - [`plan`]: due times, the daylight-saving rule, catch-up after an outage;
+//! - [`store`]: runs and per-task state in `pincer.db`, claimed before they
+//!   start;
+//! - [`clock`]: where "now" comes from (tests move it).
+//!
+//! [`Scheduler`] is pure logic over the store: the daemon calls
+//! [`Scheduler::due_now`] on a tick (about once a second), runs each
+//! [`DueRun`] it gets (a skill call or an agent turn, within the task's
+//! `timeout`), calls [`Store::start`] and then [`Store::finish`]. Running is
+//! not done here.
+//!
+//! Rules of [`Scheduler::due_now`], per task:
+//! 1. a task seen for the first time starts counting from now (nothing
+//!    before it is caught up); a paused task moves its cursor to now, so
+//!    nothing missed while paused runs on resume;
+//! 2. the due times since the task's cursor (`last_due`) are computed from
+//!    that cursor, never from the tick: the ones within [`Scheduler::grace`]
+//!    of now are on time and due; older ones were missed (the daemon was
+//!    down or stalled) and follow `catch_up` ([`plan::due_between`]);
+//! 3. each due time is a row claimed once (`UNIQUE(workspace, task, due)`):
+//!    a restart or reload recomputes the same due times and finds them taken;
+//! 4. a due time that finds the task's previous run still claimed or running
+//!    is recorded `skipped` (`overlap: skip`) or `queued` (`overlap: queue`);
+//!    the extra runs of a `catch_up: all` are always queued, so runs of one
+//!    task never overlap; a queued run is handed out when none is active;
+//! 5. when a scheduler starts, runs left claimed or running by another owner
+//!    (a daemon that died) are marked `interrupted`, and so is any run whose
+//!    lease (`timeout` + [`LEASE_MARGIN`]) ran out; with
+//!    `rerun_interrupted: true` such a run (from the start only) is claimed
+//!    again once, as a new attempt of the same due time.
+
+pub mod clock;
+pub mod file;
+pub mod plan;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use file::{Action, CatchUp, Checks, Delivery, Overlap, Task, Trigger};
+pub use store::{Outcome, RunRecord, RunStatus, Store};
+
+use crate::config::ConfigError;
+
+/// Added to a task's `timeout` for the lease of its claim.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(60);
+
+/// Default of [`Scheduler::grace`].
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(60);
+
+/// Errors of the scheduler.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// A `schedules.yaml` problem (located).
+    #[error(transparent)]
+    File(#[from] ConfigError),
+    /// The database failed.
+    #[error("schedule store: {0}")]
+    Store(#[from] rusqlite::Error),
+}
+
+/// A run to start now: claimed in the store for the scheduler's owner.
+#[derive(Debug, Clone)]
+pub struct DueRun {
+    /// The row in `schedule_runs` (for [`Store::start`] / [`Store::finish`]).
+    pub run_id: i64,
+    pub workspace: String,
+    pub task: Arc<Task>,
+    /// The due time this run is for.
+    pub due: DateTime<Utc>,
+    /// 1 for a first run, more for a rerun of an interrupted one.
+    pub attempt: i64,
+}
+
+/// Decides which runs are due, over the store.
+pub struct Scheduler {
+    store: Store,
+    clock: Arc<dyn Clock>,
+    owner: String,
+    workspaces: BTreeMap<String, Vec<Arc<Task>>>,
+    grace: Duration,
+    /// Runs interrupted when this scheduler started, rerun if their task
+    /// says `rerun_interrupted`.
+    interrupted: Mutex<Vec<RunRecord>>,
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn from_ms(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+fn whole_seconds(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
+}
+
+fn chrono_duration(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+impl Scheduler {
+    /// A scheduler claiming runs as `owner` (unique per daemon process, e.g.
+    /// a UUID). Marks runs left claimed or running by other owners as
+    /// interrupted.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn new(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        owner: impl Into<String>,
+    ) -> Result<Scheduler, ScheduleError> {
+        let owner = owner.into();
+        let interrupted = store.interrupt_abandoned(&owner, ms(clock.now()))?;
+        for run in &interrupted {
+            tracing::warn!(
+                workspace = %run.workspace,
+                task = %run.task,
+                due_ms = run.due_ms,
+                "scheduled run interrupted by a restart"
+            );
+        }
+        Ok(Scheduler {
+            store,
+            clock,
+            owner,
+            workspaces: BTreeMap::new(),
+            grace: DEFAULT_GRACE,
+            interrupted: Mutex::new(interrupted),
+        })
+    }
+
+    /// How late a due time may be seen and still count as on time rather
+    /// than missed (default [`DEFAULT_GRACE`]).
+    pub fn grace(&self) -> Duration {
+        self.grace
+    }
+
+    pub fn set_grace(&mut self, grace: Duration) {
+        self.grace = grace;
+    }
+
+    /// Sets (or replaces, on reload) the tasks of a workspace.
+    pub fn set_tasks(&mut self, workspace: &str, tasks: Vec<Task>) {
+        self.workspaces.insert(
+            workspace.to_owned(),
+            tasks.into_iter().map(Arc::new).collect(),
+        );
+    }
+
+    /// Forgets a workspace's tasks (its rows stay).
+    pub fn remove_workspace(&mut self, workspace: &str) {
+        self.workspaces.remove(workspace);
+    }
+
+    /// The task `id` of `workspace`, if loaded.
+    pub fn task(&self, workspace: &str, id: &str) -> Option<&Arc<Task>> {
+        self.workspaces.get(workspace)?.iter().find(|t| t.id == id)
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Pauses a task (kept across restarts).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn pause(&self, workspace: &str, task: &str) -> Result<(), ScheduleError> {
+        Ok(self.store.set_paused(workspace, task, true)?)
+    }
+
+    /// Resumes a task; what it missed while paused does not run.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn resume(&self, workspace: &str, task: &str) -> Result<(), ScheduleError> {
+        self.store
+            .set_last_due(workspace, task, ms(whole_seconds(self.clock.now())))?;
+        Ok(self.store.set_paused(workspace, task, false)?)
+    }
+
+    fn lease_until(&self, task: &Task, now: DateTime<Utc>) -> i64 {
+        ms(now + chrono_duration(task.timeout.saturating_add(LEASE_MARGIN)))
+    }
+
+    /// The runs to start now, each claimed once (see the module docs).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn due_now(&self) -> Result<Vec<DueRun>, ScheduleError> {
+        let now = whole_seconds(self.clock.now());
+        let now_ms = ms(now);
+        // leases that ran out (a run that outlived its timeout)
+        self.store.interrupt_abandoned(&self.owner, now_ms)?;
+        let mut out = Vec::new();
+        for (workspace, tasks) in &self.workspaces {
+            for task in tasks {
+                self.due_task(workspace, task, now, &mut out)?;
+            }
+        }
+        out.sort_by_key(|run| run.due);
+        Ok(out)
+    }
+
+    fn due_task(
+        &self,
+        workspace: &str,
+        task: &Arc<Task>,
+        now: DateTime<Utc>,
+        out: &mut Vec<DueRun>,
+    ) -> Result<(), ScheduleError> {
+        let store = &self.store;
+        let id = task.id.as_str();
+        let now_ms = ms(now);
+        let lease = self.lease_until(task, now);
+        let run = |run_id, due_ms, attempt| DueRun {
+            run_id,
+            workspace: workspace.to_owned(),
+            task: Arc::clone(task),
+            due: from_ms(due_ms),
+            attempt,
+        };
+
+        if store.is_paused(workspace, id)? {
+            store.set_last_due(workspace, id, now_ms)?;
+            return Ok(());
+        }
+        let mut active = store.active_run(workspace, id)?.is_some();
+
+        // 5. reruns of runs interrupted at start
+        {
+            let mut pending = self
+                .interrupted
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let mut keep = Vec::with_capacity(pending.len());
+            for record in pending.drain(..) {
+                if record.workspace != workspace || record.task != id {
+                    keep.push(record);
+                } else if task.rerun_interrupted
+                    && !active
+                    && store.reclaim_interrupted(record.id, &self.owner, lease)?
+                {
+                    out.push(run(record.id, record.due_ms, record.attempt + 1));
+                    active = true;
+                }
+            }
+            *pending = keep;
+        }
+
+        // 4. a queued run, once none is active
+        if !active && let Some(record) = store.claim_queued(workspace, id, &self.owner, lease)? {
+            out.push(run(record.id, record.due_ms, record.attempt));
+            active = true;
+        }
+
+        // 1. first sight
+        let Some(last_ms) = store.last_due(workspace, id)? else {
+            store.set_last_due(workspace, id, now_ms)?;
+            return Ok(());
+        };
+        let last = from_ms(last_ms);
+
+        // 2. due times since the cursor: missed ones by catch_up, on-time ones
+        let on_time_from = now - chrono_duration(self.grace);
+        let mut dues = if on_time_from > last {
+            plan::due_between(task, last, on_time_from, task.catch_up)
+        } else {
+            Vec::new()
+        };
+        dues.extend(plan::due_between(
+            task,
+            last.max(on_time_from),
+            now,
+            CatchUp::All,
+        ));
+
+        // 3. and 4. claim each once
+        let mut claimed_here = false;
+        for due in dues {
+            let (status, note) = if !active {
+                (RunStatus::Claimed, None)
+            } else if task.overlap == Overlap::Queue || claimed_here {
+                (RunStatus::Queued, None)
+            } else {
+                (RunStatus::Skipped, Some("the previous run was still going"))
+            };
+            let claimed = store.claim(workspace, id, ms(due), status, &self.owner, lease, note)?;
+            if let Some(run_id) = claimed
+                && status == RunStatus::Claimed
+            {
+                out.push(run(run_id, ms(due), 1));
+                active = true;
+                claimed_here = true;
+            }
+        }
+        store.set_last_due(workspace, id, now_ms)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,267 @@
+//! `Scheduler` over a temporary database with a `ManualClock`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use chrono_tz::Tz;
+
+use super::*;
+
+struct Env {
+    _dir: tempfile::TempDir,
+    db: PathBuf,
+    clock: Arc<ManualClock>,
+}
+
+fn utc(text: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(text)
+        .expect("test time")
+        .with_timezone(&Utc)
+}
+
+impl Env {
+    fn new(start: &str) -> Env {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join(crate::db::FILE_NAME);
+        Env {
+            _dir: dir,
+            db,
+            clock: Arc::new(ManualClock::new(utc(start))),
+        }
+    }
+
+    /// A scheduler (a daemon process) named `owner` with `yaml` as the
+    /// tasks of workspace `ws`.
+    fn scheduler(&self, owner: &str, yaml: &str) -> Scheduler {
+        let store = Store::open(&self.db).expect("store");
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        let mut scheduler = Scheduler::new(store, clock, owner).expect("scheduler");
+        let tasks =
+            file::parse(yaml, Path::new("s.yaml"), &Checks::offline(Tz::UTC)).expect("tasks parse");
+        scheduler.set_tasks("ws", tasks);
+        scheduler
+    }
+
+    fn at(&self, time: &str) {
+        self.clock.set(utc(time));
+    }
+}
+
+fn dues(runs: &[DueRun]) -> Vec<String> {
+    runs.iter()
+        .map(|r| r.due.format("%H:%M:%S").to_string())
+        .collect()
+}
+
+fn finish(scheduler: &Scheduler, run: &DueRun) {
+    let store = scheduler.store();
+    assert!(
+        store
+            .start(run.run_id, scheduler.owner(), 0)
+            .expect("start")
+    );
+    let outcome = Outcome::Done {
+        output: "ok".into(),
+        receipts: None,
+    };
+    assert!(store.finish(run.run_id, &outcome, 0).expect("finish"));
+}
+
+fn hourly(catch_up: &str) -> String {
+    format!(
+        "tasks:\n  - id: h\n    schedule: '0 * * * *'\n    prompt: x\n    catch_up: {catch_up}\n"
+    )
+}
+
+/// Runs at 10:00, then the daemon is down from 10:30 to 13:30.
+fn outage(catch_up: &str) -> (Env, Scheduler) {
+    let env = Env::new("2026-01-01T09:30:00Z");
+    let first = env.scheduler("a", &hourly(catch_up));
+    assert!(first.due_now().expect("due").is_empty(), "first sight");
+    env.at("2026-01-01T10:00:00Z");
+    let runs = first.due_now().expect("due");
+    assert_eq!(dues(&runs), ["10:00:00"]);
+    finish(&first, &runs[0]);
+    env.at("2026-01-01T10:30:00Z");
+    assert!(first.due_now().expect("due").is_empty());
+    drop(first);
+    env.at("2026-01-01T13:30:00Z");
+    let second = env.scheduler("b", &hourly(catch_up));
+    (env, second)
+}
+
+#[test]
+fn outage_with_catch_up_skip_runs_nothing_missed() {
+    let (env, scheduler) = outage("skip");
+    assert!(scheduler.due_now().expect("due").is_empty());
+    env.at("2026-01-01T14:00:00Z");
+    assert_eq!(dues(&scheduler.due_now().expect("due")), ["14:00:00"]);
+}
+
+#[test]
+fn outage_with_catch_up_once_runs_the_latest_missed() {
+    let (env, scheduler) = outage("once");
+    let runs = scheduler.due_now().expect("due");
+    assert_eq!(dues(&runs), ["13:00:00"]);
+    assert!(scheduler.due_now().expect("due").is_empty(), "claimed once");
+    finish(&scheduler, &runs[0]);
+    env.at("2026-01-01T14:00:00Z");
+    assert_eq!(dues(&scheduler.due_now().expect("due")), ["14:00:00"]);
+}
+
+#[test]
+fn outage_with_catch_up_all_runs_each_missed_in_turn() {
+    let (_env, scheduler) = outage("all");
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let runs = scheduler.due_now().expect("due");
+        assert!(runs.len() <= 1, "one at a time: {:?}", dues(&runs));
+        for run in &runs {
+            finish(&scheduler, run);
+        }
+        seen.extend(dues(&runs));
+    }
+    assert_eq!(seen, ["11:00:00", "12:00:00", "13:00:00"]);
+}
+
+const EVERY_MINUTE: &str = "tasks:\n  - id: m\n    schedule: '* * * * *'\n    prompt: x\n";
+
+#[test]
+fn overlap_skip_records_the_due_time_as_skipped() {
+    let env = Env::new("2026-01-01T09:59:30Z");
+    let scheduler = env.scheduler("a", EVERY_MINUTE);
+    scheduler.due_now().expect("first sight");
+    env.at("2026-01-01T10:00:00Z");
+    let runs = scheduler.due_now().expect("due");
+    assert_eq!(dues(&runs), ["10:00:00"]);
+    assert!(
+        scheduler
+            .store()
+            .start(runs[0].run_id, "a", 0)
+            .expect("start")
+    );
+    env.at("2026-01-01T10:01:00Z");
+    assert!(
+        scheduler.due_now().expect("due").is_empty(),
+        "still running"
+    );
+    let history = scheduler.store().history("ws", "m", 5).expect("history");
+    assert_eq!(history[0].status, RunStatus::Skipped);
+    assert_eq!(history[1].status, RunStatus::Running);
+    finish_running(&scheduler, &runs[0]);
+    env.at("2026-01-01T10:01:30Z");
+    assert!(
+        scheduler.due_now().expect("due").is_empty(),
+        "skipped stays skipped"
+    );
+}
+
+fn finish_running(scheduler: &Scheduler, run: &DueRun) {
+    let outcome = Outcome::Failed("boom".into());
+    assert!(
+        scheduler
+            .store()
+            .finish(run.run_id, &outcome, 0)
+            .expect("finish")
+    );
+}
+
+#[test]
+fn overlap_queue_runs_the_due_time_after_the_previous_one() {
+    let env = Env::new("2026-01-01T09:59:30Z");
+    let yaml = format!("{EVERY_MINUTE}    overlap: queue\n");
+    let scheduler = env.scheduler("a", &yaml);
+    scheduler.due_now().expect("first sight");
+    env.at("2026-01-01T10:00:00Z");
+    let runs = scheduler.due_now().expect("due");
+    env.at("2026-01-01T10:01:00Z");
+    assert!(scheduler.due_now().expect("due").is_empty(), "queued");
+    assert_eq!(
+        scheduler.store().history("ws", "m", 1).expect("history")[0].status,
+        RunStatus::Queued
+    );
+    finish(&scheduler, &runs[0]);
+    env.at("2026-01-01T10:01:20Z");
+    let runs = scheduler.due_now().expect("due");
+    assert_eq!(dues(&runs), ["10:01:00"]);
+}
+
+fn restart_mid_run(rerun: bool) -> (Env, Scheduler, DueRun) {
+    let env = Env::new("2026-01-01T09:59:30Z");
+    let yaml = format!("{EVERY_MINUTE}    rerun_interrupted: {rerun}\n");
+    let first = env.scheduler("a", &yaml);
+    first.due_now().expect("first sight");
+    env.at("2026-01-01T10:00:00Z");
+    let runs = first.due_now().expect("due");
+    assert!(first.store().start(runs[0].run_id, "a", 0).expect("start"));
+    drop(first); // the daemon dies mid-run
+    env.at("2026-01-01T10:00:10Z");
+    let second = env.scheduler("b", &yaml);
+    (env, second, runs[0].clone())
+}
+
+#[test]
+fn restart_mid_run_marks_it_interrupted_and_does_not_claim_it_again() {
+    let (env, scheduler, run) = restart_mid_run(false);
+    assert!(scheduler.due_now().expect("due").is_empty());
+    let history = scheduler.store().history("ws", "m", 5).expect("history");
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].id, run.run_id);
+    assert_eq!(history[0].status, RunStatus::Interrupted);
+    env.at("2026-01-01T10:01:00Z");
+    assert_eq!(dues(&scheduler.due_now().expect("due")), ["10:01:00"]);
+}
+
+#[test]
+fn restart_mid_run_with_rerun_interrupted_runs_it_once_more() {
+    let (_env, scheduler, run) = restart_mid_run(true);
+    let runs = scheduler.due_now().expect("due");
+    assert_eq!(dues(&runs), ["10:00:00"]);
+    assert_eq!(runs[0].run_id, run.run_id);
+    assert_eq!(runs[0].attempt, 2);
+    assert!(scheduler.due_now().expect("due").is_empty());
+}
+
+#[test]
+fn pause_survives_a_restart() {
+    let env = Env::new("2026-01-01T09:59:30Z");
+    let first = env.scheduler("a", EVERY_MINUTE);
+    first.due_now().expect("first sight");
+    first.pause("ws", "m").expect("pause");
+    drop(first);
+    env.at("2026-01-01T10:05:00Z");
+    let second = env.scheduler("b", EVERY_MINUTE);
+    assert!(second.due_now().expect("due").is_empty(), "paused");
+    env.at("2026-01-01T10:06:00Z");
+    assert!(second.due_now().expect("due").is_empty(), "still paused");
+    second.resume("ws", "m").expect("resume");
+    assert!(
+        second.due_now().expect("due").is_empty(),
+        "nothing caught up"
+    );
+    env.at("2026-01-01T10:07:00Z");
+    assert_eq!(dues(&second.due_now().expect("due")), ["10:07:00"]);
+}
+
+#[test]
+fn every_two_seconds_with_a_six_field_cron() {
+    let env = Env::new("2026-01-01T10:00:00Z");
+    let yaml = "tasks:\n  - id: s\n    schedule: '*/2 * * * * *'\n    prompt: x\n";
+    let scheduler = env.scheduler("a", yaml);
+    scheduler.due_now().expect("first sight");
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        env.clock.advance(ChronoDuration::milliseconds(1000));
+        for _ in 0..2 {
+            for run in scheduler.due_now().expect("due") {
+                finish(&scheduler, &run);
+                seen.push(run.due.format("%S").to_string());
+            }
+        }
+    }
+    assert_eq!(seen, ["02", "04", "06", "08", "10"]);
+    // a reload (new task list) and a restart find the same due times taken
+    let again = env.scheduler("b", yaml);
+    assert!(again.due_now().expect("due").is_empty());
+}
