@@ -136,6 +136,7 @@ impl Drop for FakeSlack {
 
 struct Daemon {
     child: Child,
+    banner: String,
     stdout: BufReader<std::process::ChildStdout>,
     webhooks: String,
     log: PathBuf,
@@ -205,7 +206,7 @@ impl Env {
 containers:
   workspace_base_path: {base}
 workspaces:
-  team: {{observers: [observer-jsonl]}}
+  team: {{observers: [observer-jsonl], skills: [skill-calc]}}
 channels:
   listen: 127.0.0.1:0
   slack:
@@ -213,6 +214,7 @@ channels:
     workspace: team
     allowed_senders: [{ALLOWED}]
     refusal: reply
+    default_conversation: C0SCHED
     http: ["127.0.0.1:*"]
     config:
       bot_token: "${{SLACK_BOT_TOKEN}}"
@@ -291,6 +293,7 @@ channels:
             .to_string();
         Daemon {
             child,
+            banner,
             stdout,
             webhooks,
             log,
@@ -1063,4 +1066,88 @@ fn the_fake_slack_agrees_with_slack_sdk() {
         "{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `workspaces/team/schedules.yaml` beside `pincer.yaml`: a 6-field
+/// every-2-seconds skill call and an agent turn every 3 s, both delivered
+/// to Slack through the outbox and recorded with their receipts.
+#[tokio::test(flavor = "multi_thread")]
+async fn scheduled_skill_calls_and_agent_turns_are_delivered_and_recorded() {
+    let env = Env::new(vec![Behaviour::answer("the briefing")]).await;
+    env.sandbox.write(
+        "workspaces/team/schedules.yaml",
+        r#"tasks:
+  - id: calc_every_2s
+    description: 每两秒算一次
+    schedule: "*/2 * * * * *"
+    skill: skill-calc__evaluate
+    skill_input: {expression: "6*7"}
+    deliver_to: ["channel:slack"]
+  - id: briefing
+    every: 3s
+    prompt: "write the briefing"
+    deliver_to: [{channel: slack, conversation: C0BRIEF}]
+"#,
+    );
+    let mut daemon = env.start();
+    assert!(
+        daemon.banner.contains("2 scheduled task(s)"),
+        "{}",
+        daemon.banner
+    );
+    let posted = env.slack.posted(3).await;
+    let mut sched = posted.iter().filter(|p| p["args"]["channel"] == "C0SCHED");
+    let calc = sched
+        .next()
+        .expect("the skill's output went to the default conversation");
+    assert!(
+        calc["args"]["text"].as_str().unwrap().contains("42"),
+        "{calc}"
+    );
+    // Wait for a briefing too (every 3 s).
+    let mut briefing = None;
+    for n in 3..12 {
+        let posted = env.slack.posted(n).await;
+        briefing = posted
+            .iter()
+            .find(|p| p["args"]["channel"] == "C0BRIEF")
+            .cloned();
+        if briefing.is_some() {
+            break;
+        }
+    }
+    let briefing = briefing.expect("the agent turn's reply was delivered");
+    assert_eq!(briefing["args"]["text"], "the briefing");
+    assert!(daemon.stop().success(), "{}", daemon.log());
+
+    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
+    let runs: Vec<(String, String, Option<String>, Option<String>)> = db
+        .prepare("SELECT task, status, output, receipts FROM schedule_runs WHERE status = 'done' ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for task in ["calc_every_2s", "briefing"] {
+        let run = runs
+            .iter()
+            .find(|r| r.0 == task)
+            .unwrap_or_else(|| panic!("no done run of {task}: {runs:?}"));
+        assert!(
+            run.3
+                .as_deref()
+                .unwrap_or_default()
+                .contains("outbox:slack"),
+            "{run:?}"
+        );
+    }
+    // The briefing ran in a session of its own, not in a person's chat.
+    let sessions: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM sessions WHERE channel = 'schedule' AND conversation = 'briefing'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(sessions, 1);
 }

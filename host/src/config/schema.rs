@@ -586,6 +586,10 @@ pub struct Channel {
     /// What a sender not in `allowed_senders` sees. Default `silent`.
     #[serde(default)]
     pub refusal: Refusal,
+    /// Where `deliver_to: [channel:NAME]` in a `schedules.yaml` posts (a
+    /// platform conversation id).
+    #[serde(default)]
+    pub default_conversation: Option<String>,
 }
 
 impl fmt::Debug for Channel {
@@ -598,6 +602,7 @@ impl fmt::Debug for Channel {
             .field("http", &self.http)
             .field("conversations", &self.conversations)
             .field("refusal", &self.refusal)
+            .field("default_conversation", &self.default_conversation)
             .finish()
     }
 }

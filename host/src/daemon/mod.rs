@@ -11,6 +11,7 @@
 //!   keep running with the old one.
 
 pub mod build;
+pub mod schedules;
 pub mod status;
 
 use std::path::{Path, PathBuf};
@@ -144,6 +145,14 @@ async fn serve(
     router.recover()?;
     let inbox: Arc<dyn Inbox> = router.clone();
     let mut tasks = tokio::task::JoinSet::new();
+    let schedules = schedules::Schedules::start(
+        ctx,
+        agent.clone(),
+        plugins.clone(),
+        channels.clone(),
+        audit.clone(),
+    )?;
+    tasks.spawn(schedules.clone().run(stop.clone()));
     tasks.spawn(crate::channels::outbox::run(
         channels.clone(),
         audit.clone(),
@@ -190,10 +199,11 @@ async fn serve(
     );
     tasks.spawn(status.clone().run(stop.clone()));
     println!(
-        "pincer is running: gateway on http://{bound}/v1, turns on {}, {} workspace(s), {} channel(s){}; Ctrl-C stops it",
+        "pincer is running: gateway on http://{bound}/v1, turns on {}, {} workspace(s), {} channel(s), {} scheduled task(s){}; Ctrl-C stops it",
         control::socket_path(&ctx.home).display(),
         ctx.config.workspaces.len(),
         ctx.config.channels.len(),
+        schedules.tasks,
         webhooks
             .map(|a| format!(", webhooks on http://{a}/channels/NAME/"))
             .unwrap_or_default(),
