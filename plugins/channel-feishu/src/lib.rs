@@ -63,6 +63,12 @@ const HTTP_TIMEOUT_MS: u32 = 15_000;
 const PART_TTL_MS: u64 = 10_000;
 const BOT_ID_TTL_MS: u64 = 24 * 3600 * 1000;
 
+/// Delete-reaction's codes for a reaction or message that is gone (removed
+/// by hand, message recalled): 231003 message not found, 231010 reaction not
+/// on the message, 231011 invalid reaction_id (the API's error list,
+/// https://open.feishu.cn/document/server-docs/im-v1/message-reaction/delete).
+const REACTION_GONE: [i64; 3] = [231_003, 231_010, 231_011];
+
 const KV_SERVICE_ID: &str = "ws/service_id";
 const KV_BOT_OPEN_ID: &str = "bot/open_id";
 
@@ -284,7 +290,9 @@ impl Guest for FeishuChannel {
                 match call("DELETE", &format!("{path}/{reaction}"), None) {
                     Ok(_) => Ok(None),
                     // Already gone (removed by hand): nothing to do.
-                    Err(CallError::Feishu(Failure::Rejected { code, .. })) if code == 231_010 => {
+                    Err(CallError::Feishu(Failure::Rejected { code, .. }))
+                        if REACTION_GONE.contains(&code) =>
+                    {
                         Ok(None)
                     }
                     Err(err) => Err(err.into()),
