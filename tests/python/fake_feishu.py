@@ -11,6 +11,7 @@ flags win.
 Serves on loopback only. When ready it prints one JSON line to stdout,
   {"port": N, "base": "http://127.0.0.1:N", "control": "http://127.0.0.1:N/_test"}
 and serves until killed (SIGTERM or SIGINT: exit 0). Point an SDK's base domain at "base".
+Start-up takes ~3 s: importing lark_oapi's protobuf module imports the whole SDK package.
 
 Sources. Long-connection protocol: the official Python SDK lark-oapi 1.7.5 (PyPI), read from its
 installed source: lark_oapi/ws/client.py (endpoint POST body, frame handling, ping loop, ack
@@ -48,8 +49,10 @@ Control API, JSON in and out (POST bodies may be empty; `connection` = the newes
                             "chat_id", "split": bool, "message_id", "event_id", "connection",
                             "root_id", "parent_id"}
                            -> {"event_id", "message_id", "frame_message_id", "delivered_to"}
-  POST /_test/ws/close     {"connection", "code": 1000, "config": {ClientConfig fields}
-                            (first send a pong carrying this config), "abrupt": bool}
+                           (no open connection: delivered_to null, sent when one opens)
+  POST /_test/ws/close     {"connection", "all": bool, "code": 1000, "config": {ClientConfig
+                            fields} (first send a pong carrying this config), "abrupt": bool
+                            (TCP abort, no close frame)}
                            -> {"closed": [ids]}
   POST /_test/ws/deaf      {"on": bool, "connection"} : stop/resume answering pings (no pong)
   POST /_test/ws/config    {"PingInterval", "ReconnectCount", "ReconnectInterval",

@@ -243,6 +243,63 @@ def long_connection(base, control):
     check("no protocol errors were recorded", view["protocol_errors"] == [], view["protocol_errors"])
 
 
+def raw_socket(base, control):
+    """What the SDK hides: a silent client (never acks) and a bad ticket, over a raw socket
+    framed with lark-oapi's own protobuf Frame."""
+    import asyncio
+
+    import aiohttp
+    from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+    async def run():
+        _, _, ep = http(base + "/callback/ws/endpoint", {"AppID": APP_ID, "AppSecret": SECRET})
+        url = ep["data"]["URL"]
+        async with aiohttp.ClientSession() as session:
+            try:
+                async with session.ws_connect(url.replace("ticket=", "ticket=x")):
+                    status = 101
+            except aiohttp.WSServerHandshakeError as e:
+                status = e.status, (e.headers or {}).get("handshake-status")
+            check("a bad ticket -> HTTP 403 with handshake-status 403", status == (403, "403"), status)
+            async with session.ws_connect(url) as ws:
+                ping = Frame()
+                h = ping.headers.add()
+                h.key, h.value = "type", "ping"
+                ping.SeqID, ping.LogID, ping.method = 0, 0, 0
+                ping.service = int(url.split("service_id=")[1].split("&")[0])
+                await ws.send_bytes(ping.SerializeToString())
+                pong = Frame()
+                pong.ParseFromString((await ws.receive(timeout=5)).data)
+                hs = {x.key: x.value for x in pong.headers}
+                check("a raw ping gets a pong (method 0, type=pong, ClientConfig payload)",
+                      pong.method == 0 and hs.get("type") == "pong"
+                      and set(json.loads(pong.payload)) == {"ReconnectCount", "ReconnectInterval",
+                                                            "ReconnectNonce", "PingInterval"}, (hs, pong.payload))
+                conn = http(control + "/connections")[2]["connections"][-1]["id"]
+                _, _, p = await asyncio.to_thread(http, control + "/ws/push",
+                                                  {"kind": "p2p", "text": "nobody acks", "connection": conn})
+                frames = []
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline and len(frames) < 4:
+                    try:
+                        m = await ws.receive(timeout=deadline - time.monotonic())
+                    except asyncio.TimeoutError:
+                        break
+                    f = Frame()
+                    f.ParseFromString(m.data)
+                    frames.append({x.key: x.value for x in f.headers} | {"payload": json.loads(f.payload)})
+                await asyncio.sleep(2)
+                ev = next(e for e in http(control + "/acks")[2]["events"] if e["event_id"] == p["event_id"])
+                check("never acked: delivered 1 + 3 times with the same event_id/message_id, then given up",
+                      len(frames) == 4 and len({f["message_id"] for f in frames}) == 4
+                      and all(f["payload"]["header"]["event_id"] == p["event_id"]
+                              and f["payload"]["event"]["message"]["message_id"] == p["message_id"]
+                              and f["type"] == "event" and f["sum"] == "1" and f["seq"] == "0" and f["trace_id"]
+                              for f in frames) and ev["gave_up"] and not ev["acked"], (frames, ev))
+
+    asyncio.run(run())
+
+
 def webhooks(control):
     seen = []
 
@@ -330,6 +387,7 @@ def main() -> None:
         base, control = ready["base"], ready["control"]
         for name, fn in (("open_api", lambda: open_api(base, control)),
                          ("long_connection", lambda: long_connection(base, control)),
+                         ("raw_socket", lambda: raw_socket(base, control)),
                          ("webhooks", lambda: webhooks(control))):
             try:
                 fn()
