@@ -1,0 +1,1067 @@
+"""A local fake of Feishu/Lark for pincer's end-to-end tests: Open API, long connection, webhook sender.
+
+Usage: fake_feishu.py [--host 127.0.0.1] [--port 0] [--app-id cli_fake] [--app-secret S]
+                      [--encrypt-key K] [--verification-token T] [--token-ttl 7200]
+                      [--ping-interval 120] [--reconnect-count -1] [--reconnect-interval 120]
+                      [--reconnect-nonce 30] [--ack-timeout 3] [--bot-open-id ou_bot...]
+                      [--bot-name pincer-bot] [--tenant-key T]
+Every flag can also be given by environment, FAKE_FEISHU_<FLAG> (e.g. FAKE_FEISHU_APP_SECRET);
+flags win.
+
+Serves on loopback only. When ready it prints one JSON line to stdout,
+  {"port": N, "base": "http://127.0.0.1:N", "control": "http://127.0.0.1:N/_test"}
+and serves until killed (SIGTERM or SIGINT: exit 0). Point an SDK's base domain at "base".
+Start-up takes ~3 s: importing lark_oapi's protobuf module imports the whole SDK package.
+
+Sources. Long-connection protocol: the official Python SDK lark-oapi 1.7.5 (PyPI), read from its
+installed source: lark_oapi/ws/client.py (endpoint POST body, frame handling, ping loop, ack
+frame), lark_oapi/ws/const.py (URI, header names, error codes), lark_oapi/ws/model.py
+(EndpointResp / ClientConfig fields), lark_oapi/ws/enum.py (FrameType / MessageType), and frames
+are (de)serialised with the SDK's own protobuf classes lark_oapi.ws.pb.pbbp2_pb2.Frame/Header.
+Open API and webhooks: Feishu's docs (URLs at each handler).
+
+Open API (JSON; every call recorded: method, path, query, headers, body, answer, status, time)
+  POST /open-apis/auth/v3/tenant_access_token/internal {app_id, app_secret}
+       -> {"code":0,"msg":"ok","tenant_access_token":"t-...","expire":TTL}; a fresh token each
+          call; wrong app_id/secret -> HTTP 400 {"code":10014,"msg":"app secret invalid"}
+  POST /callback/ws/endpoint {AppID, AppSecret} -> {"code":0,"msg":"ok","data":{"URL":
+          "ws://127.0.0.1:N/ws?device_id=..&service_id=..&ticket=..","ClientConfig":{...}}}
+  GET  /open-apis/bot/v3/info                       -> {"code":0,"msg":"ok","bot":{...}}
+  POST /open-apis/im/v1/messages?receive_id_type=chat_id|open_id|user_id|union_id|email
+  POST /open-apis/im/v1/messages/{message_id}/reply
+  POST /open-apis/im/v1/messages/{message_id}/reactions
+  DELETE /open-apis/im/v1/messages/{message_id}/reactions/{reaction_id}
+       The im and bot calls need `Authorization: Bearer <tenant token>`: none -> HTTP 400
+       code 99991661, unknown or expired -> HTTP 400 code 99991663. Sends (create, reply) can be
+       rate limited: HTTP 429, x-ogw-ratelimit-limit / x-ogw-ratelimit-reset, code 99991400.
+
+Long connection, `GET /ws?device_id=&service_id=&ticket=` (WebSocket, binary protobuf frames):
+  an unknown ticket -> HTTP 403 with handshake-status/handshake-msg headers (what the SDK reads).
+  Client ping (method 0, type=ping) -> pong (method 0, type=pong, payload = ClientConfig JSON),
+  recorded with the interval since the previous ping. Events go out as data frames (method 1,
+  headers type=event, message_id, sum, seq, trace_id), optionally split into 3 frames. The client
+  acks by sending the frame back with a biz_rt header and payload {"code":200,...}; an event not
+  acked with 200 within --ack-timeout (or whose socket dropped) is redelivered, same event_id and
+  IM message_id but a new frame message_id, on the newest live connection, at most 3 times.
+
+Control API, JSON in and out (POST bodies may be empty; `connection` = the newest open one):
+  POST /_test/ws/push      {"kind": "p2p"|"group_mention"|"post", "text", "user" (open_id),
+                            "chat_id", "split": bool, "message_id", "event_id", "connection",
+                            "root_id", "parent_id"}
+                           -> {"event_id", "message_id", "frame_message_id", "delivered_to"}
+                           (no open connection: delivered_to null, sent when one opens)
+  POST /_test/ws/close     {"connection", "all": bool, "code": 1000, "config": {ClientConfig
+                            fields} (first send a pong carrying this config), "abrupt": bool
+                            (TCP abort, no close frame)}
+                           -> {"closed": [ids]}
+  POST /_test/ws/deaf      {"on": bool, "connection"} : stop/resume answering pings (no pong)
+  POST /_test/ws/config    {"PingInterval", "ReconnectCount", "ReconnectInterval",
+                            "ReconnectNonce", "push": bool (send a pong with it to every open
+                            connection now)} -> {"config"}; also used by later endpoints/pongs
+  POST /_test/tokens/expire                 -> {"expired": n} every token issued so far
+  POST /_test/ratelimit    {"count": K, "reset": S (52), "limit": L (100), "status": 429}
+                            : the next K sends (create/reply) are rate limited
+  POST /_test/webhook/send {"url", "kind": "p2p"|"group_mention"|"post"|"url_verification",
+                            "text", "user", "chat_id", "event_id", "message_id", "challenge",
+                            "encrypted": bool (default: an encrypt key is set), "bad_signature",
+                            "wrong_token", "stale" (timestamp 6 min old, correctly signed),
+                            "retries": n (0..4: the same body sent 1+n times), "until_ok": bool
+                            (stop retrying once HTTP 200), "retry_interval": s (0.2),
+                            "timeout": s (10), "body": raw string sent as is}
+                           -> {"attempts": [{"status", "body", "elapsed_ms", "headers"}],
+                               "status", "body", "elapsed_ms", "sent": {...}}
+  GET  /_test/calls?path=P  -> {"calls": [...]} (P: exact path, or a prefix ending in *)
+  GET  /_test/acks          -> {"acks": [...], "events": [...], "protocol_errors": [...]}
+  GET  /_test/connections   -> {"open": n, "connections": [...]} with pings, pongs, frames
+  GET  /_test/messages      -> {"messages": [...], "reactions": [...]} what the bot sent
+  GET  /_test/webhooks      -> {"sent": [...]} every webhook/send
+  GET  /_test/wait?what=calls|acks|connections|pings|deliveries|webhooks|messages
+                   &path=P&count=N&timeout=S  -> 200 {"count", "items"} once N, else 408
+       (connections counts open ones; pings counts all pings recorded)
+  POST /_test/reset         {"close_sockets": bool} : forget calls, acks, events, messages,
+                            reactions, rate limits, webhooks sent, closed connections
+"""
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+import uuid
+
+import aiohttp
+from aiohttp import web
+from Crypto.Cipher import AES
+from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+MAX_REDELIVERIES = 3
+MAX_WEBHOOK_RETRIES = 4  # "最多重试4次" — Feishu's webhook push retry rule (see ctl_webhook_send)
+
+# lark_oapi/ws/enum.py: FrameType.CONTROL = 0, FrameType.DATA = 1; MessageType values.
+FRAME_CONTROL = 0
+FRAME_DATA = 1
+# lark_oapi/ws/const.py
+GEN_ENDPOINT_URI = "/callback/ws/endpoint"
+HEADER_TYPE = "type"
+HEADER_MESSAGE_ID = "message_id"
+HEADER_SUM = "sum"
+HEADER_SEQ = "seq"
+HEADER_TRACE_ID = "trace_id"
+HEADER_BIZ_RT = "biz_rt"
+HEADER_HANDSHAKE_STATUS = "handshake-status"
+HEADER_HANDSHAKE_MSG = "handshake-msg"
+WS_FORBIDDEN = 403
+WS_AUTH_FAILED = 514
+
+# Gateway codes, https://open.feishu.cn/document/server-docs/api-call-guide/generic-error-code
+CODE_MISSING_TOKEN = 99991661
+CODE_INVALID_TOKEN = 99991663
+# https://open.feishu.cn/document/server-docs/api-call-guide/frequency-control : HTTP 429,
+# x-ogw-ratelimit-limit / x-ogw-ratelimit-reset, {"code": 99991400, "msg": "request trigger
+# frequency limit"}. (lark_oapi/channel/errors.py files 99991400 under permission denials; the
+# fake follows the docs.)
+CODE_RATE_LIMIT = 99991400
+# https://open.feishu.cn/document/server-docs/authentication-management/access-token/tenant_access_token_internal
+# points to the auth error codes; 10014 is "app secret invalid", 10003 "invalid param".
+CODE_BAD_SECRET = 10014
+CODE_BAD_PARAM = 10003
+RECEIVE_ID_TYPES = {"open_id", "user_id", "union_id", "email", "chat_id"}
+
+
+def now() -> float:
+    return time.time()
+
+
+def ms() -> str:
+    return str(int(now() * 1000))
+
+
+# ---- Feishu webhook crypto ---------------------------------------------------------------------
+# https://open.feishu.cn/document/ukTMukTMukTM/uYDNxYjL2QTM24iN0EjN/event-subscription-configure-/encrypt-key-encryption-configuration-case
+# Encryption: AES-256-CBC, key = SHA-256(encrypt_key), a random 16-byte IV prefixed to the
+# ciphertext, PKCS7 padding, base64 of iv + ciphertext. lark-oapi only decrypts
+# (lark_oapi/core/utils/decryptor.py AESCipher); this is its inverse, with pycryptodome, the
+# library lark-oapi itself depends on.
+
+
+def encrypt(encrypt_key: str, plaintext: str, iv: bytes = None) -> str:
+    key = hashlib.sha256(encrypt_key.encode("utf-8")).digest()
+    iv = iv or os.urandom(16)
+    data = plaintext.encode("utf-8")
+    pad = 16 - len(data) % 16
+    data += bytes([pad]) * pad
+    return base64.b64encode(iv + AES.new(key, AES.MODE_CBC, iv).encrypt(data)).decode("ascii")
+
+
+def decrypt(encrypt_key: str, encrypted: str) -> str:
+    key = hashlib.sha256(encrypt_key.encode("utf-8")).digest()
+    raw = base64.b64decode(encrypted)
+    s = AES.new(key, AES.MODE_CBC, raw[:16]).decrypt(raw[16:])
+    return s[: -s[-1]].decode("utf-8")
+
+
+def signature(timestamp: str, nonce: str, encrypt_key: str, body: bytes) -> str:
+    # Same page, "签名校验": sha256(timestamp + nonce + encrypt_key + raw body), hex.
+    return hashlib.sha256((timestamp + nonce + encrypt_key).encode("utf-8") + body).hexdigest()
+
+
+# ---- frames --------------------------------------------------------------------------------------
+
+
+def frame_headers(frame) -> dict:
+    return {h.key: h.value for h in frame.headers}
+
+
+def new_frame(method, service, headers, payload=b"", seq_id=0, log_id=0) -> Frame:
+    f = Frame()
+    f.SeqID = seq_id
+    f.LogID = log_id
+    f.service = service
+    f.method = method
+    for k, v in headers:
+        h = f.headers.add()
+        h.key = k
+        h.value = str(v)
+    if payload:
+        f.payload = payload
+    return f
+
+
+class Conn:
+    def __init__(self, cid, ws, request, device_id, service_id):
+        self.id = cid
+        self.ws = ws
+        self.request = request
+        self.device_id = device_id
+        self.service_id = service_id
+        self.opened_at = now()
+        self.closed_at = None
+        self.close_code = None
+        self.closed_by = None
+        self.deaf = False
+        self.pings = []
+        self.pongs = []
+        self.frames_sent = []
+        self.frames_received = 0
+        self.lock = asyncio.Lock()
+
+    @property
+    def open(self):
+        return self.closed_at is None
+
+    def describe(self):
+        return {
+            "id": self.id,
+            "device_id": self.device_id,
+            "service_id": self.service_id,
+            "opened_at": self.opened_at,
+            "closed_at": self.closed_at,
+            "close_code": self.close_code,
+            "closed_by": self.closed_by,
+            "open": self.open,
+            "deaf": self.deaf,
+            "pings": list(self.pings),
+            "pongs": list(self.pongs),
+            "frames_sent": list(self.frames_sent),
+            "frames_received": self.frames_received,
+        }
+
+
+class Fake:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.port = None
+        self.host = cfg.host
+        self.counter = 0
+        self.conn_counter = 0
+        self.seq = 0
+        self.changed = asyncio.Condition()
+        self.conns = {}
+        self.tickets = {}
+        self.tokens = {}  # token -> expires_at
+        self.client_config = {
+            "ReconnectCount": cfg.reconnect_count,
+            "ReconnectInterval": cfg.reconnect_interval,
+            "ReconnectNonce": cfg.reconnect_nonce,
+            "PingInterval": cfg.ping_interval,
+        }
+        self.reset_state()
+
+    def reset_state(self):
+        self.calls = []
+        self.acks = []
+        self.protocol_errors = []
+        self.events = {}  # event_id -> record
+        self.frame_index = {}  # frame message_id -> event_id
+        self.pending = []  # event ids waiting for a live connection
+        self.messages = []
+        self.message_ids = set()
+        self.reactions = {}
+        self.ratelimit = None
+        self.webhooks = []
+
+    def next_id(self, prefix, n=32):
+        self.counter += 1
+        return f"{prefix}{self.counter:06d}{secrets.token_hex(n // 2)[: n - 6]}"
+
+    async def notify(self):
+        async with self.changed:
+            self.changed.notify_all()
+
+    # ---- events ----------------------------------------------------------------------------------
+
+    def event_body(self, body, token=None):
+        """An im.message.receive_v1 event (schema 2.0), from the docs' example:
+        https://open.feishu.cn/document/uAjLw4CM/ukTMukTMukTM/reference/im-v1/message/events/receive
+        """
+        kind = body.get("kind") or "p2p"
+        text = body.get("text") if body.get("text") is not None else "hello"
+        user = body.get("user") or "ou_84aad35d084aa403a838cf73ee18467"
+        event_id = body.get("event_id") or self.next_id("")
+        message_id = body.get("message_id") or self.next_id("om_")
+        mentions = None
+        if kind == "p2p":
+            chat_type, message_type = "p2p", "text"
+            chat_id = body.get("chat_id") or "oc_p2p_" + user[3:19]
+            content = {"text": text}
+        elif kind == "group_mention":
+            chat_type, message_type = "group", "text"
+            chat_id = body.get("chat_id") or "oc_5ce6d572455d361153b7xx51da133945"
+            # The docs' example: "content": "{\"text\":\"@_user_1 hello\"}" with mentions[0]
+            # key "@_user_1" naming the mentioned user (here the bot).
+            content = {"text": text if text.startswith("@_user_1") else f"@_user_1 {text}"}
+            mentions = [{
+                "key": "@_user_1",
+                "id": {"union_id": "on_bot" + self.cfg.bot_open_id[6:], "user_id": "",
+                       "open_id": self.cfg.bot_open_id},
+                "name": self.cfg.bot_name,
+                "tenant_key": self.cfg.tenant_key,
+            }]
+        elif kind == "post":
+            # Rich text, https://open.feishu.cn/document/server-docs/im-v1/message-content-description/message_content
+            # (the receive event carries post content as {"title", "content": [[elements]]}).
+            chat_type, message_type = "p2p", "post"
+            chat_id = body.get("chat_id") or "oc_p2p_" + user[3:19]
+            content = {"title": body.get("title", ""),
+                       "content": [[{"tag": "text", "text": text, "style": []}],
+                                   [{"tag": "a", "href": "https://example.com", "text": "link", "style": []}]]}
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+        message = {
+            "message_id": message_id,
+            "root_id": body.get("root_id", ""),
+            "parent_id": body.get("parent_id", ""),
+            "create_time": ms(),
+            "update_time": ms(),
+            "chat_id": chat_id,
+            "chat_type": chat_type,
+            "message_type": message_type,
+            "content": json.dumps(content, ensure_ascii=False),
+            "user_agent": "Mozilla/5.0 fake-feishu",
+        }
+        if mentions:
+            message["mentions"] = mentions
+        return {
+            "schema": "2.0",
+            "header": {
+                "event_id": event_id,
+                "event_type": "im.message.receive_v1",
+                "create_time": ms(),
+                "token": self.cfg.verification_token if token is None else token,
+                "app_id": self.cfg.app_id,
+                "tenant_key": self.cfg.tenant_key,
+            },
+            "event": {
+                "sender": {
+                    "sender_id": {"union_id": "on_" + user[3:], "user_id": "u" + user[3:11], "open_id": user},
+                    "sender_type": "user",
+                    "tenant_key": self.cfg.tenant_key,
+                },
+                "message": message,
+            },
+        }
+
+    # ---- Open API --------------------------------------------------------------------------------
+
+    def record(self, request, body, raw, status, answer, headers=None):
+        call = {
+            "method": request.method,
+            "path": request.path,
+            "query": dict(request.query),
+            "headers": dict(request.headers),
+            "body": body,
+            "raw": raw.decode("utf-8", "replace"),
+            "status": status,
+            "answer": answer,
+            "answer_headers": headers or {},
+            "at": now(),
+        }
+        self.calls.append(call)
+        return call
+
+    async def api(self, request: web.Request):
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = None
+        status, answer, headers = self.dispatch(request, body)
+        self.record(request, body, raw, status, answer, headers)
+        await self.notify()
+        return web.json_response(answer, status=status, headers=headers or None)
+
+    def dispatch(self, request, body):
+        path = request.path
+        if body is None:
+            return 400, {"code": CODE_BAD_PARAM, "msg": "body is not JSON"}, None
+        if path == "/open-apis/auth/v3/tenant_access_token/internal" and request.method == "POST":
+            return self.tenant_token(body)
+        if path == GEN_ENDPOINT_URI and request.method == "POST":
+            return self.ws_endpoint(body)
+        auth = self.check_token(request)
+        if auth is not None:
+            return auth
+        parts = path.split("/")
+        if path == "/open-apis/bot/v3/info" and request.method == "GET":
+            # https://open.feishu.cn/document/client-docs/bot-v3/obtain-bot-info
+            return 200, {"code": 0, "msg": "ok", "bot": {
+                "activate_status": 2, "app_name": self.cfg.bot_name,
+                "avatar_url": "https://example.com/avatar.png", "ip_white_list": [],
+                "open_id": self.cfg.bot_open_id}}, None
+        if path == "/open-apis/im/v1/messages" and request.method == "POST":
+            return self.limited() or self.create_message(request, body)
+        if len(parts) == 7 and parts[:5] == ["", "open-apis", "im", "v1", "messages"]:
+            if parts[6] == "reply" and request.method == "POST":
+                return self.limited() or self.reply_message(parts[5], body)
+            if parts[6] == "reactions" and request.method == "POST":
+                return self.add_reaction(parts[5], body)
+        if len(parts) == 8 and parts[:5] == ["", "open-apis", "im", "v1", "messages"] \
+                and parts[6] == "reactions" and request.method == "DELETE":
+            return self.delete_reaction(parts[5], parts[7])
+        return 404, {"code": 404, "msg": "404 page not found"}, None
+
+    def tenant_token(self, body):
+        # https://open.feishu.cn/document/server-docs/authentication-management/access-token/tenant_access_token_internal
+        if not body.get("app_id") or not body.get("app_secret"):
+            return 400, {"code": CODE_BAD_PARAM, "msg": "invalid param"}, None
+        if body.get("app_id") != self.cfg.app_id or body.get("app_secret") != self.cfg.app_secret:
+            return 400, {"code": CODE_BAD_SECRET, "msg": "app secret invalid"}, None
+        token = "t-" + secrets.token_hex(20)
+        self.tokens[token] = now() + self.cfg.token_ttl
+        return 200, {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": self.cfg.token_ttl}, None
+
+    def check_token(self, request):
+        # Gateway answers for a missing / invalid tenant_access_token (HTTP 400, as the gateway
+        # answers the other 9999xxxx codes; the docs list the codes, not the status).
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer ") or not auth[7:].strip():
+            return 400, {"code": CODE_MISSING_TOKEN,
+                         "msg": "Missing access token for authorization. Please make a request with token attached."}, None
+        token = auth[7:].strip()
+        expires = self.tokens.get(token)
+        if expires is None or expires <= now():
+            return 400, {"code": CODE_INVALID_TOKEN,
+                         "msg": "Invalid access token for authorization. Please make a request with token attached."}, None
+        return None
+
+    def limited(self):
+        rl = self.ratelimit
+        if not rl or rl["count"] <= 0:
+            return None
+        rl["count"] -= 1
+        headers = {"x-ogw-ratelimit-limit": str(rl["limit"]), "x-ogw-ratelimit-reset": str(rl["reset"])}
+        return rl["status"], {"code": CODE_RATE_LIMIT, "msg": "request trigger frequency limit"}, headers
+
+    def message_data(self, msg_type, content, chat_id, root_id="", parent_id="", thread_id=""):
+        # Response data of https://open.feishu.cn/document/server-docs/im-v1/message/create
+        message_id = self.next_id("om_")
+        data = {
+            "message_id": message_id,
+            "root_id": root_id,
+            "parent_id": parent_id,
+            "thread_id": thread_id,
+            "msg_type": msg_type,
+            "create_time": ms(),
+            "update_time": ms(),
+            "deleted": False,
+            "updated": False,
+            "chat_id": chat_id,
+            "sender": {"id": self.cfg.app_id, "id_type": "app_id", "sender_type": "app",
+                       "tenant_key": self.cfg.tenant_key},
+            "body": {"content": content},
+            "mentions": [],
+            "upper_message_id": "",
+        }
+        return message_id, data
+
+    @staticmethod
+    def check_content(body):
+        msg_type, content = body.get("msg_type"), body.get("content")
+        if not msg_type or not isinstance(content, str):
+            return 400, {"code": 99992402, "msg": "field validation failed"}, None
+        try:
+            json.loads(content)
+        except ValueError:
+            return 400, {"code": 230001, "msg": "Your request contains an invalid request parameter, ext=invalid message content."}, None
+        return None
+
+    def create_message(self, request, body):
+        rtype = request.query.get("receive_id_type")
+        if rtype not in RECEIVE_ID_TYPES or not body.get("receive_id"):
+            return 400, {"code": 99992402, "msg": "field validation failed"}, None
+        bad = self.check_content(body)
+        if bad:
+            return bad
+        chat_id = body["receive_id"] if rtype == "chat_id" else "oc_p2p_" + body["receive_id"][-16:]
+        message_id, data = self.message_data(body["msg_type"], body["content"], chat_id)
+        self.message_ids.add(message_id)
+        self.messages.append({"kind": "create", "message_id": message_id, "receive_id_type": rtype,
+                              "receive_id": body["receive_id"], "msg_type": body["msg_type"],
+                              "content": body["content"], "uuid": body.get("uuid"), "at": now()})
+        return 200, {"code": 0, "msg": "success", "data": data}, None
+
+    def reply_message(self, parent, body):
+        # https://open.feishu.cn/document/server-docs/im-v1/message/reply
+        bad = self.check_content(body)
+        if bad:
+            return bad
+        in_thread = bool(body.get("reply_in_thread"))
+        thread_id = ("omt_" + parent[3:15]) if in_thread else ""
+        message_id, data = self.message_data(body["msg_type"], body["content"], "oc_fake_chat",
+                                             root_id=parent, parent_id=parent, thread_id=thread_id)
+        self.message_ids.add(message_id)
+        self.messages.append({"kind": "reply", "message_id": message_id, "parent_id": parent,
+                              "msg_type": body["msg_type"], "content": body["content"],
+                              "reply_in_thread": in_thread, "uuid": body.get("uuid"), "at": now()})
+        return 200, {"code": 0, "msg": "success", "data": data}, None
+
+    def reaction_data(self, reaction_id, emoji):
+        # https://open.feishu.cn/document/server-docs/im-v1/message-reaction/create
+        return {"reaction_id": reaction_id,
+                "operator": {"operator_id": self.cfg.app_id, "operator_type": "app"},
+                "action_time": ms(), "reaction_type": {"emoji_type": emoji}}
+
+    def add_reaction(self, message_id, body):
+        emoji = (body.get("reaction_type") or {}).get("emoji_type")
+        if not emoji:
+            return 400, {"code": 99992402, "msg": "field validation failed"}, None
+        reaction_id = self.next_id("ZCaCIjUBVVWSrm5L-3ZTw", 24)
+        self.reactions[reaction_id] = {"reaction_id": reaction_id, "message_id": message_id,
+                                       "emoji_type": emoji, "at": now(), "deleted": False}
+        return 200, {"code": 0, "msg": "success", "data": self.reaction_data(reaction_id, emoji)}, None
+
+    def delete_reaction(self, message_id, reaction_id):
+        # https://open.feishu.cn/document/server-docs/im-v1/message-reaction/delete
+        r = self.reactions.get(reaction_id)
+        if r is None or r["deleted"] or r["message_id"] != message_id:
+            # approximate: the fake's code for "no such reaction"
+            return 400, {"code": 231003, "msg": "The reaction does not exist."}, None
+        r["deleted"] = True
+        return 200, {"code": 0, "msg": "success", "data": self.reaction_data(reaction_id, r["emoji_type"])}, None
+
+    def ws_endpoint(self, body):
+        # lark_oapi/ws/client.py _get_conn_url: POST domain + GEN_ENDPOINT_URI with
+        # {"AppID", "AppSecret"}; answer unmarshalled as EndpointResp{code, msg, data{URL,
+        # ClientConfig}} (lark_oapi/ws/model.py); URL's query must carry device_id and
+        # service_id (the ping frame's `service` is int(service_id)).
+        if body.get("AppID") != self.cfg.app_id or body.get("AppSecret") != self.cfg.app_secret:
+            # approximate: the SDK raises ClientException for any code but 0/1/1000040343
+            return 200, {"code": WS_AUTH_FAILED, "msg": "auth failed: invalid app_id or app_secret"}, None
+        ticket = str(uuid.uuid4())
+        device_id = str(7_000_000_000_000_000_000 + secrets.randbelow(10 ** 18))
+        service_id = str(10_000 + secrets.randbelow(90_000))
+        self.tickets[ticket] = (device_id, service_id)
+        url = f"ws://{self.host}:{self.port}/ws?device_id={device_id}&service_id={service_id}&ticket={ticket}"
+        return 200, {"code": 0, "msg": "ok", "data": {"URL": url, "ClientConfig": dict(self.client_config)}}, None
+
+    # ---- long connection -------------------------------------------------------------------------
+
+    def open_conns(self):
+        return [c for c in self.conns.values() if c.open]
+
+    def pick(self, body):
+        cid = body.get("connection")
+        if cid:
+            conn = self.conns.get(cid)
+            return conn if conn and conn.open else None
+        live = self.open_conns()
+        return live[-1] if live else None
+
+    async def send(self, conn, frame, what):
+        async with conn.lock:
+            try:
+                await conn.ws.send_bytes(frame.SerializeToString())
+            except (ConnectionError, RuntimeError):
+                return False
+        conn.frames_sent.append({"what": what, "at": now()})
+        return True
+
+    async def send_pong(self, conn, config=None):
+        cfg = config or self.client_config
+        frame = new_frame(FRAME_CONTROL, int(conn.service_id), [(HEADER_TYPE, "pong")],
+                          json.dumps(cfg).encode("utf-8"))
+        ok = await self.send(conn, frame, "pong")
+        if ok:
+            conn.pongs.append({"at": now(), "config": dict(cfg)})
+        return ok
+
+    async def ws(self, request: web.Request):
+        ticket = request.query.get("ticket")
+        if ticket not in self.tickets:
+            # lark_oapi/ws/client.py _parse_ws_conn_exception reads these headers off a failed
+            # handshake (403 -> ClientException, no reconnect).
+            return web.Response(status=403, headers={HEADER_HANDSHAKE_STATUS: str(WS_FORBIDDEN),
+                                                     HEADER_HANDSHAKE_MSG: "invalid ticket"})
+        device_id, service_id = self.tickets.pop(ticket)
+        ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
+        await ws.prepare(request)
+        self.conn_counter += 1
+        conn = Conn(f"conn{self.conn_counter}", ws, request, device_id, service_id)
+        self.conns[conn.id] = conn
+        await self.notify()
+        asyncio.get_running_loop().create_task(self.flush_pending())
+        try:
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    conn.frames_received += 1
+                    await self.on_frame(conn, msg.data)
+                elif msg.type == aiohttp.WSMsgType.TEXT:
+                    self.protocol_error(conn, msg.data, "text frame (the protocol is binary protobuf)")
+                elif msg.type == aiohttp.WSMsgType.ERROR:
+                    break
+        finally:
+            if conn.closed_at is None:
+                conn.closed_at = now()
+                conn.close_code = ws.close_code
+                conn.closed_by = conn.closed_by or "client"
+            await self.on_closed(conn)
+        return ws
+
+    def protocol_error(self, conn, raw, reason):
+        self.protocol_errors.append({"connection": conn.id, "reason": reason,
+                                     "raw": raw if isinstance(raw, str) else base64.b64encode(raw).decode(),
+                                     "at": now()})
+
+    async def on_frame(self, conn, data):
+        frame = Frame()
+        try:
+            frame.ParseFromString(data)
+        except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError subclasses
+            self.protocol_error(conn, data, f"not a pbbp2.Frame: {e}")
+            await self.notify()
+            return
+        hs = frame_headers(frame)
+        kind = hs.get(HEADER_TYPE)
+        if frame.method == FRAME_CONTROL and kind == "ping":
+            # lark_oapi/ws/client.py _new_ping_frame: method CONTROL, headers type=ping,
+            # service=int(service_id), SeqID=LogID=0; sent every PingInterval seconds.
+            t = now()
+            prev = conn.pings[-1]["at"] if conn.pings else None
+            conn.pings.append({"at": t, "interval": None if prev is None else round(t - prev, 3),
+                               "service": frame.service, "answered": not conn.deaf})
+            if not conn.deaf:
+                await self.send_pong(conn)
+        elif frame.method == FRAME_DATA and kind == "event":
+            await self.on_ack(conn, frame, hs)
+        else:
+            self.protocol_error(conn, data, f"unexpected frame method={frame.method} type={kind}")
+        await self.notify()
+
+    async def on_ack(self, conn, frame, hs):
+        # lark_oapi/ws/client.py _handle_data_frame: the client sends the received frame back
+        # with a biz_rt header (handler ms) and payload = JSON of Response{code: 200 | 500,
+        # data: base64 of the handler's result}.
+        fid = hs.get(HEADER_MESSAGE_ID)
+        event_id = self.frame_index.get(fid)
+        try:
+            payload = json.loads(frame.payload.decode("utf-8")) if frame.payload else None
+        except ValueError:
+            payload = None
+        code = payload.get("code") if isinstance(payload, dict) else None
+        ev = self.events.get(event_id)
+        if ev is None:
+            self.protocol_error(conn, frame.SerializeToString(), f"ack for unknown frame message_id {fid!r}")
+            return
+        attempt = next((d for d in ev["deliveries"] if d["frame_message_id"] == fid), None)
+        sent_at = attempt["at"] if attempt else ev["deliveries"][-1]["at"]
+        ack = {
+            "connection": conn.id, "frame_message_id": fid, "event_id": event_id,
+            "message_id": ev["message_id"], "code": code, "biz_rt": hs.get(HEADER_BIZ_RT),
+            "headers": hs, "payload": payload, "attempt": attempt["attempt"] if attempt else None,
+            "delay_ms": round((now() - sent_at) * 1000, 1), "at": now(),
+        }
+        self.acks.append(ack)
+        if code == 200 and not ev["acked"]:
+            ev["acked"] = True
+            ev["acked_at"] = now()
+            if ev["timer"]:
+                ev["timer"].cancel()
+                ev["timer"] = None
+
+    async def deliver(self, ev, conn):
+        self.seq += 1
+        fid = str(uuid.uuid4())
+        self.frame_index[fid] = ev["event_id"]
+        trace_id = secrets.token_hex(8)
+        payload = ev["payload"]
+        parts = [payload]
+        if ev["split"]:
+            n = len(payload)
+            cut = [0, n // 3, 2 * n // 3, n]
+            parts = [payload[cut[i]:cut[i + 1]] for i in range(3)]
+        attempt = len(ev["deliveries"]) + 1
+        ok = True
+        for i, part in enumerate(parts):
+            frame = new_frame(FRAME_DATA, int(conn.service_id),
+                              [(HEADER_TYPE, "event"), (HEADER_MESSAGE_ID, fid), (HEADER_SUM, len(parts)),
+                               (HEADER_SEQ, i), (HEADER_TRACE_ID, trace_id)],
+                              part, seq_id=self.seq, log_id=self.seq)
+            ok = await self.send(conn, frame, f"event {ev['event_id']} part {i + 1}/{len(parts)}") and ok
+        ev["deliveries"].append({"attempt": attempt, "connection": conn.id, "frame_message_id": fid,
+                                 "trace_id": trace_id, "frames": len(parts), "at": now(), "written": ok})
+        if ev["timer"]:
+            ev["timer"].cancel()
+        ev["timer"] = asyncio.get_running_loop().call_later(
+            self.cfg.ack_timeout, lambda: asyncio.ensure_future(self.on_timeout(ev["event_id"])))
+        await self.notify()
+
+    async def on_timeout(self, event_id):
+        ev = self.events.get(event_id)
+        if ev is None or ev["acked"]:
+            return
+        ev["timer"] = None
+        if len(ev["deliveries"]) > MAX_REDELIVERIES:
+            ev["gave_up"] = True
+            await self.notify()
+            return
+        live = self.open_conns()
+        if live:
+            await self.deliver(ev, live[-1])
+        elif event_id not in self.pending:
+            self.pending.append(event_id)
+
+    async def flush_pending(self):
+        live = self.open_conns()
+        while self.pending and live:
+            ev = self.events.get(self.pending.pop(0))
+            if ev and not ev["acked"]:
+                await self.deliver(ev, live[-1])
+
+    async def on_closed(self, conn):
+        for ev in self.events.values():
+            if not ev["acked"] and ev["deliveries"] and ev["deliveries"][-1]["connection"] == conn.id:
+                if ev["timer"]:
+                    ev["timer"].cancel()
+                    ev["timer"] = None
+                if len(ev["deliveries"]) <= MAX_REDELIVERIES and ev["event_id"] not in self.pending:
+                    self.pending.append(ev["event_id"])
+        await self.notify()
+
+    async def close_conn(self, conn, code=1000, abrupt=False):
+        conn.closed_by = "server"
+        conn.closed_at = now()
+        conn.close_code = code
+        if abrupt and conn.request.transport is not None:
+            conn.request.transport.abort()
+        else:
+            try:
+                await asyncio.wait_for(conn.ws.close(code=code), timeout=2)
+            except (asyncio.TimeoutError, ConnectionError, RuntimeError):
+                if conn.request.transport is not None:
+                    conn.request.transport.abort()
+        await self.on_closed(conn)
+
+    # ---- control API -----------------------------------------------------------------------------
+
+    async def ctl_push(self, request):
+        body = await json_body(request)
+        try:
+            event = self.event_body(body)
+        except ValueError as e:
+            return web.json_response({"error": str(e)}, status=400)
+        event_id = event["header"]["event_id"]
+        message_id = event["event"]["message"]["message_id"]
+        ev = {"event_id": event_id, "message_id": message_id, "kind": body.get("kind") or "p2p",
+              "payload": json.dumps(event, ensure_ascii=False).encode("utf-8"), "event": event,
+              "split": bool(body.get("split")), "deliveries": [], "acked": False, "acked_at": None,
+              "gave_up": False, "timer": None, "pushed_at": now()}
+        self.events[event_id] = ev
+        conn = self.pick(body)
+        if conn is None:
+            self.pending.append(event_id)
+            return web.json_response({"event_id": event_id, "message_id": message_id,
+                                      "frame_message_id": None, "delivered_to": None})
+        await self.deliver(ev, conn)
+        return web.json_response({"event_id": event_id, "message_id": message_id,
+                                  "frame_message_id": ev["deliveries"][-1]["frame_message_id"],
+                                  "delivered_to": conn.id})
+
+    async def ctl_close(self, request):
+        body = await json_body(request)
+        targets = [self.pick(body)] if body.get("connection") or not body.get("all") else self.open_conns()
+        targets = [c for c in targets if c is not None]
+        closed = []
+        for conn in targets:
+            if body.get("config"):
+                await self.send_pong(conn, {**self.client_config, **body["config"]})
+            await self.close_conn(conn, code=int(body.get("code", 1000)), abrupt=bool(body.get("abrupt")))
+            closed.append(conn.id)
+        return web.json_response({"closed": closed})
+
+    async def ctl_deaf(self, request):
+        body = await json_body(request)
+        on = bool(body.get("on", True))
+        if not on and not body.get("connection"):
+            for c in self.conns.values():
+                c.deaf = False
+            return web.json_response({"deaf": []})
+        conn = self.pick(body)
+        if conn is None:
+            return web.json_response({"error": "no open connection"}, status=404)
+        conn.deaf = on
+        return web.json_response({"deaf": [c.id for c in self.conns.values() if c.deaf]})
+
+    async def ctl_config(self, request):
+        body = await json_body(request)
+        for k in ("ReconnectCount", "ReconnectInterval", "ReconnectNonce", "PingInterval"):
+            if k in body:
+                self.client_config[k] = int(body[k])
+        sent = []
+        if body.get("push"):
+            for conn in self.open_conns():
+                if await self.send_pong(conn):
+                    sent.append(conn.id)
+        return web.json_response({"config": self.client_config, "sent_to": sent})
+
+    async def ctl_expire(self, request):
+        n = 0
+        for token, exp in self.tokens.items():
+            if exp > now():
+                n += 1
+            self.tokens[token] = 0
+        return web.json_response({"expired": n})
+
+    async def ctl_ratelimit(self, request):
+        body = await json_body(request)
+        self.ratelimit = {"count": int(body.get("count", 1)), "reset": int(body.get("reset", 52)),
+                          "limit": int(body.get("limit", 100)), "status": int(body.get("status", 429))}
+        return web.json_response({"ratelimit": self.ratelimit})
+
+    def webhook_plaintext(self, body):
+        token = self.cfg.verification_token
+        if body.get("wrong_token"):
+            token = "wrong-" + (token or "token")
+        if body.get("kind") == "url_verification":
+            # https://open.feishu.cn/document/ukTMukTMukTM/uYDNxYjL2QTM24iN0EjN/event-subscription-configure-/request-url-configuration-case
+            return {"challenge": body.get("challenge") or str(uuid.uuid4()), "token": token,
+                    "type": "url_verification"}
+        return self.event_body(body, token=token)
+
+    async def ctl_webhook_send(self, request):
+        # https://open.feishu.cn/document/ukTMukTMukTM/uYDNxYjL2QTM24iN0EjN/event-subscription-configure-/choose-a-subscription-mode/send-notifications-to-developers-server
+        # and .../encrypt-key-encryption-configuration-case: a POST of the event (or
+        # {"encrypt": ...}) with X-Lark-Request-Timestamp, X-Lark-Request-Nonce, X-Lark-Signature.
+        # Not answered with HTTP 200 in time -> pushed again, at most 4 retries.
+        body = await json_body(request)
+        url = body.get("url")
+        if not url:
+            return web.json_response({"error": "url is required"}, status=400)
+        key = self.cfg.encrypt_key or ""
+        plain = None
+        if "body" in body:
+            raw = body["body"].encode("utf-8")
+        else:
+            plain = self.webhook_plaintext(body)
+            text = json.dumps(plain, ensure_ascii=False)
+            encrypted = body.get("encrypted", bool(key))
+            if encrypted:
+                if not key:
+                    return web.json_response({"error": "no --encrypt-key to encrypt with"}, status=400)
+                raw = json.dumps({"encrypt": encrypt(key, text)}).encode("utf-8")
+            else:
+                raw = text.encode("utf-8")
+        ts = int(body.get("timestamp") or now())
+        if body.get("stale"):
+            ts -= 360
+        timestamp = str(ts)
+        nonce = secrets.token_hex(8)
+        sig = signature(timestamp, nonce, key, raw)
+        if body.get("bad_signature"):
+            sig = ("0" if sig[0] != "0" else "1") + sig[1:]
+        headers = {"Content-Type": "application/json; charset=utf-8",
+                   "X-Lark-Request-Timestamp": timestamp, "X-Lark-Request-Nonce": nonce,
+                   "X-Lark-Signature": sig, "User-Agent": "fake-feishu/1"}
+        retries = max(0, min(int(body.get("retries", 0)), MAX_WEBHOOK_RETRIES))
+        timeout = aiohttp.ClientTimeout(total=float(body.get("timeout", 10)))
+        attempts = []
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for i in range(1 + retries):
+                if i:
+                    await asyncio.sleep(float(body.get("retry_interval", 0.2)))
+                t0 = time.monotonic()
+                try:
+                    async with session.post(url, data=raw, headers=headers) as resp:
+                        text = await resp.text()
+                        attempts.append({"status": resp.status, "body": text, "headers": dict(resp.headers),
+                                         "elapsed_ms": round((time.monotonic() - t0) * 1000, 1)})
+                except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                    attempts.append({"status": None, "body": None, "error": repr(e),
+                                     "elapsed_ms": round((time.monotonic() - t0) * 1000, 1)})
+                if body.get("until_ok") and attempts[-1]["status"] == 200:
+                    break
+        sent = {"url": url, "headers": headers, "body": raw.decode("utf-8"), "plaintext": plain,
+                "attempts": attempts, "at": now()}
+        self.webhooks.append(sent)
+        await self.notify()
+        last = attempts[-1]
+        return web.json_response({"attempts": attempts, "status": last["status"], "body": last["body"],
+                                  "elapsed_ms": last["elapsed_ms"], "sent": sent})
+
+    def calls_for(self, path):
+        if not path:
+            return list(self.calls)
+        if path.endswith("*"):
+            return [c for c in self.calls if c["path"].startswith(path[:-1])]
+        return [c for c in self.calls if c["path"] == path]
+
+    def events_view(self):
+        return [{k: v for k, v in ev.items() if k not in ("timer", "payload")} for ev in self.events.values()]
+
+    async def ctl_calls(self, request):
+        return web.json_response({"calls": self.calls_for(request.query.get("path"))})
+
+    async def ctl_acks(self, request):
+        return web.json_response({"acks": self.acks, "events": self.events_view(),
+                                  "protocol_errors": self.protocol_errors})
+
+    async def ctl_connections(self, request):
+        return web.json_response({"open": len(self.open_conns()),
+                                  "connections": [c.describe() for c in self.conns.values()]})
+
+    async def ctl_messages(self, request):
+        return web.json_response({"messages": self.messages, "reactions": list(self.reactions.values())})
+
+    async def ctl_webhooks(self, request):
+        return web.json_response({"sent": self.webhooks})
+
+    def items(self, what, path):
+        if what == "calls":
+            return self.calls_for(path)
+        if what == "acks":
+            return self.acks
+        if what == "connections":
+            return [c.describe() for c in self.open_conns()]
+        if what == "pings":
+            return [dict(p, connection=c.id) for c in self.conns.values() for p in c.pings]
+        if what == "deliveries":
+            return [dict(d, event_id=ev["event_id"]) for ev in self.events.values() for d in ev["deliveries"]]
+        if what == "webhooks":
+            return self.webhooks
+        if what == "messages":
+            return self.messages
+        if what == "protocol_errors":
+            return self.protocol_errors
+        raise KeyError(what)
+
+    async def ctl_wait(self, request):
+        q = request.query
+        what = q.get("what", "calls")
+        count = int(q.get("count", "1"))
+        deadline = time.monotonic() + float(q.get("timeout", "5"))
+        try:
+            self.items(what, q.get("path"))
+        except KeyError:
+            return web.json_response({"error": f"unknown what={what!r}"}, status=400)
+        async with self.changed:
+            while True:
+                items = self.items(what, q.get("path"))
+                if len(items) >= count:
+                    return web.json_response({"count": len(items), "items": items})
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return web.json_response({"count": len(items), "items": items}, status=408)
+                try:
+                    await asyncio.wait_for(self.changed.wait(), timeout=left)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def ctl_reset(self, request):
+        body = await json_body(request)
+        for ev in self.events.values():
+            if ev["timer"]:
+                ev["timer"].cancel()
+        if body.get("close_sockets"):
+            for conn in self.open_conns():
+                await self.close_conn(conn)
+        self.reset_state()
+        self.conns = {cid: c for cid, c in self.conns.items() if c.open}
+        for c in self.conns.values():
+            c.pings, c.pongs, c.frames_sent, c.deaf = [], [], [], False
+        await self.notify()
+        return web.json_response({"reset": True, "open": len(self.open_conns())})
+
+    async def shutdown(self):
+        for conn in self.open_conns():
+            conn.closed_by = "server"
+            try:
+                await asyncio.wait_for(conn.ws.close(code=1001), timeout=1)
+            except (asyncio.TimeoutError, ConnectionError, RuntimeError):
+                if conn.request.transport is not None:
+                    conn.request.transport.abort()
+
+
+async def json_body(request):
+    raw = await request.read()
+    if not raw:
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(text=json.dumps({"error": "body is not JSON"}), content_type="application/json")
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text=json.dumps({"error": "body is not an object"}), content_type="application/json")
+    return body
+
+
+def build_app(fake: Fake) -> web.Application:
+    app = web.Application()
+    app.router.add_get("/ws", fake.ws)
+    app.router.add_post("/_test/ws/push", fake.ctl_push)
+    app.router.add_post("/_test/ws/close", fake.ctl_close)
+    app.router.add_post("/_test/ws/deaf", fake.ctl_deaf)
+    app.router.add_post("/_test/ws/config", fake.ctl_config)
+    app.router.add_post("/_test/tokens/expire", fake.ctl_expire)
+    app.router.add_post("/_test/ratelimit", fake.ctl_ratelimit)
+    app.router.add_post("/_test/webhook/send", fake.ctl_webhook_send)
+    app.router.add_get("/_test/calls", fake.ctl_calls)
+    app.router.add_get("/_test/acks", fake.ctl_acks)
+    app.router.add_get("/_test/connections", fake.ctl_connections)
+    app.router.add_get("/_test/messages", fake.ctl_messages)
+    app.router.add_get("/_test/webhooks", fake.ctl_webhooks)
+    app.router.add_get("/_test/wait", fake.ctl_wait)
+    app.router.add_post("/_test/reset", fake.ctl_reset)
+    app.router.add_route("*", "/open-apis/{tail:.*}", fake.api)
+    app.router.add_route("*", GEN_ENDPOINT_URI, fake.api)
+    return app
+
+
+def parse_args(argv=None):
+    def env(name, default):
+        return os.environ.get("FAKE_FEISHU_" + name, default)
+
+    p = argparse.ArgumentParser(description="A local fake of Feishu/Lark for pincer's tests.")
+    p.add_argument("--host", default=env("HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(env("PORT", "0")))
+    p.add_argument("--app-id", default=env("APP_ID", "cli_fake"))
+    p.add_argument("--app-secret", default=env("APP_SECRET", "fake-app-secret"))
+    p.add_argument("--encrypt-key", default=env("ENCRYPT_KEY", ""))
+    p.add_argument("--verification-token", default=env("VERIFICATION_TOKEN", "fake-verification-token"))
+    p.add_argument("--token-ttl", type=int, default=int(env("TOKEN_TTL", "7200")))
+    # ClientConfig defaults: the SDK's own local defaults (lark_oapi/ws/client.py Client.__init__).
+    p.add_argument("--ping-interval", type=int, default=int(env("PING_INTERVAL", "120")))
+    p.add_argument("--reconnect-count", type=int, default=int(env("RECONNECT_COUNT", "-1")))
+    p.add_argument("--reconnect-interval", type=int, default=int(env("RECONNECT_INTERVAL", "120")))
+    p.add_argument("--reconnect-nonce", type=int, default=int(env("RECONNECT_NONCE", "30")))
+    p.add_argument("--ack-timeout", type=float, default=float(env("ACK_TIMEOUT", "3")))
+    p.add_argument("--bot-open-id", default=env("BOT_OPEN_ID", "ou_bot0fake0000000000000000000000"))
+    p.add_argument("--bot-name", default=env("BOT_NAME", "pincer-bot"))
+    p.add_argument("--tenant-key", default=env("TENANT_KEY", "736588c9260f175e"))
+    args = p.parse_args(argv)
+    if args.host not in LOOPBACK:
+        p.error(f"--host must be a loopback address, not {args.host!r}")
+    return args
+
+
+async def serve(cfg):
+    fake = Fake(cfg)
+    runner = web.AppRunner(build_app(fake), handle_signals=False, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.host, cfg.port)
+    await site.start()
+    fake.port = runner.addresses[0][1]
+    host = cfg.host if ":" not in cfg.host else f"[{cfg.host}]"
+    fake.host = host
+    base = f"http://{host}:{fake.port}"
+    print(json.dumps({"port": fake.port, "base": base, "control": f"{base}/_test"}), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await fake.shutdown()
+    await runner.cleanup()
+
+
+def main() -> None:
+    asyncio.run(serve(parse_args()))
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,412 @@
+"""Checks fake_feishu.py against Feishu's own client code (the official `lark-oapi` SDK).
+
+Usage: fake_feishu_check.py
+Starts the fake as a subprocess, drives it with lark_oapi.Client (tenant token, im.v1.message
+create / reply), lark_oapi.ws.Client (the long connection, through its event dispatcher) and
+lark_oapi's EventDispatcherHandler (webhook decryption, token and signature checks), plus plain
+HTTP for what the SDK hides; prints one line per check and exits 0 only if every check held.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import lark_oapi as lark
+import lark_oapi.ws.client as lark_ws_client
+from lark_oapi.api.im.v1 import (CreateMessageRequest, CreateMessageRequestBody, ReplyMessageRequest,
+                                 ReplyMessageRequestBody)
+from lark_oapi.core.model import RawRequest
+from lark_oapi.core.utils import AESCipher
+from requests.structures import CaseInsensitiveDict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+APP_ID = "cli_fake"
+SECRET = "fake-app-secret"
+ENCRYPT_KEY = "fake-encrypt-key"
+TOKEN = "fake-verification-token"
+
+failures = []
+
+
+def check(name, ok, detail=""):
+    print(f"{'ok  ' if ok else 'FAIL'} {name}" + ("" if ok else f": {detail}"), flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def http(url, body=None, method=None, headers=None):
+    """(status, headers, JSON answer) of one plain HTTP call."""
+    data = None if body is None else json.dumps(body, ensure_ascii=False).encode()
+    req = urllib.request.Request(url, data=data, method=method or ("POST" if data is not None else "GET"))
+    req.add_header("Content-Type", "application/json; charset=utf-8")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        raw = error.read() or b"{}"
+        try:
+            return error.code, dict(error.headers), json.loads(raw)
+        except ValueError:
+            return error.code, dict(error.headers), {"error": raw.decode("utf-8", "replace")}
+
+
+def wait_until(pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def open_api(base, control):
+    client = lark.Client.builder().app_id(APP_ID).app_secret(SECRET).domain(base) \
+        .log_level(lark.LogLevel.ERROR).build()
+    req = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(
+        CreateMessageRequestBody.builder().receive_id("oc_group1").msg_type("text")
+        .content(json.dumps({"text": "你好，飞书"}, ensure_ascii=False)).build()).build()
+    resp = client.im.v1.message.create(req)
+    check("SDK im.v1.message.create succeeds with a fresh message_id",
+          resp.success() and resp.data.message_id.startswith("om_"), f"{resp.code} {resp.msg}")
+    mid = resp.data.message_id if resp.success() else "om_x"
+    _, _, calls = http(control + "/calls?path=/open-apis/auth/v3/tenant_access_token/internal")
+    tok = calls["calls"][0]["answer"] if calls["calls"] else {}
+    check("SDK fetched a tenant token first (app_id/app_secret)",
+          len(calls["calls"]) == 1 and calls["calls"][0]["body"] == {"app_id": APP_ID, "app_secret": SECRET}
+          and tok.get("code") == 0 and tok.get("tenant_access_token", "").startswith("t-") and tok.get("expire") == 7200,
+          calls)
+    _, _, calls = http(control + "/calls?path=/open-apis/im/v1/messages")
+    c = calls["calls"][-1] if calls["calls"] else {}
+    check("the create is recorded with Bearer token, receive_id_type, msg_type and Chinese content",
+          c.get("headers", {}).get("Authorization") == "Bearer " + tok.get("tenant_access_token", "?")
+          and c.get("query") == {"receive_id_type": "chat_id"} and c["body"]["msg_type"] == "text"
+          and json.loads(c["body"]["content"])["text"] == "你好，飞书", c)
+
+    rreq = ReplyMessageRequest.builder().message_id(mid).request_body(
+        ReplyMessageRequestBody.builder().msg_type("text").content(json.dumps({"text": "回复"}))
+        .reply_in_thread(True).build()).build()
+    rresp = client.im.v1.message.reply(rreq)
+    check("SDK im.v1.message.reply succeeds (parent/root = the message, thread id when in thread)",
+          rresp.success() and rresp.data.parent_id == mid and rresp.data.root_id == mid
+          and rresp.data.thread_id.startswith("omt_"), f"{rresp.code} {rresp.msg}")
+    _, _, msgs = http(control + "/messages")
+    last = msgs["messages"][-1]
+    check("the reply is recorded with reply_in_thread", last["kind"] == "reply" and last["reply_in_thread"] is True
+          and last["parent_id"] == mid, last)
+
+    bearer = {"Authorization": "Bearer " + tok.get("tenant_access_token", "")}
+    st, _, r = http(base + f"/open-apis/im/v1/messages/{mid}/reactions", {"reaction_type": {"emoji_type": "SMILE"}},
+                    headers=bearer)
+    rid = (r.get("data") or {}).get("reaction_id", "")
+    st2, _, r2 = http(base + f"/open-apis/im/v1/messages/{mid}/reactions/{rid}", method="DELETE", headers=bearer)
+    check("reaction add then delete", st == 200 and r["code"] == 0 and st2 == 200 and r2["code"] == 0
+          and r2["data"]["reaction_type"]["emoji_type"] == "SMILE", (r, r2))
+    st, _, r = http(base + "/open-apis/bot/v3/info", headers=bearer)
+    check("bot/v3/info answers the bot", st == 200 and r["bot"]["open_id"].startswith("ou_bot")
+          and r["bot"]["app_name"] == "pincer-bot", r)
+
+    st, _, r = http(base + "/open-apis/auth/v3/tenant_access_token/internal", {"app_id": APP_ID, "app_secret": "nope"})
+    check("wrong app_secret -> 10014", st == 400 and r.get("code") == 10014, (st, r))
+    st, _, r = http(base + "/open-apis/bot/v3/info")
+    check("no token -> 99991661", r.get("code") == 99991661, (st, r))
+
+    http(control + "/ratelimit", {"count": 1, "reset": 7})
+    resp = client.im.v1.message.create(req)
+    check("an armed rate limit: the SDK's next create gets 99991400", resp.code == 99991400, f"{resp.code} {resp.msg}")
+    _, _, calls = http(control + "/calls?path=/open-apis/im/v1/messages")
+    c = calls["calls"][-1]
+    check("... as HTTP 429 with x-ogw-ratelimit-limit / -reset",
+          c["status"] == 429 and c["answer_headers"] == {"x-ogw-ratelimit-limit": "100", "x-ogw-ratelimit-reset": "7"}, c)
+    resp = client.im.v1.message.create(req)
+    check("... and only the next K=1 sends", resp.success(), f"{resp.code} {resp.msg}")
+
+    _, _, r = http(control + "/tokens/expire", {})
+    resp = client.im.v1.message.create(req)
+    check("tokens expired by the control API: the SDK's cached token now gets 99991663 (no auto-refresh)",
+          r.get("expired", 0) >= 1 and resp.code == 99991663, f"{r} {resp.code} {resp.msg}")
+
+
+def long_connection(base, control):
+    got = []
+    failed_once = set()
+
+    def on_message(data: lark.im.v1.P2ImMessageReceiveV1):
+        msg = data.event.message
+        text = json.loads(msg.content)
+        if "fail-once" in msg.content and data.header.event_id not in failed_once:
+            failed_once.add(data.header.event_id)
+            raise RuntimeError("handler fails once on purpose")
+        got.append({"event_id": data.header.event_id, "message_id": msg.message_id, "chat_type": msg.chat_type,
+                    "message_type": msg.message_type, "content": text,
+                    "mentions": [(m.key, m.id.open_id) for m in (msg.mentions or [])],
+                    "sender": data.event.sender.sender_id.open_id})
+
+    handler = lark.EventDispatcherHandler.builder("", "").register_p2_im_message_receive_v1(on_message).build()
+    cli = lark.ws.Client(APP_ID, SECRET, event_handler=handler, domain=base, log_level=lark.LogLevel.ERROR)
+
+    def run():
+        asyncio_loop = lark_ws_client.loop  # the SDK runs on its module-level loop
+        import asyncio
+        asyncio.set_event_loop(asyncio_loop)
+        try:
+            cli.start()
+        except Exception:  # noqa: BLE001 - reported through the checks
+            traceback.print_exc()
+
+    threading.Thread(target=run, daemon=True).start()
+    st, _, r = http(control + "/wait?what=connections&count=1&timeout=15")
+    check("lark_oapi.ws.Client connects (endpoint POST, then /ws)", st == 200 and r["count"] == 1, r)
+    _, _, calls = http(control + "/calls?path=/callback/ws/endpoint")
+    check("the endpoint call carried AppID / AppSecret",
+          calls["calls"] and calls["calls"][0]["body"] == {"AppID": APP_ID, "AppSecret": SECRET}, calls)
+
+    _, _, p = http(control + "/ws/push", {"kind": "p2p", "text": "你好，机器人 🤖", "user": "ou_user1"})
+    ok = wait_until(lambda: any(g["message_id"] == p["message_id"] for g in got))
+    g = next((g for g in got if g["message_id"] == p["message_id"]), {})
+    check("a pushed p2p text reaches the SDK's im.message.receive_v1 handler",
+          ok and g["content"] == {"text": "你好，机器人 🤖"} and g["chat_type"] == "p2p"
+          and g["sender"] == "ou_user1" and g["event_id"] == p["event_id"], (p, got))
+    st, _, acks = http(control + "/wait?what=acks&count=1&timeout=5")
+    a = acks["items"][0] if acks.get("items") else {}
+    check("the fake records the SDK's ack: code 200, biz_rt header, delay",
+          st == 200 and a["code"] == 200 and a["biz_rt"] is not None and a["event_id"] == p["event_id"]
+          and a["delay_ms"] >= 0 and a["headers"]["sum"] == "1", a)
+
+    _, _, p = http(control + "/ws/push", {"kind": "group_mention", "text": "帮我总结一下", "split": True})
+    ok = wait_until(lambda: any(g["message_id"] == p["message_id"] for g in got))
+    g = next((g for g in got if g["message_id"] == p["message_id"]), {})
+    check("a group @-mention split into 3 frames (sum/seq) is reassembled by the SDK",
+          ok and g["chat_type"] == "group" and g["content"]["text"] == "@_user_1 帮我总结一下"
+          and g["mentions"] == [("@_user_1", "ou_bot0fake0000000000000000000000")], g)
+    _, _, acks = http(control + "/wait?what=acks&count=2&timeout=5")
+    a = acks["items"][-1]
+    check("... and acked once, on the last fragment's frame", len(acks["items"]) == 2
+          and a["event_id"] == p["event_id"] and a["code"] == 200 and a["headers"]["sum"] == "3", acks["items"])
+
+    _, _, p = http(control + "/ws/push", {"kind": "post", "text": "富文本"})
+    ok = wait_until(lambda: any(g["message_id"] == p["message_id"] for g in got))
+    g = next((g for g in got if g["message_id"] == p["message_id"]), {})
+    check("a post (rich text) message arrives", ok and g["message_type"] == "post"
+          and g["content"]["content"][0][0] == {"tag": "text", "text": "富文本", "style": []}, g)
+
+    _, _, p = http(control + "/ws/push", {"kind": "p2p", "text": "fail-once"})
+    ok = wait_until(lambda: any(g["event_id"] == p["event_id"] for g in got), timeout=10)
+    _, _, view = http(control + "/acks")
+    ev = next(e for e in view["events"] if e["event_id"] == p["event_id"])
+    codes = [a["code"] for a in view["acks"] if a["event_id"] == p["event_id"]]
+    check("a handler failure acks 500; the fake redelivers the same event_id/message_id, then 200",
+          ok and codes == [500, 200] and len(ev["deliveries"]) == 2 and ev["acked"]
+          and got[-1]["message_id"] == p["message_id"], (codes, ev))
+
+    st, _, pings = http(control + "/wait?what=pings&count=2&timeout=6")
+    ivs = [x["interval"] for x in pings.get("items", []) if x["interval"] is not None]
+    check("the SDK pings at the ClientConfig PingInterval (1 s); the fake answers pongs",
+          st == 200 and ivs and all(0.5 < i < 2.0 for i in ivs)
+          and all(x["service"] > 0 and x["answered"] for x in pings["items"]), pings)
+
+    _, _, r = http(control + "/ws/config", {"PingInterval": 2, "push": True})
+    ok = wait_until(lambda: cli._ping_interval == 2, timeout=5)
+    check("a pong carrying a new ClientConfig changes the SDK's ping interval", ok and r["sent_to"],
+          (cli._ping_interval, r))
+    http(control + "/ws/config", {"PingInterval": 1})
+
+    _, _, r = http(control + "/ws/deaf", {"on": True})
+    n0 = len(http(control + "/wait?what=pings&count=0")[2]["items"])
+    st, _, pings = http(control + f"/wait?what=pings&count={n0 + 1}&timeout=6")
+    check("deaf: pings are recorded unanswered (no pong)", st == 200 and pings["items"][-1]["answered"] is False,
+          pings["items"][-1:])
+    http(control + "/ws/deaf", {"on": False})
+
+    _, _, conns = http(control + "/connections")
+    first = [c for c in conns["connections"] if c["open"]][0]["id"]
+    _, _, r = http(control + "/ws/close", {"config": {"PingInterval": 1}})
+
+    def reconnected():
+        c = http(control + "/connections")[2]
+        return c["open"] == 1 and [x for x in c["connections"] if x["open"]][0]["id"] != first
+
+    ok = wait_until(reconnected, timeout=15)
+    check("closed by the fake (after a pong with config), the SDK reconnects (ReconnectNonce 0)",
+          r["closed"] == [first] and ok, r)
+    _, _, p = http(control + "/ws/push", {"kind": "p2p", "text": "重连后"})
+    ok = wait_until(lambda: any(g["message_id"] == p["message_id"] for g in got))
+    check("... and events flow on the new connection", ok, p)
+    _, _, view = http(control + "/acks")
+    check("no protocol errors were recorded", view["protocol_errors"] == [], view["protocol_errors"])
+
+
+def raw_socket(base, control):
+    """What the SDK hides: a silent client (never acks) and a bad ticket, over a raw socket
+    framed with lark-oapi's own protobuf Frame."""
+    import asyncio
+
+    import aiohttp
+    from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+    async def run():
+        _, _, ep = http(base + "/callback/ws/endpoint", {"AppID": APP_ID, "AppSecret": SECRET})
+        url = ep["data"]["URL"]
+        async with aiohttp.ClientSession() as session:
+            try:
+                async with session.ws_connect(url.replace("ticket=", "ticket=x")):
+                    status = 101
+            except aiohttp.WSServerHandshakeError as e:
+                status = e.status, (e.headers or {}).get("handshake-status")
+            check("a bad ticket -> HTTP 403 with handshake-status 403", status == (403, "403"), status)
+            async with session.ws_connect(url) as ws:
+                ping = Frame()
+                h = ping.headers.add()
+                h.key, h.value = "type", "ping"
+                ping.SeqID, ping.LogID, ping.method = 0, 0, 0
+                ping.service = int(url.split("service_id=")[1].split("&")[0])
+                await ws.send_bytes(ping.SerializeToString())
+                pong = Frame()
+                pong.ParseFromString((await ws.receive(timeout=5)).data)
+                hs = {x.key: x.value for x in pong.headers}
+                check("a raw ping gets a pong (method 0, type=pong, ClientConfig payload)",
+                      pong.method == 0 and hs.get("type") == "pong"
+                      and set(json.loads(pong.payload)) == {"ReconnectCount", "ReconnectInterval",
+                                                            "ReconnectNonce", "PingInterval"}, (hs, pong.payload))
+                conn = http(control + "/connections")[2]["connections"][-1]["id"]
+                _, _, p = await asyncio.to_thread(http, control + "/ws/push",
+                                                  {"kind": "p2p", "text": "nobody acks", "connection": conn})
+                frames = []
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline and len(frames) < 4:
+                    try:
+                        m = await ws.receive(timeout=deadline - time.monotonic())
+                    except asyncio.TimeoutError:
+                        break
+                    f = Frame()
+                    f.ParseFromString(m.data)
+                    frames.append({x.key: x.value for x in f.headers} | {"payload": json.loads(f.payload)})
+                await asyncio.sleep(2)
+                ev = next(e for e in http(control + "/acks")[2]["events"] if e["event_id"] == p["event_id"])
+                check("never acked: delivered 1 + 3 times with the same event_id/message_id, then given up",
+                      len(frames) == 4 and len({f["message_id"] for f in frames}) == 4
+                      and all(f["payload"]["header"]["event_id"] == p["event_id"]
+                              and f["payload"]["event"]["message"]["message_id"] == p["message_id"]
+                              and f["type"] == "event" and f["sum"] == "1" and f["seq"] == "0" and f["trace_id"]
+                              for f in frames) and ev["gave_up"] and not ev["acked"], (frames, ev))
+
+    asyncio.run(run())
+
+
+def webhooks(control):
+    seen = []
+
+    def on_message(data: lark.im.v1.P2ImMessageReceiveV1):
+        seen.append((data.header.event_id, json.loads(data.event.message.content)["text"]))
+
+    dispatcher = lark.EventDispatcherHandler.builder(ENCRYPT_KEY, TOKEN) \
+        .register_p2_im_message_receive_v1(on_message).build()
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            raw = RawRequest()
+            raw.uri = self.path
+            raw.body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            # Frameworks hand lark-oapi case-insensitive headers (see lark_oapi/adapter/*).
+            raw.headers = CaseInsensitiveDict(dict(self.headers.items()))
+            resp = dispatcher.do(raw)
+            self.send_response(resp.status_code)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(resp.content or b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/webhook/event"
+    try:
+        _, _, r = http(control + "/webhook/send", {"url": url, "kind": "url_verification", "challenge": "ch-123"})
+        check("encrypted url_verification: lark-oapi answers the challenge",
+              r["status"] == 200 and json.loads(r["body"]) == {"challenge": "ch-123"}
+              and "encrypt" in json.loads(r["sent"]["body"]), r)
+        _, _, r = http(control + "/webhook/send", {"url": url, "kind": "group_mention", "text": "加密事件"})
+        check("an encrypted, signed event passes lark-oapi's decryption, token and signature checks",
+              r["status"] == 200 and seen and seen[-1][1] == "@_user_1 加密事件", (r["status"], r["body"], seen))
+        n = len(seen)
+        _, _, r = http(control + "/webhook/send", {"url": url, "kind": "p2p", "text": "明文", "encrypted": False})
+        check("a plain (schema 2.0, header.token) signed event passes too",
+              r["status"] == 200 and len(seen) == n + 1 and seen[-1][1] == "明文", (r["status"], r["body"]))
+        n = len(seen)
+        _, _, r = http(control + "/webhook/send", {"url": url, "kind": "p2p", "text": "x", "bad_signature": True})
+        check("bad signature is rejected by lark-oapi", r["status"] == 500 and "signature" in r["body"]
+              and len(seen) == n, (r["status"], r["body"]))
+        _, _, r = http(control + "/webhook/send", {"url": url, "kind": "p2p", "text": "x", "wrong_token": True})
+        check("wrong verification token is rejected by lark-oapi", r["status"] == 500
+              and "verification_token" in r["body"] and len(seen) == n, (r["status"], r["body"]))
+        _, _, r = http(control + "/webhook/send", {"url": url, "kind": "p2p", "text": "stale", "stale": True})
+        check("a 6-minute-old timestamp, correctly signed, is ACCEPTED: lark-oapi does not check its age",
+              r["status"] == 200 and len(seen) == n + 1, (r["status"], r["body"]))
+        n = len(seen)
+        _, _, r = http(control + "/webhook/send", {"url": url, "kind": "p2p", "text": "重试", "retries": 2})
+        ids = {e for e, _ in seen[n:]}
+        check("retries: 2 -> the same event delivered 3 times (dedup is the receiver's job)",
+              len(r["attempts"]) == 3 and all(a["status"] == 200 for a in r["attempts"])
+              and len(seen) == n + 3 and len(ids) == 1, (r["attempts"], seen[n:]))
+    finally:
+        server.shutdown()
+
+
+def crypto_vectors():
+    # https://open.feishu.cn/document/ukTMukTMukTM/uYDNxYjL2QTM24iN0EjN/event-subscription-configure-/encrypt-key-encryption-configuration-case
+    # ("解密示例"): key "test key", this ciphertext decrypts to "hello world".
+    plain = AESCipher("test key").decrypt_str("P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=")
+    check("docs example: lark-oapi's AESCipher decrypts the vector to 'hello world'", plain == "hello world", plain)
+    sys.path.insert(0, HERE)
+    import fake_feishu
+    mine = fake_feishu.decrypt("test key", "P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=")
+    check("docs example: the fake's own decrypt agrees", mine == "hello world", mine)
+    enc = fake_feishu.encrypt("test key", "hello world 你好")
+    check("the fake's encrypt round-trips through lark-oapi's AESCipher",
+          AESCipher("test key").decrypt_str(enc) == "hello world 你好", enc)
+
+
+def main() -> None:
+    crypto_vectors()
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "fake_feishu.py"), "--app-id", APP_ID, "--app-secret", SECRET,
+         "--encrypt-key", ENCRYPT_KEY, "--verification-token", TOKEN, "--ping-interval", "1",
+         "--reconnect-nonce", "0", "--reconnect-interval", "1", "--ack-timeout", "1.5"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        ready = json.loads(proc.stdout.readline())
+        check("ready line has port, base, control", set(ready) == {"port", "base", "control"}, ready)
+        base, control = ready["base"], ready["control"]
+        for name, fn in (("open_api", lambda: open_api(base, control)),
+                         ("long_connection", lambda: long_connection(base, control)),
+                         ("raw_socket", lambda: raw_socket(base, control)),
+                         ("webhooks", lambda: webhooks(control))):
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a crashed section is a failed check
+                traceback.print_exc()
+                check(f"{name} ran to the end", False, "exception")
+    finally:
+        proc.terminate()
+        try:
+            rc = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = None
+        check("SIGTERM -> exit 0", rc == 0, rc)
+    print(f"{'FAILED' if failures else 'all checks held'} ({len(failures)} failed)", flush=True)
+    sys.stdout.flush()
+    # The SDK's ws client thread runs forever on its module-level loop; don't wait for it.
+    os._exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
