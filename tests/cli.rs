@@ -21,7 +21,7 @@ fn demo_drives_all_four_worlds() {
     let sandbox = Sandbox::new();
     let out = ok(sandbox.pincer(&["demo"]));
     for line in [
-        "loaded 6 built-in plugins",
+        "loaded 7 built-in plugins",
         "skill-calc.evaluate",
         "\"result\":1028.0",
         "channel-webhook.handle-webhook",
@@ -41,7 +41,7 @@ fn demo_drives_all_four_worlds() {
     assert!(events.contains("hello pincer"));
     // The second run loads from the compile cache.
     let again = ok(sandbox.pincer(&["demo"]));
-    assert!(again.contains("(6 from the compile cache)"), "{again}");
+    assert!(again.contains("(7 from the compile cache)"), "{again}");
 }
 
 #[test]
@@ -302,7 +302,7 @@ fn doctor_reports_what_is_there() {
     let text = support::stdout(&out);
     assert!(text.contains("ok       configuration"), "{text}");
     assert!(
-        text.contains("ok       plugins        6 built-in plugins load"),
+        text.contains("ok       plugins        7 built-in plugins load"),
         "{text}"
     );
     assert!(out.status.success(), "{text}\n{}", stderr(&out));

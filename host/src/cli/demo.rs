@@ -176,6 +176,7 @@ fn demo_config(plugin: &str, service_url: &str) -> serde_json::Value {
         "tunnel-http" => json!({"service": "demo-service", "target": service_url}),
         // Loaded, not called: the demo talks to no chat platform.
         "channel-slack" => json!({"bot_token": "xoxb-demo-not-a-real-token"}),
+        "channel-feishu" => json!({"app_id": "cli_demo", "app_secret": "demo-not-a-real-secret"}),
         _ => json!({}),
     }
 }
