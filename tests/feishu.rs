@@ -16,6 +16,8 @@ use support::{DockerCleanup, Sandbox, ok, unique};
 
 const APP_ID: &str = "cli_fake";
 const APP_SECRET: &str = "feishu-test-app-secret-91d2";
+const ENCRYPT_KEY: &str = "feishu-test-encrypt-key-3c7a";
+const VERIFICATION_TOKEN: &str = "feishu-test-verification-token-8b0e";
 
 struct FakeFeishu {
     child: Child,
@@ -31,6 +33,8 @@ impl FakeFeishu {
         let mut child = Command::new(support::gateway::python())
             .arg(support::gateway::python_script("fake_feishu.py"))
             .args(["--app-id", APP_ID, "--app-secret", APP_SECRET])
+            .args(["--encrypt-key", ENCRYPT_KEY])
+            .args(["--verification-token", VERIFICATION_TOKEN])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -123,6 +127,8 @@ channels:
     config:
       app_id: {APP_ID}
       app_secret: "${{FEISHU_APP_SECRET}}"
+      encrypt_key: "${{FEISHU_ENCRYPT_KEY}}"
+      verification_token: "${{FEISHU_VERIFICATION_TOKEN}}"
       domain: "{domain}"
 "#,
                 model = model.base_url,
@@ -150,11 +156,13 @@ channels:
             .args(["--config", self.config.to_str().unwrap()])
             .current_dir(self.sandbox.work())
             .env("PINCER_HOME", self.sandbox.home())
-            .env("FEISHU_APP_SECRET", APP_SECRET);
+            .env("FEISHU_APP_SECRET", APP_SECRET)
+            .env("FEISHU_ENCRYPT_KEY", ENCRYPT_KEY)
+            .env("FEISHU_VERIFICATION_TOKEN", VERIFICATION_TOKEN);
         command
     }
 
-    fn start(&self, trace: &std::path::Path) -> Child {
+    fn start(&self, trace: &std::path::Path) -> (Child, String) {
         let log = self.sandbox.dir.path().join("daemon.log");
         let mut child = self
             .command()
@@ -174,7 +182,25 @@ channels:
             "{banner}\n{}",
             std::fs::read_to_string(&log).unwrap_or_default()
         );
-        child
+        let webhooks = banner
+            .split("webhooks on http://")
+            .nth(1)
+            .and_then(|rest| rest.split("/channels/").next())
+            .expect("the banner names the webhook listener")
+            .to_string();
+        (child, webhooks)
+    }
+
+    /// Inbound messages stored, as (message_id, state).
+    fn inbound(&self) -> Vec<(String, String)> {
+        let db = rusqlite::Connection::open(self.sandbox.home().join("pincer.db")).unwrap();
+        let mut stmt = db
+            .prepare("SELECT message_id, state FROM channel_inbound ORDER BY id")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
     }
 }
 
@@ -185,7 +211,7 @@ async fn a_chinese_group_mention_over_the_long_connection_gets_a_threaded_reply(
     )])
     .await;
     let trace = env.sandbox.dir.path().join("trace.log");
-    let mut daemon = env.start(&trace);
+    let (mut daemon, _) = env.start(&trace);
     env.feishu.wait("connections", 1).await;
     let pushed = env
         .feishu
@@ -229,10 +255,15 @@ async fn a_chinese_group_mention_over_the_long_connection_gets_a_threaded_reply(
     assert!(daemon.wait().unwrap().success());
     let recorded = std::fs::read_to_string(&trace).unwrap();
     assert!(recorded.contains("→ channel.on-frame"), "{recorded}");
-    assert!(
-        !recorded.contains(APP_SECRET),
-        "the app secret crossed into the component"
-    );
+    // Not yet the verification token: Feishu puts it in every event
+    // (`header.token`), and the host does not yet mask it in what it hands
+    // the plugin (issue 13).
+    for (name, secret) in [("app secret", APP_SECRET), ("encrypt key", ENCRYPT_KEY)] {
+        assert!(
+            !recorded.contains(secret),
+            "the {name} crossed into the component"
+        );
+    }
     for token in calls["calls"].as_array().unwrap().iter().filter_map(|c| {
         c.to_string()
             .split("Bearer ")
@@ -244,4 +275,94 @@ async fn a_chinese_group_mention_over_the_long_connection_gets_a_threaded_reply(
             "the tenant token {token} crossed into the component"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn encrypted_webhooks_are_checked_and_retries_make_one_turn() {
+    let env = Env::new(vec![Behaviour::answer("收到")]).await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let (mut daemon, webhooks) = env.start(&trace);
+    let url = format!("http://{webhooks}/channels/feishu/events");
+
+    let challenge = env
+        .feishu
+        .post(
+            "/webhook/send",
+            json!({"url": url, "kind": "url_verification", "challenge": "ajls384kdjx98XX"}),
+        )
+        .await;
+    assert_eq!(challenge["status"], 200, "{challenge:#}");
+    assert!(
+        challenge["body"]
+            .as_str()
+            .unwrap()
+            .contains("ajls384kdjx98XX"),
+        "{challenge:#}"
+    );
+
+    for bad in [
+        json!({"bad_signature": true}),
+        json!({"stale": true}),
+        json!({"wrong_token": true, "encrypted": false}),
+    ] {
+        let mut request = json!({"url": url, "kind": "p2p", "text": "伪造的", "user": "ou_user1"});
+        request
+            .as_object_mut()
+            .unwrap()
+            .extend(bad.as_object().unwrap().clone());
+        let answer = env.feishu.post("/webhook/send", request).await;
+        assert_eq!(answer["status"], 401, "{bad}: {answer:#}");
+    }
+    assert!(env.inbound().is_empty(), "a refused request stored nothing");
+
+    // Feishu retries up to 4 times: the same event, one turn, one reply.
+    let sent = env
+        .feishu
+        .post(
+            "/webhook/send",
+            json!({"url": url, "kind": "p2p", "text": "你好", "user": "ou_user1", "retries": 4}),
+        )
+        .await;
+    assert_eq!(sent["status"], 200, "{sent:#}");
+    let replies = env.feishu.wait("messages", 1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, all) = env.feishu.get("/messages").await;
+    assert_eq!(all["messages"].as_array().unwrap().len(), 1, "{all:#}");
+    assert!(
+        replies["items"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("收到")
+    );
+    assert_eq!(env.inbound().len(), 1);
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    assert!(daemon.wait().unwrap().success());
+    let recorded = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        recorded.contains("→ import secrets.decrypt"),
+        "the host decrypted"
+    );
+    // The verification token is inside the decrypted events (see above).
+    for secret in [APP_SECRET, ENCRYPT_KEY] {
+        assert!(
+            !recorded.contains(secret),
+            "a secret crossed into the component"
+        );
+    }
+}
+
+/// The fake itself is checked against the official `lark-oapi` SDK
+/// (`tests/python/fake_feishu_check.py`).
+#[test]
+fn the_fake_feishu_agrees_with_lark_oapi() {
+    let out = Command::new(support::gateway::python())
+        .arg(support::gateway::python_script("fake_feishu_check.py"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("all checks held"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
