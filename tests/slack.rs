@@ -1150,4 +1150,97 @@ async fn scheduled_skill_calls_and_agent_turns_are_delivered_and_recorded() {
         )
         .unwrap();
     assert_eq!(sessions, 1);
+
+    // The history and pause, from the CLI.
+    let history = ok(env.cli(&["schedule", "history", "calc_every_2s"]));
+    assert!(
+        history.contains("done") && history.contains("outbox:slack"),
+        "{history}"
+    );
+    let paused = ok(env.cli(&["schedule", "pause", "calc_every_2s"]));
+    assert!(
+        paused.contains("paused task `calc_every_2s` of workspace `team`"),
+        "{paused}"
+    );
+    let history = ok(env.cli(&["schedule", "history", "calc_every_2s"]));
+    assert!(history.contains("is paused"), "{history}");
+    ok(env.cli(&["schedule", "resume", "calc_every_2s"]));
+    let unknown = env.cli(&["schedule", "pause", "nope"]);
+    assert!(
+        support::stderr(&unknown).contains("no workspace's schedules.yaml has a task `nope`"),
+        "{}",
+        support::stderr(&unknown)
+    );
+}
+
+/// An edited `schedules.yaml` is loaded by the running daemon: an invalid
+/// one keeps the previous tasks and says why; a valid one replaces them.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edited_schedule_is_reloaded_and_an_invalid_one_keeps_the_old_tasks() {
+    let env = Env::new(vec![Behaviour::answer("unused")]).await;
+    let schedule = |id: &str, expression: &str| {
+        format!(
+            "tasks:\n  - id: {id}\n    schedule: \"*/2 * * * * *\"\n    skill: skill-calc__evaluate\n    skill_input: {{expression: \"{expression}\"}}\n    deliver_to: [\"channel:slack\"]\n"
+        )
+    };
+    let file = env
+        .sandbox
+        .write("workspaces/team/schedules.yaml", &schedule("first", "6*7"));
+    let mut daemon = env.start();
+    env.slack.posted(1).await;
+
+    std::fs::write(
+        &file,
+        "tasks:\n  - id: broken\n    schedule: \"61 * * * *\"\n    prompt: x\n",
+    )
+    .unwrap();
+    for _ in 0..100 {
+        if daemon.log().contains("keeps its previous schedule") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = daemon.log();
+    assert!(log.contains("keeps its previous schedule"), "{log}");
+    assert!(
+        log.contains("schedules.yaml:3:"),
+        "the error is located: {log}"
+    );
+
+    std::fs::write(&file, schedule("second", "1+1")).unwrap();
+    daemon.wait_for_line("reloaded: 1 task(s) for workspace `team`");
+    let mut seen = false;
+    for n in 2..12 {
+        let posted = env.slack.posted(n).await;
+        if posted.iter().any(|p| {
+            p["args"]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("1+1")
+        }) {
+            seen = true;
+            break;
+        }
+    }
+    assert!(seen, "the new task ran");
+    assert!(daemon.stop().success(), "{}", daemon.log());
+    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
+    let last_first: i64 = db
+        .query_row(
+            "SELECT MAX(due_ms) FROM schedule_runs WHERE task = 'first'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let first_second: i64 = db
+        .query_row(
+            "SELECT MIN(due_ms) FROM schedule_runs WHERE task = 'second'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        last_first <= first_second,
+        "the removed task stopped when the new one began"
+    );
 }

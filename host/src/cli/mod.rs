@@ -133,6 +133,29 @@ pub enum ScheduleCommand {
         #[arg(long, value_name = "TIME")]
         after: Option<String>,
     },
+    /// Stop a task from running (kept across restarts and reloads)
+    Pause {
+        id: String,
+        #[arg(long, short)]
+        workspace: Option<String>,
+    },
+    /// Let a paused task run again (due times missed while paused do not run)
+    Resume {
+        id: String,
+        #[arg(long, short)]
+        workspace: Option<String>,
+    },
+    /// A task's latest runs: due time, status, output or error, receipts
+    History {
+        id: String,
+        #[arg(long, short)]
+        workspace: Option<String>,
+        /// How many runs
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -355,6 +378,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             channel::test(cli.config.as_deref(), &name).await
         }
         Command::Model(command) => model::run(command),
+        Command::Schedule(ScheduleCommand::Pause { id, workspace }) => {
+            schedule::pause(cli.config.as_deref(), &id, workspace.as_deref(), true)
+        }
+        Command::Schedule(ScheduleCommand::Resume { id, workspace }) => {
+            schedule::pause(cli.config.as_deref(), &id, workspace.as_deref(), false)
+        }
+        Command::Schedule(ScheduleCommand::History {
+            id,
+            workspace,
+            limit,
+            json,
+        }) => schedule::history(
+            cli.config.as_deref(),
+            &id,
+            workspace.as_deref(),
+            limit,
+            json.json,
+        ),
         Command::Schedule(ScheduleCommand::Check { file, zone, after }) => schedule::check(
             cli.config.as_deref(),
             &file,

@@ -141,3 +141,109 @@ fn fire_time(time: DateTime<Utc>, zone: Tz) -> String {
         time.format(utc_fmt)
     )
 }
+
+/// The workspace whose `schedules.yaml` has task `id` (`flag` if given).
+fn task_workspace(ctx: &super::Context, id: &str, flag: Option<&str>) -> anyhow::Result<String> {
+    if let Some(name) = flag {
+        ctx.check_workspace(name)?;
+        return Ok(name.to_string());
+    }
+    let mut found = Vec::new();
+    for name in ctx.config.workspaces.keys() {
+        let Some(path) = crate::daemon::schedules::schedule_path(ctx, name) else {
+            continue;
+        };
+        let tasks = crate::daemon::schedules::load_tasks(&ctx.config, name, &path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if tasks.iter().any(|t| t.id == id) {
+            found.push(name.clone());
+        }
+    }
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => anyhow::bail!(
+            "no workspace's schedules.yaml has a task `{id}` (they live in workspaces/NAME/schedules.yaml beside pincer.yaml)"
+        ),
+        several => anyhow::bail!(
+            "task `{id}` is in the schedules of several workspaces ({}): say which with --workspace",
+            several.join(", ")
+        ),
+    }
+}
+
+/// `pincer schedule pause|resume ID`: kept in the database, so the running
+/// daemon sees it at its next tick, and restarts and reloads keep it.
+pub fn pause(
+    config_flag: Option<&Path>,
+    id: &str,
+    workspace: Option<&str>,
+    paused: bool,
+) -> anyhow::Result<()> {
+    let ctx = super::Context::load(config_flag)?;
+    let workspace = task_workspace(&ctx, id, workspace)?;
+    let store = crate::scheduler::Store::open(&ctx.home.join(crate::db::FILE_NAME))?;
+    store.set_paused(&workspace, id, paused)?;
+    if paused {
+        println!("paused task `{id}` of workspace `{workspace}`");
+    } else {
+        println!(
+            "resumed task `{id}` of workspace `{workspace}` (due times missed while paused do not run)"
+        );
+    }
+    Ok(())
+}
+
+/// `pincer schedule history ID`: the latest runs, newest first.
+pub fn history(
+    config_flag: Option<&Path>,
+    id: &str,
+    workspace: Option<&str>,
+    limit: usize,
+    json: bool,
+) -> anyhow::Result<()> {
+    let ctx = super::Context::load(config_flag)?;
+    let workspace = task_workspace(&ctx, id, workspace)?;
+    let store = crate::scheduler::Store::open(&ctx.home.join(crate::db::FILE_NAME))?;
+    let runs = store.history(&workspace, id, limit)?;
+    if json {
+        let rows: Vec<serde_json::Value> = runs
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "due_ms": r.due_ms, "status": r.status.as_str(), "attempt": r.attempt,
+                    "started_ms": r.started_ms, "ended_ms": r.ended_ms,
+                    "output": r.output, "error": r.error, "receipts": r.receipts,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    if store.is_paused(&workspace, id)? {
+        println!("task `{id}` of workspace `{workspace}` is paused");
+    }
+    if runs.is_empty() {
+        println!("task `{id}` of workspace `{workspace}` has not run yet");
+    }
+    for run in &runs {
+        let due = DateTime::<Utc>::from_timestamp_millis(run.due_ms)
+            .map_or_else(|| run.due_ms.to_string(), |d| d.to_rfc3339());
+        let what = run
+            .error
+            .as_deref()
+            .or(run.output.as_deref())
+            .unwrap_or("")
+            .replace('\n', " ");
+        let what: String = what.chars().take(80).collect();
+        println!(
+            "{due}  {:<11} {}{}",
+            run.status.as_str(),
+            what,
+            run.receipts
+                .as_deref()
+                .map(|r| format!("  → {r}"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(())
+}

@@ -260,7 +260,7 @@ fn watch_config(
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     if let Some(path) = path {
         std::thread::spawn(move || {
-            if let Err(e) = watch_file(&path, &tx) {
+            if let Err(e) = watch_file(&path, &tx, ()) {
                 eprintln!(
                     "pincer: not watching {} for changes ({e}); send SIGHUP to reload",
                     path.display()
@@ -271,7 +271,13 @@ fn watch_config(
     tokio::sync::Mutex::new(rx)
 }
 
-fn watch_file(path: &Path, tx: &tokio::sync::mpsc::UnboundedSender<()>) -> notify::Result<()> {
+/// Sends `value` on `tx` each time the content of the file at `path`
+/// changes (until the receiver is gone).
+pub(crate) fn watch_file<T: Clone>(
+    path: &Path,
+    tx: &tokio::sync::mpsc::UnboundedSender<T>,
+    value: T,
+) -> notify::Result<()> {
     use notify::Watcher as _;
     let path = std::path::absolute(path)?;
     let folder = path.parent().unwrap_or(Path::new("/")).to_path_buf();
@@ -296,7 +302,7 @@ fn watch_file(path: &Path, tx: &tokio::sync::mpsc::UnboundedSender<()>) -> notif
         let now = digest(&path);
         if now != last {
             last = now;
-            if tx.send(()).is_err() {
+            if tx.send(value.clone()).is_err() {
                 return Ok(());
             }
         }

@@ -117,6 +117,8 @@ pub struct Schedules {
     /// Tasks loaded, over all workspaces.
     pub tasks: usize,
     scheduler: Mutex<Scheduler>,
+    /// Each workspace's schedule file, watched for changes.
+    files: BTreeMap<String, PathBuf>,
     agent: Arc<Agent>,
     plugins: Arc<PluginHost>,
     channels: Arc<ChannelHost>,
@@ -141,10 +143,12 @@ impl Schedules {
         let owner = format!("pincer-{}-{}", std::process::id(), uuid::Uuid::new_v4());
         let mut scheduler = Scheduler::new(store, Arc::new(SystemClock), owner)?;
         let mut loaded = BTreeMap::new();
+        let mut files = BTreeMap::new();
         for name in ctx.config.workspaces.keys() {
             let Some(path) = schedule_path(ctx, name) else {
                 continue;
             };
+            files.insert(name.clone(), path.clone());
             match load_tasks(&ctx.config, name, &path) {
                 Ok(tasks) => {
                     loaded.insert(name.clone(), tasks.len());
@@ -164,6 +168,7 @@ impl Schedules {
         let tasks = loaded.values().sum();
         Ok(Arc::new(Self {
             tasks,
+            files,
             scheduler: Mutex::new(scheduler),
             agent,
             plugins,
@@ -175,8 +180,19 @@ impl Schedules {
         }))
     }
 
-    /// Ticks until `stop`; each due run runs in a task of its own.
+    /// Ticks until `stop`; each due run runs in a task of its own. A
+    /// changed `schedules.yaml` is loaded again; an invalid one keeps the
+    /// tasks it had, says why and is audited.
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let (changed_tx, mut changed) = tokio::sync::mpsc::unbounded_channel::<String>();
+        for (workspace, path) in &self.files {
+            let (tx, path, workspace) = (changed_tx.clone(), path.clone(), workspace.clone());
+            std::thread::spawn(move || {
+                if let Err(e) = super::watch_file(&path, &tx, workspace) {
+                    eprintln!("pincer: not watching {} for changes: {e}", path.display());
+                }
+            });
+        }
         loop {
             let due = match self.scheduler.lock() {
                 Ok(scheduler) => scheduler.due_now(),
@@ -193,7 +209,38 @@ impl Schedules {
             }
             tokio::select! {
                 () = tokio::time::sleep(TICK) => {}
+                Some(workspace) = changed.recv() => self.reload(&workspace),
                 _ = stop.changed() => return,
+            }
+        }
+    }
+
+    fn reload(&self, workspace: &str) {
+        let Some(path) = self.files.get(workspace) else {
+            return;
+        };
+        match load_tasks(&self.config, workspace, path) {
+            Ok(tasks) => {
+                println!(
+                    "pincer: {} reloaded: {} task(s) for workspace `{workspace}`",
+                    path.display(),
+                    tasks.len()
+                );
+                if let Ok(mut scheduler) = self.scheduler.lock() {
+                    scheduler.set_tasks(workspace, tasks);
+                }
+            }
+            Err(e) => {
+                eprintln!(
+                    "pincer: {} is not valid, so workspace `{workspace}` keeps its previous schedule: {e:#}",
+                    path.display()
+                );
+                self.audit.record(
+                    "pincer",
+                    Some(workspace),
+                    "schedule.reload_refused",
+                    &format!("{e:#}"),
+                );
             }
         }
     }
