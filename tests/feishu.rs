@@ -255,10 +255,13 @@ async fn a_chinese_group_mention_over_the_long_connection_gets_a_threaded_reply(
     assert!(daemon.wait().unwrap().success());
     let recorded = std::fs::read_to_string(&trace).unwrap();
     assert!(recorded.contains("→ channel.on-frame"), "{recorded}");
-    // Not yet the verification token: Feishu puts it in every event
-    // (`header.token`), and the host does not yet mask it in what it hands
-    // the plugin (issue 13).
-    for (name, secret) in [("app secret", APP_SECRET), ("encrypt key", ENCRYPT_KEY)] {
+    // Feishu puts the verification token in every event (`header.token`):
+    // the host masks it in frames before the plugin reads them.
+    for (name, secret) in [
+        ("app secret", APP_SECRET),
+        ("encrypt key", ENCRYPT_KEY),
+        ("verification token", VERIFICATION_TOKEN),
+    ] {
         assert!(
             !recorded.contains(secret),
             "the {name} crossed into the component"
@@ -342,8 +345,9 @@ async fn encrypted_webhooks_are_checked_and_retries_make_one_turn() {
         recorded.contains("→ import secrets.decrypt"),
         "the host decrypted"
     );
-    // The verification token is inside the decrypted events (see above).
-    for secret in [APP_SECRET, ENCRYPT_KEY] {
+    // The decrypted events held the verification token: the plugin got the
+    // host's marker.
+    for secret in [APP_SECRET, ENCRYPT_KEY, VERIFICATION_TOKEN] {
         assert!(
             !recorded.contains(secret),
             "a secret crossed into the component"

@@ -15,9 +15,10 @@ use super::store::OutboxRow;
 
 /// Attempts before a transient failure is given up.
 pub const MAX_ATTEMPTS: u32 = 12;
-/// How long a claimed row stays this worker's (a send takes at most the
-/// plugin's call timeout).
-const LEASE_MS: i64 = 10 * 60 * 1000;
+/// How long a claimed row stays this worker's: a send takes at most the
+/// plugin's call timeout (5 s by default), so a dead worker's rows are free
+/// again soon.
+const LEASE_MS: i64 = 2 * 60 * 1000;
 /// Rows delivered at once (each from a different conversation).
 const BATCH: usize = 32;
 /// The longest wait between attempts.
@@ -30,6 +31,13 @@ pub async fn run(
     owner: String,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    match host.store.release_foreign_claims(&owner) {
+        Ok(0) => {}
+        Ok(n) => {
+            tracing::warn!("outbox: {n} row(s) claimed by a daemon that stopped are free again")
+        }
+        Err(e) => tracing::error!("outbox: cannot release old claims: {e}"),
+    }
     loop {
         let delivered = deliver_due(&host, &audit, &owner).await;
         if *stop.borrow() {

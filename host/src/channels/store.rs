@@ -357,6 +357,17 @@ impl ChannelStore {
         Ok(claimed)
     }
 
+    /// Releases the claims other owners hold on undelivered rows (a daemon
+    /// killed mid-delivery); returns how many. Pincer runs one daemon per
+    /// database today, so every other owner is gone.
+    pub fn release_foreign_claims(&self, owner: &str) -> Result<usize, StoreError> {
+        Ok(self.conn()?.execute(
+            "UPDATE channel_outbox SET claimed_by = NULL, claimed_until_ms = NULL
+             WHERE state = 'pending' AND claimed_by IS NOT NULL AND claimed_by != ?1",
+            [owner],
+        )?)
+    }
+
     /// When the next pending row is due (ms since the epoch), if any.
     pub fn next_due_ms(&self) -> Result<Option<i64>, StoreError> {
         let conn = self.conn()?;
@@ -519,5 +530,9 @@ mod tests {
         assert_eq!(next[0].text, "two");
         // A zero lease has expired already: another worker may take it.
         assert_eq!(store.claim_due("b", 60_000, 10).unwrap()[0].text, "two");
+        // A daemon that died holding a claim: the next one frees it.
+        assert!(store.claim_due("c", 60_000, 10).unwrap().is_empty());
+        assert_eq!(store.release_foreign_claims("c").unwrap(), 1);
+        assert_eq!(store.claim_due("c", 60_000, 10).unwrap()[0].text, "two");
     }
 }

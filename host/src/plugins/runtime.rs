@@ -608,6 +608,28 @@ impl PluginHost {
         request: &latest::WebhookRequest,
     ) -> Result<Result<latest::WebhookOutcome, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
+        // What a platform sends may hold secrets (Feishu puts its
+        // verification token in every event): 0.2.0 plugins get markers.
+        let marked;
+        let request = if let Pre::Channel(_) = *plugin.pre {
+            let secrets = &plugin.grants.secrets;
+            marked = latest::WebhookRequest {
+                headers: request
+                    .headers
+                    .iter()
+                    .map(|h| latest::Header {
+                        name: h.name.clone(),
+                        value: String::from_utf8_lossy(&secrets.mark(h.value.as_bytes()))
+                            .into_owned(),
+                    })
+                    .collect(),
+                body: secrets.mark(&request.body),
+                ..request.clone()
+            };
+            &marked
+        } else {
+            request
+        };
         self.traced(plugin, "→ channel.handle-webhook", request);
         self.call_traced(
             plugin,
@@ -658,6 +680,24 @@ impl PluginHost {
         frame: &latest::Frame,
     ) -> Result<Result<latest::FrameOutcome, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
+        let masked;
+        let frame = if let Pre::Channel(_) = *plugin.pre {
+            masked = match frame {
+                latest::Frame::Text(t) => {
+                    let mut bytes = t.clone().into_bytes();
+                    plugin.grants.secrets.mask_in_place(&mut bytes);
+                    latest::Frame::Text(String::from_utf8_lossy(&bytes).into_owned())
+                }
+                latest::Frame::Binary(b) => {
+                    let mut bytes = b.clone();
+                    plugin.grants.secrets.mask_in_place(&mut bytes);
+                    latest::Frame::Binary(bytes)
+                }
+            };
+            &masked
+        } else {
+            frame
+        };
         self.traced(plugin, "→ channel.on-frame", frame);
         self.call_traced(
             plugin,

@@ -18,6 +18,12 @@ use sha2::{Digest as _, Sha256};
 /// What replaces a secret's value wherever the plugin could read it.
 pub const SCRUBBED: &str = "[secret]";
 
+/// Start of the marker `{{secret:NAME}}` that stands for secret NAME's value
+/// in what a platform sent (a webhook body, a decrypted event). The host
+/// neutralizes the prefix in inbound data first, so a marker the plugin
+/// reads was put there by the host: the platform sent that exact secret.
+pub const MARKER_PREFIX: &str = "{{secret:";
+
 /// Longest lifetime a captured value is kept without a stated expiry.
 pub const CAPTURE_MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
@@ -160,6 +166,54 @@ impl Secrets {
                 Err(SecretError::Unknown(name.to_string()))
             }
             None => Err(SecretError::Denied(name.to_string())),
+        }
+    }
+
+    /// Every (name, value) the plugin must never read, longest value first.
+    fn named_values(&self) -> Vec<(String, String)> {
+        let mut values: Vec<(String, String)> = self
+            .configured
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if let Ok(captured) = self.captured.lock() {
+            values.extend(captured.iter().map(|(k, c)| (k.clone(), c.value.clone())));
+        }
+        values.retain(|(_, v)| v.len() >= 8);
+        values.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
+        values
+    }
+
+    /// Inbound text (a webhook body, a header, a decrypted event) with every
+    /// secret value replaced by `{{secret:NAME}}`, after any marker-like
+    /// text already in it was neutralized (`{{secret?`).
+    pub fn mark(&self, bytes: &[u8]) -> Vec<u8> {
+        let neutral = MARKER_PREFIX.replace(':', "?");
+        let mut out = replace_all(bytes, MARKER_PREFIX.as_bytes(), neutral.as_bytes())
+            .unwrap_or_else(|| bytes.to_vec());
+        for (name, value) in self.named_values() {
+            let marker = format!("{MARKER_PREFIX}{name}}}}}");
+            if let Some(replaced) = replace_all(&out, value.as_bytes(), marker.as_bytes()) {
+                out = replaced;
+            }
+        }
+        out
+    }
+
+    /// Inbound binary data with every secret value overwritten by `*` of
+    /// the same length (length prefixes, e.g. protobuf's, stay valid).
+    pub fn mask_in_place(&self, bytes: &mut [u8]) {
+        for (_, value) in self.named_values() {
+            let value = value.as_bytes();
+            let mut i = 0;
+            while i + value.len() <= bytes.len() {
+                if &bytes[i..i + value.len()] == value {
+                    bytes[i..i + value.len()].fill(b'*');
+                    i += value.len();
+                } else {
+                    i += 1;
+                }
+            }
         }
     }
 
@@ -324,10 +378,13 @@ impl Secrets {
                     )));
                 }
                 let (iv, blocks) = data.split_at(16);
-                cbc::Decryptor::<aes::Aes256>::new_from_slices(&key, iv)
+                let plain = cbc::Decryptor::<aes::Aes256>::new_from_slices(&key, iv)
                     .map_err(|e| SecretError::Invalid(e.to_string()))?
                     .decrypt_padded_vec_mut::<Pkcs7>(blocks)
-                    .map_err(|_| SecretError::Invalid("bad padding: wrong key?".into()))
+                    .map_err(|_| SecretError::Invalid("bad padding: wrong key?".into()))?;
+                // What the platform encrypted may hold secrets (Feishu's
+                // verification token): the plugin gets markers instead.
+                Ok(self.mark(&plain))
             }
         }
     }
@@ -602,6 +659,19 @@ mod tests {
             s.decrypt(Cipher::Aes256CbcSha256Key, "encrypt_key", &data),
             Ok(b"hello world".to_vec())
         );
+        let marked = Secrets::new(
+            ["verification_token".to_string()].into(),
+            &serde_json::json!({"verification_token": "v-token-1234567"}),
+        );
+        assert_eq!(
+            marked.mark(br#"{"token":"v-token-1234567","x":"{{secret:verification_token}}"}"#),
+            br#"{"token":"{{secret:verification_token}}","x":"{{secret?verification_token}}"}"#
+                .to_vec(),
+            "a marker in inbound data is neutralized; only the host's stand for the secret"
+        );
+        let mut frame = b"\x0a\x0fv-token-1234567\x10".to_vec();
+        marked.mask_in_place(&mut frame);
+        assert_eq!(frame, b"\x0a\x0f***************\x10".to_vec());
         assert!(
             s.decrypt(Cipher::Aes256CbcSha256Key, "encrypt_key", &data[..20])
                 .is_err()
