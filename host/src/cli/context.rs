@@ -10,9 +10,7 @@ use anyhow::Context as _;
 use crate::audit::AuditLog;
 use crate::config::{self, Config};
 use crate::containers::ContainerRuntime;
-use crate::plugins::{
-    CallLimits, Catalog, HostPaths, LoadedPlugin, PluginHost, Scope, plugin_http_reach,
-};
+use crate::plugins::{CallLimits, Catalog, HostPaths, LoadedPlugin, PluginHost};
 
 pub struct Context {
     /// `None`: built-in defaults, no file.
@@ -122,23 +120,12 @@ impl Context {
         name: &str,
         workspace: &str,
     ) -> anyhow::Result<Arc<LoadedPlugin>> {
-        let catalog = self.catalog();
-        let package = catalog.get(name)?;
-        let config = self
-            .config
-            .plugins
-            .config
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| serde_json::json!({}));
-        let manifest = crate::plugins::Manifest::parse(&package.manifest_text, name)?;
-        let reach = plugin_http_reach(&self.config, workspace, name, &manifest);
-        Ok(host.load_in(
-            package,
-            Some(&config),
+        Ok(host.load_for_workspace(
+            &self.catalog(),
+            &self.config,
             self.limits(),
-            &Scope::workspace(workspace),
-            Some(reach),
+            name,
+            workspace,
         )?)
     }
 }

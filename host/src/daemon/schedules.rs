@@ -15,7 +15,7 @@ use crate::audit::AuditLog;
 use crate::channels::{Address, ChannelHost, InboundState};
 use crate::cli::Context;
 use crate::config::Config;
-use crate::plugins::{PluginHost, Scope, plugin_http_reach};
+use crate::plugins::PluginHost;
 use crate::router::{Agent, Inbound};
 use crate::scheduler::file::{self, Checks};
 use crate::scheduler::{Action, DueRun, Outcome, Scheduler, Store, SystemClock, Task};
@@ -357,25 +357,14 @@ impl Schedules {
             Some((plugin, tool)) => (plugin, Some(tool)),
             None => (skill, tool),
         };
-        let package = self.catalog.get(plugin_name).map_err(|e| e.to_string())?;
-        let manifest = crate::plugins::Manifest::parse(&package.manifest_text, plugin_name)
-            .map_err(|e| e.to_string())?;
-        let reach = plugin_http_reach(&self.config, workspace, plugin_name, &manifest);
-        let config = self
-            .config
-            .plugins
-            .config
-            .get(plugin_name)
-            .cloned()
-            .unwrap_or_else(|| serde_json::json!({}));
         let plugin = self
             .plugins
-            .load_in(
-                package,
-                Some(&config),
+            .load_for_workspace(
+                &self.catalog,
+                &self.config,
                 self.limits,
-                &Scope::workspace(workspace),
-                Some(reach),
+                plugin_name,
+                workspace,
             )
             .map_err(|e| e.to_string())?;
         let tool = match named_tool {

@@ -298,6 +298,35 @@ impl PluginHost {
         }))
     }
 
+    /// Plugin `name` from `catalog` with its `plugins.config.<name>`,
+    /// working with `workspace`'s state and HTTP reach: the one way the
+    /// CLI, the daemon's schedules and tools load a plugin for a workspace.
+    pub fn load_for_workspace(
+        &self,
+        catalog: &super::Catalog,
+        config: &crate::config::Config,
+        limits: CallLimits,
+        name: &str,
+        workspace: &str,
+    ) -> Result<Arc<LoadedPlugin>, PluginError> {
+        let package = catalog.get(name)?;
+        let plugin_config = config
+            .plugins
+            .config
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({}));
+        let manifest = Manifest::parse(&package.manifest_text, name)?;
+        let reach = super::plugin_http_reach(config, workspace, name, &manifest);
+        self.load_in(
+            package,
+            Some(&plugin_config),
+            limits,
+            &Scope::workspace(workspace),
+            Some(reach),
+        )
+    }
+
     /// The same loaded plugin working with `scope`'s state and `reach`
     /// (no compiling again).
     pub fn rescope(
