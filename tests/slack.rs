@@ -192,6 +192,16 @@ impl Env {
     }
 
     async fn with_slack(script: Vec<Behaviour>, slack: FakeSlack) -> Self {
+        Self::with_workspace(
+            script,
+            slack,
+            "{observers: [observer-jsonl], skills: [skill-calc]}",
+        )
+        .await
+    }
+
+    /// `team` configured as `workspace` (YAML flow mapping).
+    async fn with_workspace(script: Vec<Behaviour>, slack: FakeSlack, workspace: &str) -> Self {
         let model = FakeUpstream::spawn(Behaviour::Script(script)).await;
         let sandbox = Sandbox::new();
         let base = sandbox.dir.path().join("ws");
@@ -206,7 +216,7 @@ impl Env {
 containers:
   workspace_base_path: {base}
 workspaces:
-  team: {{observers: [observer-jsonl], skills: [skill-calc]}}
+  team: {workspace}
 channels:
   listen: 127.0.0.1:0
   slack:
@@ -1128,18 +1138,16 @@ async fn scheduled_skill_calls_and_agent_turns_are_delivered_and_recorded() {
         .unwrap()
         .map(Result::unwrap)
         .collect();
-    for task in ["calc_every_2s", "briefing"] {
+    for (task, conversation) in [("calc_every_2s", "C0SCHED"), ("briefing", "C0BRIEF")] {
         let run = runs
             .iter()
             .find(|r| r.0 == task)
             .unwrap_or_else(|| panic!("no done run of {task}: {runs:?}"));
-        assert!(
-            run.3
-                .as_deref()
-                .unwrap_or_default()
-                .contains("outbox:slack"),
-            "{run:?}"
-        );
+        let receipts: serde_json::Value =
+            serde_json::from_str(run.3.as_deref().unwrap_or("null")).unwrap();
+        assert_eq!(receipts[0]["channel"], "slack", "{run:?}");
+        assert_eq!(receipts[0]["conversation"], conversation, "{run:?}");
+        assert!(receipts[0]["outbox"][0].is_i64(), "{run:?}");
     }
     // The briefing ran in a session of its own, not in a person's chat.
     let sessions: i64 = db
@@ -1152,9 +1160,14 @@ async fn scheduled_skill_calls_and_agent_turns_are_delivered_and_recorded() {
     assert_eq!(sessions, 1);
 
     // The history and pause, from the CLI.
+    // Where the output went: the outbox row and Slack's own receipt (the
+    // message's `ts`, as chat.postMessage answered it).
     let history = ok(env.cli(&["schedule", "history", "calc_every_2s"]));
+    let ts = calc["response"]["ts"]
+        .as_str()
+        .expect("the fake answered a ts");
     assert!(
-        history.contains("done") && history.contains("outbox:slack"),
+        history.contains("done") && history.contains(&format!("→ slack/C0SCHED sent {ts}")),
         "{history}"
     );
     let paused = ok(env.cli(&["schedule", "pause", "calc_every_2s"]));
@@ -1167,7 +1180,7 @@ async fn scheduled_skill_calls_and_agent_turns_are_delivered_and_recorded() {
     ok(env.cli(&["schedule", "resume", "calc_every_2s"]));
     let unknown = env.cli(&["schedule", "pause", "nope"]);
     assert!(
-        support::stderr(&unknown).contains("no workspace's schedules.yaml has a task `nope`"),
+        support::stderr(&unknown).contains("no task `nope`: not in any workspace's schedules.yaml"),
         "{}",
         support::stderr(&unknown)
     );
@@ -1243,4 +1256,201 @@ async fn an_edited_schedule_is_reloaded_and_an_invalid_one_keeps_the_old_tasks()
         last_first <= first_second,
         "the removed task stopped when the new one began"
     );
+}
+
+/// The daemon's own status snapshot (`run/status.json`).
+fn snapshot(env: &Env) -> Value {
+    let text =
+        std::fs::read(env.sandbox.home().join("run").join("status.json")).unwrap_or_default();
+    serde_json::from_slice(&text).unwrap_or(Value::Null)
+}
+
+async fn wait_for_tasks(env: &Env, workspace: &str, count: u64) {
+    for _ in 0..100 {
+        if snapshot(env)["schedules"][workspace]["tasks"] == count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "workspace {workspace} never had {count} task(s): {}",
+        snapshot(env)
+    );
+}
+
+/// A `schedules.yaml` written after the daemon started (its folder did not
+/// exist) is loaded; `schedule list` shows its next fire time in its zone;
+/// `schedule run` runs it now and shows where the output went, with Slack's
+/// receipt; an invalid edit keeps the task and `pincer status` says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schedule_added_later_is_listed_run_by_hand_and_its_problems_shown() {
+    let env = Env::new(vec![Behaviour::answer("unused")]).await;
+    let mut daemon = env.start();
+    assert!(
+        daemon.banner.contains("0 scheduled task(s)"),
+        "{}",
+        daemon.banner
+    );
+    let file = env.sandbox.write(
+        "workspaces/team/schedules.yaml",
+        r#"tasks:
+  - id: nightly
+    description: 每晚三点
+    schedule: "0 3 * * *"
+    timezone: Asia/Shanghai
+    skill: skill-calc__evaluate
+    skill_input: {expression: "6*7"}
+    deliver_to: ["channel:slack"]
+"#,
+    );
+    daemon.wait_for_line("reloaded: 1 task(s) for workspace `team`");
+
+    let list = ok(env.cli(&["schedule", "list"]));
+    assert!(list.contains("workspace team:"), "{list}");
+    assert!(
+        list.contains("nightly  schedule \"0 3 * * *\" in Asia/Shanghai"),
+        "{list}"
+    );
+    assert!(
+        list.contains(" 03:00 +08:00 (") && list.contains(" 19:00 UTC)"),
+        "next fire time in its zone, with UTC: {list}"
+    );
+
+    let run = ok(env.cli(&["schedule", "run", "nightly"]));
+    assert!(run.contains("queued run #"), "{run}");
+    assert!(run.contains("42"), "the skill's output: {run}");
+    let posted = env.slack.posted(1).await;
+    assert_eq!(posted[0]["args"]["channel"], "C0SCHED");
+    assert!(posted[0]["args"]["text"].as_str().unwrap().contains("42"));
+    let ts = posted[0]["response"]["ts"].as_str().unwrap().to_string();
+    let mut history = String::new();
+    for _ in 0..50 {
+        history = ok(env.cli(&["schedule", "history", "nightly"]));
+        if history.contains("sent") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(history.contains("(run by hand)  done"), "{history}");
+    assert!(
+        history.contains(&format!("→ slack/C0SCHED sent {ts}")),
+        "{history}"
+    );
+    let list = ok(env.cli(&["schedule", "list"]));
+    assert!(list.contains("last run done"), "{list}");
+
+    std::fs::write(
+        &file,
+        "tasks:\n  - id: nightly\n    schedule: \"0 3 * * *\"\n    timezone: Mars/Base\n    prompt: x\n",
+    )
+    .unwrap();
+    for _ in 0..100 {
+        if daemon.log().contains("keeps its previous schedule") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the next status snapshot
+    let status = ok(env.cli(&["status"]));
+    assert!(
+        status.contains("team                 1 task(s)"),
+        "the previous task is kept: {status}"
+    );
+    assert!(
+        status.contains("PROBLEM: ")
+            && status.contains("schedules.yaml:4:15: unknown time zone `Mars/Base`"),
+        "{status}"
+    );
+    let unknown = env.cli(&["schedule", "run", "nope"]);
+    assert!(
+        support::stderr(&unknown).contains("no task `nope`"),
+        "{}",
+        support::stderr(&unknown)
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// With `agent_schedules: propose` the agent, in a turn, proposes a task
+/// through `schedule__create` on its gateway endpoint; it waits, disabled,
+/// until a person approves it; then it runs (here by hand) as an agent turn
+/// delivered to the channel; the audit shows it came from the agent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_the_agent_proposes_runs_only_once_a_person_approves_it() {
+    let create = r#"{"id":"standup","schedule":"0 9 * * 1-5","timezone":"Asia/Shanghai","prompt":"write the standup notes","deliver_to":["channel:slack"]}"#;
+    let env = Env::with_workspace(
+        vec![
+            Behaviour::tool("schedule__create", create),
+            Behaviour::answer("I proposed a standup task"),
+            Behaviour::answer("standup notes: all good"),
+        ],
+        FakeSlack::start(),
+        "{skills: [skill-calc], agent_schedules: propose}",
+    )
+    .await;
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    env.slack
+        .dm("remind the team every weekday at 9", ALLOWED, "D0DM")
+        .await;
+    let posted = env.slack.posted(1).await;
+    assert_eq!(posted[0]["args"]["text"], "I proposed a standup task");
+    // what the tool told the model
+    let received = env._model.received();
+    let tool_result = received
+        .iter()
+        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+        .find(|m| m["role"] == "tool")
+        .expect("the tool's result went back to the model");
+    assert!(
+        tool_result["content"]
+            .to_string()
+            .contains("proposed task `agent-standup`"),
+        "{tool_result}"
+    );
+
+    let list = ok(env.cli(&["schedule", "list"]));
+    assert!(list.contains("agent-standup (agent)"), "{list}");
+    assert!(list.contains("PENDING APPROVAL"), "{list}");
+    let proposed = env.audited("schedule.agent_proposed");
+    assert!(
+        proposed.len() == 1 && proposed[0].starts_with("agent-standup: "),
+        "{proposed:?}"
+    );
+    let early = env.cli(&["schedule", "run", "agent-standup"]);
+    assert!(
+        support::stderr(&early).contains("waits for approval"),
+        "{}",
+        support::stderr(&early)
+    );
+    wait_for_tasks(&env, "team", 0).await;
+
+    let approved = ok(env.cli(&["schedule", "approve", "agent-standup"]));
+    assert!(
+        approved.contains("approved task `agent-standup` of workspace `team`")
+            && approved.contains("+08:00"),
+        "{approved}"
+    );
+    assert_eq!(env.audited("schedule.approved").len(), 1);
+    wait_for_tasks(&env, "team", 1).await;
+
+    let run = ok(env.cli(&["schedule", "run", "agent-standup"]));
+    assert!(run.contains("standup notes: all good"), "{run}");
+    let posted = env.slack.posted(2).await;
+    assert!(
+        posted
+            .iter()
+            .any(|p| p["args"]["channel"] == "C0SCHED"
+                && p["args"]["text"] == "standup notes: all good"),
+        "{posted:#?}"
+    );
+
+    let cancelled = ok(env.cli(&["schedule", "cancel", "agent-standup"]));
+    assert!(
+        cancelled.contains("cancelled task `agent-standup`"),
+        "{cancelled}"
+    );
+    wait_for_tasks(&env, "team", 0).await;
+    let list = ok(env.cli(&["schedule", "list"]));
+    assert!(!list.contains("agent-standup"), "{list}");
+    assert!(daemon.stop().success(), "{}", daemon.log());
 }

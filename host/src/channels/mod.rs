@@ -168,14 +168,14 @@ impl ChannelHost {
 
     /// Queues a reply (split to the channel's limit) and wakes the outbox;
     /// marks the inbound message `inbound_id` `state` in the same
-    /// transaction.
+    /// transaction. Returns the outbox rows of its parts.
     pub fn reply(
         &self,
         inbound_id: Option<i64>,
         state: InboundState,
         to: &Address<'_>,
         text: &str,
-    ) -> Result<(), store::StoreError> {
+    ) -> Result<Vec<i64>, store::StoreError> {
         let max = self
             .channels
             .get(to.channel)
@@ -189,9 +189,9 @@ impl ChannelHost {
             reply_to: to.reply_to.map(str::to_string),
             parts: split::split(text, max as usize),
         };
-        self.store.finish(inbound_id, state, &reply)?;
+        let ids = self.store.finish(inbound_id, state, &reply)?;
         self.outbox_wake.notify_one();
-        Ok(())
+        Ok(ids)
     }
 
     /// Shows the state of the turn answering `row` (a reaction, a typing

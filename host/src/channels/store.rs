@@ -420,6 +420,24 @@ impl ChannelStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The outbox rows with these ids (e.g. a scheduled run's output),
+    /// in id order; ids with no row are left out.
+    pub fn outbox_rows(&self, ids: &[i64]) -> Result<Vec<OutboxRow>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {OUTBOX_COLUMNS} FROM channel_outbox WHERE id = ?1"
+        ))?;
+        let mut out = Vec::with_capacity(ids.len());
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        for id in ids {
+            if let Some(row) = stmt.query_row([id], outbox_row).optional()? {
+                out.push(row);
+            }
+        }
+        Ok(out)
+    }
+
     /// Rows waiting to be delivered, per channel.
     pub fn outbox_depth(&self) -> Result<Vec<(String, u64)>, StoreError> {
         let conn = self.conn()?;

@@ -100,5 +100,20 @@ pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()
         }
         println!("  {:<20} outbox: {pending} waiting", "");
     }
+    if let Some(s) = &snapshot
+        && !s.schedules.is_empty()
+    {
+        println!("\nschedules:");
+        for (name, schedule) in &s.schedules {
+            let file = schedule
+                .file
+                .as_ref()
+                .map_or("no schedules.yaml".to_owned(), |f| f.display().to_string());
+            println!("  {name:<20} {} task(s); {file}", schedule.tasks);
+            if let Some(problem) = &schedule.problem {
+                println!("  {:<20} PROBLEM: {problem}", "");
+            }
+        }
+    }
     Ok(())
 }

@@ -72,7 +72,7 @@ pub enum Command {
     /// Local GGUF models for `local/…` deployments: fetch, list
     #[command(subcommand)]
     Model(ModelCommand),
-    /// Scheduled tasks: check a schedules.yaml
+    /// Scheduled tasks: list, check a schedules.yaml, run, pause, approve
     #[command(subcommand)]
     Schedule(ScheduleCommand),
     /// Check what this machine is missing, and how to fix it
@@ -122,10 +122,23 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum ScheduleCommand {
+    /// Every workspace's tasks: next fire time in the task's zone, last run,
+    /// paused, and tasks the agent proposed that wait for approval
+    List {
+        #[arg(long, short)]
+        workspace: Option<String>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
     /// Validate a schedules.yaml and print the next 5 fire times of each task
     Check {
         /// The schedules.yaml to check
         file: PathBuf,
+        /// Check it as this workspace's schedule (the skills it may use, the
+        /// channels, where the file lies); without it, syntax, cron, zones
+        /// and that skills and channels exist
+        #[arg(long, short)]
+        workspace: Option<String>,
         /// Zone of tasks without `timezone:` (IANA name) [default: the host's]
         #[arg(long, value_name = "ZONE")]
         zone: Option<String>,
@@ -141,6 +154,29 @@ pub enum ScheduleCommand {
     },
     /// Let a paused task run again (due times missed while paused do not run)
     Resume {
+        id: String,
+        #[arg(long, short)]
+        workspace: Option<String>,
+    },
+    /// Run a task now, outside its schedule (recorded like any run; the
+    /// running daemon starts it and this waits for the outcome)
+    Run {
+        id: String,
+        #[arg(long, short)]
+        workspace: Option<String>,
+        /// Queue the run and return without waiting for it
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Enable a task the agent proposed (`agent_schedules: propose`)
+    Approve {
+        id: String,
+        #[arg(long, short)]
+        workspace: Option<String>,
+    },
+    /// Cancel a task the agent proposed or created (tasks of schedules.yaml
+    /// are removed from the file, or paused)
+    Cancel {
         id: String,
         #[arg(long, short)]
         workspace: Option<String>,
@@ -396,12 +432,32 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             limit,
             json.json,
         ),
-        Command::Schedule(ScheduleCommand::Check { file, zone, after }) => schedule::check(
+        Command::Schedule(ScheduleCommand::Check {
+            file,
+            workspace,
+            zone,
+            after,
+        }) => schedule::check(
             cli.config.as_deref(),
             &file,
+            workspace.as_deref(),
             zone.as_deref(),
             after.as_deref(),
         ),
+        Command::Schedule(ScheduleCommand::List { workspace, json }) => {
+            schedule::list(cli.config.as_deref(), workspace.as_deref(), json.json)
+        }
+        Command::Schedule(ScheduleCommand::Run {
+            id,
+            workspace,
+            no_wait,
+        }) => schedule::run_now(cli.config.as_deref(), &id, workspace.as_deref(), !no_wait).await,
+        Command::Schedule(ScheduleCommand::Approve { id, workspace }) => {
+            schedule::decide(cli.config.as_deref(), &id, workspace.as_deref(), true)
+        }
+        Command::Schedule(ScheduleCommand::Cancel { id, workspace }) => {
+            schedule::decide(cli.config.as_deref(), &id, workspace.as_deref(), false)
+        }
         Command::Doctor => doctor::run(cli.config.as_deref()).await,
         Command::Demo => demo::run(cli.config.as_deref()).await,
         Command::Message {

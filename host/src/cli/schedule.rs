@@ -9,9 +9,11 @@ use anyhow::Context as _;
 use chrono::{DateTime, Timelike as _, Utc};
 use chrono_tz::Tz;
 
+use crate::channels::ChannelStore;
 use crate::config::{self, Config};
+use crate::scheduler::agent::{self, Status};
 use crate::scheduler::file::{self, Checks};
-use crate::scheduler::{Action, Task, plan};
+use crate::scheduler::{Action, RunStatus, Store, Task, plan};
 
 /// How many fire times `check` prints per task.
 const SHOWN: usize = 5;
@@ -19,13 +21,16 @@ const SHOWN: usize = 5;
 pub fn check(
     config_flag: Option<&Path>,
     path: &Path,
+    workspace: Option<&str>,
     zone: Option<&str>,
     after: Option<&str>,
 ) -> anyhow::Result<()> {
-    let default_zone = match zone {
-        Some(name) => Tz::from_str(name)
-            .map_err(|_| anyhow::anyhow!("unknown time zone `{name}` (use an IANA name)"))?,
-        None => file::host_zone(),
+    let zone = match zone {
+        Some(name) => Some(
+            Tz::from_str(name)
+                .map_err(|_| anyhow::anyhow!("unknown time zone `{name}` (use an IANA name)"))?,
+        ),
+        None => None,
     };
     let after = match after {
         Some(text) => DateTime::parse_from_rfc3339(text)
@@ -40,8 +45,25 @@ pub fn check(
         Some(config_path) => Some((Config::load(&config_path)?, config_path)),
         None => None,
     };
-    let tasks = match &config {
-        Some((config, _)) => {
+    let default_zone = zone.unwrap_or_else(|| match &config {
+        Some((config, _)) => agent::default_zone(config),
+        None => file::host_zone(),
+    });
+    let tasks = match (&config, workspace) {
+        (Some((config, _)), Some(name)) => {
+            if !config.workspaces.contains_key(name) {
+                anyhow::bail!("no workspace `{name}` in the configuration");
+            }
+            let mut config = config.clone();
+            if let Some(zone) = zone {
+                config.timezone = Some(zone.name().to_owned());
+            }
+            crate::daemon::schedules::load_tasks(&config, name, path)?
+        }
+        (None, Some(_)) => {
+            anyhow::bail!("--workspace needs a configuration (pincer.yaml, or --config FILE)")
+        }
+        (Some((config, _)), None) => {
             let channels: BTreeSet<String> = config.channels.keys().cloned().collect();
             let skill = |name: &str| skill_known(config, name);
             let checks = Checks {
@@ -51,7 +73,7 @@ pub fn check(
             };
             file::load(path, &checks)?
         }
-        None => file::load(path, &Checks::offline(default_zone))?,
+        (None, None) => file::load(path, &Checks::offline(default_zone))?,
     };
 
     let count = tasks.len();
@@ -60,12 +82,16 @@ pub fn check(
         path.display(),
         if count == 1 { "" } else { "s" }
     );
-    match &config {
-        Some((_, config_path)) => println!(
+    match (&config, workspace) {
+        (Some((_, config_path)), Some(name)) => println!(
+            "checked as workspace `{name}`'s schedule against {}",
+            config_path.display()
+        ),
+        (Some((_, config_path)), None) => println!(
             "channels and skills checked against {}",
             config_path.display()
         ),
-        None => println!("channels and skills not checked (no configuration found)"),
+        (None, _) => println!("channels and skills not checked (no configuration found)"),
     }
     for task in &tasks {
         print_task(task, after);
@@ -142,37 +168,207 @@ fn fire_time(time: DateTime<Utc>, zone: Tz) -> String {
     )
 }
 
-/// The workspace whose `schedules.yaml` has task `id` (`flag` if given).
-fn task_workspace(ctx: &super::Context, id: &str, flag: Option<&str>) -> anyhow::Result<String> {
-    if let Some(name) = flag {
-        ctx.check_workspace(name)?;
-        return Ok(name.to_string());
-    }
-    let mut found = Vec::new();
-    for name in ctx.config.workspaces.keys() {
-        let Some(path) = crate::daemon::schedules::schedule_path(ctx, name) else {
-            continue;
-        };
-        let tasks = crate::daemon::schedules::load_tasks(&ctx.config, name, &path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if tasks.iter().any(|t| t.id == id) {
-            found.push(name.clone());
+/// A task as the CLI sees it: from a workspace's file or from the agent.
+struct Listed {
+    workspace: String,
+    task: Option<Task>,
+    /// The agent's row, for agent tasks.
+    agent: Option<agent::AgentTask>,
+    /// Why the task cannot be read, if so.
+    problem: Option<String>,
+}
+
+impl Listed {
+    fn id(&self) -> &str {
+        match (&self.task, &self.agent) {
+            (_, Some(a)) => &a.id,
+            (Some(t), None) => &t.id,
+            (None, None) => "",
         }
     }
-    match found.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => anyhow::bail!(
-            "no workspace's schedules.yaml has a task `{id}` (they live in workspaces/NAME/schedules.yaml beside pincer.yaml)"
-        ),
-        several => anyhow::bail!(
+}
+
+/// Every task of `only` (every workspace when `None`): the file's, then
+/// the agent's (pending and active).
+fn tasks_of(
+    ctx: &super::Context,
+    store: &Store,
+    only: Option<&str>,
+) -> anyhow::Result<(Vec<Listed>, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut problems = Vec::new();
+    for name in ctx.config.workspaces.keys() {
+        if only.is_some_and(|o| o != name) {
+            continue;
+        }
+        if let Some(path) = crate::daemon::schedules::schedule_path(ctx, name) {
+            match crate::daemon::schedules::load_tasks(&ctx.config, name, &path) {
+                Ok(tasks) => out.extend(tasks.into_iter().map(|task| Listed {
+                    workspace: name.clone(),
+                    task: Some(task),
+                    agent: None,
+                    problem: None,
+                })),
+                Err(e) => problems.push(format!("{name}: {e:#}")),
+            }
+        }
+        for row in store.agent_tasks(Some(name), false)? {
+            let checked = agent::check(&ctx.config, name, &row.spec);
+            out.push(Listed {
+                workspace: name.clone(),
+                problem: checked.as_ref().err().map(ToString::to_string),
+                task: checked.ok(),
+                agent: Some(row),
+            });
+        }
+    }
+    Ok((out, problems))
+}
+
+fn open_store(ctx: &super::Context) -> anyhow::Result<Store> {
+    Ok(Store::open(&ctx.home.join(crate::db::FILE_NAME))?)
+}
+
+/// The workspace that has task `id` (`flag` if given), and the task.
+fn find_task(
+    ctx: &super::Context,
+    store: &Store,
+    id: &str,
+    flag: Option<&str>,
+) -> anyhow::Result<Listed> {
+    if let Some(name) = flag {
+        ctx.check_workspace(name)?;
+    }
+    let (tasks, problems) = tasks_of(ctx, store, flag)?;
+    let mut found: Vec<Listed> = tasks.into_iter().filter(|t| t.id() == id).collect();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => {
+            let mut message = format!(
+                "no task `{id}`: not in any workspace's schedules.yaml (workspaces/NAME/schedules.yaml beside pincer.yaml) nor among the agent's tasks (pincer schedule list shows them all)"
+            );
+            for problem in problems {
+                message.push_str(&format!(
+                    "\n  note: a schedule could not be read: {problem}"
+                ));
+            }
+            anyhow::bail!(message)
+        }
+        _ => anyhow::bail!(
             "task `{id}` is in the schedules of several workspaces ({}): say which with --workspace",
-            several.join(", ")
+            found
+                .iter()
+                .map(|t| t.workspace.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
 
+fn when(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |d| d.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    )
+}
+
+/// `pincer schedule list`.
+pub fn list(config_flag: Option<&Path>, workspace: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let ctx = super::Context::load(config_flag)?;
+    if let Some(name) = workspace {
+        ctx.check_workspace(name)?;
+    }
+    let store = open_store(&ctx)?;
+    let (tasks, problems) = tasks_of(&ctx, &store, workspace)?;
+    let paused = store.paused_tasks()?;
+    let now = Utc::now();
+    let mut rows = Vec::new();
+    for listed in &tasks {
+        let id = listed.id().to_owned();
+        let is_paused = paused.contains(&(listed.workspace.clone(), id.clone()));
+        let state = match &listed.agent {
+            Some(a) if a.status == Status::Pending => "pending approval",
+            _ if listed.problem.is_some() => "not valid",
+            _ if is_paused => "paused",
+            _ => "active",
+        };
+        let next = listed
+            .task
+            .as_ref()
+            .filter(|_| state == "active")
+            .and_then(|t| plan::next_after(t, now).map(|n| fire_time(n, t.zone)));
+        let last = store.history(&listed.workspace, &id, 1)?.into_iter().next();
+        rows.push(serde_json::json!({
+            "workspace": listed.workspace,
+            "id": id,
+            "source": if listed.agent.is_some() { "agent" } else { "file" },
+            "state": state,
+            "trigger": listed.task.as_ref().map(|t| t.trigger.to_string()),
+            "zone": listed.task.as_ref().map(|t| t.zone.name()),
+            "next": next,
+            "last": last.map(|r| serde_json::json!({
+                "status": r.status.as_str(), "due_ms": r.due_ms, "ended_ms": r.ended_ms,
+                "error": r.error,
+            })),
+            "problem": listed.problem,
+        }));
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"tasks": rows, "problems": problems})
+            )?
+        );
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!(
+            "no scheduled tasks (write workspaces/NAME/schedules.yaml beside pincer.yaml; `pincer schedule check FILE` validates one)"
+        );
+    }
+    let mut current = "";
+    for (row, listed) in rows.iter().zip(&tasks) {
+        if listed.workspace != current {
+            current = &listed.workspace;
+            println!("workspace {current}:");
+        }
+        let text = |key: &str| row[key].as_str().unwrap_or("").to_owned();
+        let trigger = match (row["trigger"].as_str(), row["zone"].as_str()) {
+            (Some(t), Some(z)) => format!("{t} in {z}"),
+            _ => String::new(),
+        };
+        let from = if listed.agent.is_some() {
+            " (agent)"
+        } else {
+            ""
+        };
+        println!("  {}{from}  {trigger}", text("id"));
+        let state = text("state");
+        let mut detail = match state.as_str() {
+            "pending approval" => format!(
+                "PENDING APPROVAL: proposed by the agent; `pincer schedule approve {}` enables it",
+                text("id")
+            ),
+            "not valid" => format!("NOT VALID: {}", text("problem")),
+            "paused" => "paused (`pincer schedule resume` lets it run)".to_owned(),
+            _ => format!("next {}", row["next"].as_str().unwrap_or("none")),
+        };
+        if let Some(last) = row["last"].as_object() {
+            let status = last["status"].as_str().unwrap_or("");
+            let due = last["due_ms"].as_i64().map(when).unwrap_or_default();
+            detail.push_str(&format!("; last run {status} (due {due})"));
+        }
+        println!("      {detail}");
+    }
+    for problem in &problems {
+        println!("PROBLEM: {problem}");
+    }
+    Ok(())
+}
+
 /// `pincer schedule pause|resume ID`: kept in the database, so the running
-/// daemon sees it at its next tick, and restarts and reloads keep it.
+/// daemon sees it within a second, and restarts and reloads keep it.
 pub fn pause(
     config_flag: Option<&Path>,
     id: &str,
@@ -180,17 +376,221 @@ pub fn pause(
     paused: bool,
 ) -> anyhow::Result<()> {
     let ctx = super::Context::load(config_flag)?;
-    let workspace = task_workspace(&ctx, id, workspace)?;
-    let store = crate::scheduler::Store::open(&ctx.home.join(crate::db::FILE_NAME))?;
-    store.set_paused(&workspace, id, paused)?;
+    let store = open_store(&ctx)?;
+    let workspace = find_task(&ctx, &store, id, workspace)?.workspace;
     if paused {
+        store.set_paused(&workspace, id, true)?;
         println!("paused task `{id}` of workspace `{workspace}`");
     } else {
+        store.resume(&workspace, id, crate::db::now_ms())?;
         println!(
             "resumed task `{id}` of workspace `{workspace}` (due times missed while paused do not run)"
         );
     }
     Ok(())
+}
+
+/// `pincer schedule approve|cancel ID`: for the agent's tasks.
+pub fn decide(
+    config_flag: Option<&Path>,
+    id: &str,
+    workspace: Option<&str>,
+    approve: bool,
+) -> anyhow::Result<()> {
+    let ctx = super::Context::load(config_flag)?;
+    let store = open_store(&ctx)?;
+    let listed = find_task(&ctx, &store, id, workspace)?;
+    let Some(row) = &listed.agent else {
+        anyhow::bail!(
+            "task `{id}` is from workspace `{}`'s schedules.yaml: edit that file (or `pincer schedule pause {id}`); approve and cancel are for tasks the agent proposed",
+            listed.workspace
+        );
+    };
+    let by = format!(
+        "cli:{}",
+        std::env::var("USER").unwrap_or_else(|_| "operator".into())
+    );
+    let (from, to, event): (&[Status], _, _) = if approve {
+        if let Some(problem) = &listed.problem {
+            anyhow::bail!("task `{id}` cannot be approved: {problem}");
+        }
+        (&[Status::Pending], Status::Active, "schedule.approved")
+    } else {
+        (
+            &[Status::Pending, Status::Active],
+            Status::Cancelled,
+            "schedule.cancelled",
+        )
+    };
+    if !store.decide_agent_task(&listed.workspace, id, from, to, &by, crate::db::now_ms())? {
+        anyhow::bail!(
+            "task `{id}` is {} already",
+            match row.status {
+                Status::Active => "active",
+                Status::Pending => "pending",
+                Status::Cancelled => "cancelled",
+            }
+        );
+    }
+    let audit = ctx.audit_log()?;
+    audit.record(
+        &by,
+        Some(&listed.workspace),
+        event,
+        &format!("{id}: {}", row.spec),
+    );
+    if approve {
+        let next = listed
+            .task
+            .as_ref()
+            .and_then(|t| plan::next_after(t, Utc::now()).map(|n| fire_time(n, t.zone)))
+            .unwrap_or_else(|| "none".into());
+        println!(
+            "approved task `{id}` of workspace `{}` (proposed by the agent); next run {next}",
+            listed.workspace
+        );
+    } else {
+        println!("cancelled task `{id}` of workspace `{}`", listed.workspace);
+    }
+    Ok(())
+}
+
+/// `pincer schedule run ID`: queues a run now; the running daemon starts
+/// it once no run of the task is active, and this waits for the outcome.
+pub async fn run_now(
+    config_flag: Option<&Path>,
+    id: &str,
+    workspace: Option<&str>,
+    wait: bool,
+) -> anyhow::Result<()> {
+    let ctx = super::Context::load(config_flag)?;
+    let store = open_store(&ctx)?;
+    let listed = find_task(&ctx, &store, id, workspace)?;
+    if let Some(row) = &listed.agent
+        && row.status == Status::Pending
+    {
+        anyhow::bail!("task `{id}` waits for approval: `pincer schedule approve {id}` first");
+    }
+    let Some(task) = &listed.task else {
+        anyhow::bail!(
+            "task `{id}` is not valid: {}",
+            listed.problem.as_deref().unwrap_or("")
+        );
+    };
+    let run_id = store.queue_manual(&listed.workspace, id, crate::db::now_ms())?;
+    let daemon = crate::daemon::status::read(&ctx.home);
+    if daemon.is_none() {
+        println!(
+            "queued run #{run_id} of task `{id}`; no daemon is running, so it starts when `pincer start` does"
+        );
+        return Ok(());
+    }
+    if !wait {
+        println!("queued run #{run_id} of task `{id}`; `pincer schedule history {id}` shows it");
+        return Ok(());
+    }
+    println!(
+        "queued run #{run_id} of task `{id}` of workspace `{}`",
+        listed.workspace
+    );
+    let deadline = std::time::Instant::now() + task.timeout + std::time::Duration::from_secs(90);
+    let mut said_running = false;
+    loop {
+        let Some(run) = store.run(run_id)? else {
+            anyhow::bail!("run #{run_id} disappeared from the database");
+        };
+        match run.status {
+            RunStatus::Running if !said_running => {
+                said_running = true;
+                println!("running…");
+            }
+            RunStatus::Done => {
+                println!("{}", run.output.unwrap_or_default());
+                let outbox = ChannelStore::open(&ctx.home.join(crate::db::FILE_NAME))?;
+                for to in delivery(run.receipts.as_deref(), &outbox) {
+                    println!("→ {}", delivery_line(&to));
+                }
+                return Ok(());
+            }
+            RunStatus::Failed | RunStatus::Interrupted => anyhow::bail!(
+                "run #{run_id} {}: {}",
+                run.status.as_str(),
+                run.error.unwrap_or_default()
+            ),
+            _ => {}
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "run #{run_id} has not finished yet (status {}); `pincer schedule history {id}` shows it later",
+                run.status.as_str()
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// Where a run's output went, as it stands now: per destination, each part
+/// of the message with the outbox state and the platform's receipt (e.g.
+/// Slack's `ts`) once delivered.
+fn delivery(receipts: Option<&str>, outbox: &ChannelStore) -> Vec<serde_json::Value> {
+    let Some(list) = receipts.and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok())
+    else {
+        return Vec::new();
+    };
+    let Some(list) = list.as_array() else {
+        return Vec::new();
+    };
+    list.iter()
+        .map(|to| {
+            let ids: Vec<i64> = to["outbox"]
+                .as_array()
+                .map(|a| a.iter().filter_map(serde_json::Value::as_i64).collect())
+                .unwrap_or_default();
+            let parts: Vec<serde_json::Value> = outbox
+                .outbox_rows(&ids)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|row| {
+                    serde_json::json!({
+                        "outbox": row.id, "state": row.state, "receipt": row.receipt,
+                        "attempts": row.attempts, "error": row.last_error,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "channel": to["channel"], "conversation": to["conversation"], "parts": parts,
+            })
+        })
+        .collect()
+}
+
+/// One line per destination: `team-chat/C1 sent 1733.0001` or
+/// `team-chat/C1 pending (attempt 2: …)`.
+fn delivery_line(to: &serde_json::Value) -> String {
+    let place = format!(
+        "{}/{}",
+        to["channel"].as_str().unwrap_or("?"),
+        to["conversation"].as_str().unwrap_or("?")
+    );
+    let parts = to["parts"].as_array().cloned().unwrap_or_default();
+    if parts.is_empty() {
+        return format!("{place} (no outbox record)");
+    }
+    let states: Vec<String> = parts
+        .iter()
+        .map(|p| {
+            let state = p["state"].as_str().unwrap_or("?");
+            match (state, p["receipt"].as_str(), p["error"].as_str()) {
+                ("sent", Some(receipt), _) => format!("sent {receipt}"),
+                (state, _, Some(error)) => format!(
+                    "{state} (attempt {}: {error})",
+                    p["attempts"].as_u64().unwrap_or(0)
+                ),
+                (state, _, None) => state.to_owned(),
+            }
+        })
+        .collect();
+    format!("{place} {}", states.join(", "))
 }
 
 /// `pincer schedule history ID`: the latest runs, newest first.
@@ -202,8 +602,9 @@ pub fn history(
     json: bool,
 ) -> anyhow::Result<()> {
     let ctx = super::Context::load(config_flag)?;
-    let workspace = task_workspace(&ctx, id, workspace)?;
-    let store = crate::scheduler::Store::open(&ctx.home.join(crate::db::FILE_NAME))?;
+    let store = open_store(&ctx)?;
+    let outbox = ChannelStore::open(&ctx.home.join(crate::db::FILE_NAME))?;
+    let workspace = find_task(&ctx, &store, id, workspace)?.workspace;
     let runs = store.history(&workspace, id, limit)?;
     if json {
         let rows: Vec<serde_json::Value> = runs
@@ -211,8 +612,9 @@ pub fn history(
             .map(|r| {
                 serde_json::json!({
                     "due_ms": r.due_ms, "status": r.status.as_str(), "attempt": r.attempt,
-                    "started_ms": r.started_ms, "ended_ms": r.ended_ms,
-                    "output": r.output, "error": r.error, "receipts": r.receipts,
+                    "started_ms": r.started_ms, "ended_ms": r.ended_ms, "origin": r.origin,
+                    "output": r.output, "error": r.error,
+                    "delivery": delivery(r.receipts.as_deref(), &outbox),
                 })
             })
             .collect();
@@ -235,15 +637,15 @@ pub fn history(
             .unwrap_or("")
             .replace('\n', " ");
         let what: String = what.chars().take(80).collect();
-        println!(
-            "{due}  {:<11} {}{}",
-            run.status.as_str(),
-            what,
-            run.receipts
-                .as_deref()
-                .map(|r| format!("  → {r}"))
-                .unwrap_or_default()
-        );
+        let manual = if run.origin == "manual" {
+            " (run by hand)"
+        } else {
+            ""
+        };
+        println!("{due}{manual}  {:<11} {what}", run.status.as_str());
+        for to in delivery(run.receipts.as_deref(), &outbox) {
+            println!("    → {}", delivery_line(&to));
+        }
     }
     Ok(())
 }

@@ -32,9 +32,9 @@ pub mod starter;
 pub use error::{ConfigError, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
-    AgentLimits, Budget, Channel, Channels, Config, ContainerRuntime, Containers, Gateway,
-    GatewayCache, LitellmParams, McpContainer, McpServer, ModelDeployment, ModelPrice, Mount,
-    PluginLimits, Plugins, PolicyEntry, Refusal, RoutingStrategy, Skill, Workspace,
+    AgentLimits, AgentSchedules, Budget, Channel, Channels, Config, ContainerRuntime, Containers,
+    Gateway, GatewayCache, LitellmParams, McpContainer, McpServer, ModelDeployment, ModelPrice,
+    Mount, PluginLimits, Plugins, PolicyEntry, Refusal, RoutingStrategy, Skill, Workspace,
     WorkspaceMemory,
 };
 

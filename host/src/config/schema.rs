@@ -25,6 +25,9 @@ pub struct Config {
     pub skills: BTreeMap<String, Skill>,
     /// MCP servers by name.
     pub mcp_servers: BTreeMap<String, McpServer>,
+    /// The IANA time zone of schedule tasks that give none (e.g.
+    /// `Asia/Shanghai`); default: the host's.
+    pub timezone: Option<String>,
 }
 
 /// The model gateway. `model_list`, `fallbacks`, `routing_strategy`,
@@ -238,6 +241,33 @@ pub struct Workspace {
     /// (patterns as in a manifest's `[capabilities] http`). A plugin reaches
     /// its manifest's hosts ∩ these; without an entry, its manifest's hosts.
     pub plugin_http: BTreeMap<String, Vec<String>>,
+    /// Whether the agent may schedule its own tasks (the `schedule__*`
+    /// tools). Default `none`.
+    pub agent_schedules: AgentSchedules,
+}
+
+/// `workspaces.NAME.agent_schedules`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentSchedules {
+    /// No `schedule__*` tools.
+    #[default]
+    None,
+    /// The agent proposes; a person enables each task with `pincer schedule
+    /// approve`.
+    Propose,
+    /// The agent's tasks run as soon as they are created (audited).
+    Auto,
+}
+
+impl AgentSchedules {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentSchedules::None => "none",
+            AgentSchedules::Propose => "propose",
+            AgentSchedules::Auto => "auto",
+        }
+    }
 }
 
 /// `workspaces.NAME.memory`.

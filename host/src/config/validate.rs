@@ -57,10 +57,16 @@ fn name_rule(what: &str, name: &str) -> String {
 
 /// Why `name` cannot be a skill or MCP server, if it is taken by pincer.
 fn reserved_source(what: &str, name: &str) -> Option<String> {
-    (name == crate::memory::TOOL_NAMESPACE).then(|| {
-        format!(
+    if name == crate::memory::TOOL_NAMESPACE {
+        return Some(format!(
             "`{name}` is reserved for pincer's built-in memory tools (memory__memorize, \
              memory__recall, memory__forget; see workspaces.NAME.memory): give the {what} another name"
+        ));
+    }
+    (name == crate::policy::SCHEDULE).then(|| {
+        format!(
+            "`{name}` is reserved for pincer's built-in schedule tools (schedule__create, \
+             schedule__list, schedule__cancel; see workspaces.NAME.agent_schedules): give the {what} another name"
         )
     })
 }
@@ -77,6 +83,14 @@ fn is_env_name(name: &str) -> bool {
 
 pub(crate) fn validate(cfg: &Config) -> Check<'_> {
     gateway(cfg)?;
+    if let Some(zone) = &cfg.timezone
+        && zone.parse::<chrono_tz::Tz>().is_err()
+    {
+        return Err(at(
+            vec![Key("timezone")],
+            format!("unknown time zone `{zone}` (use an IANA name such as Asia/Shanghai)"),
+        ));
+    }
     containers(cfg)?;
     for (name, ws) in &cfg.workspaces {
         workspace(cfg, name, ws)?;

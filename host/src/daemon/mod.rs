@@ -11,6 +11,7 @@
 //!   keep running with the old one.
 
 pub mod build;
+pub mod file_watch;
 pub mod schedules;
 pub mod status;
 
@@ -44,7 +45,7 @@ pub async fn run(
     let mut ctx = Context::load(config_flag)?;
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let changes = watch_config(ctx.config_path.clone());
+    let (_watching, changes) = watch_config(ctx.config_path.clone());
     // The configuration that ran before a reload, to go back to if the new
     // one cannot be started (a plugin that does not load, a busy port).
     let mut previous: Option<Context> = None;
@@ -194,6 +195,7 @@ async fn serve(
         &ctx.home,
         ctx.config.clone(),
         channels.clone(),
+        schedules.clone(),
         bound,
         webhooks,
     );
@@ -203,7 +205,7 @@ async fn serve(
         control::socket_path(&ctx.home).display(),
         ctx.config.workspaces.len(),
         ctx.config.channels.len(),
-        schedules.tasks,
+        schedules.task_count(),
         webhooks
             .map(|a| format!(", webhooks on http://{a}/channels/NAME/"))
             .unwrap_or_default(),
@@ -250,62 +252,28 @@ async fn serve(
     Ok(ending)
 }
 
-/// Sends a unit when the configuration file's content changes. The folder
-/// is watched (editors replace the file rather than write it), events are
-/// collapsed for a moment, and a write that leaves the bytes as they were
-/// (a `touch`) is no change.
+/// Sends a unit when the configuration file's content changes
+/// ([`file_watch::FileWatch`]); the watch lives as long as the returned value.
 fn watch_config(
     path: Option<PathBuf>,
-) -> tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<()>> {
+) -> (
+    Option<file_watch::FileWatch<()>>,
+    tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<()>>,
+) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    if let Some(path) = path {
-        std::thread::spawn(move || {
-            if let Err(e) = watch_file(&path, &tx, ()) {
+    let watching = path.and_then(|path| {
+        let watching =
+            file_watch::FileWatch::new(tx).and_then(|mut w| w.add(&path, ()).map(|()| w));
+        match watching {
+            Ok(w) => Some(w),
+            Err(e) => {
                 eprintln!(
                     "pincer: not watching {} for changes ({e}); send SIGHUP to reload",
                     path.display()
                 );
-            }
-        });
-    }
-    tokio::sync::Mutex::new(rx)
-}
-
-/// Sends `value` on `tx` each time the content of the file at `path`
-/// changes (until the receiver is gone).
-pub(crate) fn watch_file<T: Clone>(
-    path: &Path,
-    tx: &tokio::sync::mpsc::UnboundedSender<T>,
-    value: T,
-) -> notify::Result<()> {
-    use notify::Watcher as _;
-    let path = std::path::absolute(path)?;
-    let folder = path.parent().unwrap_or(Path::new("/")).to_path_buf();
-    let (events_tx, events) = std::sync::mpsc::channel();
-    let mut watcher = notify::recommended_watcher(events_tx)?;
-    watcher.watch(&folder, notify::RecursiveMode::NonRecursive)?;
-    let digest = |p: &Path| std::fs::read(p).ok().map(|b| sha2::Sha256::digest(&b));
-    use sha2::Digest as _;
-    let mut last = digest(&path);
-    while let Ok(event) = events.recv() {
-        let touches = |e: &notify::Result<notify::Event>| {
-            e.as_ref()
-                .map(|e| e.paths.iter().any(|p| p == &path))
-                .unwrap_or(false)
-        };
-        if !touches(&event) {
-            continue;
-        }
-        // Collapse the burst an editor's save makes.
-        std::thread::sleep(Duration::from_millis(300));
-        while events.try_recv().is_ok() {}
-        let now = digest(&path);
-        if now != last {
-            last = now;
-            if tx.send(value.clone()).is_err() {
-                return Ok(());
+                None
             }
         }
-    }
-    Ok(())
+    });
+    (watching, tokio::sync::Mutex::new(rx))
 }

@@ -1,8 +1,9 @@
 //! The daemon's side of the scheduler: finds each workspace's
-//! `schedules.yaml` (where its container cannot write), loads it, and on
-//! every tick runs what [`Scheduler::due_now`] hands out — a skill call or
-//! an agent turn in the workspace, within the task's timeout — then records
-//! the outcome and queues it in the outbox for each `deliver_to`.
+//! `schedules.yaml` (where its container cannot write) and the agent's
+//! approved tasks, loads them, and at each due time runs what
+//! [`Scheduler::due_now`] hands out — a skill call or an agent turn in the
+//! workspace, within the task's timeout — then records the outcome and
+//! queues it in the outbox for each `deliver_to`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::file_watch::FileWatch;
 use crate::audit::AuditLog;
 use crate::channels::{Address, ChannelHost, InboundState};
 use crate::cli::Context;
@@ -18,21 +20,23 @@ use crate::config::Config;
 use crate::plugins::PluginHost;
 use crate::router::{Agent, Inbound};
 use crate::scheduler::file::{self, Checks};
-use crate::scheduler::{Action, DueRun, Outcome, Scheduler, Store, SystemClock, Task};
+use crate::scheduler::{Action, DueRun, Outcome, Scheduler, Store, SystemClock, Task, agent};
 use crate::sessions::{SessionKey, TurnStatus};
 
 /// The channel name of scheduled agent turns' sessions.
 pub const SCHEDULE_CHANNEL: &str = "schedule";
 
-/// How often the scheduler looks for due runs.
-const TICK: Duration = Duration::from_millis(500);
-
-/// Where workspace `name`'s `schedules.yaml` is: `workspaces/NAME/schedules.yaml`
-/// beside the configuration file, if there is one.
-pub fn schedule_path(ctx: &Context, name: &str) -> Option<PathBuf> {
+/// Where workspace `name`'s `schedules.yaml` belongs:
+/// `workspaces/NAME/schedules.yaml` beside the configuration file (none
+/// without one).
+pub fn schedule_file(ctx: &Context, name: &str) -> Option<PathBuf> {
     let dir = ctx.config_path.as_ref()?.parent()?.to_path_buf();
-    let path = dir.join("workspaces").join(name).join(file::FILE_NAME);
-    path.is_file().then_some(path)
+    Some(dir.join("workspaces").join(name).join(file::FILE_NAME))
+}
+
+/// Workspace `name`'s `schedules.yaml`, if it exists.
+pub fn schedule_path(ctx: &Context, name: &str) -> Option<PathBuf> {
+    schedule_file(ctx, name).filter(|p| p.is_file())
 }
 
 /// Refuses a schedule file the workspace's container could write: inside
@@ -85,7 +89,7 @@ pub fn load_tasks(config: &Config, name: &str, path: &Path) -> anyhow::Result<Ve
         }
     };
     let checks = Checks {
-        default_zone: file::host_zone(),
+        default_zone: agent::default_zone(config),
         channels: Some(&channels),
         skill: Some(&skill),
     };
@@ -112,13 +116,32 @@ pub fn load_tasks(config: &Config, name: &str, path: &Path) -> anyhow::Result<Ve
     Ok(tasks)
 }
 
+/// How often, at least, the scheduler looks at the database for changes
+/// other processes made (pauses, `pincer schedule run`, approved agent
+/// tasks) and for schedule files that appeared.
+const POLL: Duration = Duration::from_secs(1);
+
+/// What a workspace's schedule looks like to `pincer status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WorkspaceSchedule {
+    /// Tasks loaded (the file's and the agent's).
+    pub tasks: usize,
+    /// The file, if there is one.
+    pub file: Option<PathBuf>,
+    /// Why the file (or an agent task) is not used as it is, if so.
+    pub problem: Option<String>,
+}
+
 /// Runs scheduled work for one configuration.
 pub struct Schedules {
-    /// Tasks loaded, over all workspaces.
-    pub tasks: usize,
     scheduler: Mutex<Scheduler>,
-    /// Each workspace's schedule file, watched for changes.
-    files: BTreeMap<String, PathBuf>,
+    /// Where each workspace's schedule file is or would be.
+    expected: BTreeMap<String, PathBuf>,
+    /// The tasks of each workspace's file as last loaded successfully.
+    file_tasks: Mutex<BTreeMap<String, Vec<Task>>>,
+    summary: Mutex<BTreeMap<String, WorkspaceSchedule>>,
+    watch: Mutex<Option<FileWatch<String>>>,
+    changed: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
     agent: Arc<Agent>,
     plugins: Arc<PluginHost>,
     channels: Arc<ChannelHost>,
@@ -128,10 +151,14 @@ pub struct Schedules {
     limits: crate::plugins::CallLimits,
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl Schedules {
-    /// Loads every workspace's `schedules.yaml`; a file that cannot be
-    /// loaded is reported (and audited) and that workspace runs no
-    /// schedule until it is fixed.
+    /// Loads every workspace's `schedules.yaml` and the agent's active
+    /// tasks; a file that cannot be loaded is reported (and audited) and
+    /// that workspace runs only its agent tasks until it is fixed.
     pub fn start(
         ctx: &Context,
         agent: Arc<Agent>,
@@ -141,35 +168,28 @@ impl Schedules {
     ) -> anyhow::Result<Arc<Self>> {
         let store = Store::open(&ctx.home.join(crate::db::FILE_NAME))?;
         let owner = format!("pincer-{}-{}", std::process::id(), uuid::Uuid::new_v4());
-        let mut scheduler = Scheduler::new(store, Arc::new(SystemClock), owner)?;
-        let mut loaded = BTreeMap::new();
-        let mut files = BTreeMap::new();
-        for name in ctx.config.workspaces.keys() {
-            let Some(path) = schedule_path(ctx, name) else {
-                continue;
-            };
-            files.insert(name.clone(), path.clone());
-            match load_tasks(&ctx.config, name, &path) {
-                Ok(tasks) => {
-                    loaded.insert(name.clone(), tasks.len());
-                    scheduler.set_tasks(name, tasks);
-                }
-                Err(e) => {
-                    eprintln!("pincer: no schedule for workspace `{name}`: {e:#}");
-                    audit.record(
-                        "pincer",
-                        Some(name),
-                        "schedule.file_refused",
-                        &format!("{e:#}"),
-                    );
-                }
+        let scheduler = Scheduler::new(store, Arc::new(SystemClock), owner)?;
+        let expected: BTreeMap<String, PathBuf> = ctx
+            .config
+            .workspaces
+            .keys()
+            .filter_map(|name| Some((name.clone(), schedule_file(ctx, name)?)))
+            .collect();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let watch = match FileWatch::new(tx) {
+            Ok(watch) => Some(watch),
+            Err(e) => {
+                eprintln!("pincer: schedule files are not watched for changes: {e}");
+                None
             }
-        }
-        let tasks = loaded.values().sum();
-        Ok(Arc::new(Self {
-            tasks,
-            files,
+        };
+        let me = Arc::new(Self {
             scheduler: Mutex::new(scheduler),
+            expected,
+            file_tasks: Mutex::new(BTreeMap::new()),
+            summary: Mutex::new(BTreeMap::new()),
+            watch: Mutex::new(watch),
+            changed: Mutex::new(Some(rx)),
             agent,
             plugins,
             channels,
@@ -177,26 +197,141 @@ impl Schedules {
             config: Arc::new(ctx.config.clone()),
             catalog: ctx.catalog(),
             limits: ctx.limits(),
-        }))
+        });
+        for name in ctx.config.workspaces.keys() {
+            me.watch_file(name);
+            me.load_file(name, false);
+            me.apply(name)?;
+        }
+        Ok(me)
     }
 
-    /// Ticks until `stop`; each due run runs in a task of its own. A
-    /// changed `schedules.yaml` is loaded again; an invalid one keeps the
-    /// tasks it had, says why and is audited.
-    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let (changed_tx, mut changed) = tokio::sync::mpsc::unbounded_channel::<String>();
-        for (workspace, path) in &self.files {
-            let (tx, path, workspace) = (changed_tx.clone(), path.clone(), workspace.clone());
-            std::thread::spawn(move || {
-                if let Err(e) = super::watch_file(&path, &tx, workspace) {
-                    eprintln!("pincer: not watching {} for changes: {e}", path.display());
-                }
-            });
+    /// Tasks loaded, over all workspaces.
+    pub fn task_count(&self) -> usize {
+        lock(&self.scheduler).task_count()
+    }
+
+    /// Each workspace's schedule, for `pincer status`.
+    pub fn summary(&self) -> BTreeMap<String, WorkspaceSchedule> {
+        lock(&self.summary).clone()
+    }
+
+    /// Watches the workspace's schedule file once its folder exists.
+    fn watch_file(&self, workspace: &str) -> bool {
+        let Some(path) = self.expected.get(workspace) else {
+            return false;
+        };
+        let mut watch = lock(&self.watch);
+        let Some(watch) = watch.as_mut() else {
+            return false;
+        };
+        if watch.watches(path) {
+            return false;
         }
+        watch.add(path, workspace.to_owned()).is_ok()
+    }
+
+    /// Reads the workspace's file again. An invalid one keeps the tasks it
+    /// had (said, audited and shown by `pincer status`); a removed one
+    /// stops them.
+    fn load_file(&self, workspace: &str, reload: bool) {
+        let path = self.expected.get(workspace).filter(|p| p.is_file());
+        let Some(path) = path else {
+            let had = lock(&self.file_tasks).remove(workspace);
+            if had.is_some_and(|t| !t.is_empty()) {
+                println!(
+                    "pincer: workspace `{workspace}` has no schedules.yaml any more: its tasks stop"
+                );
+            }
+            lock(&self.summary).insert(workspace.to_owned(), WorkspaceSchedule::default());
+            return;
+        };
+        let loaded = load_tasks(&self.config, workspace, path);
+        let mut summary = WorkspaceSchedule {
+            file: Some(path.clone()),
+            ..WorkspaceSchedule::default()
+        };
+        match loaded {
+            Ok(tasks) => {
+                if reload {
+                    println!(
+                        "pincer: {} reloaded: {} task(s) for workspace `{workspace}`",
+                        path.display(),
+                        tasks.len()
+                    );
+                }
+                lock(&self.file_tasks).insert(workspace.to_owned(), tasks);
+            }
+            Err(e) => {
+                let (said, event) = if reload && lock(&self.file_tasks).contains_key(workspace) {
+                    (
+                        format!(
+                            "{} is not valid, so workspace `{workspace}` keeps its previous schedule: {e:#}",
+                            path.display()
+                        ),
+                        "schedule.reload_refused",
+                    )
+                } else {
+                    (
+                        format!("no schedule for workspace `{workspace}`: {e:#}"),
+                        "schedule.file_refused",
+                    )
+                };
+                eprintln!("pincer: {said}");
+                self.audit
+                    .record("pincer", Some(workspace), event, &format!("{e:#}"));
+                summary.problem = Some(format!("{e:#}"));
+            }
+        }
+        lock(&self.summary).insert(workspace.to_owned(), summary);
+    }
+
+    /// Hands the scheduler the workspace's file tasks and active agent
+    /// tasks.
+    fn apply(&self, workspace: &str) -> anyhow::Result<()> {
+        let mut tasks = lock(&self.file_tasks)
+            .get(workspace)
+            .cloned()
+            .unwrap_or_default();
+        let mut scheduler = lock(&self.scheduler);
+        let (agent_tasks, problems) =
+            agent::active_tasks(scheduler.store(), &self.config, workspace)?;
+        for problem in &problems {
+            eprintln!("pincer: workspace `{workspace}`: {problem}; it does not run");
+        }
+        tasks.extend(agent_tasks);
+        let count = tasks.len();
+        scheduler.set_tasks(workspace, tasks)?;
+        drop(scheduler);
+        let mut summary = lock(&self.summary);
+        let entry = summary.entry(workspace.to_owned()).or_default();
+        entry.tasks = count;
+        if !problems.is_empty() && entry.problem.is_none() {
+            entry.problem = Some(problems.join("; "));
+        }
+        Ok(())
+    }
+
+    fn reload(&self, workspace: &str) {
+        self.load_file(workspace, true);
+        if let Err(e) = self.apply(workspace) {
+            tracing::error!(workspace, "scheduler: {e:#}");
+        }
+    }
+
+    /// Runs what is due until `stop`, each run in a task of its own, waking
+    /// at the next due time and at least every [`POLL`]. A changed or new
+    /// `schedules.yaml` and a changed set of agent tasks are loaded again.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let Some(mut changed) = lock(&self.changed).take() else {
+            return;
+        };
+        let revision = || lock(&self.scheduler).store().agent_revision().ok();
+        let mut agent_revision = revision();
         loop {
-            let due = match self.scheduler.lock() {
-                Ok(scheduler) => scheduler.due_now(),
-                Err(_) => return,
+            let (due, wake) = {
+                let mut scheduler = lock(&self.scheduler);
+                (scheduler.due_now(), scheduler.next_wake())
             };
             match due {
                 Ok(runs) => {
@@ -207,49 +342,37 @@ impl Schedules {
                 }
                 Err(e) => tracing::error!("scheduler: {e}"),
             }
+            for workspace in self.expected.keys() {
+                // a file whose folder appeared since
+                if self.watch_file(workspace) && self.expected[workspace].is_file() {
+                    self.reload(workspace);
+                }
+            }
+            let now_revision = revision();
+            if now_revision != agent_revision {
+                agent_revision = now_revision;
+                for workspace in self.config.workspaces.keys() {
+                    if let Err(e) = self.apply(workspace) {
+                        tracing::error!(workspace, "scheduler: {e:#}");
+                    }
+                }
+            }
+            let sleep = wake
+                .and_then(|at| (at - chrono::Utc::now()).to_std().ok())
+                .map_or(POLL, |until| until.min(POLL));
             tokio::select! {
-                () = tokio::time::sleep(TICK) => {}
+                () = tokio::time::sleep(sleep) => {}
                 Some(workspace) = changed.recv() => self.reload(&workspace),
                 _ = stop.changed() => return,
             }
         }
     }
 
-    fn reload(&self, workspace: &str) {
-        let Some(path) = self.files.get(workspace) else {
-            return;
-        };
-        match load_tasks(&self.config, workspace, path) {
-            Ok(tasks) => {
-                println!(
-                    "pincer: {} reloaded: {} task(s) for workspace `{workspace}`",
-                    path.display(),
-                    tasks.len()
-                );
-                if let Ok(mut scheduler) = self.scheduler.lock() {
-                    scheduler.set_tasks(workspace, tasks);
-                }
-            }
-            Err(e) => {
-                eprintln!(
-                    "pincer: {} is not valid, so workspace `{workspace}` keeps its previous schedule: {e:#}",
-                    path.display()
-                );
-                self.audit.record(
-                    "pincer",
-                    Some(workspace),
-                    "schedule.reload_refused",
-                    &format!("{e:#}"),
-                );
-            }
-        }
-    }
-
     async fn execute(&self, run: DueRun) {
         let now = || crate::db::now_ms();
-        let started = match self.scheduler.lock() {
-            Ok(s) => s.store().start(run.run_id, s.owner(), now()),
-            Err(_) => return,
+        let started = {
+            let s = lock(&self.scheduler);
+            s.store().start(run.run_id, s.owner(), now())
         };
         if !matches!(started, Ok(true)) {
             tracing::warn!(task = %run.task.id, "scheduled run {} could not start: {started:?}", run.run_id);
@@ -289,17 +412,23 @@ impl Schedules {
                 .channels
                 .reply(None, InboundState::Done, &address, &text)
             {
-                Ok(()) => receipts.push(format!("outbox:{}:{conversation}", to.channel)),
+                Ok(outbox) => receipts.push(serde_json::json!({
+                    "channel": to.channel, "conversation": conversation, "outbox": outbox,
+                })),
                 Err(e) => tracing::error!(task = %task.id, "cannot queue the output: {e}"),
             }
         }
+        let receipts =
+            (!receipts.is_empty()).then(|| serde_json::Value::from(receipts).to_string());
         let stored = match &outcome {
             Ok(output) => Outcome::Done {
                 output: output.clone(),
-                receipts: (!receipts.is_empty())
-                    .then(|| serde_json::to_string(&receipts).unwrap_or_default()),
+                receipts,
             },
-            Err(e) => Outcome::Failed(e.clone()),
+            Err(e) => Outcome::Failed {
+                error: e.clone(),
+                receipts,
+            },
         };
         if let Err(e) = outcome {
             self.audit.record(
@@ -309,8 +438,9 @@ impl Schedules {
                 &format!("task `{}` due {}: {e}", task.id, run.due.to_rfc3339()),
             );
         }
-        if let Ok(s) = self.scheduler.lock()
-            && let Err(e) = s.store().finish(run.run_id, &stored, now())
+        if let Err(e) = lock(&self.scheduler)
+            .store()
+            .finish(run.run_id, &stored, now())
         {
             tracing::error!(task = %task.id, "cannot record the run: {e}");
         }

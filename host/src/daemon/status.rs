@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::schedules::{Schedules, WorkspaceSchedule};
 use crate::channels::{ChannelHost, ConnectionStatus};
 use crate::config::Config;
 
@@ -21,6 +22,10 @@ pub struct Snapshot {
     pub webhooks: Option<String>,
     pub workspaces: Vec<String>,
     pub channels: BTreeMap<String, ChannelSnapshot>,
+    /// Each workspace's schedule: tasks loaded, and a problem if its file
+    /// is refused.
+    #[serde(default)]
+    pub schedules: BTreeMap<String, WorkspaceSchedule>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -40,6 +45,7 @@ pub struct Reporter {
     file: PathBuf,
     config: Arc<Config>,
     channels: Arc<ChannelHost>,
+    schedules: Arc<Schedules>,
     gateway: String,
     webhooks: Option<String>,
     started_ms: i64,
@@ -50,6 +56,7 @@ impl Reporter {
         home: &Path,
         config: Config,
         channels: Arc<ChannelHost>,
+        schedules: Arc<Schedules>,
         gateway: std::net::SocketAddr,
         webhooks: Option<std::net::SocketAddr>,
     ) -> Self {
@@ -57,6 +64,7 @@ impl Reporter {
             file: path(home),
             config: Arc::new(config),
             channels,
+            schedules,
             gateway: gateway.to_string(),
             webhooks: webhooks.map(|a| a.to_string()),
             started_ms: crate::db::now_ms(),
@@ -88,6 +96,7 @@ impl Reporter {
             webhooks: self.webhooks.clone(),
             workspaces: self.config.workspaces.keys().cloned().collect(),
             channels,
+            schedules: self.schedules.summary(),
         }
     }
 

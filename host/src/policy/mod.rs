@@ -66,8 +66,8 @@ pub use error::PolicyError;
 pub use group::NetworkMode;
 pub use merge::{BASELINE, EffectivePolicy, GroupInfo, Setting, SourcedSet};
 pub use reach::{
-    MEMORY, MEMORY_TOOLS, ModelReach, ModelsFrom, Reaches, SourceKind, ToolSource, WorkspaceReach,
-    with_fallbacks,
+    MEMORY, MEMORY_TOOLS, ModelReach, ModelsFrom, Reaches, SCHEDULE, SCHEDULE_TOOLS, SourceKind,
+    ToolSource, WorkspaceReach, with_fallbacks,
 };
 pub use report::{
     ContainerSummary, ModelsLine, MountLine, PolicyReport, Reach, ReachItem, ReportInput,

@@ -17,6 +17,8 @@
 //!   `mcp_servers.SERVER.allowed_workspaces` and `allowed_mcp_servers`;
 //! - the built-in memory tools when `workspaces.NAME.memory.enabled` and
 //!   `allowed_skills` (when set) lists `memory`;
+//! - the built-in schedule tools when `workspaces.NAME.agent_schedules` is
+//!   `propose` or `auto` and `allowed_skills` (when set) lists `schedule`;
 //! - model aliases: `workspaces.NAME.models` when set (explicit); otherwise
 //!   `workspaces.NAME.model` and its fallbacks (transitively, as the router
 //!   tries them) when `model` is set; otherwise every alias of
@@ -31,7 +33,7 @@ use serde::Serialize;
 
 use super::merge::{EffectivePolicy, Setting};
 use super::{PolicyCatalog, PolicyError};
-use crate::config::Config;
+use crate::config::{AgentSchedules, Config};
 
 /// The source name of the built-in memory tools (also its name in
 /// `allowed_skills`).
@@ -39,6 +41,13 @@ pub const MEMORY: &str = crate::memory::TOOL_NAMESPACE;
 
 /// The built-in memory tools, without the `memory__` prefix.
 pub const MEMORY_TOOLS: [&str; 3] = ["memorize", "recall", "forget"];
+
+/// The source name of the built-in schedule tools (also its name in
+/// `allowed_skills`).
+pub const SCHEDULE: &str = "schedule";
+
+/// The built-in schedule tools, without the `schedule__` prefix.
+pub const SCHEDULE_TOOLS: [&str; 3] = ["create", "list", "cancel"];
 
 /// One tool source (memory, a skill or an MCP server) a workspace names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -92,6 +101,8 @@ pub struct WorkspaceReach {
     pub unavailable: Option<String>,
     /// The built-in memory tools.
     pub memory: ToolSource,
+    /// The built-in schedule tools (tasks the agent proposes or creates).
+    pub schedule: ToolSource,
     /// Every skill `workspaces.NAME.skills` lists, reachable or not.
     pub skills: Vec<ToolSource>,
     /// Every MCP server `workspaces.NAME.mcp_servers` lists, reachable or not.
@@ -163,10 +174,24 @@ impl WorkspaceReach {
             }),
         };
 
+        let agent_schedules = ws.map_or(AgentSchedules::None, |w| w.agent_schedules);
+        let schedule = ToolSource {
+            name: SCHEDULE.to_owned(),
+            tools: SCHEDULE_TOOLS.map(str::to_owned).to_vec(),
+            refused: blocked(if agent_schedules == AgentSchedules::None {
+                Some(format!(
+                    "workspaces.{workspace}.agent_schedules is none: set it to propose (a person approves each task) or auto to offer the schedule tools"
+                ))
+            } else {
+                policy_refusal(workspace, "allowed_skills", &allowed_skills, SCHEDULE)
+            }),
+        };
+
+        let builtin = |name: &String| name != MEMORY && name != SCHEDULE;
         let mut skills = Vec::new();
         let mut mcp_servers = Vec::new();
         if let Some(ws) = ws {
-            for name in ws.skills.iter().filter(|n| *n != MEMORY) {
+            for name in ws.skills.iter().filter(|n| builtin(n)) {
                 let rule = config.skills.get(name).cloned().unwrap_or_default();
                 let refusal = if admits(&rule.allowed_workspaces, workspace) {
                     policy_refusal(workspace, "allowed_skills", &allowed_skills, name)
@@ -181,7 +206,7 @@ impl WorkspaceReach {
                     refused: blocked(refusal),
                 });
             }
-            for name in ws.mcp_servers.iter().filter(|n| *n != MEMORY) {
+            for name in ws.mcp_servers.iter().filter(|n| builtin(n)) {
                 let (tools, refusal) = match config.mcp_servers.get(name) {
                     None => (
                         Vec::new(),
@@ -219,29 +244,36 @@ impl WorkspaceReach {
             workspace: workspace.to_owned(),
             unavailable,
             memory,
+            schedule,
             skills,
             mcp_servers,
             models,
         }
     }
 
-    /// Memory (when reachable), then the reachable skills, then the
-    /// reachable MCP servers.
+    /// Every source, reachable or not: memory, schedule, the skills, the
+    /// MCP servers.
+    fn all_sources(&self) -> impl Iterator<Item = (SourceKind, &ToolSource)> {
+        [
+            (SourceKind::Memory, &self.memory),
+            (SourceKind::Schedule, &self.schedule),
+        ]
+        .into_iter()
+        .chain(self.skills.iter().map(|s| (SourceKind::Skill, s)))
+        .chain(self.mcp_servers.iter().map(|s| (SourceKind::Server, s)))
+    }
+
+    /// Memory and schedule (when reachable), then the reachable skills,
+    /// then the reachable MCP servers.
     pub fn reachable_sources(&self) -> impl Iterator<Item = (SourceKind, &ToolSource)> {
-        std::iter::once((SourceKind::Memory, &self.memory))
-            .chain(self.skills.iter().map(|s| (SourceKind::Skill, s)))
-            .chain(self.mcp_servers.iter().map(|s| (SourceKind::Server, s)))
-            .filter(|(_, s)| s.reachable())
+        self.all_sources().filter(|(_, s)| s.reachable())
     }
 
     /// The source named `prefix` if it is reachable, else why not (which
     /// key refuses it and what to change).
     pub fn source(&self, prefix: &str) -> Result<(SourceKind, &ToolSource), String> {
         let workspace = &self.workspace;
-        let named = std::iter::once((SourceKind::Memory, &self.memory))
-            .chain(self.skills.iter().map(|s| (SourceKind::Skill, s)))
-            .chain(self.mcp_servers.iter().map(|s| (SourceKind::Server, s)))
-            .find(|(_, s)| s.name == prefix);
+        let named = self.all_sources().find(|(_, s)| s.name == prefix);
         match named {
             Some((kind, source)) => match &source.refused {
                 None => Ok((kind, source)),
@@ -285,6 +317,7 @@ impl WorkspaceReach {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceKind {
     Memory,
+    Schedule,
     Skill,
     Server,
 }

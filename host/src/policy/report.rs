@@ -120,6 +120,8 @@ pub struct Reach {
     pub unavailable: Option<String>,
     /// The built-in memory tools.
     pub memory: ReachItem,
+    /// The built-in schedule tools (`workspaces.NAME.agent_schedules`).
+    pub schedule: ReachItem,
     pub skills: Vec<ReachItem>,
     pub mcp_servers: Vec<ReachItem>,
     pub models: ModelsLine,
@@ -482,10 +484,30 @@ fn reach(p: &EffectivePolicy, input: &ReportInput<'_>, computed: &WorkspaceReach
     let mut memory = item(&computed.memory, Vec::new());
     memory.tools = Vec::new();
     memory.note = computed.memory.refused.clone().unwrap_or_default();
+    let mut schedule = item(&computed.schedule, Vec::new());
+    schedule.tools = Vec::new();
+    schedule.note = match &computed.schedule.refused {
+        Some(why) => why.clone(),
+        None => {
+            let mode = input
+                .config
+                .workspaces
+                .get(&computed.workspace)
+                .map_or(crate::config::AgentSchedules::None, |w| w.agent_schedules);
+            match mode {
+                crate::config::AgentSchedules::Auto => {
+                    "agent_schedules: auto — tasks the agent creates run without approval".into()
+                }
+                _ => "agent_schedules: propose — each task waits for `pincer schedule approve`"
+                    .into(),
+            }
+        }
+    };
     Reach {
         network,
         unavailable: computed.unavailable.clone(),
         memory,
+        schedule,
         skills,
         mcp_servers,
         models: ModelsLine {
@@ -768,6 +790,7 @@ pub fn render_text(report: &PolicyReport) -> String {
     rows.extend([
         ("network".to_owned(), reach.network.clone()),
         ("memory".to_owned(), item(&reach.memory)),
+        ("schedules".to_owned(), item(&reach.schedule)),
         ("skills".to_owned(), list_or_none(&skills)),
         ("mcp servers".to_owned(), list_or_none(&servers)),
         (

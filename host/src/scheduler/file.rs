@@ -181,6 +181,31 @@ pub fn load(path: &Path, checks: &Checks<'_>) -> Result<Vec<Task>, ConfigError> 
 /// (unknown key, wrong type, missing `id`) or [`ConfigError::Invalid`] (the
 /// checks listed in the module docs).
 pub fn parse(text: &str, file: &Path, checks: &Checks<'_>) -> Result<Vec<Task>, ConfigError> {
+    parse_tasks(text, file, checks, false)
+}
+
+/// One task given as a JSON object (a task the agent proposes, whose id
+/// must carry [`super::agent::ID_PREFIX`]), checked as in a file.
+///
+/// # Errors
+/// As [`parse`], located in the one-line JSON text.
+pub fn parse_one(
+    spec: &serde_json::Value,
+    label: &Path,
+    checks: &Checks<'_>,
+    agent: bool,
+) -> Result<Task, ConfigError> {
+    let text = serde_json::json!({ "tasks": [spec] }).to_string();
+    let mut tasks = parse_tasks(&text, label, checks, agent)?;
+    Ok(tasks.remove(0))
+}
+
+fn parse_tasks(
+    text: &str,
+    file: &Path,
+    checks: &Checks<'_>,
+    agent: bool,
+) -> Result<Vec<Task>, ConfigError> {
     let (raw, doc): (RawFile, Document<'_>) = parse_located(text, file)?;
     let mut seen = HashSet::new();
     let mut tasks = Vec::with_capacity(raw.tasks.len());
@@ -188,6 +213,20 @@ pub fn parse(text: &str, file: &Path, checks: &Checks<'_>) -> Result<Vec<Task>, 
         let at = TaskSite { doc: &doc, index };
         if !seen.insert(raw_task.id.clone()) {
             return Err(at.invalid("id", &format!("duplicate task id `{}`", raw_task.id)));
+        }
+        if raw_task.id.starts_with(super::agent::ID_PREFIX) != agent {
+            let message = if agent {
+                format!(
+                    "an agent task's id starts with `{}`",
+                    super::agent::ID_PREFIX
+                )
+            } else {
+                format!(
+                    "task ids starting with `{}` are kept for tasks the agent schedules (pincer schedule list shows them): choose another id",
+                    super::agent::ID_PREFIX
+                )
+            };
+            return Err(at.invalid("id", &message));
         }
         tasks.push(check_task(raw_task, &at, checks)?);
     }

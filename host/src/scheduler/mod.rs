@@ -4,18 +4,20 @@
 //! - [`plan`]: due times, the daylight-saving rule, catch-up after an outage;
 //! - [`store`]: runs and per-task state in `pincer.db`, claimed before they
 //!   start;
-//! - [`clock`]: where "now" comes from (tests move it).
+//! - [`clock`]: where "now" comes from (tests move it);
+//! - [`agent`]: tasks the agent schedules for itself (`schedule__*` tools).
 //!
 //! [`Scheduler`] is pure logic over the store: the daemon calls
-//! [`Scheduler::due_now`] on a tick (about once a second), runs each
+//! [`Scheduler::due_now`] at [`Scheduler::next_wake`] (and at least once a
+//! second, to see pauses and manual runs made by other processes), runs each
 //! [`DueRun`] it gets (a skill call or an agent turn, within the task's
 //! `timeout`), calls [`Store::start`] and then [`Store::finish`]. Running is
 //! not done here.
 //!
 //! Rules of [`Scheduler::due_now`], per task:
 //! 1. a task seen for the first time starts counting from now (nothing
-//!    before it is caught up); a paused task moves its cursor to now, so
-//!    nothing missed while paused runs on resume;
+//!    before it is caught up); a resumed task moves its cursor to now, so
+//!    nothing missed while paused runs;
 //! 2. the due times since the task's cursor (`last_due`) are computed from
 //!    that cursor, never from the tick: the ones within [`Scheduler::grace`]
 //!    of now are on time and due; older ones were missed (the daemon was
@@ -32,12 +34,13 @@
 //!    `rerun_interrupted: true` such a run (from the start only) is claimed
 //!    again once, as a new attempt of the same due time.
 
+pub mod agent;
 pub mod clock;
 pub mod file;
 pub mod plan;
 pub mod store;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -79,12 +82,23 @@ pub struct DueRun {
     pub attempt: i64,
 }
 
+/// A loaded task and what the scheduler keeps of it in memory, so a tick
+/// touches the database only for tasks that are due (or changed outside).
+#[derive(Debug)]
+struct Entry {
+    task: Arc<Task>,
+    /// The first due time after the task's cursor (`last_due`); `None` when
+    /// it has none left (a past `at:`).
+    next: Option<DateTime<Utc>>,
+    paused: bool,
+}
+
 /// Decides which runs are due, over the store.
 pub struct Scheduler {
     store: Store,
     clock: Arc<dyn Clock>,
     owner: String,
-    workspaces: BTreeMap<String, Vec<Arc<Task>>>,
+    workspaces: BTreeMap<String, Vec<Entry>>,
     grace: Duration,
     /// Runs interrupted when this scheduler started, rerun if their task
     /// says `rerun_interrupted`.
@@ -149,12 +163,34 @@ impl Scheduler {
         self.grace = grace;
     }
 
-    /// Sets (or replaces, on reload) the tasks of a workspace.
-    pub fn set_tasks(&mut self, workspace: &str, tasks: Vec<Task>) {
-        self.workspaces.insert(
-            workspace.to_owned(),
-            tasks.into_iter().map(Arc::new).collect(),
-        );
+    /// Sets (or replaces, on reload) the tasks of a workspace. A task seen
+    /// for the first time starts counting from now (rule 1).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn set_tasks(&mut self, workspace: &str, tasks: Vec<Task>) -> Result<(), ScheduleError> {
+        let now = whole_seconds(self.clock.now());
+        let states = self.store.states(workspace)?;
+        let unseen: Vec<&str> = tasks
+            .iter()
+            .filter(|t| states.get(&t.id).is_none_or(|s| s.last_due_ms.is_none()))
+            .map(|t| t.id.as_str())
+            .collect();
+        self.store.init_cursors(workspace, &unseen, ms(now))?;
+        let entries = tasks
+            .into_iter()
+            .map(|task| {
+                let state = states.get(&task.id);
+                let cursor = state.and_then(|s| s.last_due_ms).map_or(now, from_ms);
+                Entry {
+                    next: plan::next_after(&task, cursor),
+                    paused: state.is_some_and(|s| s.paused),
+                    task: Arc::new(task),
+                }
+            })
+            .collect();
+        self.workspaces.insert(workspace.to_owned(), entries);
+        Ok(())
     }
 
     /// Forgets a workspace's tasks (its rows stay).
@@ -164,7 +200,28 @@ impl Scheduler {
 
     /// The task `id` of `workspace`, if loaded.
     pub fn task(&self, workspace: &str, id: &str) -> Option<&Arc<Task>> {
-        self.workspaces.get(workspace)?.iter().find(|t| t.id == id)
+        self.workspaces
+            .get(workspace)?
+            .iter()
+            .find(|e| e.task.id == id)
+            .map(|e| &e.task)
+    }
+
+    /// How many tasks are loaded, over all workspaces.
+    pub fn task_count(&self) -> usize {
+        self.workspaces.values().map(Vec::len).sum()
+    }
+
+    /// The earliest due time of any task that is not paused: the daemon
+    /// sleeps until then (or until it polls for changes made outside, such
+    /// as `pincer schedule pause` or `run`).
+    pub fn next_wake(&self) -> Option<DateTime<Utc>> {
+        self.workspaces
+            .values()
+            .flatten()
+            .filter(|e| !e.paused)
+            .filter_map(|e| e.next)
+            .min()
     }
 
     pub fn store(&self) -> &Store {
@@ -179,18 +236,33 @@ impl Scheduler {
     ///
     /// # Errors
     /// Database errors.
-    pub fn pause(&self, workspace: &str, task: &str) -> Result<(), ScheduleError> {
-        Ok(self.store.set_paused(workspace, task, true)?)
+    pub fn pause(&mut self, workspace: &str, task: &str) -> Result<(), ScheduleError> {
+        self.store.set_paused(workspace, task, true)?;
+        if let Some(entry) = self.entry_mut(workspace, task) {
+            entry.paused = true;
+        }
+        Ok(())
     }
 
     /// Resumes a task; what it missed while paused does not run.
     ///
     /// # Errors
     /// Database errors.
-    pub fn resume(&self, workspace: &str, task: &str) -> Result<(), ScheduleError> {
-        self.store
-            .set_last_due(workspace, task, ms(whole_seconds(self.clock.now())))?;
-        Ok(self.store.set_paused(workspace, task, false)?)
+    pub fn resume(&mut self, workspace: &str, task: &str) -> Result<(), ScheduleError> {
+        let now = whole_seconds(self.clock.now());
+        self.store.resume(workspace, task, ms(now))?;
+        if let Some(entry) = self.entry_mut(workspace, task) {
+            entry.paused = false;
+            entry.next = plan::next_after(&entry.task, now);
+        }
+        Ok(())
+    }
+
+    fn entry_mut(&mut self, workspace: &str, task: &str) -> Option<&mut Entry> {
+        self.workspaces
+            .get_mut(workspace)?
+            .iter_mut()
+            .find(|e| e.task.id == task)
     }
 
     fn lease_until(&self, task: &Task, now: DateTime<Utc>) -> i64 {
@@ -199,19 +271,61 @@ impl Scheduler {
 
     /// The runs to start now, each claimed once (see the module docs).
     ///
+    /// Cheap when nothing is due: three indexed queries (expired leases,
+    /// paused tasks, queued runs) whatever the number of tasks; only due
+    /// tasks are looked up one by one.
+    ///
     /// # Errors
     /// Database errors.
-    pub fn due_now(&self) -> Result<Vec<DueRun>, ScheduleError> {
+    pub fn due_now(&mut self) -> Result<Vec<DueRun>, ScheduleError> {
         let now = whole_seconds(self.clock.now());
         let now_ms = ms(now);
         // leases that ran out (a run that outlived its timeout)
         self.store.interrupt_abandoned(&self.owner, now_ms)?;
+        let paused = self.store.paused_tasks()?;
+        let queued = self.store.queued_tasks()?;
+        let rerun: BTreeSet<(String, String)> = self
+            .interrupted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|r| (r.workspace.clone(), r.task.clone()))
+            .collect();
+        let mut workspaces = std::mem::take(&mut self.workspaces);
         let mut out = Vec::new();
-        for (workspace, tasks) in &self.workspaces {
-            for task in tasks {
-                self.due_task(workspace, task, now, &mut out)?;
+        let mut result = Ok(());
+        'all: for (workspace, entries) in &mut workspaces {
+            for entry in entries.iter_mut() {
+                let key = (workspace.clone(), entry.task.id.clone());
+                if paused.contains(&key) {
+                    entry.paused = true;
+                    continue;
+                }
+                if entry.paused {
+                    // resumed from outside (`pincer schedule resume`):
+                    // nothing missed while paused runs
+                    entry.paused = false;
+                    if let Err(e) = self.store.set_last_due(workspace, &entry.task.id, now_ms) {
+                        result = Err(e.into());
+                        break 'all;
+                    }
+                    entry.next = plan::next_after(&entry.task, now);
+                }
+                let due = entry.next.is_some_and(|next| next <= now)
+                    || queued.contains(&key)
+                    || rerun.contains(&key);
+                if !due {
+                    continue;
+                }
+                if let Err(e) = self.due_task(workspace, &entry.task, now, &mut out) {
+                    result = Err(e);
+                    break 'all;
+                }
+                entry.next = plan::next_after(&entry.task, now);
             }
         }
+        self.workspaces = workspaces;
+        result?;
         out.sort_by_key(|run| run.due);
         Ok(out)
     }
@@ -235,10 +349,6 @@ impl Scheduler {
             attempt,
         };
 
-        if store.is_paused(workspace, id)? {
-            store.set_last_due(workspace, id, now_ms)?;
-            return Ok(());
-        }
         let mut active = store.active_run(workspace, id)?.is_some();
 
         // 5. reruns of runs interrupted at start

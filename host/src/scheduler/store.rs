@@ -11,6 +11,7 @@
 //! previous run was still going, `overlap: skip`); `interrupted` (its owner
 //! died or its lease ran out before it finished).
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -71,6 +72,17 @@ pub struct RunRecord {
     pub output: Option<String>,
     pub error: Option<String>,
     pub receipts: Option<String>,
+    /// `schedule` (a due time of the task's trigger) or `manual`
+    /// (`pincer schedule run`).
+    pub origin: String,
+}
+
+/// A task's row in `schedule_state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskState {
+    pub paused: bool,
+    /// The cursor: every due time at or before it was handled.
+    pub last_due_ms: Option<i64>,
 }
 
 /// How a run ended.
@@ -81,8 +93,11 @@ pub enum Outcome {
         output: String,
         receipts: Option<String>,
     },
-    /// Failed with this reason.
-    Failed(String),
+    /// Failed with this reason; the failure was reported to `receipts`.
+    Failed {
+        error: String,
+        receipts: Option<String>,
+    },
 }
 
 /// The scheduler's tables in `pincer.db`.
@@ -106,6 +121,7 @@ CREATE TABLE IF NOT EXISTS schedule_runs (
     output           TEXT,
     error            TEXT,
     receipts         TEXT,
+    origin           TEXT    NOT NULL DEFAULT 'schedule',
     UNIQUE (workspace, task, due_ms)
 );
 CREATE INDEX IF NOT EXISTS schedule_runs_status ON schedule_runs (status);
@@ -119,7 +135,7 @@ CREATE TABLE IF NOT EXISTS schedule_state (
 ";
 
 const COLUMNS: &str = "id, workspace, task, due_ms, status, claimed_by, claimed_until_ms, \
-                       started_ms, ended_ms, attempt, output, error, receipts";
+                       started_ms, ended_ms, attempt, output, error, receipts, origin";
 
 fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     let status: String = row.get(4)?;
@@ -143,6 +159,7 @@ fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         output: row.get(10)?,
         error: row.get(11)?,
         receipts: row.get(12)?,
+        origin: row.get(13)?,
     })
 }
 
@@ -161,12 +178,24 @@ impl Store {
     /// If the tables cannot be created.
     pub fn new(conn: Connection) -> rusqlite::Result<Store> {
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(super::agent::SCHEMA)?;
+        // databases made before `origin` existed
+        let has_origin: bool = conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('schedule_runs') WHERE name = 'origin'",
+            [],
+            |row| row.get::<_, i64>(0).map(|n| n > 0),
+        )?;
+        if !has_origin {
+            conn.execute_batch(
+                "ALTER TABLE schedule_runs ADD COLUMN origin TEXT NOT NULL DEFAULT 'schedule'",
+            )?;
+        }
         Ok(Store {
             conn: Mutex::new(conn),
         })
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    pub(super) fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -235,7 +264,12 @@ impl Store {
                 None,
                 receipts.as_deref(),
             ),
-            Outcome::Failed(reason) => (RunStatus::Failed, None, Some(reason.as_str()), None),
+            Outcome::Failed { error, receipts } => (
+                RunStatus::Failed,
+                None,
+                Some(error.as_str()),
+                receipts.as_deref(),
+            ),
         };
         let changed = self.conn().execute(
             "UPDATE schedule_runs
@@ -387,6 +421,136 @@ impl Store {
              ON CONFLICT (workspace, task) DO UPDATE
              SET last_due_ms = MAX(COALESCE(last_due_ms, ?3), ?3)",
             params![workspace, task, due_ms],
+        )?;
+        Ok(())
+    }
+
+    /// The per-task state rows of `workspace`, by task.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn states(&self, workspace: &str) -> rusqlite::Result<HashMap<String, TaskState>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT task, paused, last_due_ms FROM schedule_state WHERE workspace = ?1")?;
+        let rows = stmt.query_map(params![workspace], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                TaskState {
+                    paused: row.get(1)?,
+                    last_due_ms: row.get(2)?,
+                },
+            ))
+        })?;
+        rows.collect()
+    }
+
+    /// Sets the cursor of each task in `tasks` that has none to `now_ms`
+    /// (first sight), in one transaction.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn init_cursors(
+        &self,
+        workspace: &str,
+        tasks: &[&str],
+        now_ms: i64,
+    ) -> rusqlite::Result<()> {
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut stmt = tx.prepare(
+                "INSERT INTO schedule_state (workspace, task, last_due_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (workspace, task) DO UPDATE
+                 SET last_due_ms = COALESCE(last_due_ms, ?3)",
+            )?;
+            for task in tasks {
+                stmt.execute(params![workspace, task, now_ms])?;
+            }
+        }
+        tx.commit()
+    }
+
+    /// Every paused task, as (workspace, task).
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn paused_tasks(&self) -> rusqlite::Result<HashSet<(String, String)>> {
+        self.pairs("SELECT workspace, task FROM schedule_state WHERE paused = 1")
+    }
+
+    /// Every task with a queued run (`overlap: queue`, catch-up, or
+    /// `pincer schedule run`), as (workspace, task).
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn queued_tasks(&self) -> rusqlite::Result<HashSet<(String, String)>> {
+        self.pairs("SELECT DISTINCT workspace, task FROM schedule_runs WHERE status = 'queued'")
+    }
+
+    fn pairs(&self, sql: &str) -> rusqlite::Result<HashSet<(String, String)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(sql)?;
+        let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        rows.collect()
+    }
+
+    /// Queues a run of the task now, outside its schedule (`pincer schedule
+    /// run`): the running daemon starts it once no run of the task is
+    /// active. Its due time is `now_ms`, moved on by a millisecond while it
+    /// collides with another row (scheduled due times are whole seconds).
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn queue_manual(&self, workspace: &str, task: &str, now_ms: i64) -> rusqlite::Result<i64> {
+        let conn = self.conn();
+        let mut due = if now_ms % 1000 == 0 {
+            now_ms + 1
+        } else {
+            now_ms
+        };
+        loop {
+            let changed = conn.execute(
+                "INSERT INTO schedule_runs (workspace, task, due_ms, status, origin)
+                 VALUES (?1, ?2, ?3, 'queued', 'manual')
+                 ON CONFLICT (workspace, task, due_ms) DO NOTHING",
+                params![workspace, task, due],
+            )?;
+            if changed == 1 {
+                return Ok(conn.last_insert_rowid());
+            }
+            due += 1;
+        }
+    }
+
+    /// One run by its id.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn run(&self, run_id: i64) -> rusqlite::Result<Option<RunRecord>> {
+        self.conn()
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM schedule_runs WHERE id = ?1"),
+                params![run_id],
+                record,
+            )
+            .optional()
+    }
+
+    /// Resumes a task and moves its cursor to `now_ms`, so due times missed
+    /// while it was paused do not run (also when the daemon is down).
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn resume(&self, workspace: &str, task: &str, now_ms: i64) -> rusqlite::Result<()> {
+        self.conn().execute(
+            "INSERT INTO schedule_state (workspace, task, paused, last_due_ms) VALUES (?1, ?2, 0, ?3)
+             ON CONFLICT (workspace, task) DO UPDATE
+             SET paused = 0, last_due_ms = MAX(COALESCE(last_due_ms, ?3), ?3)",
+            params![workspace, task, now_ms],
         )?;
         Ok(())
     }

@@ -39,7 +39,7 @@ impl Env {
         let mut scheduler = Scheduler::new(store, clock, owner).expect("scheduler");
         let tasks =
             file::parse(yaml, Path::new("s.yaml"), &Checks::offline(Tz::UTC)).expect("tasks parse");
-        scheduler.set_tasks("ws", tasks);
+        scheduler.set_tasks("ws", tasks).expect("set tasks");
         scheduler
     }
 
@@ -77,7 +77,7 @@ fn hourly(catch_up: &str) -> String {
 /// Runs at 10:00, then the daemon is down from 10:30 to 13:30.
 fn outage(catch_up: &str) -> (Env, Scheduler) {
     let env = Env::new("2026-01-01T09:30:00Z");
-    let first = env.scheduler("a", &hourly(catch_up));
+    let mut first = env.scheduler("a", &hourly(catch_up));
     assert!(first.due_now().expect("due").is_empty(), "first sight");
     env.at("2026-01-01T10:00:00Z");
     let runs = first.due_now().expect("due");
@@ -93,7 +93,7 @@ fn outage(catch_up: &str) -> (Env, Scheduler) {
 
 #[test]
 fn outage_with_catch_up_skip_runs_nothing_missed() {
-    let (env, scheduler) = outage("skip");
+    let (env, mut scheduler) = outage("skip");
     assert!(scheduler.due_now().expect("due").is_empty());
     env.at("2026-01-01T14:00:00Z");
     assert_eq!(dues(&scheduler.due_now().expect("due")), ["14:00:00"]);
@@ -101,7 +101,7 @@ fn outage_with_catch_up_skip_runs_nothing_missed() {
 
 #[test]
 fn outage_with_catch_up_once_runs_the_latest_missed() {
-    let (env, scheduler) = outage("once");
+    let (env, mut scheduler) = outage("once");
     let runs = scheduler.due_now().expect("due");
     assert_eq!(dues(&runs), ["13:00:00"]);
     assert!(scheduler.due_now().expect("due").is_empty(), "claimed once");
@@ -112,7 +112,7 @@ fn outage_with_catch_up_once_runs_the_latest_missed() {
 
 #[test]
 fn outage_with_catch_up_all_runs_each_missed_in_turn() {
-    let (_env, scheduler) = outage("all");
+    let (_env, mut scheduler) = outage("all");
     let mut seen = Vec::new();
     for _ in 0..4 {
         let runs = scheduler.due_now().expect("due");
@@ -130,7 +130,7 @@ const EVERY_MINUTE: &str = "tasks:\n  - id: m\n    schedule: '* * * * *'\n    pr
 #[test]
 fn overlap_skip_records_the_due_time_as_skipped() {
     let env = Env::new("2026-01-01T09:59:30Z");
-    let scheduler = env.scheduler("a", EVERY_MINUTE);
+    let mut scheduler = env.scheduler("a", EVERY_MINUTE);
     scheduler.due_now().expect("first sight");
     env.at("2026-01-01T10:00:00Z");
     let runs = scheduler.due_now().expect("due");
@@ -158,7 +158,10 @@ fn overlap_skip_records_the_due_time_as_skipped() {
 }
 
 fn finish_running(scheduler: &Scheduler, run: &DueRun) {
-    let outcome = Outcome::Failed("boom".into());
+    let outcome = Outcome::Failed {
+        error: "boom".into(),
+        receipts: None,
+    };
     assert!(
         scheduler
             .store()
@@ -171,7 +174,7 @@ fn finish_running(scheduler: &Scheduler, run: &DueRun) {
 fn overlap_queue_runs_the_due_time_after_the_previous_one() {
     let env = Env::new("2026-01-01T09:59:30Z");
     let yaml = format!("{EVERY_MINUTE}    overlap: queue\n");
-    let scheduler = env.scheduler("a", &yaml);
+    let mut scheduler = env.scheduler("a", &yaml);
     scheduler.due_now().expect("first sight");
     env.at("2026-01-01T10:00:00Z");
     let runs = scheduler.due_now().expect("due");
@@ -190,7 +193,7 @@ fn overlap_queue_runs_the_due_time_after_the_previous_one() {
 fn restart_mid_run(rerun: bool) -> (Env, Scheduler, DueRun) {
     let env = Env::new("2026-01-01T09:59:30Z");
     let yaml = format!("{EVERY_MINUTE}    rerun_interrupted: {rerun}\n");
-    let first = env.scheduler("a", &yaml);
+    let mut first = env.scheduler("a", &yaml);
     first.due_now().expect("first sight");
     env.at("2026-01-01T10:00:00Z");
     let runs = first.due_now().expect("due");
@@ -203,7 +206,7 @@ fn restart_mid_run(rerun: bool) -> (Env, Scheduler, DueRun) {
 
 #[test]
 fn restart_mid_run_marks_it_interrupted_and_does_not_claim_it_again() {
-    let (env, scheduler, run) = restart_mid_run(false);
+    let (env, mut scheduler, run) = restart_mid_run(false);
     assert!(scheduler.due_now().expect("due").is_empty());
     let history = scheduler.store().history("ws", "m", 5).expect("history");
     assert_eq!(history.len(), 1);
@@ -215,7 +218,7 @@ fn restart_mid_run_marks_it_interrupted_and_does_not_claim_it_again() {
 
 #[test]
 fn restart_mid_run_with_rerun_interrupted_runs_it_once_more() {
-    let (_env, scheduler, run) = restart_mid_run(true);
+    let (_env, mut scheduler, run) = restart_mid_run(true);
     let runs = scheduler.due_now().expect("due");
     assert_eq!(dues(&runs), ["10:00:00"]);
     assert_eq!(runs[0].run_id, run.run_id);
@@ -226,12 +229,12 @@ fn restart_mid_run_with_rerun_interrupted_runs_it_once_more() {
 #[test]
 fn pause_survives_a_restart() {
     let env = Env::new("2026-01-01T09:59:30Z");
-    let first = env.scheduler("a", EVERY_MINUTE);
+    let mut first = env.scheduler("a", EVERY_MINUTE);
     first.due_now().expect("first sight");
     first.pause("ws", "m").expect("pause");
     drop(first);
     env.at("2026-01-01T10:05:00Z");
-    let second = env.scheduler("b", EVERY_MINUTE);
+    let mut second = env.scheduler("b", EVERY_MINUTE);
     assert!(second.due_now().expect("due").is_empty(), "paused");
     env.at("2026-01-01T10:06:00Z");
     assert!(second.due_now().expect("due").is_empty(), "still paused");
@@ -248,7 +251,7 @@ fn pause_survives_a_restart() {
 fn every_two_seconds_with_a_six_field_cron() {
     let env = Env::new("2026-01-01T10:00:00Z");
     let yaml = "tasks:\n  - id: s\n    schedule: '*/2 * * * * *'\n    prompt: x\n";
-    let scheduler = env.scheduler("a", yaml);
+    let mut scheduler = env.scheduler("a", yaml);
     scheduler.due_now().expect("first sight");
     let mut seen = Vec::new();
     for _ in 0..10 {
@@ -262,6 +265,236 @@ fn every_two_seconds_with_a_six_field_cron() {
     }
     assert_eq!(seen, ["02", "04", "06", "08", "10"]);
     // a reload (new task list) and a restart find the same due times taken
-    let again = env.scheduler("b", yaml);
+    let mut again = env.scheduler("b", yaml);
     assert!(again.due_now().expect("due").is_empty());
+}
+
+#[test]
+fn next_wake_is_the_earliest_due_time_of_a_task_not_paused() {
+    let env = Env::new("2026-01-01T09:59:30Z");
+    let yaml = "tasks:\n  - id: m\n    schedule: '* * * * *'\n    prompt: x\n  - id: h\n    schedule: '0 * * * *'\n    prompt: x\n";
+    let mut scheduler = env.scheduler("a", yaml);
+    assert_eq!(scheduler.next_wake(), Some(utc("2026-01-01T10:00:00Z")));
+    scheduler.pause("ws", "m").expect("pause");
+    assert_eq!(scheduler.next_wake(), Some(utc("2026-01-01T10:00:00Z")));
+    env.at("2026-01-01T10:00:00Z");
+    assert_eq!(
+        dues(&scheduler.due_now().expect("due")),
+        ["10:00:00"],
+        "h only"
+    );
+    assert_eq!(scheduler.next_wake(), Some(utc("2026-01-01T11:00:00Z")));
+    scheduler.resume("ws", "m").expect("resume");
+    assert_eq!(scheduler.next_wake(), Some(utc("2026-01-01T10:01:00Z")));
+}
+
+#[test]
+fn a_pause_and_resume_from_another_process_are_seen_at_the_next_tick() {
+    let env = Env::new("2026-01-01T09:59:30Z");
+    let mut scheduler = env.scheduler("a", EVERY_MINUTE);
+    let cli = Store::open(&env.db).expect("the CLI's store");
+    cli.set_paused("ws", "m", true).expect("pause");
+    env.at("2026-01-01T10:03:00Z");
+    assert!(scheduler.due_now().expect("due").is_empty(), "paused");
+    env.at("2026-01-01T10:05:30Z");
+    cli.resume("ws", "m", utc("2026-01-01T10:05:30Z").timestamp_millis())
+        .expect("resume");
+    assert!(
+        scheduler.due_now().expect("due").is_empty(),
+        "nothing missed while paused runs"
+    );
+    env.at("2026-01-01T10:06:00Z");
+    assert_eq!(dues(&scheduler.due_now().expect("due")), ["10:06:00"]);
+}
+
+#[test]
+fn a_run_by_hand_is_queued_behind_an_active_run_and_recorded_as_manual() {
+    let env = Env::new("2026-01-01T09:59:30Z");
+    let mut scheduler = env.scheduler("a", EVERY_MINUTE);
+    env.at("2026-01-01T10:00:00Z");
+    let runs = scheduler.due_now().expect("due");
+    assert_eq!(dues(&runs), ["10:00:00"]);
+    let cli = Store::open(&env.db).expect("the CLI's store");
+    let manual = cli
+        .queue_manual("ws", "m", utc("2026-01-01T10:00:00Z").timestamp_millis())
+        .expect("queue");
+    env.at("2026-01-01T10:00:10Z");
+    assert!(
+        scheduler.due_now().expect("due").is_empty(),
+        "waits for the scheduled run"
+    );
+    finish(&scheduler, &runs[0]);
+    let runs = scheduler.due_now().expect("due");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].run_id, manual);
+    let record = scheduler.store().run(manual).expect("run").expect("row");
+    assert_eq!(record.origin, "manual");
+    assert_eq!(
+        record.due_ms % 1000,
+        1,
+        "a manual run never takes a scheduled due time"
+    );
+}
+
+mod agent_tasks {
+    use super::*;
+    use crate::config::Config;
+    use crate::scheduler::agent::{self, Refusal, Status};
+
+    fn config() -> Config {
+        Config::from_str_with_env(
+            "timezone: Asia/Shanghai
+workspaces:
+  team: {agent_schedules: propose}
+  other: {}
+channels:
+  ours: {plugin: channel-slack, workspace: team, default_conversation: C1}
+  theirs: {plugin: channel-slack, workspace: other, default_conversation: C2}
+  bound: {plugin: channel-slack, workspace: team, default_conversation: C3, conversations: {C3: other}}
+",
+            Path::new("pincer.yaml"),
+            |_| None,
+        )
+        .expect("config")
+    }
+
+    fn refused(spec: serde_json::Value) -> String {
+        match agent::check(&config(), "team", &spec) {
+            Err(Refusal::Invalid(m)) => m,
+            Ok(task) => panic!("accepted: {task:?}"),
+        }
+    }
+
+    #[test]
+    fn what_the_agent_may_schedule() {
+        let task = agent::check(
+            &config(),
+            "team",
+            &serde_json::json!({"id": "agent-standup", "schedule": "0 9 * * 1-5",
+                "prompt": "standup notes", "deliver_to": ["channel:ours"]}),
+        )
+        .expect("a weekday prompt to its own channel");
+        assert_eq!(
+            task.zone,
+            chrono_tz::Asia::Shanghai,
+            "pincer.yaml's timezone"
+        );
+        for (spec, want) in [
+            (
+                serde_json::json!({"id": "agent-x", "every": "1h", "skill": "skill-calc"}),
+                "`skill`: an agent task is a prompt",
+            ),
+            (
+                serde_json::json!({"id": "agent-x", "every": "1m", "prompt": "p"}),
+                "agent tasks fire at most once every 5m",
+            ),
+            (
+                serde_json::json!({"id": "agent-x", "every": "1h", "prompt": "p", "deliver_to": ["channel:theirs"]}),
+                "unknown channel `theirs`",
+            ),
+            (
+                serde_json::json!({"id": "agent-x", "every": "1h", "prompt": "p", "deliver_to": ["channel:bound"]}),
+                "unknown channel `bound`",
+            ),
+            (
+                serde_json::json!({"id": "agent-x", "every": "1h", "prompt": "p",
+                    "deliver_to": [{"channel": "ours", "conversation": "C9"}]}),
+                "an agent task delivers only to a channel's default conversation",
+            ),
+            (
+                serde_json::json!({"id": "x", "every": "1h", "prompt": "p"}),
+                "an agent task's id starts with `agent-`",
+            ),
+            (
+                serde_json::json!({"id": "agent-x", "every": "1h", "prompt": "p", "timezone": "Mars/Base"}),
+                "unknown time zone `Mars/Base`",
+            ),
+        ] {
+            let got = refused(spec.clone());
+            assert!(got.contains(want), "{spec}\n got: {got}\nwant: {want}");
+        }
+    }
+
+    #[test]
+    fn a_file_task_cannot_take_the_agent_prefix() {
+        let err = file::parse(
+            "tasks:\n  - id: agent-x\n    every: 1h\n    prompt: p\n",
+            Path::new("s.yaml"),
+            &Checks::offline(Tz::UTC),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with(
+                "s.yaml:2:9: task ids starting with `agent-` are kept for tasks the agent schedules"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn live_tasks_are_capped_and_ids_unique_until_cancelled() {
+        let env = Env::new("2026-01-01T00:00:00Z");
+        let store = Store::open(&env.db).expect("store");
+        let spec = serde_json::json!({"id": "agent-a", "every": "1h", "prompt": "p"});
+        store
+            .add_agent_task("team", "agent-a", &spec, Status::Pending, 1)
+            .expect("db")
+            .expect("added");
+        let again = store
+            .add_agent_task("team", "agent-a", &spec, Status::Pending, 2)
+            .expect("db")
+            .unwrap_err();
+        assert!(again.to_string().contains("exists already"), "{again}");
+        assert!(
+            store
+                .decide_agent_task(
+                    "team",
+                    "agent-a",
+                    &[Status::Pending],
+                    Status::Cancelled,
+                    "agent:team",
+                    3
+                )
+                .expect("db")
+        );
+        store
+            .add_agent_task("team", "agent-a", &spec, Status::Pending, 4)
+            .expect("db")
+            .expect("a cancelled id may be used again");
+        for i in 1..agent::MAX_PER_WORKSPACE {
+            store
+                .add_agent_task("team", &format!("agent-{i}"), &spec, Status::Active, 5)
+                .expect("db")
+                .expect("under the cap");
+        }
+        let over = store
+            .add_agent_task("team", "agent-over", &spec, Status::Active, 6)
+            .expect("db")
+            .unwrap_err();
+        assert!(
+            over.to_string().contains("has 20 scheduled tasks"),
+            "{over}"
+        );
+        assert!(
+            store
+                .add_agent_task("other", "agent-over", &spec, Status::Active, 6)
+                .expect("db")
+                .is_ok(),
+            "the cap is per workspace"
+        );
+        assert!(
+            !store
+                .decide_agent_task(
+                    "team",
+                    "agent-a",
+                    &[Status::Active],
+                    Status::Cancelled,
+                    "x",
+                    7
+                )
+                .expect("db"),
+            "a pending task is not active"
+        );
+    }
 }

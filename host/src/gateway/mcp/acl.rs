@@ -1,5 +1,6 @@
 //! Who may call what: the pure part of the MCP gateway. A tool is exposed
-//! as `<source>__<tool>` where the source is the built-in `memory`, a skill
+//! as `<source>__<tool>` where the source is the built-in `memory` or
+//! `schedule`, a skill
 //! or an MCP server, exactly as the workspace's [`WorkspaceReach`] (computed
 //! once per configuration load, `crate::policy::reach`) says it may use.
 
@@ -16,6 +17,12 @@ pub const MEMORY: &str = crate::policy::MEMORY;
 /// The built-in memory tools, without the `memory__` prefix.
 pub const MEMORY_TOOLS: [&str; 3] = crate::policy::MEMORY_TOOLS;
 
+/// The source name of the built-in schedule tools.
+pub const SCHEDULE: &str = crate::policy::SCHEDULE;
+
+/// The built-in schedule tools, without the `schedule__` prefix.
+pub const SCHEDULE_TOOLS: [&str; 3] = crate::policy::SCHEDULE_TOOLS;
+
 /// Where a namespaced tool comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Source {
@@ -29,6 +36,8 @@ pub enum Source {
     },
     /// The workspace's long-term memory.
     Memory,
+    /// Tasks the agent schedules for itself.
+    Schedule,
 }
 
 impl Source {
@@ -36,6 +45,7 @@ impl Source {
         match self {
             Source::Skill { name, .. } | Source::Server { name, .. } => name,
             Source::Memory => MEMORY,
+            Source::Schedule => SCHEDULE,
         }
     }
 
@@ -45,6 +55,7 @@ impl Source {
             Source::Skill { tools, .. } => tools,
             Source::Server { server, .. } => &server.tools,
             Source::Memory => return MEMORY_TOOLS.contains(&tool),
+            Source::Schedule => return SCHEDULE_TOOLS.contains(&tool),
         };
         filter.is_empty() || filter.iter().any(|t| t == tool)
     }
@@ -53,6 +64,7 @@ impl Source {
 fn source(config: &Config, kind: SourceKind, name: &str, tools: &[String]) -> Option<Source> {
     match kind {
         SourceKind::Memory => Some(Source::Memory),
+        SourceKind::Schedule => Some(Source::Schedule),
         SourceKind::Skill => Some(Source::Skill {
             name: name.to_owned(),
             tools: tools.to_vec(),
@@ -97,12 +109,17 @@ pub fn resolve(
             "tool `{exposed}` is not available to workspace `{workspace}`: MCP server `{prefix}` is not defined under mcp_servers"
         ));
     };
-    if source == Source::Memory && !source.allows_tool(tool) {
+    let builtin = match source {
+        Source::Memory => Some((MEMORY, MEMORY_TOOLS)),
+        Source::Schedule => Some((SCHEDULE, SCHEDULE_TOOLS)),
+        _ => None,
+    };
+    if let Some((name, tools)) = builtin
+        && !source.allows_tool(tool)
+    {
         return Err(format!(
-            "unknown tool `{exposed}`: memory offers {}",
-            MEMORY_TOOLS
-                .map(|t| format!("{MEMORY}{SEPARATOR}{t}"))
-                .join(", ")
+            "unknown tool `{exposed}`: {name} offers {}",
+            tools.map(|t| format!("{name}{SEPARATOR}{t}")).join(", ")
         ));
     }
     if !source.allows_tool(tool) {

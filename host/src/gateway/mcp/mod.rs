@@ -1,13 +1,15 @@
 //! The MCP gateway: one streamable-HTTP MCP endpoint (`/mcp`) whose tools are
 //! exactly those the caller's workspace may use, named `<server>__<tool>` for
-//! configured MCP servers, `<skill>__<tool>` for WASM skills and `memory__<tool>`
-//! for the workspace's long-term memory (when enabled). The pincer
+//! configured MCP servers, `<skill>__<tool>` for WASM skills, `memory__<tool>`
+//! for the workspace's long-term memory (when enabled) and `schedule__<tool>`
+//! for tasks the agent schedules (when `agent_schedules` allows). The pincer
 //! key (`Authorization: Bearer`) decides the workspace on every request;
 //! refused calls are audited as `gateway.denied`, allowed ones as
 //! `gateway.tool_call`. `rmcp` stays inside this module.
 
 pub mod acl;
 mod memory;
+mod schedule;
 mod skills;
 mod upstream;
 
@@ -31,6 +33,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use self::acl::{SEPARATOR, Source};
 use self::memory::MemoryTools;
+use self::schedule::ScheduleTools;
 use self::skills::Skills;
 use self::upstream::Upstreams;
 use crate::audit::AuditLog;
@@ -53,6 +56,7 @@ pub struct McpGateway {
     skills: Skills,
     upstreams: Upstreams,
     memory: MemoryTools,
+    schedule: ScheduleTools,
     audit: Arc<AuditLog>,
 }
 
@@ -70,6 +74,11 @@ impl McpGateway {
             skills: Skills::new(config, home, shared.plugins),
             upstreams: Upstreams::new(&config.mcp_servers),
             memory: MemoryTools::new(home.to_path_buf(), shared.memory),
+            schedule: ScheduleTools::new(
+                home.to_path_buf(),
+                Arc::new(config.clone()),
+                audit.clone(),
+            ),
             audit,
         }
     }
@@ -123,6 +132,7 @@ impl McpGateway {
                 Source::Skill { name, .. } => self.skills.tools(workspace, name).await,
                 Source::Server { name, server } => self.upstreams.list_tools(name, server).await,
                 Source::Memory => Ok(memory::tools()),
+                Source::Schedule => Ok(schedule::tools()),
             };
             match listed {
                 Ok(tools) => out.extend(tools.into_iter().filter_map(|mut tool| {
@@ -172,6 +182,11 @@ impl McpGateway {
                     .await
             }
             Source::Memory => self.memory.call(workspace, &tool, request.arguments).await,
+            Source::Schedule => {
+                self.schedule
+                    .call(workspace, &tool, request.arguments)
+                    .await
+            }
         };
         let detail = match &outcome {
             Ok(result) if result.is_error == Some(true) => format!("{exposed}: tool error"),
@@ -216,7 +231,7 @@ impl ServerHandler for Handler {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("pincer", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "Tools this workspace may call, named <server, skill or memory>__<tool>.",
+                "Tools this workspace may call, named <server, skill, memory or schedule>__<tool>.",
             )
     }
 
