@@ -530,3 +530,97 @@ impl Schedules {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A configuration whose workspaces live under `dir/ws`, with a
+    /// writable mount from `dir/shared`, and its `schedules.yaml` at `at`.
+    fn setup(at: &str, text: &str) -> (tempfile::TempDir, Config, PathBuf) {
+        let dir = tempfile::tempdir().expect("dir");
+        let base = dir.path().join("ws");
+        let shared = dir.path().join("shared");
+        std::fs::create_dir_all(base.join("team")).expect("workspace folder");
+        std::fs::create_dir_all(&shared).expect("mount source");
+        let config = Config::from_str_with_env(
+            &format!(
+                "containers: {{workspace_base_path: {}}}
+workspaces:
+  team:
+    skills: [skill-calc]
+    mounts: [{{source: {}, target: /shared, read_only: false}}]
+channels:
+  chat: {{plugin: channel-slack, workspace: team}}
+",
+                base.display(),
+                shared.display()
+            ),
+            Path::new("pincer.yaml"),
+            |_| None,
+        )
+        .expect("config");
+        let path = dir.path().join(at);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("folder");
+        std::fs::write(&path, text).expect("schedule");
+        (dir, config, path)
+    }
+
+    fn refusal(at: &str, text: &str) -> String {
+        let (_dir, config, path) = setup(at, text);
+        format!("{:#}", load_tasks(&config, "team", &path).unwrap_err())
+    }
+
+    const TASK: &str = "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n";
+
+    #[test]
+    fn a_schedule_the_container_could_write_is_refused() {
+        for at in ["ws/team/schedules.yaml", "shared/schedules.yaml"] {
+            let got = refusal(at, TASK);
+            assert!(
+                got.contains("which a workspace container can write; a compromised agent could schedule itself. Keep schedules.yaml beside pincer.yaml (workspaces/NAME/schedules.yaml)"),
+                "{at}: {got}"
+            );
+        }
+        let (_dir, config, path) = setup("workspaces/team/schedules.yaml", TASK);
+        assert_eq!(
+            load_tasks(&config, "team", &path)
+                .expect("beside pincer.yaml")
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn skills_and_channels_the_workspace_cannot_use_are_located_errors() {
+        let at = "workspaces/team/schedules.yaml";
+        let got = refusal(
+            at,
+            "tasks:\n  - id: a\n    every: 1h\n    skill: skill-notes\n",
+        );
+        assert!(
+            got.ends_with(
+                "schedules.yaml:4:12: workspace `team` may not use skill `skill-notes` (add it to workspaces.team.skills)"
+            ),
+            "{got}"
+        );
+        let got = refusal(
+            at,
+            "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n    deliver_to: [\"channel:nope\"]\n",
+        );
+        assert!(
+            got.contains("schedules.yaml:5:18: unknown channel `nope`"),
+            "{got}"
+        );
+        let got = refusal(
+            at,
+            "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n    deliver_to: [\"channel:chat\"]\n",
+        );
+        assert!(
+            got.ends_with(
+                "task `a` delivers to `channel:chat`, which has no channels.chat.default_conversation; set one or write {channel: chat, conversation: ID}"
+            ),
+            "{got}"
+        );
+    }
+}

@@ -498,3 +498,31 @@ channels:
         );
     }
 }
+
+#[test]
+fn a_reload_mid_run_fires_no_due_time_twice() {
+    let env = Env::new("2026-01-01T09:59:30Z");
+    let mut scheduler = env.scheduler("a", EVERY_MINUTE);
+    env.at("2026-01-01T10:00:00Z");
+    let runs = scheduler.due_now().expect("due");
+    assert_eq!(dues(&runs), ["10:00:00"]);
+    // the file is edited (same task, new options) while the run goes on
+    let edited = format!("{EVERY_MINUTE}    overlap: queue\n");
+    let tasks =
+        file::parse(&edited, Path::new("s.yaml"), &Checks::offline(Tz::UTC)).expect("parse");
+    scheduler.set_tasks("ws", tasks).expect("reload");
+    assert!(
+        scheduler.due_now().expect("due").is_empty(),
+        "10:00 is taken"
+    );
+    env.at("2026-01-01T10:01:00Z");
+    assert!(
+        scheduler.due_now().expect("due").is_empty(),
+        "10:01 waits (queue)"
+    );
+    finish(&scheduler, &runs[0]);
+    env.at("2026-01-01T10:01:05Z");
+    assert_eq!(dues(&scheduler.due_now().expect("due")), ["10:01:00"]);
+    let history = scheduler.store().history("ws", "m", 10).expect("history");
+    assert_eq!(history.len(), 2, "one row per due time: {history:?}");
+}

@@ -193,6 +193,31 @@ mod tests {
     }
 
     #[test]
+    fn schedule_tools_exist_only_where_agent_schedules_allows() {
+        let mut config = config();
+        let refused = resolve(&config, &reach(&config, "main"), "schedule__create").unwrap_err();
+        assert!(
+            refused.contains("workspaces.main.agent_schedules is none"),
+            "{refused}"
+        );
+        assert!(!sources(&config, &reach(&config, "main")).contains(&Source::Schedule));
+        if let Some(main) = config.workspaces.get_mut("main") {
+            main.agent_schedules = crate::config::AgentSchedules::Propose;
+        }
+        let (source, tool) = resolve(&config, &reach(&config, "main"), "schedule__create").unwrap();
+        assert_eq!((source, tool.as_str()), (Source::Schedule, "create"));
+        let unknown = resolve(&config, &reach(&config, "main"), "schedule__drop").unwrap_err();
+        assert!(
+            unknown.contains("schedule__create, schedule__list, schedule__cancel"),
+            "{unknown}"
+        );
+        assert!(
+            resolve(&config, &reach(&config, "other"), "schedule__create").is_err(),
+            "another workspace's setting is its own"
+        );
+    }
+
+    #[test]
     fn memory_tools_exist_only_while_memory_is_enabled() {
         let mut config = config();
         let (source, tool) = resolve(&config, &reach(&config, "main"), "memory__recall").unwrap();
