@@ -1,15 +1,19 @@
 //! Open API answers (`{"code": 0, "msg": "success", "data": {…}}`) and what
 //! their failures mean for the host.
 //!
-//! Codes from Feishu's docs, "通用错误码 / Generic error codes"
-//! (https://open.feishu.cn/document/server-docs/getting-started/server-error-codes):
-//! 99991400 request frequency limit; 99991661 missing access token;
-//! 99991663 invalid (expired or revoked) tenant access token; 99991668
-//! invalid access token; 99991672 the app lacks a scope. Rate limits answer
-//! HTTP 429 with `x-ogw-ratelimit-reset` (seconds until the quota refills),
-//! per "频控策略 / Rate limits"
+//! Gateway codes, Feishu's "服务端错误码说明 / Server error codes"
+//! (https://open.feishu.cn/document/server-docs/api-call-guide/generic-error-code),
+//! as Lark's own CLI names them (larksuite/cli, `internal/output/lark_errors.go`):
+//! 99991400 request frequency limit; 99991661 no access token
+//! (`Authorization` missing or empty); 99991663 the access token is invalid
+//! (a tenant token expired or revoked); 99991668 a user access token is
+//! invalid (not expected with a tenant token, but a fresh token costs one
+//! retry); 99991672 the app has not been granted a scope the API needs.
+//! Rate limits answer HTTP 429 with `x-ogw-ratelimit-reset` (seconds until
+//! the quota refills), per "频控策略 / Rate limits"
 //! (https://open.feishu.cn/document/server-docs/api-call-guide/frequency-control).
-//! 230020 is the IM send-rate limit of one chat (Send message's error list).
+//! 230020 is IM's send-rate limit (one chat or user sent too fast); it is
+//! waited out like 99991400.
 
 use serde_json::Value;
 
