@@ -853,7 +853,7 @@ async fn channel_test_gets_a_token_checks_the_bot_and_names_what_to_fix() {
     assert!(out.status.success(), "{text}\n{}", support::stderr(&out));
     for line in [
         "ok   domain",
-        "ok   tenant access token",
+        "ok   tenant token",
         "ok   bot              bot/v3/info: pincer-bot (open_id ou_bot",
         "ok   long connection",
         "ok   webhook security",
@@ -875,7 +875,7 @@ async fn channel_test_gets_a_token_checks_the_bot_and_names_what_to_fix() {
         .unwrap();
     let text = support::stdout(&out);
     assert!(!out.status.success(), "{text}");
-    assert!(text.contains("FAIL tenant access token"), "{text}");
+    assert!(text.contains("FAIL tenant token"), "{text}");
     assert!(
         text.contains("code 10014") && text.contains("`app_secret` is not this app's App Secret"),
         "{text}"
@@ -911,7 +911,7 @@ async fn channel_test_says_when_the_app_is_not_enabled_yet() {
             && text.contains("activate_status 3: installed but not enabled yet"),
         "{text}"
     );
-    assert!(text.contains("ok   tenant access token"), "{text}");
+    assert!(text.contains("ok   tenant token"), "{text}");
 }
 
 /// The fake itself is checked against the official `lark-oapi` SDK

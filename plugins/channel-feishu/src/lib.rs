@@ -330,12 +330,12 @@ impl Guest for FeishuChannel {
         ));
         match fetch_token() {
             Ok(()) => items.push(item(
-                "tenant access token",
+                "tenant token",
                 true,
                 "tenant_access_token/internal answered code 0: app_id and app_secret work".into(),
             )),
             Err(e) => {
-                items.push(item("tenant access token", false, error_text(&e)));
+                items.push(item("tenant token", false, error_text(&e)));
                 return items;
             }
         }
@@ -833,8 +833,8 @@ fn send_request(message: &Outbound, content: &str) -> (String, Value) {
 fn token_hint(code: i64) -> &'static str {
     match code {
         10_014 => {
-            "`app_secret` is not this app's App Secret: copy it again from Credentials & Basic \
-             Info (and check that its ${ENV} variable is the one set)"
+            "`app_secret` is not this app's App Secret: copy the App Secret from Credentials & \
+             Basic Info again"
         }
         10_003 => "check `app_id` (cli_…, Credentials & Basic Info) and `app_secret`",
         _ => "check `app_id` and `app_secret` (Credentials & Basic Info)",
