@@ -12,15 +12,18 @@
 //! Rate limits answer HTTP 429 with `x-ogw-ratelimit-reset` (seconds until
 //! the quota refills), per "频控策略 / Rate limits"
 //! (https://open.feishu.cn/document/server-docs/api-call-guide/frequency-control).
-//! 230020 is IM's send-rate limit (one chat or user sent too fast); it is
-//! waited out like 99991400.
+//! 230020 is not settled: remembered as IM's send-rate limit of one chat
+//! (and third-party code retries it), while lark-oapi 1.7.5 files it with
+//! the permanent "target revoked" codes (`lark_oapi/channel/errors.py`). It
+//! is retried with the outbox's growing backoff, which ends after a dozen
+//! attempts, instead of as a rate limit, which would be retried forever.
 
 use serde_json::Value;
 
 pub const RATE_LIMITED: i64 = 99_991_400;
 /// Codes after which a fresh tenant token is worth one retry.
 pub const TOKEN_INVALID: [i64; 3] = [99_991_663, 99_991_661, 99_991_668];
-const CHAT_RATE_LIMITED: i64 = 230_020;
+const CHAT_RATE_LIMITED_OR_GONE: i64 = 230_020;
 const MISSING_SCOPE: i64 = 99_991_672;
 
 /// Why an Open API call failed, in the host's terms.
@@ -65,7 +68,7 @@ pub fn check(what: &str, status: u16, reset: Option<&str>, body: &[u8]) -> Resul
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    if status == 429 || code == Some(RATE_LIMITED) || code == Some(CHAT_RATE_LIMITED) {
+    if status == 429 || code == Some(RATE_LIMITED) {
         return Err(Failure::RetryLater {
             after_ms: reset_ms(reset),
             reason: format!(
@@ -77,6 +80,11 @@ pub fn check(what: &str, status: u16, reset: Option<&str>, body: &[u8]) -> Resul
     if let Some(code) = code.filter(|c| TOKEN_INVALID.contains(c)) {
         return Err(Failure::TokenInvalid(format!(
             "Feishu refused the tenant access token for {what}: code {code}: {msg}"
+        )));
+    }
+    if code == Some(CHAT_RATE_LIMITED_OR_GONE) {
+        return Err(Failure::Upstream(format!(
+            "Feishu refused {what} for now: code 230020: {msg}"
         )));
     }
     if status >= 500 {
@@ -142,7 +150,7 @@ mod tests {
         ));
         assert!(matches!(
             check("send", 200, None, br#"{"code":230020,"msg":"limit"}"#),
-            Err(Failure::RetryLater { .. })
+            Err(Failure::Upstream(m)) if m.contains("230020")
         ));
         for code in TOKEN_INVALID {
             assert!(matches!(
