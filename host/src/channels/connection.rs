@@ -4,7 +4,9 @@
 //! replies (acks) at once, sends the keepalive it asks for, and reconnects
 //! with backoff when the socket closes, the plugin asks, or the socket goes
 //! quiet (no frame and no pong for the idle timeout: a "connected" socket
-//! that receives nothing is treated as dead).
+//! that receives nothing is treated as dead). A plugin that asks for a
+//! keepalive expects it answered: then only data frames count, and the
+//! idle timeout scales with the keepalive interval the plugin sets later.
 
 use std::sync::Arc;
 use std::time::Duration;
