@@ -21,8 +21,12 @@
 use serde_json::Value;
 
 pub const RATE_LIMITED: i64 = 99_991_400;
-/// Codes after which a fresh tenant token is worth one retry.
-pub const TOKEN_INVALID: [i64; 3] = [99_991_663, 99_991_661, 99_991_668];
+/// Codes after which a fresh tenant token is worth one retry: the three
+/// above, and 99991664-99991666, which lark-oapi 1.7.5 counts as invalid
+/// tokens too (`lark_oapi/channel/errors.py`).
+pub const TOKEN_INVALID: [i64; 6] = [
+    99_991_663, 99_991_661, 99_991_668, 99_991_664, 99_991_665, 99_991_666,
+];
 const CHAT_RATE_LIMITED_OR_GONE: i64 = 230_020;
 const MISSING_SCOPE: i64 = 99_991_672;
 
