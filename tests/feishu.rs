@@ -12,67 +12,47 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::fake_llm::{Behaviour, FakeUpstream};
+use support::pyfake::PyFake;
 use support::{DockerCleanup, Sandbox, ok, unique};
 
 const APP_ID: &str = "cli_fake";
 const APP_SECRET: &str = "feishu-test-app-secret-91d2";
 const ENCRYPT_KEY: &str = "feishu-test-encrypt-key-3c7a";
 const VERIFICATION_TOKEN: &str = "feishu-test-verification-token-8b0e";
+const SLACK_BOT_TOKEN: &str = "xoxb-fake-bot-token";
+const SLACK_APP_TOKEN: &str = "xapp-1-fake-app-token";
+const SLACK_SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 
 struct FakeFeishu {
-    child: Child,
+    fake: PyFake,
     base: String,
-    control: String,
-    http: reqwest::Client,
 }
 
 impl FakeFeishu {
-    fn start() -> Self {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::new();
-        let mut child = Command::new(support::gateway::python())
-            .arg(support::gateway::python_script("fake_feishu.py"))
-            .args(["--app-id", APP_ID, "--app-secret", APP_SECRET])
-            .args(["--encrypt-key", ENCRYPT_KEY])
-            .args(["--verification-token", VERIFICATION_TOKEN])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start fake_feishu.py");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: Value = serde_json::from_str(&line).expect("fake_feishu ready line");
-        Self {
-            child,
-            base: ready["base"].as_str().unwrap().to_string(),
-            control: ready["control"].as_str().unwrap().to_string(),
-            http,
-        }
+    /// With extra flags, e.g. `--bot-activate-status 3`.
+    fn start(flags: &[&str]) -> Self {
+        let mut args = vec![
+            "--app-id",
+            APP_ID,
+            "--app-secret",
+            APP_SECRET,
+            "--encrypt-key",
+            ENCRYPT_KEY,
+            "--verification-token",
+            VERIFICATION_TOKEN,
+        ];
+        args.extend_from_slice(flags);
+        let fake = PyFake::start("fake_feishu.py", &args);
+        let base = fake.ready["base"].as_str().unwrap().to_string();
+        Self { fake, base }
     }
 
     async fn post(&self, path: &str, body: Value) -> Value {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.control))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        response.json().await.unwrap()
+        self.fake.post(path, body).await
     }
 
     async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.control))
-            .timeout(Duration::from_secs(120))
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
+        self.fake.get(path).await
     }
 
     async fn wait(&self, what: &str, count: usize) -> Value {
@@ -82,9 +62,70 @@ impl FakeFeishu {
         assert_eq!(status, 200, "waited for {count} {what}: {seen:#}");
         seen
     }
+
+    /// Pushes an event over the long connection.
+    async fn push(&self, kind: &str, text: &str) -> Value {
+        self.post(
+            "/ws/push",
+            json!({"kind": kind, "text": text, "user": "ou_user1", "chat_id": "oc_chat1"}),
+        )
+        .await
+    }
+
+    /// Every connection the fake has seen, oldest first.
+    async fn connections(&self) -> Vec<Value> {
+        let (_, seen) = self.get("/connections").await;
+        seen["connections"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until `count` connections were opened (closed ones included).
+    async fn opened(&self, count: usize, within: Duration) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let seen = self.connections().await;
+            if seen.len() >= count {
+                return seen;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "fewer than {count} long connections in {within:?}: {seen:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The messages the bot sent.
+    async fn messages(&self) -> Vec<Value> {
+        let (_, all) = self.get("/messages").await;
+        all["messages"].as_array().cloned().unwrap_or_default()
+    }
+
+    async fn calls(&self, path: &str) -> Vec<Value> {
+        let (_, calls) = self.get(&format!("/calls?path={path}")).await;
+        calls["calls"].as_array().cloned().unwrap_or_default()
+    }
 }
 
-impl Drop for FakeFeishu {
+/// `pincer start` as a child; killed on drop.
+struct Daemon {
+    child: Child,
+    webhooks: String,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// SIGTERM, then the exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -96,19 +137,42 @@ struct Env {
     sandbox: Sandbox,
     config: PathBuf,
     feishu: FakeFeishu,
-    _model: FakeUpstream,
+    /// With [`Env::with_slack`]: a fake Slack serving workspace `eng`.
+    slack: Option<PyFake>,
+    model: FakeUpstream,
 }
 
 impl Env {
     async fn new(script: Vec<Behaviour>) -> Self {
+        Self::build(script, false, &[]).await
+    }
+
+    /// Channel `feishu` for workspace `team` and channel `slack` for
+    /// workspace `eng`, one daemon.
+    async fn with_slack(script: Vec<Behaviour>) -> Self {
+        Self::build(script, true, &[]).await
+    }
+
+    async fn build(script: Vec<Behaviour>, with_slack: bool, feishu_flags: &[&str]) -> Self {
         let model = FakeUpstream::spawn(Behaviour::Script(script)).await;
-        let feishu = FakeFeishu::start();
+        let feishu = FakeFeishu::start(feishu_flags);
+        let slack = with_slack.then(|| {
+            PyFake::start(
+                "fake_slack.py",
+                &[
+                    "--bot-token",
+                    SLACK_BOT_TOKEN,
+                    "--app-token",
+                    SLACK_APP_TOKEN,
+                    "--signing-secret",
+                    SLACK_SIGNING_SECRET,
+                ],
+            )
+        });
         let sandbox = Sandbox::new();
         let base = sandbox.dir.path().join("ws");
-        let config = sandbox.write(
-            "pincer.yaml",
-            &format!(
-                r#"gateway:
+        let mut yaml = format!(
+            r#"gateway:
   num_retries: 0
   model_list:
     - model_name: default
@@ -117,6 +181,7 @@ containers:
   workspace_base_path: {base}
 workspaces:
   team: {{}}
+  eng: {{}}
 channels:
   listen: 127.0.0.1:0
   feishu:
@@ -131,11 +196,27 @@ channels:
       verification_token: "${{FEISHU_VERIFICATION_TOKEN}}"
       domain: "{domain}"
 "#,
-                model = model.base_url,
-                base = base.display(),
-                domain = feishu.base,
-            ),
+            model = model.base_url,
+            base = base.display(),
+            domain = feishu.base,
         );
+        if let Some(slack) = &slack {
+            yaml.push_str(&format!(
+                r#"  slack:
+    plugin: channel-slack
+    workspace: eng
+    allowed_senders: [U0ALLOWED]
+    http: ["127.0.0.1:*"]
+    config:
+      bot_token: "${{SLACK_BOT_TOKEN}}"
+      app_token: "${{SLACK_APP_TOKEN}}"
+      signing_secret: "${{SLACK_SIGNING_SECRET}}"
+      api_base: "{api}"
+"#,
+                api = slack.ready["api_base"].as_str().unwrap(),
+            ));
+        }
+        let config = sandbox.write("pincer.yaml", &yaml);
         let env = Env {
             _cleanup: DockerCleanup {
                 home: sandbox.home(),
@@ -144,7 +225,8 @@ channels:
             sandbox,
             config,
             feishu,
-            _model: model,
+            slack,
+            model,
         };
         ok(env.command().args(["image", "build"]).output().unwrap());
         env
@@ -158,12 +240,19 @@ channels:
             .env("PINCER_HOME", self.sandbox.home())
             .env("FEISHU_APP_SECRET", APP_SECRET)
             .env("FEISHU_ENCRYPT_KEY", ENCRYPT_KEY)
-            .env("FEISHU_VERIFICATION_TOKEN", VERIFICATION_TOKEN);
+            .env("FEISHU_VERIFICATION_TOKEN", VERIFICATION_TOKEN)
+            .env("SLACK_BOT_TOKEN", SLACK_BOT_TOKEN)
+            .env("SLACK_APP_TOKEN", SLACK_APP_TOKEN)
+            .env("SLACK_SIGNING_SECRET", SLACK_SIGNING_SECRET);
         command
     }
 
-    fn start(&self, trace: &std::path::Path) -> (Child, String) {
-        let log = self.sandbox.dir.path().join("daemon.log");
+    fn start(&self, trace: &std::path::Path) -> Daemon {
+        let log = self
+            .sandbox
+            .dir
+            .path()
+            .join(format!("daemon-{}.log", unique()));
         let mut child = self
             .command()
             .args(["start", "--listen", "127.0.0.1:0"])
@@ -188,20 +277,87 @@ channels:
             .and_then(|rest| rest.split("/channels/").next())
             .expect("the banner names the webhook listener")
             .to_string();
-        (child, webhooks)
+        Daemon {
+            child,
+            webhooks,
+            log,
+        }
     }
 
     /// Inbound messages stored, as (message_id, state).
     fn inbound(&self) -> Vec<(String, String)> {
+        self.query("SELECT message_id, state FROM channel_inbound ORDER BY id")
+    }
+
+    /// Rows of a two-column query on the daemon's database.
+    fn query(&self, sql: &str) -> Vec<(String, String)> {
         let db = rusqlite::Connection::open(self.sandbox.home().join("pincer.db")).unwrap();
-        let mut stmt = db
-            .prepare("SELECT message_id, state FROM channel_inbound ORDER BY id")
-            .unwrap();
+        let mut stmt = db.prepare(sql).unwrap();
         stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()
             .map(Result::unwrap)
             .collect()
     }
+
+    /// `pincer status --json` once `ready` holds for it (10 s at most; the
+    /// daemon rewrites the snapshot every second).
+    async fn status_when(&self, ready: impl Fn(&Value) -> bool) -> Value {
+        let mut status = Value::Null;
+        for _ in 0..50 {
+            status = serde_json::from_str(&ok(self
+                .command()
+                .args(["status", "--json"])
+                .output()
+                .unwrap()))
+            .unwrap();
+            if ready(&status) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        status
+    }
+}
+
+/// Fails if a secret, or a tenant token the fake issued, is in `trace`.
+async fn assert_no_secret_crossed(env: &Env, trace: &std::path::Path) {
+    let recorded = std::fs::read_to_string(trace).unwrap();
+    for (name, secret) in [
+        ("app secret", APP_SECRET),
+        ("encrypt key", ENCRYPT_KEY),
+        ("verification token", VERIFICATION_TOKEN),
+    ] {
+        assert!(
+            !recorded.contains(secret),
+            "the {name} crossed into the component"
+        );
+    }
+    for call in env
+        .feishu
+        .calls("/open-apis/auth/v3/tenant_access_token/internal")
+        .await
+    {
+        if let Some(token) = call["answer"]["tenant_access_token"].as_str() {
+            assert!(
+                !recorded.contains(token),
+                "the tenant token {token} crossed into the component"
+            );
+        }
+    }
+}
+
+/// The bearer token of an Open API call.
+fn bearer(call: &Value) -> String {
+    call["headers"]
+        .as_object()
+        .and_then(|h| {
+            h.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        })
+        .and_then(|(_, v)| v.as_str())
+        .unwrap_or_default()
+        .trim_start_matches("Bearer ")
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -211,7 +367,7 @@ async fn a_chinese_group_mention_over_the_long_connection_gets_a_threaded_reply(
     )])
     .await;
     let trace = env.sandbox.dir.path().join("trace.log");
-    let (mut daemon, _) = env.start(&trace);
+    let mut daemon = env.start(&trace);
     env.feishu.wait("connections", 1).await;
     let pushed = env
         .feishu
@@ -251,8 +407,7 @@ async fn a_chinese_group_mention_over_the_long_connection_gets_a_threaded_reply(
         .all(|c| c.to_string().contains("Bearer t-"));
     assert!(authorized, "{calls:#}");
 
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-    assert!(daemon.wait().unwrap().success());
+    assert!(daemon.stop().success(), "{}", daemon.log());
     let recorded = std::fs::read_to_string(&trace).unwrap();
     assert!(recorded.contains("→ channel.on-frame"), "{recorded}");
     // Feishu puts the verification token in every event (`header.token`):
@@ -284,8 +439,8 @@ async fn a_chinese_group_mention_over_the_long_connection_gets_a_threaded_reply(
 async fn encrypted_webhooks_are_checked_and_retries_make_one_turn() {
     let env = Env::new(vec![Behaviour::answer("收到")]).await;
     let trace = env.sandbox.dir.path().join("trace.log");
-    let (mut daemon, webhooks) = env.start(&trace);
-    let url = format!("http://{webhooks}/channels/feishu/events");
+    let mut daemon = env.start(&trace);
+    let url = format!("http://{}/channels/feishu/events", daemon.webhooks);
 
     let challenge = env
         .feishu
@@ -338,8 +493,7 @@ async fn encrypted_webhooks_are_checked_and_retries_make_one_turn() {
             .contains("收到")
     );
     assert_eq!(env.inbound().len(), 1);
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-    assert!(daemon.wait().unwrap().success());
+    assert!(daemon.stop().success(), "{}", daemon.log());
     let recorded = std::fs::read_to_string(&trace).unwrap();
     assert!(
         recorded.contains("→ import secrets.decrypt"),
@@ -353,6 +507,411 @@ async fn encrypted_webhooks_are_checked_and_retries_make_one_turn() {
             "a secret crossed into the component"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_split_across_three_frames_is_one_turn_and_one_reply() {
+    let env = Env::new(vec![Behaviour::answer("三段合一")]).await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    let text = "这条消息分三帧送达，".repeat(30);
+    let pushed = env
+        .feishu
+        .post(
+            "/ws/push",
+            json!({"kind": "p2p", "text": text, "user": "ou_user1", "split": true}),
+        )
+        .await;
+    let sent = env.feishu.wait("messages", 1).await;
+    assert_eq!(
+        sent["items"][0]["parent_id"], pushed["message_id"],
+        "{sent:#}"
+    );
+    assert!(
+        sent["items"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("三段合一")
+    );
+    // Past the fake's 3 s ack timeout: a missing or early ack would have
+    // made it redeliver.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (_, acks) = env.feishu.get("/acks").await;
+    let event = acks["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_id"] == pushed["event_id"])
+        .cloned()
+        .expect("the fake knows the event");
+    let deliveries = event["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), 1, "redelivered: {event:#}");
+    assert_eq!(deliveries[0]["frames"], 3, "{event:#}");
+    assert_eq!(event["acked"], true, "{event:#}");
+    let ours: Vec<&Value> = acks["acks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["event_id"] == pushed["event_id"])
+        .collect();
+    assert_eq!(ours.len(), 1, "one ack for the whole event: {acks:#}");
+    assert_eq!(ours[0]["code"], 200);
+    assert!(
+        acks["protocol_errors"].as_array().unwrap().is_empty(),
+        "{acks:#}"
+    );
+    // The turn saw the whole text, joined in order.
+    let asked = env.model.received();
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    assert!(asked[0].to_string().contains(&text), "{:#}", asked[0]);
+    assert_eq!(env.inbound().len(), 1);
+    assert_eq!(env.feishu.messages().await.len(), 1);
+    assert!(daemon.stop().success(), "{}", daemon.log());
+    assert_no_secret_crossed(&env, &trace).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pings_follow_the_server_interval_and_a_missing_pong_reconnects() {
+    let env = Env::new(vec![Behaviour::answer("看门狗之后")]).await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    // The server's ClientConfig arrives in a pong: ping every second,
+    // reconnect at once.
+    env.feishu
+        .post(
+            "/ws/config",
+            json!({"PingInterval": 1, "ReconnectInterval": 2, "ReconnectNonce": 0, "push": true}),
+        )
+        .await;
+    let pings = env.feishu.wait("pings", 5).await;
+    let intervals: Vec<f64> = pings["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["interval"].as_f64())
+        .collect();
+    assert!(intervals.len() >= 4, "{pings:#}");
+    for interval in &intervals {
+        assert!(
+            (0.7..=1.6).contains(interval),
+            "pings every {intervals:?} s, not every 1 s"
+        );
+    }
+
+    // No pong any more: the socket stays open, the WebSocket layer still
+    // answers, but Feishu's own pongs stop.
+    let deaf_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    env.feishu.post("/ws/deaf", json!({"on": true})).await;
+    let seen = env.feishu.opened(2, Duration::from_secs(60)).await;
+    let first = &seen[0];
+    assert_eq!(first["closed_by"], "client", "{first:#}");
+    let quiet_for = first["closed_at"].as_f64().unwrap() - deaf_at;
+    assert!(
+        quiet_for < 8.0,
+        "the watchdog took {quiet_for:.1} s with pings every second\n{}",
+        daemon.log()
+    );
+    env.feishu.wait("connections", 1).await;
+    env.feishu.push("p2p", "还在吗？").await;
+    let sent = env.feishu.wait("messages", 1).await;
+    assert!(
+        sent["items"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("看门狗之后")
+    );
+    let status = env
+        .status_when(|s| {
+            let feishu = &s["daemon"]["channels"]["feishu"];
+            feishu["watchdog_reconnects"].as_u64() >= Some(1) && feishu["connected"] == true
+        })
+        .await;
+    let feishu = &status["daemon"]["channels"]["feishu"];
+    assert_eq!(feishu["watchdog_reconnects"], 1, "{status:#}");
+    assert_eq!(feishu["connected"], true, "{status:#}");
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_close_with_a_reconnect_config_is_followed() {
+    let env = Env::new(vec![Behaviour::answer("重连之后")]).await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    // The endpoint's first ClientConfig said: wait up to 30 s, then retry
+    // every 120 s. The server closes with new settings (pong first, then
+    // the close frame), and the next two endpoint calls fail.
+    env.feishu.post("/endpoint/fail", json!({"count": 2})).await;
+    let (interval, nonce) = (2.0, 1.0);
+    env.feishu
+        .post(
+            "/ws/close",
+            json!({"code": 1000, "config": {"ReconnectCount": -1, "ReconnectInterval": 2, "ReconnectNonce": 1, "PingInterval": 120}}),
+        )
+        .await;
+    let seen = env.feishu.opened(2, Duration::from_secs(60)).await;
+    let closed_at = seen[0]["closed_at"].as_f64().unwrap();
+    let attempts: Vec<Value> = env
+        .feishu
+        .calls("/callback/ws/endpoint")
+        .await
+        .into_iter()
+        .filter(|c| c["at"].as_f64().unwrap() > closed_at)
+        .collect();
+    let codes: Vec<i64> = attempts
+        .iter()
+        .map(|c| c["answer"]["code"].as_i64().unwrap())
+        .collect();
+    assert_eq!(codes, [1, 1, 0], "{attempts:#?}");
+    let mut at = closed_at;
+    for attempt in &attempts {
+        let next = attempt["at"].as_f64().unwrap();
+        let gap = next - at;
+        assert!(
+            gap <= interval + nonce + 1.5,
+            "{gap:.1} s between attempts; the server said every {interval} s, up to {nonce} s of jitter\n{}",
+            daemon.log()
+        );
+        at = next;
+    }
+    env.feishu.wait("connections", 1).await;
+    env.feishu.push("p2p", "重连了吗？").await;
+    let sent = env.feishu.wait("messages", 1).await;
+    assert!(
+        sent["items"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("重连之后")
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_token_expiring_mid_run_is_refreshed_without_a_failed_reply() {
+    let env = Env::new(vec![
+        Behaviour::answer("第一次"),
+        Behaviour::answer("第二次"),
+    ])
+    .await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    env.feishu.push("p2p", "第一条").await;
+    env.feishu.wait("messages", 1).await;
+    let expired = env.feishu.post("/tokens/expire", json!({})).await;
+    assert!(expired["expired"].as_u64() >= Some(1), "{expired:#}");
+    env.feishu.push("p2p", "第二条").await;
+    env.feishu.wait("messages", 2).await;
+
+    let messages = env.feishu.messages().await;
+    let texts: Vec<&str> = messages
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages.len(), 2, "{messages:#?}");
+    assert!(
+        texts[0].contains("第一次") && texts[1].contains("第二次"),
+        "{texts:?}"
+    );
+    // Refused once with 99991663, a fresh token fetched, the call repeated.
+    let calls = env.feishu.calls("/open-apis/im/v1/messages/*").await;
+    let refused: Vec<&Value> = calls
+        .iter()
+        .filter(|c| c["answer"]["code"] == 99991663)
+        .collect();
+    assert_eq!(refused.len(), 1, "{calls:#?}");
+    let tokens = env
+        .feishu
+        .calls("/open-apis/auth/v3/tenant_access_token/internal")
+        .await;
+    assert_eq!(
+        tokens.len(),
+        2,
+        "one fetch at first, one after expiry: {tokens:#?}"
+    );
+    let fresh = tokens[1]["answer"]["tenant_access_token"].as_str().unwrap();
+    let replies: Vec<&Value> = calls
+        .iter()
+        .filter(|c| c["path"].as_str().unwrap().ends_with("/reply"))
+        .collect();
+    assert_eq!(replies.len(), 2, "{replies:#?}");
+    assert_eq!(bearer(replies[1]), fresh);
+    assert_eq!(
+        env.query("SELECT state, COALESCE(last_error, '') FROM channel_outbox ORDER BY id"),
+        [
+            ("sent".to_string(), String::new()),
+            ("sent".to_string(), String::new())
+        ]
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+    assert_no_secret_crossed(&env, &trace).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rate_limited_sends_are_retried_after_the_reset_and_arrive_once() {
+    let env = Env::new(vec![Behaviour::answer("限流之后")]).await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    env.feishu
+        .post("/ratelimit", json!({"count": 2, "reset": 1}))
+        .await;
+    let pushed = env.feishu.push("p2p", "慢一点").await;
+    env.feishu.wait("messages", 1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let messages = env.feishu.messages().await;
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert!(
+        messages[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("限流之后")
+    );
+    let path = format!(
+        "/open-apis/im/v1/messages/{}/reply",
+        pushed["message_id"].as_str().unwrap()
+    );
+    let attempts = env.feishu.calls(&path).await;
+    let statuses: Vec<u64> = attempts
+        .iter()
+        .map(|c| c["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, [429, 429, 200], "{attempts:#?}");
+    assert_eq!(attempts[0]["answer"]["code"], 99991400);
+    // x-ogw-ratelimit-reset: 1 — each retry waited for it.
+    for pair in attempts.windows(2) {
+        let gap = pair[1]["at"].as_f64().unwrap() - pair[0]["at"].as_f64().unwrap();
+        assert!(gap >= 0.9, "retried after {gap:.2} s, before the reset");
+    }
+    assert_eq!(
+        env.query("SELECT state, CAST(attempts AS TEXT) FROM channel_outbox"),
+        [("sent".to_string(), "3".to_string())]
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_daemon_serves_slack_and_feishu_for_different_workspaces() {
+    let env = Env::with_slack(vec![Behaviour::answer("两边都答了")]).await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    let slack = env.slack.as_ref().unwrap();
+    env.feishu.wait("connections", 1).await;
+    let (status, seen) = slack.get("/wait?what=connections&count=1&timeout=30").await;
+    assert_eq!(status, 200, "no Socket Mode connection: {seen:#}");
+    env.feishu.push("p2p", "飞书这边").await;
+    slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "slack side", "user": "U0ALLOWED", "channel": "D0DM"}),
+        )
+        .await;
+    let sent = env.feishu.wait("messages", 1).await;
+    assert!(
+        sent["items"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("两边都答了")
+    );
+    let (status, posted) = slack
+        .get("/wait?what=calls&method=chat.postMessage&count=1&timeout=60")
+        .await;
+    assert_eq!(status, 200, "no Slack reply: {posted:#}\n{}", daemon.log());
+    assert_eq!(posted["items"][0]["args"]["text"], "两边都答了");
+    assert_eq!(posted["items"][0]["args"]["channel"], "D0DM");
+    // Each channel's turn ran in its own workspace.
+    let mut routed = env.query("SELECT channel, workspace FROM channel_inbound ORDER BY channel");
+    routed.sort();
+    assert_eq!(
+        routed,
+        [
+            ("feishu".to_string(), "team".to_string()),
+            ("slack".to_string(), "eng".to_string())
+        ]
+    );
+    let asked = env.model.received();
+    assert_eq!(asked.len(), 2, "{asked:#?}");
+    assert!(asked.iter().any(|r| r.to_string().contains("飞书这边")));
+    assert!(asked.iter().any(|r| r.to_string().contains("slack side")));
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn channel_test_gets_a_token_checks_the_bot_and_names_what_to_fix() {
+    let env = Env::new(vec![Behaviour::answer("unused")]).await;
+    let out = env
+        .command()
+        .args(["channel", "test", "feishu"])
+        .output()
+        .unwrap();
+    let text = support::stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", support::stderr(&out));
+    for line in [
+        "ok   domain",
+        "ok   tenant token",
+        "ok   bot              bot/v3/info: pincer-bot (open_id ou_bot",
+        "ok   long connection",
+        "ok   webhook security",
+    ] {
+        assert!(text.contains(line), "{line:?} in\n{text}");
+    }
+    assert!(
+        !env.feishu
+            .calls("/open-apis/auth/v3/tenant_access_token/internal")
+            .await
+            .is_empty()
+    );
+
+    let out = env
+        .command()
+        .args(["channel", "test", "feishu"])
+        .env("FEISHU_APP_SECRET", "not-the-app-secret-0000")
+        .output()
+        .unwrap();
+    let text = support::stdout(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("FAIL tenant token"), "{text}");
+    assert!(
+        text.contains("code 10014") && text.contains("`app_secret` is not this app's App Secret"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("not-the-app-secret-0000"),
+        "a secret is never printed: {text}"
+    );
+    assert!(
+        support::stderr(&out).contains("1 check(s) of channel `feishu` failed"),
+        "{}",
+        support::stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn channel_test_says_when_the_app_is_not_enabled_yet() {
+    let env = Env::build(
+        vec![Behaviour::answer("unused")],
+        false,
+        &["--bot-activate-status", "3"],
+    )
+    .await;
+    let out = env
+        .command()
+        .args(["channel", "test", "feishu"])
+        .output()
+        .unwrap();
+    let text = support::stdout(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("FAIL bot")
+            && text.contains("activate_status 3: installed but not enabled yet"),
+        "{text}"
+    );
+    assert!(text.contains("ok   tenant token"), "{text}");
 }
 
 /// The fake itself is checked against the official `lark-oapi` SDK

@@ -696,7 +696,8 @@ async fn refresh_requested_and_a_deaf_socket_both_end_in_a_fresh_connection() {
     let mut status = Value::Null;
     for _ in 0..50 {
         status = serde_json::from_str(&ok(env.cli(&["status", "--json"]))).unwrap();
-        if status["daemon"]["channels"]["slack"]["watchdog_reconnects"].as_u64() >= Some(1) {
+        let slack = &status["daemon"]["channels"]["slack"];
+        if slack["watchdog_reconnects"].as_u64() >= Some(1) && slack["connected"] == true {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -4,7 +4,7 @@ Usage: fake_feishu.py [--host 127.0.0.1] [--port 0] [--app-id cli_fake] [--app-s
                       [--encrypt-key K] [--verification-token T] [--token-ttl 7200]
                       [--ping-interval 120] [--reconnect-count -1] [--reconnect-interval 120]
                       [--reconnect-nonce 30] [--ack-timeout 3] [--bot-open-id ou_bot...]
-                      [--bot-name pincer-bot] [--tenant-key T]
+                      [--bot-name pincer-bot] [--bot-activate-status 2] [--tenant-key T]
 Every flag can also be given by environment, FAKE_FEISHU_<FLAG> (e.g. FAKE_FEISHU_APP_SECRET);
 flags win.
 
@@ -59,6 +59,8 @@ Control API, JSON in and out (POST bodies may be empty; `connection` = the newes
                             "ReconnectNonce", "push": bool (send a pong with it to every open
                             connection now)} -> {"config"}; also used by later endpoints/pongs
   POST /_test/tokens/expire                 -> {"expired": n} every token issued so far
+  POST /_test/endpoint/fail {"count": K, "code": 1 (SYSTEM_BUSY), "msg": "system busy"} : the next
+                            K calls of /callback/ws/endpoint answer {"code", "msg"} with HTTP 200
   POST /_test/ratelimit    {"count": K, "reset": S (52), "limit": L (100), "status": 429}
                             : the next K sends (create/reply) are rate limited
   POST /_test/webhook/send {"url", "kind": "p2p"|"group_mention"|"post"|"url_verification",
@@ -264,6 +266,7 @@ class Fake:
         self.message_ids = set()
         self.reactions = {}
         self.ratelimit = None
+        self.endpoint_fail = None
         self.webhooks = []
 
     def next_id(self, prefix, n=32):
@@ -391,7 +394,7 @@ class Fake:
         if path == "/open-apis/bot/v3/info" and request.method == "GET":
             # https://open.feishu.cn/document/client-docs/bot-v3/obtain-bot-info
             return 200, {"code": 0, "msg": "ok", "bot": {
-                "activate_status": 2, "app_name": self.cfg.bot_name,
+                "activate_status": self.cfg.bot_activate_status, "app_name": self.cfg.bot_name,
                 "avatar_url": "https://example.com/avatar.png", "ip_white_list": [],
                 "open_id": self.cfg.bot_open_id}}, None
         if path == "/open-apis/im/v1/messages" and request.method == "POST":
@@ -530,6 +533,12 @@ class Fake:
         # {"AppID", "AppSecret"}; answer unmarshalled as EndpointResp{code, msg, data{URL,
         # ClientConfig}} (lark_oapi/ws/model.py); URL's query must carry device_id and
         # service_id (the ping frame's `service` is int(service_id)).
+        fail = self.endpoint_fail
+        if fail and fail["count"] > 0:
+            # lark_oapi/ws/const.py SYSTEM_BUSY = 1, INTERNAL_ERROR = 1000040343: the client
+            # raises ServerException and retries after ReconnectInterval.
+            fail["count"] -= 1
+            return 200, {"code": fail["code"], "msg": fail["msg"]}, None
         if body.get("AppID") != self.cfg.app_id or body.get("AppSecret") != self.cfg.app_secret:
             # approximate: the SDK raises ClientException for any code but 0/1/1000040343
             return 200, {"code": WS_AUTH_FAILED, "msg": "auth failed: invalid app_id or app_secret"}, None
@@ -813,6 +822,12 @@ class Fake:
                           "limit": int(body.get("limit", 100)), "status": int(body.get("status", 429))}
         return web.json_response({"ratelimit": self.ratelimit})
 
+    async def ctl_endpoint_fail(self, request):
+        body = await json_body(request)
+        self.endpoint_fail = {"count": int(body.get("count", 1)), "code": int(body.get("code", 1)),
+                              "msg": str(body.get("msg", "system busy"))}
+        return web.json_response({"endpoint_fail": self.endpoint_fail})
+
     def webhook_plaintext(self, body):
         token = self.cfg.verification_token
         if body.get("wrong_token"):
@@ -998,6 +1013,7 @@ def build_app(fake: Fake) -> web.Application:
     app.router.add_post("/_test/ws/config", fake.ctl_config)
     app.router.add_post("/_test/tokens/expire", fake.ctl_expire)
     app.router.add_post("/_test/ratelimit", fake.ctl_ratelimit)
+    app.router.add_post("/_test/endpoint/fail", fake.ctl_endpoint_fail)
     app.router.add_post("/_test/webhook/send", fake.ctl_webhook_send)
     app.router.add_get("/_test/calls", fake.ctl_calls)
     app.router.add_get("/_test/acks", fake.ctl_acks)
@@ -1031,6 +1047,9 @@ def parse_args(argv=None):
     p.add_argument("--ack-timeout", type=float, default=float(env("ACK_TIMEOUT", "3")))
     p.add_argument("--bot-open-id", default=env("BOT_OPEN_ID", "ou_bot0fake0000000000000000000000"))
     p.add_argument("--bot-name", default=env("BOT_NAME", "pincer-bot"))
+    # bot/v3/info's activate_status: 2 enabled; 0 not installed, 1 disabled, 3 installed and
+    # waiting to be enabled, ... (the docs page linked at the handler).
+    p.add_argument("--bot-activate-status", type=int, default=int(env("BOT_ACTIVATE_STATUS", "2")))
     p.add_argument("--tenant-key", default=env("TENANT_KEY", "736588c9260f175e"))
     args = p.parse_args(argv)
     if args.host not in LOOPBACK:

@@ -178,3 +178,4 @@ pub fn unique() -> String {
 }
 pub mod fake_llm;
 pub mod gateway;
+pub mod pyfake;

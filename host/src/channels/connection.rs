@@ -4,7 +4,9 @@
 //! replies (acks) at once, sends the keepalive it asks for, and reconnects
 //! with backoff when the socket closes, the plugin asks, or the socket goes
 //! quiet (no frame and no pong for the idle timeout: a "connected" socket
-//! that receives nothing is treated as dead).
+//! that receives nothing is treated as dead). A plugin that asks for a
+//! keepalive expects it answered: then only data frames count, and the
+//! idle timeout scales with the keepalive interval the plugin sets later.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,14 +170,17 @@ fn channel_error(e: &api::ChannelError) -> String {
     }
 }
 
-/// The delay before attempt `failures` (1 = the first retry).
+/// The delay before attempt `failures` (1 = the first retry; 0 = the
+/// first attempt after a connection that lived, which keeps the jitter so
+/// that clients dropped together do not all come back at once).
 pub fn reconnect_delay(policy: &api::ReconnectPolicy, failures: u32) -> Duration {
-    if failures == 0 {
-        return Duration::from_millis(u64::from(policy.min_delay_ms.min(250)));
-    }
-    let base = u64::from(policy.min_delay_ms)
-        .saturating_mul(1u64 << (failures - 1).min(16))
-        .min(u64::from(policy.max_delay_ms.max(policy.min_delay_ms)));
+    let base = if failures == 0 {
+        u64::from(policy.min_delay_ms.min(250))
+    } else {
+        u64::from(policy.min_delay_ms)
+            .saturating_mul(1u64 << (failures - 1).min(16))
+            .min(u64::from(policy.max_delay_ms.max(policy.min_delay_ms)))
+    };
     let jitter = if policy.jitter_ms == 0 {
         0
     } else {
@@ -274,12 +279,12 @@ async fn session(
         s.last_error = None;
     });
     tracing::info!(%channel, "connected");
-    let idle = request.idle_timeout_ms.map_or(DEFAULT_IDLE, |ms| {
+    let mut idle = request.idle_timeout_ms.map_or(DEFAULT_IDLE, |ms| {
         Duration::from_millis(u64::from(ms.max(1000)))
     });
     let mut keepalive = request.keepalive;
     let mut last_inbound = Instant::now();
-    let ping_every = idle / 3;
+    let mut ping_every = idle / 3;
     let mut next_ping = Instant::now() + ping_every;
     let mut next_keepalive = keepalive
         .as_ref()
@@ -325,7 +330,9 @@ async fn session(
             Some(Err(e)) => return Dropped::Transport(e.to_string()),
             Some(Ok(frame)) => frame,
         };
-        last_inbound = Instant::now();
+        if proves_alive(&frame, keepalive.is_some()) {
+            last_inbound = Instant::now();
+        }
         let frame = match frame {
             WsMessage::Text(t) => api::Frame::Text(t.to_string()),
             WsMessage::Binary(b) => api::Frame::Binary(b.to_vec()),
@@ -360,6 +367,11 @@ async fn session(
             inbox.accept(channel, outcome.messages);
         }
         if let Some(k) = outcome.keepalive {
+            if let Some(old) = keepalive.as_ref() {
+                idle = rescaled_idle(idle, old.interval_ms, k.interval_ms);
+                ping_every = idle / 3;
+                next_ping = next_ping.min(Instant::now() + ping_every);
+            }
             next_keepalive =
                 Some(Instant::now() + Duration::from_millis(u64::from(k.interval_ms.max(100))));
             keepalive = Some(k);
@@ -372,6 +384,28 @@ async fn session(
             return Dropped::PluginAsked;
         }
     }
+}
+
+/// Whether `frame` shows the platform is still there. With a keepalive of
+/// the plugin's (Feishu's ping frame), the platform's answers to it are the
+/// proof: WebSocket pings and pongs are answered by the server's WebSocket
+/// layer even when the service behind it has stopped answering.
+fn proves_alive(frame: &WsMessage, has_keepalive: bool) -> bool {
+    match frame {
+        WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_) => !has_keepalive,
+        WsMessage::Text(_) | WsMessage::Binary(_) | WsMessage::Close(_) => true,
+    }
+}
+
+/// The idle timeout once the keepalive interval changes from `old_ms` to
+/// `new_ms` (a Feishu pong carrying the server's PingInterval): the same
+/// number of missed keepalives, at least 1 s.
+fn rescaled_idle(idle: Duration, old_ms: u32, new_ms: u32) -> Duration {
+    if old_ms == 0 || old_ms == new_ms {
+        return idle;
+    }
+    let scaled = idle.as_millis() * u128::from(new_ms) / u128::from(old_ms);
+    Duration::from_millis(u64::try_from(scaled).unwrap_or(u64::MAX).max(1000))
 }
 
 fn to_ws(frame: &api::Frame) -> WsMessage {
@@ -418,6 +452,30 @@ mod tests {
     }
 
     #[test]
+    fn a_keepalive_of_the_plugin_makes_its_answers_the_proof_of_life() {
+        let pong = WsMessage::Pong(Vec::new().into());
+        let data = WsMessage::Binary(vec![1].into());
+        assert!(proves_alive(&pong, false));
+        assert!(!proves_alive(&pong, true));
+        assert!(proves_alive(&data, true));
+        // Feishu's endpoint said ping every 120 s (idle 360 s); a pong says 1 s.
+        let idle = rescaled_idle(Duration::from_secs(360), 120_000, 1000);
+        assert_eq!(idle, Duration::from_secs(3));
+        assert_eq!(
+            rescaled_idle(Duration::from_secs(3), 1000, 90_000),
+            Duration::from_secs(270)
+        );
+        assert_eq!(
+            rescaled_idle(Duration::from_secs(3), 1000, 100),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            rescaled_idle(Duration::from_secs(60), 0, 1000),
+            Duration::from_secs(60)
+        );
+    }
+
+    #[test]
     fn backoff_doubles_to_the_cap_with_bounded_jitter() {
         let p = api::ReconnectPolicy {
             min_delay_ms: 1000,
@@ -429,5 +487,27 @@ mod tests {
             let d = reconnect_delay(&p, failures).as_millis() as u64;
             assert!((base..base + 500).contains(&d), "{failures}: {d}");
         }
+    }
+
+    #[test]
+    fn the_first_reconnect_after_a_long_connection_keeps_the_jitter() {
+        // Feishu's ReconnectNonce: every client waits a random part of it
+        // before reconnecting, so a server restart is not met by all at once.
+        let p = api::ReconnectPolicy {
+            min_delay_ms: 1000,
+            max_delay_ms: 120_000,
+            jitter_ms: 30_000,
+            max_attempts: None,
+        };
+        let delays: Vec<u64> = (0..64)
+            .map(|_| reconnect_delay(&p, 0).as_millis() as u64)
+            .collect();
+        assert!(
+            delays.iter().all(|d| (250..30_250).contains(d)),
+            "{delays:?}"
+        );
+        assert!(delays.iter().any(|d| *d > 1000), "no jitter: {delays:?}");
+        let none = api::ReconnectPolicy { jitter_ms: 0, ..p };
+        assert_eq!(reconnect_delay(&none, 0), Duration::from_millis(250));
     }
 }

@@ -1,22 +1,33 @@
 //! Open API answers (`{"code": 0, "msg": "success", "data": {…}}`) and what
 //! their failures mean for the host.
 //!
-//! Codes from Feishu's docs, "通用错误码 / Generic error codes"
-//! (https://open.feishu.cn/document/server-docs/getting-started/server-error-codes):
-//! 99991400 request frequency limit; 99991661 missing access token;
-//! 99991663 invalid (expired or revoked) tenant access token; 99991668
-//! invalid access token; 99991672 the app lacks a scope. Rate limits answer
-//! HTTP 429 with `x-ogw-ratelimit-reset` (seconds until the quota refills),
-//! per "频控策略 / Rate limits"
+//! Gateway codes, Feishu's "服务端错误码说明 / Server error codes"
+//! (https://open.feishu.cn/document/server-docs/api-call-guide/generic-error-code),
+//! as Lark's own CLI names them (larksuite/cli, `internal/output/lark_errors.go`):
+//! 99991400 request frequency limit; 99991661 no access token
+//! (`Authorization` missing or empty); 99991663 the access token is invalid
+//! (a tenant token expired or revoked); 99991668 a user access token is
+//! invalid (not expected with a tenant token, but a fresh token costs one
+//! retry); 99991672 the app has not been granted a scope the API needs.
+//! Rate limits answer HTTP 429 with `x-ogw-ratelimit-reset` (seconds until
+//! the quota refills), per "频控策略 / Rate limits"
 //! (https://open.feishu.cn/document/server-docs/api-call-guide/frequency-control).
-//! 230020 is the IM send-rate limit of one chat (Send message's error list).
+//! 230020 is not settled: remembered as IM's send-rate limit of one chat
+//! (and third-party code retries it), while lark-oapi 1.7.5 files it with
+//! the permanent "target revoked" codes (`lark_oapi/channel/errors.py`). It
+//! is retried with the outbox's growing backoff, which ends after a dozen
+//! attempts, instead of as a rate limit, which would be retried forever.
 
 use serde_json::Value;
 
 pub const RATE_LIMITED: i64 = 99_991_400;
-/// Codes after which a fresh tenant token is worth one retry.
-pub const TOKEN_INVALID: [i64; 3] = [99_991_663, 99_991_661, 99_991_668];
-const CHAT_RATE_LIMITED: i64 = 230_020;
+/// Codes after which a fresh tenant token is worth one retry: the three
+/// above, and 99991664-99991666, which lark-oapi 1.7.5 counts as invalid
+/// tokens too (`lark_oapi/channel/errors.py`).
+pub const TOKEN_INVALID: [i64; 6] = [
+    99_991_663, 99_991_661, 99_991_668, 99_991_664, 99_991_665, 99_991_666,
+];
+const CHAT_RATE_LIMITED_OR_GONE: i64 = 230_020;
 const MISSING_SCOPE: i64 = 99_991_672;
 
 /// Why an Open API call failed, in the host's terms.
@@ -61,7 +72,7 @@ pub fn check(what: &str, status: u16, reset: Option<&str>, body: &[u8]) -> Resul
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    if status == 429 || code == Some(RATE_LIMITED) || code == Some(CHAT_RATE_LIMITED) {
+    if status == 429 || code == Some(RATE_LIMITED) {
         return Err(Failure::RetryLater {
             after_ms: reset_ms(reset),
             reason: format!(
@@ -73,6 +84,11 @@ pub fn check(what: &str, status: u16, reset: Option<&str>, body: &[u8]) -> Resul
     if let Some(code) = code.filter(|c| TOKEN_INVALID.contains(c)) {
         return Err(Failure::TokenInvalid(format!(
             "Feishu refused the tenant access token for {what}: code {code}: {msg}"
+        )));
+    }
+    if code == Some(CHAT_RATE_LIMITED_OR_GONE) {
+        return Err(Failure::Upstream(format!(
+            "Feishu refused {what} for now: code 230020: {msg}"
         )));
     }
     if status >= 500 {
@@ -138,7 +154,7 @@ mod tests {
         ));
         assert!(matches!(
             check("send", 200, None, br#"{"code":230020,"msg":"limit"}"#),
-            Err(Failure::RetryLater { .. })
+            Err(Failure::Upstream(m)) if m.contains("230020")
         ));
         for code in TOKEN_INVALID {
             assert!(matches!(

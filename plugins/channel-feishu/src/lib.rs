@@ -311,7 +311,7 @@ impl Guest for FeishuChannel {
         let base = match base() {
             Ok(base) => base,
             Err(e) => {
-                items.push(item("domain", false, format!("{e:?}")));
+                items.push(item("domain", false, error_text(&e)));
                 return items;
             }
         };
@@ -330,12 +330,12 @@ impl Guest for FeishuChannel {
         ));
         match fetch_token() {
             Ok(()) => items.push(item(
-                "tenant access token",
+                "tenant token",
                 true,
                 "tenant_access_token/internal answered code 0: app_id and app_secret work".into(),
             )),
             Err(e) => {
-                items.push(item("tenant access token", false, format!("{e:?}")));
+                items.push(item("tenant token", false, error_text(&e)));
                 return items;
             }
         }
@@ -345,22 +345,22 @@ impl Guest for FeishuChannel {
                 if let Some(id) = bot["open_id"].as_str() {
                     kv_set(KV_BOT_OPEN_ID, id.as_bytes(), Some(BOT_ID_TTL_MS));
                 }
-                items.push(item(
-                    "bot",
-                    true,
-                    format!(
-                        "bot/v3/info: {} (open_id {})",
-                        bot["app_name"].as_str().unwrap_or("?"),
-                        bot["open_id"].as_str().unwrap_or("?")
-                    ),
-                ));
+                let name = format!(
+                    "bot/v3/info: {} (open_id {})",
+                    bot["app_name"].as_str().unwrap_or("?"),
+                    bot["open_id"].as_str().unwrap_or("?")
+                );
+                items.push(match bot_inactive(bot["activate_status"].as_i64()) {
+                    None => item("bot", true, name),
+                    Some(why) => item("bot", false, format!("{name}: {why}")),
+                });
             }
             Err(e) => items.push(item(
                 "bot",
                 false,
                 format!(
-                    "{:?}; enable the Bot capability under Features and publish a version",
-                    ChannelError::from(e)
+                    "{}; enable the Bot capability under Features and publish a version",
+                    error_text(&ChannelError::from(e))
                 ),
             )),
         }
@@ -376,7 +376,7 @@ impl Guest for FeishuChannel {
                     ),
                 ),
                 Ok(None) => item("long connection", true, "not used".into()),
-                Err(e) => item("long connection", false, format!("{e:?}")),
+                Err(e) => item("long connection", false, error_text(&e)),
             });
         }
         let encrypted = secrets::is_set(ENCRYPT_KEY);
@@ -530,8 +530,8 @@ fn bot_open_id() -> Option<String> {
             log(
                 logging::Level::Warn,
                 &format!(
-                    "bot/v3/info failed ({:?}); group messages count any mention",
-                    ChannelError::from(err)
+                    "bot/v3/info failed ({}); group messages count any mention",
+                    error_text(&ChannelError::from(err))
                 ),
             );
             None
@@ -670,8 +670,9 @@ fn fetch_token() -> Result<(), ChannelError> {
         &response.body,
     ) {
         Ok(_) => Ok(()),
-        Err(Failure::Rejected { message, .. }) => Err(ChannelError::Unauthorized(format!(
-            "{message}; check `app_id` and `app_secret` (Credentials & Basic Info)"
+        Err(Failure::Rejected { code, message }) => Err(ChannelError::Unauthorized(format!(
+            "{message}; {}",
+            token_hint(code)
         ))),
         Err(other) => Err(failure_error(other)),
     }
@@ -824,6 +825,52 @@ fn send_request(message: &Outbound, content: &str) -> (String, Value) {
             "/open-apis/im/v1/messages?receive_id_type=chat_id".into(),
             json!({ "receive_id": message.conversation, "msg_type": "post", "content": content }),
         ),
+    }
+}
+
+/// What to fix when `tenant_access_token/internal` refuses: 10014 "app
+/// secret invalid", 10003 "invalid param" (an unknown `app_id` among them).
+fn token_hint(code: i64) -> &'static str {
+    match code {
+        10_014 => {
+            "`app_secret` is not this app's App Secret: copy the App Secret from Credentials & \
+             Basic Info again"
+        }
+        10_003 => "check `app_id` (cli_…, Credentials & Basic Info) and `app_secret`",
+        _ => "check `app_id` and `app_secret` (Credentials & Basic Info)",
+    }
+}
+
+/// Why the app cannot talk yet, from bot/v3/info's `activate_status`
+/// (https://open.feishu.cn/document/ukTMukTMukTM/uAjMxEjLwITMx4CMyETM):
+/// 2 is "enabled in the tenant"; absent is taken as fine.
+fn bot_inactive(status: Option<i64>) -> Option<String> {
+    let why = match status? {
+        2 => return None,
+        0 => "the app is not installed in the tenant yet",
+        1 => "the tenant disabled the app",
+        3 => "installed but not enabled yet",
+        4 => "a new version waits to be enabled",
+        5 => "disabled: the license expired",
+        6 => "disabled: the Lark plan expired or was downgraded",
+        _ => "not enabled",
+    };
+    Some(format!(
+        "activate_status {}: {why}; publish a version (Version Management & Release) and have \
+         an admin approve it",
+        status.unwrap_or_default()
+    ))
+}
+
+/// A channel error as one line for people.
+fn error_text(err: &ChannelError) -> String {
+    match err {
+        ChannelError::Unauthorized(m)
+        | ChannelError::BadRequest(m)
+        | ChannelError::Upstream(m)
+        | ChannelError::Unsupported(m)
+        | ChannelError::Rejected(m) => m.clone(),
+        ChannelError::RetryLater(r) => format!("{} (retry in {} ms)", r.reason, r.after_ms),
     }
 }
 
@@ -1013,6 +1060,26 @@ mod tests {
             (p.min_delay_ms, p.max_delay_ms, p.jitter_ms, p.max_attempts),
             (1000, 120_000, 30_000, None)
         );
+    }
+
+    #[test]
+    fn check_hints_name_what_to_fix() {
+        assert_eq!(bot_inactive(Some(2)), None);
+        assert_eq!(bot_inactive(None), None);
+        let why = bot_inactive(Some(3)).expect("not enabled");
+        assert!(
+            why.starts_with("activate_status 3: installed but not enabled yet"),
+            "{why}"
+        );
+        assert!(bot_inactive(Some(42)).is_some());
+        assert!(token_hint(10_014).contains("`app_secret` is not this app's App Secret"));
+        assert!(token_hint(10_003).contains("`app_id`"));
+        let e = ChannelError::RetryLater(RetryAfter {
+            after_ms: 2000,
+            reason: "slow down".into(),
+        });
+        assert_eq!(error_text(&e), "slow down (retry in 2000 ms)");
+        assert_eq!(error_text(&ChannelError::Rejected("no".into())), "no");
     }
 
     #[test]
