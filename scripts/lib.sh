@@ -53,6 +53,15 @@ ensure_docker_prerequisites() {
             exit 1
         fi
     fi
+    # tests/registry.rs runs the CNCF distribution server from Debian.
+    if [ ! -x /usr/bin/docker-registry ]; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+            step "apt-get install docker-registry" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry'
+        else
+            echo "missing /usr/bin/docker-registry: install Debian's docker-registry (sudo apt-get install docker-registry)" >&2
+            exit 1
+        fi
+    fi
     if ! docker info >/dev/null 2>&1; then
         echo "the Docker Engine is not reachable: install and start it (apt-get install docker.io; systemctl start docker)" >&2
         exit 1

@@ -213,13 +213,44 @@ pub enum PluginCommand {
     },
     /// Validate a plugin and copy it into $PINCER_HOME/plugins, pinning its sha256
     Install {
-        /// A folder holding plugin.toml and the component, or either file
-        path: PathBuf,
+        /// A folder holding plugin.toml and the component (or either file),
+        /// or a registry reference such as
+        /// localhost:5000/acme/skill-weather:1.2.0 or …@sha256:…
+        target: String,
         /// Replace the built-in or installed plugin of the same name (audited);
         /// the new component takes over that plugin's kv and /data state
         #[arg(long)]
         replace: bool,
+        /// Install without asking (needed when stdin is not a terminal)
+        #[arg(long)]
+        yes: bool,
+        /// Install a registry package nobody signed (audited)
+        #[arg(long)]
+        allow_unsigned: bool,
+        /// Install a registry package signed by a key plugins.trusted_publishers
+        /// does not list (audited)
+        #[arg(long)]
+        allow_untrusted: bool,
+        /// Reach a registry that is not on loopback over plain HTTP
+        #[arg(long)]
+        insecure: bool,
     },
+    /// Push a plugin folder to an OCI registry as a Wasm OCI artifact
+    Publish {
+        /// The plugin folder (plugin.toml and the component)
+        dir: PathBuf,
+        /// Where to, e.g. localhost:5000/acme/skill-weather:1.2.0
+        reference: String,
+        /// Sign it with this publisher key (`pincer plugin key generate`)
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+        /// Reach a registry that is not on loopback over plain HTTP
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Publisher keys for signing plugins
+    #[command(subcommand)]
+    Key(PluginKeyCommand),
     /// Scaffold a plugin crate that builds with `cargo build --target wasm32-wasip2`
     New {
         #[arg(long, value_parser = ["skill", "channel", "observer", "tunnel"])]
@@ -229,6 +260,17 @@ pub enum PluginCommand {
         /// Parent folder of the new crate [default: .]
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginKeyCommand {
+    /// Make an Ed25519 publisher key; prints the public key to list in
+    /// plugins.trusted_publishers
+    Generate {
+        /// Where to write it [default: $PINCER_HOME/keys/publisher.key]
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
 }
 

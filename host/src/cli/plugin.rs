@@ -3,7 +3,8 @@ use std::path::Path;
 use anyhow::Context as _;
 use serde_json::json;
 
-use super::{Context, PluginCommand};
+use super::{Context, PluginCommand, PluginKeyCommand};
+use crate::plugins::registry::{self, PublisherKey, Signature};
 use crate::plugins::{LoadedPlugin, PluginHost, PluginPackage, PluginSource, catalog, scaffold};
 
 pub async fn run(config_flag: Option<&Path>, command: PluginCommand) -> anyhow::Result<()> {
@@ -11,7 +12,53 @@ pub async fn run(config_flag: Option<&Path>, command: PluginCommand) -> anyhow::
     match command {
         PluginCommand::List(flag) => list(&ctx, flag.json),
         PluginCommand::Inspect { target, json } => inspect(&ctx, &target, json.json).await,
-        PluginCommand::Install { path, replace } => install(&ctx, &path, replace),
+        PluginCommand::Install {
+            target,
+            replace,
+            yes,
+            allow_unsigned,
+            allow_untrusted,
+            insecure,
+        } => {
+            let path = Path::new(&target);
+            if path.exists() {
+                let package = PluginPackage::read(path, PluginSource::Dir(path.to_path_buf()))?;
+                install(&ctx, package, &path.display().to_string(), replace, None)
+            } else if target.contains('/') {
+                let flags = RegistryFlags {
+                    yes,
+                    allow_unsigned,
+                    allow_untrusted,
+                    insecure,
+                };
+                install_from_registry(&ctx, &target, replace, flags).await
+            } else {
+                anyhow::bail!(
+                    "`{target}` is neither a plugin folder nor a registry reference (e.g. localhost:5000/acme/{target}:1.0.0)"
+                )
+            }
+        }
+        PluginCommand::Publish {
+            dir,
+            reference,
+            key,
+            insecure,
+        } => publish(&ctx, &dir, &reference, key.as_deref(), insecure).await,
+        PluginCommand::Key(PluginKeyCommand::Generate { out }) => {
+            let path = out.unwrap_or_else(|| ctx.home.join("keys").join("publisher.key"));
+            let key = PublisherKey::generate(&path)?;
+            println!(
+                "wrote the publisher key {} (keep it private) and {}",
+                path.display(),
+                path.with_extension("pub").display()
+            );
+            println!("public key: {}", key.public());
+            println!(
+                "to trust it, add to pincer.yaml:\n  plugins:\n    trusted_publishers:\n      - {{name: YOUR-NAME, key: \"{}\"}}",
+                key.public()
+            );
+            Ok(())
+        }
         PluginCommand::New { kind, name, dir } => {
             let parent = dir.unwrap_or_else(|| ".".into());
             let created = scaffold::create(&parent, &kind, &name)?;
@@ -33,13 +80,30 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<()> {
         .iter()
         .map(|(name, package)| {
             let manifest = crate::plugins::Manifest::parse(&package.manifest_text, name);
+            let origin = match &package.source {
+                PluginSource::Installed(dir) => catalog::origin(dir),
+                _ => None,
+            };
+            let source = match &origin {
+                Some(o) => format!(
+                    "registry {} ({})",
+                    o["pinned"].as_str().unwrap_or("?"),
+                    match o["publisher"].as_str() {
+                        Some(publisher) => format!("signed by {publisher}"),
+                        None => o["signature"].as_str().unwrap_or("?").to_owned(),
+                    }
+                ),
+                None => package.source.to_string(),
+            };
             match manifest {
                 Ok(m) => json!({
                     "name": name,
                     "kind": m.kind().as_str(),
                     "version": m.plugin.version.to_string(),
                     "wit": m.plugin.wit.to_string(),
-                    "source": package.source.to_string(),
+                    "source": source,
+                    "sha256": package.sha256(),
+                    "origin": origin,
                     "description": m.plugin.description,
                 }),
                 Err(e) => json!({"name": name, "error": e.to_string(), "source": package.source.to_string()}),
@@ -194,10 +258,24 @@ fn print_report(r: &serde_json::Value) {
     }
 }
 
-fn install(ctx: &Context, path: &Path, replace: bool) -> anyhow::Result<()> {
+/// Shows a loaded plugin and asks before it is installed.
+type Confirm<'a> = dyn Fn(&LoadedPlugin) -> anyhow::Result<()> + 'a;
+
+/// Installs a checked package; `from` names where it came from in messages
+/// and the audit log; `origin` is recorded beside it (registry installs).
+fn install(
+    ctx: &Context,
+    package: PluginPackage,
+    from: &str,
+    replace: bool,
+    origin: Option<(&serde_json::Value, &Confirm<'_>)>,
+) -> anyhow::Result<()> {
     let host = ctx.plugin_host()?;
-    let package = PluginPackage::read(path, PluginSource::Dir(path.to_path_buf()))?;
     let plugin = host.load(&package, None, ctx.limits())?;
+    if let Some((_, confirm)) = &origin {
+        confirm(&plugin)?;
+    }
+    let origin = origin.map(|(o, _)| o);
     let name = plugin.name().to_string();
     // What has this name now: a built-in and/or an installed plugin.
     let builtin = PluginPackage::builtin()
@@ -227,14 +305,15 @@ fn install(ctx: &Context, path: &Path, replace: bool) -> anyhow::Result<()> {
         );
     }
     let replaces_builtin = builtin.as_ref().map(PluginPackage::sha256);
+    let origin_text = origin.map(|o| format!("{o:#}\n"));
     let target = catalog::install(
         &ctx.home,
         &package,
         &plugin.manifest,
         replaces_builtin.as_deref(),
+        origin_text.as_deref(),
     )
     .with_context(|| format!("installing into {}", ctx.home.join("plugins").display()))?;
-    let caps = &plugin.manifest.capabilities;
     println!(
         "installed {} {} ({}) into {}",
         plugin.name(),
@@ -246,9 +325,8 @@ fn install(ctx: &Context, path: &Path, replace: bool) -> anyhow::Result<()> {
     if let Some((source, old)) = &replaced {
         let owners = host.kv().owners_of(&name).unwrap_or_default();
         let detail = format!(
-            "{name}: the {source} component (sha256 {old}) replaced by sha256 {} from {}",
+            "{name}: the {source} component (sha256 {old}) replaced by sha256 {} from {from}",
             plugin.sha256,
-            path.display()
         );
         ctx.audit_log()?
             .record("cli", None, "plugin.replaced", &detail);
@@ -263,25 +341,243 @@ fn install(ctx: &Context, path: &Path, replace: bool) -> anyhow::Result<()> {
         );
     }
     println!("  requests:");
+    for line in requests(ctx, &plugin) {
+        println!("    {line}");
+    }
+    Ok(())
+}
+
+/// What a plugin's manifest asks for, one line each.
+fn requests(ctx: &Context, plugin: &LoadedPlugin) -> Vec<String> {
+    let caps = &plugin.manifest.capabilities;
+    let mut lines = Vec::new();
     if caps.http.is_empty() && !caps.kv && !caps.data_dir {
-        println!("    nothing beyond logging, config and clock");
+        lines.push("nothing beyond logging, config and clock".to_owned());
     }
     if !caps.http.is_empty() {
-        println!("    http to: {}", caps.http.join(", "));
+        lines.push(format!("http to: {}", caps.http.join(", ")));
     }
     if caps.kv {
-        println!("    kv: a private key-value store per workspace");
+        lines.push("kv: a private key-value store per workspace".to_owned());
     }
     if caps.data_dir {
-        println!(
-            "    data_dir: a private folder per workspace at {} (at most {} MiB each)",
+        lines.push(format!(
+            "data_dir: a private folder per workspace at {} (at most {} MiB each)",
             ctx.home
                 .join("plugin-data")
                 .join("workspace.NAME")
                 .join(plugin.name())
                 .display(),
             ctx.config.plugins.limits.data_quota_mb
+        ));
+    }
+    let secrets = plugin.manifest.secret_keys();
+    let keys: Vec<String> = plugin
+        .manifest
+        .config
+        .keys()
+        .map(|k| {
+            if secrets.contains(k) {
+                format!("{k} (secret)")
+            } else {
+                k.clone()
+            }
+        })
+        .collect();
+    if !keys.is_empty() {
+        lines.push(format!("config keys: {}", keys.join(", ")));
+    }
+    lines
+}
+
+/// Flags of `pincer plugin install REF`.
+struct RegistryFlags {
+    yes: bool,
+    allow_unsigned: bool,
+    allow_untrusted: bool,
+    insecure: bool,
+}
+
+fn trusted(ctx: &Context) -> Vec<registry::Trusted> {
+    ctx.config
+        .plugins
+        .trusted_publishers
+        .iter()
+        .map(|p| registry::Trusted {
+            name: p.name.clone(),
+            key: p.key.clone(),
+        })
+        .collect()
+}
+
+/// `pincer plugin install REF`: pull and check everything, show what the
+/// plugin can do and who signed it, ask, then install and pin the digest.
+async fn install_from_registry(
+    ctx: &Context,
+    reference: &str,
+    replace: bool,
+    flags: RegistryFlags,
+) -> anyhow::Result<()> {
+    let pulled = registry::pull(reference, &trusted(ctx), flags.insecure).await?;
+    let audit = ctx.audit_log()?;
+    let (publisher, key) = match &pulled.signature {
+        registry::Signature::Trusted { publisher, key } => {
+            (Some(publisher.clone()), Some(key.clone()))
+        }
+        registry::Signature::Untrusted { key } => {
+            if !flags.allow_untrusted {
+                anyhow::bail!(
+                    "{reference} is signed by {key}, which plugins.trusted_publishers does not list; nothing was installed. If you trust it, add `{{name: NAME, key: \"{key}\"}}` to plugins.trusted_publishers, or pass --allow-untrusted (audited)"
+                );
+            }
+            audit.record(
+                "cli",
+                None,
+                "plugin.install_untrusted",
+                &format!("{} signed by {key}", pulled.pinned),
+            );
+            (None, Some(key.clone()))
+        }
+        registry::Signature::Unsigned => {
+            if !flags.allow_unsigned {
+                anyhow::bail!(
+                    "{reference} is not signed (no {}.sig beside it); nothing was installed. Ask its publisher to sign it (`pincer plugin publish --key`), or pass --allow-unsigned (audited)",
+                    pulled.digest.replace(':', "-")
+                );
+            }
+            audit.record("cli", None, "plugin.install_unsigned", &pulled.pinned);
+            (None, None)
+        }
+    };
+    let signature = match &pulled.signature {
+        Signature::Trusted { .. } => "trusted",
+        Signature::Untrusted { .. } => "untrusted",
+        Signature::Unsigned => "unsigned",
+    };
+    let origin = json!({
+        "reference": reference,
+        "pinned": pulled.pinned,
+        "digest": pulled.digest,
+        "signature": signature,
+        "publisher": publisher,
+        "key": key,
+        "installed_ms": crate::db::now_ms(),
+    });
+    let staging = tempfile::tempdir()?;
+    let manifest = crate::plugins::Manifest::parse(&pulled.manifest_text, reference)?;
+    std::fs::write(
+        staging.path().join(catalog::MANIFEST_FILE),
+        &pulled.manifest_text,
+    )?;
+    std::fs::write(
+        staging.path().join(&manifest.plugin.component),
+        &pulled.wasm,
+    )?;
+    let package = PluginPackage::read(
+        staging.path(),
+        PluginSource::Dir(staging.path().to_path_buf()),
+    )?;
+    let confirm = |plugin: &LoadedPlugin| -> anyhow::Result<()> {
+        let m = &plugin.manifest;
+        println!(
+            "{} {} ({}, pincer:plugin/{}@{})",
+            plugin.name(),
+            m.plugin.version,
+            plugin.kind(),
+            plugin.kind().world(),
+            m.plugin.wit
         );
+        println!("  from:      {}", pulled.pinned);
+        println!(
+            "  publisher: {}",
+            match (&publisher, &key) {
+                (Some(name), Some(key)) => format!("{name} ({key}), trusted"),
+                (None, Some(key)) => format!("{key}, NOT in plugins.trusted_publishers"),
+                _ => "nobody: NOT signed".to_owned(),
+            }
+        );
+        println!("  asks for:");
+        for line in requests(ctx, plugin) {
+            println!("    {line}");
+        }
+        if flags.yes {
+            return Ok(());
+        }
+        use std::io::IsTerminal as _;
+        if !std::io::stdin().is_terminal() {
+            anyhow::bail!(
+                "not installed: pass --yes to install without asking (stdin is not a terminal)"
+            );
+        }
+        print!("install it? [y/N] ");
+        use std::io::Write as _;
+        std::io::stdout().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            anyhow::bail!("not installed");
+        }
+        Ok(())
+    };
+    install(
+        ctx,
+        package,
+        &pulled.pinned,
+        replace,
+        Some((&origin, &confirm)),
+    )?;
+    audit.record(
+        "cli",
+        None,
+        "plugin.installed_from_registry",
+        &format!("{} ({signature})", pulled.pinned),
+    );
+    println!("  pinned:    {}", pulled.pinned);
+    Ok(())
+}
+
+/// `pincer plugin publish DIR REF`.
+async fn publish(
+    ctx: &Context,
+    dir: &Path,
+    reference: &str,
+    key: Option<&Path>,
+    insecure: bool,
+) -> anyhow::Result<()> {
+    let package = PluginPackage::read(dir, PluginSource::Dir(dir.to_path_buf()))?;
+    let host = ctx.plugin_host()?;
+    // The same checks as an install: the manifest, the world, a WIT version
+    // this host serves.
+    let plugin = host.load(&package, None, ctx.limits())?;
+    let key = key.map(PublisherKey::load).transpose()?;
+    let m = &plugin.manifest;
+    let world = format!("pincer:plugin/{}@{}", plugin.kind().world(), m.plugin.wit);
+    let published = registry::publish(
+        reference,
+        &registry::Package {
+            manifest_text: &package.manifest_text,
+            name: plugin.name(),
+            version: &m.plugin.version.to_string(),
+            description: &m.plugin.description,
+            world: &world,
+            wasm: &package.wasm,
+        },
+        key.as_ref(),
+        insecure,
+    )
+    .await?;
+    println!(
+        "published {} {} to {reference}",
+        plugin.name(),
+        m.plugin.version
+    );
+    println!("  digest: {}", published.digest);
+    println!("  pinned: {}", published.pinned);
+    match &published.signed_by {
+        Some(key) => println!("  signed by {key}"),
+        None => println!(
+            "  UNSIGNED (no --key): `pincer plugin install` refuses it unless the installer passes --allow-unsigned"
+        ),
     }
     Ok(())
 }

@@ -34,8 +34,8 @@ pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path
 pub use schema::{
     AgentLimits, AgentSchedules, Budget, Channel, Channels, Config, ContainerRuntime, Containers,
     Gateway, GatewayCache, LitellmParams, McpContainer, McpServer, ModelDeployment, ModelPrice,
-    Mount, PluginLimits, Plugins, PolicyEntry, Refusal, RoutingStrategy, Skill, Workspace,
-    WorkspaceMemory,
+    Mount, PluginLimits, Plugins, PolicyEntry, Refusal, RoutingStrategy, Skill, TrustedPublisher,
+    Workspace, WorkspaceMemory,
 };
 
 pub(crate) use located::{Document, parse_located};

@@ -463,6 +463,17 @@ pub struct Plugins {
     /// Free-form configuration by plugin name, `${...}` interpolated. Values
     /// are hidden from `Debug` (they often hold secrets).
     pub config: BTreeMap<String, serde_json::Value>,
+    /// Publishers whose signed plugins `pincer plugin install REF` accepts.
+    pub trusted_publishers: Vec<TrustedPublisher>,
+}
+
+/// `plugins.trusted_publishers[]`: a name for messages and an `ed25519:`
+/// public key (`pincer plugin key generate` prints one).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustedPublisher {
+    pub name: String,
+    pub key: String,
 }
 
 impl fmt::Debug for Plugins {
@@ -471,6 +482,7 @@ impl fmt::Debug for Plugins {
             .field("dirs", &self.dirs)
             .field("limits", &self.limits)
             .field("config", &Redacted(self.config.keys()))
+            .field("trusted_publishers", &self.trusted_publishers)
             .finish()
     }
 }

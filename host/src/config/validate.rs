@@ -96,6 +96,19 @@ pub(crate) fn validate(cfg: &Config) -> Check<'_> {
         workspace(cfg, name, ws)?;
     }
     plugins(&cfg.plugins.limits)?;
+    for (i, publisher) in cfg.plugins.trusted_publishers.iter().enumerate() {
+        if let Err(e) = crate::plugins::registry::signing::parse_public(&publisher.key) {
+            return Err(at(
+                vec![
+                    Key("plugins"),
+                    Key("trusted_publishers"),
+                    Index(i),
+                    Key("key"),
+                ],
+                e.to_string(),
+            ));
+        }
+    }
     channels(cfg)?;
     skills(cfg)?;
     for (name, server) in &cfg.mcp_servers {

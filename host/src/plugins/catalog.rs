@@ -211,8 +211,19 @@ impl Catalog {
     }
 }
 
+/// Where an installed plugin came from (a registry reference, its digest,
+/// its publisher), written by `pincer plugin install REF`.
+pub const ORIGIN_FILE: &str = "origin.json";
+
+/// The origin of the plugin installed in `dir`, if it came from a registry.
+pub fn origin(dir: &Path) -> Option<serde_json::Value> {
+    let text = std::fs::read(dir.join(ORIGIN_FILE)).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
 /// Copies a validated plugin into `$PINCER_HOME/plugins/<name>/` and pins
-/// its sha256. Returns the folder it was installed to.
+/// its sha256. Returns the folder it was installed to. `origin`: the JSON
+/// recorded as [`ORIGIN_FILE`].
 /// `replaces_builtin`: the sha256 of the built-in this plugin takes the name
 /// of (recorded beside it so the catalog lets it).
 pub fn install(
@@ -220,6 +231,7 @@ pub fn install(
     package: &PluginPackage,
     manifest: &Manifest,
     replaces_builtin: Option<&str>,
+    origin: Option<&str>,
 ) -> std::io::Result<PathBuf> {
     let root = home.join("plugins");
     std::fs::create_dir_all(&root)?;
@@ -240,6 +252,9 @@ pub fn install(
     )?;
     if let Some(builtin) = replaces_builtin {
         std::fs::write(staging.path().join(REPLACES_FILE), format!("{builtin}\n"))?;
+    }
+    if let Some(origin) = origin {
+        std::fs::write(staging.path().join(ORIGIN_FILE), origin)?;
     }
     if target.exists() {
         std::fs::remove_dir_all(&target)?;

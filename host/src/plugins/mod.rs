@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod engine;
 mod error;
 pub mod manifest;
+pub mod registry;
 pub mod runtime;
 pub mod scaffold;
 pub mod scope;

@@ -1,0 +1,305 @@
+//! `pincer plugin publish` and `pincer plugin install REF` against a real
+//! OCI registry: Debian's `docker-registry` (the CNCF distribution server
+//! 2.8), started on a free loopback port with its storage in a temporary
+//! folder and stopped after. One `PINCER_HOME` publishes, another installs
+//! and calls the skill; every refusal leaves nothing installed.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use support::{Sandbox, fails, ok, staged};
+
+const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+
+struct Registry {
+    child: Child,
+    dir: tempfile::TempDir,
+    addr: String,
+}
+
+impl Registry {
+    fn start() -> Registry {
+        assert!(
+            Path::new(REGISTRY_BIN).is_file(),
+            "{REGISTRY_BIN} is missing: install Debian's docker-registry (apt-get install docker-registry)"
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog: {{level: error}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: {addr}\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(REGISTRY_BIN)
+            .args(["serve", config.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Dropped (and so killed and waited for) even if it never starts.
+        let registry = Registry { child, dir, addr };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(&registry.addr).is_ok() {
+                return registry;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the registry did not start on {}", registry.addr);
+    }
+
+    /// The stored blob with this digest (`sha256:…`).
+    fn blob(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// skill-calc under another name (so it never collides with the built-in).
+fn acme_calc(sandbox: &Sandbox) -> PathBuf {
+    let src = staged("skill-calc");
+    let dir = sandbox.work().join("acme-calc");
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+    }
+    let manifest = dir.join("plugin.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replacen("name = \"skill-calc\"", "name = \"acme-calc\"", 1),
+    )
+    .unwrap();
+    dir
+}
+
+/// The value after `label` on a line of `out`.
+fn field(out: &str, label: &str) -> String {
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix(label))
+        .unwrap_or_else(|| panic!("no `{label}` in:\n{out}"))
+        .trim()
+        .to_string()
+}
+
+fn consumer(trusted: &[(&str, &str)]) -> Sandbox {
+    let sandbox = Sandbox::new();
+    let list: Vec<String> = trusted
+        .iter()
+        .map(|(name, key)| format!("      - {{name: {name}, key: \"{key}\"}}\n"))
+        .collect();
+    sandbox.write(
+        "pincer.yaml",
+        &format!(
+            "plugins:\n  trusted_publishers:\n{}workspaces:\n  main: {{skills: [acme-calc]}}\n",
+            if list.is_empty() {
+                "    []\n".to_string()
+            } else {
+                list.concat()
+            }
+        ),
+    );
+    sandbox
+}
+
+fn installed(sandbox: &Sandbox) -> bool {
+    sandbox.home().join("plugins/acme-calc").exists()
+}
+
+fn key(sandbox: &Sandbox, name: &str) -> (PathBuf, String) {
+    let path = sandbox.work().join(format!("{name}.key"));
+    let out = ok(sandbox.pincer(&["plugin", "key", "generate", "--out", path.to_str().unwrap()]));
+    (path, field(&out, "public key:"))
+}
+
+#[test]
+fn a_signed_plugin_is_published_then_installed_by_another_home_and_called() {
+    let registry = Registry::start();
+    let publisher = Sandbox::new();
+    let dir = acme_calc(&publisher);
+    let (key_file, public) = key(&publisher, "acme");
+    assert!(public.starts_with("ed25519:"), "{public}");
+    let reference = format!("{}/acme/acme-calc:1.0.0", registry.addr);
+    let out = ok(publisher.pincer(&[
+        "plugin",
+        "publish",
+        dir.to_str().unwrap(),
+        &reference,
+        "--key",
+        key_file.to_str().unwrap(),
+    ]));
+    assert!(out.contains("published acme-calc 0.1.0"), "{out}");
+    assert!(out.contains(&format!("signed by {public}")), "{out}");
+    let digest = field(&out, "digest:");
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "{digest}"
+    );
+
+    let user = consumer(&[("acme", &public)]);
+    // not interactive and no --yes: shown, not installed
+    let refused = fails(user.pincer(&["plugin", "install", &reference]));
+    assert!(refused.contains("pass --yes"), "{refused}");
+    assert!(!installed(&user), "nothing installed without --yes");
+
+    let out = ok(user.pincer(&["plugin", "install", &reference, "--yes"]));
+    assert!(
+        out.contains(&format!("publisher: acme ({public}), trusted")),
+        "{out}"
+    );
+    assert!(
+        out.contains("pincer:plugin/skill-plugin@"),
+        "the WIT version is shown: {out}"
+    );
+    assert!(out.contains("asks for:"), "{out}");
+    let pinned = format!("{}/acme/acme-calc@{digest}", registry.addr);
+    assert!(out.contains(&format!("pinned:    {pinned}")), "{out}");
+
+    let list = ok(user.pincer(&["plugin", "list"]));
+    assert!(
+        list.lines().any(|l| l.starts_with("acme-calc")
+            && l.contains(&format!("registry {pinned} (signed by acme)"))),
+        "{list}"
+    );
+    let answer = ok(user.pincer(&[
+        "skill",
+        "invoke",
+        "acme-calc",
+        "evaluate",
+        "--args",
+        r#"{"expression": "6*7"}"#,
+    ]));
+    assert!(answer.contains("42"), "{answer}");
+
+    // by digest too
+    let again = consumer(&[("acme", &public)]);
+    ok(again.pincer(&["plugin", "install", &pinned, "--yes"]));
+    assert!(installed(&again));
+}
+
+#[test]
+fn unsigned_untrusted_tampered_and_unreachable_packages_are_refused() {
+    let mut registry = Registry::start();
+    let publisher = Sandbox::new();
+    let dir = acme_calc(&publisher);
+    let (trusted_key, trusted_public) = key(&publisher, "acme");
+    let (stranger_key, stranger_public) = key(&publisher, "stranger");
+    let publish = |tag: &str, key: Option<&Path>| {
+        let reference = format!("{}/acme/acme-calc:{tag}", registry.addr);
+        let mut args = vec![
+            "plugin".to_string(),
+            "publish".into(),
+            dir.display().to_string(),
+            reference.clone(),
+        ];
+        if let Some(key) = key {
+            args.extend(["--key".into(), key.display().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        (reference, ok(publisher.pincer(&args)))
+    };
+    let user = consumer(&[("acme", &trusted_public)]);
+
+    // unsigned
+    let (unsigned, out) = publish("unsigned", None);
+    assert!(out.contains("UNSIGNED (no --key)"), "{out}");
+    let err = fails(user.pincer(&["plugin", "install", &unsigned, "--yes"]));
+    assert!(
+        err.contains("is not signed")
+            && err.contains("nothing was installed")
+            && err.contains("--allow-unsigned"),
+        "{err}"
+    );
+    assert!(!installed(&user));
+
+    // signed by a key nobody trusts
+    let (untrusted, _) = publish("stranger", Some(&stranger_key));
+    let err = fails(user.pincer(&["plugin", "install", &untrusted, "--yes"]));
+    assert!(
+        err.contains(&format!(
+            "is signed by {stranger_public}, which plugins.trusted_publishers does not list"
+        )),
+        "{err}"
+    );
+    assert!(!installed(&user));
+
+    // an unsigned package installed on purpose is audited
+    let out = ok(user.pincer(&["plugin", "install", &unsigned, "--yes", "--allow-unsigned"]));
+    assert!(out.contains("publisher: nobody: NOT signed"), "{out}");
+    assert!(installed(&user));
+    let db = rusqlite::Connection::open(user.home().join("pincer.db")).unwrap();
+    let audited: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM audit_events WHERE kind = 'plugin.install_unsigned'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(audited, 1);
+
+    // a tampered component blob (signed by the trusted key)
+    let victim = consumer(&[("acme", &trusted_public)]);
+    let (tampered, out) = publish("tampered", Some(&trusted_key));
+    let digest = field(&out, "digest:");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(registry.blob(&digest)).unwrap()).unwrap();
+    let layer = registry.blob(manifest["layers"][0]["digest"].as_str().unwrap());
+    let mut bytes = std::fs::read(&layer).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&layer, bytes).unwrap();
+    let err = fails(victim.pincer(&["plugin", "install", &tampered, "--yes"]));
+    assert!(
+        err.contains("does not match its digest") && err.contains("nothing was installed"),
+        "{err}"
+    );
+    assert!(!installed(&victim), "nothing half-installed");
+
+    // the registry is down
+    registry.stop();
+    let other = consumer(&[("acme", &trusted_public)]);
+    let out = other.pincer(&["plugin", "install", &unsigned, "--yes"]);
+    let err = fails(out);
+    assert!(err.contains("cannot be reached"), "{err}");
+    assert!(!installed(&other));
+
+    // a key that is not a key, in pincer.yaml
+    let bad = Sandbox::new();
+    bad.write(
+        "pincer.yaml",
+        "plugins:\n  trusted_publishers:\n    - {name: acme, key: \"ed25519:AAAA\"}\n",
+    );
+    let err = fails(bad.pincer(&["config", "check"]));
+    assert!(
+        err.contains("pincer.yaml:3:25: `ed25519:AAAA` is not a publisher key"),
+        "{err}"
+    );
+}
