@@ -400,6 +400,11 @@ pub enum MemoryCommand {
         workspace: String,
         #[arg(long, default_value_t = 10)]
         limit: usize,
+        /// Show why each result ranked where it did: its rank in the word
+        /// and variant lists, the query terms it holds, terms left out as
+        /// too common
+        #[arg(long)]
+        explain: bool,
         #[command(flatten)]
         json: JsonFlag,
         #[arg(required = true, num_args = 1..)]

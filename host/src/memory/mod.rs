@@ -101,6 +101,38 @@ pub struct Recalled {
     pub memory: Memory,
     pub score: f64,
     pub matched_by: MatchKind,
+    /// Why it ranked where it did ([`MemoryStore::explain`] fills the
+    /// terms; ranks are always kept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<Why>,
+}
+
+/// Where a memory stood in each ranked list ([`rank`]) and which of the
+/// query's terms it holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Why {
+    /// 1-based rank in the word list (BM25 over the query's words), if in it.
+    pub word_rank: Option<usize>,
+    /// 1-based rank in the variant list (stems, characters, pairs), if in it.
+    pub variant_rank: Option<usize>,
+    /// The fused relevance, before recency and use break ties.
+    pub relevance: f64,
+    /// The query's words this memory holds.
+    pub words: Vec<String>,
+    /// The query's variants this memory holds.
+    pub variants: Vec<String>,
+}
+
+/// The query as the index saw it, and the results with their [`Why`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Explained {
+    /// The query's words that were searched.
+    pub words: Vec<String>,
+    /// Its words held by so many memories that they were left out.
+    pub common_words: Vec<String>,
+    pub variants: Vec<String>,
+    pub common_variants: Vec<String>,
+    pub results: Vec<Recalled>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,10 @@ use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehav
 use super::query::{
     index_term, like_pattern, prefixed_expression, quoted, term_prefix, variant_prefix,
 };
-use super::{MAX_TEXT_BYTES, MatchKind, Memory, MemoryError, MemoryKind, Recalled, rank, segment};
+use super::{
+    Explained, MAX_TEXT_BYTES, MatchKind, Memory, MemoryError, MemoryKind, Recalled, Why, rank,
+    segment,
+};
 use crate::db::now_ms;
 
 /// Distinct query terms considered; the rest of a very long query is ignored.
@@ -200,6 +203,53 @@ impl MemoryStore {
         limit: usize,
     ) -> Result<Vec<Recalled>, MemoryError> {
         find(&*self.conn()?, workspace, query, limit)
+    }
+
+    /// [`Self::search`], with why each result ranked where it did: its rank
+    /// in each list and the query's terms it holds, and the query's terms
+    /// that were left out as too common.
+    pub fn explain(
+        &self,
+        workspace: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Explained, MemoryError> {
+        let conn = self.conn()?;
+        let mut results = find(&conn, workspace, query, limit)?;
+        let split = |terms: Vec<String>, prefix: &str| -> Result<(Vec<String>, Vec<String>), MemoryError> {
+            let mut used = Vec::new();
+            let mut common = Vec::new();
+            for term in terms {
+                if is_common(&conn, &format!("{prefix}{term}"))? {
+                    common.push(term);
+                } else {
+                    used.push(term);
+                }
+            }
+            Ok((used, common))
+        };
+        let query_words = segment::query_terms(query, MAX_QUERY_TERMS);
+        let query_variants = segment::query_variants(query, MAX_QUERY_TERMS);
+        let (words, common_words) = split(query_words.clone(), &term_prefix(workspace))?;
+        let (variants, common_variants) = split(query_variants.clone(), &variant_prefix(workspace))?;
+        for r in &mut results {
+            let held = segment::terms(&r.memory.text);
+            let held_variants = segment::variants(&r.memory.text);
+            let why = r.why.get_or_insert_with(Why::default);
+            why.words = query_words.iter().filter(|t| held.contains(t)).cloned().collect();
+            why.variants = query_variants
+                .iter()
+                .filter(|t| held_variants.contains(t))
+                .cloned()
+                .collect();
+        }
+        Ok(Explained {
+            words,
+            common_words,
+            variants,
+            common_variants,
+            results,
+        })
     }
 
     /// Deletes memory `id` of `workspace`; `false` when there is none.
@@ -472,7 +522,15 @@ fn fuse(words: Vec<Recalled>, variants: Vec<Recalled>) -> Vec<Recalled> {
         .into_iter()
         .map(|(r, word, variant)| {
             let matched_by = r.matched_by;
-            recalled(r.memory, rank::fuse(word, variant), now, matched_by)
+            let relevance = rank::fuse(word, variant);
+            let mut out = recalled(r.memory, relevance, now, matched_by);
+            out.why = Some(Why {
+                word_rank: word,
+                variant_rank: variant,
+                relevance,
+                ..Why::default()
+            });
+            out
         })
         .collect()
 }
@@ -588,5 +646,6 @@ fn recalled(memory: Memory, relevance: f64, now: i64, matched_by: MatchKind) -> 
         memory,
         score,
         matched_by,
+        why: None,
     }
 }
