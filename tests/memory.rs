@@ -122,15 +122,25 @@ fn search_explain_shows_each_list_rank_and_the_terms_held() {
     };
     let weekly = ok(pincer(&["add", "The weekly meetings are on Tuesday"]));
     ok(pincer(&["add", "Lunch is at noon on Tuesday"]));
-    let out = ok(pincer(&["search", "--explain", "when is the weekly meeting"]));
+    let out = ok(pincer(&[
+        "search",
+        "--explain",
+        "when is the weekly meeting",
+    ]));
     assert!(out.contains("query words:    weekly meeting"), "{out}");
     assert!(
-        out.contains(&format!("1. #{} [fact] The weekly meetings are on Tuesday", weekly.trim())),
+        out.contains(&format!(
+            "1. #{} [fact] The weekly meetings are on Tuesday",
+            weekly.trim()
+        )),
         "{out}"
     );
     assert!(out.contains("word list:    #1 (holds weekly)"), "{out}");
     assert!(out.contains("variant list: #1 (holds"), "{out}");
-    assert!(out.contains("meet"), "the English stem matched `meetings`: {out}");
+    assert!(
+        out.contains("meet"),
+        "the English stem matched `meetings`: {out}"
+    );
     assert!(out.contains("recency and use +0.0"), "{out}");
     let json: serde_json::Value = serde_json::from_str(&ok(pincer(&[
         "search",
@@ -141,7 +151,13 @@ fn search_explain_shows_each_list_rank_and_the_terms_held() {
     .expect("JSON");
     assert_eq!(json[0]["memory"]["id"].to_string(), weekly.trim());
     assert_eq!(json[0]["why"]["word_rank"], 1);
-    assert!(json[0]["why"]["words"].as_array().unwrap().iter().any(|w| w == "weekly"));
+    assert!(
+        json[0]["why"]["words"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w == "weekly")
+    );
 }
 
 #[test]

@@ -124,7 +124,10 @@ fn print_explained(explained: &crate::memory::Explained) {
     }
     println!("query variants: {}", list(&explained.variants));
     if !explained.common_variants.is_empty() {
-        println!("  too common, left out: {}", list(&explained.common_variants));
+        println!(
+            "  too common, left out: {}",
+            list(&explained.common_variants)
+        );
     }
     println!(
         "relevance = 1/({k} + word rank) + {w}/({k} + variant rank); recency and use only break ties",
@@ -143,7 +146,10 @@ fn print_explained(explained: &crate::memory::Explained) {
             one_line(&r.memory.text)
         );
         let Some(why) = &r.why else {
-            println!("   found by {} (the index had no match)", matched(r.matched_by));
+            println!(
+                "   found by {} (the index had no match)",
+                matched(r.matched_by)
+            );
             continue;
         };
         let rank = |rank: Option<usize>, terms: &[String]| match rank {

@@ -135,9 +135,11 @@ impl MemoryStore {
         text: &str,
     ) -> Result<Memory, MemoryError> {
         let text = checked_text(text)?;
+        // Segmented before the write lock is taken.
+        let terms = index_terms(workspace, text);
         let mut conn = self.conn()?;
         let tx = write_transaction(&mut conn)?;
-        let memory = insert(&tx, workspace, kind, text, now_ms())?;
+        let memory = insert(&tx, workspace, kind, text, now_ms(), terms)?;
         tx.commit()?;
         Ok(memory)
     }
@@ -155,12 +157,17 @@ impl MemoryStore {
             .iter()
             .map(|text| checked_text(text.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
+        // Segmented before the write lock is taken.
+        let terms: Vec<String> = checked
+            .iter()
+            .map(|text| index_terms(workspace, text))
+            .collect();
         let mut conn = self.conn()?;
         let tx = write_transaction(&mut conn)?;
         let now = now_ms();
         let mut out = Vec::with_capacity(checked.len());
-        for text in checked {
-            out.push(insert(&tx, workspace, kind, text, now)?);
+        for (text, terms) in checked.into_iter().zip(terms) {
+            out.push(insert(&tx, workspace, kind, text, now, terms)?);
         }
         tx.commit()?;
         Ok(out)
@@ -216,27 +223,33 @@ impl MemoryStore {
     ) -> Result<Explained, MemoryError> {
         let conn = self.conn()?;
         let mut results = find(&conn, workspace, query, limit)?;
-        let split = |terms: Vec<String>, prefix: &str| -> Result<(Vec<String>, Vec<String>), MemoryError> {
-            let mut used = Vec::new();
-            let mut common = Vec::new();
-            for term in terms {
-                if is_common(&conn, &format!("{prefix}{term}"))? {
-                    common.push(term);
-                } else {
-                    used.push(term);
+        let split =
+            |terms: Vec<String>, prefix: &str| -> Result<(Vec<String>, Vec<String>), MemoryError> {
+                let mut used = Vec::new();
+                let mut common = Vec::new();
+                for term in terms {
+                    if is_common(&conn, &format!("{prefix}{term}"))? {
+                        common.push(term);
+                    } else {
+                        used.push(term);
+                    }
                 }
-            }
-            Ok((used, common))
-        };
+                Ok((used, common))
+            };
         let query_words = segment::query_terms(query, MAX_QUERY_TERMS);
         let query_variants = segment::query_variants(query, MAX_QUERY_TERMS);
         let (words, common_words) = split(query_words.clone(), &term_prefix(workspace))?;
-        let (variants, common_variants) = split(query_variants.clone(), &variant_prefix(workspace))?;
+        let (variants, common_variants) =
+            split(query_variants.clone(), &variant_prefix(workspace))?;
         for r in &mut results {
             let held = segment::terms(&r.memory.text);
             let held_variants = segment::variants(&r.memory.text);
             let why = r.why.get_or_insert_with(Why::default);
-            why.words = query_words.iter().filter(|t| held.contains(t)).cloned().collect();
+            why.words = query_words
+                .iter()
+                .filter(|t| held.contains(t))
+                .cloned()
+                .collect();
             why.variants = query_variants
                 .iter()
                 .filter(|t| held_variants.contains(t))
@@ -301,12 +314,15 @@ fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
+/// Stores a memory (or finds the same text stored already); `terms`: its
+/// [`index_terms`].
 fn insert(
     conn: &Connection,
     workspace: &str,
     kind: MemoryKind,
     text: &str,
     now: i64,
+    terms: String,
 ) -> Result<Memory, MemoryError> {
     let existing = conn
         .prepare_cached(&format!(
@@ -322,7 +338,7 @@ fn insert(
     )?
     .execute(params![workspace, kind.as_str(), text, now])?;
     let id = conn.last_insert_rowid();
-    index(conn, id, workspace, text)?;
+    index(conn, id, &terms)?;
     Ok(Memory {
         id,
         workspace: workspace.to_string(),
@@ -334,9 +350,9 @@ fn insert(
     })
 }
 
-/// Adds memory `id`'s terms to the index: its words and, with another
-/// prefix, their variants (the second list).
-fn index(conn: &Connection, id: i64, workspace: &str, text: &str) -> rusqlite::Result<()> {
+/// The index text of a memory: its words and, with another prefix, their
+/// variants (the second list), each prefixed by its workspace.
+fn index_terms(workspace: &str, text: &str) -> String {
     let variant = variant_prefix(workspace);
     let terms: Vec<String> = segment::terms(text)
         .iter()
@@ -347,8 +363,13 @@ fn index(conn: &Connection, id: i64, workspace: &str, text: &str) -> rusqlite::R
                 .map(|t| format!("{variant}{t}")),
         )
         .collect();
+    terms.join(" ")
+}
+
+/// Adds memory `id`'s index text ([`index_terms`]) to the index.
+fn index(conn: &Connection, id: i64, terms: &str) -> rusqlite::Result<()> {
     conn.prepare_cached("INSERT INTO memory_index (rowid, terms) VALUES (?1, ?2)")?
-        .execute(params![id, terms.join(" ")])?;
+        .execute(params![id, terms])?;
     Ok(())
 }
 
@@ -392,7 +413,7 @@ fn reindex_if_stale(conn: &mut Connection) -> rusqlite::Result<()> {
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<Result<_, _>>()?;
     for (id, workspace, text) in &rows {
-        index(&tx, *id, workspace, text)?;
+        index(&tx, *id, &index_terms(workspace, text))?;
     }
     tx.execute(
         "INSERT OR REPLACE INTO memory_meta (key, value) VALUES ('index_version', ?1)",
