@@ -5,12 +5,12 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::daemon::Daemon;
 use support::fake_llm::{Behaviour, FakeUpstream};
 use support::pyfake::PyFake;
 use support::{DockerCleanup, Sandbox, ok, unique};
@@ -103,32 +103,6 @@ impl FakeFeishu {
     async fn calls(&self, path: &str) -> Vec<Value> {
         let (_, calls) = self.get(&format!("/calls?path={path}")).await;
         calls["calls"].as_array().cloned().unwrap_or_default()
-    }
-}
-
-/// `pincer start` as a child; killed on drop.
-struct Daemon {
-    child: Child,
-    webhooks: String,
-    log: PathBuf,
-}
-
-impl Daemon {
-    /// SIGTERM, then the exit status.
-    fn stop(&mut self) -> std::process::ExitStatus {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait().unwrap()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -253,35 +227,18 @@ channels:
             .dir
             .path()
             .join(format!("daemon-{}.log", unique()));
-        let mut child = self
-            .command()
+        let mut command = self.command();
+        command
             .args(["start", "--listen", "127.0.0.1:0"])
             .env("PINCER_LOG", "info")
-            .env("PINCER_PLUGIN_TRACE", trace)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut banner = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut banner)
-            .unwrap();
+            .env("PINCER_PLUGIN_TRACE", trace);
+        let daemon = Daemon::spawn(command, log);
         assert!(
-            banner.contains("pincer is running"),
-            "{banner}\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
+            !daemon.webhooks.is_empty(),
+            "the banner names the webhook listener: {}",
+            daemon.banner
         );
-        let webhooks = banner
-            .split("webhooks on http://")
-            .nth(1)
-            .and_then(|rest| rest.split("/channels/").next())
-            .expect("the banner names the webhook listener")
-            .to_string();
-        Daemon {
-            child,
-            webhooks,
-            log,
-        }
+        daemon
     }
 
     /// Inbound messages stored, as (message_id, state).

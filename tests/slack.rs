@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::daemon::Daemon;
 use support::fake_llm::{Behaviour, FakeUpstream};
 use support::{DockerCleanup, Sandbox, ok, unique};
 
@@ -134,50 +135,6 @@ impl Drop for FakeSlack {
     }
 }
 
-struct Daemon {
-    child: Child,
-    banner: String,
-    stdout: BufReader<std::process::ChildStdout>,
-    webhooks: String,
-    log: PathBuf,
-}
-
-impl Daemon {
-    /// Reads the daemon's stdout until a line contains `wanted`.
-    fn wait_for_line(&mut self, wanted: &str) -> String {
-        let mut seen = String::new();
-        loop {
-            let mut line = String::new();
-            let n = self.stdout.read_line(&mut line).unwrap();
-            assert!(
-                n > 0,
-                "the daemon ended before saying {wanted:?}:\n{seen}\n{}",
-                self.log()
-            );
-            seen.push_str(&line);
-            if line.contains(wanted) {
-                return seen;
-            }
-        }
-    }
-
-    fn stop(&mut self) -> std::process::ExitStatus {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait().unwrap()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 struct Env {
     _cleanup: DockerCleanup,
     sandbox: Sandbox,
@@ -278,36 +235,18 @@ channels:
             .dir
             .path()
             .join(format!("daemon-{}.log", unique()));
-        let mut child = self
-            .command()
+        let mut command = self.command();
+        command
             .args(["start", "--listen", "127.0.0.1:0"])
             .env("PINCER_LOG", "info")
-            .envs(vars.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut banner = String::new();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        stdout.read_line(&mut banner).unwrap();
+            .envs(vars.iter().copied());
+        let daemon = Daemon::spawn(command, log);
         assert!(
-            banner.contains("pincer is running"),
-            "{banner}\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
+            !daemon.webhooks.is_empty(),
+            "the banner names the webhook listener: {}",
+            daemon.banner
         );
-        let webhooks = banner
-            .split("webhooks on http://")
-            .nth(1)
-            .and_then(|rest| rest.split("/channels/").next())
-            .expect("the banner names the webhook listener")
-            .to_string();
-        Daemon {
-            child,
-            banner,
-            stdout,
-            webhooks,
-            log,
-        }
+        daemon
     }
 
     /// Inbound messages stored by the daemon, as (message_id, state).

@@ -176,6 +176,7 @@ pub fn unique() -> String {
     .expect("random");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+pub mod daemon;
 pub mod fake_llm;
 pub mod gateway;
 pub mod pyfake;

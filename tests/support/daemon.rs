@@ -1,0 +1,86 @@
+//! The real `pincer start` as a child process: its banner, its log (stderr),
+//! its stdout lines, SIGTERM. Killed and waited for when dropped.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+
+pub struct Daemon {
+    pub child: Child,
+    /// The first line it printed (`pincer is running: …`).
+    pub banner: String,
+    /// Kept open: the daemon prints more (reloads), and a closed pipe would
+    /// make its next `println!` fail.
+    stdout: BufReader<ChildStdout>,
+    /// `127.0.0.1:PORT` of the webhook listener, when it has channels.
+    pub webhooks: String,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Spawns `command` (a `pincer … start …` command) with its stderr in
+    /// `log`, and reads its banner.
+    pub fn spawn(mut command: Command, log: PathBuf) -> Daemon {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut banner = String::new();
+        stdout.read_line(&mut banner).unwrap();
+        assert!(
+            banner.contains("pincer is running"),
+            "{banner}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        let webhooks = banner
+            .split("webhooks on http://")
+            .nth(1)
+            .and_then(|rest| rest.split("/channels/").next())
+            .unwrap_or_default()
+            .to_string();
+        Daemon {
+            child,
+            banner,
+            stdout,
+            webhooks,
+            log,
+        }
+    }
+
+    /// Reads the daemon's stdout until a line contains `wanted`.
+    pub fn wait_for_line(&mut self, wanted: &str) -> String {
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).unwrap();
+            assert!(
+                n > 0,
+                "the daemon ended before saying {wanted:?}:\n{seen}\n{}",
+                self.log()
+            );
+            seen.push_str(&line);
+            if line.contains(wanted) {
+                return seen;
+            }
+        }
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn stop(&mut self) -> ExitStatus {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().unwrap()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
