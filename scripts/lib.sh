@@ -76,7 +76,7 @@ ensure_python_clients() {
     if ! cmp -s tests/python/requirements.txt "$stamp" 2>/dev/null; then
         step "python clients (tests/python/requirements.txt)" sh -c "
             python3 -m venv '$venv' &&
-            '$venv/bin/pip' install --quiet --disable-pip-version-check -r tests/python/requirements.txt &&
+            '$venv/bin/python' -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt &&
             cp tests/python/requirements.txt '$stamp'"
     fi
     export PINCER_TEST_PYTHON="$venv/bin/python"

@@ -421,3 +421,105 @@ async fn each_workspace_has_its_own_unix_socket() {
         "over the socket"
     );
 }
+
+/// The value of the sample `name` with exactly these `labels`, if any.
+fn sample(scraped: &Value, name: &str, labels: Value) -> Option<f64> {
+    scraped["samples"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == name && s["labels"] == labels)
+        .and_then(|s| s["value"].as_f64())
+}
+
+/// `/metrics` on the TCP listener, parsed by the official
+/// `prometheus_client` OpenMetrics parser after a few requests: requests by
+/// outcome, tokens, the added-latency histogram and the budget left; a
+/// workspace's unix socket has no `/metrics`.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_requests_and_are_never_served_on_a_workspace_socket() {
+    let answer = FakeUpstream::spawn(Behaviour::Answer("counted".into())).await;
+    let served = Served::start(
+        &format!(
+            "  model_list:\n{}  prices: {{default: {{input_per_1m: 1000.0, output_per_1m: 2000.0}}}}\n",
+            deployment("default", &answer, "")
+        ),
+        "    budget: {daily_usd: 5.0}\n    models: [default]\n",
+    );
+    for _ in 0..3 {
+        let (status, _, body) = served.chat("default").await;
+        assert_eq!(status, 200, "{body}\n{}", served.log());
+    }
+    assert_eq!(served.chat("nope").await.0, 404, "an unknown alias");
+    let scraped = support::gateway::python_client(
+        "metrics_scrape.py",
+        &[&format!("{}/metrics", served.base)],
+    );
+    assert!(
+        scraped.get("error").is_none(),
+        "the parser refused it: {scraped:#}"
+    );
+    assert!(
+        scraped["content_type"]
+            .as_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text"),
+        "{scraped}"
+    );
+    let requests = |outcome: &str, model: &str| {
+        sample(
+            &scraped,
+            "pincer_gateway_requests_total",
+            json!({"workspace": "main", "model": model, "outcome": outcome}),
+        )
+    };
+    assert_eq!(requests("ok", "default"), Some(3.0), "{scraped:#}");
+    assert_eq!(requests("denied", "nope"), Some(1.0), "{scraped:#}");
+    let tokens = sample(
+        &scraped,
+        "pincer_gateway_tokens_total",
+        json!({"workspace": "main", "model": "default", "kind": "completion"}),
+    );
+    assert!(tokens.is_some_and(|t| t > 0.0), "{scraped:#}");
+    assert_eq!(
+        sample(
+            &scraped,
+            "pincer_gateway_added_latency_seconds_count",
+            json!({"endpoint": "chat"})
+        ),
+        Some(4.0),
+        "{scraped:#}"
+    );
+    let left = sample(
+        &scraped,
+        "pincer_budget_remaining_usd",
+        json!({"workspace": "main", "window": "day"}),
+    )
+    .expect("the budget gauge");
+    assert!(
+        left < 5.0 && left > 4.0,
+        "three calls spent a little of 5 USD: {left}"
+    );
+
+    let socket = served.sandbox.home().join("run/main/gateway/gateway.sock");
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "--silent",
+            "--output",
+            "/dev/null",
+            "--write-out",
+            "%{http_code}",
+            "--unix-socket",
+        ])
+        .arg(&socket)
+        // even with the workspace's own key
+        .args(["-H", &format!("Authorization: Bearer {}", served.key)])
+        .arg("http://gateway/metrics")
+        .output()
+        .await
+        .expect("curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "404",
+        "no /metrics on a workspace socket"
+    );
+}

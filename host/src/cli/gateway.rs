@@ -82,7 +82,7 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
 /// every configured workspace, until Ctrl-C.
 async fn serve(ctx: &Context, listen: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
     let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, ctx.audit_log()?)?);
-    let routes = gateway.routes();
+    let routes = gateway.tcp_routes();
     let addr = listen.unwrap_or(ctx.config.gateway.listen);
     let tcp = tokio::net::TcpListener::bind(addr)
         .await

@@ -110,7 +110,7 @@ async fn serve(
         .with_context(|| format!("cannot listen on {addr} (gateway.listen)"))?;
     let bound = tcp.local_addr()?;
     let gateway = {
-        let routes = agent.gateway().routes();
+        let routes = agent.gateway().tcp_routes();
         let mut stop = stop.clone();
         tokio::spawn(async move {
             axum::serve(tcp, routes)

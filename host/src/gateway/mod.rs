@@ -7,4 +7,5 @@ pub mod cost;
 pub mod keys;
 pub mod llm;
 pub mod mcp;
+pub mod metrics;
 pub mod server;

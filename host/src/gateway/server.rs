@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -23,6 +24,7 @@ use super::cache::ResponseCache;
 use super::cost::PriceTable;
 use super::keys::{KeyInfo, KeyStore};
 use super::llm::{self, ChatOutcome, LlmError, LlmRouter};
+use super::metrics::{Metrics, Outcome};
 use crate::audit::AuditLog;
 use crate::config::{Budget, Config};
 use crate::policy::{Reaches, WorkspaceReach};
@@ -44,6 +46,7 @@ pub struct Gateway {
     /// shared with the MCP gateway; `pincer policy audit` prints the same.
     reaches: Arc<Reaches>,
     mcp: Arc<super::mcp::McpGateway>,
+    metrics: Arc<Metrics>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -168,6 +171,7 @@ impl Gateway {
                 .unwrap_or(usize::MAX),
             reaches,
             mcp,
+            metrics: Metrics::new(database.clone()),
         })
     }
 
@@ -214,6 +218,18 @@ impl Gateway {
         }))
     }
 
+    /// [`Self::routes`] plus `GET /metrics` (Prometheus): for the TCP
+    /// listener only, never a workspace's socket.
+    pub fn tcp_routes(self: &Arc<Self>) -> Router {
+        self.routes().merge(
+            Router::new()
+                .route("/metrics", get(metrics))
+                .with_state(self.clone()),
+        )
+    }
+
+    /// The OpenAI- and Anthropic-style endpoints and `/mcp`, the same on
+    /// the TCP listener and on every workspace socket.
     pub fn routes(self: &Arc<Self>) -> Router {
         Router::new()
             .route("/health", get(|| async { "ok" }))
@@ -322,7 +338,34 @@ impl Gateway {
         &self,
         key: &KeyInfo,
         request: Value,
-        endpoint: &str,
+        endpoint: &'static str,
+        started: Instant,
+    ) -> Result<Dispatched, Response> {
+        let alias = request["model"].as_str().unwrap_or_default().to_string();
+        let mut upstream = Duration::ZERO;
+        let result = self
+            .dispatch_counted(key, request, endpoint, &mut upstream)
+            .await;
+        let outcome = match &result {
+            Ok(Dispatched::Complete { cached: true, .. }) => Outcome::Cached,
+            Ok(_) => Outcome::Ok,
+            Err(response) if response.status().is_server_error() => Outcome::Error,
+            Err(_) => Outcome::Denied,
+        };
+        self.metrics.request(&key.workspace, &alias, outcome);
+        self.metrics
+            .added_latency(endpoint, started.elapsed().saturating_sub(upstream));
+        result
+    }
+
+    /// [`Self::dispatch`]'s work; `upstream` gets the time the upstream call
+    /// took.
+    async fn dispatch_counted(
+        &self,
+        key: &KeyInfo,
+        request: Value,
+        endpoint: &'static str,
+        upstream: &mut Duration,
     ) -> Result<Dispatched, Response> {
         let dialect = if endpoint == "messages" {
             Dialect::Anthropic
@@ -399,13 +442,23 @@ impl Gateway {
                 )
                     .into_response()
             })?;
-        match self.router.chat(request.clone()).await {
+        let called = Instant::now();
+        let answered = self.router.chat(request.clone()).await;
+        *upstream = called.elapsed();
+        match answered {
             Ok(ChatOutcome::Complete {
                 response,
                 usage,
                 deployment,
             }) => {
                 let cost = price_of(self.prices.price(&deployment.model), &usage);
+                self.metrics.usage(
+                    workspace,
+                    &alias,
+                    usage.prompt_tokens.into(),
+                    usage.completion_tokens.into(),
+                    cost,
+                );
                 if let Err(e) = self.ledger.settle(
                     reservation,
                     spent(&usage),
@@ -445,11 +498,20 @@ impl Gateway {
             }) => {
                 let ledger = self.ledger.clone();
                 let audit = self.audit.clone();
+                let metrics = self.metrics.clone();
                 let price = self.prices.price(&deployment.model);
                 let (who, ws, name) = (actor(key), workspace.to_string(), deployment.to_string());
+                let model = alias.clone();
                 tokio::spawn(async move {
                     let usage = usage.await.unwrap_or_default();
                     let cost = price_of(price, &usage);
+                    metrics.usage(
+                        &ws,
+                        &model,
+                        usage.prompt_tokens.into(),
+                        usage.completion_tokens.into(),
+                        cost,
+                    );
                     if let Err(e) = ledger.settle(reservation, spent(&usage), cost, &name, false) {
                         tracing::error!("cannot settle a streamed gateway call: {e}");
                     }
@@ -530,7 +592,30 @@ async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
+/// `GET /metrics`: Prometheus text ([`super::metrics`]).
+async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+    let budgets: Vec<_> = gateway
+        .budgets
+        .iter()
+        .filter(|(_, budget)| !budget.is_unlimited())
+        .filter_map(|(workspace, budget)| {
+            let spend = gateway.ledger.spend(workspace).ok()?;
+            Some((workspace.clone(), *budget, spend))
+        })
+        .collect();
+    let text = gateway.metrics.render(&budgets);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
 async fn chat_completions(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
+    let started = Instant::now();
     let (key, body) = match gateway.accept(request).await {
         Ok(accepted) => accepted,
         Err(e) => return e.respond(Dialect::OpenAi),
@@ -538,7 +623,7 @@ async fn chat_completions(State(gateway): State<Arc<Gateway>>, request: Request)
     let include_usage = body["stream_options"]["include_usage"]
         .as_bool()
         .unwrap_or(false);
-    match gateway.dispatch(&key, body, "chat").await {
+    match gateway.dispatch(&key, body, "chat", started).await {
         Err(response) => response,
         Ok(Dispatched::Complete {
             response,
@@ -568,6 +653,7 @@ async fn chat_completions(State(gateway): State<Arc<Gateway>>, request: Request)
 }
 
 async fn messages(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
+    let started = Instant::now();
     let (key, body) = match gateway.accept(request).await {
         Ok(accepted) => accepted,
         Err(e) => return e.respond(Dialect::Anthropic),
@@ -577,7 +663,7 @@ async fn messages(State(gateway): State<Arc<Gateway>>, request: Request) -> Resp
         Ok(request) => request,
         Err(e) => return llm_error(&e, Dialect::Anthropic),
     };
-    match gateway.dispatch(&key, openai, "messages").await {
+    match gateway.dispatch(&key, openai, "messages", started).await {
         Err(response) => response,
         Ok(Dispatched::Complete {
             response,
