@@ -6,7 +6,6 @@ use std::path::Path;
 use anyhow::bail;
 
 use super::Context;
-use crate::config::expand_tilde;
 use crate::plugins::{Manifest, plugin_http_reach};
 use crate::policy::{self, PolicyCatalog, ReportInput};
 
@@ -35,7 +34,7 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
             (!hosts.is_empty()).then(|| (skill.clone(), hosts))
         })
         .collect();
-    let workspace_dir = expand_tilde(&ctx.config.containers.workspace_base_path).join(name);
+    let workspace_dir = ctx.config.workspace_dir(name);
     let mut report = policy::report(
         &policy,
         &ReportInput {
