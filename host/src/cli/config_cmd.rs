@@ -77,6 +77,15 @@ pub fn explain(file: Option<&Path>) -> anyhow::Result<()> {
     }
     for item in &checked.explained {
         println!("{}: {}\n    → {}", item.at, item.written, item.became);
+        // The folder a workspace path resolved to.
+        if let (Some(config), Some(name)) = (
+            &checked.config,
+            item.written
+                .strip_prefix("workspaces.")
+                .and_then(|rest| rest.strip_suffix(".path")),
+        ) {
+            println!("      = {}", config.workspace_dir(name).display());
+        }
     }
     for warning in &checked.warnings {
         println!("{warning}");

@@ -289,12 +289,14 @@ impl Rewriter<'_> {
                 self.error(k.pos, &message);
                 continue;
             }
-            let shown = v
-                .source_text(self.source)
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
+            let shown = plain(&v)
                 .map(str::to_owned)
-                .or_else(|| plain(&v).map(str::to_owned))
+                .or_else(|| {
+                    v.source_text(self.source)
+                        .map(str::trim)
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_owned)
+                })
                 .unwrap_or_default();
             self.explain(
                 k.pos,
@@ -595,31 +597,21 @@ impl Rewriter<'_> {
                     continue;
                 };
                 let pos = item.pos;
-                match parse_path_list(list) {
-                    Ok(paths) => {
-                        self.explain(
-                            pos,
-                            &format!("workspaces.{ws_name}.policies[{i}]: \"{written}\""),
-                            format!(
-                                "the policies entry {{allowed_executables: [{}]}}",
-                                paths.join(", ")
-                            ),
-                        );
-                        let seq = synth(
-                            Kind::Seq(paths.iter().map(|p| text(p, pos)).collect()),
-                            pos,
-                        );
-                        *item = synth(
-                            Kind::Map(vec![(text("allowed_executables", pos), seq)]),
-                            pos,
-                        );
-                    }
-                    Err(why) => self.error(
+                // Unreadable: left as written, the schema reports it, once.
+                if let Ok(paths) = parse_path_list(list) {
+                    self.explain(
                         pos,
-                        &format!(
-                            "cannot read `{written}` as a policy entry ({why}); write allowed_executables: [/usr/bin/python3, ...] with absolute paths, or the mapping {{allowed_executables: [...]}}"
+                        &format!("workspaces.{ws_name}.policies[{i}]: \"{written}\""),
+                        format!(
+                            "the policies entry {{allowed_executables: [{}]}}",
+                            paths.join(", ")
                         ),
-                    ),
+                    );
+                    let seq = synth(Kind::Seq(paths.iter().map(|p| text(p, pos)).collect()), pos);
+                    *item = synth(
+                        Kind::Map(vec![(text("allowed_executables", pos), seq)]),
+                        pos,
+                    );
                 }
             }
         }

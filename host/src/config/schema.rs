@@ -426,7 +426,7 @@ impl<'de> Deserialize<'de> for PolicyEntry {
                         .map(PolicyEntry::AllowedExecutables)
                         .map_err(|why| {
                             de::Error::custom(format!(
-                                "cannot read `{name}` as a policy entry ({why}); write allowed_executables: [/usr/bin/python3, ...]"
+                                "cannot read `{name}` as a policy entry ({why}); write allowed_executables: [/usr/bin/python3, ...] with absolute paths, or the mapping {{allowed_executables: [...]}}"
                             ))
                         });
                 }

@@ -47,7 +47,7 @@ pub enum McpPolicyError {
     Policy {
         server: String,
         #[source]
-        source: PolicyError,
+        source: Box<PolicyError>,
     },
     #[error(
         "MCP server {server}: {what} cannot be enforced in an MCP server's container (pincer's runner, which enforces it, is not inside); remove it from mcp_servers.{server}.container.policies"
@@ -59,7 +59,7 @@ impl McpPolicyError {
     /// The policy error, when it is one.
     pub fn policy(&self) -> Option<&PolicyError> {
         match self {
-            McpPolicyError::Policy { source, .. } => Some(source),
+            McpPolicyError::Policy { source, .. } => Some(source.as_ref()),
             McpPolicyError::NeedsRunner { .. } => None,
         }
     }
@@ -78,7 +78,7 @@ pub fn server_policy(
         .effective(&format!("mcp-server:{name}"), &container.policy_entries())
         .map_err(|source| McpPolicyError::Policy {
             server: name.to_owned(),
-            source,
+            source: Box::new(source),
         })?;
     let settings = policy.compile();
     let needs = if settings.runner.no_process_creation {
@@ -351,11 +351,14 @@ impl McpServerSpec {
             .and_then(|n| n.networks.as_ref())
             .map(|n| n.keys().cloned().collect())
             .unwrap_or_default();
-        check(
-            "attached networks",
-            s.network_mode.clone(),
-            sorted(&networks),
-        );
+        // `none` with networking disabled: no network at all, or `none`.
+        let got = sorted(&networks);
+        let got = if s.network_mode == "none" && got.is_empty() {
+            "none".to_owned()
+        } else {
+            got
+        };
+        check("attached networks", s.network_mode.clone(), got);
         diffs
     }
 }
@@ -461,10 +464,10 @@ impl McpContainers {
             .await
         {
             let _ = remove(docker, &id).await;
-            return Err(ContainerError::PolicyNotApplied {
-                workspace: format!("MCP server {name}"),
-                problems: vec![format!("the container did not start: {}", clean(&e))],
-            });
+            return Err(ContainerError::Host(format!(
+                "MCP server {name}: its container did not start: {}",
+                clean(&e)
+            )));
         }
         let problems = match docker
             .inspect_container(&id, None::<InspectContainerOptions>)
@@ -481,10 +484,10 @@ impl McpContainers {
                 "mcp.verify_failed",
                 &format!("{name}: {}", problems.join("; ")),
             );
-            return Err(ContainerError::PolicyNotApplied {
-                workspace: format!("MCP server {name}"),
-                problems,
-            });
+            return Err(ContainerError::Host(format!(
+                "MCP server {name}: its policy could not be applied, so its container was removed (fail closed): {}",
+                problems.join("; ")
+            )));
         }
         let server = name.to_owned();
         let output = attached
