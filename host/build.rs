@@ -2,7 +2,10 @@
 //! - the first-party plugins in `plugins/`, for wasm32-wasip2, so `pincer`
 //!   finds them with no install step;
 //! - the agent runner in `images/agent`, statically linked, which pincer
-//!   bind-mounts into workspace containers of any image.
+//!   bind-mounts into workspace containers of any image;
+//! - and, not embedded, the static test MCP server `images/mcp-sqlite` (same
+//!   target dir), whose path tests find through
+//!   `env!("PINCER_TEST_MCP_SQLITE")`.
 //!
 //! Every plugin (test fixtures under `plugins/testing/` included) is staged as
 //! `<wasm target dir>/staged/<name>/{plugin.toml,plugin.wasm}`; tests find
@@ -94,6 +97,8 @@ fn embed_agent(root: &Path, wasm_target_dir: &Path) -> Result<()> {
         "agent/src",
         "protocol/Cargo.toml",
         "protocol/src",
+        "mcp-sqlite/Cargo.toml",
+        "mcp-sqlite/src",
     ] {
         println!("cargo:rerun-if-changed={}", images.join(watched).display());
     }
@@ -116,6 +121,35 @@ fn embed_agent(root: &Path, wasm_target_dir: &Path) -> Result<()> {
         .arg(&target_dir)
         .env("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-feature=+crt-static");
     run(command, "building images/agent (the static agent runner)")?;
+    // A separate invocation, so the test server's dependencies never change
+    // the runner's features.
+    let mut command = nested_cargo();
+    command
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "pincer-mcp-sqlite",
+            "--target",
+            &triple,
+        ])
+        .arg("--manifest-path")
+        .arg(images.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-feature=+crt-static");
+    run(
+        command,
+        "building images/mcp-sqlite (the static test MCP server)",
+    )?;
+    println!(
+        "cargo:rustc-env=PINCER_TEST_MCP_SQLITE={}",
+        target_dir
+            .join(&triple)
+            .join("release/pincer-mcp-sqlite")
+            .display()
+    );
     let binary = target_dir.join(&triple).join("release/pincer-agent");
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(

@@ -40,6 +40,10 @@ build_agent() {
         env CARGO_ENCODED_RUSTFLAGS=-Ctarget-feature=+crt-static \
         cargo build --release --locked -p pincer-agent --target "$HOST_TRIPLE" \
         --manifest-path images/Cargo.toml --target-dir "$TARGET_DIR/agent"
+    step "build the static test MCP server (images/mcp-sqlite)" \
+        env CARGO_ENCODED_RUSTFLAGS=-Ctarget-feature=+crt-static \
+        cargo build --release --locked -p pincer-mcp-sqlite --target "$HOST_TRIPLE" \
+        --manifest-path images/Cargo.toml --target-dir "$TARGET_DIR/agent"
 }
 
 # What the tests and the main job need besides Rust: Debian's static busybox (the default

@@ -13,6 +13,7 @@ pub mod gateway;
 pub mod memory;
 pub mod plugins;
 pub mod policy;
+pub mod preflight;
 pub mod router;
 pub mod scheduler;
 pub mod sessions;

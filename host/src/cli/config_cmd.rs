@@ -1,14 +1,50 @@
-use std::path::Path;
+//! `pincer config check` and `pincer config explain`.
 
-use crate::config::{self, Config};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use super::ExitStatus;
+use crate::config::{self, Checked, Config};
+
+/// Reads and checks the configuration at `path` with everything `workspace
+/// up` would check (`preflight`).
+fn checked(path: &Path) -> anyhow::Result<Checked> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    let home = config::pincer_home()?;
+    let env = |name: &str| std::env::var(name).ok();
+    Ok(Config::check_str_with_env(&text, path, &env, &|config| {
+        crate::preflight::problems(config, &home)
+    }))
+}
+
+fn resolve(config_flag: Option<&Path>) -> Option<PathBuf> {
+    config::resolve_config_path(config_flag)
+}
 
 pub fn check(config_flag: Option<&Path>) -> anyhow::Result<()> {
-    let Some(path) = config::resolve_config_path(config_flag) else {
+    let Some(path) = resolve(config_flag) else {
         println!("no configuration file found; using built-in defaults (they are valid)");
         println!("searched: --config, $PINCER_CONFIG, ./pincer.yaml, $PINCER_HOME/pincer.yaml");
         return Ok(());
     };
-    let config = Config::load(&path)?;
+    let checked = checked(&path)?;
+    for warning in &checked.warnings {
+        eprintln!("{warning}");
+    }
+    let Some(config) = checked.config else {
+        for error in &checked.errors {
+            eprintln!("{error}");
+        }
+        let n = checked.errors.len();
+        eprintln!(
+            "{}: {n} problem{} (nothing was started)",
+            path.display(),
+            plural(n)
+        );
+        return Err(ExitStatus(1).into());
+    };
     println!(
         "{}: ok ({} workspace{}, {} model alias{}, {} channel{}, {} MCP server{})",
         path.display(),
@@ -25,6 +61,45 @@ pub fn check(config_flag: Option<&Path>) -> anyhow::Result<()> {
         config.mcp_servers.len(),
         plural(config.mcp_servers.len()),
     );
+    Ok(())
+}
+
+pub fn explain(file: Option<&Path>) -> anyhow::Result<()> {
+    let Some(path) = resolve(file) else {
+        anyhow::bail!("no configuration file found; name one: pincer config explain FILE");
+    };
+    let checked = checked(&path)?;
+    if checked.explained.is_empty() {
+        println!(
+            "{}: no Pynchy-style keys; every key is pincer's own",
+            path.display()
+        );
+    }
+    for item in &checked.explained {
+        println!("{}: {}\n    → {}", item.at, item.written, item.became);
+        // The folder a workspace path resolved to.
+        if let (Some(config), Some(name)) = (
+            &checked.config,
+            item.written
+                .strip_prefix("workspaces.")
+                .and_then(|rest| rest.strip_suffix(".path")),
+        ) {
+            println!("      = {}", config.workspace_dir(name).display());
+        }
+    }
+    for warning in &checked.warnings {
+        println!("{warning}");
+    }
+    if !checked.errors.is_empty() {
+        println!(
+            "\n{} problem{} (see `pincer config check`):",
+            checked.errors.len(),
+            plural(checked.errors.len())
+        );
+        for error in &checked.errors {
+            println!("{error}");
+        }
+    }
     Ok(())
 }
 

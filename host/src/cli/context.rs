@@ -67,7 +67,13 @@ impl Context {
         Ok(ContainerRuntime::connect(&self.home, self.audit_log()?).await?)
     }
 
+    /// The plugins this configuration may load (`plugins.enabled`).
     pub fn catalog(&self) -> Catalog {
+        crate::plugins::enabled::restrict(self.all_plugins(), &self.config)
+    }
+
+    /// Every plugin this host can see, enabled or not.
+    pub fn all_plugins(&self) -> Catalog {
         Catalog::discover(&self.home, &self.config.plugins.dirs)
     }
 

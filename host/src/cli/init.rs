@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 
+use crate::config::Config;
 use crate::config::starter::{DefaultModel, starter_config};
-use crate::config::{self, Config};
 
 const AGENTS_MD: &str = "# Instructions for this workspace's agent\n\
 \n\
@@ -57,7 +57,7 @@ pub fn run(home: &Path, force: bool) -> anyhow::Result<()> {
 }
 
 fn workspace_folder(config: &Config, workspace: &str) -> PathBuf {
-    config::expand_tilde(&config.containers.workspace_base_path).join(workspace)
+    config.workspace_dir(workspace)
 }
 
 fn write_new(path: &Path, text: &str) -> anyhow::Result<()> {

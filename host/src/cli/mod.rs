@@ -196,8 +196,12 @@ pub enum ScheduleCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
-    /// Validate the configuration (`--config FILE` or the default search)
+    /// Validate the configuration (`--config FILE` or the default search):
+    /// every problem, and everything `workspace up` would refuse
     Check,
+    /// How each Pynchy-style key of FILE (default: the configuration) was
+    /// understood: which pincer setting it became
+    Explain { file: Option<std::path::PathBuf> },
 }
 
 #[derive(Debug, Subcommand)]
@@ -448,6 +452,9 @@ pub struct JsonFlag {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Config(ConfigCommand::Check) => config_cmd::check(cli.config.as_deref()),
+        Command::Config(ConfigCommand::Explain { file }) => {
+            config_cmd::explain(file.as_deref().or(cli.config.as_deref()))
+        }
         Command::Plugin(command) => plugin::run(cli.config.as_deref(), command).await,
         Command::Skill(command) => skill::run(cli.config.as_deref(), command).await,
         Command::Image(ImageCommand::Build) => workspace::image_build(cli.config.as_deref()).await,

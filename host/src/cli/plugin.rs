@@ -74,7 +74,7 @@ pub async fn run(config_flag: Option<&Path>, command: PluginCommand) -> anyhow::
 }
 
 fn list(ctx: &Context, json: bool) -> anyhow::Result<()> {
-    let catalog = ctx.catalog();
+    let catalog = ctx.all_plugins();
     let rows: Vec<serde_json::Value> = catalog
         .plugins
         .iter()

@@ -6,7 +6,6 @@ use std::path::Path;
 use anyhow::bail;
 
 use super::Context;
-use crate::config::expand_tilde;
 use crate::plugins::{Manifest, plugin_http_reach};
 use crate::policy::{self, PolicyCatalog, ReportInput};
 
@@ -35,7 +34,36 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
             (!hosts.is_empty()).then(|| (skill.clone(), hosts))
         })
         .collect();
-    let workspace_dir = expand_tilde(&ctx.config.containers.workspace_base_path).join(name);
+    let workspace_dir = ctx.config.workspace_dir(name);
+    // The workspace's MCP servers that run in their own container: the
+    // policy `containers::mcp` starts them under, and their volumes.
+    let catalog_policy = PolicyCatalog::load(&ctx.config.containers.policy_dirs)?;
+    let mcp_containers: Vec<_> = workspace
+        .mcp_servers
+        .iter()
+        .filter_map(|server| {
+            let container = ctx.config.mcp_servers.get(server)?.container.as_ref()?;
+            let effective =
+                crate::containers::mcp::server_policy(&catalog_policy, server, container)
+                    .map_err(|e| e.to_string());
+            let volumes: Vec<(String, String, bool)> =
+                crate::containers::mcp::volumes_as_written(container)
+                    .into_iter()
+                    .map(|m| (m.source.display().to_string(), m.target, m.read_only))
+                    .collect();
+            Some(policy::mcp_container_summary(
+                server,
+                &container.image,
+                container
+                    .policy_entries()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+                effective.as_ref().map_err(Clone::clone),
+                &volumes,
+            ))
+        })
+        .collect();
     let mut report = policy::report(
         &policy,
         &ReportInput {
@@ -45,6 +73,7 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
             run_dir: &ctx.home.join("run").join(name),
             runner_binary: &crate::containers::agent_binary::path(&ctx.home),
             plugin_http: &plugin_http,
+            mcp_containers: &mcp_containers,
         },
     );
     report.denials = ctx.audit_log()?.for_workspace(name, 50)?;

@@ -119,8 +119,7 @@ async fn list(ctx: &Context) -> anyhow::Result<()> {
             let names: Vec<&str> = ws.policies.iter().map(|p| p.name()).collect();
             names.join(",")
         };
-        let folder =
-            crate::config::expand_tilde(&ctx.config.containers.workspace_base_path).join(name);
+        let folder = ctx.config.workspace_dir(name);
         println!("{name:<20} {policies:<28} {state:<10} {}", folder.display());
     }
     if runtime.is_none() {

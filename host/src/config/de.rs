@@ -26,6 +26,14 @@ use super::node::{Kind, Node};
 pub(crate) struct DeError {
     pub message: String,
     pub pos: Option<(usize, usize)>,
+    /// The address of the node (or mapping key) the error is about, so the
+    /// loader can leave it out and look for further problems. An identity
+    /// only, never dereferenced.
+    pub node: Option<usize>,
+}
+
+fn address(node: &Node) -> usize {
+    std::ptr::from_ref(node) as usize
 }
 
 impl fmt::Display for DeError {
@@ -41,6 +49,7 @@ impl de::Error for DeError {
         DeError {
             message: msg.to_string(),
             pos: None,
+            node: None,
         }
     }
 
@@ -114,6 +123,7 @@ impl<'a> NodeDe<'a> {
         result.map_err(|mut err| {
             if err.pos.is_none() {
                 err.pos = Some(self.node.pos);
+                err.node = Some(address(self.node));
                 if let Kind::Str {
                     value,
                     template: Some(template),
@@ -435,11 +445,15 @@ impl<'de> MapAccess<'de> for MapDe<'_> {
             return Err(DeError {
                 message: "a mapping key must be a string".to_owned(),
                 pos: Some(key.pos),
+                node: Some(address(key)),
             });
         };
         let key_de: StrDeserializer<'_, DeError> = text.as_str().into_deserializer();
         seed.deserialize(key_de).map(Some).map_err(|mut err| {
-            err.pos.get_or_insert(key.pos);
+            if err.pos.is_none() {
+                err.pos = Some(key.pos);
+                err.node = Some(address(key));
+            }
             err
         })
     }

@@ -50,6 +50,9 @@ pub enum ConfigError {
     /// reference, value out of range, ...).
     #[error("{at}: {message}")]
     Invalid { at: Position, message: String },
+    /// Several problems, each located, in file order.
+    #[error("{}", errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Several { errors: Vec<ConfigError> },
     /// The pincer home directory could not be found or created.
     #[error("cannot create pincer home directory {}: {source}", path.display())]
     Home {
@@ -60,6 +63,24 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
+    /// One error for `errors` (`None` when empty): the error itself when it
+    /// is alone, otherwise [`ConfigError::Several`].
+    pub fn from_all(mut errors: Vec<ConfigError>) -> Option<ConfigError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(ConfigError::Several { errors }),
+        }
+    }
+
+    /// Every problem, one per element ([`ConfigError::Several`] unpacked).
+    pub fn all(&self) -> Vec<&ConfigError> {
+        match self {
+            ConfigError::Several { errors } => errors.iter().flat_map(ConfigError::all).collect(),
+            other => vec![other],
+        }
+    }
+
     /// The position of the problem, when it is about the file's content.
     pub fn position(&self) -> Option<&Position> {
         match self {
@@ -67,6 +88,7 @@ impl ConfigError {
             | ConfigError::Schema { at, .. }
             | ConfigError::MissingEnv { at, .. }
             | ConfigError::Invalid { at, .. } => Some(at),
+            ConfigError::Several { errors } => errors.first().and_then(ConfigError::position),
             ConfigError::Read { .. } | ConfigError::Home { .. } => None,
         }
     }

@@ -196,19 +196,23 @@ pub(crate) fn expand(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Ex
     })
 }
 
-/// Expands every string value in the tree (not mapping keys).
+/// Expands every string value in the tree (not mapping keys); every
+/// reference that cannot be expanded is reported in `errors` (its string is
+/// left as written) and the walk goes on.
 pub(crate) fn interpolate_tree(
     node: &mut Node,
     source: &str,
     site: &Site,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(), ConfigError> {
+    errors: &mut Vec<ConfigError>,
+    failed: &mut Vec<(usize, usize)>,
+) {
     let pos = node.pos;
     let span = node.span;
     match &mut node.kind {
         Kind::Str { value, template } => {
             if !value.contains("${") {
-                return Ok(());
+                return;
             }
             match expand(value, env) {
                 Ok(expanded) => {
@@ -217,24 +221,41 @@ pub(crate) fn interpolate_tree(
                     } else {
                         *value = expanded.value;
                     }
-                    Ok(())
                 }
                 Err(err) => {
+                    failed.push(pos);
                     let at = dollar_position(value, err.offset, source, span).unwrap_or(pos);
-                    Err(match err.kind {
+                    errors.push(match err.kind {
                         RefErrorKind::Missing(name) => site.missing_env(at, &name),
                         RefErrorKind::Malformed(message) => site.syntax(at, &message),
-                    })
+                    });
+                    // Every other reference of the string is still checked.
+                    let mut rest = err.offset + 2;
+                    while let Some(next) = reference_starts(value).into_iter().find(|&s| s >= rest)
+                    {
+                        let Some(tail) = value.get(next..) else { break };
+                        match expand(tail, env) {
+                            Err(e) if e.offset == 0 => {
+                                let at = dollar_position(value, next, source, span).unwrap_or(pos);
+                                errors.push(match e.kind {
+                                    RefErrorKind::Missing(name) => site.missing_env(at, &name),
+                                    RefErrorKind::Malformed(message) => site.syntax(at, &message),
+                                });
+                            }
+                            _ => {}
+                        }
+                        rest = next + 2;
+                    }
                 }
             }
         }
         Kind::Seq(items) => items
             .iter_mut()
-            .try_for_each(|item| interpolate_tree(item, source, site, env)),
+            .for_each(|item| interpolate_tree(item, source, site, env, errors, failed)),
         Kind::Map(entries) => entries
             .iter_mut()
-            .try_for_each(|(_, value)| interpolate_tree(value, source, site, env)),
-        Kind::Null | Kind::Bool(_) | Kind::Int(_) | Kind::UInt(_) | Kind::Float(_) => Ok(()),
+            .for_each(|(_, value)| interpolate_tree(value, source, site, env, errors, failed)),
+        Kind::Null | Kind::Bool(_) | Kind::Int(_) | Kind::UInt(_) | Kind::Float(_) => {}
     }
 }
 

@@ -30,12 +30,40 @@ impl<'t> Document<'t> {
     }
 
     /// Expands `${NAME}` references in string values (see the module docs of
-    /// [`crate::config`]); `env` returns `None` for an unset variable.
-    pub(crate) fn interpolate<F>(&mut self, env: F) -> Result<(), ConfigError>
-    where
-        F: Fn(&str) -> Option<String>,
-    {
-        interpolate::interpolate_tree(&mut self.root, self.text, &self.site, &env)
+    /// [`crate::config`]); `lookup` returns `None` for an unset name. Every
+    /// reference that cannot be expanded is an error; the positions of the
+    /// strings holding one are returned too (they are left as written).
+    pub(crate) fn interpolate_all(
+        &mut self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> (Vec<ConfigError>, Vec<(usize, usize)>) {
+        let mut errors = Vec::new();
+        let mut failed = Vec::new();
+        interpolate::interpolate_tree(
+            &mut self.root,
+            self.text,
+            &self.site,
+            lookup,
+            &mut errors,
+            &mut failed,
+        );
+        (errors, failed)
+    }
+
+    /// Rewrites Pynchy's shapes into pincer's (`compat.rs`).
+    pub(crate) fn rewrite_compat(
+        &mut self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> super::compat::Outcome {
+        super::compat::rewrite(&mut self.root, self.text, &self.site, env)
+    }
+
+    /// The string value at `path` as written, if there is one.
+    pub(crate) fn string_at(&self, path: &[Seg<'_>]) -> Option<&str> {
+        match &self.root.get(path, self.text)?.kind {
+            node::Kind::Str { value, .. } => Some(value),
+            _ => None,
+        }
     }
 
     /// Deserializes the whole document (unknown keys, wrong types, missing
@@ -43,6 +71,33 @@ impl<'t> Document<'t> {
     pub(crate) fn deserialize<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         de::from_node(&self.root, self.text)
             .map_err(|err| self.site.schema(err.pos.unwrap_or((1, 1)), &err.message))
+    }
+
+    /// Deserializes the document, reporting every schema problem: each
+    /// offending entry is left out and the rest deserialized again. Errors
+    /// at a position in `quiet` (strings whose interpolation already
+    /// failed) are not reported twice. The value is what remains.
+    pub(crate) fn deserialize_all<T: DeserializeOwned>(
+        &mut self,
+        quiet: &[(usize, usize)],
+    ) -> (Option<T>, Vec<ConfigError>) {
+        const MAX_PROBLEMS: usize = 200;
+        let mut errors = Vec::new();
+        for _ in 0..MAX_PROBLEMS {
+            let err = match de::from_node::<T>(&self.root, self.text) {
+                Ok(value) => return (Some(value), errors),
+                Err(err) => err,
+            };
+            let pos = err.pos.unwrap_or((1, 1));
+            if !quiet.contains(&pos) {
+                errors.push(self.site.schema(pos, &err.message));
+            }
+            match err.node {
+                Some(address) if self.root.prune(address) => {}
+                _ => break,
+            }
+        }
+        (None, errors)
     }
 
     /// A semantic error ([`ConfigError::Invalid`]) about the node at `path`

@@ -13,12 +13,14 @@
 //! `[A-Za-z_][A-Za-z0-9_]*`. It applies to string values in every scalar
 //! style, including free-form plugin config, but not to mapping keys.
 
+mod compat;
 mod de;
 mod error;
 mod interpolate;
 mod located;
 mod node;
 mod paths;
+mod references;
 mod schema;
 mod validate;
 
@@ -29,6 +31,7 @@ use std::path::Path;
 
 pub mod starter;
 
+pub use compat::{Explained, GEMINI_API_BASE, ResolvedModel, Warning, resolve_model};
 pub use error::{ConfigError, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
@@ -37,12 +40,23 @@ pub use schema::{
     Mount, PluginLimits, Plugins, PolicyEntry, Refusal, RoutingStrategy, Skill, TrustedPublisher,
     Workspace, WorkspaceMemory,
 };
+pub use validate::{Volume, parse_volume};
 
 pub(crate) use located::{Document, parse_located};
 pub(crate) use node::Seg;
 pub(crate) use validate::is_valid_name;
 
 impl Config {
+    /// The host folder of workspace `name` (mounted at `/workspace`):
+    /// `workspaces.NAME.path`, else `containers.workspace_base_path/NAME`;
+    /// `~` expanded.
+    pub fn workspace_dir(&self, name: &str) -> std::path::PathBuf {
+        match self.workspaces.get(name).and_then(|ws| ws.path.as_ref()) {
+            Some(path) => expand_tilde(path),
+            None => expand_tilde(&self.containers.workspace_base_path).join(name),
+        }
+    }
+
     /// Reads and checks the file at `path`, interpolating from the process
     /// environment.
     ///
@@ -72,24 +86,135 @@ impl Config {
     }
 
     /// Parses and checks `text`. `file` is only used in messages; `env` looks
-    /// up variables for `${NAME}` (return `None` for unset).
+    /// up variables for `${NAME}` (return `None` for unset). Warnings are
+    /// logged.
     ///
     /// # Errors
-    /// The first problem found, with its position: [`ConfigError::Syntax`]
-    /// (YAML or `${...}` syntax, duplicate keys), [`ConfigError::MissingEnv`],
+    /// Every problem found, each with its position (one error, or
+    /// [`ConfigError::Several`]): [`ConfigError::Syntax`] (YAML or `${...}`
+    /// syntax, duplicate keys), [`ConfigError::MissingEnv`],
     /// [`ConfigError::Schema`] (unknown key, wrong type, missing key) or
     /// [`ConfigError::Invalid`] (semantic checks).
     pub fn from_str_with_env<F>(text: &str, file: &Path, env: F) -> Result<Config, ConfigError>
     where
         F: Fn(&str) -> Option<String>,
     {
-        let mut doc = Document::parse(text, file)?;
-        doc.interpolate(env)?;
-        let config: Config = doc.deserialize()?;
-        validate::validate(&config)
-            .map_err(|issue| doc.invalid(&issue.path, issue.at_key, &issue.message))?;
-        tracing::debug!(file = doc.file(), "configuration loaded");
-        Ok(config)
+        let checked = Self::check_str_with_env(text, file, &env, &|_| Vec::new());
+        for warning in &checked.warnings {
+            tracing::warn!("{warning}");
+        }
+        match (ConfigError::from_all(checked.errors), checked.config) {
+            (Some(err), _) => Err(err),
+            (None, Some(config)) => Ok(config),
+            (None, None) => Err(ConfigError::Syntax {
+                at: Position {
+                    file: file.display().to_string(),
+                    line: 1,
+                    column: 1,
+                },
+                message: "the configuration could not be read".to_owned(),
+            }),
+        }
+    }
+
+    /// Everything [`Config::from_str_with_env`] checks, reporting every
+    /// problem instead of failing, plus `extra` (checks that need more than
+    /// the file, e.g. the policy catalog; run only on a configuration that
+    /// has no other problem so far... and located like the others).
+    pub fn check_str_with_env(
+        text: &str,
+        file: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+        extra: &dyn Fn(&Config) -> Vec<Problem>,
+    ) -> Checked {
+        let mut checked = Checked::default();
+        let mut doc = match Document::parse(text, file) {
+            Ok(doc) => doc,
+            Err(err) => {
+                checked.errors.push(err);
+                return checked;
+            }
+        };
+        let compat = doc.rewrite_compat(env);
+        checked.explained = compat.explained;
+        checked.warnings = compat.warnings;
+        checked.errors = compat.errors;
+        let references = references::values(&doc, env);
+        checked
+            .warnings
+            .extend(references::shadowed(text, file, &references, env));
+        let lookup = |name: &str| references.get(name).cloned().or_else(|| env(name));
+        let (errors, failed) = doc.interpolate_all(&lookup);
+        checked.errors.extend(errors);
+        let (config, errors) = doc.deserialize_all::<Config>(&failed);
+        checked.errors.extend(errors);
+        if let Some(config) = &config {
+            for issue in validate::validate(config) {
+                checked
+                    .errors
+                    .push(doc.invalid(&issue.path, issue.at_key, &issue.message));
+            }
+            for problem in extra(config) {
+                let path: Vec<Seg<'_>> = problem
+                    .path
+                    .iter()
+                    .map(|part| match part {
+                        PathPart::Key(key) => Seg::Key(key),
+                        PathPart::Index(i) => Seg::Index(*i),
+                    })
+                    .collect();
+                checked
+                    .errors
+                    .push(doc.invalid(&path, problem.at_key, &problem.message));
+            }
+        }
+        checked
+            .errors
+            .sort_by_key(|e| e.position().map_or((0, 0), |p| (p.line, p.column)));
+        if checked.errors.is_empty() {
+            checked.config = config;
+        }
+        tracing::debug!(file = doc.file(), "configuration checked");
+        checked
+    }
+}
+
+/// What [`Config::check_str_with_env`] found.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// Set when there is no error.
+    pub config: Option<Config>,
+    /// Every problem, in file order.
+    pub errors: Vec<ConfigError>,
+    pub warnings: Vec<Warning>,
+    /// How each Pynchy-style key was understood.
+    pub explained: Vec<Explained>,
+}
+
+/// A problem found by a check outside this module, about the node at `path`
+/// (with `at_key`, the mapping key holding it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub path: Vec<PathPart>,
+    pub at_key: bool,
+    pub message: String,
+}
+
+/// One step of a [`Problem`]'s path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathPart {
+    Key(String),
+    Index(usize),
+}
+
+impl Problem {
+    /// A problem about the node at `path` (`"a.b"` keys and `3` indices).
+    pub fn at(path: Vec<PathPart>, message: impl Into<String>) -> Self {
+        Problem {
+            path,
+            at_key: false,
+            message: message.into(),
+        }
     }
 }
 

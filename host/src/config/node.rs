@@ -139,6 +139,31 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Removes the mapping entry whose key or value is the node at
+    /// `address`, or the sequence item that is; `true` when one was found.
+    pub(crate) fn prune(&mut self, address: usize) -> bool {
+        let is = |node: &Node| std::ptr::from_ref(node) as usize == address;
+        match &mut self.kind {
+            Kind::Map(entries) => {
+                if let Some(i) = entries.iter().position(|(k, v)| is(k) || is(v)) {
+                    entries.remove(i);
+                    return true;
+                }
+                entries.iter_mut().any(|(_, v)| v.prune(address))
+            }
+            Kind::Seq(items) => {
+                if let Some(i) = items.iter().position(is) {
+                    items.remove(i);
+                    return true;
+                }
+                items.iter_mut().any(|item| item.prune(address))
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Deepest nesting of mappings/sequences accepted. serde-saphyr descends
 /// recursively (about 45 KiB of stack per level in debug builds), so its
 /// default of 64 could overflow a 2 MiB thread, which aborts the process.

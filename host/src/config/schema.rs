@@ -214,6 +214,11 @@ pub struct Workspace {
     /// it must contain `model` (or `default` when `model` is unset: turns
     /// use that alias) and every fallback of each listed alias.
     pub models: Option<Vec<String>>,
+    /// The workspace folder (mounted at `/workspace`), kept as written (`~`
+    /// allowed; `${workspace_base_path}` refers to
+    /// `containers.workspace_base_path`). Default:
+    /// `containers.workspace_base_path/NAME`.
+    pub path: Option<PathBuf>,
     /// Policy groups: names, or the one-key mapping
     /// `{allowed_executables: [paths]}`.
     pub policies: Vec<PolicyEntry>,
@@ -410,6 +415,21 @@ impl<'de> Deserialize<'de> for PolicyEntry {
             }
 
             fn visit_str<E: de::Error>(self, name: &str) -> Result<PolicyEntry, E> {
+                // Pynchy writes the mapping as a string:
+                // "allowed_executables: [/usr/bin/python3]".
+                if let Some(list) = name
+                    .trim()
+                    .strip_prefix("allowed_executables")
+                    .and_then(|rest| rest.trim_start().strip_prefix(':'))
+                {
+                    return super::compat::parse_path_list(list)
+                        .map(PolicyEntry::AllowedExecutables)
+                        .map_err(|why| {
+                            de::Error::custom(format!(
+                                "cannot read `{name}` as a policy entry ({why}); write allowed_executables: [/usr/bin/python3, ...] with absolute paths, or the mapping {{allowed_executables: [...]}}"
+                            ))
+                        });
+                }
                 Ok(PolicyEntry::Group(name.to_owned()))
             }
 
@@ -459,6 +479,11 @@ fn yes() -> bool {
 pub struct Plugins {
     /// Extra folders scanned for plugins.
     pub dirs: Vec<PathBuf>,
+    /// When set, only these plugins (names of installed or built-in
+    /// plugins; Pynchy's entry-point names map to pincer's plugin where one
+    /// exists) and those the configuration names elsewhere (channels,
+    /// skills, observers) are loaded.
+    pub enabled: Option<Vec<String>>,
     pub limits: PluginLimits,
     /// Free-form configuration by plugin name, `${...}` interpolated. Values
     /// are hidden from `Debug` (they often hold secrets).
@@ -480,6 +505,7 @@ impl fmt::Debug for Plugins {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Plugins")
             .field("dirs", &self.dirs)
+            .field("enabled", &self.enabled)
             .field("limits", &self.limits)
             .field("config", &Redacted(self.config.keys()))
             .field("trusted_publishers", &self.trusted_publishers)
@@ -716,6 +742,14 @@ pub struct McpServer {
     pub tools: Vec<String>,
     /// Workspace names, or `*` for all. Default `["*"]`.
     pub allowed_workspaces: Vec<String>,
+    /// Seconds one tool call may take (a hung server is given up on, and a
+    /// container server is replaced on next use). Default 300.
+    pub call_timeout_secs: u64,
+}
+
+impl McpServer {
+    pub const DEFAULT_CALL_TIMEOUT_SECS: u64 = 300;
+    pub const MAX_CALL_TIMEOUT_SECS: u64 = 3600;
 }
 
 impl Default for McpServer {
@@ -727,6 +761,7 @@ impl Default for McpServer {
             env: BTreeMap::new(),
             tools: Vec::new(),
             allowed_workspaces: vec!["*".to_owned()],
+            call_timeout_secs: Self::DEFAULT_CALL_TIMEOUT_SECS,
         }
     }
 }
@@ -740,16 +775,48 @@ impl fmt::Debug for McpServer {
             .field("env", &Redacted(self.env.keys()))
             .field("tools", &self.tools)
             .field("allowed_workspaces", &self.allowed_workspaces)
+            .field("call_timeout_secs", &self.call_timeout_secs)
             .finish()
     }
 }
 
+/// `mcp_servers.NAME.container`: a server pincer runs in a container of its
+/// own and speaks to over stdio (Docker's attach stream), never over a
+/// network.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpContainer {
+    /// An image on the local engine (never pulled).
     pub image: String,
+    /// Overrides the image's command; empty: the image's own.
     #[serde(default)]
     pub command: Vec<String>,
+    /// `HOST_PATH:CONTAINER_PATH[:ro|rw]` (default `ro`); sources are
+    /// checked like workspace mounts when the server starts.
+    #[serde(default)]
+    pub volumes: Vec<String>,
+    /// Policy groups of the server's container. Default
+    /// `[no_internet_access, read_only_rootfs]`; the baseline (no
+    /// capabilities, no new privileges, memory and pids limits) always
+    /// applies.
+    #[serde(default)]
+    pub policies: Option<Vec<PolicyEntry>>,
+}
+
+impl McpContainer {
+    /// The groups a server's container gets when `policies` is not set.
+    pub const DEFAULT_POLICIES: [&'static str; 2] = ["no_internet_access", "read_only_rootfs"];
+
+    /// `policies`, or the default.
+    pub fn policy_entries(&self) -> Vec<PolicyEntry> {
+        match &self.policies {
+            Some(list) => list.clone(),
+            None => Self::DEFAULT_POLICIES
+                .iter()
+                .map(|name| PolicyEntry::from(*name))
+                .collect(),
+        }
+    }
 }
 
 /// Debug-prints map keys with hidden values.

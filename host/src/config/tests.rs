@@ -516,16 +516,60 @@ fn full_config_parses() {
 }
 
 #[test]
-fn container_mcp_servers_are_refused_with_the_stdio_way_to_run_them() {
-    assert_error(
-        "mcp_servers:\n  fetch:\n    container: {image: \"mcp/fetch:latest\"}\n",
-        3,
-        5,
-        &[
-            "not supported yet",
-            "command: [docker, run, -i, --rm, --network, none, mcp/fetch:latest]",
-        ],
+fn container_mcp_servers_are_accepted_and_their_volumes_checked() {
+    let cfg = parse(
+        "mcp_servers:\n  db:\n    container: {image: \"mcp/sqlite:1\", volumes: [\"/srv/d.db:/data.db\", \"~/x:/x:rw\"]}\n",
+    )
+    .unwrap();
+    let container = cfg.mcp_servers["db"].container.clone().unwrap();
+    assert_eq!(container.image, "mcp/sqlite:1");
+    assert_eq!(
+        crate::config::parse_volume(&container.volumes[0]).unwrap(),
+        crate::config::Volume {
+            source: "/srv/d.db".into(),
+            target: "/data.db".into(),
+            read_only: true
+        }
     );
+    assert!(
+        !crate::config::parse_volume(&container.volumes[1])
+            .unwrap()
+            .read_only
+    );
+    assert_eq!(
+        container.policy_entries(),
+        vec![
+            PolicyEntry::from("no_internet_access"),
+            PolicyEntry::from("read_only_rootfs")
+        ]
+    );
+    for (volume, message) in [
+        (
+            "data.db:/data.db",
+            "volume `data.db:/data.db`: the host path must be absolute or start with ~ (pincer mounts host paths only, not named volumes)",
+        ),
+        (
+            "/d.db",
+            "volume `/d.db` must be HOST_PATH:CONTAINER_PATH[:ro|rw], e.g. /srv/data.db:/data.db:ro",
+        ),
+        (
+            "/d.db:/data.db:rx",
+            "volume `/d.db:/data.db:rx`: unknown mode `rx` (write :ro or :rw)",
+        ),
+        (
+            "/d.db:data.db",
+            "volume `/d.db:data.db`: the container path must be absolute",
+        ),
+        (
+            "/d:/proc/x",
+            "volume `/d:/proc/x`: cannot mount over or inside `/proc`, `/sys` or `/dev`",
+        ),
+    ] {
+        let shown = error(&format!(
+            "mcp_servers:\n  db:\n    container:\n      image: i\n      volumes: [\"{volume}\"]\n"
+        ));
+        assert_eq!(shown, format!("{FILE}:5:17: {message}"));
+    }
 }
 
 #[test]

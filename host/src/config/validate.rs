@@ -4,7 +4,10 @@
 use std::collections::BTreeSet;
 
 use super::node::Seg;
-use super::schema::{Budget, Config, Gateway, GatewayCache, McpServer, PluginLimits, Workspace};
+use super::schema::{
+    Budget, Config, Gateway, GatewayCache, McpContainer, McpServer, PluginLimits, Plugins,
+    Workspace,
+};
 
 /// A semantic problem at `path` (the mapping key itself when `at_key`).
 #[derive(Debug)]
@@ -14,7 +17,7 @@ pub(crate) struct Issue<'a> {
     pub message: String,
 }
 
-type Check<'a> = Result<(), Issue<'a>>;
+type Out<'a, 'o> = &'o mut Vec<Issue<'a>>;
 
 fn at<'a>(path: Vec<Seg<'a>>, message: String) -> Issue<'a> {
     Issue {
@@ -81,40 +84,29 @@ fn is_env_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || *c == b'_')
 }
 
-pub(crate) fn validate(cfg: &Config) -> Check<'_> {
-    gateway(cfg)?;
+pub(crate) fn validate(cfg: &Config) -> Vec<Issue<'_>> {
+    let mut issues = Vec::new();
+    let out = &mut issues;
+    gateway(cfg, out);
     if let Some(zone) = &cfg.timezone
         && zone.parse::<chrono_tz::Tz>().is_err()
     {
-        return Err(at(
+        out.push(at(
             vec![Key("timezone")],
             format!("unknown time zone `{zone}` (use an IANA name such as Asia/Shanghai)"),
         ));
     }
-    containers(cfg)?;
+    containers(cfg, out);
     for (name, ws) in &cfg.workspaces {
-        workspace(cfg, name, ws)?;
+        workspace(cfg, name, ws, out);
     }
-    plugins(&cfg.plugins.limits)?;
-    for (i, publisher) in cfg.plugins.trusted_publishers.iter().enumerate() {
-        if let Err(e) = crate::plugins::registry::signing::parse_public(&publisher.key) {
-            return Err(at(
-                vec![
-                    Key("plugins"),
-                    Key("trusted_publishers"),
-                    Index(i),
-                    Key("key"),
-                ],
-                e.to_string(),
-            ));
-        }
-    }
-    channels(cfg)?;
-    skills(cfg)?;
+    plugins(&cfg.plugins, out);
+    channels(cfg, out);
+    skills(cfg, out);
     for (name, server) in &cfg.mcp_servers {
-        mcp_server(cfg, name, server)?;
+        mcp_server(cfg, name, server, out);
     }
-    Ok(())
+    issues
 }
 
 fn aliases(cfg: &Config) -> BTreeSet<&str> {
@@ -125,10 +117,10 @@ fn aliases(cfg: &Config) -> BTreeSet<&str> {
         .collect()
 }
 
-fn gateway(cfg: &Config) -> Check<'_> {
+fn gateway<'a>(cfg: &'a Config, out: Out<'a, '_>) {
     let gw = &cfg.gateway;
     if !(gw.timeout.is_finite() && gw.timeout > 0.0) {
-        return Err(at(
+        out.push(at(
             vec![Key("gateway"), Key("timeout")],
             "timeout must be a positive number of seconds".into(),
         ));
@@ -137,10 +129,11 @@ fn gateway(cfg: &Config) -> Check<'_> {
         let path =
             |leaf: &'static str| vec![Key("gateway"), Key("model_list"), Index(i), Key(leaf)];
         if deployment.model_name.trim().is_empty() {
-            return Err(at(
+            out.push(at(
                 path("model_name"),
                 "model_name must not be empty".into(),
             ));
+            continue;
         }
         let params = &deployment.litellm_params;
         let params_path = |leaf: &'static str| {
@@ -153,56 +146,61 @@ fn gateway(cfg: &Config) -> Check<'_> {
             ]
         };
         if params.model.trim().is_empty() {
-            return Err(at(params_path("model"), "model must not be empty".into()));
+            out.push(at(params_path("model"), "model must not be empty".into()));
+            continue;
         }
         if let Some(timeout) = params.timeout
             && !(timeout.is_finite() && timeout > 0.0)
         {
-            return Err(at(
+            out.push(at(
                 params_path("timeout"),
                 "timeout must be a positive number of seconds".into(),
             ));
+            continue;
         }
     }
-    prices(gw)?;
-    gateway_limits(gw)?;
+    prices(gw, out);
+    gateway_limits(gw, out);
     let known = aliases(cfg);
     let unknown = |alias: &str| {
         format!("unknown model alias `{alias}` (no model_list entry has this model_name)")
     };
     for (i, entry) in gw.fallbacks.iter().enumerate() {
         if entry.len() != 1 {
-            return Err(at(
+            out.push(at(
                 vec![Key("gateway"), Key("fallbacks"), Index(i)],
                 "each fallbacks entry must be a single `alias: [fallback aliases]` pair".into(),
             ));
+            continue;
         }
         for (alias, targets) in entry {
             let path = vec![Key("gateway"), Key("fallbacks"), Index(i), Key(alias)];
             if !known.contains(alias.as_str()) {
-                return Err(at_key(path, unknown(alias)));
+                out.push(at_key(path, unknown(alias)));
+                continue;
             }
             for (j, target) in targets.iter().enumerate() {
                 if !known.contains(target.as_str()) {
                     let mut item = path.clone();
                     item.push(Index(j));
-                    return Err(at(item, unknown(target)));
+                    out.push(at(item, unknown(target)));
+                    continue;
                 }
             }
         }
     }
-    Ok(())
 }
 
 /// `gateway.prices`: non-empty keys, finite non-negative prices.
-fn prices(gw: &Gateway) -> Check<'_> {
+fn prices<'a>(gw: &'a Gateway, out: Out<'a, '_>) {
     for (model, price) in &gw.prices {
         let base = || vec![Key("gateway"), Key("prices"), Key(model.as_str())];
         if model.trim().is_empty() {
-            return Err(at_key(
+            out.push(at_key(
                 base(),
                 "a price key must name a `provider/model` or a model alias".into(),
             ));
+            continue;
         }
         for (leaf, value) in [
             ("input_per_1m", price.input_per_1m),
@@ -211,21 +209,21 @@ fn prices(gw: &Gateway) -> Check<'_> {
             if !(value.is_finite() && value >= 0.0) {
                 let mut p = base();
                 p.push(Key(leaf));
-                return Err(at(
+                out.push(at(
                     p,
                     format!("{leaf} must be a number of USD per million tokens, 0 or more"),
                 ));
+                continue;
             }
         }
     }
-    Ok(())
 }
 
 /// `gateway.cache` and `gateway.max_request_bytes` ranges.
-fn gateway_limits(gw: &Gateway) -> Check<'_> {
+fn gateway_limits<'a>(gw: &'a Gateway, out: Out<'a, '_>) {
     let cache = |leaf| vec![Key("gateway"), Key("cache"), Key(leaf)];
     if !(1..=GatewayCache::MAX_TTL_SECS).contains(&gw.cache.ttl_secs) {
-        return Err(at(
+        out.push(at(
             cache("ttl_secs"),
             format!(
                 "ttl_secs must be between 1 and {}",
@@ -234,7 +232,7 @@ fn gateway_limits(gw: &Gateway) -> Check<'_> {
         ));
     }
     if !(1..=GatewayCache::MAX_ENTRIES).contains(&gw.cache.max_entries) {
-        return Err(at(
+        out.push(at(
             cache("max_entries"),
             format!(
                 "max_entries must be between 1 and {}",
@@ -245,7 +243,7 @@ fn gateway_limits(gw: &Gateway) -> Check<'_> {
     if !(Gateway::MIN_MAX_REQUEST_BYTES..=Gateway::MAX_MAX_REQUEST_BYTES)
         .contains(&gw.max_request_bytes)
     {
-        return Err(at(
+        out.push(at(
             vec![Key("gateway"), Key("max_request_bytes")],
             format!(
                 "max_request_bytes must be between {} and {}",
@@ -254,11 +252,10 @@ fn gateway_limits(gw: &Gateway) -> Check<'_> {
             ),
         ));
     }
-    Ok(())
 }
 
 /// `workspaces.NAME.budget`: every limit that is set is positive.
-fn budget<'a>(name: &'a str, budget: &Budget) -> Check<'a> {
+fn budget<'a>(name: &'a str, budget: &Budget, out: Out<'a, '_>) {
     let path = |leaf| vec![Key("workspaces"), Key(name), Key("budget"), Key(leaf)];
     for (leaf, value) in [
         ("daily_usd", budget.daily_usd),
@@ -267,7 +264,7 @@ fn budget<'a>(name: &'a str, budget: &Budget) -> Check<'a> {
         if let Some(usd) = value
             && !(usd.is_finite() && usd > 0.0)
         {
-            return Err(at(
+            out.push(at(
                 path(leaf),
                 format!("{leaf} must be a positive number of USD"),
             ));
@@ -278,23 +275,21 @@ fn budget<'a>(name: &'a str, budget: &Budget) -> Check<'a> {
         ("monthly_tokens", budget.monthly_tokens),
     ] {
         if value == Some(0) {
-            return Err(at(
+            out.push(at(
                 path(leaf),
                 format!("{leaf} must be a positive number of tokens"),
             ));
         }
     }
-    Ok(())
 }
 
-fn containers(cfg: &Config) -> Check<'_> {
+fn containers<'a>(cfg: &'a Config, out: Out<'a, '_>) {
     if cfg.containers.image.trim().is_empty() {
-        return Err(at(
+        out.push(at(
             vec![Key("containers"), Key("image")],
             "image must not be empty".into(),
         ));
     }
-    Ok(())
 }
 
 /// Problem with a container mount target, if any.
@@ -338,7 +333,7 @@ fn normalized(target: &str) -> String {
     format!("/{}", parts.join("/"))
 }
 
-fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a> {
+fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace, out: Out<'a, '_>) {
     let base = || vec![Key("workspaces"), Key(name)];
     let item = |field: &'static str, i: usize| {
         let mut p = base();
@@ -346,14 +341,14 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a>
         p
     };
     if !is_valid_name(name) {
-        return Err(at_key(base(), name_rule("workspace", name)));
+        out.push(at_key(base(), name_rule("workspace", name)));
     }
     if let Some(model) = &ws.model {
         let known = aliases(cfg);
         if !known.is_empty() && !known.contains(model.as_str()) {
             let mut p = base();
             p.push(Key("model"));
-            return Err(at(
+            out.push(at(
                 p,
                 format!(
                     "unknown model alias `{model}` (no gateway.model_list entry has this model_name)"
@@ -362,93 +357,118 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace) -> Check<'a>
         }
     }
     if let Some(models) = &ws.models {
-        model_allowlist(cfg, name, ws, models)?;
+        model_allowlist(cfg, name, ws, models, out);
     }
-    budget(name, &ws.budget)?;
+    if let Some(path) = &ws.path {
+        let text = path.to_string_lossy();
+        if !(text.starts_with('/') || text.starts_with('~')) {
+            let mut p = base();
+            p.push(Key("path"));
+            out.push(at(
+                p,
+                format!(
+                    "path must be absolute or start with ~ (found `{text}`); e.g. \"${{workspace_base_path}}/{name}\""
+                ),
+            ));
+        }
+    }
+    budget(name, &ws.budget, out);
     let mut targets = BTreeSet::new();
     for (i, mount) in ws.mounts.iter().enumerate() {
         let mut p = item("mounts", i);
         if mount.source.as_os_str().is_empty() {
             p.push(Key("source"));
-            return Err(at(p, "mount source must not be empty".into()));
+            out.push(at(p, "mount source must not be empty".into()));
+            continue;
         }
         p.push(Key("target"));
         if let Some(problem) = mount_target_problem(&mount.target) {
-            return Err(at(p, format!("{problem}: `{}`", mount.target)));
+            out.push(at(p, format!("{problem}: `{}`", mount.target)));
+            continue;
         }
         if !targets.insert(normalized(&mount.target)) {
-            return Err(at(
+            out.push(at(
                 p,
                 format!("`{}` is mounted more than once", mount.target),
             ));
+            continue;
         }
     }
     for (i, skill) in ws.skills.iter().enumerate() {
         if !is_valid_name(skill) {
-            return Err(at(item("skills", i), name_rule("skill", skill)));
+            out.push(at(item("skills", i), name_rule("skill", skill)));
+            continue;
         }
         if let Some(message) = reserved_source("skill", skill) {
-            return Err(at(item("skills", i), message));
+            out.push(at(item("skills", i), message));
+            continue;
         }
         if let Some(rules) = cfg.skills.get(skill)
             && !allows(&rules.allowed_workspaces, name)
         {
-            return Err(at(
+            out.push(at(
                 item("skills", i),
                 format!(
                     "skill `{skill}` does not allow workspace `{name}` (see skills.{skill}.allowed_workspaces)"
                 ),
             ));
+            continue;
         }
     }
     for (i, observer) in ws.observers.iter().enumerate() {
         if !is_valid_name(observer) {
-            return Err(at(item("observers", i), name_rule("observer", observer)));
+            out.push(at(item("observers", i), name_rule("observer", observer)));
+            continue;
         }
     }
-    agent_limits(name, &ws.agent)?;
+    agent_limits(name, &ws.agent, out);
     for (plugin, hosts) in &ws.plugin_http {
         let mut p = base();
         p.extend([Key("plugin_http"), Key(plugin.as_str())]);
         if let Err(reason) = crate::plugins::manifest::check_name(plugin) {
-            return Err(at_key(p, reason));
+            out.push(at_key(p, reason));
+            continue;
         }
         for (i, host) in hosts.iter().enumerate() {
             if let Err(reason) = crate::plugins::manifest::HostPattern::parse(host) {
                 let mut p = p.clone();
                 p.push(Index(i));
-                return Err(at(p, reason));
+                out.push(at(p, reason));
+                continue;
             }
         }
     }
     for (i, server) in ws.mcp_servers.iter().enumerate() {
         if let Some(message) = reserved_source("MCP server", server) {
-            return Err(at(item("mcp_servers", i), message));
+            out.push(at(item("mcp_servers", i), message));
+            continue;
         }
         let Some(def) = cfg.mcp_servers.get(server) else {
-            return Err(at(
+            out.push(at(
                 item("mcp_servers", i),
                 format!("unknown MCP server `{server}` (not defined under mcp_servers)"),
             ));
+            continue;
         };
         if !allows(&def.allowed_workspaces, name) {
-            return Err(at(
+            out.push(at(
                 item("mcp_servers", i),
                 format!(
                     "MCP server `{server}` does not allow workspace `{name}` (see mcp_servers.{server}.allowed_workspaces)"
                 ),
             ));
+            continue;
         }
     }
     for (i, channel) in ws.channels.iter().enumerate() {
         if !cfg.channels.contains_key(channel) {
-            return Err(at(
+            out.push(at(
                 item("channels", i),
                 format!("unknown channel `{channel}` (not defined under channels)"),
             ));
+            continue;
         }
     }
-    Ok(())
 }
 
 /// `workspaces.NAME.models`: known aliases, listed once, holding `model`
@@ -459,13 +479,15 @@ fn model_allowlist<'a>(
     name: &'a str,
     ws: &'a Workspace,
     models: &'a [String],
-) -> Check<'a> {
+    out: Out<'a, '_>,
+) {
     let known = aliases(cfg);
     let item = |i: usize| vec![Key("workspaces"), Key(name), Key("models"), Index(i)];
+    let before = out.len();
     for (i, alias) in models.iter().enumerate() {
         if !known.contains(alias.as_str()) {
             let defined: Vec<&str> = known.iter().copied().collect();
-            return Err(at(
+            out.push(at(
                 item(i),
                 format!(
                     "unknown model alias `{alias}` (no gateway.model_list entry has this model_name; defined: {})",
@@ -476,10 +498,16 @@ fn model_allowlist<'a>(
                     }
                 ),
             ));
+            continue;
         }
         if models[..i].contains(alias) {
-            return Err(at(item(i), format!("`{alias}` is listed more than once")));
+            out.push(at(item(i), format!("`{alias}` is listed more than once")));
+            continue;
         }
+    }
+    if out.len() > before {
+        // What follows is about the list as a whole: fix its entries first.
+        return;
     }
     // Turns use `model`, or the alias `default` when it is unset.
     let (model, named) = match &ws.model {
@@ -496,7 +524,7 @@ fn model_allowlist<'a>(
                 "workspaces.{name}.model is not set, so its turns use the alias `{model}`, which workspaces.{name}.models does not list: set workspaces.{name}.model to one of the listed aliases"
             )
         };
-        return Err(at(
+        out.push(at(
             vec![Key("workspaces"), Key(name), Key("models")],
             message,
         ));
@@ -504,26 +532,48 @@ fn model_allowlist<'a>(
     for (i, alias) in models.iter().enumerate() {
         for fallback in crate::policy::with_fallbacks(cfg, alias) {
             if !models.contains(&fallback) {
-                return Err(at(
+                out.push(at(
                     item(i),
                     format!(
                         "`{alias}` falls back to `{fallback}` (gateway.fallbacks), which workspaces.{name}.models does not list: add `{fallback}` to the list or change gateway.fallbacks"
                     ),
                 ));
+                continue;
             }
         }
     }
-    Ok(())
 }
 
 fn allows(allowed: &[String], workspace: &str) -> bool {
     allowed.iter().any(|w| w == "*" || w == workspace)
 }
 
-fn plugins(limits: &PluginLimits) -> Check<'static> {
+fn plugins<'a>(plugins: &'a Plugins, out: Out<'a, '_>) {
+    for (i, name) in plugins.enabled.iter().flatten().enumerate() {
+        if name.trim().is_empty() {
+            out.push(at(
+                vec![Key("plugins"), Key("enabled"), Index(i)],
+                "a plugin name must not be empty".into(),
+            ));
+        }
+    }
+    for (i, publisher) in plugins.trusted_publishers.iter().enumerate() {
+        if let Err(e) = crate::plugins::registry::signing::parse_public(&publisher.key) {
+            out.push(at(
+                vec![
+                    Key("plugins"),
+                    Key("trusted_publishers"),
+                    Index(i),
+                    Key("key"),
+                ],
+                e.to_string(),
+            ));
+        }
+    }
+    let limits = &plugins.limits;
     let path = |leaf| vec![Key("plugins"), Key("limits"), Key(leaf)];
     if !(1..=PluginLimits::MAX_MEMORY_MB).contains(&limits.memory_mb) {
-        return Err(at(
+        out.push(at(
             path("memory_mb"),
             format!(
                 "memory_mb must be between 1 and {}",
@@ -532,7 +582,7 @@ fn plugins(limits: &PluginLimits) -> Check<'static> {
         ));
     }
     if !(1..=PluginLimits::MAX_CALL_TIMEOUT_MS).contains(&limits.call_timeout_ms) {
-        return Err(at(
+        out.push(at(
             path("call_timeout_ms"),
             format!(
                 "call_timeout_ms must be between 1 and {}",
@@ -541,7 +591,7 @@ fn plugins(limits: &PluginLimits) -> Check<'static> {
         ));
     }
     if !(1..=PluginLimits::MAX_DATA_QUOTA_MB).contains(&limits.data_quota_mb) {
-        return Err(at(
+        out.push(at(
             path("data_quota_mb"),
             format!(
                 "data_quota_mb must be between 1 and {} (MiB of one plugin's /data folder per workspace)",
@@ -549,24 +599,23 @@ fn plugins(limits: &PluginLimits) -> Check<'static> {
             ),
         ));
     }
-    Ok(())
 }
 
-fn allowed_workspaces<'a>(cfg: &'a Config, list: &'a [String], base: &[Seg<'a>]) -> Check<'a> {
+fn allowed_workspaces<'a>(cfg: &'a Config, list: &'a [String], base: &[Seg<'a>], out: Out<'a, '_>) {
     for (i, ws) in list.iter().enumerate() {
         if ws != "*" && !cfg.workspaces.contains_key(ws) {
             let mut p = base.to_vec();
             p.extend([Key("allowed_workspaces"), Index(i)]);
-            return Err(at(
+            out.push(at(
                 p,
                 format!("unknown workspace `{ws}` (not defined under workspaces; `*` means all)"),
             ));
+            continue;
         }
     }
-    Ok(())
 }
 
-fn channels(cfg: &Config) -> Check<'_> {
+fn channels<'a>(cfg: &'a Config, out: Out<'a, '_>) {
     for (name, channel) in &cfg.channels {
         let base = || vec![Key("channels"), Key(name.as_str())];
         let field = |leaf| {
@@ -575,44 +624,48 @@ fn channels(cfg: &Config) -> Check<'_> {
             p
         };
         if !is_valid_name(name) {
-            return Err(at_key(base(), name_rule("channel", name)));
+            out.push(at_key(base(), name_rule("channel", name)));
+            continue;
         }
         if channel.plugin.trim().is_empty() {
-            return Err(at(field("plugin"), "plugin must not be empty".into()));
+            out.push(at(field("plugin"), "plugin must not be empty".into()));
+            continue;
         }
         if !cfg.workspaces.contains_key(&channel.workspace) {
-            return Err(at(
+            out.push(at(
                 field("workspace"),
                 format!(
                     "unknown workspace `{}` (not defined under workspaces)",
                     channel.workspace
                 ),
             ));
+            continue;
         }
         for (conversation, workspace) in &channel.conversations {
             if !cfg.workspaces.contains_key(workspace) {
                 let mut path = field("conversations");
                 path.push(Key(conversation.as_str()));
-                return Err(at(
+                out.push(at(
                     path,
                     format!("unknown workspace `{workspace}` (not defined under workspaces)"),
                 ));
+                continue;
             }
         }
         for (i, pattern) in channel.http.iter().enumerate() {
             if let Err(why) = crate::plugins::manifest::HostPattern::parse(pattern) {
                 let mut p = field("http");
                 p.push(Index(i));
-                return Err(at(p, why));
+                out.push(at(p, why));
+                continue;
             }
         }
     }
-    Ok(())
 }
 
 /// Every bound of a turn must allow something: zero would end every turn
 /// before it starts.
-fn agent_limits<'a>(workspace: &'a str, limits: &crate::config::AgentLimits) -> Check<'a> {
+fn agent_limits<'a>(workspace: &'a str, limits: &crate::config::AgentLimits, out: Out<'a, '_>) {
     let checks: [(&'static str, u64); 8] = [
         ("max_steps", u64::from(limits.max_steps)),
         ("max_tool_output_bytes", limits.max_tool_output_bytes as u64),
@@ -625,30 +678,31 @@ fn agent_limits<'a>(workspace: &'a str, limits: &crate::config::AgentLimits) -> 
     ];
     for (key, value) in checks {
         if value == 0 {
-            return Err(at(
+            out.push(at(
                 vec![Key("workspaces"), Key(workspace), Key("agent"), Key(key)],
                 format!("agent.{key} must be at least 1"),
             ));
+            continue;
         }
     }
-    Ok(())
 }
 
-fn skills(cfg: &Config) -> Check<'_> {
+fn skills<'a>(cfg: &'a Config, out: Out<'a, '_>) {
     for (name, skill) in &cfg.skills {
         let base = vec![Key("skills"), Key(name.as_str())];
         if !is_valid_name(name) {
-            return Err(at_key(base, name_rule("skill", name)));
+            out.push(at_key(base, name_rule("skill", name)));
+            continue;
         }
         if let Some(message) = reserved_source("skill", name) {
-            return Err(at_key(base, message));
+            out.push(at_key(base, message));
+            continue;
         }
-        allowed_workspaces(cfg, &skill.allowed_workspaces, &base)?;
+        allowed_workspaces(cfg, &skill.allowed_workspaces, &base, out);
     }
-    Ok(())
 }
 
-fn mcp_server<'a>(cfg: &'a Config, name: &'a str, server: &'a McpServer) -> Check<'a> {
+fn mcp_server<'a>(cfg: &'a Config, name: &'a str, server: &'a McpServer, out: Out<'a, '_>) {
     let base = vec![Key("mcp_servers"), Key(name)];
     let field = |leaf| {
         let mut p = base.clone();
@@ -656,10 +710,10 @@ fn mcp_server<'a>(cfg: &'a Config, name: &'a str, server: &'a McpServer) -> Chec
         p
     };
     if !is_valid_name(name) {
-        return Err(at_key(base, name_rule("MCP server", name)));
+        out.push(at_key(base.clone(), name_rule("MCP server", name)));
     }
     if let Some(message) = reserved_source("MCP server", name) {
-        return Err(at_key(base, message));
+        out.push(at_key(base.clone(), message));
     }
     let kinds: Vec<&str> = [
         ("command", server.command.is_some()),
@@ -675,8 +729,8 @@ fn mcp_server<'a>(cfg: &'a Config, name: &'a str, server: &'a McpServer) -> Chec
         } else {
             format!("found `{}`", kinds.join("`, `"))
         };
-        return Err(at_key(
-            base,
+        out.push(at_key(
+            base.clone(),
             format!(
                 "MCP server `{name}` needs exactly one of `command`, `url`, `container`; {found}"
             ),
@@ -687,7 +741,7 @@ fn mcp_server<'a>(cfg: &'a Config, name: &'a str, server: &'a McpServer) -> Chec
             .first()
             .is_none_or(|program| program.trim().is_empty())
     {
-        return Err(at(
+        out.push(at(
             field("command"),
             "command must name a program: [program, args...]".into(),
         ));
@@ -696,24 +750,20 @@ fn mcp_server<'a>(cfg: &'a Config, name: &'a str, server: &'a McpServer) -> Chec
         match url::Url::parse(url) {
             Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {}
             Ok(_) => {
-                return Err(at(field("url"), "url must be http:// or https://".into()));
+                out.push(at(field("url"), "url must be http:// or https://".into()));
             }
-            Err(err) => return Err(at(field("url"), format!("invalid url: {err}"))),
+            Err(err) => out.push(at(field("url"), format!("invalid url: {err}"))),
         }
     }
     if let Some(container) = &server.container {
-        let mut p = field("container");
-        p.push(Key("image"));
-        if container.image.trim().is_empty() {
-            return Err(at(p, "image must not be empty".into()));
-        }
-        // Refused here, not at first use: a server that silently offers no
-        // tools is worse than a configuration that does not load.
-        return Err(at_key(
-            field("container"),
+        mcp_container(name, container, out);
+    }
+    if !(1..=McpServer::MAX_CALL_TIMEOUT_SECS).contains(&server.call_timeout_secs) {
+        out.push(at(
+            field("call_timeout_secs"),
             format!(
-                "MCP servers in a container started by pincer are not supported yet; run it over stdio instead: `command: [docker, run, -i, --rm, --network, none, {}]`",
-                container.image
+                "call_timeout_secs must be between 1 and {}",
+                McpServer::MAX_CALL_TIMEOUT_SECS
             ),
         ));
     }
@@ -721,13 +771,118 @@ fn mcp_server<'a>(cfg: &'a Config, name: &'a str, server: &'a McpServer) -> Chec
         if !is_env_name(key) {
             let mut p = field("env");
             p.push(Key(key));
-            return Err(at_key(
+            out.push(at_key(
                 p,
                 format!("invalid environment variable name `{key}`"),
             ));
+            continue;
         }
     }
-    allowed_workspaces(cfg, &server.allowed_workspaces, &base)
+    allowed_workspaces(cfg, &server.allowed_workspaces, &base, out);
+}
+
+/// `mcp_servers.NAME.container`: an image, and volumes written
+/// `HOST:CONTAINER[:ro|rw]`. Their sources are checked against the host
+/// (exists, no symlink, nothing protected) when the server starts, so that
+/// `config check` and `policy audit` need none of them.
+fn mcp_container<'a>(name: &'a str, container: &'a McpContainer, out: Out<'a, '_>) {
+    let base = || vec![Key("mcp_servers"), Key(name), Key("container")];
+    if container.image.trim().is_empty() {
+        let mut p = base();
+        p.push(Key("image"));
+        out.push(at(p, "image must not be empty".into()));
+    }
+    if container
+        .command
+        .first()
+        .is_some_and(|c| c.trim().is_empty())
+    {
+        let mut p = base();
+        p.push(Key("command"));
+        out.push(at(
+            p,
+            "command must name a program: [program, args...]".into(),
+        ));
+    }
+    let mut targets = BTreeSet::new();
+    for (i, volume) in container.volumes.iter().enumerate() {
+        let mut p = base();
+        p.extend([Key("volumes"), Index(i)]);
+        match parse_volume(volume) {
+            Ok(parsed) => {
+                if !targets.insert(normalized(&parsed.target)) {
+                    out.push(at(
+                        p,
+                        format!("`{}` is mounted more than once", parsed.target),
+                    ));
+                }
+            }
+            Err(why) => out.push(at(p, why)),
+        }
+    }
+}
+
+/// One `mcp_servers.NAME.container.volumes` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Volume {
+    /// As written (`~` allowed).
+    pub source: std::path::PathBuf,
+    pub target: String,
+    pub read_only: bool,
+}
+
+/// Reads `HOST:CONTAINER[:ro|rw]` (default `ro`).
+///
+/// # Errors
+/// What is wrong and how to write it.
+pub fn parse_volume(volume: &str) -> Result<Volume, String> {
+    let parts: Vec<&str> = volume.split(':').collect();
+    let (source, target, read_only) = match parts.as_slice() {
+        [source, target] => (*source, *target, true),
+        [source, target, "ro"] => (*source, *target, true),
+        [source, target, "rw"] => (*source, *target, false),
+        [_, _, mode] => {
+            return Err(format!(
+                "volume `{volume}`: unknown mode `{mode}` (write :ro or :rw)"
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "volume `{volume}` must be HOST_PATH:CONTAINER_PATH[:ro|rw], e.g. /srv/data.db:/data.db:ro"
+            ));
+        }
+    };
+    if !(source.starts_with('/') || source.starts_with('~')) {
+        return Err(format!(
+            "volume `{volume}`: the host path must be absolute or start with ~ (pincer mounts host paths only, not named volumes)"
+        ));
+    }
+    if let Some(problem) = mcp_target_problem(target) {
+        return Err(format!("volume `{volume}`: {problem}"));
+    }
+    Ok(Volume {
+        source: source.into(),
+        target: target.to_owned(),
+        read_only,
+    })
+}
+
+/// Problem with a container path of an MCP server's volume, if any.
+fn mcp_target_problem(target: &str) -> Option<&'static str> {
+    let Some(rest) = target.strip_prefix('/') else {
+        return Some("the container path must be absolute");
+    };
+    let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.iter().any(|p| *p == "." || *p == "..") {
+        return Some("the container path must not contain `.` or `..`");
+    }
+    match parts.first() {
+        None => Some("cannot mount over `/`"),
+        Some(&("proc" | "sys" | "dev")) => {
+            Some("cannot mount over or inside `/proc`, `/sys` or `/dev`")
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ pub mod agent_binary;
 pub mod beneath;
 pub mod cgroup;
 pub mod image;
+pub mod mcp;
 pub mod mounts;
 pub mod runner_client;
 pub mod runtime;
@@ -82,8 +83,16 @@ pub fn plan(
     let policy = catalog.effective(workspace, &ws.policies)?;
     let settings = policy.compile();
     let workspace_base = expand_tilde(&config.containers.workspace_base_path);
+    let workspace_dir = config.workspace_dir(workspace);
+    mounts::check_workspace_folder(&workspace_dir, home, &workspace_base).map_err(|source| {
+        ContainerError::Mount {
+            workspace: workspace.to_string(),
+            source,
+        }
+    })?;
     let mut protected = mounts::protected_paths(home, &workspace_base);
     protected.extend(mounts::writable_sources(config));
+    protected.extend(mounts::workspace_folders(config));
     let mut extra = Vec::new();
     for mount in &ws.mounts {
         let source = mounts::check_source(&mount.source, &protected).map_err(|source| {
@@ -104,7 +113,7 @@ pub fn plan(
         container_name: format!("pincer-{instance}-{workspace}"),
         image: config.containers.image.clone(),
         settings,
-        workspace_dir: workspace_base.join(workspace),
+        workspace_dir,
         run_dir: home.join("run").join(workspace),
         runner_binary: agent_binary::install(home)?,
         mounts: extra,

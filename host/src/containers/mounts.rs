@@ -141,9 +141,72 @@ pub fn protected_paths(pincer_home: &Path, workspace_base: &Path) -> Vec<Protect
     ));
     out.push(Protected::tree(
         real_or_named(&expand_tilde(workspace_base)),
-        "the folder of every workspace (containers.workspace_base_path)",
+        BASE_WHY,
     ));
     out
+}
+
+const BASE_WHY: &str = "the folder of every workspace (containers.workspace_base_path)";
+
+/// Every workspace's folder (`workspaces.NAME.path` or the default beneath
+/// the base folder): no mount may expose one (another workspace's files,
+/// or this one's under a second name).
+pub fn workspace_folders(config: &crate::config::Config) -> Vec<Protected> {
+    config
+        .workspaces
+        .keys()
+        .map(|name| {
+            Protected::tree(
+                real_or_named(&config.workspace_dir(name)),
+                "a workspace folder",
+            )
+        })
+        .collect()
+}
+
+/// Checks a workspace's own folder (it is mounted read-write at
+/// `/workspace`, and may not exist yet): absolute, not `/` or a home folder
+/// root, and nothing a container must never reach — the kernel's and the
+/// engine's folders, pincer's state. Inside the base folder is where it
+/// belongs; equal to the base folder or holding it is refused.
+pub fn check_workspace_folder(
+    dir: &Path,
+    pincer_home: &Path,
+    workspace_base: &Path,
+) -> Result<(), MountError> {
+    if !dir.is_absolute() {
+        return Err(MountError::Relative(dir.display().to_string()));
+    }
+    let named = normalize(dir);
+    let resolved = named.canonicalize().unwrap_or_else(|_| named.clone());
+    for path in [&named, &resolved] {
+        if path == Path::new("/") {
+            return Err(MountError::Root(dir.display().to_string()));
+        }
+        if is_home_root(path) {
+            return Err(MountError::HomeRoot(path.display().to_string()));
+        }
+        let mut protected: Vec<Protected> = protected_paths(pincer_home, workspace_base)
+            .into_iter()
+            .filter(|p| p.why != BASE_WHY)
+            .collect();
+        protected.push(Protected {
+            path: real_or_named(&expand_tilde(workspace_base)),
+            why: BASE_WHY,
+            guard: Guard::AtOrAbove,
+        });
+        for p in &protected {
+            if let Some(relation) = p.refuses(path) {
+                return Err(MountError::Protected {
+                    path: path.display().to_string(),
+                    relation,
+                    protected: p.path.display().to_string(),
+                    why: p.why,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every read-write mount source of the configuration (any workspace's,

@@ -464,9 +464,14 @@ impl ContainerRuntime {
 
     /// This instance's containers.
     pub async fn list(&self) -> Result<Vec<ContainerStatus>, ContainerError> {
+        // Workspace containers only (MCP server containers carry the
+        // instance label too: `containers::mcp` owns them).
         let filters = HashMap::from([(
             "label".to_string(),
-            vec![format!("{LABEL_INSTANCE}={}", self.instance)],
+            vec![
+                format!("{LABEL_INSTANCE}={}", self.instance),
+                LABEL_WORKSPACE.to_string(),
+            ],
         )]);
         let options = ListContainersOptionsBuilder::default()
             .all(true)
@@ -636,7 +641,7 @@ fn parse_user(user: &str) -> Option<(u32, u32)> {
 }
 
 /// A stable id per PINCER_HOME, so two homes never share containers.
-fn instance_id(home: &Path) -> Result<String, ContainerError> {
+pub(crate) fn instance_id(home: &Path) -> Result<String, ContainerError> {
     let path = home.join("instance-id");
     if let Ok(id) = std::fs::read_to_string(&path) {
         let id = id.trim();

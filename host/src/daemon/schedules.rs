@@ -44,12 +44,10 @@ pub fn schedule_path(ctx: &Context, name: &str) -> Option<PathBuf> {
 fn check_location(config: &Config, path: &Path) -> Result<(), String> {
     let resolved = std::fs::canonicalize(path)
         .map_err(|e| format!("cannot resolve {}: {e}", path.display()))?;
-    let base = crate::config::expand_tilde(&config.containers.workspace_base_path);
-    let base = std::fs::canonicalize(&base).unwrap_or(base);
     let mut writable: Vec<PathBuf> = config
         .workspaces
         .keys()
-        .map(|name| base.join(name))
+        .map(|name| config.workspace_dir(name))
         .collect();
     writable.extend(
         crate::containers::mounts::writable_sources(config)

@@ -9,6 +9,7 @@
 
 pub mod capabilities;
 pub mod catalog;
+pub mod enabled;
 pub mod engine;
 mod error;
 pub mod manifest;

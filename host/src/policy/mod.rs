@@ -70,8 +70,9 @@ pub use reach::{
     ToolSource, WorkspaceReach, with_fallbacks,
 };
 pub use report::{
-    ContainerSummary, ModelsLine, MountLine, PolicyReport, Reach, ReachItem, ReportInput,
-    SeccompRuleSummary, SeccompSummary, SettingLine, Trifecta, render_text, report,
+    ContainerSummary, McpContainerSummary, ModelsLine, MountLine, PolicyReport, Reach, ReachItem,
+    ReportInput, SeccompRuleSummary, SeccompSummary, SettingLine, Trifecta, mcp_container_summary,
+    render_text, report,
 };
 
 use crate::config::PolicyEntry;

@@ -32,6 +32,23 @@ pub struct ReportInput<'a> {
     pub runner_binary: &'a Path,
     /// Skills whose manifest grants the http capability (a way out).
     pub plugin_http: &'a std::collections::BTreeMap<String, Vec<String>>,
+    /// The containers of the MCP servers in their own container that the
+    /// workspace lists (from `containers::mcp`, which starts them).
+    pub mcp_containers: &'a [McpContainerSummary],
+}
+
+/// One MCP server's own container, as `pincer policy audit` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpContainerSummary {
+    pub server: String,
+    pub image: String,
+    /// The server's groups (the baseline applies first).
+    pub groups: Vec<String>,
+    /// `None` when the policy cannot be applied (then `error` says why).
+    pub container: Option<ContainerSummary>,
+    /// Its volumes as written (checked when it starts).
+    pub mounts: Vec<MountLine>,
+    pub error: Option<String>,
 }
 
 /// The audit of one workspace's policy (`pincer policy audit`, `--json`).
@@ -47,6 +64,8 @@ pub struct PolicyReport {
     pub reach: Reach,
     pub enforcement: Vec<String>,
     pub trifecta: Trifecta,
+    /// The containers of the workspace's MCP servers that run in one.
+    pub mcp_containers: Vec<McpContainerSummary>,
     /// Recorded denials, newest first; filled by the caller from the audit log.
     pub denials: Vec<AuditEvent>,
 }
@@ -184,6 +203,7 @@ pub fn report(policy: &EffectivePolicy, input: &ReportInput<'_>) -> PolicyReport
         reach,
         enforcement: enforcement_notes(policy),
         trifecta,
+        mcp_containers: input.mcp_containers.to_vec(),
         denials: Vec::new(),
     }
 }
@@ -321,6 +341,43 @@ fn seccomp_summary(p: &EffectivePolicy, rules: usize) -> SeccompSummary {
         allowed_syscalls: allowed,
         rules,
         added,
+    }
+}
+
+/// The audit's view of one MCP server's container: its effective policy
+/// (or why it cannot be applied) and its volumes as written.
+pub fn mcp_container_summary(
+    server: &str,
+    image: &str,
+    groups: Vec<String>,
+    policy: Result<&EffectivePolicy, String>,
+    volumes: &[(String, String, bool)],
+) -> McpContainerSummary {
+    let forced = policy.as_ref().is_ok_and(|p| p.read_only_mounts.value);
+    let mounts = volumes
+        .iter()
+        .map(|(source, target, read_only)| MountLine {
+            source: source.clone(),
+            target: target.clone(),
+            mode: match (read_only, forced) {
+                (true, _) => "ro".to_owned(),
+                (false, true) => "ro (forced by read_only_mounts)".to_owned(),
+                (false, false) => "rw".to_owned(),
+            },
+            purpose: None,
+        })
+        .collect();
+    let (container, error) = match policy {
+        Ok(p) => (Some(container_summary(p)), None),
+        Err(e) => (None, Some(e)),
+    };
+    McpContainerSummary {
+        server: server.to_owned(),
+        image: image.to_owned(),
+        groups,
+        container,
+        mounts,
+        error,
     }
 }
 
@@ -606,6 +663,26 @@ fn trifecta(p: &EffectivePolicy, input: &ReportInput<'_>, reach: &Reach) -> Trif
             )),
             _ => {}
         }
+        // A server in its own container reaches what its container does.
+        if let Some(summary) = input.mcp_containers.iter().find(|c| c.server == item.name) {
+            for mount in &summary.mounts {
+                private_data.push(format!(
+                    "MCP server {} volume {} → {}",
+                    item.name, mount.source, mount.target
+                ));
+            }
+            match &summary.container {
+                Some(c) if c.network_mode == "bridge" => exfiltration.push(format!(
+                    "MCP server {}'s container has network bridge: outbound internet allowed",
+                    item.name
+                )),
+                Some(_) => {}
+                None => exfiltration.push(format!(
+                    "MCP server {}'s container policy cannot be applied (it will not start)",
+                    item.name
+                )),
+            }
+        }
     }
     for item in reach.skills.iter().filter(|i| i.reachable) {
         if let Some(hosts) = input.plugin_http.get(&item.name) {
@@ -810,6 +887,51 @@ pub fn render_text(report: &PolicyReport) -> String {
         rows.push(("plugin http".to_owned(), http.join("; ")));
     }
     table(&mut out, &rows);
+
+    for server in &report.mcp_containers {
+        let _ = writeln!(
+            out,
+            "\nmcp server {} (its own container, image {}; stdio over Docker's attach stream, no host network)",
+            server.server, server.image
+        );
+        let mut rows = vec![(
+            "groups".to_owned(),
+            format!("baseline, {}", server.groups.join(", ")),
+        )];
+        match (&server.container, &server.error) {
+            (Some(c), _) => rows.extend([
+                ("network".to_owned(), c.network_mode.clone()),
+                ("read-only root".to_owned(), c.read_only_rootfs.to_string()),
+                (
+                    "capabilities".to_owned(),
+                    format!(
+                        "drop {}; add {}",
+                        list_or_none(&c.cap_drop),
+                        list_or_none(&c.cap_add)
+                    ),
+                ),
+                (
+                    "no new privileges".to_owned(),
+                    c.no_new_privileges.to_string(),
+                ),
+                ("user".to_owned(), c.user.clone()),
+                (
+                    "memory".to_owned(),
+                    human_bytes(u64::try_from(c.memory_bytes).unwrap_or(0)),
+                ),
+                ("pids".to_owned(), c.pids_limit.to_string()),
+            ]),
+            (None, Some(e)) => rows.push(("NOT STARTABLE".to_owned(), e.clone())),
+            (None, None) => {}
+        }
+        for m in &server.mounts {
+            rows.push((
+                "volume".to_owned(),
+                format!("{} {} {}", m.target, m.mode, m.source),
+            ));
+        }
+        table(&mut out, &rows);
+    }
 
     out.push_str("\nenforcement\n");
     for note in &report.enforcement {

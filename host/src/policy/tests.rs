@@ -742,6 +742,7 @@ fn audit(cfg: &Config, workspace: &str, catalog: &PolicyCatalog) -> PolicyReport
             run_dir: Path::new("/home/u/.pincer/run/x"),
             runner_binary: Path::new("/home/u/.pincer/bin/pincer-agent-0"),
             plugin_http: &egress,
+            mcp_containers: &[],
         },
     )
 }

@@ -61,3 +61,14 @@ pub fn default_client() -> Result<reqwest::Client, LlmError> {
         .build()
         .map_err(|e| LlmError::Config(format!("cannot build the HTTP client: {e}")))
 }
+
+/// Checks one `gateway.model_list` entry as the router will load it
+/// (provider, `api_base`, `api_key`), without starting anything; `position`
+/// is its index in `model_list` (for the message).
+pub fn check_deployment(
+    position: usize,
+    entry: &crate::config::ModelDeployment,
+) -> Result<(), LlmError> {
+    provider::Deployment::from_config(position, 0, entry, std::time::Duration::from_secs(60))
+        .map(|_| ())
+}

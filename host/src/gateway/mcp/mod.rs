@@ -72,7 +72,10 @@ impl McpGateway {
             config: Arc::new(config.clone()),
             reaches,
             skills: Skills::new(config, home, shared.plugins),
-            upstreams: Upstreams::new(&config.mcp_servers),
+            upstreams: Upstreams::new(
+                Arc::new(config.clone()),
+                crate::containers::mcp::McpContainers::new(home, audit.clone()),
+            ),
             memory: MemoryTools::new(home.to_path_buf(), shared.memory),
             schedule: ScheduleTools::new(
                 home.to_path_buf(),

@@ -1,6 +1,10 @@
-//! Connections to configured MCP servers: stdio child processes (started
-//! lazily, shared by every workspace allowed to use them, restarted when they
-//! die) and remote streamable-HTTP servers.
+//! Connections to configured MCP servers: stdio child processes and
+//! servers in containers of their own (`containers::mcp`, stdio over
+//! Docker's attach stream) — started lazily, shared by every workspace
+//! allowed to use them, restarted on next use when they die (audited) — and
+//! remote streamable-HTTP servers. Every call has the server's
+//! `call_timeout_secs`; a container server that hangs is removed, and the
+//! next use starts a fresh one.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -14,7 +18,8 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::Mutex;
 
-use crate::config::McpServer;
+use crate::config::{Config, McpServer};
+use crate::containers::mcp::McpContainers;
 
 type Client = RunningService<RoleClient, ()>;
 
@@ -24,23 +29,34 @@ const PASSED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ"];
 
 /// Starting a server (handshake included) or listing its tools.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// One tool call.
-const CALL_TIMEOUT: Duration = Duration::from_secs(300);
-
 /// One slot per configured server, filled on first use.
-#[derive(Default)]
 pub struct Upstreams {
     slots: BTreeMap<String, Mutex<Option<Arc<Client>>>>,
+    config: Arc<Config>,
+    containers: McpContainers,
+    /// This instance's server containers of an earlier run are removed
+    /// before the first one starts.
+    reconciled: tokio::sync::OnceCell<()>,
 }
 
 impl Upstreams {
-    pub fn new(servers: &BTreeMap<String, McpServer>) -> Self {
+    pub fn new(config: Arc<Config>, containers: McpContainers) -> Self {
         Self {
-            slots: servers
+            slots: config
+                .mcp_servers
                 .keys()
                 .map(|name| (name.clone(), Mutex::new(None)))
                 .collect(),
+            config,
+            containers,
+            reconciled: tokio::sync::OnceCell::new(),
         }
+    }
+
+    fn audit(&self, server: &str, action: &str, detail: &str) {
+        self.containers
+            .audit()
+            .record(&format!("mcp:{server}"), None, action, detail);
     }
 
     /// A live client for `name`, starting (or restarting) it if needed.
@@ -55,21 +71,61 @@ impl Upstreams {
                 return Ok(client.clone());
             }
             tracing::warn!(server = name, "MCP server connection closed; restarting it");
+            self.audit(
+                name,
+                "mcp.server_restarted",
+                "the server's connection had closed (it exited or crashed); starting it again",
+            );
         }
-        let client = tokio::time::timeout(START_TIMEOUT, connect(name, server))
+        if server.container.is_some() {
+            self.reconciled
+                .get_or_init(|| async {
+                    match self.containers.reconcile().await {
+                        Ok(removed) if !removed.is_empty() => tracing::info!(
+                            "removed MCP server containers of an earlier run: {}",
+                            removed.join(", ")
+                        ),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!("reconciling MCP server containers: {e}"),
+                    }
+                })
+                .await;
+        }
+        let connected = tokio::time::timeout(START_TIMEOUT, self.connect(name, server))
             .await
-            .map_err(|_| format!("MCP server `{name}` did not start within {START_TIMEOUT:?}"))??;
+            .map_err(|_| format!("MCP server `{name}` did not start within {START_TIMEOUT:?}"))
+            .and_then(|r| r);
+        let client = match connected {
+            Ok(client) => client,
+            Err(e) => {
+                self.audit(name, "mcp.server_failed", &e);
+                if server.container.is_some() {
+                    let _ = self.containers.stop(name).await;
+                }
+                return Err(e);
+            }
+        };
         let client = Arc::new(client);
         *slot = Some(client.clone());
         Ok(client)
     }
 
-    /// Forgets a connection that failed, so the next use starts afresh.
+    /// Forgets a connection that failed, so the next use starts afresh (a
+    /// container server's container is removed).
     async fn drop_client(&self, name: &str, failed: &Arc<Client>) {
         if let Some(slot) = self.slots.get(name) {
             let mut slot = slot.lock().await;
             if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, failed)) {
                 *slot = None;
+                if self
+                    .config
+                    .mcp_servers
+                    .get(name)
+                    .is_some_and(|s| s.container.is_some())
+                    && let Err(e) = self.containers.stop(name).await
+                {
+                    tracing::warn!(server = name, "removing the server's container: {e}");
+                }
             }
         }
     }
@@ -101,16 +157,25 @@ impl Upstreams {
         let client = self.client(name, server).await?;
         let mut params = CallToolRequestParams::new(tool.to_string());
         params.arguments = arguments;
-        match tokio::time::timeout(CALL_TIMEOUT, client.call_tool(params)).await {
+        let timeout = Duration::from_secs(server.call_timeout_secs);
+        match tokio::time::timeout(timeout, client.call_tool(params)).await {
             Ok(Ok(mut result)) => {
                 // Servers on older protocol versions leave it out; newer
                 // clients of the gateway require it.
                 result.result_type = Some(ResultType::COMPLETE);
                 Ok(result)
             }
-            Err(_) => Err(format!(
-                "MCP server `{name}` did not answer `{tool}` within {CALL_TIMEOUT:?}"
-            )),
+            Err(_) => {
+                let message = format!(
+                    "MCP server `{name}` did not answer `{tool}` within {timeout:?} (mcp_servers.{name}.call_timeout_secs)"
+                );
+                self.audit(name, "mcp.call_timeout", &message);
+                if server.container.is_some() {
+                    // A hung server would hold every later call: replace it.
+                    self.drop_client(name, &client).await;
+                }
+                Err(message)
+            }
             Ok(Err(e)) => {
                 if client.is_closed() {
                     self.drop_client(name, &client).await;
@@ -119,14 +184,32 @@ impl Upstreams {
             }
         }
     }
+
+    async fn connect(&self, name: &str, server: &McpServer) -> Result<Client, String> {
+        if server.container.is_some() {
+            let attached = self
+                .containers
+                .start(&self.config, name)
+                .await
+                .map_err(|e| format!("MCP server `{name}`: {e}"))?;
+            self.audit(
+                name,
+                "mcp.server_started",
+                &format!(
+                    "container {}",
+                    &attached.container_id[..12.min(attached.container_id.len())]
+                ),
+            );
+            return ()
+                .serve((attached.output, attached.input))
+                .await
+                .map_err(|e| format!("MCP server `{name}`: handshake failed: {e}"));
+        }
+        connect(name, server).await
+    }
 }
 
 async fn connect(name: &str, server: &McpServer) -> Result<Client, String> {
-    if server.container.is_some() {
-        return Err(format!(
-            "MCP server `{name}`: container MCP servers are not supported yet"
-        ));
-    }
     if let Some(command) = &server.command {
         let Some((program, args)) = command.split_first() else {
             return Err(format!("MCP server `{name}`: `command` is empty"));

@@ -1,0 +1,590 @@
+//! MCP servers in containers of their own (`mcp_servers.NAME.container`):
+//! each is created lazily (on first use by the gateway), labelled with the
+//! server's name and the host instance, put under its own policy (default:
+//! the baseline plus `no_internet_access` and `read_only_rootfs`: no network,
+//! read-only root, no capabilities, no new privileges, memory and pids
+//! limits, its volumes with their modes), verified after start (fail
+//! closed), and spoken to over stdio through Docker's attach stream: never
+//! over a network. A connection is one container; when it ends (the server
+//! crashed, a call hung) the container is removed and the next use starts a
+//! fresh one. This instance's server containers left by an earlier run are
+//! removed when the gateway starts ([`McpContainers::reconcile`]).
+//!
+//! Runner-enforced settings (`no_process_creation`, `allowed_executables`)
+//! are refused: pincer's runner is not inside a server's container, so
+//! nothing would enforce them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::models::{
+    ContainerCreateBody, ContainerInspectResponse, HostConfig, Mount, MountType,
+};
+use bollard::query_parameters::{
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, InspectContainerOptions,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
+};
+use futures_util::StreamExt;
+use tokio::sync::OnceCell;
+
+use super::ContainerError;
+use super::mounts::{self, BindMount};
+use super::spec::LABEL_INSTANCE;
+use crate::audit::AuditLog;
+use crate::config::{Config, McpContainer, expand_tilde, parse_volume};
+use crate::policy::{ContainerSettings, EffectivePolicy, PolicyCatalog, PolicyError};
+
+/// The label naming the MCP server a container runs.
+pub const LABEL_MCP_SERVER: &str = "pincer.mcp-server";
+
+/// Why a server's policy cannot be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum McpPolicyError {
+    #[error("MCP server {server}: {source}")]
+    Policy {
+        server: String,
+        #[source]
+        source: Box<PolicyError>,
+    },
+    #[error(
+        "MCP server {server}: {what} cannot be enforced in an MCP server's container (pincer's runner, which enforces it, is not inside); remove it from mcp_servers.{server}.container.policies"
+    )]
+    NeedsRunner { server: String, what: &'static str },
+}
+
+impl McpPolicyError {
+    /// The policy error, when it is one.
+    pub fn policy(&self) -> Option<&PolicyError> {
+        match self {
+            McpPolicyError::Policy { source, .. } => Some(source.as_ref()),
+            McpPolicyError::NeedsRunner { .. } => None,
+        }
+    }
+}
+
+/// The effective policy of server `name`'s container.
+///
+/// # Errors
+/// The policy cannot be merged, or needs the runner.
+pub fn server_policy(
+    catalog: &PolicyCatalog,
+    name: &str,
+    container: &McpContainer,
+) -> Result<EffectivePolicy, McpPolicyError> {
+    let policy = catalog
+        .effective(&format!("mcp-server:{name}"), &container.policy_entries())
+        .map_err(|source| McpPolicyError::Policy {
+            server: name.to_owned(),
+            source: Box::new(source),
+        })?;
+    let settings = policy.compile();
+    let needs = if settings.runner.no_process_creation {
+        Some("no_process_creation (no exec after start)")
+    } else if settings.runner.allowed_executables.is_some() {
+        Some("allowed_executables")
+    } else {
+        None
+    };
+    match needs {
+        Some(what) => Err(McpPolicyError::NeedsRunner {
+            server: name.to_owned(),
+            what,
+        }),
+        None => Ok(policy),
+    }
+}
+
+/// What no server volume may expose: what no workspace mount may, plus
+/// every workspace folder and writable mount source.
+fn protected(config: &Config, home: &Path) -> Vec<mounts::Protected> {
+    let base = expand_tilde(&config.containers.workspace_base_path);
+    let mut protected = mounts::protected_paths(home, &base);
+    protected.extend(mounts::writable_sources(config));
+    protected.extend(mounts::workspace_folders(config));
+    protected
+}
+
+/// Problems of `container`'s volumes that can be seen without them
+/// existing (`config check`, `policy audit`): a source that exists is
+/// checked fully, a missing one only when the server starts.
+pub fn volume_problems(
+    config: &Config,
+    home: &Path,
+    container: &McpContainer,
+) -> Vec<(usize, String)> {
+    let protected = protected(config, home);
+    let mut out = Vec::new();
+    for (i, written) in container.volumes.iter().enumerate() {
+        let Ok(volume) = parse_volume(written) else {
+            continue; // reported by the file's own checks
+        };
+        if !expand_tilde(&volume.source).exists() {
+            continue;
+        }
+        if let Err(e) = mounts::check_source(&volume.source, &protected) {
+            out.push((i, e.to_string()));
+        }
+    }
+    out
+}
+
+/// The volumes as written, for the audit (no filesystem access).
+pub fn volumes_as_written(container: &McpContainer) -> Vec<BindMount> {
+    container
+        .volumes
+        .iter()
+        .filter_map(|v| parse_volume(v).ok())
+        .map(|v| BindMount {
+            source: v.source,
+            target: v.target,
+            read_only: v.read_only,
+        })
+        .collect()
+}
+
+/// Everything needed to run one server's container.
+#[derive(Debug, Clone)]
+pub struct McpServerSpec {
+    pub server: String,
+    pub instance: String,
+    pub container_name: String,
+    pub image: String,
+    /// Empty: the image's own command.
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub settings: ContainerSettings,
+    /// Volumes, sources checked and resolved.
+    pub mounts: Vec<BindMount>,
+}
+
+/// The container name of server `server` of host instance `instance`.
+pub fn container_name(instance: &str, server: &str) -> String {
+    format!("pincer-{instance}-mcp-{server}")
+}
+
+/// The spec of server `name`'s container; volume sources must exist.
+///
+/// # Errors
+/// The server is not a container server, its policy cannot be applied, or
+/// a volume is refused.
+pub fn plan(
+    config: &Config,
+    home: &Path,
+    instance: &str,
+    name: &str,
+) -> Result<McpServerSpec, ContainerError> {
+    let server = config
+        .mcp_servers
+        .get(name)
+        .ok_or_else(|| ContainerError::Host(format!("MCP server `{name}` is not configured")))?;
+    let container = server
+        .container
+        .as_ref()
+        .ok_or_else(|| ContainerError::Host(format!("MCP server `{name}` is not a container")))?;
+    let catalog = PolicyCatalog::load(&config.containers.policy_dirs)?;
+    let policy = server_policy(&catalog, name, container)
+        .map_err(|e| ContainerError::Host(e.to_string()))?;
+    let settings = policy.compile();
+    let protected = protected(config, home);
+    let mut bind = Vec::new();
+    for written in &container.volumes {
+        let volume = parse_volume(written).map_err(ContainerError::Host)?;
+        let source = mounts::check_source(&volume.source, &protected).map_err(|source| {
+            ContainerError::Mount {
+                workspace: format!("MCP server {name}"),
+                source,
+            }
+        })?;
+        bind.push(BindMount {
+            source,
+            target: volume.target,
+            read_only: volume.read_only || settings.mounts_read_only,
+        });
+    }
+    Ok(McpServerSpec {
+        server: name.to_owned(),
+        instance: instance.to_owned(),
+        container_name: container_name(instance, name),
+        image: container.image.clone(),
+        command: container.command.clone(),
+        env: server.env.clone(),
+        settings,
+        mounts: bind,
+    })
+}
+
+impl McpServerSpec {
+    pub fn create_body(&self) -> ContainerCreateBody {
+        let s = &self.settings;
+        let mounts = self
+            .mounts
+            .iter()
+            .map(|m| Mount {
+                target: Some(m.target.clone()),
+                source: Some(m.source.display().to_string()),
+                typ: Some(MountType::BIND),
+                read_only: Some(m.read_only),
+                ..Default::default()
+            })
+            .collect();
+        let labels = HashMap::from([
+            (LABEL_MCP_SERVER.to_owned(), self.server.clone()),
+            (LABEL_INSTANCE.to_owned(), self.instance.clone()),
+        ]);
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            cmd: (!self.command.is_empty()).then(|| self.command.clone()),
+            env: Some(self.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            user: Some(s.user.clone()),
+            labels: Some(labels),
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            open_stdin: Some(true),
+            stdin_once: Some(false),
+            tty: Some(false),
+            network_disabled: Some(s.network_mode == "none"),
+            host_config: Some(HostConfig {
+                network_mode: Some(s.network_mode.clone()),
+                memory: Some(s.memory_bytes),
+                memory_swap: Some(s.memory_swap_bytes),
+                nano_cpus: Some(s.nano_cpus),
+                pids_limit: Some(s.pids_limit),
+                cap_drop: Some(s.cap_drop.clone()),
+                cap_add: Some(s.cap_add.clone()),
+                security_opt: Some(s.security_opt.clone()),
+                readonly_rootfs: Some(s.read_only_rootfs),
+                tmpfs: Some(s.tmpfs.clone().into_iter().collect()),
+                mounts: Some(mounts),
+                init: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Differences between this spec and the started container.
+    pub fn mismatches(&self, actual: &ContainerInspectResponse) -> Vec<String> {
+        let mut diffs = Vec::new();
+        let mut check = |what: &str, want: String, got: String| {
+            if want != got {
+                diffs.push(format!("{what}: wanted {want}, found {got}"));
+            }
+        };
+        let s = &self.settings;
+        let host = actual.host_config.clone().unwrap_or_default();
+        let config = actual.config.clone().unwrap_or_default();
+        let sorted = |items: &[String]| {
+            let mut items = items.to_vec();
+            items.sort();
+            items.join(",")
+        };
+        check("user", s.user.clone(), config.user.unwrap_or_default());
+        check(
+            "network mode",
+            s.network_mode.clone(),
+            host.network_mode.unwrap_or_default(),
+        );
+        check(
+            "read-only root filesystem",
+            s.read_only_rootfs.to_string(),
+            host.readonly_rootfs.unwrap_or(false).to_string(),
+        );
+        check(
+            "memory",
+            s.memory_bytes.to_string(),
+            host.memory.unwrap_or(0).to_string(),
+        );
+        check(
+            "pids limit",
+            s.pids_limit.to_string(),
+            host.pids_limit.unwrap_or(0).to_string(),
+        );
+        check(
+            "cap_drop",
+            sorted(&s.cap_drop),
+            sorted(&host.cap_drop.unwrap_or_default()),
+        );
+        check(
+            "cap_add",
+            sorted(&s.cap_add),
+            sorted(&host.cap_add.unwrap_or_default()),
+        );
+        check(
+            "security options",
+            sorted(&s.security_opt),
+            sorted(&host.security_opt.unwrap_or_default()),
+        );
+        let want: Vec<String> = self
+            .mounts
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}:{}:{}",
+                    m.source.display(),
+                    m.target,
+                    if m.read_only { "ro" } else { "rw" }
+                )
+            })
+            .collect();
+        let got: Vec<String> = actual
+            .mounts
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}:{}:{}",
+                    m.source.clone().unwrap_or_default(),
+                    m.destination.clone().unwrap_or_default(),
+                    if m.rw.unwrap_or(true) { "rw" } else { "ro" }
+                )
+            })
+            .collect();
+        check("mounts", sorted(&want), sorted(&got));
+        let networks: Vec<String> = actual
+            .network_settings
+            .as_ref()
+            .and_then(|n| n.networks.as_ref())
+            .map(|n| n.keys().cloned().collect())
+            .unwrap_or_default();
+        // `none` with networking disabled: no network at all, or `none`.
+        let got = sorted(&networks);
+        let got = if s.network_mode == "none" && got.is_empty() {
+            "none".to_owned()
+        } else {
+            got
+        };
+        check("attached networks", s.network_mode.clone(), got);
+        diffs
+    }
+}
+
+/// The stdio of one running server container.
+pub struct Attached {
+    /// The server's stdout.
+    pub output: tokio_util::io::StreamReader<
+        futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
+        bytes::Bytes,
+    >,
+    /// The server's stdin.
+    pub input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    pub container_id: String,
+}
+
+/// Starts and stops this host's MCP server containers. Docker is reached
+/// on first use, so a configuration without container servers never needs it.
+pub struct McpContainers {
+    home: PathBuf,
+    audit: Arc<AuditLog>,
+    docker: OnceCell<(Docker, String)>,
+}
+
+impl McpContainers {
+    pub fn new(home: &Path, audit: Arc<AuditLog>) -> Self {
+        Self {
+            home: home.to_path_buf(),
+            audit,
+            docker: OnceCell::new(),
+        }
+    }
+
+    async fn docker(&self) -> Result<&(Docker, String), ContainerError> {
+        self.docker
+            .get_or_try_init(|| async {
+                let docker = Docker::connect_with_socket_defaults()
+                    .map_err(|e| {
+                        ContainerError::Docker(format!("cannot connect to the Docker Engine: {e}"))
+                    })?
+                    .negotiate_version()
+                    .await
+                    .map_err(|e| {
+                        ContainerError::Docker(format!(
+                            "the Docker Engine does not answer ({e}); is it running? (`pincer doctor`)"
+                        ))
+                    })?;
+                let instance = super::runtime::instance_id(&self.home)?;
+                Ok((docker, instance))
+            })
+            .await
+    }
+
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
+    }
+
+    /// Starts a fresh container for server `name` (replacing any earlier
+    /// one) and attaches to its stdio.
+    pub async fn start(&self, config: &Config, name: &str) -> Result<Attached, ContainerError> {
+        let (docker, instance) = self.docker().await?;
+        let spec = plan(config, &self.home, instance, name)?;
+        remove(docker, &spec.container_name).await?;
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&spec.container_name)
+            .build();
+        let created = docker
+            .create_container(Some(options), spec.create_body())
+            .await
+            .map_err(|e| {
+                if is_not_found(&e) {
+                    ContainerError::Image(format!(
+                        "MCP server {name}: image {} is not on this Docker Engine (nothing is ever pulled; build or load it first)",
+                        spec.image
+                    ))
+                } else {
+                    ContainerError::Docker(format!(
+                        "MCP server {name}: creating its container: {}",
+                        clean(&e)
+                    ))
+                }
+            })?;
+        let id = created.id;
+        let attach = AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            .logs(false)
+            .build();
+        let attached = match docker.attach_container(&id, Some(attach)).await {
+            Ok(attached) => attached,
+            Err(e) => {
+                let _ = remove(docker, &id).await;
+                return Err(ContainerError::Docker(format!(
+                    "MCP server {name}: attaching to its container: {}",
+                    clean(&e)
+                )));
+            }
+        };
+        if let Err(e) = docker
+            .start_container(&id, None::<StartContainerOptions>)
+            .await
+        {
+            let _ = remove(docker, &id).await;
+            return Err(ContainerError::Host(format!(
+                "MCP server {name}: its container did not start: {}",
+                clean(&e)
+            )));
+        }
+        let problems = match docker
+            .inspect_container(&id, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(actual) => spec.mismatches(&actual),
+            Err(e) => vec![format!("the container cannot be inspected: {}", clean(&e))],
+        };
+        if !problems.is_empty() {
+            let _ = remove(docker, &id).await;
+            self.audit.record(
+                "host",
+                None,
+                "mcp.verify_failed",
+                &format!("{name}: {}", problems.join("; ")),
+            );
+            return Err(ContainerError::Host(format!(
+                "MCP server {name}: its policy could not be applied, so its container was removed (fail closed): {}",
+                problems.join("; ")
+            )));
+        }
+        let server = name.to_owned();
+        let output = attached
+            .output
+            .filter_map(move |chunk| {
+                let server = server.clone();
+                async move {
+                    match chunk {
+                        Ok(LogOutput::StdOut { message }) => Some(Ok(message)),
+                        Ok(LogOutput::StdErr { message }) => {
+                            tracing::debug!(server = %server, "{}", String::from_utf8_lossy(&message).trim_end());
+                            None
+                        }
+                        Ok(_) => None,
+                        Err(e) => Some(Err(std::io::Error::other(e))),
+                    }
+                }
+            })
+            .boxed();
+        Ok(Attached {
+            output: tokio_util::io::StreamReader::new(output),
+            input: attached.input,
+            container_id: id,
+        })
+    }
+
+    /// Removes server `name`'s container, if it has one.
+    pub async fn stop(&self, name: &str) -> Result<(), ContainerError> {
+        let (docker, instance) = self.docker().await?;
+        remove(docker, &container_name(instance, name)).await
+    }
+
+    /// Removes this instance's server containers (left by an earlier run:
+    /// a connection never outlives the gateway that made it). Returns
+    /// their names.
+    pub async fn reconcile(&self) -> Result<Vec<String>, ContainerError> {
+        let (docker, instance) = self.docker().await?;
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![
+                format!("{LABEL_INSTANCE}={instance}"),
+                LABEL_MCP_SERVER.to_owned(),
+            ],
+        )]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let listed = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| ContainerError::Docker(format!("listing containers: {}", clean(&e))))?;
+        let mut removed = Vec::new();
+        for container in listed {
+            let Some(id) = container.id else { continue };
+            remove(docker, &id).await?;
+            let name = container
+                .names
+                .unwrap_or_default()
+                .first()
+                .map(|n| n.trim_start_matches('/').to_owned())
+                .unwrap_or(id);
+            self.audit.record("host", None, "mcp.orphan_removed", &name);
+            removed.push(name);
+        }
+        Ok(removed)
+    }
+}
+
+async fn remove(docker: &Docker, name_or_id: &str) -> Result<(), ContainerError> {
+    let options = RemoveContainerOptionsBuilder::default()
+        .force(true)
+        .v(true)
+        .build();
+    match docker.remove_container(name_or_id, Some(options)).await {
+        Ok(()) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(ContainerError::Docker(format!(
+            "removing {name_or_id}: {}",
+            clean(&e)
+        ))),
+    }
+}
+
+fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+fn clean(e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,161 @@
+//! What `pincer config check` verifies beyond the file itself: everything
+//! `workspace up`, the gateway and the plugin host would refuse, computed by
+//! the very functions they use, so the check and the start never disagree.
+//! Nothing here needs Docker, an image, a model file or an MCP server's
+//! volume sources.
+//!
+//! - every workspace's policy groups merge ([`PolicyCatalog::effective`]);
+//! - every workspace folder and mount source passes the checks
+//!   [`crate::containers::plan`] applies (mount sources must exist);
+//! - every container MCP server's policy merges and can be enforced without
+//!   pincer's runner, and its volumes are not places a container must never
+//!   reach (sources that exist are checked now, the others at start);
+//! - every `gateway.model_list` entry loads as the router loads it;
+//! - every `plugins.enabled` name is a plugin of this host.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::config::{Config, PathPart, PolicyEntry, Problem, expand_tilde};
+use crate::containers::{mcp, mounts};
+use crate::plugins::{Catalog, enabled};
+use crate::policy::{PolicyCatalog, PolicyError};
+
+fn key(k: &str) -> PathPart {
+    PathPart::Key(k.to_owned())
+}
+
+/// Every problem of `config` that the file alone does not show.
+pub fn problems(config: &Config, home: &Path) -> Vec<Problem> {
+    let mut out = Vec::new();
+    match PolicyCatalog::load(&config.containers.policy_dirs) {
+        Ok(catalog) => {
+            for (name, ws) in &config.workspaces {
+                if let Err(e) = catalog.effective(name, &ws.policies) {
+                    let base = vec![key("workspaces"), key(name), key("policies")];
+                    out.push(Problem::at(
+                        entry_path(base, &ws.policies, &e),
+                        e.to_string(),
+                    ));
+                }
+            }
+            mcp_servers(config, home, &catalog, &mut out);
+        }
+        Err(e) => out.push(Problem::at(
+            vec![key("containers"), key("policy_dirs")],
+            e.to_string(),
+        )),
+    }
+    folders(config, home, &mut out);
+    for (i, entry) in config.gateway.model_list.iter().enumerate() {
+        if let Err(e) = crate::gateway::llm::check_deployment(i, entry) {
+            out.push(Problem::at(
+                vec![
+                    key("gateway"),
+                    key("model_list"),
+                    PathPart::Index(i),
+                    key("litellm_params"),
+                    key("model"),
+                ],
+                e.to_string(),
+            ));
+        }
+    }
+    if let Some(names) = &config.plugins.enabled {
+        let catalog = Catalog::discover(home, &config.plugins.dirs);
+        for (i, name) in names.iter().enumerate() {
+            if let Err(why) = enabled::resolve(name, &catalog) {
+                out.push(Problem::at(
+                    vec![key("plugins"), key("enabled"), PathPart::Index(i)],
+                    why,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The path of the policies entry `error` is about, else of the list.
+fn entry_path(base: Vec<PathPart>, entries: &[PolicyEntry], error: &PolicyError) -> Vec<PathPart> {
+    let group = match error {
+        PolicyError::UnknownGroup { group, .. } | PolicyError::InvalidEntry { group, .. } => {
+            Some(group)
+        }
+        _ => None,
+    };
+    let mut path = base;
+    if let Some(i) = group.and_then(|g| entries.iter().rposition(|e| e.name() == g)) {
+        path.push(PathPart::Index(i));
+    }
+    path
+}
+
+/// Workspace folders and mount sources, as `containers::plan` checks them.
+fn folders(config: &Config, home: &Path, out: &mut Vec<Problem>) {
+    let base = expand_tilde(&config.containers.workspace_base_path);
+    let mut protected = mounts::protected_paths(home, &base);
+    protected.extend(mounts::writable_sources(config));
+    protected.extend(mounts::workspace_folders(config));
+    let mut seen: BTreeMap<std::path::PathBuf, &str> = BTreeMap::new();
+    for (name, ws) in &config.workspaces {
+        let dir = config.workspace_dir(name);
+        let at = || {
+            let mut p = vec![key("workspaces"), key(name)];
+            if ws.path.is_some() {
+                p.push(key("path"));
+            }
+            p
+        };
+        if let Err(e) = mounts::check_workspace_folder(&dir, home, &base) {
+            out.push(Problem::at(at(), format!("workspace {name}: {e}")));
+        }
+        if let Some(other) = seen.insert(dir.clone(), name) {
+            out.push(Problem::at(
+                at(),
+                format!(
+                    "workspaces {other} and {name} have the same folder {}: give each its own",
+                    dir.display()
+                ),
+            ));
+        }
+        for (i, mount) in ws.mounts.iter().enumerate() {
+            if let Err(e) = mounts::check_source(&mount.source, &protected) {
+                out.push(Problem::at(
+                    vec![
+                        key("workspaces"),
+                        key(name),
+                        key("mounts"),
+                        PathPart::Index(i),
+                        key("source"),
+                    ],
+                    format!("workspace {name}: {e}"),
+                ));
+            }
+        }
+    }
+}
+
+fn mcp_servers(config: &Config, home: &Path, catalog: &PolicyCatalog, out: &mut Vec<Problem>) {
+    for (name, server) in &config.mcp_servers {
+        let Some(container) = &server.container else {
+            continue;
+        };
+        let base = || vec![key("mcp_servers"), key(name), key("container")];
+        let entries = container.policy_entries();
+        if let Err(e) = mcp::server_policy(catalog, name, container) {
+            let mut path = base();
+            if container.policies.is_some() {
+                path.push(key("policies"));
+                if let Some(error) = e.policy() {
+                    path = entry_path(path, &entries, error);
+                }
+            }
+            out.push(Problem::at(path, e.to_string()));
+        }
+        for (i, problem) in mcp::volume_problems(config, home, container) {
+            let mut path = base();
+            path.extend([key("volumes"), PathPart::Index(i)]);
+            out.push(Problem::at(path, format!("MCP server {name}: {problem}")));
+        }
+    }
+}

@@ -1,0 +1,643 @@
+//! A Pynchy user's `config.yaml` (`workspaces/pynchy-example.yaml`) through
+//! the real `pincer`: `config check` accepts it as written (and names the
+//! one made-up plugin), reports every problem of a broken file in one run,
+//! agrees with what `workspace up` and `policy audit` would refuse,
+//! `config explain` says what each key became, `policy audit` shows each
+//! workspace's groups, mounts and MCP reach; and an agent turn in a
+//! `no_internet_access` workspace queries an MCP server running in its own
+//! container (a static SQLite server built from `images/mcp-sqlite`, its
+//! image imported from scratch) through the gateway. Network: loopback only
+//! (the fake model), and the server container has none.
+
+mod support;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+use support::fake_llm::{Behaviour, FakeUpstream};
+use support::{DockerCleanup, Sandbox, docker, fails, ok, stderr, stdout, unique};
+
+const EXAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../workspaces/pynchy-example.yaml"
+);
+
+/// A sandbox whose `HOME` is its own folder (the example's `~` paths), with
+/// the example's mount source created.
+struct Home {
+    sandbox: Sandbox,
+}
+
+impl Home {
+    fn new() -> Self {
+        let sandbox = Sandbox::new();
+        std::fs::create_dir_all(sandbox.dir.path().join("Documents/ai_safe_zone")).unwrap();
+        Home { sandbox }
+    }
+
+    fn path(&self) -> &Path {
+        self.sandbox.dir.path()
+    }
+
+    /// `pincer ARGS` with `HOME` here, `ANTHROPIC_API_KEY` set and the
+    /// other providers' keys unset, plus `env`.
+    fn pincer(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pincer"));
+        command
+            .args(args)
+            .current_dir(self.sandbox.work())
+            .env("HOME", self.path())
+            .env("PINCER_HOME", self.sandbox.home())
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-pynchy-0123456789")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("GEMINI_API_KEY")
+            .env_remove("workspace_base_path")
+            .env_remove("PINCER_CONFIG")
+            .env_remove("PINCER_LOG");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        command.output().expect("run pincer")
+    }
+
+    /// The example, with its made-up plugin removed unless `keep_made_up`.
+    fn example(&self, keep_made_up: bool) -> PathBuf {
+        let mut text = std::fs::read_to_string(EXAMPLE).unwrap();
+        if !keep_made_up {
+            text = text.replace(", \"my_custom_skill_package\"", "");
+        }
+        self.sandbox.write("config.yaml", &text)
+    }
+
+    fn write(&self, text: &str) -> PathBuf {
+        self.sandbox.write("config.yaml", text)
+    }
+}
+
+fn warnings(file: &str) -> String {
+    format!(
+        "{file}:11:15: warning: fallback `gpt-4-turbo` (openai/gpt-4-turbo) is left out: OPENAI_API_KEY is not set (set it, or define `gpt-4-turbo` in gateway.model_list with its api_key)\n\
+         {file}:11:30: warning: fallback `gemini-1.5-pro` (openai_compatible/gemini-1.5-pro) is left out: GEMINI_API_KEY is not set (set it, or define `gemini-1.5-pro` in gateway.model_list with its api_key)\n"
+    )
+}
+
+#[test]
+fn the_pynchy_example_passes_config_check_without_its_made_up_plugin() {
+    let home = Home::new();
+    let config = home.example(false);
+    let file = config.display().to_string();
+    let out = home.pincer(&["--config", &file, "config", "check"], &[]);
+    assert_eq!(
+        ok(out.clone()),
+        format!("{file}: ok (3 workspaces, 1 model alias, 0 channels, 1 MCP server)\n")
+    );
+    // Unset fallback keys are warnings, not errors.
+    assert_eq!(stderr(&out), warnings(&file));
+
+    // With every provider key set, the fallbacks are aliases of their own.
+    let out = home.pincer(
+        &["--config", &file, "config", "check"],
+        &[("OPENAI_API_KEY", "sk-o"), ("GEMINI_API_KEY", "g")],
+    );
+    assert_eq!(
+        ok(out.clone()),
+        format!("{file}: ok (3 workspaces, 3 model aliases, 0 channels, 1 MCP server)\n")
+    );
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn the_made_up_plugin_is_refused_by_name_and_nothing_else_is() {
+    let home = Home::new();
+    let config = home.example(true);
+    let file = config.display().to_string();
+    let err = fails(home.pincer(&["--config", &file, "config", "check"], &[]));
+    assert_eq!(
+        err,
+        format!(
+            "{}{file}:26:46: no plugin named `my_custom_skill_package` (installed or built-in: channel-feishu, channel-slack, channel-webhook, observer-jsonl, skill-calc, skill-notes, tunnel-http). If it is a Python package, it is not available in pincer: pincer loads WebAssembly plugins (`pincer plugin new`, `pincer plugin install PATH`).\n\
+             {file}: 1 problem (nothing was started)\n",
+            warnings(&file)
+        )
+    );
+    // A Pynchy built-in pincer does not have, and a near miss.
+    let text = std::fs::read_to_string(EXAMPLE).unwrap().replace(
+        "\"my_custom_skill_package\"",
+        "\"pynchy.builtin.channels.discord\", \"skill-calk\"",
+    );
+    let config = home.write(&text);
+    let err = fails(home.pincer(&["--config", &file, "config", "check"], &[]));
+    let _ = config;
+    assert!(
+        err.contains(&format!(
+            "{file}:26:46: `pynchy.builtin.channels.discord` is Pynchy's built-in channel `discord`; pincer has no plugin `channel-discord`: not available in pincer (plugins here: "
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{file}:26:81: no plugin named `skill-calk`, did you mean `skill-calc`?"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(&format!("{file}: 2 problems (nothing was started)\n")),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_explain_says_which_pincer_setting_each_pynchy_key_became() {
+    let home = Home::new();
+    let config = home.example(false);
+    let file = config.display().to_string();
+    let text = ok(home.pincer(&["config", "explain", &file], &[]));
+    for (at, written, became) in [
+        (
+            "6:3",
+            "litellm.model",
+            "gateway.model_list entry model_name: default, litellm_params.model: anthropic/claude-3-5-sonnet-20241022, api_key: ${ANTHROPIC_API_KEY}",
+        ),
+        ("8:3", "litellm.num_retries", "gateway.num_retries: 3"),
+        ("9:3", "litellm.timeout", "gateway.timeout: 120"),
+        (
+            "10:3",
+            "litellm.routing_strategy",
+            "gateway.routing_strategy: least-busy",
+        ),
+        (
+            "13:3",
+            "containers.default_runtime",
+            "containers.runtime: docker",
+        ),
+        (
+            "17:5",
+            "workspaces.my_assistant.path",
+            "workspaces.my_assistant.path: the workspace folder, mounted at /workspace (${workspace_base_path}/my_assistant)",
+        ),
+        (
+            "21:61",
+            "workspaces.my_finance_bot.policies[2]: \"allowed_executables: [/usr/bin/python3]\"",
+            "the policies entry {allowed_executables: [/usr/bin/python3]}",
+        ),
+        (
+            "29:5",
+            "mcp_servers.company_db.type: docker",
+            "mcp_servers.company_db.container: the server runs in its own container, started by pincer and spoken to over stdio (Docker's attach stream)",
+        ),
+        (
+            "31:5",
+            "mcp_servers.company_db.volumes",
+            "mcp_servers.company_db.container.volumes",
+        ),
+    ] {
+        let entry = format!("{file}:{at}: {written}\n    → {became}\n");
+        assert!(text.contains(&entry), "missing {entry:?} in\n{text}");
+    }
+    // The folder the path resolved to.
+    let folder = home.path().join("pynchy_workspaces/my_assistant");
+    assert!(
+        text.contains(&format!("      = {}", folder.display())),
+        "{text}"
+    );
+}
+
+fn audit(home: &Home, config: &Path, workspace: &str) -> (String, Value) {
+    let file = config.display().to_string();
+    let text = ok(home.pincer(&["--config", &file, "policy", "audit", workspace], &[]));
+    let json = ok(home.pincer(
+        &["--config", &file, "policy", "audit", workspace, "--json"],
+        &[],
+    ));
+    (text, serde_json::from_str(&json).expect("audit JSON"))
+}
+
+fn groups(report: &Value) -> Vec<&str> {
+    report["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn policy_audit_of_each_example_workspace_shows_its_groups_mounts_and_mcp_reach() {
+    let home = Home::new();
+    let config = home.example(false);
+
+    let (text, report) = audit(&home, &config, "my_assistant");
+    assert_eq!(groups(&report), ["no_internet_access", "max_memory_1gb"]);
+    let folder = home.path().join("pynchy_workspaces/my_assistant");
+    assert_eq!(report["mounts"][0]["target"], "/workspace");
+    assert_eq!(report["mounts"][0]["source"], folder.display().to_string());
+    assert!(
+        text.lines().any(|l| l.split_whitespace().eq([
+            "/documents",
+            "ro",
+            "~/Documents/ai_safe_zone"
+        ])),
+        "{text}"
+    );
+    assert_eq!(report["container"]["network_mode"], "none");
+    assert_eq!(report["reach"]["mcp_servers"], Value::Array(vec![]));
+
+    let (_, report) = audit(&home, &config, "my_finance_bot");
+    assert_eq!(
+        groups(&report),
+        [
+            "no_internet_access",
+            "no_process_creation",
+            "allowed_executables",
+            "max_memory_512mb",
+            "read_only_mounts"
+        ]
+    );
+    assert_eq!(
+        report["container"]["runner"],
+        serde_json::json!({"no_process_creation": true, "allowed_executables": ["/usr/bin/python3"]})
+    );
+    assert_eq!(report["container"]["memory_bytes"], 512 << 20);
+    assert_eq!(report["container"]["mounts_read_only"], true);
+
+    let (text, report) = audit(&home, &config, "sales_analyst_bot");
+    assert_eq!(groups(&report), ["no_internet_access"]);
+    let server = &report["reach"]["mcp_servers"][0];
+    assert_eq!(server["name"], "company_db");
+    assert_eq!(server["reachable"], true);
+    assert_eq!(server["tools"], serde_json::json!(["query_sql"]));
+    let container = &report["mcp_containers"][0];
+    assert_eq!(container["server"], "company_db");
+    assert_eq!(container["image"], "my-mcp-sqlite-server:latest");
+    assert_eq!(
+        container["groups"],
+        serde_json::json!(["no_internet_access", "read_only_rootfs"])
+    );
+    assert_eq!(container["container"]["network_mode"], "none");
+    assert_eq!(container["container"]["read_only_rootfs"], true);
+    assert_eq!(
+        container["container"]["cap_drop"],
+        serde_json::json!(["ALL"])
+    );
+    assert_eq!(
+        container["mounts"],
+        serde_json::json!([{"source": "/path/to/company/data.db", "target": "/data.db", "mode": "ro"}])
+    );
+    // The server's volume is private data the workspace can read.
+    assert_eq!(
+        report["trifecta"]["private_data"],
+        serde_json::json!(["MCP server company_db volume /path/to/company/data.db → /data.db"])
+    );
+    assert!(
+        text.contains("mcp server company_db (its own container, image my-mcp-sqlite-server:latest; stdio over Docker's attach stream, no host network)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_broken_configuration_gets_every_problem_in_one_run_each_with_its_position() {
+    let home = Home::new();
+    let config = home.write(
+        "gateway:\n\
+         \x20 timeout: -1\n\
+         \x20 retries: 3\n\
+         workspaces:\n\
+         \x20 a:\n\
+         \x20   policies: [no_internet, \"allowed_executables: /bin/sh\"]\n\
+         \x20   mounts: [{source: /nonexistent/pincer-pynchy, target: /m}]\n\
+         \x20   mcp_servers: [ghost]\n\
+         \x20 B: {}\n\
+         litellm:\n\
+         \x20 model: llama3\n\
+         mcp_servers:\n\
+         \x20 db:\n\
+         \x20   type: docker\n\
+         \x20   image: i\n\
+         \x20   volumes: [\"data.db:/data.db\"]\n\
+         \x20   env: {KEY: \"${PINCER_PYNCHY_UNSET}\"}\n",
+    );
+    let file = config.display().to_string();
+    let err = fails(home.pincer(&["--config", &file, "config", "check"], &[]));
+    let want = [
+        "2:12: timeout must be a positive number of seconds",
+        "3:3: unknown key `retries` (expected one of `listen`, `model_list`, `fallbacks`, `routing_strategy`, `num_retries`, `timeout`, `prices`, `cache`, `max_request_bytes`)",
+        "6:16: workspace a: unknown policy group `no_internet`, did you mean `no_internet_access`? (known: no_internet_access, no_process_creation, read_only_mounts, read_only_rootfs, max_memory_<N>mb, max_memory_<N>gb, max_cpus_<N>, max_pids_<N>, {allowed_executables: [paths]})",
+        "6:29: cannot read `allowed_executables: /bin/sh` as a policy entry (expected a [list] after `allowed_executables:`); write allowed_executables: [/usr/bin/python3, ...] with absolute paths, or the mapping {allowed_executables: [...]}",
+        "7:23: workspace a: mount source /nonexistent/pincer-pynchy does not exist",
+        "8:19: unknown MCP server `ghost` (not defined under mcp_servers)",
+        "9:3: invalid workspace name `B`: use 1-63 characters from a-z, 0-9, `_` and `-`, starting with a letter or digit",
+        "11:10: no provider for this model: `llama3` is not a name pincer resolves (claude-* is Anthropic, gpt-*/o1*/o3*/o4* OpenAI, gemini-* Google); write it as provider/model, e.g. ollama/llama3, or openai_compatible/llama3 with api_base",
+        "16:15: volume `data.db:/data.db`: the host path must be absolute or start with ~ (pincer mounts host paths only, not named volumes)",
+        "17:17: environment variable PINCER_PYNCHY_UNSET is not set",
+    ];
+    let lines: Vec<&str> = err.lines().collect();
+    for (line, expected) in lines.iter().zip(&want) {
+        assert_eq!(*line, format!("{file}:{expected}"), "in\n{err}");
+    }
+    assert_eq!(
+        lines.len(),
+        want.len() + 1,
+        "every problem once, then the count:\n{err}"
+    );
+    assert_eq!(
+        lines[want.len()],
+        format!("{file}: {} problems (nothing was started)", want.len())
+    );
+}
+
+/// What `config check` accepts, `workspace up` and `policy audit` accept
+/// too, and the other way round: an unknown group written as a string was
+/// `ok` for `check` and refused only at start.
+#[test]
+fn check_refuses_what_workspace_up_and_policy_audit_refuse() {
+    let home = Home::new();
+    let config =
+        home.write("workspaces:\n  w:\n    policies: [\"allowed_executable: [/bin/sh]\"]\n");
+    let file = config.display().to_string();
+    let check = fails(home.pincer(&["--config", &file, "config", "check"], &[]));
+    assert_eq!(
+        check.lines().next().unwrap(),
+        format!(
+            "{file}:3:16: workspace w: unknown policy group `allowed_executable: [/bin/sh]` (known: no_internet_access, no_process_creation, read_only_mounts, read_only_rootfs, max_memory_<N>mb, max_memory_<N>gb, max_cpus_<N>, max_pids_<N>, {{allowed_executables: [paths]}})"
+        )
+    );
+    let audit = fails(home.pincer(&["--config", &file, "policy", "audit", "w"], &[]));
+    assert!(
+        audit.contains("unknown policy group `allowed_executable: [/bin/sh]`"),
+        "{audit}"
+    );
+
+    // Written right, all three accept it and mean the same.
+    let config =
+        home.write("workspaces:\n  w:\n    policies: [\"allowed_executables: [/bin/sh]\"]\n");
+    let file = config.display().to_string();
+    ok(home.pincer(&["--config", &file, "config", "check"], &[]));
+    let (_, report) = audit_of(&home, &file, "w");
+    assert_eq!(
+        report["container"]["runner"]["allowed_executables"],
+        serde_json::json!(["/bin/sh"])
+    );
+}
+
+fn audit_of(home: &Home, file: &str, workspace: &str) -> (String, Value) {
+    audit(home, Path::new(file), workspace)
+}
+
+/// `${workspace_base_path}` is the configuration's value: an environment
+/// variable of that name does not move the workspace (a warning says so).
+#[test]
+fn a_config_value_wins_over_an_environment_variable_of_the_same_name() {
+    let home = Home::new();
+    let base = home.path().join("bases");
+    let config = home.write(&format!(
+        "containers:\n  workspace_base_path: {}\nworkspaces:\n  w:\n    path: \"${{workspace_base_path}}/w\"\n",
+        base.display()
+    ));
+    let file = config.display().to_string();
+    let env = [("workspace_base_path", "/tmp/elsewhere")];
+    let out = home.pincer(&["--config", &file, "config", "check"], &env);
+    ok(out.clone());
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "{file}:5:12: warning: `${{workspace_base_path}}` is the configuration value containers.workspace_base_path (pincer uses it); the environment variable workspace_base_path is also set and is not used here\n"
+        )
+    );
+    let json = ok(home.pincer(&["--config", &file, "policy", "audit", "w", "--json"], &env));
+    let report: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        report["mounts"][0]["source"],
+        base.join("w").display().to_string()
+    );
+    // A workspace folder may not be a place no container may reach.
+    let config = home.write("workspaces:\n  w:\n    path: /\n");
+    let file = config.display().to_string();
+    assert_eq!(
+        fails(home.pincer(&["--config", &file, "config", "check"], &[])),
+        format!(
+            "{file}:3:11: workspace w: mount source / is the root folder; mount a folder inside it\n{file}: 1 problem (nothing was started)\n"
+        )
+    );
+}
+
+#[test]
+fn litellm_and_gateway_naming_the_same_alias_or_setting_is_an_error_naming_both() {
+    let home = Home::new();
+    let config = home.write(
+        "gateway:\n  timeout: 30\n  model_list:\n    - {model_name: default, litellm_params: {model: openai/gpt-4o, api_key: k}}\n\
+         litellm:\n  model: gpt-4o\n  timeout: 60\n",
+    );
+    let file = config.display().to_string();
+    assert_eq!(
+        fails(home.pincer(&["--config", &file, "config", "check"], &[])),
+        format!(
+            "{file}:6:3: litellm.model defines the model alias `default`, and gateway.model_list defines it too (at 4:8): keep one of the two\n\
+             {file}:7:3: `timeout` is set in both litellm.timeout and gateway.timeout (at 2:3): keep one\n\
+             {file}: 2 problems (nothing was started)\n"
+        )
+    );
+}
+
+// ---- the MCP server in its own container ------------------------------
+
+/// Removes the test's image on drop.
+struct Image(String);
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        docker(&["rmi", "-f", &self.0]);
+    }
+}
+
+/// The static test server `images/mcp-sqlite` as an image built from
+/// scratch (the binary and the empty folders a container needs), imported
+/// with no registry.
+fn sqlite_server_image(label: &str) -> Image {
+    let binary = std::fs::read(env!("PINCER_TEST_MCP_SQLITE")).expect("the test MCP server");
+    let mut tar = tar::Builder::new(Vec::new());
+    for dir in ["dev", "proc", "sys", "tmp", "etc"] {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(if dir == "tmp" { 0o1777 } else { 0o755 });
+        h.set_size(0);
+        tar.append_data(&mut h, dir, std::io::empty()).unwrap();
+    }
+    let mut h = tar::Header::new_gnu();
+    h.set_mode(0o755);
+    h.set_size(binary.len() as u64);
+    tar.append_data(&mut h, "pincer-mcp-sqlite", binary.as_slice())
+        .unwrap();
+    let rootfs = tar.into_inner().unwrap();
+    let tag = format!("pincer-test-mcp-sqlite:{label}");
+    let mut import = Command::new("docker")
+        .args([
+            "import",
+            "--change",
+            "ENTRYPOINT [\"/pincer-mcp-sqlite\"]",
+            "--change",
+            &format!("LABEL pincer.test={label}"),
+            "-",
+            &tag,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("docker import");
+    import.stdin.take().unwrap().write_all(&rootfs).unwrap();
+    let out = import.wait_with_output().unwrap();
+    assert!(out.status.success(), "docker import: {}", stderr(&out));
+    Image(tag)
+}
+
+fn events(out: &Output) -> Vec<Value> {
+    stdout(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn tool_results(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["event"] == "message" && e["message"]["role"] == "tool")
+        .map(|e| e["message"]["content"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_no_internet_workspace_queries_the_containerised_mcp_server_and_nothing_more() {
+    let label = unique();
+    let image = sqlite_server_image(&label);
+    let upstream = FakeUpstream::spawn(Behaviour::Script(vec![
+        // sales: read, try to write, try the filtered-out tool, answer
+        Behaviour::tool(
+            "company_db__query_sql",
+            r#"{"sql": "SELECT region, amount FROM sales ORDER BY region"}"#,
+        ),
+        Behaviour::tool(
+            "company_db__query_sql",
+            r#"{"sql": "INSERT INTO sales VALUES ('east', 1)"}"#,
+        ),
+        Behaviour::tool("company_db__list_tables", "{}"),
+        Behaviour::answer("north 120, south 80"),
+        // intruder: not in allowed_workspaces
+        Behaviour::tool("company_db__query_sql", r#"{"sql": "SELECT * FROM sales"}"#),
+        Behaviour::answer("no access"),
+    ]))
+    .await;
+    let home = Home::new();
+    let cleanup = DockerCleanup {
+        home: home.sandbox.home(),
+        label: label.clone(),
+    };
+    // The database: writable by anyone on the host, so only the read-only
+    // volume can stop a write.
+    let data = home.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let db = data.join("company.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE sales (region TEXT, amount INTEGER);
+             INSERT INTO sales VALUES ('north', 120), ('south', 80);",
+        )
+        .unwrap();
+    }
+    std::fs::set_permissions(&db, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let config = home.write(&format!(
+        "gateway:\n  num_retries: 0\n  model_list:\n    - model_name: default\n      litellm_params: {{model: openai/fake-model, api_base: \"{}\", api_key: sk-pynchy-test-provider}}\n\
+         containers:\n  default_runtime: docker\n  workspace_base_path: {}\n\
+         workspaces:\n  sales:\n    policies: [\"no_internet_access\"]\n    mcp_servers: [\"company_db\"]\n  intruder:\n    policies: [\"no_internet_access\"]\n\
+         mcp_servers:\n  company_db:\n    type: docker\n    image: \"{}\"\n    volumes: [\"{}:/data.db:ro\"]\n    env: {{DB_PATH: /data.db}}\n    tools: [query_sql]\n    allowed_workspaces: [sales]\n",
+        upstream.base_url,
+        home.path().join("ws").display(),
+        image.0,
+        db.display()
+    ));
+    let file = config.display().to_string();
+    ok(home.pincer(&["--config", &file, "config", "check"], &[]));
+    ok(home.pincer(&["--config", &file, "image", "build"], &[]));
+
+    let out = home.pincer(
+        &[
+            "--config",
+            &file,
+            "message",
+            "-w",
+            "sales",
+            "--json",
+            "--text",
+            "sales by region?",
+        ],
+        &[],
+    );
+    let seen = events(&out);
+    assert!(out.status.success(), "{}\n{seen:?}", stderr(&out));
+    let started = seen.iter().find(|e| e["event"] == "started").unwrap();
+    let tools = started["tools"].to_string();
+    assert!(
+        tools.contains("company_db__query_sql"),
+        "{tools}\n{}",
+        stderr(&out)
+    );
+    assert!(
+        !tools.contains("list_tables"),
+        "filtered out by tools: {tools}"
+    );
+    let results = tool_results(&seen);
+    assert_eq!(
+        results[0], r#"[{"amount":120,"region":"north"},{"amount":80,"region":"south"}]"#,
+        "{seen:?}"
+    );
+    assert!(
+        results[1].contains("query failed: attempt to write a readonly database"),
+        "{}",
+        results[1]
+    );
+    assert!(!results[2].contains("sales"), "{}", results[2]);
+    // Nothing was written.
+    let rows: i64 = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT count(*) FROM sales", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 2);
+
+    // A workspace the server does not allow cannot call it.
+    let out = home.pincer(
+        &[
+            "--config", &file, "message", "-w", "intruder", "--json", "--text", "sales?",
+        ],
+        &[],
+    );
+    let seen = events(&out);
+    assert!(out.status.success(), "{}\n{seen:?}", stderr(&out));
+    let results = tool_results(&seen);
+    assert!(!results[0].contains("north"), "{}", results[0]);
+
+    // The audit log has the server's start and every call.
+    let db_path = home.sandbox.home().join("pincer.db");
+    let audit = rusqlite::Connection::open(db_path).unwrap();
+    let actions: Vec<String> = audit
+        .prepare("SELECT kind || ' ' || detail FROM audit_events ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        actions
+            .iter()
+            .any(|a| a.starts_with("mcp.server_started container ")),
+        "{actions:?}"
+    );
+    assert!(
+        actions
+            .iter()
+            .any(|a| a == "gateway.tool_call company_db__query_sql: ok"),
+        "{actions:?}"
+    );
+    drop(cleanup);
+}
