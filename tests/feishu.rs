@@ -466,6 +466,35 @@ async fn encrypted_webhooks_are_checked_and_retries_make_one_turn() {
     }
 }
 
+/// A split that cuts the verification token in two: each piece of 8 bytes
+/// or more is masked in its frame, so no such piece reaches the component
+/// (before, each frame was masked for the whole value only, and the two
+/// halves crossed).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_cut_across_frames_does_not_reach_the_component_in_pieces() {
+    let env = Env::new(vec![Behaviour::answer("切开的令牌")]).await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    env.feishu
+        .post(
+            "/ws/push",
+            json!({"kind": "p2p", "text": "令牌被切成两半", "user": "ou_user1", "split": "token"}),
+        )
+        .await;
+    env.feishu.wait("messages", 1).await;
+    let recorded = std::fs::read_to_string(&trace).unwrap();
+    for piece in VERIFICATION_TOKEN.as_bytes().windows(8) {
+        let piece = std::str::from_utf8(piece).unwrap();
+        assert!(
+            !recorded.contains(piece),
+            "`{piece}` of the verification token crossed into the component"
+        );
+    }
+    assert!(daemon.stop().success(), "{}", daemon.log());
+    assert_no_secret_crossed(&env, &trace).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_event_split_across_three_frames_is_one_turn_and_one_reply() {
     let env = Env::new(vec![Behaviour::answer("三段合一")]).await;

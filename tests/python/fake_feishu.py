@@ -46,7 +46,7 @@ Long connection, `GET /ws?device_id=&service_id=&ticket=` (WebSocket, binary pro
 
 Control API, JSON in and out (POST bodies may be empty; `connection` = the newest open one):
   POST /_test/ws/push      {"kind": "p2p"|"group_mention"|"post", "text", "user" (open_id),
-                            "chat_id", "split": bool, "message_id", "event_id", "connection",
+                            "chat_id", "split": bool or "token" (cut in the verification token), "message_id", "event_id", "connection",
                             "root_id", "parent_id"}
                            -> {"event_id", "message_id", "frame_message_id", "delivered_to"}
                            (no open connection: delivered_to null, sent when one opens)
@@ -683,6 +683,12 @@ class Fake:
         if ev["split"]:
             n = len(payload)
             cut = [0, n // 3, 2 * n // 3, n]
+            if ev["split"] == "token":
+                # the first cut in the middle of the verification token's value
+                token = self.cfg.verification_token.encode()
+                at = payload.find(token)
+                if at >= 0:
+                    cut = [0, at + len(token) // 2, (at + len(token) // 2 + n) // 2, n]
             parts = [payload[cut[i]:cut[i + 1]] for i in range(3)]
         attempt = len(ev["deliveries"]) + 1
         ok = True
@@ -758,7 +764,8 @@ class Fake:
         message_id = event["event"]["message"]["message_id"]
         ev = {"event_id": event_id, "message_id": message_id, "kind": body.get("kind") or "p2p",
               "payload": json.dumps(event, ensure_ascii=False).encode("utf-8"), "event": event,
-              "split": bool(body.get("split")), "deliveries": [], "acked": False, "acked_at": None,
+              "split": "token" if body.get("split") == "token" else bool(body.get("split")),
+              "deliveries": [], "acked": False, "acked_at": None,
               "gave_up": False, "timer": None, "pushed_at": now()}
         self.events[event_id] = ev
         conn = self.pick(body)

@@ -8,7 +8,7 @@
 //! into a chat. Responses are scrubbed of every value before the plugin
 //! reads them, in case a server echoes one back.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,11 @@ pub const SCRUBBED: &str = "[secret]";
 /// neutralizes the prefix in inbound data first, so a marker the plugin
 /// reads was put there by the host: the platform sent that exact secret.
 pub const MARKER_PREFIX: &str = "{{secret:";
+
+/// The shortest piece of a secret value that inbound frames are masked for
+/// ([`Secrets::mask_in_place`]); also the shortest value treated as a
+/// secret at all (shorter ones are too likely to be ordinary text).
+pub const MASKED_FRAGMENT: usize = 8;
 
 /// Longest lifetime a captured value is kept without a stated expiry.
 pub const CAPTURE_MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
@@ -179,7 +184,7 @@ impl Secrets {
         if let Ok(captured) = self.captured.lock() {
             values.extend(captured.iter().map(|(k, c)| (k.clone(), c.value.clone())));
         }
-        values.retain(|(_, v)| v.len() >= 8);
+        values.retain(|(_, v)| v.len() >= MASKED_FRAGMENT);
         values.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
         values
     }
@@ -200,20 +205,32 @@ impl Secrets {
         out
     }
 
-    /// Inbound binary data with every secret value overwritten by `*` of
+    /// Inbound binary data with every secret value — and every piece of
+    /// one at least [`MASKED_FRAGMENT`] bytes long — overwritten by `*` of
     /// the same length (length prefixes, e.g. protobuf's, stay valid).
+    ///
+    /// Pieces matter because a platform may split one message across frames
+    /// at any byte (Feishu's `sum`/`seq`) and the plugin joins them: a value
+    /// cut in two arrives as two pieces, each masked here unless shorter
+    /// than [`MASKED_FRAGMENT`]. So at most `MASKED_FRAGMENT - 1` bytes of
+    /// a value reach the plugin on each side of a cut.
     pub fn mask_in_place(&self, bytes: &mut [u8]) {
-        for (_, value) in self.named_values() {
-            let value = value.as_bytes();
-            let mut i = 0;
-            while i + value.len() <= bytes.len() {
-                if &bytes[i..i + value.len()] == value {
-                    bytes[i..i + value.len()].fill(b'*');
-                    i += value.len();
-                } else {
-                    i += 1;
-                }
-            }
+        let values = self.named_values();
+        let windows: HashSet<&[u8]> = values
+            .iter()
+            .flat_map(|(_, v)| v.as_bytes().windows(MASKED_FRAGMENT))
+            .collect();
+        if windows.is_empty() || bytes.len() < MASKED_FRAGMENT {
+            return;
+        }
+        // Every window of the input that is a window of a secret is masked;
+        // a piece of a secret is the union of its windows. Found first,
+        // masked after, so masking never hides the next window.
+        let hits: Vec<usize> = (0..=bytes.len() - MASKED_FRAGMENT)
+            .filter(|&i| windows.contains(&bytes[i..i + MASKED_FRAGMENT]))
+            .collect();
+        for i in hits {
+            bytes[i..i + MASKED_FRAGMENT].fill(b'*');
         }
     }
 
@@ -223,8 +240,7 @@ impl Secrets {
         if let Ok(captured) = self.captured.lock() {
             values.extend(captured.values().map(|c| c.value.clone()));
         }
-        // Values shorter than this are too likely to be ordinary text.
-        values.retain(|v| v.len() >= 8);
+        values.retain(|v| v.len() >= MASKED_FRAGMENT);
         values.sort_by_key(|v| std::cmp::Reverse(v.len()));
         values.dedup();
         values
@@ -672,6 +688,44 @@ mod tests {
         let mut frame = b"\x0a\x0fv-token-1234567\x10".to_vec();
         marked.mask_in_place(&mut frame);
         assert_eq!(frame, b"\x0a\x0f***************\x10".to_vec());
+        // A value cut across frames at any byte: each piece of 8 bytes or
+        // more is masked, so at most 7 bytes reach the plugin on each side.
+        let token = "v-token-1234567";
+        for cut in 1..token.len() {
+            let (head, tail) = token.split_at(cut);
+            let mut first = format!("{{\"token\":\"{head}").into_bytes();
+            let mut second = format!("{tail}\",\"x\":1}}").into_bytes();
+            let (len1, len2) = (first.len(), second.len());
+            marked.mask_in_place(&mut first);
+            marked.mask_in_place(&mut second);
+            assert_eq!((first.len(), second.len()), (len1, len2), "lengths kept");
+            let seen = [first, second].concat();
+            let seen = String::from_utf8_lossy(&seen);
+            for piece in token.as_bytes().windows(MASKED_FRAGMENT) {
+                let piece = String::from_utf8_lossy(piece);
+                assert!(
+                    !seen.contains(&*piece),
+                    "cut at {cut}: `{piece}` reached the plugin in {seen}"
+                );
+            }
+            let kept = |piece: &str| {
+                if piece.len() < MASKED_FRAGMENT {
+                    piece.len()
+                } else {
+                    0
+                }
+            };
+            let leaked = kept(head) + kept(tail);
+            assert_eq!(
+                seen.matches('*').count(),
+                token.len() - leaked,
+                "cut at {cut}: only pieces under 8 bytes stay ({seen})"
+            );
+        }
+        // a middle piece of a three-way split
+        let mut middle = b"\x12\x08oken-123\x18".to_vec();
+        marked.mask_in_place(&mut middle);
+        assert_eq!(middle, b"\x12\x08********\x18".to_vec());
         assert!(
             s.decrypt(Cipher::Aes256CbcSha256Key, "encrypt_key", &data[..20])
                 .is_err()
