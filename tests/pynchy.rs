@@ -641,3 +641,87 @@ async fn a_no_internet_workspace_queries_the_containerised_mcp_server_and_nothin
     );
     drop(cleanup);
 }
+
+/// A containerised MCP server that hangs (a query that never ends) is cut
+/// off at `call_timeout_secs`, audited and replaced, and the next call in
+/// the same turn gets a fresh server that answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_mcp_server_times_out_and_the_next_call_gets_a_fresh_one() {
+    let label = unique();
+    let image = sqlite_server_image(&label);
+    let upstream = FakeUpstream::spawn(Behaviour::Script(vec![
+        Behaviour::tool(
+            "company_db__query_sql",
+            r#"{"sql": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"}"#,
+        ),
+        Behaviour::tool(
+            "company_db__query_sql",
+            r#"{"sql": "SELECT region FROM sales ORDER BY region"}"#,
+        ),
+        Behaviour::answer("north, south"),
+    ]))
+    .await;
+    let home = Home::new();
+    let cleanup = DockerCleanup {
+        home: home.sandbox.home(),
+        label: label.clone(),
+    };
+    let data = home.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let db = data.join("company.db");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE sales (region TEXT, amount INTEGER);
+             INSERT INTO sales VALUES ('north', 120), ('south', 80);",
+        )
+        .unwrap();
+    let config = home.write(&format!(
+        "gateway:\n  num_retries: 0\n  model_list:\n    - model_name: default\n      litellm_params: {{model: openai/fake-model, api_base: \"{}\", api_key: sk-pynchy-test-provider}}\n\
+         containers:\n  workspace_base_path: {}\n\
+         workspaces:\n  sales:\n    policies: [no_internet_access]\n    mcp_servers: [company_db]\n\
+         mcp_servers:\n  company_db:\n    type: docker\n    image: \"{}\"\n    volumes: [\"{}:/data.db:ro\"]\n    env: {{DB_PATH: /data.db}}\n    call_timeout_secs: 3\n",
+        upstream.base_url,
+        home.path().join("ws").display(),
+        image.0,
+        db.display()
+    ));
+    let file = config.display().to_string();
+    ok(home.pincer(&["--config", &file, "image", "build"], &[]));
+    let out = home.pincer(
+        &[
+            "--config", &file, "message", "-w", "sales", "--json", "--text", "regions?",
+        ],
+        &[],
+    );
+    let seen = events(&out);
+    assert!(out.status.success(), "{}\n{seen:?}", stderr(&out));
+    let results = tool_results(&seen);
+    assert!(
+        results[0].contains("did not answer `query_sql` within 3s"),
+        "{}",
+        results[0]
+    );
+    assert_eq!(
+        results[1], r#"[{"region":"north"},{"region":"south"}]"#,
+        "a fresh server answered the next call: {seen:?}"
+    );
+    let audit = rusqlite::Connection::open(home.sandbox.home().join("pincer.db")).unwrap();
+    let kinds: Vec<String> = audit
+        .prepare("SELECT kind FROM audit_events WHERE kind LIKE 'mcp.%' ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "mcp.server_started",
+            "mcp.call_timeout",
+            "mcp.server_started"
+        ],
+        "started, cut off, started again"
+    );
+    drop(cleanup);
+}
