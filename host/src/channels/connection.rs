@@ -362,9 +362,10 @@ async fn session(
                 return Dropped::Transport(format!("cannot send an ack: {e}"));
             }
         }
-        if !outcome.messages.is_empty() {
-            host.update_status(channel, |s| s.messages_in += outcome.messages.len() as u64);
-            inbox.accept(channel, outcome.messages);
+        let messages = super::bounds::bounded(channel, outcome.messages);
+        if !messages.is_empty() {
+            host.update_status(channel, |s| s.messages_in += messages.len() as u64);
+            inbox.accept(channel, messages);
         }
         if let Some(k) = outcome.keepalive {
             if let Some(old) = keepalive.as_ref() {

@@ -4,6 +4,7 @@
 //! quiet-socket watchdog, and the outbox. The WASM plugin owns the
 //! platform's formats; everything that must survive it lives here.
 
+pub mod bounds;
 pub mod connection;
 pub mod outbox;
 pub mod split;

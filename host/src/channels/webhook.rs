@@ -102,11 +102,12 @@ async fn serve(
     use api::ChannelError as E;
     match outcome {
         Ok(Ok(outcome)) => {
-            if !outcome.messages.is_empty() {
+            let messages = super::bounds::bounded(&name, outcome.messages);
+            if !messages.is_empty() {
                 served
                     .host
-                    .update_status(&name, |s| s.messages_in += outcome.messages.len() as u64);
-                served.inbox.accept(&name, outcome.messages);
+                    .update_status(&name, |s| s.messages_in += messages.len() as u64);
+                served.inbox.accept(&name, messages);
             }
             let mut response = Response::builder().status(
                 StatusCode::from_u16(outcome.response.status).unwrap_or(StatusCode::BAD_GATEWAY),
