@@ -725,3 +725,78 @@ async fn a_hung_mcp_server_times_out_and_the_next_call_gets_a_fresh_one() {
     );
     drop(cleanup);
 }
+
+/// A containerised MCP server that dies between calls (its container
+/// killed) is started again on the next call, which gets its answer; the
+/// restart is audited. Through `pincer gateway serve` and the official
+/// `mcp` client.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_mcp_server_is_started_again_on_next_use() {
+    let label = unique();
+    let image = sqlite_server_image(&label);
+    let data = tempfile::tempdir().unwrap();
+    let db = data.path().join("company.db");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE sales (region TEXT, amount INTEGER);
+             INSERT INTO sales VALUES ('north', 120), ('south', 80);",
+        )
+        .unwrap();
+    let served = support::gateway::Served::start(
+        &format!(
+            "workspaces:\n  sales:\n    policies: [no_internet_access]\n    mcp_servers: [company_db]\n\
+             mcp_servers:\n  company_db:\n    type: docker\n    image: \"{}\"\n    volumes: [\"{}:/data.db:ro\"]\n    env: {{DB_PATH: /data.db}}\n",
+            image.0,
+            db.display()
+        ),
+        &[],
+    );
+    let cleanup = DockerCleanup {
+        home: served.sandbox.home(),
+        label: label.clone(),
+    };
+    let key = served.key("sales");
+    let query = |served: &support::gateway::Served| {
+        support::gateway::python_client(
+            "mcp_call.py",
+            &[
+                &format!("{}/mcp", served.base),
+                &key,
+                "company_db__query_sql",
+                r#"{"sql": "SELECT region FROM sales ORDER BY region"}"#,
+            ],
+        )
+    };
+    let first = query(&served);
+    assert_eq!(first["ok"], true, "{first}\n{}", served.log());
+    assert!(first["text"].to_string().contains("north"), "{first}");
+
+    let running = stdout(&docker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("ancestor={}", image.0),
+    ]));
+    let ids: Vec<&str> = running.split_whitespace().collect();
+    assert_eq!(ids.len(), 1, "one server container: {running}");
+    assert!(docker(&["kill", ids[0]]).status.success(), "docker kill");
+
+    let second = query(&served);
+    assert_eq!(second["ok"], true, "{second}\n{}", served.log());
+    assert!(second["text"].to_string().contains("south"), "{second}");
+    let audit = rusqlite::Connection::open(served.sandbox.home().join("pincer.db")).unwrap();
+    let kinds: Vec<String> = audit
+        .prepare("SELECT kind FROM audit_events WHERE kind LIKE 'mcp.%' ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        kinds.iter().filter(|k| *k == "mcp.server_started").count() == 2
+            && kinds.iter().any(|k| k == "mcp.server_restarted"),
+        "started, restarted after the crash: {kinds:?}"
+    );
+    drop(cleanup);
+}

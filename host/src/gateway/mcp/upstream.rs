@@ -1,7 +1,9 @@
 //! Connections to configured MCP servers: stdio child processes and
 //! servers in containers of their own (`containers::mcp`, stdio over
 //! Docker's attach stream) — started lazily, shared by every workspace
-//! allowed to use them, restarted on next use when they die (audited) — and
+//! allowed to use them, restarted on next use when they die (audited; a
+//! call that finds the connection closed is sent once more, to the fresh
+//! server) — and
 //! remote streamable-HTTP servers. Every call has the server's
 //! `call_timeout_secs`; a container server that hangs is removed, and the
 //! next use starts a fresh one.
@@ -22,6 +24,15 @@ use crate::config::{Config, McpServer};
 use crate::containers::mcp::McpContainers;
 
 type Client = RunningService<RoleClient, ()>;
+
+/// Why one attempt at a call failed.
+enum Attempt {
+    /// The connection was closed. Usually the server had died before the
+    /// request (it was never delivered); a server that dies while handling
+    /// a call may be sent it again by the retry.
+    Closed(String),
+    Failed(String),
+}
 
 /// Variables passed through from the gateway's own environment to stdio
 /// servers; everything else (provider keys in particular) stays out.
@@ -154,7 +165,33 @@ impl Upstreams {
         tool: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, String> {
-        let client = self.client(name, server).await?;
+        match self.call_once(name, server, tool, arguments.clone()).await {
+            // The connection was found closed (typically the server died
+            // since the last call): once more, on a fresh server.
+            Err(Attempt::Closed(why)) => {
+                self.audit(
+                    name,
+                    "mcp.server_restarted",
+                    &format!("the connection was closed ({why}); starting the server again"),
+                );
+                match self.call_once(name, server, tool, arguments).await {
+                    Ok(result) => Ok(result),
+                    Err(Attempt::Closed(e) | Attempt::Failed(e)) => Err(e),
+                }
+            }
+            Err(Attempt::Failed(e)) => Err(e),
+            Ok(result) => Ok(result),
+        }
+    }
+
+    async fn call_once(
+        &self,
+        name: &str,
+        server: &McpServer,
+        tool: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, Attempt> {
+        let client = self.client(name, server).await.map_err(Attempt::Failed)?;
         let mut params = CallToolRequestParams::new(tool.to_string());
         params.arguments = arguments;
         let timeout = Duration::from_secs(server.call_timeout_secs);
@@ -174,13 +211,22 @@ impl Upstreams {
                     // A hung server would hold every later call: replace it.
                     self.drop_client(name, &client).await;
                 }
-                Err(message)
+                Err(Attempt::Failed(message))
             }
             Ok(Err(e)) => {
-                if client.is_closed() {
+                let closed = matches!(
+                    e,
+                    rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
+                );
+                if closed || client.is_closed() {
                     self.drop_client(name, &client).await;
                 }
-                Err(format!("MCP server `{name}` failed on `{tool}`: {e}"))
+                let message = format!("MCP server `{name}` failed on `{tool}`: {e}");
+                Err(if closed {
+                    Attempt::Closed(message)
+                } else {
+                    Attempt::Failed(message)
+                })
             }
         }
     }
