@@ -20,9 +20,7 @@ use std::sync::Arc;
 
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, HostConfig, Mount, MountType,
-};
+use bollard::models::{ContainerCreateBody, ContainerInspectResponse};
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, InspectContainerOptions,
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
@@ -32,7 +30,7 @@ use tokio::sync::OnceCell;
 
 use super::ContainerError;
 use super::mounts::{self, BindMount};
-use super::spec::LABEL_INSTANCE;
+use super::spec::{LABEL_INSTANCE, host_config, settings_mismatches, sorted};
 use crate::audit::AuditLog;
 use crate::config::{Config, McpContainer, expand_tilde, parse_volume};
 use crate::policy::{ContainerSettings, EffectivePolicy, PolicyCatalog, PolicyError};
@@ -219,17 +217,6 @@ pub fn plan(
 impl McpServerSpec {
     pub fn create_body(&self) -> ContainerCreateBody {
         let s = &self.settings;
-        let mounts = self
-            .mounts
-            .iter()
-            .map(|m| Mount {
-                target: Some(m.target.clone()),
-                source: Some(m.source.display().to_string()),
-                typ: Some(MountType::BIND),
-                read_only: Some(m.read_only),
-                ..Default::default()
-            })
-            .collect();
         let labels = HashMap::from([
             (LABEL_MCP_SERVER.to_owned(), self.server.clone()),
             (LABEL_INSTANCE.to_owned(), self.instance.clone()),
@@ -247,104 +234,20 @@ impl McpServerSpec {
             stdin_once: Some(false),
             tty: Some(false),
             network_disabled: Some(s.network_mode == "none"),
-            host_config: Some(HostConfig {
-                network_mode: Some(s.network_mode.clone()),
-                memory: Some(s.memory_bytes),
-                memory_swap: Some(s.memory_swap_bytes),
-                nano_cpus: Some(s.nano_cpus),
-                pids_limit: Some(s.pids_limit),
-                cap_drop: Some(s.cap_drop.clone()),
-                cap_add: Some(s.cap_add.clone()),
-                security_opt: Some(s.security_opt.clone()),
-                readonly_rootfs: Some(s.read_only_rootfs),
-                tmpfs: Some(s.tmpfs.clone().into_iter().collect()),
-                mounts: Some(mounts),
-                init: Some(false),
-                ..Default::default()
-            }),
+            host_config: Some(host_config(s, &self.mounts)),
             ..Default::default()
         }
     }
 
     /// Differences between this spec and the started container.
     pub fn mismatches(&self, actual: &ContainerInspectResponse) -> Vec<String> {
-        let mut diffs = Vec::new();
+        let s = &self.settings;
+        let mut diffs = settings_mismatches(s, &self.image, &self.mounts, actual);
         let mut check = |what: &str, want: String, got: String| {
             if want != got {
                 diffs.push(format!("{what}: wanted {want}, found {got}"));
             }
         };
-        let s = &self.settings;
-        let host = actual.host_config.clone().unwrap_or_default();
-        let config = actual.config.clone().unwrap_or_default();
-        let sorted = |items: &[String]| {
-            let mut items = items.to_vec();
-            items.sort();
-            items.join(",")
-        };
-        check("user", s.user.clone(), config.user.unwrap_or_default());
-        check(
-            "network mode",
-            s.network_mode.clone(),
-            host.network_mode.unwrap_or_default(),
-        );
-        check(
-            "read-only root filesystem",
-            s.read_only_rootfs.to_string(),
-            host.readonly_rootfs.unwrap_or(false).to_string(),
-        );
-        check(
-            "memory",
-            s.memory_bytes.to_string(),
-            host.memory.unwrap_or(0).to_string(),
-        );
-        check(
-            "pids limit",
-            s.pids_limit.to_string(),
-            host.pids_limit.unwrap_or(0).to_string(),
-        );
-        check(
-            "cap_drop",
-            sorted(&s.cap_drop),
-            sorted(&host.cap_drop.unwrap_or_default()),
-        );
-        check(
-            "cap_add",
-            sorted(&s.cap_add),
-            sorted(&host.cap_add.unwrap_or_default()),
-        );
-        check(
-            "security options",
-            sorted(&s.security_opt),
-            sorted(&host.security_opt.unwrap_or_default()),
-        );
-        let want: Vec<String> = self
-            .mounts
-            .iter()
-            .map(|m| {
-                format!(
-                    "{}:{}:{}",
-                    m.source.display(),
-                    m.target,
-                    if m.read_only { "ro" } else { "rw" }
-                )
-            })
-            .collect();
-        let got: Vec<String> = actual
-            .mounts
-            .clone()
-            .unwrap_or_default()
-            .iter()
-            .map(|m| {
-                format!(
-                    "{}:{}:{}",
-                    m.source.clone().unwrap_or_default(),
-                    m.destination.clone().unwrap_or_default(),
-                    if m.rw.unwrap_or(true) { "rw" } else { "ro" }
-                )
-            })
-            .collect();
-        check("mounts", sorted(&want), sorted(&got));
         let networks: Vec<String> = actual
             .network_settings
             .as_ref()
