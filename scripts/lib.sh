@@ -18,6 +18,12 @@ step() {
     local started=$SECONDS
     "$@"
     printf '    (%s: %ss)\n' "$label" "$((SECONDS - started))"
+    # CI prints what each step left on the disk (a full disk failed a run once).
+    if [ -n "${PINCER_CI_DISK_REPORT:-}" ]; then
+        printf '    (disk: %s free; target %s)\n' \
+            "$(df -h --output=avail "$TARGET_DIR" | tail -1 | tr -d ' ')" \
+            "$(du -sh "$TARGET_DIR" 2>/dev/null | cut -f1)"
+    fi
 }
 
 ensure_rust_targets() {
