@@ -247,7 +247,7 @@ fn refusals_name_the_plugin_and_the_reason() {
     );
     assert!(
         err.contains(
-            "pincer:plugin@2.0.0, but this host serves 0.1.0, 0.2.0 (WIT major-version mismatch)"
+            "pincer:plugin@2.0.0, but this host serves 0.1.0, 0.2.0, 0.3.0 (WIT major-version mismatch)"
         ),
         "{err}"
     );

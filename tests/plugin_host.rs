@@ -684,14 +684,14 @@ async fn broken_plugins_are_refused_with_a_clear_message() {
                 |m| m.replace("wit = \"0.1.0\"", "wit = \"1.0.0\""),
                 |w| w,
             ),
-            "built against pincer:plugin@1.0.0, but this host serves 0.1.0, 0.2.0 (WIT major-version mismatch)",
+            "built against pincer:plugin@1.0.0, but this host serves 0.1.0, 0.2.0, 0.3.0 (WIT major-version mismatch)",
         ),
         (
             "WIT minor on 0.x",
             doctored(
                 dir.path(),
                 "skill-calc",
-                |m| m.replace("wit = \"0.1.0\"", "wit = \"0.3.0\""),
+                |m| m.replace("wit = \"0.1.0\"", "wit = \"0.4.0\""),
                 |w| w,
             ),
             "WIT major-version mismatch",

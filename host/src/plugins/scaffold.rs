@@ -10,9 +10,9 @@ use super::wit::latest::VERSION as WIT_VERSION;
 
 /// The WIT files of the newest release, embedded so scaffolds need no checkout.
 const WIT_FILES: &[(&str, &str)] = &[
-    ("types.wit", include_str!("../../../wit/v0.2.0/types.wit")),
-    ("host.wit", include_str!("../../../wit/v0.2.0/host.wit")),
-    ("worlds.wit", include_str!("../../../wit/v0.2.0/worlds.wit")),
+    ("types.wit", include_str!("../../../wit/v0.3.0/types.wit")),
+    ("host.wit", include_str!("../../../wit/v0.3.0/host.wit")),
+    ("worlds.wit", include_str!("../../../wit/v0.3.0/worlds.wit")),
 ];
 
 /// Creates `<parent>/<name>/`; refuses to touch an existing folder.
