@@ -169,9 +169,13 @@ fn is_han(c: char) -> bool {
     matches!(c, '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}' | '\u{f900}'..='\u{faff}')
 }
 
+/// Length of the truncated form a long Latin word adds to its stem.
+const TRUNCATED_LEN: usize = 4;
+
 /// The second list's terms of `text`: what matches when the words differ.
 /// Each Latin word becomes its Snowball English stem (meetings → meet,
-/// approval and approve → approv), each run of Chinese characters its single
+/// approval and approve → approv) and, when the stem is longer than four
+/// letters, also its first four (allergy and allergic → alle), each run of Chinese characters its single
 /// characters and the pairs of neighbours (报警 and 告警 share 警; 审核
 /// and 审批 share 审). Repeats are kept, as in [`terms`].
 pub fn variants(text: &str) -> Vec<String> {
@@ -190,7 +194,17 @@ pub fn variants(text: &str) -> Vec<String> {
     let mut word = String::new();
     let end_word = |word: &mut String, out: &mut Vec<String>| {
         if word.len() >= 2 && !is_query_stop_word(word) {
-            out.push(stemmer.stem(word).into_owned());
+            let stem = stemmer.stem(word).into_owned();
+            // Truncation catches the derivations Snowball keeps apart
+            // (allergy/allergic, specs/specifications); words are ASCII.
+            let truncated = (stem.len() > TRUNCATED_LEN
+                && word
+                    .bytes()
+                    .take(TRUNCATED_LEN)
+                    .all(|b| b.is_ascii_alphabetic()))
+            .then(|| word[..TRUNCATED_LEN].to_string());
+            out.push(stem);
+            out.extend(truncated);
         }
         word.clear();
     };
@@ -283,6 +297,14 @@ mod tests {
             assert!(v.contains(&expected.to_string()), "{v:?}");
         }
         assert_eq!(variants("approve")[0], variants("approval")[0]);
+        let (allergy, allergic) = (variants("allergy"), variants("allergic"));
+        assert_ne!(
+            allergy[0], allergic[0],
+            "Snowball keeps them apart: {allergy:?}"
+        );
+        assert!(allergy.contains(&"alle".to_string()) && allergic.contains(&"alle".to_string()));
+        assert_eq!(variants("team"), ["team"], "short stems are not truncated");
+        assert_eq!(variants("x8664yz").len(), 1, "only letters are truncated");
         let q = query_variants("谁批准告警", 10);
         assert!(q.contains(&"警".to_string()), "{q:?}");
         assert!(!q.iter().any(|t| t.contains('谁')), "{q:?}");

@@ -33,9 +33,10 @@ const MAX_SUBSTRING_CANDIDATES: usize = 1000;
 /// workspace (~40 ms per 100k memories) on every turn would be too slow.
 const SUBSTRING_SCAN_ROWS: usize = 20_000;
 /// What the index holds, in `memory_meta`: 2 added the second list
-/// ([`segment::variants`]). A database whose index is of another version
+/// ([`segment::variants`]), 3 the truncated forms of long words in it. A
+/// database whose index is of another version
 /// is reindexed from `memories` when opened.
-const INDEX_VERSION: i64 = 2;
+const INDEX_VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS memories (

@@ -246,18 +246,19 @@ fn recall_counts_a_use_and_search_does_not() {
 fn use_and_recency_order_equally_relevant_memories() {
     let (_dir, store) = store();
     let latte = store
-        .add("main", MemoryKind::Preference, "coffee order: latte")
+        .add("main", MemoryKind::Preference, "coffee order: macchiato")
         .unwrap();
     let mocha = store
-        .add("main", MemoryKind::Preference, "coffee order: mocha")
+        .add("main", MemoryKind::Preference, "coffee order: americano")
         .unwrap();
-    // Equal BM25; the newer (higher id) wins the tie-break only.
+    // Equal BM25 (both kinds of coffee have a stem and a truncated form);
+    // the newer (higher id) wins the tie-break only.
     let found = store.search("main", "coffee", 5).unwrap();
     assert_eq!(ids(&found), [mocha.id, latte.id]);
     assert!((found[0].score - found[1].score).abs() < 1e-9);
 
     for _ in 0..3 {
-        store.recall("main", "latte", 1).unwrap();
+        store.recall("main", "macchiato", 1).unwrap();
     }
     assert_eq!(
         ids(&store.search("main", "coffee", 5).unwrap()),
@@ -274,7 +275,7 @@ fn use_and_recency_order_equally_relevant_memories() {
         )
         .unwrap();
     }
-    store.recall("main", "mocha", 1).unwrap();
+    store.recall("main", "americano", 1).unwrap();
     {
         let conn = store.conn().unwrap();
         conn.execute("UPDATE memories SET use_count = 0", [])
