@@ -158,6 +158,10 @@ fn print_explained(explained: &crate::memory::Explained) {
         };
         println!("   word list:    {}", rank(why.word_rank, &why.words));
         println!("   variant list: {}", rank(why.variant_rank, &why.variants));
+        println!(
+            "   coverage:     {:.0} % of the query's variants",
+            why.coverage * 100.0
+        );
         let tie = if why.relevance > 0.0 {
             (r.score / why.relevance - 1.0) * 100.0
         } else {

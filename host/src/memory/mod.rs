@@ -115,6 +115,8 @@ pub struct Why {
     pub word_rank: Option<usize>,
     /// 1-based rank in the variant list (stems, characters, pairs), if in it.
     pub variant_rank: Option<usize>,
+    /// The share of the query's variants this memory holds (0 to 1).
+    pub coverage: f64,
     /// The fused relevance, before recency and use break ties.
     pub relevance: f64,
     /// The query's words this memory holds.

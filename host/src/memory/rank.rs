@@ -9,8 +9,17 @@
 //! relevance = 1 / (K + rank_words) + VARIANT_WEIGHT / (K + rank_variants)
 //! ```
 //!
-//! (a list a memory is not in adds nothing; equal BM25 shares a rank). Then
-//! recency and use break ties, never more:
+//! (a list a memory is not in adds nothing; equal BM25 shares a rank). The
+//! share of the query's variants a memory holds (its *coverage*, 0 to 1)
+//! then weighs in, strongly enough that holding more of the query usually
+//! beats ranking higher on a few rare words (a distractor shares some words
+//! of the query; the memory it paraphrases shares more of its stems):
+//!
+//! ```text
+//! relevance = fused × (1 + COVERAGE_WEIGHT · coverage)
+//! ```
+//!
+//! Then recency and use break ties, never more:
 //!
 //! ```text
 //! score = relevance × (1 + TIE · (0.5 · 2^(−age_days / 30) + 0.25 · ln(1 + use_count)))
@@ -34,10 +43,14 @@ const HALF_LIFE_DAYS: f64 = 30.0;
 const USE_WEIGHT: f64 = 0.25;
 const DAY_MS: f64 = 86_400_000.0;
 
-/// The fused relevance of a memory at 1-based `word` and `variant` ranks.
-pub fn fuse(word: Option<usize>, variant: Option<usize>) -> f64 {
+/// How much coverage counts against the fused ranks.
+pub const COVERAGE_WEIGHT: f64 = 10.0;
+
+/// The relevance of a memory at 1-based `word` and `variant` ranks that
+/// holds the share `coverage` of the query's variants.
+pub fn fuse(word: Option<usize>, variant: Option<usize>, coverage: f64) -> f64 {
     let part = |rank: Option<usize>| rank.map_or(0.0, |r| 1.0 / (K + r as f64));
-    part(word) + VARIANT_WEIGHT * part(variant)
+    (part(word) + VARIANT_WEIGHT * part(variant)) * (1.0 + COVERAGE_WEIGHT * coverage)
 }
 
 pub fn score(
@@ -75,13 +88,25 @@ mod tests {
     #[test]
     fn recency_and_use_never_outrank_one_rank_of_relevance() {
         let now = 100 * DAY;
-        for rank in 1..50 {
-            let better = fuse(Some(rank), None);
-            let worse = fuse(Some(rank + 1), None);
-            assert!(
-                score(better, now, now - 365 * DAY, None, 0) > score(worse, now, now, None, 100)
-            );
+        for coverage in [0.0, 0.5, 1.0] {
+            for rank in 1..50 {
+                let better = fuse(Some(rank), None, coverage);
+                let worse = fuse(Some(rank + 1), None, coverage);
+                assert!(
+                    score(better, now, now - 365 * DAY, None, 0)
+                        > score(worse, now, now, None, 100)
+                );
+            }
         }
-        assert!(fuse(Some(3), Some(3)) > fuse(Some(1), None));
+        assert!(fuse(Some(3), Some(3), 0.0) > fuse(Some(1), None, 0.0));
+    }
+
+    #[test]
+    fn holding_more_of_the_query_beats_a_higher_rank_on_fewer_of_its_words() {
+        // A distractor first in both lists on one rare word of three, the
+        // paraphrased memory fifth in both holding all three.
+        assert!(fuse(Some(5), Some(5), 1.0) > fuse(Some(1), Some(1), 1.0 / 3.0));
+        // At equal coverage the ranks decide.
+        assert!(fuse(Some(1), Some(2), 0.5) > fuse(Some(2), Some(2), 0.5));
     }
 }

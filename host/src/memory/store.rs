@@ -452,20 +452,21 @@ fn find(
         true,
         limit,
     )?;
+    let query_variants = segment::query_variants(query, MAX_QUERY_TERMS);
     let variants = by_list(
         conn,
         workspace,
         &variant_prefix(workspace),
-        segment::query_variants(query, MAX_QUERY_TERMS),
+        query_variants.clone(),
         false,
         limit,
     )?;
     let mut found = if !words.is_empty() {
-        fuse(words, variants)
+        fuse(words, variants, &query_variants)
     } else {
         let substring = by_substring(conn, workspace, query)?;
         if substring.is_empty() {
-            fuse(Vec::new(), variants)
+            fuse(Vec::new(), variants, &query_variants)
         } else {
             substring
         }
@@ -516,9 +517,10 @@ fn by_list(
     Ok(found)
 }
 
-/// The two lists as one, by [`rank::fuse`] over each memory's ranks; equal
-/// relevance shares a rank, so ties stay ties for recency and use to break.
-fn fuse(words: Vec<Recalled>, variants: Vec<Recalled>) -> Vec<Recalled> {
+/// The two lists as one, by [`rank::fuse`] over each memory's ranks and its
+/// coverage of `query_variants`; equal relevance shares a rank, so ties stay
+/// ties for recency and use to break.
+fn fuse(words: Vec<Recalled>, variants: Vec<Recalled>, query_variants: &[String]) -> Vec<Recalled> {
     let ranks = |list: &[Recalled]| -> Vec<usize> {
         let mut out = Vec::with_capacity(list.len());
         for (i, r) in list.iter().enumerate() {
@@ -544,11 +546,13 @@ fn fuse(words: Vec<Recalled>, variants: Vec<Recalled>) -> Vec<Recalled> {
         .into_iter()
         .map(|(r, word, variant)| {
             let matched_by = r.matched_by;
-            let relevance = rank::fuse(word, variant);
+            let coverage = coverage(&r.memory.text, query_variants);
+            let relevance = rank::fuse(word, variant, coverage);
             let mut out = recalled(r.memory, relevance, now, matched_by);
             out.why = Some(Why {
                 word_rank: word,
                 variant_rank: variant,
+                coverage,
                 relevance,
                 ..Why::default()
             });
@@ -625,6 +629,16 @@ fn by_index(
         },
     )?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The share of `query_variants` that `text`'s variants hold (0 when the
+/// query has none).
+fn coverage(text: &str, query_variants: &[String]) -> f64 {
+    if query_variants.is_empty() {
+        return 0.0;
+    }
+    let held = segment::variants(text);
+    query_variants.iter().filter(|v| held.contains(v)).count() as f64 / query_variants.len() as f64
 }
 
 /// How many of `terms` the segmented `text` holds.
