@@ -337,4 +337,24 @@ mod tests {
         let again = create(dir.path(), "skill", "ok").unwrap_err();
         assert!(again.to_string().contains("already exists"));
     }
+
+    #[test]
+    fn the_sdk_and_the_wit_it_targets_are_written_out_as_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = create(dir.path(), "tunnel", "t").unwrap();
+        let sdk = root.join(SDK_DIR);
+        for file in ["Cargo.toml", "build.rs", "src/lib.rs", "wit/worlds.wit"] {
+            let meta = std::fs::symlink_metadata(sdk.join(file)).unwrap();
+            assert!(meta.file_type().is_file(), "{file}");
+        }
+        let worlds = std::fs::read_to_string(sdk.join("wit/worlds.wit")).unwrap();
+        assert!(worlds.contains(&format!("package pincer:plugin@{WIT_VERSION};")));
+        let manifest = std::fs::read_to_string(root.join("plugin.toml")).unwrap();
+        assert!(manifest.contains(&format!("wit = \"{WIT_VERSION}\"")));
+        let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        assert!(cargo.contains(r#"features = ["tunnel"]"#), "{cargo}");
+        // What the SDK targets is a release this host serves.
+        let version = semver::Version::parse(WIT_VERSION).unwrap();
+        assert!(super::super::wit::WitRelease::for_plugin(&version).is_some());
+    }
 }
