@@ -303,3 +303,123 @@ fn unsigned_untrusted_tampered_and_unreachable_packages_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn update_installs_a_new_digest_and_asks_again_only_when_it_requests_more() {
+    let registry = Registry::start();
+    let publisher = Sandbox::new();
+    let dir = acme_calc(&publisher);
+    let (key_file, public) = key(&publisher, "acme");
+    let reference = format!("{}/acme/acme-calc:stable", registry.addr);
+    let publish = |dir: &Path| {
+        let out = ok(publisher.pincer(&[
+            "plugin",
+            "publish",
+            dir.to_str().unwrap(),
+            &reference,
+            "--key",
+            key_file.to_str().unwrap(),
+        ]));
+        field(&out, "digest:")
+    };
+    let set_manifest = |from: &str, to: &str| {
+        let manifest = dir.join("plugin.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        assert!(text.contains(from), "{text}");
+        std::fs::write(&manifest, text.replacen(from, to, 1)).unwrap();
+    };
+    let first = publish(&dir);
+    let user = consumer(&[("acme", &public)]);
+    ok(user.pincer(&["plugin", "install", &reference, "--yes"]));
+
+    let same = ok(user.pincer(&["plugin", "update", "acme-calc"]));
+    assert!(
+        same.contains(&format!(
+            "acme-calc is up to date ({reference} is still {first})"
+        )),
+        "{same}"
+    );
+
+    // 0.1.1 asks for nothing more: installed without a question
+    set_manifest("version = \"0.1.0\"", "version = \"0.1.1\"");
+    let second = publish(&dir);
+    let out = ok(user.pincer(&["plugin", "update", "acme-calc"]));
+    assert!(
+        out.contains("nothing more than the installed 0.1.0 asks for"),
+        "{out}"
+    );
+    let origin = || -> serde_json::Value {
+        serde_json::from_slice(
+            &std::fs::read(user.home().join("plugins/acme-calc/origin.json")).unwrap(),
+        )
+        .unwrap()
+    };
+    assert_eq!(origin()["digest"], second.as_str());
+
+    // 0.2.0 asks for HTTP and kv: shown, and refused without --yes
+    set_manifest("version = \"0.1.1\"", "version = \"0.2.0\"");
+    let text = std::fs::read_to_string(dir.join("plugin.toml")).unwrap();
+    std::fs::write(
+        dir.join("plugin.toml"),
+        format!("{text}\n[capabilities]\nhttp = [\"api.example.com\"]\nkv = true\n"),
+    )
+    .unwrap();
+    let third = publish(&dir);
+    let refused = user.pincer(&["plugin", "update", "acme-calc"]);
+    let shown = support::stdout(&refused);
+    let refused = fails(refused);
+    assert!(
+        shown.contains("MORE than the installed 0.1.1 asks for")
+            && shown.contains("http to: api.example.com")
+            && shown.contains("kv: a private key-value store"),
+        "{shown}"
+    );
+    assert!(
+        refused.contains("the installed acme-calc 0.1.1 is unchanged"),
+        "{refused}"
+    );
+    assert_eq!(origin()["digest"], second.as_str(), "nothing changed");
+    let answer = ok(user.pincer(&[
+        "skill",
+        "invoke",
+        "acme-calc",
+        "evaluate",
+        "--args",
+        r#"{"expression": "2+2"}"#,
+    ]));
+    assert!(
+        answer.contains('4'),
+        "the old version still answers: {answer}"
+    );
+
+    let out = ok(user.pincer(&["plugin", "update", "acme-calc", "--yes"]));
+    assert!(out.contains("installed acme-calc 0.2.0"), "{out}");
+    assert_eq!(origin()["digest"], third.as_str());
+    let db = rusqlite::Connection::open(user.home().join("pincer.db")).unwrap();
+    let updates: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM audit_events WHERE kind = 'plugin.updated_from_registry'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(updates, 2, "both updates audited");
+
+    // a tag that now holds another plugin is refused
+    set_manifest("name = \"acme-calc\"", "name = \"acme-other\"");
+    publish(&dir);
+    let err = fails(user.pincer(&["plugin", "update", "acme-calc", "--yes"]));
+    assert!(
+        err.contains("now holds a plugin named `acme-other`, not `acme-calc`"),
+        "{err}"
+    );
+    assert_eq!(origin()["digest"], third.as_str());
+
+    // a plugin installed from a folder has nothing to update from
+    let local = Sandbox::new();
+    ok(local.pincer(&["plugin", "install", dir.to_str().unwrap()]));
+    let err = fails(local.pincer(&["plugin", "update", "acme-other"]));
+    assert!(err.contains("was installed from a folder"), "{err}");
+    let err = fails(local.pincer(&["plugin", "update", "nothing-here"]));
+    assert!(err.contains("is not installed"), "{err}");
+}

@@ -19,7 +19,7 @@ async def main() -> None:
     async with connect(url, key) as client:
         tools = await client.list_tools()
         out["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": t.inputSchema}
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
             for t in tools.tools
         ]
         out["calls"] = [await attempt(client, tool, json.loads(a)) for a in sys.argv[4:]]

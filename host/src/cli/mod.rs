@@ -239,6 +239,42 @@ pub enum PluginCommand {
         #[arg(long)]
         insecure: bool,
     },
+    /// Pull the registry reference an installed plugin came from again and
+    /// install a new digest in its place (state kept); asks again when the
+    /// new version requests more
+    Update {
+        /// The installed plugin's name
+        name: String,
+        /// Another reference to update from (e.g. a newer tag)
+        #[arg(long, value_name = "REF")]
+        to: Option<String>,
+        /// Update without asking (needed when stdin is not a terminal and
+        /// the new version requests more)
+        #[arg(long)]
+        yes: bool,
+        /// Accept a new version nobody signed (audited)
+        #[arg(long)]
+        allow_unsigned: bool,
+        /// Accept a new version signed by a key plugins.trusted_publishers
+        /// does not list (audited)
+        #[arg(long)]
+        allow_untrusted: bool,
+        /// Reach a registry that is not on loopback over plain HTTP
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Build a plugin project (a Rust crate, or a Python app with
+    /// componentize-py) into a package folder: plugin.toml, the component
+    /// and its sha256, checked as an install would check it
+    Build {
+        /// The project folder [default: .]
+        dir: Option<PathBuf>,
+        /// Where to write the package [default: DIR/dist]
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
     /// Push a plugin folder to an OCI registry as a Wasm OCI artifact
     Publish {
         /// The plugin folder (plugin.toml and the component)

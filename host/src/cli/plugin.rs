@@ -4,6 +4,7 @@ use anyhow::Context as _;
 use serde_json::json;
 
 use super::{Context, PluginCommand, PluginKeyCommand};
+use crate::plugins::build as plugin_build;
 use crate::plugins::registry::{self, PublisherKey, Signature};
 use crate::plugins::{LoadedPlugin, PluginHost, PluginPackage, PluginSource, catalog, scaffold};
 
@@ -31,12 +32,34 @@ pub async fn run(config_flag: Option<&Path>, command: PluginCommand) -> anyhow::
                     allow_untrusted,
                     insecure,
                 };
-                install_from_registry(&ctx, &target, replace, flags).await
+                let pulled = registry::pull(&target, &trusted(&ctx), flags.insecure).await?;
+                install_from_registry(&ctx, &target, pulled, replace, flags, None).await
             } else {
                 anyhow::bail!(
                     "`{target}` is neither a plugin folder nor a registry reference (e.g. localhost:5000/acme/{target}:1.0.0)"
                 )
             }
+        }
+        PluginCommand::Update {
+            name,
+            to,
+            yes,
+            allow_unsigned,
+            allow_untrusted,
+            insecure,
+        } => {
+            let flags = RegistryFlags {
+                yes,
+                allow_unsigned,
+                allow_untrusted,
+                insecure,
+            };
+            update(&ctx, &name, to.as_deref(), flags).await
+        }
+        PluginCommand::Build { dir, out, json } => {
+            let dir = dir.unwrap_or_else(|| ".".into());
+            let out = out.unwrap_or_else(|| dir.join("dist"));
+            build(&ctx, &dir, &out, json.json)
         }
         PluginCommand::Publish {
             dir,
@@ -351,8 +374,16 @@ fn install(
 fn requests(ctx: &Context, plugin: &LoadedPlugin) -> Vec<String> {
     let caps = &plugin.manifest.capabilities;
     let mut lines = Vec::new();
-    if caps.http.is_empty() && !caps.kv && !caps.data_dir {
+    let asks_memory = plugin.manifest.limits.memory_mb.is_some();
+    if caps.http.is_empty() && !caps.kv && !caps.data_dir && !asks_memory {
         lines.push("nothing beyond logging, config and clock".to_owned());
+    }
+    if asks_memory {
+        lines.push(format!(
+            "memory: up to {} MiB per call (plugins.limits.memory_mb is {})",
+            plugin.memory_limit_bytes() >> 20,
+            ctx.config.plugins.limits.memory_mb
+        ));
     }
     if !caps.http.is_empty() {
         lines.push(format!("http to: {}", caps.http.join(", ")));
@@ -410,15 +441,102 @@ fn trusted(ctx: &Context) -> Vec<registry::Trusted> {
         .collect()
 }
 
+/// `pincer plugin update NAME`: pull the reference NAME was installed from
+/// (or `to`) again; a new digest is installed in its place, asking again
+/// when it requests more than the installed version.
+async fn update(
+    ctx: &Context,
+    name: &str,
+    to: Option<&str>,
+    flags: RegistryFlags,
+) -> anyhow::Result<()> {
+    let dir = ctx.home.join("plugins").join(name);
+    if !dir.join(catalog::MANIFEST_FILE).is_file() {
+        anyhow::bail!(
+            "`{name}` is not installed in {} (`pincer plugin list` shows what is)",
+            ctx.home.join("plugins").display()
+        );
+    }
+    let origin = catalog::origin(&dir);
+    let reference = match (to, &origin) {
+        (Some(to), _) => to.to_string(),
+        (None, Some(origin)) => origin["reference"]
+            .as_str()
+            .context("origin.json names no reference")?
+            .to_string(),
+        (None, None) => anyhow::bail!(
+            "`{name}` was installed from a folder, not a registry: install the new version with `pincer plugin install DIR --replace`, or name a registry reference with --to"
+        ),
+    };
+    let current = ctx.plugin_host()?.load(
+        &PluginPackage::read(&dir, PluginSource::Installed(dir.clone()))?,
+        None,
+        ctx.limits(),
+    )?;
+    let pulled = registry::pull(&reference, &trusted(ctx), flags.insecure).await?;
+    if origin.as_ref().and_then(|o| o["digest"].as_str()) == Some(pulled.digest.as_str()) {
+        println!(
+            "{name} is up to date ({reference} is still {})",
+            pulled.digest
+        );
+        return Ok(());
+    }
+    install_from_registry(ctx, &reference, pulled, true, flags, Some(&current)).await
+}
+
+/// What `new` requests that `old` does not, one line each.
+fn requests_beyond(ctx: &Context, old: &LoadedPlugin, new: &LoadedPlugin) -> Vec<String> {
+    let before = requests(ctx, old);
+    let (o, n) = (&old.manifest.capabilities, &new.manifest.capabilities);
+    let mut more: Vec<String> = Vec::new();
+    let hosts: Vec<&String> = n.http.iter().filter(|h| !o.http.contains(h)).collect();
+    if !hosts.is_empty() {
+        more.push(format!(
+            "http to: {}",
+            hosts
+                .iter()
+                .map(|h| h.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    more.extend(
+        requests(ctx, new)
+            .into_iter()
+            .filter(|line| !line.starts_with("http to:") && !line.starts_with("config keys:"))
+            .filter(|line| !line.starts_with("nothing beyond") && !before.contains(line)),
+    );
+    let keys: Vec<String> = new
+        .manifest
+        .config
+        .keys()
+        .filter(|k| !old.manifest.config.contains_key(*k))
+        .map(|k| {
+            if new.manifest.secret_keys().contains(k) {
+                format!("{k} (secret)")
+            } else {
+                k.clone()
+            }
+        })
+        .collect();
+    if !keys.is_empty() {
+        more.push(format!("config keys: {}", keys.join(", ")));
+    }
+    more
+}
+
 /// `pincer plugin install REF`: pull and check everything, show what the
 /// plugin can do and who signed it, ask, then install and pin the digest.
+/// With `updating`, the installed plugin it replaces: the question is asked
+/// only when the new version requests more.
 async fn install_from_registry(
     ctx: &Context,
     reference: &str,
+    pulled: registry::Pulled,
     replace: bool,
     flags: RegistryFlags,
+    updating: Option<&LoadedPlugin>,
 ) -> anyhow::Result<()> {
-    let pulled = registry::pull(reference, &trusted(ctx), flags.insecure).await?;
     let audit = ctx.audit_log()?;
     let (publisher, key) = match &pulled.signature {
         registry::Signature::Trusted { publisher, key } => {
@@ -465,6 +583,15 @@ async fn install_from_registry(
     });
     let staging = tempfile::tempdir()?;
     let manifest = crate::plugins::Manifest::parse(&pulled.manifest_text, reference)?;
+    if let Some(old) = updating
+        && manifest.name() != old.name()
+    {
+        anyhow::bail!(
+            "{reference} now holds a plugin named `{}`, not `{}`; nothing was changed (install it under its own name with `pincer plugin install {reference}`)",
+            manifest.name(),
+            old.name()
+        );
+    }
     std::fs::write(
         staging.path().join(catalog::MANIFEST_FILE),
         &pulled.manifest_text,
@@ -500,13 +627,35 @@ async fn install_from_registry(
         for line in requests(ctx, plugin) {
             println!("    {line}");
         }
+        if let Some(old) = updating {
+            let more = requests_beyond(ctx, old, plugin);
+            if more.is_empty() {
+                println!(
+                    "  nothing more than the installed {} asks for",
+                    old.manifest.plugin.version
+                );
+                return Ok(());
+            }
+            println!(
+                "  MORE than the installed {} asks for:",
+                old.manifest.plugin.version
+            );
+            for line in &more {
+                println!("    {line}");
+            }
+        }
         if flags.yes {
             return Ok(());
         }
         use std::io::IsTerminal as _;
         if !std::io::stdin().is_terminal() {
             anyhow::bail!(
-                "not installed: pass --yes to install without asking (stdin is not a terminal)"
+                "not installed: pass --yes to install without asking (stdin is not a terminal); {} is unchanged",
+                updating.map_or("nothing".to_string(), |old| format!(
+                    "the installed {} {}",
+                    old.name(),
+                    old.manifest.plugin.version
+                ))
             );
         }
         print!("install it? [y/N] ");
@@ -526,13 +675,89 @@ async fn install_from_registry(
         replace,
         Some((&origin, &confirm)),
     )?;
+    let (action, was) = match updating {
+        Some(old) => (
+            "plugin.updated_from_registry",
+            format!(
+                ", replacing {} sha256 {}",
+                old.manifest.plugin.version, old.sha256
+            ),
+        ),
+        None => ("plugin.installed_from_registry", String::new()),
+    };
     audit.record(
         "cli",
         None,
-        "plugin.installed_from_registry",
-        &format!("{} ({signature})", pulled.pinned),
+        action,
+        &format!("{} ({signature}){was}", pulled.pinned),
     );
     println!("  pinned:    {}", pulled.pinned);
+    Ok(())
+}
+
+/// `pincer plugin build [DIR]`: build, then check the package the way an
+/// install does; a package that fails the check is removed.
+fn build(ctx: &Context, dir: &Path, out: &Path, json: bool) -> anyhow::Result<()> {
+    let built = plugin_build::build(dir, out)?;
+    let checked = PluginPackage::read(&built.dir, PluginSource::Dir(built.dir.clone()))
+        .map_err(anyhow::Error::from)
+        .and_then(|package| Ok(ctx.plugin_host()?.load(&package, None, ctx.limits())?));
+    let plugin = match checked {
+        Ok(plugin) => plugin,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&built.dir);
+            return Err(e.context(format!(
+                "{} was built but is not a plugin this host can load; the package was removed",
+                built.component.display()
+            )));
+        }
+    };
+    let m = &plugin.manifest;
+    let world = format!("pincer:plugin/{}@{}", plugin.kind().world(), m.plugin.wit);
+    if json {
+        println!(
+            "{:#}",
+            json!({
+                "name": plugin.name(),
+                "version": m.plugin.version.to_string(),
+                "kind": plugin.kind().to_string(),
+                "world": world,
+                "package": built.dir,
+                "component": built.component,
+                "sha256": built.sha256,
+                "size_bytes": plugin.size_bytes,
+                "memory_limit_mb": plugin.memory_limit_bytes() >> 20,
+                "requests": requests(ctx, &plugin),
+            })
+        );
+        return Ok(());
+    }
+    println!(
+        "built {} {} ({}, {world}) with {}",
+        plugin.name(),
+        m.plugin.version,
+        plugin.kind(),
+        match built.toolchain {
+            plugin_build::Toolchain::Cargo => "cargo",
+            plugin_build::Toolchain::ComponentizePy => "componentize-py",
+        }
+    );
+    println!("  package:   {}", built.dir.display());
+    println!(
+        "  component: {} ({} KiB)",
+        built.component.display(),
+        plugin.size_bytes / 1024
+    );
+    println!("  sha256:    {}", built.sha256);
+    println!("  requests:");
+    for line in requests(ctx, &plugin) {
+        println!("    {line}");
+    }
+    println!(
+        "next: pincer plugin install {0}   or   pincer plugin publish {0} REGISTRY/NAME:{1} --key KEY",
+        built.dir.display(),
+        m.plugin.version
+    );
     Ok(())
 }
 

@@ -62,6 +62,9 @@ pub struct Manifest {
     pub plugin: PluginSection,
     #[serde(default)]
     pub capabilities: Capabilities,
+    /// What one instance needs beyond the operator's defaults.
+    #[serde(default)]
+    pub limits: ManifestLimits,
     /// The plugin's config schema: one entry per accepted key.
     #[serde(default)]
     pub config: BTreeMap<String, ConfigKey>,
@@ -96,6 +99,28 @@ pub struct Capabilities {
     pub kv: bool,
     #[serde(default)]
     pub data_dir: bool,
+}
+
+/// `[limits]` of plugin.toml.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestLimits {
+    /// Linear memory one instance may grow to, in MiB, when it needs more
+    /// than `plugins.limits.memory_mb` (an interpreter's heap, e.g. a
+    /// componentize-py skill). Never lowers the operator's setting.
+    pub memory_mb: Option<u32>,
+}
+
+impl ManifestLimits {
+    pub const MAX_MEMORY_MB: u32 = 4096;
+
+    /// The memory an instance gets: the operator's default, or this
+    /// plugin's ask when larger.
+    pub fn memory_bytes(&self, operator_default: usize) -> usize {
+        self.memory_mb.map_or(operator_default, |mb| {
+            operator_default.max((mb as usize) << 20)
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -194,6 +219,14 @@ impl Manifest {
         }
         for pattern in &self.capabilities.http {
             HostPattern::parse(pattern)?;
+        }
+        if let Some(mb) = self.limits.memory_mb
+            && !(1..=ManifestLimits::MAX_MEMORY_MB).contains(&mb)
+        {
+            return Err(format!(
+                "limits.memory_mb = {mb}: must be between 1 and {}",
+                ManifestLimits::MAX_MEMORY_MB
+            ));
         }
         for key in self.config.keys() {
             if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
@@ -420,6 +453,26 @@ secret = true
         assert_eq!(m.plugin.component, "plugin.wasm");
         assert!(m.capabilities.kv);
         assert!(!m.capabilities.data_dir);
+    }
+
+    #[test]
+    fn a_plugin_may_ask_for_more_memory_but_never_less() {
+        let m = Manifest::parse(&format!("{GOOD}\n[limits]\nmemory_mb = 160\n"), "p").unwrap();
+        assert_eq!(m.limits.memory_bytes(64 << 20), 160 << 20);
+        assert_eq!(
+            m.limits.memory_bytes(256 << 20),
+            256 << 20,
+            "operator's larger default"
+        );
+        let plain = Manifest::parse(GOOD, "p").unwrap();
+        assert_eq!(plain.limits.memory_bytes(64 << 20), 64 << 20);
+        for bad in ["0", "4097"] {
+            let err = Manifest::parse(&format!("{GOOD}\n[limits]\nmemory_mb = {bad}\n"), "p")
+                .unwrap_err();
+            assert!(err.to_string().contains("between 1 and 4096"), "{err}");
+        }
+        let err = Manifest::parse(&format!("{GOOD}\n[limits]\nmemory = 1\n"), "p").unwrap_err();
+        assert!(err.to_string().contains("unknown field `memory`"), "{err}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //!   limit;
 //! - [`capabilities`] are the host imports, each granted by the manifest.
 
+pub mod build;
 pub mod capabilities;
 pub mod catalog;
 pub mod enabled;

@@ -20,7 +20,7 @@ use super::engine::{CompileSource, MAX_PLUGIN_MEMORY, PluginEngine};
 use super::manifest::{Manifest, PluginKind};
 use super::scope::{HttpReach, LEGACY_WORKSPACE, Scope};
 use super::state::{Grants, PluginState};
-use super::wit::{self, WitRelease, latest, v0_1_0 as v1};
+use super::wit::{self, WitRelease, latest, v0_1_0 as v1, v0_2_0 as v2};
 use crate::audit::AuditLog;
 
 /// Limits applied to every call of a plugin.
@@ -87,6 +87,10 @@ enum Pre {
     SkillV1(v1::SkillPluginPre<PluginState>),
     ObserverV1(v1::ObserverPluginPre<PluginState>),
     TunnelV1(v1::TunnelPluginPre<PluginState>),
+    ChannelV2(v2::ChannelPluginPre<PluginState>),
+    SkillV2(v2::SkillPluginPre<PluginState>),
+    ObserverV2(v2::ObserverPluginPre<PluginState>),
+    TunnelV2(v2::TunnelPluginPre<PluginState>),
 }
 
 enum Bound {
@@ -98,6 +102,10 @@ enum Bound {
     SkillV1(v1::SkillPlugin),
     ObserverV1(v1::ObserverPlugin),
     TunnelV1(v1::TunnelPlugin),
+    ChannelV2(v2::ChannelPlugin),
+    SkillV2(v2::SkillPlugin),
+    ObserverV2(v2::ObserverPlugin),
+    TunnelV2(v2::TunnelPlugin),
 }
 
 /// What a channel built against WIT 0.1.0 (which cannot say) may send in
@@ -126,6 +134,17 @@ impl LoadedPlugin {
 
     pub fn kind(&self) -> PluginKind {
         self.manifest.kind()
+    }
+
+    /// The linear memory one instance of it may grow to.
+    pub fn memory_limit_bytes(&self) -> usize {
+        self.grants.memory_limit
+    }
+
+    /// Built against a release that uses secrets by name (0.2.0 and later),
+    /// so what a platform sends reaches it with secrets marked or masked.
+    fn uses_secrets_by_name(&self) -> bool {
+        self.wit != WitRelease::V0_1_0
     }
 
     /// Calls that trapped, ran out of time or memory since load (in every
@@ -452,7 +471,10 @@ impl PluginHost {
             public_config: secrets.public_config(&config),
             secrets,
             config,
-            memory_limit: limits.memory_bytes.min(MAX_PLUGIN_MEMORY),
+            memory_limit: manifest
+                .limits
+                .memory_bytes(limits.memory_bytes)
+                .min(MAX_PLUGIN_MEMORY),
             scope: scope.clone(),
             on_denied,
             plugin: name,
@@ -473,16 +495,16 @@ impl PluginHost {
         };
         let pre = self.linker.instantiate_pre(component).map_err(invalid)?;
         Ok(match (kind, wit) {
-            (PluginKind::Channel, WitRelease::V0_2_0) => {
+            (PluginKind::Channel, WitRelease::V0_3_0) => {
                 Pre::Channel(latest::ChannelPluginPre::new(pre).map_err(invalid)?)
             }
-            (PluginKind::Skill, WitRelease::V0_2_0) => {
+            (PluginKind::Skill, WitRelease::V0_3_0) => {
                 Pre::Skill(latest::SkillPluginPre::new(pre).map_err(invalid)?)
             }
-            (PluginKind::Observer, WitRelease::V0_2_0) => {
+            (PluginKind::Observer, WitRelease::V0_3_0) => {
                 Pre::Observer(latest::ObserverPluginPre::new(pre).map_err(invalid)?)
             }
-            (PluginKind::Tunnel, WitRelease::V0_2_0) => {
+            (PluginKind::Tunnel, WitRelease::V0_3_0) => {
                 Pre::Tunnel(latest::TunnelPluginPre::new(pre).map_err(invalid)?)
             }
             (PluginKind::Channel, WitRelease::V0_1_0) => {
@@ -496,6 +518,18 @@ impl PluginHost {
             }
             (PluginKind::Tunnel, WitRelease::V0_1_0) => {
                 Pre::TunnelV1(v1::TunnelPluginPre::new(pre).map_err(invalid)?)
+            }
+            (PluginKind::Channel, WitRelease::V0_2_0) => {
+                Pre::ChannelV2(v2::ChannelPluginPre::new(pre).map_err(invalid)?)
+            }
+            (PluginKind::Skill, WitRelease::V0_2_0) => {
+                Pre::SkillV2(v2::SkillPluginPre::new(pre).map_err(invalid)?)
+            }
+            (PluginKind::Observer, WitRelease::V0_2_0) => {
+                Pre::ObserverV2(v2::ObserverPluginPre::new(pre).map_err(invalid)?)
+            }
+            (PluginKind::Tunnel, WitRelease::V0_2_0) => {
+                Pre::TunnelV2(v2::TunnelPluginPre::new(pre).map_err(invalid)?)
             }
         })
     }
@@ -578,6 +612,13 @@ impl PluginHost {
                 .into_iter()
                 .map(Into::into)
                 .collect()),
+            Bound::SkillV2(s) => Ok(s
+                .pincer_plugin_skill()
+                .call_tools(store)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect()),
             _ => Err(not_a("skill")),
         })
         .await
@@ -598,6 +639,12 @@ impl PluginHost {
                     .await
             }
             Bound::SkillV1(s) => Ok(s
+                .pincer_plugin_skill()
+                .call_invoke(store, tool, args_json)
+                .await?
+                .map(Into::into)
+                .map_err(Into::into)),
+            Bound::SkillV2(s) => Ok(s
                 .pincer_plugin_skill()
                 .call_invoke(store, tool, args_json)
                 .await?
@@ -625,6 +672,11 @@ impl PluginHost {
                         .call_on_event(store, &event.into())
                         .await
                 }
+                Bound::ObserverV2(o) => {
+                    o.pincer_plugin_observer()
+                        .call_on_event(store, &event.into())
+                        .await
+                }
                 _ => Err(not_a("observer")),
             },
         )
@@ -638,9 +690,10 @@ impl PluginHost {
     ) -> Result<Result<latest::WebhookOutcome, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
         // What a platform sends may hold secrets (Feishu puts its
-        // verification token in every event): 0.2.0 plugins get markers.
+        // verification token in every event): plugins of 0.2.0 and later,
+        // which use secrets by name, get markers.
         let marked;
-        let request = if let Pre::Channel(_) = *plugin.pre {
+        let request = if plugin.uses_secrets_by_name() {
             let secrets = &plugin.grants.secrets;
             marked = latest::WebhookRequest {
                 headers: request
@@ -675,6 +728,12 @@ impl PluginHost {
                     .await?
                     .map(Into::into)
                     .map_err(Into::into)),
+                Bound::ChannelV2(c) => Ok(c
+                    .pincer_plugin_channel()
+                    .call_handle_webhook(store, &request.into())
+                    .await?
+                    .map(Into::into)
+                    .map_err(Into::into)),
                 _ => Err(not_a("channel")),
             },
         )
@@ -697,6 +756,12 @@ impl PluginHost {
                     .await?
                     .map(|c| c.map(Into::into))
                     .map_err(Into::into)),
+                Bound::ChannelV2(c) => Ok(c
+                    .pincer_plugin_channel()
+                    .call_connect(store)
+                    .await?
+                    .map(|c| c.map(Into::into))
+                    .map_err(Into::into)),
                 _ => Err(not_a("channel")),
             },
         )
@@ -710,7 +775,7 @@ impl PluginHost {
     ) -> Result<Result<latest::FrameOutcome, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
         let masked;
-        let frame = if let Pre::Channel(_) = *plugin.pre {
+        let frame = if plugin.uses_secrets_by_name() {
             masked = match frame {
                 latest::Frame::Text(t) => {
                     let mut bytes = t.clone().into_bytes();
@@ -739,6 +804,12 @@ impl PluginHost {
                     .await?
                     .map(Into::into)
                     .map_err(Into::into)),
+                Bound::ChannelV2(c) => Ok(c
+                    .pincer_plugin_channel()
+                    .call_on_frame(store, &frame.into())
+                    .await?
+                    .map(Into::into)
+                    .map_err(Into::into)),
                 _ => Err(not_a("channel")),
             },
         )
@@ -755,6 +826,12 @@ impl PluginHost {
         self.call_traced(plugin, "channel.send", async |store, bound| match bound {
             Bound::Channel(c) => c.pincer_plugin_channel().call_send(store, message).await,
             Bound::ChannelV1(c) => Ok(c
+                .pincer_plugin_channel()
+                .call_send(store, &message.into())
+                .await?
+                .map(Into::into)
+                .map_err(Into::into)),
+            Bound::ChannelV2(c) => Ok(c
                 .pincer_plugin_channel()
                 .call_send(store, &message.into())
                 .await?
@@ -781,7 +858,10 @@ impl PluginHost {
             "channel.describe",
             async |store, bound| match bound {
                 Bound::Channel(c) => c.pincer_plugin_channel().call_describe(store).await,
-                _ => Err(not_a("channel of WIT 0.2")),
+                Bound::ChannelV2(c) => {
+                    Ok(c.pincer_plugin_channel().call_describe(store).await?.into())
+                }
+                _ => Err(not_a("channel of WIT 0.2 or later")),
             },
         )
         .await
@@ -801,7 +881,12 @@ impl PluginHost {
         self.traced(plugin, "→ channel.status", update);
         self.call_traced(plugin, "channel.status", async |store, bound| match bound {
             Bound::Channel(c) => c.pincer_plugin_channel().call_status(store, update).await,
-            _ => Err(not_a("channel of WIT 0.2")),
+            Bound::ChannelV2(c) => Ok(c
+                .pincer_plugin_channel()
+                .call_status(store, &update.into())
+                .await?
+                .map_err(Into::into)),
+            _ => Err(not_a("channel of WIT 0.2 or later")),
         })
         .await
     }
@@ -825,7 +910,14 @@ impl PluginHost {
         }
         self.call_traced(plugin, "channel.check", async |store, bound| match bound {
             Bound::Channel(c) => c.pincer_plugin_channel().call_check(store).await,
-            _ => Err(not_a("channel of WIT 0.2")),
+            Bound::ChannelV2(c) => Ok(c
+                .pincer_plugin_channel()
+                .call_check(store)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect()),
+            _ => Err(not_a("channel of WIT 0.2 or later")),
         })
         .await
     }
@@ -835,6 +927,7 @@ impl PluginHost {
         self.call_traced(plugin, "tunnel.service", async |store, bound| match bound {
             Bound::Tunnel(t) => t.pincer_plugin_tunnel().call_service(store).await,
             Bound::TunnelV1(t) => t.pincer_plugin_tunnel().call_service(store).await,
+            Bound::TunnelV2(t) => t.pincer_plugin_tunnel().call_service(store).await,
             _ => Err(not_a("tunnel")),
         })
         .await
@@ -850,6 +943,12 @@ impl PluginHost {
         self.call_traced(plugin, "tunnel.forward", async |store, bound| match bound {
             Bound::Tunnel(t) => t.pincer_plugin_tunnel().call_forward(store, request).await,
             Bound::TunnelV1(t) => Ok(t
+                .pincer_plugin_tunnel()
+                .call_forward(store, &request.into())
+                .await?
+                .map(Into::into)
+                .map_err(Into::into)),
+            Bound::TunnelV2(t) => Ok(t
                 .pincer_plugin_tunnel()
                 .call_forward(store, &request.into())
                 .await?
@@ -908,6 +1007,10 @@ async fn instantiate(pre: &Pre, store: &mut Store<PluginState>) -> wasmtime::Res
         Pre::SkillV1(p) => Bound::SkillV1(p.instantiate_async(store).await?),
         Pre::ObserverV1(p) => Bound::ObserverV1(p.instantiate_async(store).await?),
         Pre::TunnelV1(p) => Bound::TunnelV1(p.instantiate_async(store).await?),
+        Pre::ChannelV2(p) => Bound::ChannelV2(p.instantiate_async(store).await?),
+        Pre::SkillV2(p) => Bound::SkillV2(p.instantiate_async(store).await?),
+        Pre::ObserverV2(p) => Bound::ObserverV2(p.instantiate_async(store).await?),
+        Pre::TunnelV2(p) => Bound::TunnelV2(p.instantiate_async(store).await?),
     })
 }
 

@@ -101,6 +101,12 @@ impl Request {
         self.secret(secret, SecretPlace::JsonField(pointer.into()))
     }
 
+    /// The host sets the URL's query parameter `name` to the secret (e.g. an
+    /// API's `appid`); set or replaced.
+    pub fn secret_query(self, secret: &str, name: &str) -> Self {
+        self.secret(secret, SecretPlace::QueryParam(name.into()))
+    }
+
     /// The host sets the form body's field `name` to the secret.
     pub fn secret_form_field(self, secret: &str, name: &str) -> Self {
         self.secret(secret, SecretPlace::FormField(name.into()))

@@ -206,12 +206,21 @@ impl HttpEgress {
     }
 }
 
-/// `url` without its `user:password@`, for logs and audit records.
+/// `url` without its `user:password@` and with its query cut to `?…`, for
+/// logs and audit records: queries often carry keys (a secret placed as a
+/// query parameter is one).
 pub fn shown(url: &Url) -> String {
     let mut url = url.clone();
     let _ = url.set_username("");
     let _ = url.set_password(None);
-    url.to_string()
+    let had_query = url.query().is_some();
+    url.set_query(None);
+    url.set_fragment(None);
+    let mut out = url.to_string();
+    if had_query {
+        out.push_str("?…");
+    }
+    out
 }
 
 /// Why `ip` is not a public address, if it is not.
@@ -412,8 +421,10 @@ mod tests {
     }
 
     #[test]
-    fn userinfo_is_never_shown() {
-        let url = Url::parse("https://admin:hunter2@example.com:8443/x?q=1").unwrap();
-        assert_eq!(shown(&url), "https://example.com:8443/x?q=1");
+    fn userinfo_and_query_are_never_shown() {
+        let url = Url::parse("https://admin:hunter2@example.com:8443/x?appid=k3y#frag").unwrap();
+        assert_eq!(shown(&url), "https://example.com:8443/x?…");
+        let url = Url::parse("https://example.com/plain").unwrap();
+        assert_eq!(shown(&url), "https://example.com/plain");
     }
 }

@@ -55,6 +55,8 @@ pub enum Place {
     JsonField(String),
     /// A field of a form-urlencoded body.
     FormField(String),
+    /// A query parameter of the URL.
+    QueryParam(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,17 +248,19 @@ impl Secrets {
         values
     }
 
-    /// Puts each secret of `uses` into `headers` or `body`. Returns the
-    /// names of the headers now carrying a secret.
+    /// Puts each secret of `uses` into the request's `url`, `headers` or
+    /// `body`.
     pub fn apply(
         &self,
         uses: &[Use],
+        url: &mut String,
         headers: &mut Vec<(String, String)>,
         body: &mut Vec<u8>,
     ) -> Result<(), SecretError> {
         for one in uses {
             let value = self.value(&one.secret)?;
             match &one.place {
+                Place::QueryParam(name) => set_query_param(url, name, &value)?,
                 Place::Header { name, prefix } => {
                     headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
                     headers.push((name.clone(), format!("{prefix}{value}")));
@@ -341,6 +345,14 @@ impl Secrets {
                 }
             }
         }
+    }
+
+    /// `text` with every secret value replaced by [`SCRUBBED`] (error
+    /// messages may quote a URL that carries one).
+    pub fn scrub_text(&self, text: &str) -> String {
+        self.all_values()
+            .iter()
+            .fold(text.to_string(), |t, v| t.replace(v.as_str(), SCRUBBED))
     }
 
     /// Digest of `parts` (HMAC keyed with `key`) compared with `expected` in
@@ -471,6 +483,23 @@ fn set_json_member(body: &mut Vec<u8>, pointer: &str, value: String) -> Result<(
     Ok(())
 }
 
+fn set_query_param(url: &mut String, name: &str, value: &str) -> Result<(), SecretError> {
+    let mut parsed = url::Url::parse(url)
+        .map_err(|e| SecretError::Invalid(format!("cannot put a secret into a bad URL: {e}")))?;
+    let kept: Vec<(String, String)> = parsed
+        .query_pairs()
+        .into_owned()
+        .filter(|(k, _)| k != name)
+        .collect();
+    parsed
+        .query_pairs_mut()
+        .clear()
+        .extend_pairs(kept)
+        .append_pair(name, value);
+    *url = parsed.into();
+    Ok(())
+}
+
 fn set_form_field(body: &mut Vec<u8>, field: &str, value: &str) {
     let mut pairs: Vec<(String, String)> = url::form_urlencoded::parse(body)
         .into_owned()
@@ -516,6 +545,7 @@ mod tests {
     #[test]
     fn secrets_go_only_where_the_request_names_them() {
         let s = secrets();
+        let mut url = "https://slack.com/api/chat.postMessage".to_string();
         let mut headers = vec![("Authorization".to_string(), "Bearer guess".to_string())];
         let mut body = br#"{"text":"bot_token {{bot_token}}"}"#.to_vec();
         s.apply(
@@ -526,6 +556,7 @@ mod tests {
                     prefix: "Bearer ".into(),
                 },
             }],
+            &mut url,
             &mut headers,
             &mut body,
         )
@@ -544,6 +575,7 @@ mod tests {
                 secret: "bot_token".into(),
                 place: Place::JsonField("/auth/app_secret".into()),
             }],
+            &mut url,
             &mut headers,
             &mut body,
         )
@@ -554,6 +586,7 @@ mod tests {
                 secret: "bot_token".into(),
                 place: Place::JsonField("/auth/app_secret".into()),
             }],
+            &mut url,
             &mut headers,
             &mut body,
         )
@@ -567,11 +600,45 @@ mod tests {
                 secret: "bot_token".into(),
                 place: Place::FormField("token".into()),
             }],
+            &mut url,
             &mut headers,
             &mut form,
         )
         .unwrap();
         assert_eq!(form, b"channel=C1&token=xoxb-123-secret-value".to_vec());
+        assert_eq!(url, "https://slack.com/api/chat.postMessage", "untouched");
+    }
+
+    #[test]
+    fn a_query_param_is_set_or_replaced_and_scrubbed_from_text() {
+        let s = secrets();
+        let place = |name: &str| Use {
+            secret: "bot_token".into(),
+            place: Place::QueryParam(name.into()),
+        };
+        let (mut h, mut b) = (Vec::new(), Vec::new());
+        let mut url =
+            "http://127.0.0.1:9/data/2.5/weather?q=S%C3%A3o+Paulo&appid=guess&units=metric"
+                .to_string();
+        s.apply(&[place("appid")], &mut url, &mut h, &mut b)
+            .unwrap();
+        assert_eq!(
+            url,
+            "http://127.0.0.1:9/data/2.5/weather?q=S%C3%A3o+Paulo&units=metric&appid=xoxb-123-secret-value"
+        );
+        let mut bare = "http://127.0.0.1:9/x".to_string();
+        s.apply(&[place("key")], &mut bare, &mut h, &mut b).unwrap();
+        assert_eq!(bare, "http://127.0.0.1:9/x?key=xoxb-123-secret-value");
+        let mut bad = "not a url".to_string();
+        assert!(matches!(
+            s.apply(&[place("key")], &mut bad, &mut h, &mut b),
+            Err(SecretError::Invalid(_))
+        ));
+        assert_eq!(bad, "not a url");
+        assert_eq!(
+            s.scrub_text(&format!("error sending request for url ({url})")),
+            "error sending request for url (http://127.0.0.1:9/data/2.5/weather?q=S%C3%A3o+Paulo&units=metric&appid=[secret])"
+        );
     }
 
     #[test]
@@ -581,13 +648,13 @@ mod tests {
             secret: name.into(),
             place: Place::FormField("t".into()),
         };
-        let (mut h, mut b) = (Vec::new(), Vec::new());
+        let (mut u, mut h, mut b) = (String::new(), Vec::new(), Vec::new());
         assert_eq!(
-            s.apply(&[use_of("unset")], &mut h, &mut b),
+            s.apply(&[use_of("unset")], &mut u, &mut h, &mut b),
             Err(SecretError::Unknown("unset".into()))
         );
         assert_eq!(
-            s.apply(&[use_of("api_base")], &mut h, &mut b),
+            s.apply(&[use_of("api_base")], &mut u, &mut h, &mut b),
             Err(SecretError::Denied("api_base".into()))
         );
     }

@@ -214,7 +214,7 @@ pub struct Package<'a> {
     pub name: &'a str,
     pub version: &'a str,
     pub description: &'a str,
-    /// The world it exports, e.g. `pincer:plugin/skill-plugin@0.2.0`.
+    /// The world it exports, e.g. `pincer:plugin/skill-plugin@0.3.0`.
     pub world: &'a str,
     pub wasm: &'a [u8],
 }

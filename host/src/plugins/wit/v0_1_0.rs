@@ -5,11 +5,11 @@
 //!
 //! One behaviour differs on purpose: `config` returns secret keys to 0.1.0
 //! plugins, which have no other way to use them. Plugins that hold secrets
-//! should move to 0.2.0, which uses them by name.
+//! should move to 0.2.0 or later, which use them by name.
 
 use wasmtime::component::{HasSelf, Linker};
 
-use super::v0_2_0 as new;
+use super::latest as new;
 use crate::plugins::state::PluginState;
 
 pub const VERSION: &str = "0.1.0";

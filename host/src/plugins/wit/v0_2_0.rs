@@ -1,14 +1,11 @@
 //! Bindings and host imports for the frozen WIT release `pincer:plugin@0.2.0`
-//! (`wit/v0.2.0/`), the newest: its types are the host's own API types, and
-//! older releases' imports delegate to the implementations here.
-
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+//! (`wit/v0.2.0/`). 0.3.0 only added a secret placement (`query-param`), so
+//! every import delegates to the newest release's implementation and every
+//! type converts one to one.
 
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::plugins::capabilities::http::{self as egress, HttpError as EgressError};
-use crate::plugins::capabilities::kv::KvError as StoreKvError;
-use crate::plugins::capabilities::secrets::{self as store, SecretError as StoreSecretError};
+use super::latest as new;
 use crate::plugins::state::PluginState;
 
 pub const VERSION: &str = "0.2.0";
@@ -52,25 +49,16 @@ mod tunnel_world {
     });
 }
 
-pub(super) use channel_world::pincer::plugin::{clock, config, http, kv, logging, secrets, types};
+use channel_world::exports::pincer::plugin::channel as ch;
+use channel_world::pincer::plugin::{clock, config, http, kv, logging, secrets, types};
+use tunnel_world::exports::pincer::plugin::tunnel as tn;
 
-pub use channel_world::exports::pincer::plugin::channel::{
-    ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome,
-    Keepalive, ReconnectPolicy, RetryAfter, StatusUpdate, TurnState, WebhookOutcome,
-    WebhookRequest,
-};
 pub use channel_world::{ChannelPlugin, ChannelPluginPre};
 pub use observer_world::{ObserverPlugin, ObserverPluginPre};
 pub use skill_world::{SkillPlugin, SkillPluginPre};
-pub use tunnel_world::exports::pincer::plugin::tunnel::TunnelError;
 pub use tunnel_world::{TunnelPlugin, TunnelPluginPre};
-pub use types::{
-    Capture, Event, EventBody, Header, HttpRequest, HttpResponse, LlmUsage, Message, Outbound,
-    SecretHeader, SecretPlace, SecretUse, ToolCall, ToolError, ToolOutput, ToolSpec,
-};
 
-/// Adds this release's host imports to `linker`. Every world of the release
-/// imports a subset of the channel world's imports, so one call serves all.
+/// Adds this release's host imports to `linker`.
 pub fn add_to_linker(linker: &mut Linker<PluginState>) -> wasmtime::Result<()> {
     ChannelPlugin::add_to_linker::<_, HasSelf<_>>(linker, |state| state)
 }
@@ -79,46 +67,46 @@ impl types::Host for PluginState {}
 
 impl logging::Host for PluginState {
     async fn log(&mut self, level: logging::Level, message: String) -> wasmtime::Result<()> {
-        let plugin = self.grants.plugin.as_str();
-        let message = truncate(&message, 4096);
-        match level {
-            logging::Level::Trace => tracing::trace!(plugin, "{message}"),
-            logging::Level::Debug => tracing::debug!(plugin, "{message}"),
-            logging::Level::Info => tracing::info!(plugin, "{message}"),
-            logging::Level::Warn => tracing::warn!(plugin, "{message}"),
-            logging::Level::Error => tracing::error!(plugin, "{message}"),
-        }
-        Ok(())
+        use new::logging::{Host, Level};
+        let level = match level {
+            logging::Level::Trace => Level::Trace,
+            logging::Level::Debug => Level::Debug,
+            logging::Level::Info => Level::Info,
+            logging::Level::Warn => Level::Warn,
+            logging::Level::Error => Level::Error,
+        };
+        Host::log(self, level, message).await
     }
 }
 
 impl config::Host for PluginState {
     async fn get_json(&mut self) -> wasmtime::Result<String> {
-        let out = self.grants.public_config.to_string();
-        self.traced("config.get-json", &out);
-        Ok(out)
+        new::config::Host::get_json(self).await
     }
 
     async fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        let out = config_value(&self.grants.public_config, &key);
-        self.traced("config.get", &(&key, &out));
-        Ok(out)
+        new::config::Host::get(self, key).await
     }
 }
 
-/// One top-level key of a plugin's config, as the `config` interface shows it.
-pub(super) fn config_value(config: &serde_json::Value, key: &str) -> Option<String> {
-    config.get(key).map(|value| match value {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    })
+impl clock::Host for PluginState {
+    async fn now_ms(&mut self) -> wasmtime::Result<u64> {
+        new::clock::Host::now_ms(self).await
+    }
+}
+
+fn secret_error(e: new::secrets::SecretError) -> secrets::SecretError {
+    use new::secrets::SecretError as E;
+    match e {
+        E::Unknown(m) => secrets::SecretError::Unknown(m),
+        E::Denied(m) => secrets::SecretError::Denied(m),
+        E::Invalid(m) => secrets::SecretError::Invalid(m),
+    }
 }
 
 impl secrets::Host for PluginState {
     async fn is_set(&mut self, secret: String) -> wasmtime::Result<bool> {
-        let out = self.grants.secrets.is_set(&secret);
-        self.traced("secrets.is-set", &(&secret, out));
-        Ok(out)
+        new::secrets::Host::is_set(self, secret).await
     }
 
     async fn verify(
@@ -129,23 +117,21 @@ impl secrets::Host for PluginState {
         expected: Vec<u8>,
     ) -> wasmtime::Result<Result<bool, secrets::SecretError>> {
         let digest = match digest {
-            secrets::Digest::HmacSha256 => store::Digest::HmacSha256,
-            secrets::Digest::Sha256 => store::Digest::Sha256,
+            secrets::Digest::HmacSha256 => new::secrets::Digest::HmacSha256,
+            secrets::Digest::Sha256 => new::secrets::Digest::Sha256,
         };
-        let parts: Vec<store::Part> = parts
+        let parts = parts
             .into_iter()
             .map(|p| match p {
-                secrets::Part::Bytes(b) => store::Part::Bytes(b),
-                secrets::Part::Secret(name) => store::Part::Secret(name),
+                secrets::Part::Bytes(b) => new::secrets::Part::Bytes(b),
+                secrets::Part::Secret(s) => new::secrets::Part::Secret(s),
             })
             .collect();
-        let out = self
-            .grants
-            .secrets
-            .verify(digest, key.as_deref(), &parts, &expected)
-            .map_err(|e| self.secret_error(e));
-        self.traced("secrets.verify", &out);
-        Ok(out)
+        Ok(
+            new::secrets::Host::verify(self, digest, key, parts, expected)
+                .await?
+                .map_err(secret_error),
+        )
     }
 
     async fn decrypt(
@@ -155,36 +141,21 @@ impl secrets::Host for PluginState {
         data: Vec<u8>,
     ) -> wasmtime::Result<Result<Vec<u8>, secrets::SecretError>> {
         let cipher = match cipher {
-            secrets::Cipher::Aes256CbcSha256Key => store::Cipher::Aes256CbcSha256Key,
+            secrets::Cipher::Aes256CbcSha256Key => new::secrets::Cipher::Aes256CbcSha256Key,
         };
-        let out = self
-            .grants
-            .secrets
-            .decrypt(cipher, &key, &data)
-            .map_err(|e| self.secret_error(e));
-        self.traced("secrets.decrypt", &out);
-        Ok(out)
+        Ok(new::secrets::Host::decrypt(self, cipher, key, data)
+            .await?
+            .map_err(secret_error))
     }
 }
 
-impl PluginState {
-    fn secret_error(&self, e: StoreSecretError) -> secrets::SecretError {
-        match e {
-            StoreSecretError::Unknown(name) => secrets::SecretError::Unknown(name),
-            StoreSecretError::Denied(name) => {
-                self.report_denial("secret", &format!("`{name}`: not a secret of this plugin"));
-                secrets::SecretError::Denied(name)
-            }
-            StoreSecretError::Invalid(m) => secrets::SecretError::Invalid(m),
-        }
-    }
-}
-
-impl clock::Host for PluginState {
-    async fn now_ms(&mut self) -> wasmtime::Result<u64> {
-        Ok(SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64))
+fn kv_error(e: new::kv::KvError) -> kv::KvError {
+    use new::kv::KvError as E;
+    match e {
+        E::Denied => kv::KvError::Denied,
+        E::QuotaExceeded(m) => kv::KvError::QuotaExceeded(m),
+        E::InvalidKey(m) => kv::KvError::InvalidKey(m),
+        E::Storage(m) => kv::KvError::Storage(m),
     }
 }
 
@@ -193,18 +164,15 @@ impl kv::Host for PluginState {
         &mut self,
         key: String,
     ) -> wasmtime::Result<Result<Option<kv::Entry>, kv::KvError>> {
-        let out = self.kv().and_then(|ns| {
-            ns.get(&key)
-                .map(|e| {
-                    e.map(|e| kv::Entry {
-                        value: e.value,
-                        version: e.version,
-                    })
+        Ok(new::kv::Host::get(self, key)
+            .await?
+            .map_err(kv_error)
+            .map(|e| {
+                e.map(|e| kv::Entry {
+                    value: e.value,
+                    version: e.version,
                 })
-                .map_err(kv_error)
-        });
-        self.traced("kv.get", &out);
-        Ok(out)
+            }))
     }
 
     async fn set(
@@ -213,9 +181,9 @@ impl kv::Host for PluginState {
         value: Vec<u8>,
         ttl_ms: Option<u64>,
     ) -> wasmtime::Result<Result<u64, kv::KvError>> {
-        Ok(self
-            .kv()
-            .and_then(|ns| ns.set(&key, &value, ttl_ms).map_err(kv_error)))
+        Ok(new::kv::Host::set(self, key, value, ttl_ms)
+            .await?
+            .map_err(kv_error))
     }
 
     async fn compare_and_set(
@@ -225,14 +193,15 @@ impl kv::Host for PluginState {
         value: Vec<u8>,
         ttl_ms: Option<u64>,
     ) -> wasmtime::Result<Result<Option<u64>, kv::KvError>> {
-        Ok(self.kv().and_then(|ns| {
-            ns.compare_and_set(&key, expected, &value, ttl_ms)
-                .map_err(kv_error)
-        }))
+        Ok(
+            new::kv::Host::compare_and_set(self, key, expected, value, ttl_ms)
+                .await?
+                .map_err(kv_error),
+        )
     }
 
     async fn delete(&mut self, key: String) -> wasmtime::Result<Result<bool, kv::KvError>> {
-        Ok(self.kv().and_then(|ns| ns.delete(&key).map_err(kv_error)))
+        Ok(new::kv::Host::delete(self, key).await?.map_err(kv_error))
     }
 
     async fn list_keys(
@@ -240,26 +209,9 @@ impl kv::Host for PluginState {
         prefix: String,
         limit: u32,
     ) -> wasmtime::Result<Result<Vec<String>, kv::KvError>> {
-        Ok(self
-            .kv()
-            .and_then(|ns| ns.list_keys(&prefix, limit).map_err(kv_error)))
-    }
-}
-
-impl PluginState {
-    fn kv(&self) -> Result<&crate::plugins::capabilities::kv::KvNamespace, kv::KvError> {
-        self.grants.kv.as_ref().ok_or_else(|| {
-            self.report_denial("kv", "is not in this plugin's manifest capabilities");
-            kv::KvError::Denied
-        })
-    }
-}
-
-fn kv_error(e: StoreKvError) -> kv::KvError {
-    match e {
-        StoreKvError::QuotaExceeded(m) => kv::KvError::QuotaExceeded(m),
-        StoreKvError::InvalidKey(m) => kv::KvError::InvalidKey(m),
-        StoreKvError::Storage(m) => kv::KvError::Storage(m),
+        Ok(new::kv::Host::list_keys(self, prefix, limit)
+            .await?
+            .map_err(kv_error))
     }
 }
 
@@ -268,110 +220,380 @@ impl http::Host for PluginState {
         &mut self,
         request: types::HttpRequest,
     ) -> wasmtime::Result<Result<types::HttpResponse, types::HttpError>> {
-        // Not `&self` across the await: the store's state is not `Sync`.
-        let out = fetch_with_secrets(self.grants.clone(), request).await;
-        self.traced("http.fetch", &out);
-        Ok(out)
+        Ok(new::http::Host::fetch(self, request.into())
+            .await?
+            .map(Into::into)
+            .map_err(|e| {
+                use new::types::HttpError as E;
+                match e {
+                    E::Denied(m) => types::HttpError::Denied(m),
+                    E::InvalidRequest(m) => types::HttpError::InvalidRequest(m),
+                    E::Transport(m) => types::HttpError::Transport(m),
+                    E::Timeout => types::HttpError::Timeout,
+                    E::TooLarge => types::HttpError::TooLarge,
+                }
+            }))
     }
 }
 
-async fn fetch_with_secrets(
-    grants: std::sync::Arc<crate::plugins::state::Grants>,
-    request: types::HttpRequest,
-) -> Result<types::HttpResponse, types::HttpError> {
-    let denied = |what: &str| (grants.on_denied)(what);
-    let Some(egress) = grants.http.clone() else {
-        let what = "this plugin's manifest requests no http capability".to_string();
-        let url = url::Url::parse(&request.url)
-            .map(|u| egress::shown(&u))
-            .unwrap_or_else(|_| "an unparsable URL".to_string());
-        denied(&format!("http {url}: {what}"));
-        return Err(types::HttpError::Denied(what));
-    };
-    let secrets = &grants.secrets;
-    let mut headers: Vec<(String, String)> = request
-        .headers
-        .into_iter()
-        .map(|h| (h.name, h.value))
-        .collect();
-    let mut body = request.body;
-    let uses: Vec<store::Use> = request.secrets.into_iter().map(secret_use).collect();
-    secrets
-        .apply(&uses, &mut headers, &mut body)
-        .map_err(|e| types::HttpError::InvalidRequest(secret_refusal(&denied, e)))?;
-    let request_out = egress::Request {
-        method: request.method,
-        url: request.url,
-        headers,
-        body,
-        timeout: request
-            .timeout_ms
-            .map(|ms| Duration::from_millis(ms.into())),
-        same_origin_only: !uses.is_empty(),
-    };
-    let mut response = egress.fetch(request_out).await.map_err(http_error)?;
-    if let Some(capture) = request.capture {
-        let capture = store::Capture {
-            pointer: capture.pointer,
-            secret: capture.secret,
-            expires_in_pointer: capture.expires_in_pointer,
-        };
-        if (200..300).contains(&response.status) {
-            secrets
-                .capture(&capture, &mut response.body)
-                .map_err(|e| types::HttpError::Transport(secret_refusal(&denied, e)))?;
+// Requests, both as the plugin sends them (http.fetch) and as a tunnel
+// receives them (forward).
+
+impl From<types::HttpRequest> for new::HttpRequest {
+    fn from(r: types::HttpRequest) -> Self {
+        Self {
+            method: r.method,
+            url: r.url,
+            headers: r.headers.into_iter().map(Into::into).collect(),
+            body: r.body,
+            timeout_ms: r.timeout_ms,
+            secrets: r.secrets.into_iter().map(Into::into).collect(),
+            capture: r.capture.map(|c| new::Capture {
+                pointer: c.pointer,
+                secret: c.secret,
+                expires_in_pointer: c.expires_in_pointer,
+            }),
         }
     }
-    secrets.scrub(&mut response.headers, &mut response.body);
-    Ok(types::HttpResponse {
-        status: response.status,
-        headers: response
-            .headers
-            .into_iter()
-            .map(|(name, value)| types::Header { name, value })
-            .collect(),
-        body: response.body,
-    })
 }
 
-fn secret_refusal(denied: &dyn Fn(&str), e: StoreSecretError) -> String {
-    if let StoreSecretError::Denied(name) = &e {
-        denied(&format!("secret `{name}`: not a secret of this plugin"));
-    }
-    e.to_string()
-}
-
-fn secret_use(u: types::SecretUse) -> store::Use {
-    store::Use {
-        secret: u.secret,
-        place: match u.place {
-            types::SecretPlace::Header(h) => store::Place::Header {
-                name: h.name,
-                prefix: h.prefix,
+impl From<types::SecretUse> for new::SecretUse {
+    fn from(u: types::SecretUse) -> Self {
+        Self {
+            secret: u.secret,
+            place: match u.place {
+                types::SecretPlace::Header(h) => new::SecretPlace::Header(new::SecretHeader {
+                    name: h.name,
+                    prefix: h.prefix,
+                }),
+                types::SecretPlace::JsonField(p) => new::SecretPlace::JsonField(p),
+                types::SecretPlace::FormField(f) => new::SecretPlace::FormField(f),
             },
-            types::SecretPlace::JsonField(p) => store::Place::JsonField(p),
-            types::SecretPlace::FormField(f) => store::Place::FormField(f),
-        },
+        }
     }
 }
 
-fn http_error(e: EgressError) -> types::HttpError {
-    match e {
-        EgressError::Denied(m) => types::HttpError::Denied(m),
-        EgressError::InvalidRequest(m) => types::HttpError::InvalidRequest(m),
-        EgressError::Transport(m) => types::HttpError::Transport(m),
-        EgressError::Timeout => types::HttpError::Timeout,
-        EgressError::TooLarge => types::HttpError::TooLarge,
+/// A tunnel receives the request a client sent, which never names secrets;
+/// a `query-param` use (0.3.0 only) cannot be expressed and is dropped.
+impl From<&new::HttpRequest> for types::HttpRequest {
+    fn from(r: &new::HttpRequest) -> Self {
+        Self {
+            method: r.method.clone(),
+            url: r.url.clone(),
+            headers: r.headers.iter().cloned().map(Into::into).collect(),
+            body: r.body.clone(),
+            timeout_ms: r.timeout_ms,
+            secrets: r
+                .secrets
+                .iter()
+                .filter_map(|u| {
+                    let place = match &u.place {
+                        new::SecretPlace::Header(h) => {
+                            types::SecretPlace::Header(types::SecretHeader {
+                                name: h.name.clone(),
+                                prefix: h.prefix.clone(),
+                            })
+                        }
+                        new::SecretPlace::JsonField(p) => types::SecretPlace::JsonField(p.clone()),
+                        new::SecretPlace::FormField(f) => types::SecretPlace::FormField(f.clone()),
+                        new::SecretPlace::QueryParam(_) => return None,
+                    };
+                    Some(types::SecretUse {
+                        secret: u.secret.clone(),
+                        place,
+                    })
+                })
+                .collect(),
+            capture: r.capture.as_ref().map(|c| types::Capture {
+                pointer: c.pointer.clone(),
+                secret: c.secret.clone(),
+                expires_in_pointer: c.expires_in_pointer.clone(),
+            }),
+        }
     }
 }
 
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
+impl From<types::Header> for new::Header {
+    fn from(h: types::Header) -> Self {
+        Self {
+            name: h.name,
+            value: h.value,
+        }
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
+}
+
+impl From<new::Header> for types::Header {
+    fn from(h: new::Header) -> Self {
+        Self {
+            name: h.name,
+            value: h.value,
+        }
     }
-    &s[..end]
+}
+
+impl From<new::HttpResponse> for types::HttpResponse {
+    fn from(r: new::HttpResponse) -> Self {
+        Self {
+            status: r.status,
+            headers: r.headers.into_iter().map(Into::into).collect(),
+            body: r.body,
+        }
+    }
+}
+
+impl From<types::HttpResponse> for new::HttpResponse {
+    fn from(r: types::HttpResponse) -> Self {
+        Self {
+            status: r.status,
+            headers: r.headers.into_iter().map(Into::into).collect(),
+            body: r.body,
+        }
+    }
+}
+
+// Exported types: the host calls with the newest release's values; these
+// turn them into this release's and the results back.
+
+impl From<types::Message> for new::Message {
+    fn from(m: types::Message) -> Self {
+        Self {
+            id: m.id,
+            conversation: m.conversation,
+            thread: m.thread,
+            sender: m.sender,
+            sender_name: m.sender_name,
+            text: m.text,
+            timestamp_ms: m.timestamp_ms,
+        }
+    }
+}
+
+impl From<&new::Message> for types::Message {
+    fn from(m: &new::Message) -> Self {
+        Self {
+            id: m.id.clone(),
+            conversation: m.conversation.clone(),
+            thread: m.thread.clone(),
+            sender: m.sender.clone(),
+            sender_name: m.sender_name.clone(),
+            text: m.text.clone(),
+            timestamp_ms: m.timestamp_ms,
+        }
+    }
+}
+
+impl From<&new::Outbound> for types::Outbound {
+    fn from(o: &new::Outbound) -> Self {
+        Self {
+            conversation: o.conversation.clone(),
+            thread: o.thread.clone(),
+            text: o.text.clone(),
+            reply_to: o.reply_to.clone(),
+        }
+    }
+}
+
+impl From<&new::WebhookRequest> for ch::WebhookRequest {
+    fn from(r: &new::WebhookRequest) -> Self {
+        Self {
+            method: r.method.clone(),
+            path: r.path.clone(),
+            query: r.query.clone(),
+            headers: r.headers.iter().cloned().map(Into::into).collect(),
+            body: r.body.clone(),
+        }
+    }
+}
+
+impl From<ch::WebhookOutcome> for new::WebhookOutcome {
+    fn from(o: ch::WebhookOutcome) -> Self {
+        Self {
+            response: o.response.into(),
+            messages: o.messages.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+impl From<ch::Keepalive> for new::Keepalive {
+    fn from(k: ch::Keepalive) -> Self {
+        Self {
+            frame: k.frame.into(),
+            interval_ms: k.interval_ms,
+        }
+    }
+}
+
+impl From<ch::ReconnectPolicy> for new::ReconnectPolicy {
+    fn from(p: ch::ReconnectPolicy) -> Self {
+        Self {
+            min_delay_ms: p.min_delay_ms,
+            max_delay_ms: p.max_delay_ms,
+            jitter_ms: p.jitter_ms,
+            max_attempts: p.max_attempts,
+        }
+    }
+}
+
+impl From<ch::ConnectionRequest> for new::ConnectionRequest {
+    fn from(c: ch::ConnectionRequest) -> Self {
+        Self {
+            url: c.url,
+            headers: c.headers.into_iter().map(Into::into).collect(),
+            idle_timeout_ms: c.idle_timeout_ms,
+            keepalive: c.keepalive.map(Into::into),
+            reconnect: c.reconnect.map(Into::into),
+        }
+    }
+}
+
+impl From<&new::Frame> for ch::Frame {
+    fn from(f: &new::Frame) -> Self {
+        match f {
+            new::Frame::Text(t) => Self::Text(t.clone()),
+            new::Frame::Binary(b) => Self::Binary(b.clone()),
+        }
+    }
+}
+
+impl From<ch::Frame> for new::Frame {
+    fn from(f: ch::Frame) -> Self {
+        match f {
+            ch::Frame::Text(t) => Self::Text(t),
+            ch::Frame::Binary(b) => Self::Binary(b),
+        }
+    }
+}
+
+impl From<ch::FrameOutcome> for new::FrameOutcome {
+    fn from(o: ch::FrameOutcome) -> Self {
+        Self {
+            replies: o.replies.into_iter().map(Into::into).collect(),
+            messages: o.messages.into_iter().map(Into::into).collect(),
+            reconnect: o.reconnect,
+            keepalive: o.keepalive.map(Into::into),
+            reconnect_policy: o.reconnect_policy.map(Into::into),
+        }
+    }
+}
+
+impl From<ch::Delivery> for new::Delivery {
+    fn from(d: ch::Delivery) -> Self {
+        Self { id: d.id }
+    }
+}
+
+impl From<ch::ChannelInfo> for new::ChannelInfo {
+    fn from(i: ch::ChannelInfo) -> Self {
+        Self {
+            max_text_bytes: i.max_text_bytes,
+        }
+    }
+}
+
+impl From<&new::StatusUpdate> for ch::StatusUpdate {
+    fn from(u: &new::StatusUpdate) -> Self {
+        Self {
+            conversation: u.conversation.clone(),
+            thread: u.thread.clone(),
+            message_id: u.message_id.clone(),
+            state: match u.state {
+                new::TurnState::Working => ch::TurnState::Working,
+                new::TurnState::Done => ch::TurnState::Done,
+                new::TurnState::Failed => ch::TurnState::Failed,
+            },
+            handle: u.handle.clone(),
+        }
+    }
+}
+
+impl From<ch::CheckItem> for new::CheckItem {
+    fn from(c: ch::CheckItem) -> Self {
+        Self {
+            name: c.name,
+            ok: c.ok,
+            detail: c.detail,
+        }
+    }
+}
+
+impl From<ch::ChannelError> for new::ChannelError {
+    fn from(e: ch::ChannelError) -> Self {
+        match e {
+            ch::ChannelError::Unauthorized(m) => Self::Unauthorized(m),
+            ch::ChannelError::BadRequest(m) => Self::BadRequest(m),
+            ch::ChannelError::Upstream(m) => Self::Upstream(m),
+            ch::ChannelError::Unsupported(m) => Self::Unsupported(m),
+            ch::ChannelError::Rejected(m) => Self::Rejected(m),
+            ch::ChannelError::RetryLater(r) => Self::RetryLater(new::RetryAfter {
+                after_ms: r.after_ms,
+                reason: r.reason,
+            }),
+        }
+    }
+}
+
+impl From<types::ToolSpec> for new::ToolSpec {
+    fn from(t: types::ToolSpec) -> Self {
+        Self {
+            name: t.name,
+            description: t.description,
+            input_schema: t.input_schema,
+        }
+    }
+}
+
+impl From<types::ToolOutput> for new::ToolOutput {
+    fn from(t: types::ToolOutput) -> Self {
+        Self { json: t.json }
+    }
+}
+
+impl From<types::ToolError> for new::ToolError {
+    fn from(e: types::ToolError) -> Self {
+        match e {
+            types::ToolError::UnknownTool(m) => Self::UnknownTool(m),
+            types::ToolError::InvalidArgs(m) => Self::InvalidArgs(m),
+            types::ToolError::Failed(m) => Self::Failed(m),
+            types::ToolError::Denied(m) => Self::Denied(m),
+        }
+    }
+}
+
+impl From<&new::Event> for types::Event {
+    fn from(e: &new::Event) -> Self {
+        use new::EventBody as B;
+        Self {
+            timestamp_ms: e.timestamp_ms,
+            workspace: e.workspace.clone(),
+            session: e.session.clone(),
+            body: match &e.body {
+                B::MessageIn(m) => types::EventBody::MessageIn(m.into()),
+                B::MessageOut(o) => types::EventBody::MessageOut(o.into()),
+                B::ToolCall(c) => types::EventBody::ToolCall(types::ToolCall {
+                    tool: c.tool.clone(),
+                    args_json: c.args_json.clone(),
+                    outcome: c.outcome.clone(),
+                    duration_ms: c.duration_ms,
+                }),
+                B::LlmUsage(u) => types::EventBody::LlmUsage(types::LlmUsage {
+                    model: u.model.clone(),
+                    input_tokens: u.input_tokens,
+                    output_tokens: u.output_tokens,
+                    cost_usd: u.cost_usd,
+                }),
+                B::PluginFault(m) => types::EventBody::PluginFault(m.clone()),
+                B::Error(m) => types::EventBody::Error(m.clone()),
+            },
+        }
+    }
+}
+
+impl From<tn::TunnelError> for new::TunnelError {
+    fn from(e: tn::TunnelError) -> Self {
+        match e {
+            tn::TunnelError::Denied(m) => Self::Denied(m),
+            tn::TunnelError::BadRequest(m) => Self::BadRequest(m),
+            tn::TunnelError::Upstream(m) => Self::Upstream(m),
+        }
+    }
 }

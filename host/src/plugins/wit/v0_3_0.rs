@@ -1,0 +1,383 @@
+//! Bindings and host imports for the frozen WIT release `pincer:plugin@0.3.0`
+//! (`wit/v0.3.0/`), the newest: its types are the host's own API types, and
+//! older releases' imports delegate to the implementations here.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use wasmtime::component::{HasSelf, Linker};
+
+use crate::plugins::capabilities::http::{self as egress, HttpError as EgressError};
+use crate::plugins::capabilities::kv::KvError as StoreKvError;
+use crate::plugins::capabilities::secrets::{self as store, SecretError as StoreSecretError};
+use crate::plugins::state::PluginState;
+
+pub const VERSION: &str = "0.3.0";
+
+mod channel_world {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.3.0",
+        world: "channel-plugin",
+        imports: { default: async | trappable },
+        exports: { default: async },
+    });
+}
+
+mod skill_world {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.3.0",
+        world: "skill-plugin",
+        imports: { default: async | trappable },
+        exports: { default: async },
+        with: { "pincer:plugin": super::channel_world::pincer::plugin },
+    });
+}
+
+mod observer_world {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.3.0",
+        world: "observer-plugin",
+        imports: { default: async | trappable },
+        exports: { default: async },
+        with: { "pincer:plugin": super::channel_world::pincer::plugin },
+    });
+}
+
+mod tunnel_world {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.3.0",
+        world: "tunnel-plugin",
+        imports: { default: async | trappable },
+        exports: { default: async },
+        with: { "pincer:plugin": super::channel_world::pincer::plugin },
+    });
+}
+
+pub(super) use channel_world::pincer::plugin::{clock, config, http, kv, logging, secrets, types};
+
+pub use channel_world::exports::pincer::plugin::channel::{
+    ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome,
+    Keepalive, ReconnectPolicy, RetryAfter, StatusUpdate, TurnState, WebhookOutcome,
+    WebhookRequest,
+};
+pub use channel_world::{ChannelPlugin, ChannelPluginPre};
+pub use observer_world::{ObserverPlugin, ObserverPluginPre};
+pub use skill_world::{SkillPlugin, SkillPluginPre};
+pub use tunnel_world::exports::pincer::plugin::tunnel::TunnelError;
+pub use tunnel_world::{TunnelPlugin, TunnelPluginPre};
+pub use types::{
+    Capture, Event, EventBody, Header, HttpRequest, HttpResponse, LlmUsage, Message, Outbound,
+    SecretHeader, SecretPlace, SecretUse, ToolCall, ToolError, ToolOutput, ToolSpec,
+};
+
+/// Adds this release's host imports to `linker`. Every world of the release
+/// imports a subset of the channel world's imports, so one call serves all.
+pub fn add_to_linker(linker: &mut Linker<PluginState>) -> wasmtime::Result<()> {
+    ChannelPlugin::add_to_linker::<_, HasSelf<_>>(linker, |state| state)
+}
+
+impl types::Host for PluginState {}
+
+impl logging::Host for PluginState {
+    async fn log(&mut self, level: logging::Level, message: String) -> wasmtime::Result<()> {
+        let plugin = self.grants.plugin.as_str();
+        let message = truncate(&message, 4096);
+        match level {
+            logging::Level::Trace => tracing::trace!(plugin, "{message}"),
+            logging::Level::Debug => tracing::debug!(plugin, "{message}"),
+            logging::Level::Info => tracing::info!(plugin, "{message}"),
+            logging::Level::Warn => tracing::warn!(plugin, "{message}"),
+            logging::Level::Error => tracing::error!(plugin, "{message}"),
+        }
+        Ok(())
+    }
+}
+
+impl config::Host for PluginState {
+    async fn get_json(&mut self) -> wasmtime::Result<String> {
+        let out = self.grants.public_config.to_string();
+        self.traced("config.get-json", &out);
+        Ok(out)
+    }
+
+    async fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+        let out = config_value(&self.grants.public_config, &key);
+        self.traced("config.get", &(&key, &out));
+        Ok(out)
+    }
+}
+
+/// One top-level key of a plugin's config, as the `config` interface shows it.
+pub(super) fn config_value(config: &serde_json::Value, key: &str) -> Option<String> {
+    config.get(key).map(|value| match value {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    })
+}
+
+impl secrets::Host for PluginState {
+    async fn is_set(&mut self, secret: String) -> wasmtime::Result<bool> {
+        let out = self.grants.secrets.is_set(&secret);
+        self.traced("secrets.is-set", &(&secret, out));
+        Ok(out)
+    }
+
+    async fn verify(
+        &mut self,
+        digest: secrets::Digest,
+        key: Option<String>,
+        parts: Vec<secrets::Part>,
+        expected: Vec<u8>,
+    ) -> wasmtime::Result<Result<bool, secrets::SecretError>> {
+        let digest = match digest {
+            secrets::Digest::HmacSha256 => store::Digest::HmacSha256,
+            secrets::Digest::Sha256 => store::Digest::Sha256,
+        };
+        let parts: Vec<store::Part> = parts
+            .into_iter()
+            .map(|p| match p {
+                secrets::Part::Bytes(b) => store::Part::Bytes(b),
+                secrets::Part::Secret(name) => store::Part::Secret(name),
+            })
+            .collect();
+        let out = self
+            .grants
+            .secrets
+            .verify(digest, key.as_deref(), &parts, &expected)
+            .map_err(|e| self.secret_error(e));
+        self.traced("secrets.verify", &out);
+        Ok(out)
+    }
+
+    async fn decrypt(
+        &mut self,
+        cipher: secrets::Cipher,
+        key: String,
+        data: Vec<u8>,
+    ) -> wasmtime::Result<Result<Vec<u8>, secrets::SecretError>> {
+        let cipher = match cipher {
+            secrets::Cipher::Aes256CbcSha256Key => store::Cipher::Aes256CbcSha256Key,
+        };
+        let out = self
+            .grants
+            .secrets
+            .decrypt(cipher, &key, &data)
+            .map_err(|e| self.secret_error(e));
+        self.traced("secrets.decrypt", &out);
+        Ok(out)
+    }
+}
+
+impl PluginState {
+    fn secret_error(&self, e: StoreSecretError) -> secrets::SecretError {
+        match e {
+            StoreSecretError::Unknown(name) => secrets::SecretError::Unknown(name),
+            StoreSecretError::Denied(name) => {
+                self.report_denial("secret", &format!("`{name}`: not a secret of this plugin"));
+                secrets::SecretError::Denied(name)
+            }
+            StoreSecretError::Invalid(m) => secrets::SecretError::Invalid(m),
+        }
+    }
+}
+
+impl clock::Host for PluginState {
+    async fn now_ms(&mut self) -> wasmtime::Result<u64> {
+        Ok(SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64))
+    }
+}
+
+impl kv::Host for PluginState {
+    async fn get(
+        &mut self,
+        key: String,
+    ) -> wasmtime::Result<Result<Option<kv::Entry>, kv::KvError>> {
+        let out = self.kv().and_then(|ns| {
+            ns.get(&key)
+                .map(|e| {
+                    e.map(|e| kv::Entry {
+                        value: e.value,
+                        version: e.version,
+                    })
+                })
+                .map_err(kv_error)
+        });
+        self.traced("kv.get", &out);
+        Ok(out)
+    }
+
+    async fn set(
+        &mut self,
+        key: String,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+    ) -> wasmtime::Result<Result<u64, kv::KvError>> {
+        Ok(self
+            .kv()
+            .and_then(|ns| ns.set(&key, &value, ttl_ms).map_err(kv_error)))
+    }
+
+    async fn compare_and_set(
+        &mut self,
+        key: String,
+        expected: Option<u64>,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+    ) -> wasmtime::Result<Result<Option<u64>, kv::KvError>> {
+        Ok(self.kv().and_then(|ns| {
+            ns.compare_and_set(&key, expected, &value, ttl_ms)
+                .map_err(kv_error)
+        }))
+    }
+
+    async fn delete(&mut self, key: String) -> wasmtime::Result<Result<bool, kv::KvError>> {
+        Ok(self.kv().and_then(|ns| ns.delete(&key).map_err(kv_error)))
+    }
+
+    async fn list_keys(
+        &mut self,
+        prefix: String,
+        limit: u32,
+    ) -> wasmtime::Result<Result<Vec<String>, kv::KvError>> {
+        Ok(self
+            .kv()
+            .and_then(|ns| ns.list_keys(&prefix, limit).map_err(kv_error)))
+    }
+}
+
+impl PluginState {
+    fn kv(&self) -> Result<&crate::plugins::capabilities::kv::KvNamespace, kv::KvError> {
+        self.grants.kv.as_ref().ok_or_else(|| {
+            self.report_denial("kv", "is not in this plugin's manifest capabilities");
+            kv::KvError::Denied
+        })
+    }
+}
+
+fn kv_error(e: StoreKvError) -> kv::KvError {
+    match e {
+        StoreKvError::QuotaExceeded(m) => kv::KvError::QuotaExceeded(m),
+        StoreKvError::InvalidKey(m) => kv::KvError::InvalidKey(m),
+        StoreKvError::Storage(m) => kv::KvError::Storage(m),
+    }
+}
+
+impl http::Host for PluginState {
+    async fn fetch(
+        &mut self,
+        request: types::HttpRequest,
+    ) -> wasmtime::Result<Result<types::HttpResponse, types::HttpError>> {
+        // Not `&self` across the await: the store's state is not `Sync`.
+        let out = fetch_with_secrets(self.grants.clone(), request).await;
+        self.traced("http.fetch", &out);
+        Ok(out)
+    }
+}
+
+async fn fetch_with_secrets(
+    grants: std::sync::Arc<crate::plugins::state::Grants>,
+    request: types::HttpRequest,
+) -> Result<types::HttpResponse, types::HttpError> {
+    let denied = |what: &str| (grants.on_denied)(what);
+    let Some(egress) = grants.http.clone() else {
+        let what = "this plugin's manifest requests no http capability".to_string();
+        let url = url::Url::parse(&request.url)
+            .map(|u| egress::shown(&u))
+            .unwrap_or_else(|_| "an unparsable URL".to_string());
+        denied(&format!("http {url}: {what}"));
+        return Err(types::HttpError::Denied(what));
+    };
+    let secrets = &grants.secrets;
+    let mut headers: Vec<(String, String)> = request
+        .headers
+        .into_iter()
+        .map(|h| (h.name, h.value))
+        .collect();
+    let mut body = request.body;
+    let mut url = request.url;
+    let uses: Vec<store::Use> = request.secrets.into_iter().map(secret_use).collect();
+    secrets
+        .apply(&uses, &mut url, &mut headers, &mut body)
+        .map_err(|e| types::HttpError::InvalidRequest(secret_refusal(&denied, e)))?;
+    let request_out = egress::Request {
+        method: request.method,
+        url,
+        headers,
+        body,
+        timeout: request
+            .timeout_ms
+            .map(|ms| Duration::from_millis(ms.into())),
+        same_origin_only: !uses.is_empty(),
+    };
+    // A secret in the query may come back quoted in an error message.
+    let mut response = egress
+        .fetch(request_out)
+        .await
+        .map_err(|e| http_error(e, &|m| secrets.scrub_text(&m)))?;
+    if let Some(capture) = request.capture {
+        let capture = store::Capture {
+            pointer: capture.pointer,
+            secret: capture.secret,
+            expires_in_pointer: capture.expires_in_pointer,
+        };
+        if (200..300).contains(&response.status) {
+            secrets
+                .capture(&capture, &mut response.body)
+                .map_err(|e| types::HttpError::Transport(secret_refusal(&denied, e)))?;
+        }
+    }
+    secrets.scrub(&mut response.headers, &mut response.body);
+    Ok(types::HttpResponse {
+        status: response.status,
+        headers: response
+            .headers
+            .into_iter()
+            .map(|(name, value)| types::Header { name, value })
+            .collect(),
+        body: response.body,
+    })
+}
+
+fn secret_refusal(denied: &dyn Fn(&str), e: StoreSecretError) -> String {
+    if let StoreSecretError::Denied(name) = &e {
+        denied(&format!("secret `{name}`: not a secret of this plugin"));
+    }
+    e.to_string()
+}
+
+fn secret_use(u: types::SecretUse) -> store::Use {
+    store::Use {
+        secret: u.secret,
+        place: match u.place {
+            types::SecretPlace::Header(h) => store::Place::Header {
+                name: h.name,
+                prefix: h.prefix,
+            },
+            types::SecretPlace::JsonField(p) => store::Place::JsonField(p),
+            types::SecretPlace::FormField(f) => store::Place::FormField(f),
+            types::SecretPlace::QueryParam(q) => store::Place::QueryParam(q),
+        },
+    }
+}
+
+fn http_error(e: EgressError, scrub: &dyn Fn(String) -> String) -> types::HttpError {
+    match e {
+        EgressError::Denied(m) => types::HttpError::Denied(scrub(m)),
+        EgressError::InvalidRequest(m) => types::HttpError::InvalidRequest(scrub(m)),
+        EgressError::Transport(m) => types::HttpError::Transport(scrub(m)),
+        EgressError::Timeout => types::HttpError::Timeout,
+        EgressError::TooLarge => types::HttpError::TooLarge,
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
