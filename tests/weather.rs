@@ -309,3 +309,76 @@ workspaces:
     );
     assert!(seen.lock().unwrap().iter().all(|q| q["appid"] == KEY));
 }
+
+/// The Rust skill and the Python one (`plugins/examples/skill-weather-py`,
+/// built here with `pincer plugin build` and componentize-py from the test
+/// venv) answer the same call the same way through `pincer skill invoke`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_and_the_python_skill_answer_the_same_call_the_same_way() {
+    let (base, seen) = fake_openweathermap().await;
+    let sandbox = Sandbox::new();
+    let componentize_py =
+        std::path::PathBuf::from(support::gateway::python()).with_file_name("componentize-py");
+    assert!(
+        componentize_py.is_file(),
+        "{} is missing",
+        componentize_py.display()
+    );
+    let package = sandbox.dir.path().join("python/skill-weather-py");
+    let project = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugins/examples/skill-weather-py");
+    let built = std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+        .args(["plugin", "build"])
+        .arg(&project)
+        .arg("--out")
+        .arg(&package)
+        .current_dir(sandbox.work())
+        .env("PINCER_HOME", sandbox.home())
+        .env("PINCER_COMPONENTIZE_PY", &componentize_py)
+        .env_remove("PINCER_CONFIG")
+        .output()
+        .expect("run pincer plugin build");
+    ok(built);
+    // The shipped manifest names only api.openweathermap.org.
+    let manifest = package.join("plugin.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap().replacen(
+        "http = [\"api.openweathermap.org\"]",
+        "http = [\"api.openweathermap.org\", \"127.0.0.1:*\"]",
+        1,
+    );
+    std::fs::write(&manifest, text).unwrap();
+    let staged_root = staged("skill-weather").parent().unwrap().to_path_buf();
+    let config = sandbox.write(
+        "pincer.yaml",
+        &format!(
+            "plugins:
+  dirs: [{}, {}]
+  config:
+    skill-weather: {{api_key: \"{KEY}\", base_url: \"{base}\", default_city: London}}
+    skill-weather-py: {{api_key: \"{KEY}\", base_url: \"{base}\", default_city: London}}
+",
+            staged_root.display(),
+            package.parent().unwrap().display()
+        ),
+    );
+    let call = |plugin: &str, args: &str| -> Value {
+        let out = ok(sandbox.pincer(&[
+            "--config",
+            config.to_str().unwrap(),
+            "skill",
+            "invoke",
+            plugin,
+            "get_weather",
+            "--args",
+            args,
+        ]));
+        serde_json::from_str(&out).unwrap()
+    };
+    for args in ["{}", r#"{"city": "Paris,FR", "units": "imperial"}"#] {
+        let rust = call("skill-weather", args);
+        let python = call("skill-weather-py", args);
+        assert_eq!(rust, python, "{args}");
+        assert!(rust["temperature"].is_number(), "{rust}");
+    }
+    assert_eq!(seen.lock().unwrap().len(), 4);
+}
