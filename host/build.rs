@@ -7,10 +7,14 @@
 //!   target dir), whose path tests find through
 //!   `env!("PINCER_TEST_MCP_SQLITE")`.
 //!
-//! Every plugin (test fixtures under `plugins/testing/` included) is staged as
+//! Every plugin (test fixtures under `plugins/testing/` and examples under
+//! `plugins/examples/` included) is staged as
 //! `<wasm target dir>/staged/<name>/{plugin.toml,plugin.wasm}`; tests find
 //! that folder through `env!("PINCER_STAGED_PLUGINS")`. Only plugins outside
-//! `testing/` are embedded in the binary.
+//! `testing/` and `examples/` are embedded in the binary.
+//!
+//! It also embeds the sources of the plugin SDK (`plugins/sdk`, its `wit/`
+//! link resolved to real files), which `pincer plugin new` writes out.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -42,7 +46,7 @@ fn main() -> Result<()> {
     for dir in crates.iter().chain(support_crates(&plugins_dir).iter()) {
         // A path that does not exist would make cargo rebuild every time
         // (support crates have no plugin.toml).
-        for watched in ["Cargo.toml", "plugin.toml", "src"] {
+        for watched in ["Cargo.toml", "plugin.toml", "build.rs", "src", "wit"] {
             let path = dir.join(watched);
             if path.exists() {
                 println!("cargo:rerun-if-changed={}", path.display());
@@ -70,7 +74,9 @@ fn main() -> Result<()> {
         std::fs::create_dir_all(&stage)?;
         std::fs::copy(dir.join("plugin.toml"), stage.join("plugin.toml"))?;
         std::fs::copy(&wasm, stage.join("plugin.wasm"))?;
-        if !dir.starts_with(plugins_dir.join("testing")) {
+        if !dir.starts_with(plugins_dir.join("testing"))
+            && !dir.starts_with(plugins_dir.join("examples"))
+        {
             writeln!(
                 embedded,
                 "    ({name:?}, include_str!({:?}), include_bytes!({:?})),",
@@ -82,7 +88,49 @@ fn main() -> Result<()> {
     embedded.push_str("];\n");
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("builtin_plugins.rs"), embedded)?;
+    embed_sdk(&plugins_dir.join("sdk"), &out)?;
     println!("cargo:rustc-env=PINCER_STAGED_PLUGINS={}", staged.display());
+    Ok(())
+}
+
+/// `SDK_FILES` (path inside the SDK crate, contents) and `SDK_WIT_VERSION`,
+/// for `pincer plugin new`. `wit/` is read through its link, so what is
+/// written out holds real WIT files of the release the SDK targets.
+fn embed_sdk(sdk: &Path, out: &Path) -> Result<()> {
+    let mut files = Vec::new();
+    for name in ["Cargo.toml", "build.rs"] {
+        files.push(name.to_string());
+    }
+    for folder in ["src", "wit"] {
+        let mut names: Vec<String> = std::fs::read_dir(sdk.join(folder))
+            .with_context(|| format!("reading {}", sdk.join(folder).display()))?
+            .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_>>()?;
+        names.sort();
+        files.extend(names.into_iter().map(|n| format!("{folder}/{n}")));
+    }
+    let worlds = std::fs::read_to_string(sdk.join("wit/worlds.wit"))
+        .context("reading plugins/sdk/wit/worlds.wit")?;
+    let version = worlds
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("package pincer:plugin@")?
+                .strip_suffix(';')
+        })
+        .context("plugins/sdk/wit/worlds.wit has no `package pincer:plugin@X.Y.Z;` line")?;
+    let mut code = format!(
+        "pub const SDK_WIT_VERSION: &str = {version:?};
+"
+    );
+    code.push_str("pub static SDK_FILES: &[(&str, &str)] = &[\n");
+    for name in &files {
+        let path = sdk.join(name).canonicalize()?;
+        println!("cargo:rerun-if-changed={}", path.display());
+        writeln!(code, "    ({name:?}, include_str!({path:?})),")?;
+    }
+    code.push_str("];\n");
+    std::fs::write(out.join("sdk_files.rs"), code)?;
     Ok(())
 }
 
@@ -176,15 +224,24 @@ fn wasm_target_dir(root: &Path) -> PathBuf {
     target.join("wasm-plugins")
 }
 
-/// Folders holding a `plugin.toml`: `plugins/*/` and `plugins/testing/*/`.
+/// Crates holding a `plugin.toml`: `plugins/*/`, `plugins/testing/*/` and
+/// `plugins/examples/*/` (a plugin there that is not a Cargo crate is
+/// built otherwise).
 fn plugin_crates(plugins_dir: &Path) -> Result<Vec<PathBuf>> {
     let mut found = Vec::new();
-    for parent in [plugins_dir.to_path_buf(), plugins_dir.join("testing")] {
+    for parent in [
+        plugins_dir.to_path_buf(),
+        plugins_dir.join("testing"),
+        plugins_dir.join("examples"),
+    ] {
+        if !parent.is_dir() {
+            continue;
+        }
         for entry in
             std::fs::read_dir(&parent).with_context(|| format!("reading {}", parent.display()))?
         {
             let path = entry?.path();
-            if path.join("plugin.toml").is_file() {
+            if path.join("plugin.toml").is_file() && path.join("Cargo.toml").is_file() {
                 found.push(path);
             }
         }

@@ -77,6 +77,55 @@ fn plugin_list_shows_built_in_plugins() {
     assert!(text.lines().next().unwrap().starts_with("NAME"), "{text}");
 }
 
+/// A fixture per served WIT release (raw wit-bindgen against the frozen
+/// folder) is listed with its release and called by the real binary; one
+/// built against a release no host serves is listed, and refused when used.
+#[test]
+fn each_served_wit_release_is_listed_and_called() {
+    let sandbox = Sandbox::new();
+    let config = with_fixtures(&sandbox, "");
+    let config = config.to_str().unwrap();
+    let out = ok(sandbox.pincer(&["--config", config, "plugin", "list", "--json"]));
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let wit_of = |name: &str| {
+        listed["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .map(|p| p["wit"].clone())
+    };
+    for (name, wit) in [
+        ("wit-v0-1-0", "0.1.0"),
+        ("wit-v0-2-0", "0.2.0"),
+        ("wit-v0-3-0", "0.3.0"),
+    ] {
+        assert_eq!(wit_of(name), Some(Value::from(wit)), "{out}");
+        let out = ok(sandbox.pincer(&[
+            "--config",
+            config,
+            "skill",
+            "invoke",
+            name,
+            "echo",
+            "--args",
+            r#"{"text": "hi"}"#,
+        ]));
+        let value: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            (value["text"].as_str(), value["wit"].as_str()),
+            (Some("hi"), Some(wit))
+        );
+    }
+    assert_eq!(wit_of("wit-future"), Some(Value::from("0.9.0")), "{out}");
+    let err =
+        fails(sandbox.pincer(&["--config", config, "skill", "invoke", "wit-future", "tools"]));
+    assert!(
+        err.contains("built against pincer:plugin@0.9.0, but this host serves 0.1.0, 0.2.0, 0.3.0"),
+        "{err}"
+    );
+}
+
 #[test]
 fn skill_invoke_round_trips_json() {
     let sandbox = Sandbox::new();
@@ -174,7 +223,7 @@ fn inspect_and_install_validate_and_pin() {
     let out = ok(sandbox.pincer(&["plugin", "inspect", calc.to_str().unwrap(), "--json"]));
     let report: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(report["kind"], "skill");
-    assert_eq!(report["world"], "pincer:plugin/skill-plugin@0.1.0");
+    assert_eq!(report["world"], "pincer:plugin/skill-plugin@0.3.0");
     assert_eq!(report["sha256"].as_str().unwrap().len(), 64);
     assert_eq!(report["tools"][0]["name"], "evaluate");
 
@@ -236,13 +285,13 @@ fn refusals_name_the_plugin_and_the_reason() {
     );
     assert!(
         err.contains(
-            "plugin.toml says kind `observer`, but the component exports pincer:plugin/skill@0.1.0"
+            "plugin.toml says kind `observer`, but the component exports pincer:plugin/skill@0.3.0"
         ),
         "{err}"
     );
     let err = case(
         "wit",
-        &|m| m.replace("wit = \"0.1.0\"", "wit = \"2.0.0\""),
+        &|m| m.replace("wit = \"0.3.0\"", "wit = \"2.0.0\""),
         &keep,
     );
     assert!(
@@ -316,8 +365,10 @@ fn a_broken_config_is_reported_by_every_command() {
     assert!(err.contains("pincer.yaml:1:1:"), "{err}");
 }
 
-/// `pincer plugin new` for every kind: each crate builds for wasm32-wasip2
-/// as generated, and the host loads it as the kind it claims.
+/// `pincer plugin new` for every kind: each crate, on the plugin SDK the
+/// binary writes out beside it, builds for wasm32-wasip2 as generated,
+/// offline and outside the checkout, and the host loads it as the kind it
+/// claims and calls it.
 #[test]
 fn scaffolded_plugins_build_and_load() {
     let sandbox = Sandbox::new();
@@ -329,6 +380,15 @@ fn scaffolded_plugins_build_and_load() {
     .join("scaffold-check");
     let plugins = sandbox.work().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
+    let checkout = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .canonicalize()
+        .unwrap();
+    assert!(
+        !plugins.canonicalize().unwrap().starts_with(&checkout),
+        "the scaffolds must live outside the checkout"
+    );
     for kind in ["skill", "channel", "observer", "tunnel"] {
         let name = format!("my-{kind}");
         let out = ok(sandbox.pincer(&[
@@ -345,8 +405,22 @@ fn scaffolded_plugins_build_and_load() {
             "{out}"
         );
         let dir = plugins.join(&name);
+        // The SDK and its WIT are real files, nothing points into the checkout.
+        for file in [
+            "pincer-plugin-sdk/Cargo.toml",
+            "pincer-plugin-sdk/src/lib.rs",
+            "pincer-plugin-sdk/wit/worlds.wit",
+        ] {
+            let meta = std::fs::symlink_metadata(dir.join(file)).unwrap();
+            assert!(meta.file_type().is_file(), "{file} is not a plain file");
+        }
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        assert!(
+            manifest.contains(r#"pincer-plugin-sdk = { path = "pincer-plugin-sdk""#),
+            "{manifest}"
+        );
         let build = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--release", "--quiet"])
+            .args(["build", "--release", "--quiet", "--offline"])
             .current_dir(&dir)
             .env("CARGO_TARGET_DIR", &target)
             .env_remove("RUSTFLAGS")
@@ -383,7 +457,10 @@ fn scaffolded_plugins_build_and_load() {
 
     let config = sandbox.write(
         "pincer.yaml",
-        &format!("plugins:\n  dirs: [{}]\n", plugins.display()),
+        &format!(
+            "plugins:\n  dirs: [{}]\n  config:\n    my-skill: {{greeting: hey}}\n",
+            plugins.display()
+        ),
     );
     let out = ok(sandbox.pincer(&[
         "--config",
@@ -395,7 +472,32 @@ fn scaffolded_plugins_build_and_load() {
         "--args",
         r#"{"text": "hi"}"#,
     ]));
-    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["text"], "hi");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap(),
+        serde_json::json!({"text": "hi", "greeting": "hey"})
+    );
+    // The tool's schema is the one derived from its argument struct.
+    let out = ok(sandbox.pincer(&[
+        "--config",
+        config.to_str().unwrap(),
+        "skill",
+        "tools",
+        "my-skill",
+        "--json",
+    ]));
+    assert!(out.contains("The text to say back."), "{out}");
+    assert!(!out.contains("$ref") && !out.contains("$defs"), "{out}");
+    let err = fails(sandbox.pincer(&[
+        "--config",
+        config.to_str().unwrap(),
+        "skill",
+        "invoke",
+        "my-skill",
+        "echo",
+        "--args",
+        r#"{"txt": "hi"}"#,
+    ]));
+    assert!(err.contains("unknown field `txt`"), "{err}");
 }
 
 #[test]

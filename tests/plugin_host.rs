@@ -305,9 +305,30 @@ async fn channel_world_handles_webhooks_frames_and_sends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signed_webhooks_are_verified() {
     use hmac::{Hmac, Mac};
+    let authorizations = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = authorizations.clone();
+    let addr = support::serve(Router::new().route(
+        "/out",
+        post(move |headers: axum::http::HeaderMap| {
+            let sink = sink.clone();
+            async move {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                sink.lock().unwrap().push(auth.to_string());
+                axum::Json(json!({"id": "d-1"}))
+            }
+        }),
+    ))
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let host = host(dir.path());
-    let channel = load(&host, "channel-webhook", json!({"secret": "s3cret"}));
+    let channel = load(
+        &host,
+        "channel-webhook",
+        json!({"secret": "s3cret", "outbound_url": format!("http://127.0.0.1:{}/out", addr.port())}),
+    );
     let body = json!({"id": "1", "conversation": "c", "sender": "u", "text": "signed"}).to_string();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -362,6 +383,23 @@ async fn signed_webhooks_are_verified() {
         matches!(unsigned, Err(ChannelError::Unauthorized(_))),
         "{unsigned:?}"
     );
+    // Replies carry the secret as a bearer token, put in by the host (the
+    // plugin, on WIT 0.3.0, never sees it).
+    let delivery = host
+        .channel_send(
+            &channel,
+            &Outbound {
+                conversation: "c".into(),
+                thread: None,
+                text: "reply".into(),
+                reply_to: None,
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(delivery.id, "d-1");
+    assert_eq!(*authorizations.lock().unwrap(), ["Bearer s3cret"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -674,14 +712,14 @@ async fn broken_plugins_are_refused_with_a_clear_message() {
                 |m| m.replace("kind = \"skill\"", "kind = \"channel\""),
                 |w| w,
             ),
-            "plugin skill-calc: plugin.toml says kind `channel`, but the component exports pincer:plugin/skill@0.1.0 (the skill-plugin world)",
+            "plugin skill-calc: plugin.toml says kind `channel`, but the component exports pincer:plugin/skill@0.3.0 (the skill-plugin world)",
         ),
         (
             "WIT major",
             doctored(
                 dir.path(),
                 "skill-calc",
-                |m| m.replace("wit = \"0.1.0\"", "wit = \"1.0.0\""),
+                |m| m.replace("wit = \"0.3.0\"", "wit = \"1.0.0\""),
                 |w| w,
             ),
             "built against pincer:plugin@1.0.0, but this host serves 0.1.0, 0.2.0, 0.3.0 (WIT major-version mismatch)",
@@ -691,7 +729,7 @@ async fn broken_plugins_are_refused_with_a_clear_message() {
             doctored(
                 dir.path(),
                 "skill-calc",
-                |m| m.replace("wit = \"0.1.0\"", "wit = \"0.4.0\""),
+                |m| m.replace("wit = \"0.3.0\"", "wit = \"0.4.0\""),
                 |w| w,
             ),
             "WIT major-version mismatch",
@@ -701,10 +739,10 @@ async fn broken_plugins_are_refused_with_a_clear_message() {
             doctored(
                 dir.path(),
                 "skill-calc",
-                |m| m.replace("wit = \"0.1.0\"", "wit = \"0.2.0\""),
+                |m| m.replace("wit = \"0.3.0\"", "wit = \"0.2.0\""),
                 |w| w,
             ),
-            "plugin.toml says wit = \"0.2.0\", but the component was built against pincer:plugin@0.1.0",
+            "plugin.toml says wit = \"0.2.0\", but the component was built against pincer:plugin@0.3.0",
         ),
         (
             "unknown manifest key",
@@ -748,6 +786,83 @@ async fn broken_plugins_are_refused_with_a_clear_message() {
             .await
             .unwrap()["result"],
         7.0
+    );
+}
+
+/// Every WIT release the host serves keeps loading after the first-party
+/// plugins moved on: a fixture built with raw wit-bindgen against each
+/// frozen folder is loaded, its tools listed and called (through that
+/// release's imports); a component built against a release no host serves
+/// is refused, naming the releases served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_served_wit_release_loads_and_an_unserved_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host(dir.path());
+    for (name, wit) in [
+        ("wit-v0-1-0", "0.1.0"),
+        ("wit-v0-2-0", "0.2.0"),
+        ("wit-v0-3-0", "0.3.0"),
+    ] {
+        let plugin = load(&host, name, json!({"greeting": "hello"}));
+        assert_eq!(plugin.manifest.plugin.wit.to_string(), wit);
+        assert!(
+            plugin
+                .imports
+                .iter()
+                .any(|i| *i == format!("pincer:plugin/kv@{wit}")),
+            "{name}: {:?}",
+            plugin.imports
+        );
+        let tools = host.skill_tools(&plugin).await.unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["echo"], "{name}");
+        assert!(tools[0].description.contains(wit), "{name}");
+        for version in [1, 2] {
+            let out = invoke(&host, &plugin, "echo", json!({"text": "hi"}))
+                .await
+                .unwrap();
+            assert_eq!(
+                out,
+                json!({"text": "hi", "greeting": "hello", "wit": wit, "kv_version": version, "clock_ok": true}),
+                "{name}"
+            );
+        }
+        let err = invoke(&host, &plugin, "echo", json!({"txt": "hi"}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::InvalidArgs(_)), "{name}: {err:?}");
+    }
+
+    let err = host
+        .load(
+            &package("wit-future"),
+            Some(&json!({})),
+            CallLimits::default(),
+        )
+        .err()
+        .expect("a component of an unserved release loads");
+    assert!(
+        err.to_string().contains(
+            "plugin wit-future: built against pincer:plugin@0.9.0, but this host serves 0.1.0, 0.2.0, 0.3.0"
+        ),
+        "{err}"
+    );
+    // A manifest claiming a served release does not get it through either.
+    let lying = doctored(
+        dir.path(),
+        "wit-future",
+        |m| m.replace("wit = \"0.9.0\"", "wit = \"0.3.0\""),
+        |w| w,
+    )
+    .unwrap();
+    let err = host
+        .load(&lying, Some(&json!({})), CallLimits::default())
+        .err()
+        .expect("a component of an unserved release loads");
+    assert!(
+        err.to_string()
+            .contains("the component was built against pincer:plugin@0.9.0"),
+        "{err}"
     );
 }
 

@@ -1,19 +1,22 @@
-//! `pincer plugin new`: a plugin crate that builds on its own, with a copy of
-//! the WIT it targets, a manifest, and a working example for its kind.
+//! `pincer plugin new`: a plugin crate on the plugin SDK that builds on its
+//! own, offline and outside pincer's checkout: the SDK's sources (and the
+//! WIT release it targets, as real files) are embedded in `pincer` and
+//! written out beside the plugin, which uses them as a path dependency.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
 use super::manifest::{PluginKind, check_name};
-use super::wit::latest::VERSION as WIT_VERSION;
 
-/// The WIT files of the newest release, embedded so scaffolds need no checkout.
-const WIT_FILES: &[(&str, &str)] = &[
-    ("types.wit", include_str!("../../../wit/v0.3.0/types.wit")),
-    ("host.wit", include_str!("../../../wit/v0.3.0/host.wit")),
-    ("worlds.wit", include_str!("../../../wit/v0.3.0/worlds.wit")),
-];
+mod sdk {
+    include!(concat!(env!("OUT_DIR"), "/sdk_files.rs"));
+}
+
+/// The WIT release the embedded SDK targets (what scaffolds declare).
+pub const WIT_VERSION: &str = sdk::SDK_WIT_VERSION;
+/// The folder, inside a scaffold, the SDK is written to.
+pub const SDK_DIR: &str = "pincer-plugin-sdk";
 
 /// Creates `<parent>/<name>/`; refuses to touch an existing folder.
 pub fn create(parent: &Path, kind: &str, name: &str) -> anyhow::Result<PathBuf> {
@@ -42,7 +45,7 @@ pub fn create(parent: &Path, kind: &str, name: &str) -> anyhow::Result<PathBuf> 
 fn files(kind: PluginKind, name: &str) -> Vec<(String, String)> {
     let crate_name = name.replace('-', "_");
     let mut files = vec![
-        ("Cargo.toml".to_string(), cargo_toml(name)),
+        ("Cargo.toml".to_string(), cargo_toml(kind, name)),
         ("plugin.toml".to_string(), manifest(kind, name)),
         (
             ".cargo/config.toml".to_string(),
@@ -52,13 +55,18 @@ fn files(kind: PluginKind, name: &str) -> Vec<(String, String)> {
         ("src/lib.rs".to_string(), lib_rs(kind)),
         ("README.md".to_string(), readme(kind, name, &crate_name)),
     ];
-    for (file, text) in WIT_FILES {
-        files.push((format!("wit/{file}"), (*text).to_string()));
+    for (file, text) in sdk::SDK_FILES {
+        files.push((format!("{SDK_DIR}/{file}"), (*text).to_string()));
     }
     files
 }
 
-fn cargo_toml(name: &str) -> String {
+fn cargo_toml(kind: PluginKind, name: &str) -> String {
+    let schemars = if kind == PluginKind::Skill {
+        "schemars = \"1\"\n"
+    } else {
+        ""
+    };
     format!(
         r#"[package]
 name = "{name}"
@@ -70,9 +78,10 @@ publish = false
 crate-type = ["cdylib"]
 
 [dependencies]
-wit-bindgen = "0.63"
+pincer-plugin-sdk = {{ path = "{SDK_DIR}", features = ["{kind}"] }}
+serde = {{ version = "1", features = ["derive"] }}
 serde_json = "1"
-
+{schemars}
 [profile.release]
 opt-level = "s"
 lto = true
@@ -96,6 +105,12 @@ fn manifest(kind: PluginKind, name: &str) -> String {
             "# http = [\"api.example.com\"]\n# kv = true\n# data_dir = true\n"
         }
     };
+    let config = match kind {
+        PluginKind::Skill => {
+            "[config.greeting]\ntype = \"string\"\nrequired = false\ndescription = \"Returned beside the echoed text\"\n"
+        }
+        _ => "# [config.greeting]\n# type = \"string\"\n# required = false\n",
+    };
     format!(
         r#"[plugin]
 name = "{name}"
@@ -107,50 +122,84 @@ description = "A {kind} plugin"
 
 [capabilities]
 {capabilities}
-# One table per config key the plugin accepts (`plugins.config.{name}` in pincer.yaml):
-# [config.greeting]
-# type = "string"
-# required = false
-"#
+# One table per config key the plugin accepts (`plugins.config.{name}` in pincer.yaml);
+# `secret = true` keys never reach the plugin: it names them in requests.
+{config}"#
     )
 }
 
 fn lib_rs(kind: PluginKind) -> String {
-    let world = kind.world();
-    let body = match kind {
-        PluginKind::Skill => {
-            r##"use exports::pincer::plugin::skill::Guest;
-use pincer::plugin::types::{ToolError, ToolOutput, ToolSpec};
+    match kind {
+        PluginKind::Skill => SKILL_RS,
+        PluginKind::Observer => OBSERVER_RS,
+        PluginKind::Channel => CHANNEL_RS,
+        PluginKind::Tunnel => TUNNEL_RS,
+    }
+    .to_string()
+}
+
+const SKILL_RS: &str = r##"use pincer_plugin_sdk::skill::{Skill, Tools};
+use pincer_plugin_sdk::types::ToolError;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The arguments of `echo`: its JSON Schema, what agents are offered, is
+/// derived from this struct (doc comments become descriptions).
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct EchoArgs {
+    /// The text to say back.
+    text: String,
+}
+
+#[derive(Serialize)]
+struct Echoed {
+    text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    greeting: Option<String>,
+}
+
+/// `plugins.config.<name>` in pincer.yaml, checked when read: a wrong value
+/// is an error naming the key. Declare each key in plugin.toml too.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default)]
+    greeting: Option<String>,
+}
 
 struct Plugin;
 
-impl Guest for Plugin {
-    fn tools() -> Vec<ToolSpec> {
-        vec![ToolSpec {
-            name: "echo".into(),
-            description: "Returns its `text` argument".into(),
-            input_schema: r#"{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}"#.into(),
-        }]
-    }
-
-    fn invoke(tool: String, args_json: String) -> Result<ToolOutput, ToolError> {
-        if tool != "echo" {
-            return Err(ToolError::UnknownTool(tool));
-        }
-        let args: serde_json::Value = serde_json::from_str(&args_json)
-            .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
-        let text = args["text"]
-            .as_str()
-            .ok_or_else(|| ToolError::InvalidArgs("`text` must be a string".into()))?;
-        Ok(ToolOutput { json: serde_json::json!({ "text": text }).to_string() })
+impl Skill for Plugin {
+    fn tools() -> Tools {
+        Tools::new().tool("echo", "Returns its `text` argument", echo)
     }
 }
-"##
-        }
-        PluginKind::Observer => {
-            r#"use exports::pincer::plugin::observer::Guest;
-use pincer::plugin::logging::{log, Level};
-use pincer::plugin::types::{Event, EventBody};
+
+fn echo(args: EchoArgs) -> Result<Echoed, ToolError> {
+    let config: Config = pincer_plugin_sdk::config::load()?;
+    Ok(Echoed {
+        text: args.text,
+        greeting: config.greeting,
+    })
+}
+
+pincer_plugin_sdk::export_skill!(Plugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_are_derived_and_inlined() {
+        Plugin::tools().check_schemas().unwrap();
+    }
+}
+"##;
+
+const OBSERVER_RS: &str = r#"use pincer_plugin_sdk::log;
+use pincer_plugin_sdk::observer::Guest;
+use pincer_plugin_sdk::types::{Event, EventBody};
 
 struct Plugin;
 
@@ -164,18 +213,19 @@ impl Guest for Plugin {
             EventBody::PluginFault(f) => format!("plugin fault: {f}"),
             EventBody::Error(e) => format!("error: {e}"),
         };
-        log(Level::Info, &what);
+        log::info(&what);
     }
 }
-"#
-        }
-        PluginKind::Channel => {
-            r#"use exports::pincer::plugin::channel::{
+
+pincer_plugin_sdk::export_observer!(Plugin);
+"#;
+
+const CHANNEL_RS: &str = r#"use pincer_plugin_sdk::channel::{
     ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome,
     Guest, StatusUpdate, WebhookOutcome, WebhookRequest,
 };
-use pincer::plugin::clock::now_ms;
-use pincer::plugin::types::{HttpResponse, Message, Outbound};
+use pincer_plugin_sdk::clock::now_ms;
+use pincer_plugin_sdk::types::{HttpResponse, Message, Outbound};
 
 struct Plugin;
 
@@ -223,12 +273,13 @@ impl Guest for Plugin {
         vec![CheckItem { name: "settings".into(), ok: true, detail: "nothing to check yet".into() }]
     }
 }
-"#
-        }
-        PluginKind::Tunnel => {
-            r#"use exports::pincer::plugin::tunnel::{Guest, TunnelError};
-use pincer::plugin::http::fetch;
-use pincer::plugin::types::{HttpError, HttpRequest, HttpResponse};
+
+pincer_plugin_sdk::export_channel!(Plugin);
+"#;
+
+const TUNNEL_RS: &str = r#"use pincer_plugin_sdk::http;
+use pincer_plugin_sdk::tunnel::{Guest, TunnelError};
+use pincer_plugin_sdk::types::{HttpRequest, HttpResponse};
 
 /// The host-side service this tunnel reaches.
 const TARGET: &str = "http://127.0.0.1:8080";
@@ -245,30 +296,29 @@ impl Guest for Plugin {
             return Err(TunnelError::BadRequest("only relative paths are forwarded".into()));
         }
         let url = format!("{TARGET}{}", request.url);
-        fetch(&HttpRequest { url, ..request }).map_err(|e| match e {
-            HttpError::Denied(m) => TunnelError::Denied(m),
-            other => TunnelError::Upstream(format!("{other:?}")),
-        })
+        // A container names no secrets and captures nothing.
+        let upstream = HttpRequest { url, secrets: Vec::new(), capture: None, ..request };
+        Ok(http::fetch(&upstream)?)
     }
 }
-"#
-        }
-    };
-    format!(
-        "wit_bindgen::generate!({{ path: \"wit\", world: \"{world}\" }});\n\n{body}\nexport!(Plugin);\n"
-    )
-}
+
+pincer_plugin_sdk::export_tunnel!(Plugin);
+"#;
 
 fn readme(kind: PluginKind, name: &str, crate_name: &str) -> String {
     format!(
         r#"# {name}
 
-A pincer {kind} plugin (WIT world `pincer:plugin/{world}@{WIT_VERSION}`, copied into `wit/`).
+A pincer {kind} plugin (WIT world `pincer:plugin/{world}@{WIT_VERSION}`) on
+`pincer-plugin-sdk`, whose sources (and the WIT it targets) are in
+`{SDK_DIR}/`. It builds offline: `cargo build --release --offline`.
 
     cargo build --release                      # target wasm32-wasip2 is set in .cargo/config.toml
     cp target/wasm32-wasip2/release/{crate_name}.wasm plugin.wasm
     pincer plugin inspect .                    # validate: world, WIT version, capabilities
     pincer plugin install .                    # copy into $PINCER_HOME/plugins, pin its sha256
+
+Unit tests run natively: `cargo test --target $(rustc -vV | sed -n 's/^host: //p')`.
 "#,
         world = kind.world()
     )
@@ -286,5 +336,25 @@ mod tests {
         create(dir.path(), "skill", "ok").unwrap();
         let again = create(dir.path(), "skill", "ok").unwrap_err();
         assert!(again.to_string().contains("already exists"));
+    }
+
+    #[test]
+    fn the_sdk_and_the_wit_it_targets_are_written_out_as_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = create(dir.path(), "tunnel", "t").unwrap();
+        let sdk = root.join(SDK_DIR);
+        for file in ["Cargo.toml", "build.rs", "src/lib.rs", "wit/worlds.wit"] {
+            let meta = std::fs::symlink_metadata(sdk.join(file)).unwrap();
+            assert!(meta.file_type().is_file(), "{file}");
+        }
+        let worlds = std::fs::read_to_string(sdk.join("wit/worlds.wit")).unwrap();
+        assert!(worlds.contains(&format!("package pincer:plugin@{WIT_VERSION};")));
+        let manifest = std::fs::read_to_string(root.join("plugin.toml")).unwrap();
+        assert!(manifest.contains(&format!("wit = \"{WIT_VERSION}\"")));
+        let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        assert!(cargo.contains(r#"features = ["tunnel"]"#), "{cargo}");
+        // What the SDK targets is a release this host serves.
+        let version = semver::Version::parse(WIT_VERSION).unwrap();
+        assert!(super::super::wit::WitRelease::for_plugin(&version).is_some());
     }
 }

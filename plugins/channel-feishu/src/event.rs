@@ -10,7 +10,7 @@
 //! `content` is a JSON string whose shape depends on `message_type`
 //! (https://open.feishu.cn/document/uAjLw4CM/ukTMukTMukTM/im-v1/message/events/message_content).
 
-use crate::pincer::plugin::types::Message;
+use pincer_plugin_sdk::types::Message;
 use serde::Deserialize;
 use serde_json::Value;
 

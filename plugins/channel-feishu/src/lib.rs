@@ -20,23 +20,19 @@ mod post;
 mod webhook;
 mod ws;
 
-wit_bindgen::generate!({
-    path: "../../wit/v0.2.0",
-    world: "channel-plugin",
-});
-
 use api::Failure;
-use exports::pincer::plugin::channel::{
+use pincer_plugin_sdk::channel::{
     ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest,
     Keepalive, ReconnectPolicy, RetryAfter, StatusUpdate, TurnState, WebhookOutcome,
     WebhookRequest,
 };
-use pincer::plugin::secrets::{self, Cipher, Digest, Part, SecretError};
-use pincer::plugin::types::{
+use pincer_plugin_sdk::log as logging;
+use pincer_plugin_sdk::secrets::{self, Cipher, Digest, Part, SecretError};
+use pincer_plugin_sdk::types::{
     Capture, Header, HttpError, HttpRequest, HttpResponse, Message, Outbound, SecretHeader,
     SecretPlace, SecretUse,
 };
-use pincer::plugin::{clock, config, http, kv, logging};
+use pincer_plugin_sdk::{clock, config, http, kv};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -396,7 +392,7 @@ impl Guest for FeishuChannel {
     }
 }
 
-export!(FeishuChannel);
+pincer_plugin_sdk::export_channel!(FeishuChannel);
 
 // ----- The thin layer over the host's imports.
 

@@ -2,7 +2,7 @@
 //! turned into pincer messages, and Slack's message text turned into plain
 //! text.
 
-use crate::pincer::plugin::types::Message;
+use pincer_plugin_sdk::types::Message;
 use serde::Deserialize;
 use serde_json::Value;
 

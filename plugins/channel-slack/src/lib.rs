@@ -17,21 +17,17 @@ mod mrkdwn;
 mod signature;
 mod socket;
 
-wit_bindgen::generate!({
-    path: "../../wit/v0.2.0",
-    world: "channel-plugin",
-});
-
 use api::Failure;
-use exports::pincer::plugin::channel::{
+use pincer_plugin_sdk::channel::{
     ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest,
     ReconnectPolicy, RetryAfter, StatusUpdate, TurnState, WebhookOutcome, WebhookRequest,
 };
-use pincer::plugin::secrets::{self, Digest, Part, SecretError};
-use pincer::plugin::types::{
+use pincer_plugin_sdk::log as logging;
+use pincer_plugin_sdk::secrets::{self, Digest, Part, SecretError};
+use pincer_plugin_sdk::types::{
     Header, HttpError, HttpRequest, HttpResponse, Outbound, SecretHeader, SecretPlace, SecretUse,
 };
-use pincer::plugin::{clock, config, http, logging};
+use pincer_plugin_sdk::{clock, config, http};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "bot_token";
@@ -427,7 +423,7 @@ fn check_bot_token() -> CheckItem {
     }
 }
 
-export!(SlackChannel);
+pincer_plugin_sdk::export_channel!(SlackChannel);
 
 /// The [`NEEDED_SCOPES`] not in Slack's comma-separated `x-oauth-scopes`.
 fn missing_scopes(granted: &str) -> Vec<&'static str> {

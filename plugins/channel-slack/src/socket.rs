@@ -2,7 +2,7 @@
 //! (https://docs.slack.dev/apis/events-api/using-socket-mode).
 
 use crate::inbound::{self, Callback};
-use crate::pincer::plugin::types::Message;
+use pincer_plugin_sdk::types::Message;
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,26 +1,29 @@
 //! Channel `channel-webhook`: a generic JSON channel. Messages arrive as
-//! webhook POSTs (optionally HMAC-signed with the `secret`) or as frames on a
+//! webhook POSTs (HMAC-signed with the `secret` when one is set; the host
+//! checks the signature, the plugin never sees the secret) or as frames on a
 //! websocket the host holds open to `ws_url`; replies are POSTed as JSON to
-//! `outbound_url`.
+//! `outbound_url`, carrying `Authorization: Bearer <secret>` when one is set
+//! (put in by the host).
 
 mod signature;
 mod wire;
 
-wit_bindgen::generate!({
-    path: "../../wit/v0.1.0",
-    world: "channel-plugin",
-});
-
-use exports::pincer::plugin::channel::{
-    ChannelError, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest, WebhookOutcome,
-    WebhookRequest,
+use pincer_plugin_sdk::channel::{
+    ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest,
+    StatusUpdate, WebhookOutcome, WebhookRequest,
 };
-use pincer::plugin::types::{Header, HttpError, HttpRequest, HttpResponse, Message, Outbound};
-use pincer::plugin::{clock, config, http};
+use pincer_plugin_sdk::http::{self, Request};
+use pincer_plugin_sdk::secrets::{self, Digest, Part, SecretError};
+use pincer_plugin_sdk::types::{Header, HttpResponse, Message, Outbound};
+use pincer_plugin_sdk::{clock, config};
 use serde_json::{Value, json};
 
 /// The host reconnects when the websocket has been silent this long.
 const IDLE_TIMEOUT_MS: u32 = 60_000;
+/// The config key of the shared secret.
+const SECRET: &str = "secret";
+/// Longest reply text one outbound POST carries (the host splits longer ones).
+const MAX_TEXT_BYTES: u32 = 16_000;
 
 struct WebhookChannel;
 
@@ -52,6 +55,8 @@ impl Guest for WebhookChannel {
             url,
             headers: Vec::new(),
             idle_timeout_ms: Some(IDLE_TIMEOUT_MS),
+            keepalive: None,
+            reconnect: None,
         }))
     }
 
@@ -65,6 +70,8 @@ impl Guest for WebhookChannel {
             replies: Vec::new(),
             messages: Vec::new(),
             reconnect: false,
+            keepalive: None,
+            reconnect_policy: None,
         };
         match wire::frame(&text, clock::now_ms()).map_err(ChannelError::BadRequest)? {
             wire::Frame::Message(message) => {
@@ -92,50 +99,75 @@ impl Guest for WebhookChannel {
         })
         .to_string()
         .into_bytes();
-        let mut headers = vec![header("content-type", "application/json")];
         let now_ms = clock::now_ms();
-        if let Some(secret) = setting("secret") {
-            let timestamp = (now_ms / 1000).to_string();
-            let signature = signature::sign(secret.as_bytes(), &timestamp, &body);
-            headers.push(header(signature::TIMESTAMP_HEADER, &timestamp));
-            headers.push(header(signature::SIGNATURE_HEADER, &signature));
+        let mut request = Request::post(&url)
+            .header("content-type", "application/json")
+            .body(body);
+        if secrets::is_set(SECRET) {
+            request = request.secret_header(SECRET, "authorization", "Bearer ");
         }
-        let response = http::fetch(&HttpRequest {
-            method: "POST".into(),
-            url,
-            headers,
-            body,
-            timeout_ms: None,
-        })
-        .map_err(|err| ChannelError::Upstream(format!("delivery failed: {}", describe(err))))?;
-        if !(200..300).contains(&response.status) {
+        let response = request.send().map_err(|err| {
+            ChannelError::Upstream(format!("delivery failed: {}", http::describe(&err)))
+        })?;
+        if !response.is_success() {
             return Err(ChannelError::Upstream(format!(
                 "outbound_url answered HTTP {}: {}",
-                response.status,
-                snippet(&response.body)
+                response.status(),
+                snippet(response.body())
             )));
         }
-        let id = delivery_id(&response.body).unwrap_or_else(|| now_ms.to_string());
+        let id = delivery_id(response.body()).unwrap_or_else(|| now_ms.to_string());
         Ok(Delivery { id })
+    }
+
+    fn describe() -> ChannelInfo {
+        ChannelInfo {
+            max_text_bytes: MAX_TEXT_BYTES,
+        }
+    }
+
+    fn status(_update: StatusUpdate) -> Result<Option<String>, ChannelError> {
+        Ok(None)
+    }
+
+    fn check() -> Vec<CheckItem> {
+        let item = |name: &str, ok: bool, detail: String| CheckItem {
+            name: name.into(),
+            ok,
+            detail,
+        };
+        let signed = secrets::is_set(SECRET);
+        vec![
+            item(
+                "secret",
+                true,
+                if signed {
+                    "set: webhooks must be signed, replies carry it as a bearer token".into()
+                } else {
+                    "not set: unsigned webhooks are accepted".into()
+                },
+            ),
+            match setting("outbound_url") {
+                Some(url) => item("outbound_url", true, url),
+                None => item(
+                    "outbound_url",
+                    false,
+                    "not set: replies cannot be sent".into(),
+                ),
+            },
+        ]
     }
 }
 
 fn accept_post(request: &WebhookRequest) -> Result<WebhookOutcome, ChannelError> {
     let now_ms = clock::now_ms();
-    if let Some(secret) = config::get("secret") {
-        // Fail closed: an empty secret (say, an unset environment variable) must
-        // not silently turn verification off.
-        if secret.is_empty() {
-            return Err(ChannelError::Unauthorized(
-                "the `secret` config value is empty; refusing unverifiable webhooks".into(),
-            ));
-        }
+    if secrets::is_set(SECRET) {
         signature::verify(
-            secret.as_bytes(),
             header_value(&request.headers, signature::TIMESTAMP_HEADER),
             header_value(&request.headers, signature::SIGNATURE_HEADER),
             &request.body,
             now_ms,
+            host_hmac,
         )
         .map_err(ChannelError::Unauthorized)?;
     }
@@ -176,14 +208,20 @@ fn reply(status: u16, body: Value) -> WebhookOutcome {
     }
 }
 
-fn describe(err: HttpError) -> String {
-    match err {
-        HttpError::Denied(msg) => format!("denied: {msg}"),
-        HttpError::InvalidRequest(msg) => format!("invalid request: {msg}"),
-        HttpError::Transport(msg) => format!("transport error: {msg}"),
-        HttpError::Timeout => "timed out".into(),
-        HttpError::TooLarge => "response too large".into(),
-    }
+/// Whether `digest` is the HMAC-SHA256 of `"<timestamp>.<body>"` keyed with
+/// the secret, computed by the host.
+fn host_hmac(timestamp: &str, body: &[u8], digest: &[u8]) -> Result<bool, String> {
+    let parts = [
+        Part::Bytes(timestamp.as_bytes().to_vec()),
+        Part::Bytes(b".".to_vec()),
+        Part::Bytes(body.to_vec()),
+    ];
+    secrets::verify(Digest::HmacSha256, Some(SECRET), &parts, digest).map_err(|err| match err {
+        SecretError::Unknown(_) => "the `secret` is not set".to_string(),
+        SecretError::Denied(name) | SecretError::Invalid(name) => {
+            format!("cannot check the signature: {name}")
+        }
+    })
 }
 
 /// The `id` of a JSON object response, if it has one.
@@ -205,7 +243,7 @@ fn snippet(body: &[u8]) -> String {
     }
 }
 
-export!(WebhookChannel);
+pincer_plugin_sdk::export_channel!(WebhookChannel);
 
 #[cfg(test)]
 mod tests {

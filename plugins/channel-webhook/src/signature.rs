@@ -1,9 +1,6 @@
 //! HMAC-SHA256 request signatures: `X-Pincer-Signature: sha256=<hex>` over
 //! `"<X-Pincer-Timestamp>.<raw body>"`, with a bounded clock skew.
 
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
-
 pub const TIMESTAMP_HEADER: &str = "X-Pincer-Timestamp";
 pub const SIGNATURE_HEADER: &str = "X-Pincer-Signature";
 /// How far the sender's timestamp may be from the host clock, in seconds.
@@ -11,29 +8,15 @@ pub const MAX_SKEW_SECS: u64 = 300;
 
 const SCHEME: &str = "sha256=";
 
-fn mac(secret: &[u8], timestamp: &str, body: &[u8]) -> Hmac<Sha256> {
-    let mut mac =
-        <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC accepts keys of any length");
-    mac.update(timestamp.as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    mac
-}
-
-/// The `X-Pincer-Signature` value for `body` sent at `timestamp` (unix seconds).
-pub fn sign(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
-    let digest = mac(secret, timestamp, body).finalize().into_bytes();
-    format!("{SCHEME}{}", hex::encode(digest))
-}
-
-/// Checks a request's signature headers against `secret` and the host clock.
-/// The error says what was wrong, never what was expected.
+/// Checks a request's signature headers against the host clock, and the
+/// digest with `hmac(timestamp, body, digest)` (the host, which holds the
+/// secret). The error says what was wrong, never what was expected.
 pub fn verify(
-    secret: &[u8],
     timestamp: Option<&str>,
     signature: Option<&str>,
     body: &[u8],
     now_ms: u64,
+    hmac: impl FnOnce(&str, &[u8], &[u8]) -> Result<bool, String>,
 ) -> Result<(), String> {
     let timestamp = timestamp.ok_or_else(|| format!("missing {TIMESTAMP_HEADER} header"))?;
     let sent_at: u64 = timestamp
@@ -46,9 +29,9 @@ pub fn verify(
         .strip_prefix(SCHEME)
         .and_then(|hex_digest| hex::decode(hex_digest).ok())
         .ok_or_else(|| format!("{SIGNATURE_HEADER} must be `{SCHEME}<hex>`"))?;
-    mac(secret, timestamp, body)
-        .verify_slice(&digest)
-        .map_err(|_| "signature mismatch".to_owned())?;
+    if !hmac(timestamp, body, &digest)? {
+        return Err("signature mismatch".to_owned());
+    }
     let skew = (now_ms / 1000).abs_diff(sent_at);
     if skew > MAX_SKEW_SECS {
         return Err(format!(
@@ -61,6 +44,36 @@ pub fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hmac::{Hmac, KeyInit, Mac};
+    use sha2::Sha256;
+
+    fn mac(secret: &[u8], timestamp: &str, body: &[u8]) -> Hmac<Sha256> {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("any key length");
+        mac.update(timestamp.as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        mac
+    }
+
+    fn sign(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
+        let digest = mac(secret, timestamp, body).finalize().into_bytes();
+        format!("{SCHEME}{}", hex::encode(digest))
+    }
+
+    /// What the host's `secrets.verify` does, keyed with `SECRET`.
+    fn host(timestamp: &str, body: &[u8], digest: &[u8]) -> Result<bool, String> {
+        Ok(mac(SECRET, timestamp, body).verify_slice(digest).is_ok())
+    }
+
+    fn verify(
+        _secret: &[u8],
+        timestamp: Option<&str>,
+        signature: Option<&str>,
+        body: &[u8],
+        now_ms: u64,
+    ) -> Result<(), String> {
+        super::verify(timestamp, signature, body, now_ms, host)
+    }
 
     const SECRET: &[u8] = b"topsecret";
     const BODY: &[u8] = br#"{"id":"1"}"#;
@@ -121,6 +134,15 @@ mod tests {
         );
         let other_secret = sign(b"other", "1700000000", BODY);
         assert!(verify(Some("1700000000"), Some(&other_secret), BODY).is_err());
+        // What the host says goes: an error is passed on.
+        let refused = super::verify(
+            Some("1700000000"),
+            Some(EXPECTED),
+            BODY,
+            NOW_MS,
+            |_, _, _| Err("the `secret` is not set".into()),
+        );
+        assert_eq!(refused, Err("the `secret` is not set".into()));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The JSON shapes this channel accepts: webhook bodies and websocket frames.
 
-use crate::pincer::plugin::types::Message;
+use pincer_plugin_sdk::types::Message;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;

@@ -4,15 +4,9 @@
 
 mod record;
 
-wit_bindgen::generate!({
-    path: "../../wit/v0.1.0",
-    world: "observer-plugin",
-});
-
-use exports::pincer::plugin::observer::Guest;
-use pincer::plugin::config;
-use pincer::plugin::logging::{self, Level};
-use pincer::plugin::types::Event;
+use pincer_plugin_sdk::observer::Guest;
+use pincer_plugin_sdk::types::Event;
+use pincer_plugin_sdk::{config, log};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -28,10 +22,7 @@ impl Guest for JsonlObserver {
         let mut line = record::to_line(&event);
         line.push('\n');
         if let Err(err) = append(log_path(), line.as_bytes()) {
-            logging::log(
-                Level::Error,
-                &format!("cannot append to {}: {err}", log_path().display()),
-            );
+            log::error(&format!("cannot append to {}: {err}", log_path().display()));
         }
     }
 }
@@ -42,10 +33,7 @@ fn log_path() -> &'static PathBuf {
     PATH.get_or_init(|| {
         let configured = config::get("file");
         let name = record::file_name(configured.as_deref()).unwrap_or_else(|reason| {
-            logging::log(
-                Level::Warn,
-                &format!("{reason}; using {}", record::DEFAULT_FILE),
-            );
+            log::warn(&format!("{reason}; using {}", record::DEFAULT_FILE));
             record::DEFAULT_FILE
         });
         PathBuf::from(DATA_DIR).join(name)
@@ -61,4 +49,4 @@ fn append(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .write_all(bytes)
 }
 
-export!(JsonlObserver);
+pincer_plugin_sdk::export_observer!(JsonlObserver);

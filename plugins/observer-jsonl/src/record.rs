@@ -1,6 +1,6 @@
 //! Turning events into JSON lines, and checking the configured file name.
 
-use crate::pincer::plugin::types::{Event, EventBody, ToolCall};
+use pincer_plugin_sdk::types::{Event, EventBody, ToolCall};
 use serde_json::{Map, Value, json};
 
 pub const DEFAULT_FILE: &str = "events.jsonl";
@@ -94,7 +94,7 @@ fn tool_call_fields(call: &ToolCall) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pincer::plugin::types::{LlmUsage, Message};
+    use pincer_plugin_sdk::types::{LlmUsage, Message};
 
     fn event(body: EventBody) -> Event {
         Event {

@@ -4,14 +4,10 @@
 
 mod store;
 
-wit_bindgen::generate!({
-    path: "../../wit/v0.1.0",
-    world: "skill-plugin",
-});
-
-use exports::pincer::plugin::skill::Guest;
-use pincer::plugin::kv::{self, KvError};
-use pincer::plugin::types::{ToolError, ToolOutput, ToolSpec};
+use pincer_plugin_sdk::kv::{self, KvError};
+use pincer_plugin_sdk::skill::{Skill, Tools};
+use pincer_plugin_sdk::types::ToolError;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use store::VersionedStore;
@@ -21,105 +17,56 @@ const LIST_LIMIT: u32 = 1000;
 
 struct Notes;
 
-impl Guest for Notes {
-    fn tools() -> Vec<ToolSpec> {
-        let key = json!({
-            "type": "string",
-            "minLength": 1,
-            "maxLength": store::MAX_KEY_LEN,
-            "pattern": "^[A-Za-z0-9_./-]+$",
-            "description": "Note name, e.g. `todo/today`",
-        });
-        let text = json!({ "type": "string" });
-        vec![
-            tool(
+impl Skill for Notes {
+    fn tools() -> Tools {
+        Tools::new()
+            .tool(
                 "put",
                 "Creates or replaces the note `key` with `text`.",
-                json!({ "key": key, "text": text }),
-                &["key", "text"],
-            ),
-            tool(
-                "get",
-                "Returns the text of the note `key`.",
-                json!({ "key": key }),
-                &["key"],
-            ),
-            tool(
+                put,
+            )
+            .tool("get", "Returns the text of the note `key`.", get)
+            .tool(
                 "list",
                 "Lists note keys starting with `prefix` (all notes when omitted), in order.",
-                json!({ "prefix": {
-                    "type": "string",
-                    "maxLength": store::MAX_KEY_LEN,
-                    "pattern": "^[A-Za-z0-9_./-]*$",
-                }}),
-                &[],
-            ),
-            tool(
+                list,
+            )
+            .tool(
                 "delete",
                 "Deletes the note `key`; says whether it existed.",
-                json!({ "key": key }),
-                &["key"],
-            ),
-            tool(
+                delete,
+            )
+            .tool(
                 "append",
                 "Appends `text` verbatim (add your own newline) to the note `key`, creating it \
                  if needed. Safe against concurrent appends.",
-                json!({ "key": key, "text": text }),
-                &["key", "text"],
-            ),
-        ]
-    }
-
-    fn invoke(tool: String, args_json: String) -> Result<ToolOutput, ToolError> {
-        let result = match tool.as_str() {
-            "put" => put(parse(&args_json)?),
-            "get" => get(parse(&args_json)?),
-            "list" => list(parse(&args_json)?),
-            "delete" => delete(parse(&args_json)?),
-            "append" => append(parse(&args_json)?),
-            _ => return Err(ToolError::UnknownTool(tool)),
-        }?;
-        Ok(ToolOutput {
-            json: result.to_string(),
-        })
+                append,
+            )
     }
 }
 
-fn tool(name: &str, description: &str, properties: Value, required: &[&str]) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: description.into(),
-        input_schema: json!({
-            "type": "object",
-            "properties": properties,
-            "required": required,
-            "additionalProperties": false,
-        })
-        .to_string(),
-    }
-}
-
-fn parse<T: serde::de::DeserializeOwned>(args_json: &str) -> Result<T, ToolError> {
-    tool_args::parse(args_json).map_err(ToolError::InvalidArgs)
-}
-
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct KeyArgs {
+    /// Note name, e.g. `todo/today`
+    #[schemars(length(min = 1, max = store::MAX_KEY_LEN), regex(pattern = r"^[A-Za-z0-9_./-]+$"))]
     key: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct KeyTextArgs {
+    /// Note name, e.g. `todo/today`
+    #[schemars(length(min = 1, max = store::MAX_KEY_LEN), regex(pattern = r"^[A-Za-z0-9_./-]+$"))]
     key: String,
     text: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ListArgs {
     #[serde(default)]
+    #[schemars(length(max = store::MAX_KEY_LEN), regex(pattern = r"^[A-Za-z0-9_./-]*$"))]
     prefix: Option<String>,
 }
 
@@ -204,39 +151,46 @@ fn kv_error(err: KvError) -> ToolError {
     }
 }
 
-export!(Notes);
+pincer_plugin_sdk::export_skill!(Notes);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn schemas_are_json_objects() {
+    fn schemas_are_derived_and_inlined() {
         let tools = Notes::tools();
-        assert_eq!(tools.len(), 5);
-        for tool in tools {
-            let schema: Value = serde_json::from_str(&tool.input_schema).expect("schema is JSON");
-            assert_eq!(schema["type"], "object", "{}", tool.name);
-        }
+        assert_eq!(tools.specs().len(), 5);
+        tools.check_schemas().unwrap();
+        let put = tools.schema("put").unwrap();
+        assert_eq!(put["required"], json!(["key", "text"]));
+        assert_eq!(put["properties"]["key"]["maxLength"], store::MAX_KEY_LEN);
+        assert_eq!(put["properties"]["key"]["pattern"], "^[A-Za-z0-9_./-]+$");
+        assert_eq!(
+            put["properties"]["key"]["description"],
+            "Note name, e.g. `todo/today`"
+        );
+        assert_eq!(tools.schema("list").unwrap().get("required"), None);
     }
 
     // Only paths that fail before reaching the host's kv import can run natively.
     #[test]
     fn rejects_bad_arguments_before_touching_the_store() {
+        let tools = Notes::tools();
         assert!(matches!(
-            Notes::invoke("put".into(), r#"{"key":"a"}"#.into()),
+            tools.invoke("put", r#"{"key":"a"}"#),
             Err(ToolError::InvalidArgs(msg)) if msg.contains("`text`")
         ));
         assert!(matches!(
-            Notes::invoke("get".into(), r#"{"key":"a b"}"#.into()),
+            tools.invoke("get", r#"{"key":"a b"}"#),
             Err(ToolError::InvalidArgs(msg)) if msg.starts_with("key contains")
         ));
         assert!(matches!(
-            Notes::invoke("list".into(), r#"{"prefix":7}"#.into()),
+            tools.invoke("list", r#"{"prefix":7}"#),
             Err(ToolError::InvalidArgs(msg)) if msg.starts_with("prefix:")
         ));
         assert!(matches!(
-            Notes::invoke("rename".into(), "{}".into()),
+            tools.invoke("rename", "{}"),
             Err(ToolError::UnknownTool(_))
         ));
     }

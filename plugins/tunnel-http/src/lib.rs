@@ -4,23 +4,16 @@
 
 mod route;
 
-wit_bindgen::generate!({
-    path: "../../wit/v0.1.0",
-    world: "tunnel-plugin",
-});
-
-use exports::pincer::plugin::tunnel::{Guest, TunnelError};
-use pincer::plugin::config;
-use pincer::plugin::http;
-use pincer::plugin::logging::{self, Level};
-use pincer::plugin::types::{HttpError, HttpRequest, HttpResponse};
+use pincer_plugin_sdk::tunnel::{Guest, TunnelError};
+use pincer_plugin_sdk::types::{HttpError, HttpRequest, HttpResponse};
+use pincer_plugin_sdk::{config, http, log};
 
 struct HttpTunnel;
 
 impl Guest for HttpTunnel {
     fn service() -> String {
         config::get("service").unwrap_or_else(|| {
-            logging::log(Level::Error, "config key `service` is not set");
+            log::error("config key `service` is not set");
             "tunnel-http".into()
         })
     }
@@ -31,6 +24,9 @@ impl Guest for HttpTunnel {
         let upstream = HttpRequest {
             url: route::join(&target, relative),
             headers: route::end_to_end(request.headers),
+            // A container names no secrets and captures nothing.
+            secrets: Vec::new(),
+            capture: None,
             ..request
         };
         let mut response = http::fetch(&upstream).map_err(fetch_error)?;
@@ -57,4 +53,4 @@ fn fetch_error(err: HttpError) -> TunnelError {
     }
 }
 
-export!(HttpTunnel);
+pincer_plugin_sdk::export_tunnel!(HttpTunnel);

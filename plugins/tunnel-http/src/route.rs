@@ -1,7 +1,7 @@
 //! Validating the container's relative URL, joining it onto the configured
 //! target, and filtering hop-by-hop headers.
 
-use crate::pincer::plugin::types::Header;
+use pincer_plugin_sdk::types::Header;
 
 /// Headers that describe one connection, not the message; never forwarded.
 const HOP_BY_HOP: &[&str] = &[

@@ -60,7 +60,8 @@ impl Guest for HostileIo {
     fn invoke(tool: String, args_json: String) -> Result<ToolOutput, ToolError> {
         let json = match tool.as_str() {
             "fill" => {
-                let args: Fill = tool_args::parse(&args_json).map_err(ToolError::InvalidArgs)?;
+                let args: Fill = serde_json::from_str(&args_json)
+                    .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
                 let mut file = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
@@ -81,7 +82,8 @@ impl Guest for HostileIo {
                 serde_json::json!({"written_mb": written, "error": error})
             }
             "size" => {
-                let args: File = tool_args::parse(&args_json).map_err(ToolError::InvalidArgs)?;
+                let args: File = serde_json::from_str(&args_json)
+                    .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
                 let len = std::fs::metadata(format!("/data/{}", args.file))
                     .map(|m| m.len())
                     .map_err(|e| ToolError::Failed(e.to_string()))?;
@@ -92,7 +94,8 @@ impl Guest for HostileIo {
                 serde_json::json!({"denied": outcome.is_err(), "error": outcome.err().map(|e| format!("{e:?}"))})
             }
             "fetch" => {
-                let args: Fetch = tool_args::parse(&args_json).map_err(ToolError::InvalidArgs)?;
+                let args: Fetch = serde_json::from_str(&args_json)
+                    .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
                 let outcome = http::fetch(&HttpRequest {
                     method: "GET".into(),
                     url: args.url,
@@ -103,7 +106,8 @@ impl Guest for HostileIo {
                 serde_json::json!({"denied": outcome.is_err(), "error": outcome.err().map(|e| format!("{e:?}"))})
             }
             "flood" => {
-                let args: Flood = tool_args::parse(&args_json).map_err(ToolError::InvalidArgs)?;
+                let args: Flood = serde_json::from_str(&args_json)
+                    .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
                 let value = vec![7u8; (args.mb as usize) << 20];
                 let outcome = kv::set("flood", &value, None);
                 serde_json::json!({"returned": outcome.is_ok()})

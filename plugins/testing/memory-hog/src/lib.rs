@@ -32,7 +32,8 @@ impl Guest for MemoryHog {
         if tool != "hog" {
             return Err(ToolError::UnknownTool(tool));
         }
-        let args: HogArgs = tool_args::parse(&args_json).map_err(ToolError::InvalidArgs)?;
+        let args: HogArgs =
+            serde_json::from_str(&args_json).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
         match args.mb {
             Some(mb) => Ok(ToolOutput {
                 json: format!(r#"{{"allocated_mb":{}}}"#, allocate(mb).len()),

@@ -28,7 +28,8 @@ impl Guest for UndeclaredHttp {
         if tool != "fetch" {
             return Err(ToolError::UnknownTool(tool));
         }
-        let args: FetchArgs = tool_args::parse(&args_json).map_err(ToolError::InvalidArgs)?;
+        let args: FetchArgs =
+            serde_json::from_str(&args_json).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
         let response = http::fetch(&HttpRequest {
             method: "GET".into(),
             url: args.url,

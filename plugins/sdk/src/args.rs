@@ -1,5 +1,4 @@
-//! Parses a skill's `args-json` into a typed struct, with error messages that
-//! name the offending field (shared by the first-party skills; not a plugin).
+//! JSON arguments parsed into a typed struct, with errors that name the field.
 
 use serde::de::DeserializeOwned;
 

@@ -1,0 +1,4 @@
+//! The channel world: implement [`Guest`] and export it with
+//! [`export_channel!`](crate::export_channel).
+
+pub use crate::wit::host::exports::pincer::plugin::channel::*;
