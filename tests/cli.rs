@@ -336,6 +336,29 @@ fn config_errors_carry_file_line_and_column() {
         "{err}"
     );
 
+    // A plugin's settings are checked against its manifest: an empty secret
+    // (which a plugin would read as unset, e.g. a webhook taking unsigned
+    // requests) is refused, as are unknown keys and unknown channel plugins.
+    let (path, err) = check(
+        "empty-secret.yaml",
+        "workspaces:\n  main: {}\nchannels:\n  hook:\n    plugin: channel-webhook\n    workspace: main\n    config:\n      secret: \"\"\n",
+    );
+    assert!(
+        err.contains(&format!(
+            "{path}:8:7: config key `secret` is a secret and is empty"
+        )),
+        "{err}"
+    );
+    let (path, err) = check(
+        "plugin-config.yaml",
+        "plugins:\n  config:\n    skill-calc: {precision: 3}\nchannels:\n  c:\n    plugin: channel-nowhere\n    workspace: main\nworkspaces:\n  main: {}\n",
+    );
+    assert!(
+        err.contains(&format!("{path}:3:17: unknown config key `precision`"))
+            && err.contains("no plugin named `channel-nowhere`"),
+        "{err}"
+    );
+
     let good = sandbox.write("good.yaml", "workspaces:\n  main: {}\n");
     let out = ok(sandbox.pincer(&["config", "check", "--config", good.to_str().unwrap()]));
     assert!(out.contains("ok (1 workspace"), "{out}");

@@ -11,7 +11,10 @@
 //!   pincer's runner, and its volumes are not places a container must never
 //!   reach (sources that exist are checked now, the others at start);
 //! - every `gateway.model_list` entry loads as the router loads it;
-//! - every `plugins.enabled` name is a plugin of this host.
+//! - every `plugins.enabled` name is a plugin of this host;
+//! - every channel's plugin exists and its `config`, and every
+//!   `plugins.config.PLUGIN` of a plugin this host has, pass that plugin's
+//!   manifest schema (the check the plugin host makes when it loads one).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -61,8 +64,9 @@ pub fn problems(config: &Config, home: &Path) -> Vec<Problem> {
             ));
         }
     }
+    let catalog = Catalog::discover(home, &config.plugins.dirs);
+    plugin_configs(config, &catalog, &mut out);
     if let Some(names) = &config.plugins.enabled {
-        let catalog = Catalog::discover(home, &config.plugins.dirs);
         for (i, name) in names.iter().enumerate() {
             if let Err(why) = enabled::resolve(name, &catalog) {
                 out.push(Problem::at(
@@ -73,6 +77,44 @@ pub fn problems(config: &Config, home: &Path) -> Vec<Problem> {
         }
     }
     out
+}
+
+/// Channel and plugin configurations against their plugins' manifests.
+fn plugin_configs(config: &Config, catalog: &Catalog, out: &mut Vec<Problem>) {
+    let manifest = |name: &str| {
+        let package = catalog.get(name).ok()?;
+        crate::plugins::Manifest::parse(&package.manifest_text, name).ok()
+    };
+    let as_value = |map: &BTreeMap<String, serde_json::Value>| {
+        serde_json::Value::Object(map.clone().into_iter().collect())
+    };
+    for (name, channel) in &config.channels {
+        let at = |k: &str| vec![key("channels"), key(name), key(k)];
+        match manifest(&channel.plugin) {
+            None => out.push(Problem::at(
+                at("plugin"),
+                format!(
+                    "no plugin named `{}` (see `pincer plugin list`)",
+                    channel.plugin
+                ),
+            )),
+            Some(m) => {
+                if let Err(why) = m.check_config(&as_value(&channel.config)) {
+                    out.push(Problem::at(at("config"), why));
+                }
+            }
+        }
+    }
+    for (plugin, value) in &config.plugins.config {
+        if let Some(m) = manifest(plugin)
+            && let Err(why) = m.check_config(value)
+        {
+            out.push(Problem::at(
+                vec![key("plugins"), key("config"), key(plugin)],
+                why,
+            ));
+        }
+    }
 }
 
 /// The path of the policies entry `error` is about, else of the list.

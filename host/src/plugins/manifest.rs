@@ -265,6 +265,13 @@ impl Manifest {
                 Some(value) if !spec.ty.accepts(value) => {
                     return Err(format!("config key `{key}` must be a {}", spec.ty.as_str()));
                 }
+                // An empty secret reads as unset to the plugin (`is-set`),
+                // which a plugin may take as "unsigned is fine": refuse it.
+                Some(serde_json::Value::String(value)) if spec.secret && value.is_empty() => {
+                    return Err(format!(
+                        "config key `{key}` is a secret and is empty: give it a value, or leave the key out"
+                    ));
+                }
                 _ => {}
             }
         }
@@ -473,6 +480,17 @@ secret = true
         }
         let err = Manifest::parse(&format!("{GOOD}\n[limits]\nmemory = 1\n"), "p").unwrap_err();
         assert!(err.to_string().contains("unknown field `memory`"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_secret_is_refused_not_taken_as_unset() {
+        let m = Manifest::parse(GOOD, "p").unwrap();
+        let err = m
+            .check_config(&serde_json::json!({"token": ""}))
+            .unwrap_err();
+        assert!(err.contains("`token` is a secret and is empty"), "{err}");
+        m.check_config(&serde_json::json!({"token": "t0k"}))
+            .unwrap();
     }
 
     #[test]
