@@ -291,7 +291,7 @@ pub enum PluginCommand {
     /// Publisher keys for signing plugins
     #[command(subcommand)]
     Key(PluginKeyCommand),
-    /// Scaffold a plugin crate that builds with `cargo build --target wasm32-wasip2`
+    /// Scaffold a plugin: a Rust crate on pincer-plugin-sdk, or (--lang python) a Python skill
     New {
         #[arg(long, value_parser = ["skill", "channel", "observer", "tunnel"])]
         kind: String,
@@ -300,6 +300,10 @@ pub enum PluginCommand {
         /// Parent folder of the new crate [default: .]
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+        /// rust (a crate on pincer-plugin-sdk) or python (a skill for
+        /// componentize-py)
+        #[arg(long, default_value = "rust", value_parser = ["rust", "python"])]
+        lang: String,
     },
 }
 

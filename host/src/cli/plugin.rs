@@ -82,15 +82,23 @@ pub async fn run(config_flag: Option<&Path>, command: PluginCommand) -> anyhow::
             );
             Ok(())
         }
-        PluginCommand::New { kind, name, dir } => {
+        PluginCommand::New {
+            kind,
+            name,
+            dir,
+            lang,
+        } => {
             let parent = dir.unwrap_or_else(|| ".".into());
-            let created = scaffold::create(&parent, &kind, &name)?;
-            println!("created {} plugin `{name}` in {}", kind, created.display());
+            let created = scaffold::create(&parent, &kind, &name, scaffold::Lang::parse(&lang)?)?;
             println!(
-                "build it:   cd {} && cargo build --release --target wasm32-wasip2",
+                "created {kind} plugin `{name}` ({lang}) in {}",
                 created.display()
             );
-            println!("inspect it: pincer plugin inspect {}", created.display());
+            println!("build it:   pincer plugin build {}", created.display());
+            println!(
+                "install it: pincer plugin install {}",
+                created.join("dist").display()
+            );
             Ok(())
         }
     }

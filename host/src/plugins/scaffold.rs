@@ -2,6 +2,8 @@
 //! own, offline and outside pincer's checkout: the SDK's sources (and the
 //! WIT release it targets, as real files) are embedded in `pincer` and
 //! written out beside the plugin, which uses them as a path dependency.
+//! With `--lang python`, a skill in Python for componentize-py instead:
+//! `app.py`, the manifest and the same WIT as files.
 
 use std::path::{Path, PathBuf};
 
@@ -18,12 +20,32 @@ pub const WIT_VERSION: &str = sdk::SDK_WIT_VERSION;
 /// The folder, inside a scaffold, the SDK is written to.
 pub const SDK_DIR: &str = "pincer-plugin-sdk";
 
+/// The language of a new plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    Rust,
+    Python,
+}
+
+impl Lang {
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "rust" => Ok(Self::Rust),
+            "python" => Ok(Self::Python),
+            _ => bail!("unknown language `{s}`: use rust or python"),
+        }
+    }
+}
+
 /// Creates `<parent>/<name>/`; refuses to touch an existing folder.
-pub fn create(parent: &Path, kind: &str, name: &str) -> anyhow::Result<PathBuf> {
+pub fn create(parent: &Path, kind: &str, name: &str, lang: Lang) -> anyhow::Result<PathBuf> {
     let kind = PluginKind::parse(kind).with_context(|| {
         format!("unknown kind `{kind}`: use skill, channel, observer or tunnel")
     })?;
     check_name(name).map_err(anyhow::Error::msg)?;
+    if lang == Lang::Python && kind != PluginKind::Skill {
+        bail!("a Python plugin can only be a skill (--kind skill); write {kind} plugins in Rust");
+    }
     let root = parent.join(name);
     if root.exists() {
         bail!(
@@ -31,7 +53,10 @@ pub fn create(parent: &Path, kind: &str, name: &str) -> anyhow::Result<PathBuf> 
             root.display()
         );
     }
-    let files = files(kind, name);
+    let files = match lang {
+        Lang::Rust => files(kind, name),
+        Lang::Python => python_files(name),
+    };
     for (path, text) in &files {
         let path = root.join(path);
         if let Some(dir) = path.parent() {
@@ -59,6 +84,83 @@ fn files(kind: PluginKind, name: &str) -> Vec<(String, String)> {
         files.push((format!("{SDK_DIR}/{file}"), (*text).to_string()));
     }
     files
+}
+
+/// A Python skill: `app.py`, the manifest, the WIT the SDK targets as
+/// files (componentize-py reads them), a README with the recipe.
+fn python_files(name: &str) -> Vec<(String, String)> {
+    let mut files = vec![
+        ("plugin.toml".to_string(), manifest(PluginKind::Skill, name)),
+        ("app.py".to_string(), PYTHON_APP.to_string()),
+        (
+            ".gitignore".to_string(),
+            "/dist\n__pycache__/\n".to_string(),
+        ),
+        ("README.md".to_string(), python_readme(name)),
+    ];
+    for (file, text) in sdk::SDK_FILES {
+        if file.starts_with("wit/") {
+            files.push(((*file).to_string(), (*text).to_string()));
+        }
+    }
+    files
+}
+
+const PYTHON_APP: &str = r#""""A pincer skill in Python, built with componentize-py against wit/."""
+
+import json
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.imports import config, types
+
+ECHO_SCHEMA = {
+    "type": "object",
+    "properties": {"text": {"type": "string", "description": "The text to say back"}},
+    "required": ["text"],
+    "additionalProperties": False,
+}
+
+
+class Skill(exports.Skill):
+    def tools(self):
+        return [
+            types.ToolSpec(
+                name="echo",
+                description="Returns its `text`",
+                input_schema=json.dumps(ECHO_SCHEMA),
+            )
+        ]
+
+    def invoke(self, tool, args_json):
+        if tool != "echo":
+            raise Err(types.ToolError_UnknownTool(tool))
+        try:
+            args = json.loads(args_json)
+        except ValueError as e:
+            raise Err(types.ToolError_InvalidArgs(f"arguments are not JSON: {e}"))
+        text = args.get("text") if isinstance(args, dict) else None
+        if not isinstance(text, str) or set(args) - {"text"}:
+            raise Err(types.ToolError_InvalidArgs('expected {"text": string}'))
+        greeting = config.get("greeting")
+        return types.ToolOutput(json=json.dumps({"text": text, "greeting": greeting}))
+"#;
+
+fn python_readme(name: &str) -> String {
+    format!(
+        r#"# {name}
+
+A pincer skill in Python (WIT world `pincer:plugin/skill-plugin@{WIT_VERSION}`,
+its WIT in `wit/`), built with componentize-py:
+
+    pip install componentize-py=={cpy}         # or set PINCER_COMPONENTIZE_PY
+    componentize-py -d wit -w skill-plugin bindings bindings   # optional: the Python API to read
+    pincer plugin build .                      # -> dist/: plugin.toml, the component, SHA256SUMS
+    pincer plugin install dist
+    pincer skill invoke {name} echo --args '{{"text": "hi"}}'
+"#,
+        cpy = super::build::COMPONENTIZE_PY_VERSION
+    )
 }
 
 fn cargo_toml(kind: PluginKind, name: &str) -> String {
@@ -313,10 +415,9 @@ A pincer {kind} plugin (WIT world `pincer:plugin/{world}@{WIT_VERSION}`) on
 `pincer-plugin-sdk`, whose sources (and the WIT it targets) are in
 `{SDK_DIR}/`. It builds offline: `cargo build --release --offline`.
 
-    cargo build --release                      # target wasm32-wasip2 is set in .cargo/config.toml
-    cp target/wasm32-wasip2/release/{crate_name}.wasm plugin.wasm
-    pincer plugin inspect .                    # validate: world, WIT version, capabilities
-    pincer plugin install .                    # copy into $PINCER_HOME/plugins, pin its sha256
+    pincer plugin build .                      # cargo build --release --target wasm32-wasip2, checked -> dist/
+    pincer plugin install dist                 # copy into $PINCER_HOME/plugins, pin its sha256
+    # by hand: cargo build --release && cp target/wasm32-wasip2/release/{crate_name}.wasm plugin.wasm
 
 Unit tests run natively: `cargo test --target $(rustc -vV | sed -n 's/^host: //p')`.
 "#,
@@ -331,17 +432,17 @@ mod tests {
     #[test]
     fn refuses_bad_names_and_existing_folders() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(create(dir.path(), "skill", "Bad Name").is_err());
-        assert!(create(dir.path(), "robot", "ok").is_err());
-        create(dir.path(), "skill", "ok").unwrap();
-        let again = create(dir.path(), "skill", "ok").unwrap_err();
+        assert!(create(dir.path(), "skill", "Bad Name", Lang::Rust).is_err());
+        assert!(create(dir.path(), "robot", "ok", Lang::Rust).is_err());
+        create(dir.path(), "skill", "ok", Lang::Rust).unwrap();
+        let again = create(dir.path(), "skill", "ok", Lang::Rust).unwrap_err();
         assert!(again.to_string().contains("already exists"));
     }
 
     #[test]
     fn the_sdk_and_the_wit_it_targets_are_written_out_as_files() {
         let dir = tempfile::tempdir().unwrap();
-        let root = create(dir.path(), "tunnel", "t").unwrap();
+        let root = create(dir.path(), "tunnel", "t", Lang::Rust).unwrap();
         let sdk = root.join(SDK_DIR);
         for file in ["Cargo.toml", "build.rs", "src/lib.rs", "wit/worlds.wit"] {
             let meta = std::fs::symlink_metadata(sdk.join(file)).unwrap();
