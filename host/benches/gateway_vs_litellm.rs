@@ -26,6 +26,9 @@
 //!   the target's processes), and "sustained": at least 99.9 % answered and
 //!   no growing lag (the median of the last fifth of the schedule within
 //!   twice the first fifth's plus 1 ms);
+//! - pincer's workspace has a budget (`BENCH_BUDGET`, default
+//!   `{daily_tokens: 1000000000000}`; `{}` for none), so every call is
+//!   reserved and settled;
 //! - LiteLLM runs the scenarios up to `BENCH_LITELLM_MAX_RATE` (default
 //!   200/s) and is marked "skipped" above it.
 //!
@@ -578,13 +581,16 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 fn start_pincer(scratch: &Path, upstream_base: &str) -> anyhow::Result<(Server, Target)> {
+    // A budget, so every call is reserved and settled (BENCH_BUDGET={} for none).
+    let budget =
+        std::env::var("BENCH_BUDGET").unwrap_or_else(|_| "{daily_tokens: 1000000000000}".into());
     let home = scratch.join("pincer-home");
     std::fs::create_dir_all(&home)?;
     let config = scratch.join("pincer.yaml");
     std::fs::write(
         &config,
         format!(
-            "gateway:\n  model_list:\n    - model_name: default\n      litellm_params: {{model: openai_compatible/fake, api_base: \"{upstream_base}\", api_key: fake}}\nworkspaces:\n  main: {{}}\n"
+            "gateway:\n  model_list:\n    - model_name: default\n      litellm_params: {{model: openai_compatible/fake, api_base: \"{upstream_base}\", api_key: fake}}\nworkspaces:\n  main: {{budget: {budget}}}\n"
         ),
     )?;
     let pincer =

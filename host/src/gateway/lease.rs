@@ -13,7 +13,8 @@
 //!   `gateway_usage` in one transaction.
 //!
 //! A lease counts against both windows, whatever day it was taken. Its owner
-//! renews it every tick and gives back what an idle slice holds; a lease
+//! renews it every tick (half a second) and gives back what an idle slice
+//! holds (all of it, row included, when nothing is in flight); a lease
 //! whose deadline passed (its process died) is deleted by the next process
 //! that leases, so a crashed process's slice is free again after
 //! [`LEASE_TTL_MS`].
@@ -302,6 +303,17 @@ impl Hook for LeaseHook {
         for (workspace, slice) in self.slices.all() {
             let mut slice = lock(&slice);
             if slice.deadline_ms == 0 {
+                continue;
+            }
+            if !slice.busy && slice.used_tokens == 0 && slice.used_usd.abs() < 1e-12 {
+                // Idle with nothing in flight or unwritten: give it all back.
+                match conn.execute(
+                    "DELETE FROM gateway_budget_leases WHERE workspace = ?1 AND owner = ?2",
+                    params![workspace, self.slices.owner()],
+                ) {
+                    Ok(_) => *slice = Slice::default(),
+                    Err(e) => tracing::warn!(workspace, "cannot give back a budget lease: {e}"),
+                }
                 continue;
             }
             // Idle: give back the room; renew what is used.

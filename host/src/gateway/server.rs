@@ -485,9 +485,14 @@ impl Gateway {
                         usage.prompt_tokens, usage.completion_tokens
                     ),
                 );
-                let response: Value =
-                    serde_json::from_str(&self.router.redact(&response.to_string()))
-                        .unwrap_or(response);
+                let text = response.to_string();
+                let redacted = self.router.redact(&text);
+                // Parsed again only when redaction changed something.
+                let response: Value = if redacted == text {
+                    response
+                } else {
+                    serde_json::from_str(&redacted).unwrap_or(response)
+                };
                 if let Some(cache) = &self.cache
                     && ResponseCache::cacheable(&request)
                 {
