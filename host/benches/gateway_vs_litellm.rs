@@ -1,21 +1,36 @@
-//! Added latency and throughput of pincer's gateway next to LiteLLM's proxy,
-//! both in front of the same local fake OpenAI-protocol upstream, same load:
+//! Added latency, CPU and memory of pincer's gateway next to LiteLLM's
+//! proxy, both in front of the same local fake OpenAI-protocol upstream,
+//! same load, in one run:
 //!
 //!     bench/run-gateway-vs-litellm.sh      # sets up LiteLLM's venv, then:
 //!     cargo bench -p pincer --bench gateway_vs_litellm
 //!
 //! - the fake upstream (in this process, its own thread) answers
-//!   `POST /v1/chat/completions` at once with a fixed tiny JSON body and usage;
-//! - "direct" is the load generator against the fake itself: the baseline L0;
+//!   `POST /v1/chat/completions` at once with a fixed tiny JSON body and
+//!   usage, or (`"stream": true`) with three SSE chunks, usage and `[DONE]`;
+//! - "direct" is the load generator against the fake itself: the baseline;
 //! - "pincer" is the real `pincer gateway serve` (a child process, its own
-//!   PINCER_HOME), "litellm" is `litellm --config …` from the venv at
+//!   PINCER_HOME; `PINCER_BENCH_BIN` runs another build of it, e.g. an
+//!   older commit's), "litellm" is `litellm --config …` from the venv at
 //!   `target/litellm-venv` (or `$PINCER_BENCH_LITELLM_VENV`); without it the
 //!   LiteLLM rows are skipped with a note;
-//! - open loop: requests dispatched on a fixed schedule (`BENCH_RATE`, default
-//!   500 req/s, for `BENCH_SECS`, default 10 s), each timed from dispatch to
-//!   the last body byte; added latency = target percentile − direct percentile;
-//! - closed loop: `BENCH_CONCURRENCY` (default 16) callers back to back for
-//!   `BENCH_CLOSED_SECS` (default 5 s; 0 skips it): the maximum throughput.
+//! - open loop, for each scenario of `BENCH_SCENARIOS` (default
+//!   `50,200,1000,3000,s1000`: a rate in requests per second, `s` for
+//!   streamed) for `BENCH_SECS` (default 5) each: requests dispatched on a
+//!   fixed schedule whatever the answers do, each timed from the moment it
+//!   was *scheduled* to its last body byte (latency correction: a
+//!   generator that falls behind cannot hide the queueing);
+//! - per scenario: answered share, p50/p99, added p50/p99 (target minus
+//!   direct), CPU per request = (utime + stime of the target's processes
+//!   during the scenario) / requests answered, peak RSS (VmHWM, summed over
+//!   the target's processes), and "sustained": at least 99.9 % answered and
+//!   no growing lag (the median of the last fifth of the schedule within
+//!   twice the first fifth's plus 1 ms);
+//! - pincer's workspace has a budget (`BENCH_BUDGET`, default
+//!   `{daily_tokens: 1000000000000}`; `{}` for none), so every call is
+//!   reserved and settled;
+//! - LiteLLM runs the scenarios up to `BENCH_LITELLM_MAX_RATE` (default
+//!   200/s) and is marked "skipped" above it.
 //!
 //! Loopback only; every child is killed at the end.
 
@@ -23,8 +38,6 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -35,26 +48,27 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 
 const ANSWER: &str = r#"{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"fake","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":1,"total_tokens":12}}"#;
+const STREAM_ANSWER: &str = concat!(
+    "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"fake\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"o\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"fake\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"k\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"fake\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+    "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"fake\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":2,\"total_tokens\":13}}\n\n",
+    "data: [DONE]\n\n"
+);
 const REQUEST: &str =
     r#"{"model":"default","messages":[{"role":"user","content":"hi"}],"max_tokens":16}"#;
+const STREAM_REQUEST: &str = r#"{"model":"default","messages":[{"role":"user","content":"hi"}],"max_tokens":16,"stream":true,"stream_options":{"include_usage":true}}"#;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const LITELLM_MASTER_KEY: &str = "sk-bench-litellm-master";
 
 fn main() -> anyhow::Result<()> {
     let upstream = start_upstream()?;
-    // The load generator on one thread: it needs little CPU, and the two
-    // cores are better left to the gateway under test.
+    // The load generator on one thread: the two cores are better left to
+    // the gateway under test and the upstream.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(run(upstream))
-}
-
-struct Settings {
-    rate: u32,
-    secs: f64,
-    concurrency: usize,
-    closed_secs: f64,
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -64,52 +78,123 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+#[derive(Clone, Copy, PartialEq)]
+struct Scenario {
+    rate: u32,
+    stream: bool,
+}
+
+impl Scenario {
+    fn label(&self) -> String {
+        format!(
+            "{}/s {}",
+            self.rate,
+            if self.stream { "stream" } else { "JSON" }
+        )
+    }
+}
+
+fn scenarios() -> anyhow::Result<Vec<Scenario>> {
+    let spec = std::env::var("BENCH_SCENARIOS").unwrap_or_else(|_| "50,200,1000,3000,s1000".into());
+    spec.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let (stream, rate) = match s.strip_prefix('s') {
+                Some(rate) => (true, rate),
+                None => (false, s),
+            };
+            Ok(Scenario {
+                rate: rate
+                    .parse()
+                    .with_context(|| format!("BENCH_SCENARIOS: {s:?} is not RATE or sRATE"))?,
+                stream,
+            })
+        })
+        .collect()
+}
+
+#[derive(Clone)]
 struct Target {
     name: &'static str,
     url: String,
     key: Option<String>,
 }
 
+/// One scenario against one target.
 struct Sample {
     dispatched: usize,
     ok: usize,
-    wall: Duration,
-    latencies: Vec<Duration>,
+    /// Latencies of the answered calls, in schedule order.
+    in_order: Vec<Duration>,
+    sorted: Vec<Duration>,
+    cpu: Option<Duration>,
+    peak_rss_kb: Option<u64>,
 }
 
 impl Sample {
-    fn throughput(&self) -> f64 {
-        self.ok as f64 / self.wall.as_secs_f64()
-    }
     fn percentile(&self, p: f64) -> f64 {
-        if self.latencies.is_empty() {
-            return f64::NAN;
-        }
-        let rank =
-            ((p * self.latencies.len() as f64).ceil() as usize).clamp(1, self.latencies.len());
-        self.latencies[rank - 1].as_secs_f64() * 1e3
+        percentile(&self.sorted, p)
     }
+
+    fn answered_share(&self) -> f64 {
+        self.ok as f64 / self.dispatched.max(1) as f64
+    }
+
+    /// At least 99.9 % answered and the lag not growing.
+    fn sustained(&self) -> bool {
+        if self.answered_share() < 0.999 || self.in_order.len() < 10 {
+            return false;
+        }
+        let fifth = self.in_order.len() / 5;
+        let median = |part: &[Duration]| {
+            let mut part = part.to_vec();
+            part.sort_unstable();
+            percentile(&part, 0.5)
+        };
+        let first = median(&self.in_order[..fifth]);
+        let last = median(&self.in_order[self.in_order.len() - fifth..]);
+        last <= 2.0 * first + 1.0
+    }
+
+    fn cpu_per_request_ms(&self) -> Option<f64> {
+        self.cpu
+            .map(|cpu| cpu.as_secs_f64() * 1e3 / self.ok.max(1) as f64)
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1].as_secs_f64() * 1e3
+}
+
+enum Row {
+    Measured(Sample),
+    Skipped(String),
 }
 
 struct Results {
     name: &'static str,
-    open: Sample,
-    closed: Option<Sample>,
+    rows: Vec<(Scenario, Row)>,
 }
 
 async fn run(upstream: SocketAddr) -> anyhow::Result<()> {
-    let settings = Settings {
-        rate: env_or("BENCH_RATE", 500),
-        secs: env_or("BENCH_SECS", 10.0),
-        concurrency: env_or("BENCH_CONCURRENCY", 16),
-        closed_secs: env_or("BENCH_CLOSED_SECS", 5.0),
-    };
+    let scenarios = scenarios()?;
+    let secs: f64 = env_or("BENCH_SECS", 5.0);
+    let litellm_max_rate: u32 = env_or("BENCH_LITELLM_MAX_RATE", 200);
     let client = pincer::gateway::llm::default_client()?;
     let scratch = tempfile::tempdir()?;
     let upstream_base = format!("http://{upstream}/v1");
     println!(
-        "gateway_vs_litellm: fake upstream {upstream_base}; open loop {} req/s for {} s; closed loop {} callers for {} s",
-        settings.rate, settings.secs, settings.concurrency, settings.closed_secs
+        "gateway_vs_litellm: fake upstream {upstream_base}; open loop, {secs} s per scenario: {}",
+        scenarios
+            .iter()
+            .map(Scenario::label)
+            .collect::<Vec<_>>()
+            .join(", ")
     );
 
     let mut results = Vec::new();
@@ -118,13 +203,23 @@ async fn run(upstream: SocketAddr) -> anyhow::Result<()> {
         url: format!("{upstream_base}/chat/completions"),
         key: None,
     };
-    results.push(measure(&client, &direct, &settings).await?);
+    results.push(measure_all(&client, &direct, None, &scenarios, secs, u32::MAX).await?);
 
     {
         let (pincer, target) = start_pincer(scratch.path(), &upstream_base)?;
         let ready = wait_ready(&client, &target, Duration::from_secs(30)).await;
         let measured = match ready {
-            Ok(()) => measure(&client, &target, &settings).await,
+            Ok(()) => {
+                measure_all(
+                    &client,
+                    &target,
+                    Some(pincer.pid()),
+                    &scenarios,
+                    secs,
+                    u32::MAX,
+                )
+                .await
+            }
             Err(e) => Err(e),
         };
         let log = pincer.stop();
@@ -145,24 +240,28 @@ async fn run(upstream: SocketAddr) -> anyhow::Result<()> {
         let (litellm, target) = start_litellm(scratch.path(), &litellm_bin, &upstream_base)?;
         let ready = wait_ready(&client, &target, Duration::from_secs(180)).await;
         let measured = match ready {
-            Ok(()) => measure(&client, &target, &settings).await,
+            Ok(()) => {
+                measure_all(
+                    &client,
+                    &target,
+                    Some(litellm.pid()),
+                    &scenarios,
+                    secs,
+                    litellm_max_rate,
+                )
+                .await
+            }
             Err(e) => Err(e),
         };
         let log = litellm.stop();
         match measured {
             Ok(r) => results.push(r),
             Err(e) => {
-                let tail: String = log
-                    .lines()
-                    .rev()
-                    .take(40)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect::<Vec<_>>()
-                    .join("\n");
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
                 litellm_note = Some(format!(
-                    "LiteLLM skipped: its proxy did not serve: {e:#}\n--- the end of its log ---\n{tail}"
+                    "LiteLLM skipped: its proxy did not serve: {e:#}\n--- the end of its log ---\n{}",
+                    tail.join("\n")
                 ));
             }
         }
@@ -173,95 +272,141 @@ async fn run(upstream: SocketAddr) -> anyhow::Result<()> {
         ));
     }
 
-    report(&results, &settings);
+    report(&results, &scenarios);
     if let Some(note) = litellm_note {
         println!("\nNOTE: {note}");
     }
     Ok(())
 }
 
-/// Warm up, then the open-loop run, then the closed-loop run.
-async fn measure(
+/// Warm up, then every scenario in turn.
+async fn measure_all(
     client: &reqwest::Client,
     target: &Target,
-    settings: &Settings,
+    pid: Option<u32>,
+    scenarios: &[Scenario],
+    secs: f64,
+    max_rate: u32,
 ) -> anyhow::Result<Results> {
-    // Warm-up: open the connections and let lazy paths settle.
-    let warm = closed_loop(client, target, 8, Duration::from_secs(2)).await;
+    let warm = open_loop(client, target, None, 100, 2.0, false).await;
     if warm.ok == 0 {
         bail!("{}: no successful call during warm-up", target.name);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let open = open_loop(client, target, settings.rate, settings.secs).await;
-    let closed = if settings.closed_secs > 0.0 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        Some(
-            closed_loop(
-                client,
-                target,
-                settings.concurrency,
-                Duration::from_secs_f64(settings.closed_secs),
-            )
-            .await,
-        )
-    } else {
-        None
-    };
-    eprintln!(
-        "  {}: open loop {}/{} ok, closed loop {} ok",
-        target.name,
-        open.ok,
-        open.dispatched,
-        closed.as_ref().map_or(0, |c| c.ok)
-    );
+    let mut rows = Vec::new();
+    for scenario in scenarios {
+        if scenario.rate > max_rate {
+            rows.push((
+                *scenario,
+                Row::Skipped(format!("skipped above {max_rate}/s")),
+            ));
+            continue;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let sample = open_loop(client, target, pid, scenario.rate, secs, scenario.stream).await;
+        eprintln!(
+            "  {} {}: {}/{} answered",
+            target.name,
+            scenario.label(),
+            sample.ok,
+            sample.dispatched
+        );
+        rows.push((*scenario, Row::Measured(sample)));
+    }
     Ok(Results {
         name: target.name,
-        open,
-        closed,
+        rows,
     })
 }
 
-/// One call: true when it answered 2xx with a non-empty body.
-async fn call(client: &reqwest::Client, target: &Target) -> bool {
+/// One call: true when it answered 2xx with the whole body (`[DONE]` last
+/// when streamed).
+async fn call(client: &reqwest::Client, target: &Target, stream: bool) -> bool {
     let mut request = client
         .post(&target.url)
         .header(CONTENT_TYPE, "application/json")
         .timeout(CALL_TIMEOUT)
-        .body(REQUEST);
+        .body(if stream { STREAM_REQUEST } else { REQUEST });
     if let Some(key) = &target.key {
         request = request.bearer_auth(key);
     }
     match request.send().await {
         Ok(response) => {
             let ok = response.status().is_success();
-            matches!(response.bytes().await, Ok(body) if ok && !body.is_empty())
+            match response.bytes().await {
+                Ok(body) if ok && stream => body.trim_ascii_end().ends_with(b"data: [DONE]"),
+                Ok(body) => ok && !body.is_empty(),
+                Err(_) => false,
+            }
         }
         Err(_) => false,
     }
 }
 
+/// CPU time (utime + stime) and peak RSS (VmHWM, kB) of the processes in
+/// the process group `pid` leads.
+fn group_usage(pid: u32) -> (Duration, u64) {
+    // USER_HZ is 100 on Linux.
+    const TICK: f64 = 0.01;
+    let (mut ticks, mut rss) = (0u64, 0u64);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return (Duration::ZERO, 0);
+    };
+    for entry in entries.flatten() {
+        let Some(Ok(id)) = entry.file_name().to_str().map(str::parse::<u32>) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{id}/stat")) else {
+            continue;
+        };
+        // The fields after the command (which may hold spaces) in parentheses.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // fields[0] is field 3 (state): pgrp is field 5, utime 14, stime 15.
+        let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+        if field(5) != Some(u64::from(pid)) {
+            continue;
+        }
+        ticks += field(14).unwrap_or(0) + field(15).unwrap_or(0);
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{id}/status")) {
+            rss += status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    (Duration::from_secs_f64(ticks as f64 * TICK), rss)
+}
+
 /// Dispatches `rate` calls a second for `secs` seconds on a fixed schedule,
-/// whatever the answers do, and waits for all of them.
-async fn open_loop(client: &reqwest::Client, target: &Target, rate: u32, secs: f64) -> Sample {
+/// whatever the answers do, and waits for all of them; each is timed from
+/// the moment it was scheduled.
+async fn open_loop(
+    client: &reqwest::Client,
+    target: &Target,
+    pid: Option<u32>,
+    rate: u32,
+    secs: f64,
+    stream: bool,
+) -> Sample {
     let count = (f64::from(rate) * secs).round() as usize;
     let period = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+    let before = pid.map(group_usage);
     let started = tokio::time::Instant::now();
     let tasks = tokio::task::LocalSet::new();
     let results = tasks
         .run_until(async {
             let mut handles = Vec::with_capacity(count);
             for i in 0..count {
-                tokio::time::sleep_until(started + period.mul_f64(i as f64)).await;
+                let scheduled = started + period.mul_f64(i as f64);
+                tokio::time::sleep_until(scheduled).await;
                 let client = client.clone();
-                let target = Target {
-                    name: target.name,
-                    url: target.url.clone(),
-                    key: target.key.clone(),
-                };
+                let target = target.clone();
                 handles.push(tokio::task::spawn_local(async move {
-                    let sent = Instant::now();
-                    let ok = call(&client, &target).await;
-                    (ok, sent.elapsed())
+                    let ok = call(&client, &target, stream).await;
+                    (ok, scheduled.elapsed())
                 }));
             }
             let mut results = Vec::with_capacity(count);
@@ -271,159 +416,78 @@ async fn open_loop(client: &reqwest::Client, target: &Target, rate: u32, secs: f
             results
         })
         .await;
-    let wall = started.elapsed();
-    collect(count, wall, results)
-}
-
-/// `concurrency` callers, each calling again as soon as it has an answer.
-async fn closed_loop(
-    client: &reqwest::Client,
-    target: &Target,
-    concurrency: usize,
-    duration: Duration,
-) -> Sample {
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let tasks = tokio::task::LocalSet::new();
-    let results = tasks
-        .run_until(async {
-            let mut handles = Vec::new();
-            for _ in 0..concurrency {
-                let client = client.clone();
-                let target = Target {
-                    name: target.name,
-                    url: target.url.clone(),
-                    key: target.key.clone(),
-                };
-                let stop = stop.clone();
-                handles.push(tokio::task::spawn_local(async move {
-                    let mut mine = Vec::new();
-                    while !stop.load(Ordering::Relaxed) {
-                        let sent = Instant::now();
-                        let ok = call(&client, &target).await;
-                        mine.push((ok, sent.elapsed()));
-                    }
-                    mine
-                }));
-            }
-            tokio::time::sleep(duration).await;
-            stop.store(true, Ordering::Relaxed);
-            let mut results = Vec::new();
-            for handle in handles {
-                results.extend(handle.await.unwrap_or_default());
-            }
-            results
-        })
-        .await;
-    let wall = started.elapsed();
-    collect(results.len(), wall, results)
-}
-
-fn collect(dispatched: usize, wall: Duration, results: Vec<(bool, Duration)>) -> Sample {
-    let mut latencies: Vec<Duration> = results.iter().filter(|r| r.0).map(|r| r.1).collect();
-    latencies.sort_unstable();
+    let after = pid.map(group_usage);
+    let in_order: Vec<Duration> = results.iter().filter(|r| r.0).map(|r| r.1).collect();
+    let mut sorted = in_order.clone();
+    sorted.sort_unstable();
     Sample {
-        dispatched,
-        ok: latencies.len(),
-        wall,
-        latencies,
+        dispatched: count,
+        ok: in_order.len(),
+        in_order,
+        sorted,
+        cpu: before
+            .zip(after)
+            .map(|((b, _), (a, _))| a.saturating_sub(b)),
+        peak_rss_kb: after.map(|(_, rss)| rss),
     }
 }
 
-fn report(results: &[Results], settings: &Settings) {
-    let direct = &results[0].open;
-    let (d50, d99) = (direct.percentile(0.5), direct.percentile(0.99));
+fn report(results: &[Results], scenarios: &[Scenario]) {
     println!(
-        "\nOpen loop, {} req/s offered for {} s (latency in ms; added = minus direct)",
-        settings.rate, settings.secs
+        "\nOpen loop, latency from the scheduled send to the last byte (ms); added = minus direct at the same scenario"
     );
     println!(
-        "{:<8} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8} {:>10} {:>10}",
-        "target", "sent", "ok", "ok req/s", "p50", "p99", "max", "added p50", "added p99"
+        "{:<8} {:<12} {:>9} {:>8} {:>8} {:>10} {:>10} {:>11} {:>9} {:>10}",
+        "target",
+        "scenario",
+        "answered",
+        "p50",
+        "p99",
+        "added p50",
+        "added p99",
+        "CPU/req ms",
+        "peak RSS",
+        "sustained"
     );
-    for r in results {
-        let s = &r.open;
-        let (p50, p99) = (s.percentile(0.5), s.percentile(0.99));
-        println!(
-            "{:<8} {:>6} {:>6} {:>10.1} {:>8.3} {:>8.3} {:>8.3} {:>10.3} {:>10.3}",
-            r.name,
-            s.dispatched,
-            s.ok,
-            s.throughput(),
-            p50,
-            p99,
-            s.percentile(1.0),
-            p50 - d50,
-            p99 - d99
-        );
-    }
-    let added = |name: &str| {
-        results
-            .iter()
-            .find(|r| r.name == name)
-            .map(|r| (r.open.percentile(0.5) - d50, r.open.percentile(0.99) - d99))
-    };
-    if let Some((p50, _)) = added("pincer") {
-        println!(
-            "pincer added median {p50:.3} ms at {} req/s: target <= 1 ms {}",
-            settings.rate,
-            if p50 <= 1.0 { "MET" } else { "MISSED" }
-        );
-    }
-    if let (Some((pin50, pin99)), Some((lit50, lit99))) = (added("pincer"), added("litellm")) {
-        let ratio = |lit: f64, pin: f64| {
-            if pin > 0.0 {
-                format!("{:.1}x", lit / pin)
-            } else {
-                "inf (pincer adds nothing measurable)".to_string()
-            }
-        };
-        println!(
-            "LiteLLM / pincer added latency: median {}, p99 {}; target >= 10x at the median {}",
-            ratio(lit50, pin50),
-            ratio(lit99, pin99),
-            if pin50 <= 0.0 || lit50 / pin50 >= 10.0 {
-                "MET"
-            } else {
-                "MISSED"
-            }
-        );
-    }
-    if results.iter().any(|r| r.closed.is_some()) {
-        println!(
-            "\nClosed loop, {} concurrent callers for {} s (latency in ms)",
-            settings.concurrency, settings.closed_secs
-        );
-        println!(
-            "{:<8} {:>7} {:>10} {:>8} {:>8}",
-            "target", "ok", "ok req/s", "p50", "p99"
-        );
+    let direct = results.iter().find(|r| r.name == "direct");
+    for scenario in scenarios {
+        let base = direct.and_then(|d| {
+            d.rows.iter().find_map(|(s, row)| match row {
+                Row::Measured(sample) if s == scenario => Some(sample),
+                _ => None,
+            })
+        });
         for r in results {
-            if let Some(s) = &r.closed {
-                println!(
-                    "{:<8} {:>7} {:>10.1} {:>8.3} {:>8.3}",
-                    r.name,
-                    s.ok,
-                    s.throughput(),
-                    s.percentile(0.5),
-                    s.percentile(0.99)
-                );
+            let Some((_, row)) = r.rows.iter().find(|(s, _)| s == scenario) else {
+                continue;
+            };
+            match row {
+                Row::Skipped(why) => println!("{:<8} {:<12} {why}", r.name, scenario.label()),
+                Row::Measured(s) => {
+                    let (p50, p99) = (s.percentile(0.5), s.percentile(0.99));
+                    let added = |p: f64, own: f64| {
+                        base.filter(|_| r.name != "direct")
+                            .map_or("-".to_string(), |b| format!("{:.3}", own - b.percentile(p)))
+                    };
+                    println!(
+                        "{:<8} {:<12} {:>8.2}% {:>8.3} {:>8.3} {:>10} {:>10} {:>11} {:>9} {:>10}",
+                        r.name,
+                        scenario.label(),
+                        s.answered_share() * 100.0,
+                        p50,
+                        p99,
+                        added(0.5, p50),
+                        added(0.99, p99),
+                        s.cpu_per_request_ms()
+                            .map_or("-".to_string(), |c| format!("{c:.3}")),
+                        s.peak_rss_kb.map_or("-".to_string(), |kb| format!(
+                            "{:.1} MB",
+                            kb as f64 / 1024.0
+                        )),
+                        if s.sustained() { "yes" } else { "NO" }
+                    );
+                }
             }
-        }
-        if let (Some(pin), Some(lit)) = (
-            results
-                .iter()
-                .find(|r| r.name == "pincer")
-                .and_then(|r| r.closed.as_ref()),
-            results
-                .iter()
-                .find(|r| r.name == "litellm")
-                .and_then(|r| r.closed.as_ref()),
-        ) {
-            println!(
-                "pincer / LiteLLM max throughput: {:.1}x",
-                pin.throughput() / lit.throughput()
-            );
         }
     }
 }
@@ -446,8 +510,14 @@ fn start_upstream() -> anyhow::Result<SocketAddr> {
                     tokio::net::TcpListener::from_std(listener).expect("upstream listener");
                 let router = Router::new().route(
                     "/v1/chat/completions",
-                    post(|_body: Bytes| async {
-                        ([(CONTENT_TYPE, "application/json")], ANSWER).into_response()
+                    post(|body: Bytes| async move {
+                        let streamed = serde_json::from_slice::<serde_json::Value>(&body)
+                            .is_ok_and(|b| b["stream"] == true);
+                        if streamed {
+                            ([(CONTENT_TYPE, "text/event-stream")], STREAM_ANSWER).into_response()
+                        } else {
+                            ([(CONTENT_TYPE, "application/json")], ANSWER).into_response()
+                        }
                     }),
                 );
                 axum::serve(listener, router)
@@ -465,6 +535,10 @@ struct Server {
 }
 
 impl Server {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     fn spawn(mut command: Command, log: PathBuf) -> anyhow::Result<Self> {
         let out = std::fs::File::create(&log)?;
         let child = command
@@ -507,16 +581,21 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 fn start_pincer(scratch: &Path, upstream_base: &str) -> anyhow::Result<(Server, Target)> {
+    // A budget, so every call is reserved and settled (BENCH_BUDGET={} for none).
+    let budget =
+        std::env::var("BENCH_BUDGET").unwrap_or_else(|_| "{daily_tokens: 1000000000000}".into());
     let home = scratch.join("pincer-home");
     std::fs::create_dir_all(&home)?;
     let config = scratch.join("pincer.yaml");
     std::fs::write(
         &config,
         format!(
-            "gateway:\n  model_list:\n    - model_name: default\n      litellm_params: {{model: openai_compatible/fake, api_base: \"{upstream_base}\", api_key: fake}}\nworkspaces:\n  main: {{}}\n"
+            "gateway:\n  model_list:\n    - model_name: default\n      litellm_params: {{model: openai_compatible/fake, api_base: \"{upstream_base}\", api_key: fake}}\nworkspaces:\n  main: {{budget: {budget}}}\n"
         ),
     )?;
-    let pincer = env!("CARGO_BIN_EXE_pincer");
+    let pincer =
+        std::env::var("PINCER_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pincer").into());
+    let pincer = pincer.as_str();
     let created = Command::new(pincer)
         .arg("--config")
         .arg(&config)
@@ -609,7 +688,7 @@ async fn wait_ready(
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
-        if call(client, target).await {
+        if call(client, target, false).await {
             eprintln!(
                 "  {} ready after {:.1} s",
                 target.name,

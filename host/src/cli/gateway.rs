@@ -79,7 +79,8 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
 }
 
 /// Serves on TCP and on `$PINCER_HOME/run/<workspace>/gateway/gateway.sock` for
-/// every configured workspace, until Ctrl-C.
+/// every configured workspace, until Ctrl-C or SIGTERM; either writes every
+/// queued usage row before exiting.
 async fn serve(ctx: &Context, listen: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
     let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, ctx.audit_log()?)?);
     let routes = gateway.tcp_routes();
@@ -110,8 +111,13 @@ async fn serve(ctx: &Context, listen: Option<std::net::SocketAddr>) -> anyhow::R
             "es"
         }
     );
-    tokio::select! {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let ended = tokio::select! {
         _ = tokio::signal::ctrl_c() => Ok(()),
-        Some(done) = servers.join_next() => done?.context("a gateway listener stopped"),
-    }
+        _ = terminate.recv() => Ok(()),
+        Some(done) = servers.join_next() => done.map_err(anyhow::Error::from).and_then(|r| r).context("a gateway listener stopped"),
+    };
+    servers.abort_all();
+    gateway.shutdown();
+    ended
 }

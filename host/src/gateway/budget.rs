@@ -2,17 +2,22 @@
 //! is dispatched, and the usage ledger behind `pincer gateway usage`.
 //!
 //! A call goes through three steps:
-//! 1. [`Ledger::reserve`] checks, in one write transaction (`BEGIN
-//!    IMMEDIATE`, so concurrent calls in this and other processes
-//!    serialise), that what is spent in the window, plus every outstanding
-//!    reservation, plus this call's [`Estimate`] stays within each limit of
-//!    the workspace's [`Budget`]; if so it records a reservation.
+//! 1. [`Ledger::reserve`] checks that this call's [`Estimate`] fits the
+//!    workspace's [`Budget`] and records a reservation. It does so in
+//!    memory, against this process's slice of the budget, leased from a
+//!    database row ([`super::lease`]); only when the slice is too small or
+//!    its lease must be renewed does it take a write transaction (`BEGIN
+//!    IMMEDIATE`, so processes serving the same workspace serialise) that
+//!    checks what is spent in the window plus every other process's lease
+//!    plus this slice stays within each limit.
 //! 2. The call is made.
-//! 3. [`Ledger::settle`] replaces the reservation with the actual usage, or
+//! 3. [`Ledger::settle`] replaces the reservation with the actual usage,
+//!    queued for the background writer ([`super::writer`]), which writes it
+//!    and takes it out of the lease in one batched transaction; or
 //!    [`Ledger::release`] drops it when nothing was spent (the call failed).
 //!    A [`Reservation`] dropped without either is released too (the request
-//!    was cancelled), and a reservation left behind by a crashed process
-//!    stops counting after [`RESERVATION_TTL_MS`] (10 minutes).
+//!    was cancelled), and the lease of a crashed process stops counting
+//!    after [`LEASE_TTL_MS`] (30 s).
 //!
 //! Windows are the UTC day and the UTC calendar month. Token limits count
 //! prompt plus completion tokens. Limits are inclusive: spending exactly the
@@ -38,6 +43,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::{Connection, TransactionBehavior, params};
+
+use super::lease::{self, LEASE_TTL_MS, LeaseHook, Slice, Slices};
+use super::writer::{AuditRecord, Record, UsageRecord, Writer};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -46,7 +54,8 @@ use crate::config::Budget;
 
 /// Completion tokens reserved for a request that sets no `max_tokens`.
 pub const DEFAULT_MAX_COMPLETION_TOKENS: u64 = 4096;
-/// Reservations older than this no longer count (their call crashed).
+/// Rows of `gateway_reservations` (written by pincer before leases, and
+/// still counted while such a process runs) older than this do not count.
 pub const RESERVATION_TTL_MS: i64 = 10 * 60 * 1000;
 /// Token counts are capped at this per call when stored (2^40), so sums
 /// cannot overflow.
@@ -299,8 +308,9 @@ impl BudgetError {
 /// A reservation made by [`Ledger::reserve`]. Settle or release it; if it
 /// is dropped instead, it is released.
 pub struct Reservation {
-    /// `None` for a workspace without limits (nothing is reserved).
-    id: Option<i64>,
+    /// Reserved in this process's slice of the workspace's budget (`None`
+    /// for a workspace without limits): tokens, USD.
+    held: Option<(i64, f64)>,
     workspace: String,
     model: String,
     estimate: Estimate,
@@ -324,7 +334,7 @@ impl Reservation {
 impl fmt::Debug for Reservation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reservation")
-            .field("id", &self.id)
+            .field("held", &self.held)
             .field("workspace", &self.workspace)
             .field("model", &self.model)
             .field("estimate", &self.estimate)
@@ -334,13 +344,8 @@ impl fmt::Debug for Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take()
-            && let Err(e) = self.ledger.delete_reservation(id)
-        {
-            tracing::warn!(
-                workspace = %self.workspace,
-                "cannot release a budget reservation (it expires in 10 minutes): {e}"
-            );
+        if let Some(held) = self.held.take() {
+            self.ledger.unhold(&self.workspace, held);
         }
     }
 }
@@ -374,12 +379,16 @@ pub struct Spend {
     pub reserved_tokens: u64,
 }
 
-type Clock = Box<dyn Fn() -> i64 + Send + Sync>;
+type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
-/// The budget ledger, in the host database.
+/// The budget ledger, in the host database: reservations against this
+/// process's leased slices ([`super::lease`]), usage written by the
+/// background writer ([`super::writer`]).
 pub struct Ledger {
+    /// For leasing and reading; the writer has its own connection.
     conn: Mutex<Connection>,
-    clock: Clock,
+    slices: Arc<Slices>,
+    writer: Writer,
 }
 
 impl Ledger {
@@ -393,6 +402,8 @@ impl Ledger {
         path: &Path,
         clock: impl Fn() -> i64 + Send + Sync + 'static,
     ) -> rusqlite::Result<Arc<Self>> {
+        // The writer also writes `audit_events`: the audit log owns its schema.
+        drop(crate::audit::AuditLog::open(path)?);
         let conn = crate::db::open(path)?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS gateway_usage (
@@ -419,9 +430,20 @@ impl Ledger {
             CREATE INDEX IF NOT EXISTS gateway_reservations_by_workspace
                 ON gateway_reservations (workspace, created_ms);",
         )?;
+        conn.execute_batch(lease::SCHEMA)?;
+        let clock: Clock = Arc::new(clock);
+        let slices = Arc::new(Slices::new(owner_id(), clock));
+        let writer = Writer::start(
+            crate::db::open(path)?,
+            Arc::new(LeaseHook {
+                slices: slices.clone(),
+            }),
+        )
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
         Ok(Arc::new(Self {
             conn: Mutex::new(conn),
-            clock: Box::new(clock),
+            slices,
+            writer,
         }))
     }
 
@@ -431,9 +453,15 @@ impl Ledger {
             .map_err(|_| BudgetError::Storage("ledger lock poisoned".into()))
     }
 
+    fn now(&self) -> i64 {
+        self.slices.now()
+    }
+
     /// Reserves `estimate` for a call of `model` by `workspace`, or says
     /// which limit it could break. A workspace without limits reserves
-    /// nothing (and touches no storage).
+    /// nothing (and touches no storage); otherwise the reservation is made
+    /// in memory, within this process's lease, and the database is touched
+    /// only when the lease must grow or be renewed.
     ///
     /// # Errors
     /// [`BudgetError::Exceeded`], [`BudgetError::Unpriced`] (a USD limit and
@@ -450,7 +478,7 @@ impl Ledger {
             ..estimate
         };
         let mut reservation = Reservation {
-            id: None,
+            held: None,
             workspace: workspace.to_owned(),
             model: model.to_owned(),
             estimate,
@@ -465,76 +493,125 @@ impl Ledger {
                 model: model.to_owned(),
             });
         }
-        let now = (self.clock)();
-        let requested_usd = estimate.cost_usd.unwrap_or(0.0);
-        let requested_tokens = estimate.tokens().min(MAX_STORED_TOKENS);
+        let want = (to_i64(estimate.tokens()), estimate.cost_usd.unwrap_or(0.0));
+        let slice = self.slices.get(workspace);
+        let mut held = lease::lock(&slice);
+        let fits = held.room_tokens() >= want.0 && held.room_usd() + USD_EPSILON >= want.1;
+        if !(fits && self.slices.fresh(&held)) {
+            self.grow(workspace, budget, &mut held, want)?;
+        }
+        held.used_tokens += want.0;
+        held.used_usd += want.1;
+        held.busy = true;
+        reservation.held = Some(want);
+        Ok(reservation)
+    }
+
+    /// Grows (and renews) this process's lease of `workspace` so `slice`
+    /// has room for `want`, in one `BEGIN IMMEDIATE` transaction.
+    fn grow(
+        &self,
+        workspace: &str,
+        budget: &Budget,
+        slice: &mut Slice,
+        want: (i64, f64),
+    ) -> Result<(), BudgetError> {
+        let now = self.now();
+        let need_tokens = (want.0 - slice.room_tokens()).max(0);
+        let need_usd = (want.1 - slice.room_usd()).max(0.0);
         let mut conn = self.lock()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute(
-            "DELETE FROM gateway_reservations WHERE created_ms <= ?1",
-            params![now - RESERVATION_TTL_MS],
-        )?;
-        let spend = spend_at(&tx, workspace, now)?;
+        let held = lease::held(&tx, workspace, self.slices.owner(), now)?;
+        // The lease row as this transaction sees it: it differs from the
+        // slice by what the writer committed and has not yet taken out of
+        // the slice, which the usage table already holds.
+        let (mine_tokens, mine_usd) =
+            lease::mine(&tx, workspace, self.slices.owner())?.unwrap_or((slice.tokens, slice.usd));
+        let (written_tokens, written_usd) = (slice.tokens - mine_tokens, slice.usd - mine_usd);
+        let leased_usd = held.others_usd + mine_usd;
+        let leased_tokens = held.others_tokens + mine_tokens as f64;
+        let in_use_usd = held.others_usd + slice.used_usd - written_usd;
+        let in_use_tokens = held.others_tokens + (slice.used_tokens - written_tokens) as f64;
+        // (limit, its value, spent in its window, requested, per call)
         let checks = [
-            budget.daily_usd.map(|l| {
-                (
-                    Limit::DailyUsd(l),
-                    l,
-                    spend.day_usd + spend.reserved_usd,
-                    requested_usd,
-                )
-            }),
+            budget
+                .daily_usd
+                .map(|l| (Limit::DailyUsd(l), l, held.day_usd, leased_usd, in_use_usd)),
             budget.monthly_usd.map(|l| {
                 (
                     Limit::MonthlyUsd(l),
                     l,
-                    spend.month_usd + spend.reserved_usd,
-                    requested_usd,
+                    held.month_usd,
+                    leased_usd,
+                    in_use_usd,
                 )
             }),
             budget.daily_tokens.map(|l| {
                 (
                     Limit::DailyTokens(l),
                     l as f64,
-                    (spend.day_tokens + spend.reserved_tokens) as f64,
-                    requested_tokens as f64,
+                    held.day_tokens,
+                    leased_tokens,
+                    in_use_tokens,
                 )
             }),
             budget.monthly_tokens.map(|l| {
                 (
                     Limit::MonthlyTokens(l),
                     l as f64,
-                    (spend.month_tokens + spend.reserved_tokens) as f64,
-                    requested_tokens as f64,
+                    held.month_tokens,
+                    leased_tokens,
+                    in_use_tokens,
                 )
             }),
         ];
-        for (limit, max, spent, requested) in checks.into_iter().flatten() {
-            let slack = if limit.is_usd() { USD_EPSILON } else { 0.0 };
-            if spent + requested > max + slack {
+        // The least room any limit leaves after this call, in calls like it.
+        let mut room_in_calls = f64::INFINITY;
+        for (limit, max, spent, leased, in_use) in checks.into_iter().flatten() {
+            let (need, per_call, slack) = if limit.is_usd() {
+                (need_usd, want.1, USD_EPSILON)
+            } else {
+                (need_tokens as f64, want.0 as f64, 0.0)
+            };
+            let room = max - spent - leased - need;
+            if room + slack < 0.0 {
                 return Err(BudgetError::Exceeded {
                     workspace: workspace.to_owned(),
                     limit,
-                    spent,
-                    requested,
+                    spent: spent + in_use,
+                    requested: per_call,
                 });
             }
+            if per_call > 0.0 {
+                room_in_calls = room_in_calls.min(room / per_call);
+            }
         }
-        tx.execute(
-            "INSERT INTO gateway_reservations (workspace, created_ms, model, tokens, cost_usd)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                workspace,
-                now,
-                model,
-                to_i64(requested_tokens),
-                estimate.cost_usd
-            ],
+        let extra = lease::extra_calls(room_in_calls);
+        let add = (
+            need_tokens + (extra * want.0 as f64) as i64,
+            need_usd + extra * want.1,
+        );
+        let deadline = now + LEASE_TTL_MS;
+        lease::grow(
+            &tx,
+            workspace,
+            self.slices.owner(),
+            (mine_tokens, mine_usd),
+            add,
+            deadline,
         )?;
-        let id = tx.last_insert_rowid();
         tx.commit()?;
-        reservation.id = Some(id);
-        Ok(reservation)
+        slice.tokens += add.0;
+        slice.usd += add.1;
+        slice.deadline_ms = deadline;
+        Ok(())
+    }
+
+    fn unhold(&self, workspace: &str, (tokens, usd): (i64, f64)) {
+        let slice = self.slices.get(workspace);
+        let mut slice = lease::lock(&slice);
+        slice.used_tokens -= tokens;
+        slice.used_usd -= usd;
     }
 
     /// Replaces `reservation` with what the call used. `model` is the
@@ -543,8 +620,11 @@ impl Ledger {
     /// that answered) but the reservation was priced, its estimate is
     /// recorded as the cost, so USD budgets stay conservative.
     ///
+    /// The usage row is queued for the background writer: it is in the
+    /// database about one group commit later ([`Self::flush`] waits for it).
+    ///
     /// # Errors
-    /// Storage failures; the reservation then stays until it expires.
+    /// None today; kept for callers that handle storage failures.
     pub fn settle(
         &self,
         mut reservation: Reservation,
@@ -553,44 +633,43 @@ impl Ledger {
         deployment: &str,
         cached: bool,
     ) -> Result<(), BudgetError> {
-        let id = reservation.id.take();
         let cost = valid_cost(cost_usd).or(reservation.estimate.cost_usd);
-        let mut conn = self.lock()?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if let Some(id) = id {
-            tx.execute(
-                "DELETE FROM gateway_reservations WHERE id = ?1",
-                params![id],
-            )?;
-        }
-        self.insert_usage(
-            &tx,
+        let leased = reservation.held.take().map(|held| {
+            let spent = (
+                to_i64(actual.prompt_tokens).saturating_add(to_i64(actual.completion_tokens)),
+                cost.unwrap_or(0.0),
+            );
+            let slice = self.slices.get(&reservation.workspace);
+            let mut slice = lease::lock(&slice);
+            slice.used_tokens += spent.0 - held.0;
+            slice.used_usd += spent.1 - held.1;
+            spent
+        });
+        self.queue_usage(
             &reservation.workspace,
             &reservation.model,
             deployment,
             actual,
             cost,
             cached,
-        )?;
-        tx.commit()?;
+            leased,
+        );
         Ok(())
     }
 
     /// Drops `reservation`: the call failed and nothing was spent.
     ///
     /// # Errors
-    /// Storage failures; the reservation then stays until it expires.
-    pub fn release(&self, mut reservation: Reservation) -> Result<(), BudgetError> {
-        match reservation.id.take() {
-            Some(id) => self.delete_reservation(id),
-            None => Ok(()),
-        }
+    /// None today; kept for callers that handle storage failures.
+    pub fn release(&self, reservation: Reservation) -> Result<(), BudgetError> {
+        drop(reservation);
+        Ok(())
     }
 
     /// Records usage that needed no reservation (a cache hit, say).
     ///
     /// # Errors
-    /// Storage failures.
+    /// None today; kept for callers that handle storage failures.
     pub fn record(
         &self,
         workspace: &str,
@@ -600,24 +679,89 @@ impl Ledger {
         cost_usd: Option<f64>,
         cached: bool,
     ) -> Result<(), BudgetError> {
-        let conn = self.lock()?;
-        self.insert_usage(
-            &conn,
+        self.queue_usage(
             workspace,
             model,
             deployment,
             actual,
             valid_cost(cost_usd),
             cached,
-        )
+            None,
+        );
+        Ok(())
+    }
+
+    /// Queues an audit event for the writer (the same table as
+    /// [`crate::audit::AuditLog`]), for events of answered calls.
+    pub fn audit(&self, actor: &str, workspace: Option<&str>, kind: &str, detail: &str) {
+        self.writer.push(Record::Audit(AuditRecord {
+            ts_ms: crate::db::now_ms(),
+            actor: actor.to_owned(),
+            workspace: workspace.map(str::to_owned),
+            kind: kind.to_owned(),
+            detail: detail.to_owned(),
+        }));
+    }
+
+    /// Waits while the writer is behind: admission's back-pressure.
+    pub async fn room(&self) {
+        self.writer.room().await;
+    }
+
+    /// Waits until every usage row and audit event queued so far is written.
+    pub fn flush(&self) {
+        self.writer.flush();
+    }
+
+    /// Records queued and not yet written.
+    pub fn backlog(&self) -> usize {
+        self.writer.backlog()
+    }
+
+    /// Flushes the writer, stops it and gives this process's budget leases
+    /// back. The ledger still answers reads afterwards; calls settled
+    /// after this are not written.
+    pub fn shutdown(&self) {
+        self.writer.stop();
+        if let Ok(conn) = self.lock() {
+            self.slices.release_all(&conn);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn queue_usage(
+        &self,
+        workspace: &str,
+        model: &str,
+        deployment: &str,
+        actual: Usage,
+        cost_usd: Option<f64>,
+        cached: bool,
+        leased: Option<(i64, f64)>,
+    ) {
+        let now = self.now();
+        self.writer.push(Record::Usage(UsageRecord {
+            workspace: workspace.to_owned(),
+            ts_ms: now,
+            day: utc_day(now),
+            model: model.to_owned(),
+            deployment: deployment.to_owned(),
+            prompt_tokens: to_i64(actual.prompt_tokens),
+            completion_tokens: to_i64(actual.completion_tokens),
+            cost_usd,
+            cached,
+            leased,
+        }));
     }
 
     /// Usage by workspace, UTC day and model (ordered so), for one
-    /// workspace or all.
+    /// workspace or all, as written so far (this process's pending rows
+    /// are flushed first).
     ///
     /// # Errors
     /// Storage failures.
     pub fn usage(&self, workspace: Option<&str>) -> Result<Vec<UsageRow>, BudgetError> {
+        self.flush();
         let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(
             "SELECT workspace, day, model, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens),
@@ -643,87 +787,51 @@ impl Ledger {
         Ok(rows)
     }
 
-    /// What counts against `workspace`'s limits now.
+    /// What counts against `workspace`'s limits now: spent (this process's
+    /// pending rows are flushed first), and reserved by calls in flight here
+    /// plus leased by other processes.
     ///
     /// # Errors
     /// Storage failures.
     pub fn spend(&self, workspace: &str) -> Result<Spend, BudgetError> {
-        let now = (self.clock)();
+        self.flush();
+        let now = self.now();
+        let (used_tokens, used_usd) = {
+            let slice = self.slices.get(workspace);
+            let slice = lease::lock(&slice);
+            (slice.used_tokens, slice.used_usd)
+        };
         let conn = self.lock()?;
-        spend_at(&conn, workspace, now)
-    }
-
-    fn delete_reservation(&self, id: i64) -> Result<(), BudgetError> {
-        self.lock()?.execute(
-            "DELETE FROM gateway_reservations WHERE id = ?1",
-            params![id],
-        )?;
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn insert_usage(
-        &self,
-        conn: &Connection,
-        workspace: &str,
-        model: &str,
-        deployment: &str,
-        actual: Usage,
-        cost_usd: Option<f64>,
-        cached: bool,
-    ) -> Result<(), BudgetError> {
-        let now = (self.clock)();
-        conn.execute(
-            "INSERT INTO gateway_usage (workspace, ts_ms, day, model, deployment,
-                 prompt_tokens, completion_tokens, cost_usd, cached)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                workspace,
-                now,
-                utc_day(now),
-                model,
-                deployment,
-                to_i64(actual.prompt_tokens),
-                to_i64(actual.completion_tokens),
-                cost_usd,
-                cached
-            ],
-        )?;
-        Ok(())
+        let held = lease::held(&conn, workspace, self.slices.owner(), now)?;
+        Ok(Spend {
+            day_usd: held.day_usd,
+            day_tokens: float_tokens(held.day_tokens),
+            month_usd: held.month_usd,
+            month_tokens: float_tokens(held.month_tokens),
+            reserved_usd: held.others_usd + used_usd.max(0.0),
+            reserved_tokens: float_tokens(held.others_tokens + used_tokens.max(0) as f64),
+        })
     }
 }
 
-/// Spent today and this month (UTC) and outstanding reservations, at `now`.
-fn spend_at(conn: &Connection, workspace: &str, now: i64) -> Result<Spend, BudgetError> {
-    let day = utc_day(now);
-    let month = &day[..7];
-    let (month_first, month_last) = (format!("{month}-01"), format!("{month}-31"));
-    // TOTAL() is a float and never overflows
-    let window = |from: &str, to: &str| -> rusqlite::Result<(f64, f64)> {
-        conn.prepare_cached(
-            "SELECT TOTAL(cost_usd), TOTAL(prompt_tokens + completion_tokens)
-             FROM gateway_usage WHERE workspace = ?1 AND day BETWEEN ?2 AND ?3",
-        )?
-        .query_row(params![workspace, from, to], |r| Ok((r.get(0)?, r.get(1)?)))
-    };
-    let (day_usd, day_tokens) = window(&day, &day)?;
-    let (month_usd, month_tokens) = window(&month_first, &month_last)?;
-    let (reserved_usd, reserved_tokens): (f64, f64) = conn
-        .prepare_cached(
-            "SELECT TOTAL(cost_usd), TOTAL(tokens) FROM gateway_reservations
-             WHERE workspace = ?1 AND created_ms > ?2",
-        )?
-        .query_row(params![workspace, now - RESERVATION_TTL_MS], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-    Ok(Spend {
-        day_usd,
-        day_tokens: float_tokens(day_tokens),
-        month_usd,
-        month_tokens: float_tokens(month_tokens),
-        reserved_usd,
-        reserved_tokens: float_tokens(reserved_tokens),
-    })
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// This process's name as a lease owner: unique per ledger opened.
+fn owner_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static OPENED: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{}-{nanos:x}-{}",
+        std::process::id(),
+        OPENED.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Finite, non-negative costs only; anything else is "unknown".
@@ -933,6 +1041,9 @@ mod tests {
         let spend = |cost: f64| {
             let r = ledger.reserve("dev", &budget, "m", usd(cost)).unwrap();
             ledger.settle(r, USED, Some(cost), "d", false).unwrap();
+            // Until written, a settled call counts against every window (in
+            // the lease); this test's clock jumps days within a millisecond.
+            ledger.flush();
         };
         spend(0.5);
         let err = ledger.reserve("dev", &budget, "m", usd(0.2)).unwrap_err();
@@ -1009,6 +1120,9 @@ mod tests {
             }
         );
         ledger.reserve("dev", &budget, "m", tokens(100)).unwrap();
+        // Written before the clock jumps a day (until then it counts
+        // against every window).
+        ledger.flush();
         now.store(T0 + DAY, Ordering::SeqCst);
         let err = ledger
             .reserve("dev", &budget, "m", tokens(401))
@@ -1071,7 +1185,7 @@ mod tests {
 
     #[test]
     fn released_dropped_and_expired_reservations_stop_counting() {
-        let (_dir, ledger, now) = ledger();
+        let (_dir, ledger, _) = ledger();
         let budget = Budget {
             daily_usd: Some(1.0),
             ..Budget::default()
@@ -1081,14 +1195,107 @@ mod tests {
         ledger.release(r).unwrap();
         let r = ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
         drop(r); // e.g. the client went away mid-call
-        let r = ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
-        std::mem::forget(r); // a crash: the row stays behind
-        assert!(ledger.reserve("dev", &budget, "m", usd(0.5)).is_err());
-        now.store(T0 + RESERVATION_TTL_MS - 1, Ordering::SeqCst);
-        assert!(ledger.reserve("dev", &budget, "m", usd(0.5)).is_err());
-        now.store(T0 + RESERVATION_TTL_MS, Ordering::SeqCst);
         ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
         assert!(ledger.usage(None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_crashed_process_lease_stops_counting_after_its_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.db");
+        let budget = Budget {
+            daily_usd: Some(1.0),
+            ..Budget::default()
+        };
+        // The crashed process: its clock stands still, so it never renews
+        // its lease past T0 + LEASE_TTL_MS; its reservation is never settled.
+        let crashed = Ledger::open_with_clock(&path, || T0).unwrap();
+        std::mem::forget(crashed.reserve("dev", &budget, "m", usd(0.6)).unwrap());
+        std::mem::forget(crashed);
+        let now = Arc::new(AtomicI64::new(T0));
+        let clock = now.clone();
+        let ledger = Ledger::open_with_clock(&path, move || clock.load(Ordering::SeqCst)).unwrap();
+        let err = ledger.reserve("dev", &budget, "m", usd(0.5)).unwrap_err();
+        assert!(
+            matches!(err, BudgetError::Exceeded { spent, .. } if (spent - 0.6).abs() < 1e-9),
+            "{err:?}"
+        );
+        ledger.reserve("dev", &budget, "m", usd(0.4)).unwrap();
+        now.store(T0 + LEASE_TTL_MS - 1, Ordering::SeqCst);
+        assert!(ledger.reserve("dev", &budget, "m", usd(0.5)).is_err());
+        now.store(T0 + LEASE_TTL_MS, Ordering::SeqCst);
+        ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
+    }
+
+    #[test]
+    fn two_ledgers_on_one_database_never_overspend_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.db");
+        let budget = Budget {
+            daily_tokens: Some(1000),
+            ..Budget::default()
+        };
+        let (a, b) = (Ledger::open(&path).unwrap(), Ledger::open(&path).unwrap());
+        let barrier = Arc::new(Barrier::new(40));
+        let handles: Vec<_> = (0..40)
+            .map(|i| {
+                let ledger = if i % 2 == 0 { a.clone() } else { b.clone() };
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    ledger.reserve("dev", &budget, "default", tokens(100))
+                })
+            })
+            .collect();
+        let granted: Vec<_> = handles
+            .into_iter()
+            .filter_map(|h| h.join().unwrap().ok())
+            .collect();
+        // Every reservation stays in flight, so the whole budget is used.
+        assert_eq!(granted.len(), 10);
+        let spent = Usage {
+            prompt_tokens: 50,
+            completion_tokens: 50,
+        };
+        for r in granted {
+            let ledger = r.ledger.clone();
+            ledger.settle(r, spent, None, "d", false).unwrap();
+        }
+        a.flush();
+        b.flush();
+        assert_eq!(a.spend("dev").unwrap().day_tokens, 1000);
+        assert!(a.reserve("dev", &budget, "default", tokens(1)).is_err());
+        assert!(b.reserve("dev", &budget, "default", tokens(1)).is_err());
+        assert_eq!(b.usage(Some("dev")).unwrap()[0].calls, 10);
+    }
+
+    #[test]
+    fn shutdown_writes_what_is_queued_and_gives_the_lease_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.db");
+        let budget = Budget {
+            daily_tokens: Some(1000),
+            ..Budget::default()
+        };
+        let a = Ledger::open(&path).unwrap();
+        for _ in 0..5 {
+            let r = a.reserve("dev", &budget, "m", tokens(100)).unwrap();
+            a.settle(r, USED, None, "d", false).unwrap();
+        }
+        a.audit(
+            "workspace:dev",
+            Some("dev"),
+            "gateway.call",
+            "m: 5 + 5 tokens",
+        );
+        drop(a);
+        let b = Ledger::open(&path).unwrap();
+        assert_eq!(b.usage(Some("dev")).unwrap()[0].calls, 5);
+        // a's lease is gone: all but the 50 spent tokens are b's to lease
+        assert_eq!(b.spend("dev").unwrap().reserved_tokens, 0);
+        b.reserve("dev", &budget, "m", tokens(950)).unwrap();
+        let audit = crate::audit::AuditLog::open(&path).unwrap();
+        assert_eq!(audit.for_workspace("dev", 10).unwrap().len(), 1);
     }
 
     #[test]

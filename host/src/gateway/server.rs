@@ -175,6 +175,12 @@ impl Gateway {
         })
     }
 
+    /// Writes every queued usage row and audit event and gives this
+    /// process's budget leases back: for a normal stop and SIGTERM.
+    pub fn shutdown(&self) {
+        self.ledger.shutdown();
+    }
+
     pub fn keys(&self) -> &KeyStore {
         &self.keys
     }
@@ -342,6 +348,8 @@ impl Gateway {
         started: Instant,
     ) -> Result<Dispatched, Response> {
         let alias = request["model"].as_str().unwrap_or_default().to_string();
+        // Back-pressure: wait while the usage writer is behind.
+        self.ledger.room().await;
         let mut upstream = Duration::ZERO;
         let result = self
             .dispatch_counted(key, request, endpoint, &mut upstream)
@@ -411,7 +419,7 @@ impl Gateway {
             ) {
                 tracing::warn!("cannot record a cache hit: {e}");
             }
-            self.audit.record(
+            self.ledger.audit(
                 &actor(key),
                 Some(workspace),
                 "gateway.call",
@@ -468,7 +476,7 @@ impl Gateway {
                 ) {
                     tracing::error!("cannot settle a gateway call: {e}");
                 }
-                self.audit.record(
+                self.ledger.audit(
                     &actor(key),
                     Some(workspace),
                     "gateway.call",
@@ -477,9 +485,14 @@ impl Gateway {
                         usage.prompt_tokens, usage.completion_tokens
                     ),
                 );
-                let response: Value =
-                    serde_json::from_str(&self.router.redact(&response.to_string()))
-                        .unwrap_or(response);
+                let text = response.to_string();
+                let redacted = self.router.redact(&text);
+                // Parsed again only when redaction changed something.
+                let response: Value = if redacted == text {
+                    response
+                } else {
+                    serde_json::from_str(&redacted).unwrap_or(response)
+                };
                 if let Some(cache) = &self.cache
                     && ResponseCache::cacheable(&request)
                 {
@@ -497,7 +510,6 @@ impl Gateway {
                 usage,
             }) => {
                 let ledger = self.ledger.clone();
-                let audit = self.audit.clone();
                 let metrics = self.metrics.clone();
                 let price = self.prices.price(&deployment.model);
                 let (who, ws, name) = (actor(key), workspace.to_string(), deployment.to_string());
@@ -515,7 +527,7 @@ impl Gateway {
                     if let Err(e) = ledger.settle(reservation, spent(&usage), cost, &name, false) {
                         tracing::error!("cannot settle a streamed gateway call: {e}");
                     }
-                    audit.record(
+                    ledger.audit(
                         &who,
                         Some(&ws),
                         "gateway.call",

@@ -1,0 +1,362 @@
+//! Budget leases: each process that serves a workspace holds a slice of the
+//! workspace's remaining budget, leased from a row of
+//! `gateway_budget_leases` (workspace, owner, tokens, cost_usd, deadline),
+//! and reserves calls against that slice in memory.
+//!
+//! The invariant, for every window (UTC day, UTC month) and limit:
+//! `usage in the window + Σ every live lease ≤ limit`. It holds because
+//! - a lease grows only in a `BEGIN IMMEDIATE` transaction that checks it
+//!   (so processes serialise);
+//! - a process reserves only within its own lease (in memory: in flight plus
+//!   answered-but-not-yet-written ≤ leased);
+//! - the background writer moves what a call spent from the lease row to
+//!   `gateway_usage` in one transaction.
+//!
+//! A lease counts against both windows, whatever day it was taken. Its owner
+//! renews it every tick (half a second) and gives back what an idle slice
+//! holds (all of it, row included, when nothing is in flight); a lease
+//! whose deadline passed (its process died) is deleted by the next process
+//! that leases, so a crashed process's slice is free again after
+//! [`LEASE_TTL_MS`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
+
+use super::writer::{Hook, UsageRecord};
+
+/// A lease not renewed for this long is void (its process died).
+pub const LEASE_TTL_MS: i64 = 30_000;
+/// A slice is used in memory only while its lease has at least this long to
+/// run; otherwise the request renews it first (the writer thread is stuck).
+const LEASE_MARGIN_MS: i64 = 20_000;
+/// A slice grows by at most this many times the call's estimate beyond it.
+const MAX_EXTRA_CALLS: f64 = 63.0;
+/// ... and by at most this share of the room left.
+const EXTRA_SHARE: f64 = 0.25;
+
+pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS gateway_budget_leases (
+        workspace TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        tokens INTEGER NOT NULL,
+        cost_usd REAL NOT NULL,
+        deadline_ms INTEGER NOT NULL,
+        PRIMARY KEY (workspace, owner)
+    );";
+
+/// One workspace's slice in this process.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Slice {
+    /// Leased (as the lease row says once pending writes are applied).
+    pub tokens: i64,
+    pub usd: f64,
+    /// Reserved by calls in flight plus spent by calls not yet written.
+    pub used_tokens: i64,
+    pub used_usd: f64,
+    pub deadline_ms: i64,
+    /// Reserved since the last tick (an idle slice gives back its room).
+    pub busy: bool,
+}
+
+impl Slice {
+    pub fn room_tokens(&self) -> i64 {
+        self.tokens - self.used_tokens
+    }
+
+    pub fn room_usd(&self) -> f64 {
+        self.usd - self.used_usd
+    }
+}
+
+/// Every slice of this process, by workspace.
+pub struct Slices {
+    owner: String,
+    clock: Arc<dyn Fn() -> i64 + Send + Sync>,
+    by_workspace: RwLock<HashMap<String, Arc<Mutex<Slice>>>>,
+}
+
+pub fn lock(slice: &Mutex<Slice>) -> MutexGuard<'_, Slice> {
+    // Every update of a slice is a few field writes with no panics between
+    // them; a poisoned lock still holds consistent numbers.
+    slice
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Slices {
+    pub fn new(owner: String, clock: Arc<dyn Fn() -> i64 + Send + Sync>) -> Self {
+        Self {
+            owner,
+            clock,
+            by_workspace: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    pub fn now(&self) -> i64 {
+        (self.clock)()
+    }
+
+    pub fn get(&self, workspace: &str) -> Arc<Mutex<Slice>> {
+        if let Some(slice) = self
+            .by_workspace
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(workspace)
+        {
+            return slice.clone();
+        }
+        self.by_workspace
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(workspace.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    fn all(&self) -> Vec<(String, Arc<Mutex<Slice>>)> {
+        self.by_workspace
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Whether `slice` may be used without touching the database.
+    pub fn fresh(&self, slice: &Slice) -> bool {
+        self.now() < slice.deadline_ms - LEASE_MARGIN_MS
+    }
+
+    /// Gives every lease of this process back (normal shutdown).
+    pub fn release_all(&self, conn: &Connection) {
+        if let Err(e) = conn.execute(
+            "DELETE FROM gateway_budget_leases WHERE owner = ?1",
+            params![self.owner],
+        ) {
+            tracing::warn!("cannot give back the budget leases (they expire in 30 s): {e}");
+        }
+    }
+}
+
+/// What the windows of a workspace hold in the database, for one lease
+/// decision: spent in `gateway_usage`, and leased or reserved by others.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Held {
+    pub day_usd: f64,
+    pub day_tokens: f64,
+    pub month_usd: f64,
+    pub month_tokens: f64,
+    /// Other owners' leases, plus live rows of `gateway_reservations`
+    /// (written by pincer versions before leases).
+    pub others_usd: f64,
+    pub others_tokens: f64,
+}
+
+/// Reads [`Held`] for `workspace` at `now`, after deleting void leases.
+pub fn held(conn: &Connection, workspace: &str, owner: &str, now: i64) -> rusqlite::Result<Held> {
+    conn.execute(
+        "DELETE FROM gateway_budget_leases WHERE deadline_ms <= ?1",
+        params![now],
+    )?;
+    let day = super::budget::utc_day(now);
+    let month = &day[..7];
+    let (month_first, month_last) = (format!("{month}-01"), format!("{month}-31"));
+    let window = |from: &str, to: &str| -> rusqlite::Result<(f64, f64)> {
+        conn.prepare_cached(
+            "SELECT TOTAL(cost_usd), TOTAL(prompt_tokens + completion_tokens)
+             FROM gateway_usage WHERE workspace = ?1 AND day BETWEEN ?2 AND ?3",
+        )?
+        .query_row(params![workspace, from, to], |r| Ok((r.get(0)?, r.get(1)?)))
+    };
+    let (day_usd, day_tokens) = window(&day, &day)?;
+    let (month_usd, month_tokens) = window(&month_first, &month_last)?;
+    let (lease_usd, lease_tokens): (f64, f64) = conn
+        .prepare_cached(
+            "SELECT TOTAL(cost_usd), TOTAL(tokens) FROM gateway_budget_leases
+             WHERE workspace = ?1 AND owner != ?2",
+        )?
+        .query_row(params![workspace, owner], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let legacy = conn
+        .prepare_cached(
+            "SELECT TOTAL(cost_usd), TOTAL(tokens) FROM gateway_reservations
+             WHERE workspace = ?1 AND created_ms > ?2",
+        )
+        .and_then(|mut s| {
+            s.query_row(
+                params![workspace, now - super::budget::RESERVATION_TTL_MS],
+                |r| Ok((r.get::<_, f64>(0)?, r.get::<_, f64>(1)?)),
+            )
+            .optional()
+        })?
+        .unwrap_or((0.0, 0.0));
+    Ok(Held {
+        day_usd,
+        day_tokens,
+        month_usd,
+        month_tokens,
+        others_usd: lease_usd + legacy.0,
+        others_tokens: lease_tokens + legacy.1,
+    })
+}
+
+/// This owner's lease row of `workspace` (tokens, USD), if it has one.
+pub fn mine(
+    conn: &Connection,
+    workspace: &str,
+    owner: &str,
+) -> rusqlite::Result<Option<(i64, f64)>> {
+    conn.prepare_cached(
+        "SELECT tokens, cost_usd FROM gateway_budget_leases WHERE workspace = ?1 AND owner = ?2",
+    )?
+    .query_row(params![workspace, owner], |r| Ok((r.get(0)?, r.get(1)?)))
+    .optional()
+}
+
+/// Adds (`tokens`, `usd`) to this owner's lease of `workspace` and sets its
+/// deadline; `mine` (the slice's lease before the change) re-creates a row
+/// that another process deleted as void.
+pub fn grow(
+    conn: &Connection,
+    workspace: &str,
+    owner: &str,
+    mine: (i64, f64),
+    add: (i64, f64),
+    deadline_ms: i64,
+) -> rusqlite::Result<()> {
+    let changed = conn.execute(
+        "UPDATE gateway_budget_leases
+         SET tokens = tokens + ?3, cost_usd = cost_usd + ?4, deadline_ms = ?5
+         WHERE workspace = ?1 AND owner = ?2",
+        params![workspace, owner, add.0, add.1, deadline_ms],
+    )?;
+    if changed == 0 {
+        if mine != (0, 0.0) {
+            tracing::warn!(
+                workspace,
+                "this process's budget lease had expired (the process stalled for 30 s or more); taken again"
+            );
+        }
+        conn.execute(
+            "INSERT INTO gateway_budget_leases (workspace, owner, tokens, cost_usd, deadline_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                workspace,
+                owner,
+                mine.0 + add.0,
+                mine.1 + add.1,
+                deadline_ms
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// How much to add to a slice that lacks `need` for a call estimated at
+/// `estimate`, given `room` (the least room over the limits, in units of
+/// the call's estimate, after `need`): `need` plus a whole number of
+/// further estimates, so equal calls never strand a fraction of a call in
+/// one process's slice.
+pub fn extra_calls(room_in_calls: f64) -> f64 {
+    if !room_in_calls.is_finite() || room_in_calls <= 0.0 {
+        return 0.0;
+    }
+    (room_in_calls * EXTRA_SHARE).floor().min(MAX_EXTRA_CALLS)
+}
+
+/// The writer's side: spent amounts leave the lease in the batch's
+/// transaction and the slice after the commit; leases are renewed, and
+/// idle slices give their room back, on every tick.
+pub struct LeaseHook {
+    pub slices: Arc<Slices>,
+}
+
+impl Hook for LeaseHook {
+    fn in_batch(&self, tx: &Connection, usage: &[&UsageRecord]) -> rusqlite::Result<()> {
+        let mut stmt = tx.prepare_cached(
+            "UPDATE gateway_budget_leases SET tokens = tokens - ?3, cost_usd = cost_usd - ?4
+             WHERE workspace = ?1 AND owner = ?2",
+        )?;
+        for (workspace, (tokens, usd)) in sums(usage) {
+            stmt.execute(params![workspace, self.slices.owner(), tokens, usd])?;
+        }
+        Ok(())
+    }
+
+    fn committed(&self, usage: &[&UsageRecord]) {
+        for (workspace, (tokens, usd)) in sums(usage) {
+            let slice = self.slices.get(workspace);
+            let mut slice = lock(&slice);
+            slice.tokens -= tokens;
+            slice.usd -= usd;
+            slice.used_tokens -= tokens;
+            slice.used_usd -= usd;
+        }
+    }
+
+    fn tick(&self, conn: &mut Connection) {
+        let now = self.slices.now();
+        for (workspace, slice) in self.slices.all() {
+            let mut slice = lock(&slice);
+            if slice.deadline_ms == 0 {
+                continue;
+            }
+            if !slice.busy && slice.used_tokens == 0 && slice.used_usd.abs() < 1e-12 {
+                // Idle with nothing in flight or unwritten: give it all back.
+                match conn.execute(
+                    "DELETE FROM gateway_budget_leases WHERE workspace = ?1 AND owner = ?2",
+                    params![workspace, self.slices.owner()],
+                ) {
+                    Ok(_) => *slice = Slice::default(),
+                    Err(e) => tracing::warn!(workspace, "cannot give back a budget lease: {e}"),
+                }
+                continue;
+            }
+            // Idle: give back the room; renew what is used.
+            let give = if slice.busy {
+                (0, 0.0)
+            } else {
+                (slice.room_tokens().max(0), slice.room_usd().max(0.0))
+            };
+            let result = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .and_then(|tx| {
+                    grow(
+                        &tx,
+                        &workspace,
+                        self.slices.owner(),
+                        (slice.tokens, slice.usd),
+                        (-give.0, -give.1),
+                        now + LEASE_TTL_MS,
+                    )?;
+                    tx.commit()
+                });
+            match result {
+                Ok(()) => {
+                    slice.tokens -= give.0;
+                    slice.usd -= give.1;
+                    slice.deadline_ms = now + LEASE_TTL_MS;
+                    slice.busy = false;
+                }
+                Err(e) => tracing::warn!(workspace, "cannot renew a budget lease: {e}"),
+            }
+        }
+    }
+}
+
+/// Leased amounts of `usage`, summed by workspace.
+fn sums<'a>(usage: &[&'a UsageRecord]) -> HashMap<&'a str, (i64, f64)> {
+    let mut sums: HashMap<&str, (i64, f64)> = HashMap::new();
+    for u in usage {
+        if let Some((tokens, usd)) = u.leased {
+            let sum = sums.entry(u.workspace.as_str()).or_default();
+            sum.0 += tokens;
+            sum.1 += usd;
+        }
+    }
+    sums
+}

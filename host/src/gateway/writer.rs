@@ -1,0 +1,307 @@
+//! The gateway's background writer: usage rows and audit events of answered
+//! calls are queued by the request path and written by one thread in
+//! batched transactions (group commit), so a request never waits for a
+//! SQLite write.
+//!
+//! - Every pass takes whatever is queued (at most [`MAX_BATCH`] records)
+//!   and commits it in one transaction; with nothing queued the thread
+//!   sleeps, so a record is written about one commit after it was queued.
+//! - Back-pressure: [`Writer::room`] waits while [`QUEUE_CAPACITY`] or more
+//!   records are queued; the gateway awaits it before admitting a call.
+//! - [`Writer::flush`] waits until everything queued so far is committed;
+//!   dropping the writer flushes and stops the thread.
+//! - A `kill -9` loses what is queued and not yet committed: at most
+//!   [`QUEUE_CAPACITY`] plus the calls already admitted (the README states
+//!   the bound; `tests/budget.rs` measures it).
+//!
+//! Each batch also runs the hook given to [`Writer::start`] inside the same
+//! transaction (the budget leases move what was spent from the lease to the
+//! usage table there), and after the commit.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior, params};
+
+/// Records queued before admission waits ([`Writer::room`]).
+pub const QUEUE_CAPACITY: usize = 1024;
+/// Records written in one transaction at most.
+pub const MAX_BATCH: usize = 1024;
+/// How often the hook's `tick` runs when nothing is queued.
+const TICK: Duration = Duration::from_millis(500);
+/// Attempts at committing one batch before it is dropped (logged).
+const ATTEMPTS: u32 = 5;
+
+/// One usage row of `gateway_usage`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageRecord {
+    pub workspace: String,
+    pub ts_ms: i64,
+    pub day: String,
+    pub model: String,
+    pub deployment: String,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cost_usd: Option<f64>,
+    pub cached: bool,
+    /// What this call takes out of the workspace's budget lease (tokens,
+    /// USD), or `None` for a workspace without limits.
+    pub leased: Option<(i64, f64)>,
+}
+
+/// One event of `audit_events`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditRecord {
+    pub ts_ms: i64,
+    pub actor: String,
+    pub workspace: Option<String>,
+    pub kind: String,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    Usage(UsageRecord),
+    Audit(AuditRecord),
+}
+
+/// What the writer calls besides writing records.
+pub trait Hook: Send + Sync + 'static {
+    /// Inside the batch's transaction, for its usage records.
+    fn in_batch(&self, tx: &Connection, usage: &[&UsageRecord]) -> rusqlite::Result<()>;
+    /// After the batch's transaction committed.
+    fn committed(&self, usage: &[&UsageRecord]);
+    /// About every [`TICK`], on the writer's connection (lease renewal).
+    fn tick(&self, conn: &mut Connection);
+}
+
+#[derive(Default)]
+struct Queue {
+    records: Vec<Record>,
+    /// Records ever queued, and ever written (or dropped after failing).
+    queued: u64,
+    done: u64,
+    stop: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Wakes the writer thread.
+    work: Condvar,
+    /// Wakes [`Writer::flush`] callers.
+    written: Condvar,
+    /// Wakes [`Writer::room`] callers.
+    room: tokio::sync::Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A panic while holding the lock leaves the queue consistent (it
+        // only pushes or takes whole records), so poisoning is ignored.
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+pub struct Writer {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Writer {
+    /// Starts the thread, writing through `conn`.
+    pub fn start(conn: Connection, hook: Arc<dyn Hook>) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            work: Condvar::new(),
+            written: Condvar::new(),
+            room: tokio::sync::Notify::new(),
+        });
+        let thread = std::thread::Builder::new()
+            .name("gateway-writer".into())
+            .spawn({
+                let shared = shared.clone();
+                move || run(conn, &shared, &*hook)
+            })?;
+        Ok(Self {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Queues `record`; never waits (admission waits in [`Self::room`]).
+    pub fn push(&self, record: Record) {
+        let mut queue = self.shared.lock();
+        queue.records.push(record);
+        queue.queued += 1;
+        drop(queue);
+        self.shared.work.notify_one();
+    }
+
+    /// Records queued and not yet written.
+    pub fn backlog(&self) -> usize {
+        self.shared.lock().records.len()
+    }
+
+    /// Waits while the writer is behind ([`QUEUE_CAPACITY`] records queued).
+    pub async fn room(&self) {
+        loop {
+            let notified = self.shared.room.notified();
+            if self.backlog() < QUEUE_CAPACITY {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until every record queued before this call is written.
+    pub fn flush(&self) {
+        let mut queue = self.shared.lock();
+        let target = queue.queued;
+        while queue.done < target && !queue.stop {
+            queue = self
+                .shared
+                .written
+                .wait(queue)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Writes what is queued and stops the thread.
+    pub fn stop(&self) {
+        self.flush();
+        self.shared.lock().stop = true;
+        self.shared.work.notify_one();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::error!("the gateway writer thread panicked");
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run(mut conn: Connection, shared: &Shared, hook: &dyn Hook) {
+    let mut ticked = std::time::Instant::now();
+    loop {
+        if ticked.elapsed() >= TICK {
+            hook.tick(&mut conn);
+            ticked = std::time::Instant::now();
+        }
+        let batch = {
+            let mut queue = shared.lock();
+            if queue.records.is_empty() && !queue.stop {
+                let (q, _) = shared
+                    .work
+                    .wait_timeout(queue, TICK)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                queue = q;
+            }
+            if queue.records.is_empty() {
+                if queue.stop {
+                    return;
+                }
+                continue;
+            }
+            let take = queue.records.len().min(MAX_BATCH);
+            let rest = queue.records.split_off(take);
+            std::mem::replace(&mut queue.records, rest)
+        };
+        shared.room.notify_waiters();
+        write_batch(&mut conn, &batch, hook);
+        let mut queue = shared.lock();
+        queue.done += batch.len() as u64;
+        drop(queue);
+        shared.written.notify_all();
+    }
+}
+
+fn write_batch(conn: &mut Connection, batch: &[Record], hook: &dyn Hook) {
+    let usage: Vec<&UsageRecord> = batch
+        .iter()
+        .filter_map(|r| match r {
+            Record::Usage(u) => Some(u),
+            Record::Audit(_) => None,
+        })
+        .collect();
+    for attempt in 1..=ATTEMPTS {
+        match try_batch(conn, batch, &usage, hook) {
+            Ok(()) => {
+                hook.committed(&usage);
+                return;
+            }
+            Err(e) if attempt < ATTEMPTS => {
+                tracing::warn!(attempt, "gateway writer: batch not written, retrying: {e}");
+                std::thread::sleep(Duration::from_millis(50 * u64::from(attempt)));
+            }
+            Err(e) => {
+                tracing::error!(
+                    records = batch.len(),
+                    "gateway writer: {e}; these usage and audit records are lost"
+                );
+                // What was reserved for them stays leased until the
+                // lease is trimmed or expires: conservative.
+            }
+        }
+    }
+}
+
+fn try_batch(
+    conn: &mut Connection,
+    batch: &[Record],
+    usage: &[&UsageRecord],
+    hook: &dyn Hook,
+) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    {
+        let mut insert_usage = tx.prepare_cached(
+            "INSERT INTO gateway_usage (workspace, ts_ms, day, model, deployment,
+                 prompt_tokens, completion_tokens, cost_usd, cached)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        let mut insert_audit = tx.prepare_cached(
+            "INSERT INTO audit_events (timestamp_ms, actor, workspace, kind, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for record in batch {
+            match record {
+                Record::Usage(u) => {
+                    insert_usage.execute(params![
+                        u.workspace,
+                        u.ts_ms,
+                        u.day,
+                        u.model,
+                        u.deployment,
+                        u.prompt_tokens,
+                        u.completion_tokens,
+                        u.cost_usd,
+                        u.cached
+                    ])?;
+                }
+                Record::Audit(a) => {
+                    insert_audit.execute(params![
+                        a.ts_ms,
+                        a.actor,
+                        a.workspace,
+                        a.kind,
+                        a.detail
+                    ])?;
+                }
+            }
+        }
+    }
+    hook.in_batch(&tx, usage)?;
+    tx.commit()
+}
