@@ -423,3 +423,86 @@ fn update_installs_a_new_digest_and_asks_again_only_when_it_requests_more() {
     let err = fails(local.pincer(&["plugin", "update", "nothing-here"]));
     assert!(err.contains("is not installed"), "{err}");
 }
+
+/// The README's "Write a skill" guide, command by command, in a fresh
+/// folder outside the checkout: a Rust skill and a Python skill made by
+/// `plugin new`, built by `plugin build`, signed and published by one
+/// `PINCER_HOME`, installed by another that trusts the key, and called.
+#[test]
+fn the_write_a_skill_guide_works_in_both_languages() {
+    let registry = Registry::start();
+    let author = Sandbox::new();
+    let run = |sandbox: &Sandbox, args: &[&str]| {
+        let python = std::path::PathBuf::from(support::gateway::python());
+        std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+            .args(args)
+            .current_dir(sandbox.work())
+            .env("PINCER_HOME", sandbox.home())
+            .env(
+                "PINCER_COMPONENTIZE_PY",
+                python.with_file_name("componentize-py"),
+            )
+            // The scaffold's crates come from the local cargo cache.
+            .env("CARGO_NET_OFFLINE", "true")
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("PINCER_CONFIG")
+            .output()
+            .expect("run pincer")
+    };
+    let key_file = author.home().join("keys/publisher.key");
+    let generated = ok(run(&author, &["plugin", "key", "generate"]));
+    let public = field(&generated, "public key:");
+    let user = Sandbox::new();
+    user.write(
+        "pincer.yaml",
+        &format!(
+            "plugins:\n  trusted_publishers:\n    - {{name: me, key: \"{public}\"}}\n  config:\n    my-skill: {{greeting: hello}}\n    my-py-skill: {{greeting: hej}}\n"
+        ),
+    );
+    for (name, lang, greeting) in [
+        ("my-skill", "rust", "hello"),
+        ("my-py-skill", "python", "hej"),
+    ] {
+        ok(run(
+            &author,
+            &["plugin", "new", "--kind", "skill", "--lang", lang, name],
+        ));
+        let built = ok(run(&author, &["plugin", "build", name]));
+        assert!(built.contains(&format!("built {name} 0.1.0")), "{built}");
+        let reference = format!("{}/me/{name}:0.1.0", registry.addr);
+        let published = ok(run(
+            &author,
+            &[
+                "plugin",
+                "publish",
+                &format!("{name}/dist"),
+                &reference,
+                "--key",
+                key_file.to_str().unwrap(),
+            ],
+        ));
+        assert!(
+            published.contains(&format!("signed by {public}")),
+            "{published}"
+        );
+        let installed = ok(run(&user, &["plugin", "install", &reference, "--yes"]));
+        assert!(
+            installed.contains(&format!("publisher: me ({public}), trusted")),
+            "{installed}"
+        );
+        let answer: serde_json::Value = serde_json::from_str(&ok(run(
+            &user,
+            &[
+                "skill",
+                "invoke",
+                name,
+                "echo",
+                "--args",
+                r#"{"text": "hi"}"#,
+            ],
+        )))
+        .unwrap();
+        assert_eq!(answer["text"], "hi", "{name}: {answer}");
+        assert_eq!(answer["greeting"], greeting, "{name}: {answer}");
+    }
+}
