@@ -8,78 +8,11 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
-use axum::Router;
-use axum::extract::{Query, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde_json::{Value, json};
+use support::fake_llm::{Behaviour, FakeUpstream};
 use support::gateway::{Served, python_client};
-use support::{Sandbox, fails, ok, staged};
-
-const KEY: &str = "owm-test-key-5f1c0e9a7b";
-
-type Seen = Arc<Mutex<Vec<HashMap<String, String>>>>;
-
-/// OpenWeatherMap's `/data/2.5/weather` as documented: `q`, `units`,
-/// `appid`; 401 with `{"cod":401,...}` for a bad key, 404 with
-/// `{"cod":"404","message":"city not found"}`; `Crashville` answers 502.
-async fn current_weather(
-    State(seen): State<Seen>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Response {
-    seen.lock().unwrap().push(query.clone());
-    if query.get("appid").map(String::as_str) != Some(KEY) {
-        let body = json!({"cod": 401, "message": "Invalid API key. Please see https://openweathermap.org/faq#error401 for more info."});
-        return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
-    }
-    let city = query.get("q").cloned().unwrap_or_default();
-    match city.as_str() {
-        "Atlantis" => (
-            StatusCode::NOT_FOUND,
-            axum::Json(json!({"cod": "404", "message": "city not found"})),
-        )
-            .into_response(),
-        "Crashville" => (StatusCode::BAD_GATEWAY, "<html>502 Bad Gateway</html>").into_response(),
-        _ => {
-            let imperial = query.get("units").map(String::as_str) == Some("imperial");
-            let (temp, feels, wind) = if imperial {
-                (54.5, 53.2, 9.2)
-            } else {
-                (12.5, 11.8, 4.1)
-            };
-            let name = city.split(',').next().unwrap_or_default().to_string();
-            axum::Json(json!({
-                "coord": {"lon": -0.1257, "lat": 51.5085},
-                "weather": [{"id": 500, "main": "Rain", "description": "light rain", "icon": "10d"}],
-                "base": "stations",
-                "main": {"temp": temp, "feels_like": feels, "temp_min": temp - 1.0, "temp_max": temp + 1.0, "pressure": 1012, "humidity": 81},
-                "visibility": 10000,
-                "wind": {"speed": wind, "deg": 240},
-                "clouds": {"all": 75},
-                "dt": 1_700_000_000,
-                "sys": {"country": "GB", "sunrise": 1_699_946_000, "sunset": 1_699_978_000},
-                "timezone": 0,
-                "id": 2_643_743,
-                "name": name,
-                "cod": 200
-            }))
-            .into_response()
-        }
-    }
-}
-
-async fn fake_openweathermap() -> (String, Seen) {
-    let seen = Seen::default();
-    let router = Router::new()
-        .route("/data/2.5/weather", get(current_weather))
-        .with_state(seen.clone());
-    let addr = support::serve(router).await;
-    (format!("http://127.0.0.1:{}", addr.port()), seen)
-}
+use support::openweathermap::{KEY, fake_openweathermap};
+use support::{DockerCleanup, Sandbox, fails, ok, staged, unique};
 
 /// A pincer.yaml loading the staged plugins, skill-weather configured.
 fn config(base_url: &str, key: &str, extra: &str) -> String {
@@ -312,7 +245,9 @@ workspaces:
 
 /// The Rust skill and the Python one (`plugins/examples/skill-weather-py`,
 /// built here with `pincer plugin build` and componentize-py from the test
-/// venv) answer the same call the same way through `pincer skill invoke`.
+/// venv) answer the same call the same way through `pincer skill invoke`,
+/// and through an agent turn: a scripted model calls both tools in a real
+/// workspace container, through the gateway's MCP endpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rust_and_the_python_skill_answer_the_same_call_the_same_way() {
     let (base, seen) = fake_openweathermap().await;
@@ -374,11 +309,60 @@ async fn the_rust_and_the_python_skill_answer_the_same_call_the_same_way() {
         ]));
         serde_json::from_str(&out).unwrap()
     };
-    for args in ["{}", r#"{"city": "Paris,FR", "units": "imperial"}"#] {
+    let paris = r#"{"city": "Paris,FR", "units": "imperial"}"#;
+    for args in ["{}", paris] {
         let rust = call("skill-weather", args);
         let python = call("skill-weather-py", args);
         assert_eq!(rust, python, "{args}");
         assert!(rust["temperature"].is_number(), "{rust}");
     }
     assert_eq!(seen.lock().unwrap().len(), 4);
+
+    // The same call in an agent turn, once per skill.
+    let model = FakeUpstream::spawn(Behaviour::Script(vec![
+        Behaviour::tool("skill-weather__get_weather", paris),
+        Behaviour::tool("skill-weather-py__get_weather", paris),
+        Behaviour::answer("Both say light rain."),
+    ]))
+    .await;
+    let _cleanup = DockerCleanup {
+        home: sandbox.home(),
+        label: unique(),
+    };
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "{text}gateway:\n  num_retries: 0\n  model_list:\n    - model_name: default\n      litellm_params: {{model: openai/fake-model, api_base: \"{}\", api_key: \"sk-weather-test\"}}\ncontainers:\n  workspace_base_path: {}\nworkspaces:\n  w: {{skills: [skill-weather, skill-weather-py]}}\n",
+            model.base_url,
+            sandbox.dir.path().join("ws").display()
+        ),
+    )
+    .unwrap();
+    let with_config = |args: &[&str]| {
+        let mut all = vec!["--config", config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        sandbox.pincer(&all)
+    };
+    ok(with_config(&["image", "build"]));
+    let out = ok(with_config(&[
+        "message",
+        "-w",
+        "w",
+        "--json",
+        "--text",
+        "weather in Paris?",
+    ]));
+    let results: Vec<Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "message" && e["message"]["role"] == "tool")
+        .map(|e| {
+            let content = e["message"]["content"].as_str().unwrap_or_default();
+            serde_json::from_str(content).unwrap_or_else(|_| panic!("tool result: {content}"))
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{out}");
+    assert_eq!(results[0], results[1], "{out}");
+    assert_eq!(results[0], call("skill-weather", paris), "as skill invoke");
 }

@@ -179,4 +179,5 @@ pub fn unique() -> String {
 pub mod daemon;
 pub mod fake_llm;
 pub mod gateway;
+pub mod openweathermap;
 pub mod pyfake;
