@@ -14,9 +14,36 @@ use support::gateway::{Served, python_client};
 use support::openweathermap::{KEY, fake_openweathermap};
 use support::{DockerCleanup, Sandbox, fails, ok, staged, unique};
 
-/// A pincer.yaml loading the staged plugins, skill-weather configured.
+/// A folder holding a copy of the staged skill-weather whose allowlist also
+/// names loopback, where the fake is (the shipped manifest names only
+/// api.openweathermap.org).
+fn loopback_root() -> &'static std::path::Path {
+    static ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("weather-loopback");
+        let dir = root.join("skill-weather");
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in std::fs::read_dir(staged("skill-weather")).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+        }
+        let manifest = dir.join("plugin.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let widened = text.replacen(
+            "http = [\"api.openweathermap.org\"]",
+            "http = [\"api.openweathermap.org\", \"127.0.0.1:*\"]",
+            1,
+        );
+        assert_ne!(text, widened, "{text}");
+        std::fs::write(&manifest, widened).unwrap();
+        root
+    })
+}
+
+/// A pincer.yaml loading skill-weather from [`loopback_root`], configured.
 fn config(base_url: &str, key: &str, extra: &str) -> String {
-    let staged_root = staged("skill-weather").parent().unwrap().to_path_buf();
+    let staged_root = loopback_root();
     format!(
         "plugins:
   dirs: [{}]
@@ -282,7 +309,7 @@ async fn the_rust_and_the_python_skill_answer_the_same_call_the_same_way() {
         1,
     );
     std::fs::write(&manifest, text).unwrap();
-    let staged_root = staged("skill-weather").parent().unwrap().to_path_buf();
+    let staged_root = loopback_root();
     let config = sandbox.write(
         "pincer.yaml",
         &format!(
