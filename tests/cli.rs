@@ -769,7 +769,9 @@ fn schedule_check_prints_shanghai_fire_times_of_the_example() {
     ]));
     assert!(out.contains("ok (1 task)"), "{out}");
     assert!(
-        out.contains("channels and skills not checked (no configuration found)"),
+        out.contains(
+            "skills checked against this host's plugins; channels not checked (no configuration found)"
+        ),
         "{out}"
     );
     assert!(
@@ -810,7 +812,7 @@ fn schedule_check_fails_with_the_located_error() {
     // with a configuration, deliver_to channels are checked
     let config = sandbox.write(
         "pincer.yaml",
-        "skills:\n  generate_daily_report: {}\nchannels: {}\n",
+        "skills:\n  skill-calc: {}\nchannels: {}\n",
     );
     let example = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -826,5 +828,54 @@ fn schedule_check_fails_with_the_located_error() {
     assert!(
         err.contains("schedules.yaml:12:18: unknown channel `team-chat`"),
         "{err}"
+    );
+}
+
+/// Without a configuration `schedule check` still checks that each skill
+/// is a built-in or installed plugin and that its tool exists, and gives a
+/// plugin named alone its only tool.
+#[test]
+fn schedule_check_without_a_configuration_checks_skills_and_tools() {
+    let sandbox = Sandbox::new();
+    let check = |text: &str| {
+        let file = sandbox.write("schedules.yaml", text);
+        let path = file.display().to_string();
+        (sandbox.pincer(&["schedule", "check", &path]), path)
+    };
+    const T: &str = "tasks:\n  - id: a\n    every: 1h\n";
+    for (skill, want) in [
+        (
+            "    skill: generate_daily_report\n",
+            "4:12: unknown skill `generate_daily_report`: no built-in or installed plugin has that name (pincer plugin list shows them)",
+        ),
+        (
+            "    skill: channel-slack\n",
+            "4:12: `channel-slack` is a channel plugin, not a skill",
+        ),
+        (
+            "    skill: skill-calc\n",
+            "4:12: skill `skill-calc` has several tools (evaluate, convert): name one with `tool:` or write `skill: skill-calc__TOOL`",
+        ),
+        (
+            "    skill: skill-calc\n    tool: solve\n",
+            "5:11: skill `skill-calc` has no tool `solve` (its tools: evaluate, convert)",
+        ),
+        (
+            "    skill: skill-calc__solve\n",
+            "4:12: skill `skill-calc` has no tool `solve` (its tools: evaluate, convert)",
+        ),
+    ] {
+        let (output, path) = check(&format!("{T}{skill}"));
+        assert_eq!(
+            fails(output).trim_end(),
+            format!("error: {path}:{want}"),
+            "{skill}"
+        );
+    }
+    let (output, _) = check(&format!("{T}    skill: skill-calc\n    tool: convert\n"));
+    let out = ok(output);
+    assert!(
+        out.contains("a: every 1h in ") && out.contains(", skill skill-calc tool convert"),
+        "{out}"
     );
 }

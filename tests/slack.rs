@@ -1126,6 +1126,153 @@ async fn scheduled_skill_calls_and_agent_turns_are_delivered_and_recorded() {
     );
 }
 
+/// A failed run, a skill call that errors and an agent turn that outlasts
+/// its `timeout:`, is recorded `failed` with its error, told to its
+/// `deliver_to` and audited as `schedule.run_failed`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_scheduled_run_is_recorded_reported_and_audited() {
+    let env = Env::new(vec![Behaviour::slow_answer(20_000, "too late")]).await;
+    env.sandbox.write(
+        "workspaces/team/schedules.yaml",
+        r#"tasks:
+  - id: bad_sum
+    schedule: "*/2 * * * * *"
+    skill: skill-calc__evaluate
+    skill_input: {expression: "6*"}
+    deliver_to: ["channel:slack"]
+  - id: slow_turn
+    every: 3s
+    prompt: "take your time"
+    timeout: 1s
+    overlap: skip
+    deliver_to: [{channel: slack, conversation: C0SLOW}]
+"#,
+    );
+    let mut daemon = env.start();
+    let mut failures: Vec<Value> = Vec::new();
+    for n in 2..12 {
+        failures = env.slack.posted(n).await;
+        let to = |c: &str| failures.iter().any(|p| p["args"]["channel"] == c);
+        if to("C0SCHED") && to("C0SLOW") {
+            break;
+        }
+    }
+    let text_to = |channel: &str| {
+        failures
+            .iter()
+            .find(|p| p["args"]["channel"] == channel)
+            .and_then(|p| p["args"]["text"].as_str())
+            .unwrap_or_else(|| panic!("nothing posted to {channel}: {failures:#?}"))
+            .to_owned()
+    };
+    let skill_error = text_to("C0SCHED");
+    assert!(
+        skill_error.starts_with(
+            "⚠️ Scheduled task `bad_sum` failed: skill-calc__evaluate: invalid arguments: "
+        ),
+        "{skill_error}"
+    );
+    assert_eq!(
+        text_to("C0SLOW"),
+        "⚠️ Scheduled task `slow_turn` failed: the run took longer than its timeout (1s)"
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+
+    let history = ok(env.cli(&["schedule", "history", "bad_sum"]));
+    let reason = skill_error
+        .strip_prefix("⚠️ Scheduled task `bad_sum` failed: ")
+        .unwrap();
+    assert!(
+        history.contains(&format!("failed      {}", reason.chars().take(80).collect::<String>())),
+        "{history}"
+    );
+    assert!(history.contains("→ slack/C0SCHED sent "), "{history}");
+    let history = ok(env.cli(&["schedule", "history", "slow_turn", "--json"]));
+    let runs: Value = serde_json::from_str(&history).unwrap();
+    let failed = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["status"] == "failed")
+        .unwrap_or_else(|| panic!("{runs:#}"));
+    assert_eq!(
+        failed["error"],
+        "the run took longer than its timeout (1s)"
+    );
+    assert_eq!(failed["delivery"][0]["conversation"], "C0SLOW", "{failed:#}");
+    let audited = env.audited("schedule.run_failed");
+    for task in ["bad_sum", "slow_turn"] {
+        assert!(
+            audited.iter().any(|a| a.starts_with(&format!("task `{task}` due "))),
+            "{audited:#?}"
+        );
+    }
+    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
+    let actors: Vec<String> = db
+        .prepare("SELECT DISTINCT actor FROM audit_events WHERE kind = 'schedule.run_failed'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(actors, ["scheduler"]);
+}
+
+/// `kill -9` while a scheduled agent turn is `running`: after the restart
+/// that due time is `interrupted` and not run again (no
+/// `rerun_interrupted`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_cut_by_kill_9_is_interrupted_and_not_run_again() {
+    let env = Env::new(vec![Behaviour::slow_answer(60_000, "never seen")]).await;
+    let at = (chrono::Utc::now() + chrono::Duration::seconds(3))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    env.sandbox.write(
+        "workspaces/team/schedules.yaml",
+        &format!(
+            "tasks:\n  - id: long_turn\n    at: {at}\n    prompt: \"think hard\"\n    deliver_to: [\"channel:slack\"]\n"
+        ),
+    );
+    let db_path = env.sandbox.home().join("pincer.db");
+    let statuses = || -> Vec<(i64, String, i64)> {
+        let db = rusqlite::Connection::open(&db_path).unwrap();
+        db.prepare("SELECT due_ms, status, attempt FROM schedule_runs WHERE task = 'long_turn' ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let mut daemon = env.start();
+    let mut seen = Vec::new();
+    for _ in 0..300 {
+        seen = statuses();
+        if seen.iter().any(|r| r.1 == "running") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(seen.iter().any(|r| r.1 == "running"), "{seen:?}\n{}", daemon.log());
+    // Let the turn reach the model, so the kill lands mid-turn.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    drop(daemon);
+
+    let mut daemon = env.start();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = statuses();
+    assert_eq!(after.len(), 1, "one run of that due time: {after:?}");
+    assert_eq!(after[0].1, "interrupted", "{after:?}");
+    assert_eq!(after[0].2, 1, "not attempted again: {after:?}");
+    let history = ok(env.cli(&["schedule", "history", "long_turn"]));
+    assert!(
+        history.contains("interrupted interrupted: its daemon stopped or its lease ran out"),
+        "{history}"
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
 /// An edited `schedules.yaml` is loaded by the running daemon: an invalid
 /// one keeps the previous tasks and says why; a valid one replaces them.
 #[tokio::test(flavor = "multi_thread")]

@@ -19,7 +19,7 @@ mod model;
 mod plugin;
 mod policy;
 mod schedule;
-mod skill;
+pub(crate) mod skill;
 mod workspace;
 
 pub use context::Context;
@@ -537,7 +537,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             workspace.as_deref(),
             zone.as_deref(),
             after.as_deref(),
-        ),
+        )
+        .await,
         Command::Schedule(ScheduleCommand::List { workspace, json }) => {
             schedule::list(cli.config.as_deref(), workspace.as_deref(), json.json)
         }

@@ -18,7 +18,7 @@ use crate::scheduler::{Action, RunStatus, Store, Task, plan};
 /// How many fire times `check` prints per task.
 const SHOWN: usize = 5;
 
-pub fn check(
+pub async fn check(
     config_flag: Option<&Path>,
     path: &Path,
     workspace: Option<&str>,
@@ -49,6 +49,52 @@ pub fn check(
         Some((config, _)) => agent::default_zone(config),
         None => file::host_zone(),
     });
+    // The plugins the file names, and their tools, as this host has them.
+    let ctx = super::Context {
+        config_path: config.as_ref().map(|(_, p)| p.clone()),
+        config: match &config {
+            Some((config, _)) => config.clone(),
+            None => Config::embedded()?,
+        },
+        home: config::pincer_home()?,
+    };
+    let catalog = ctx.catalog();
+    let text = std::fs::read_to_string(path).map_err(|source| config::ConfigError::Read {
+        file: path.display().to_string(),
+        source,
+    })?;
+    let named = crate::daemon::schedules::named_plugins(&text, path);
+    let exists = |plugin: &str| match catalog.get(plugin) {
+        Ok(package) => {
+            match crate::plugins::Manifest::parse(&package.manifest_text, plugin).map(|m| m.kind()) {
+                Ok(crate::plugins::PluginKind::Skill) => Ok(()),
+                Ok(kind) => Err(format!(
+                    "`{plugin}` is a {} plugin, not a skill",
+                    kind.as_str()
+                )),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Err(_) => Err(format!(
+            "unknown skill `{plugin}`: no built-in or installed plugin has that name (pincer plugin list shows them)"
+        )),
+    };
+    let callable: BTreeSet<String> = named.into_iter().filter(|p| exists(p.as_str()).is_ok()).collect();
+    let tools = if callable.is_empty() {
+        crate::daemon::schedules::ToolLists::new()
+    } else {
+        let host = ctx.plugin_host()?;
+        let workspace = workspace.unwrap_or(crate::plugins::scope::LEGACY_WORKSPACE);
+        crate::daemon::schedules::list_tools(
+            &host,
+            &catalog,
+            &ctx.config,
+            ctx.limits(),
+            workspace,
+            &callable,
+        )
+        .await
+    };
     let tasks = match (&config, workspace) {
         (Some((config, _)), Some(name)) => {
             if !config.workspaces.contains_key(name) {
@@ -58,22 +104,41 @@ pub fn check(
             if let Some(zone) = zone {
                 config.timezone = Some(zone.name().to_owned());
             }
-            crate::daemon::schedules::load_tasks(&config, name, path)?
+            crate::daemon::schedules::load_tasks(&config, name, path, Some(&tools))?
         }
         (None, Some(_)) => {
             anyhow::bail!("--workspace needs a configuration (pincer.yaml, or --config FILE)")
         }
         (Some((config, _)), None) => {
             let channels: BTreeSet<String> = config.channels.keys().cloned().collect();
-            let skill = |name: &str| skill_known(config, name);
+            let without_default: BTreeSet<String> = config
+                .channels
+                .iter()
+                .filter(|(_, c)| c.default_conversation.is_none())
+                .map(|(name, _)| name.clone())
+                .collect();
+            let skill = |name: &str| {
+                skill_known(config, name)?;
+                exists(name.split_once("__").map_or(name, |(p, _)| p))
+            };
             let checks = Checks {
                 default_zone,
                 channels: Some(&channels),
+                without_default: Some(&without_default),
                 skill: Some(&skill),
+                tools: Some(&tools),
             };
-            file::load(path, &checks)?
+            file::parse(&text, path, &checks)?
         }
-        (None, None) => file::load(path, &Checks::offline(default_zone))?,
+        (None, None) => {
+            let skill = |name: &str| exists(name.split_once("__").map_or(name, |(p, _)| p));
+            let checks = Checks {
+                skill: Some(&skill),
+                tools: Some(&tools),
+                ..Checks::offline(default_zone)
+            };
+            file::parse(&text, path, &checks)?
+        }
     };
 
     let count = tasks.len();
@@ -91,7 +156,9 @@ pub fn check(
             "channels and skills checked against {}",
             config_path.display()
         ),
-        (None, _) => println!("channels and skills not checked (no configuration found)"),
+        (None, _) => println!(
+            "skills checked against this host's plugins; channels not checked (no configuration found)"
+        ),
     }
     for task in &tasks {
         print_task(task, after);
@@ -202,7 +269,7 @@ fn tasks_of(
             continue;
         }
         if let Some(path) = crate::daemon::schedules::schedule_path(ctx, name) {
-            match crate::daemon::schedules::load_tasks(&ctx.config, name, &path) {
+            match crate::daemon::schedules::load_tasks(&ctx.config, name, &path, None) {
                 Ok(tasks) => out.extend(tasks.into_iter().map(|task| Listed {
                     workspace: name.clone(),
                     task: Some(task),

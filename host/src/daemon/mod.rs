@@ -152,7 +152,8 @@ async fn serve(
         plugins.clone(),
         channels.clone(),
         audit.clone(),
-    )?;
+    )
+    .await?;
     tasks.spawn(schedules.clone().run(stop.clone()));
     tasks.spawn(crate::channels::outbox::run(
         channels.clone(),

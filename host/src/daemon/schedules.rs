@@ -39,26 +39,35 @@ pub fn schedule_path(ctx: &Context, name: &str) -> Option<PathBuf> {
     schedule_file(ctx, name).filter(|p| p.is_file())
 }
 
-/// Refuses a schedule file the workspace's container could write: inside
-/// any workspace folder or any writable mount source.
+/// Refuses a schedule file a workspace's container could see or write:
+/// inside any workspace folder or any mount source, read-only ones too.
 fn check_location(config: &Config, path: &Path) -> Result<(), String> {
     let resolved = std::fs::canonicalize(path)
         .map_err(|e| format!("cannot resolve {}: {e}", path.display()))?;
-    let mut writable: Vec<PathBuf> = config
+    let mut places: Vec<(PathBuf, &str)> = config
         .workspaces
         .keys()
-        .map(|name| config.workspace_dir(name))
+        .map(|name| (config.workspace_dir(name), "a workspace folder"))
         .collect();
-    writable.extend(
-        crate::containers::mounts::writable_sources(config)
-            .into_iter()
-            .map(|p| p.path),
+    places.extend(
+        config
+            .workspaces
+            .values()
+            .flat_map(|ws| ws.mounts.iter())
+            .map(|m| {
+                let why = if m.read_only {
+                    "a read-only mount source"
+                } else {
+                    "a read-write mount source"
+                };
+                (crate::config::expand_tilde(&m.source), why)
+            }),
     );
-    for place in writable {
+    for (place, why) in places {
         let place = std::fs::canonicalize(&place).unwrap_or(place);
         if resolved.starts_with(&place) {
             return Err(format!(
-                "{} lies inside {}, which a workspace container can write; a compromised agent could schedule itself. Keep schedules.yaml beside pincer.yaml (workspaces/NAME/schedules.yaml)",
+                "{} lies inside {} ({why}), which a workspace container can see; an agent could read or change its own schedule. Keep schedules.yaml beside pincer.yaml (workspaces/NAME/schedules.yaml)",
                 path.display(),
                 place.display()
             ));
@@ -67,10 +76,65 @@ fn check_location(config: &Config, path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Loads and checks workspace `name`'s tasks from `path`.
-pub fn load_tasks(config: &Config, name: &str, path: &Path) -> anyhow::Result<Vec<Task>> {
+/// The tools of each skill plugin, by plugin name (see [`Checks::tools`]).
+pub type ToolLists = BTreeMap<String, Result<Vec<String>, String>>;
+
+/// The skill plugins `text` (a `schedules.yaml`) names, as far as it parses.
+pub fn named_plugins(text: &str, path: &Path) -> BTreeSet<String> {
+    let Ok(tasks) = file::parse(text, path, &Checks::offline(chrono_tz::Tz::UTC)) else {
+        return BTreeSet::new();
+    };
+    tasks
+        .iter()
+        .filter_map(|task| match &task.action {
+            Action::Skill { skill, .. } => {
+                Some(skill.split_once("__").map_or(skill.as_str(), |(p, _)| p).to_owned())
+            }
+            Action::Prompt(_) => None,
+        })
+        .collect()
+}
+
+/// The tools of `plugins` as workspace `workspace` would load them.
+pub async fn list_tools(
+    host: &PluginHost,
+    catalog: &crate::plugins::Catalog,
+    config: &Config,
+    limits: crate::plugins::CallLimits,
+    workspace: &str,
+    plugins: &BTreeSet<String>,
+) -> ToolLists {
+    let mut lists = ToolLists::new();
+    for name in plugins {
+        let listed = match host.load_for_workspace(catalog, config, limits, name, workspace) {
+            Ok(plugin) => host
+                .skill_tools(&plugin)
+                .await
+                .map(|tools| tools.into_iter().map(|t| t.name).collect())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        lists.insert(name.clone(), listed);
+    }
+    lists
+}
+
+/// Loads and checks workspace `name`'s tasks from `path`; with `tools`,
+/// named tools are checked and a plugin's only tool is resolved.
+pub fn load_tasks(
+    config: &Config,
+    name: &str,
+    path: &Path,
+    tools: Option<&ToolLists>,
+) -> anyhow::Result<Vec<Task>> {
     check_location(config, path).map_err(anyhow::Error::msg)?;
     let channels: BTreeSet<String> = config.channels.keys().cloned().collect();
+    let without_default: BTreeSet<String> = config
+        .channels
+        .iter()
+        .filter(|(_, c)| c.default_conversation.is_none())
+        .map(|(name, _)| name.clone())
+        .collect();
     let skills: Vec<String> = config
         .workspaces
         .get(name)
@@ -89,29 +153,11 @@ pub fn load_tasks(config: &Config, name: &str, path: &Path) -> anyhow::Result<Ve
     let checks = Checks {
         default_zone: agent::default_zone(config),
         channels: Some(&channels),
+        without_default: Some(&without_default),
         skill: Some(&skill),
+        tools,
     };
-    let tasks = file::load(path, &checks)?;
-    for task in &tasks {
-        for to in &task.deliver_to {
-            if to.conversation.is_none()
-                && config
-                    .channels
-                    .get(&to.channel)
-                    .is_none_or(|c| c.default_conversation.is_none())
-            {
-                anyhow::bail!(
-                    "{}: task `{}` delivers to `channel:{}`, which has no channels.{}.default_conversation; set one or write {{channel: {}, conversation: ID}}",
-                    path.display(),
-                    task.id,
-                    to.channel,
-                    to.channel,
-                    to.channel
-                );
-            }
-        }
-    }
-    Ok(tasks)
+    Ok(file::load(path, &checks)?)
 }
 
 /// How often, at least, the scheduler looks at the database for changes
@@ -157,7 +203,7 @@ impl Schedules {
     /// Loads every workspace's `schedules.yaml` and the agent's active
     /// tasks; a file that cannot be loaded is reported (and audited) and
     /// that workspace runs only its agent tasks until it is fixed.
-    pub fn start(
+    pub async fn start(
         ctx: &Context,
         agent: Arc<Agent>,
         plugins: Arc<PluginHost>,
@@ -198,7 +244,7 @@ impl Schedules {
         });
         for name in ctx.config.workspaces.keys() {
             me.watch_file(name);
-            me.load_file(name, false);
+            me.load_file(name, false).await;
             me.apply(name)?;
         }
         Ok(me)
@@ -232,7 +278,7 @@ impl Schedules {
     /// Reads the workspace's file again. An invalid one keeps the tasks it
     /// had (said, audited and shown by `pincer status`); a removed one
     /// stops them.
-    fn load_file(&self, workspace: &str, reload: bool) {
+    async fn load_file(&self, workspace: &str, reload: bool) {
         let path = self.expected.get(workspace).filter(|p| p.is_file());
         let Some(path) = path else {
             let had = lock(&self.file_tasks).remove(workspace);
@@ -244,7 +290,19 @@ impl Schedules {
             lock(&self.summary).insert(workspace.to_owned(), WorkspaceSchedule::default());
             return;
         };
-        let loaded = load_tasks(&self.config, workspace, path);
+        let plugins = std::fs::read_to_string(path)
+            .map(|text| named_plugins(&text, path))
+            .unwrap_or_default();
+        let tools = list_tools(
+            &self.plugins,
+            &self.catalog,
+            &self.config,
+            self.limits,
+            workspace,
+            &plugins,
+        )
+        .await;
+        let loaded = load_tasks(&self.config, workspace, path, Some(&tools));
         let mut summary = WorkspaceSchedule {
             file: Some(path.clone()),
             ..WorkspaceSchedule::default()
@@ -310,8 +368,8 @@ impl Schedules {
         Ok(())
     }
 
-    fn reload(&self, workspace: &str) {
-        self.load_file(workspace, true);
+    async fn reload(&self, workspace: &str) {
+        self.load_file(workspace, true).await;
         if let Err(e) = self.apply(workspace) {
             tracing::error!(workspace, "scheduler: {e:#}");
         }
@@ -343,7 +401,7 @@ impl Schedules {
             for workspace in self.expected.keys() {
                 // a file whose folder appeared since
                 if self.watch_file(workspace) && self.expected[workspace].is_file() {
-                    self.reload(workspace);
+                    self.reload(workspace).await;
                 }
             }
             let now_revision = revision();
@@ -360,7 +418,7 @@ impl Schedules {
                 .map_or(POLL, |until| until.min(POLL));
             tokio::select! {
                 () = tokio::time::sleep(sleep) => {}
-                Some(workspace) = changed.recv() => self.reload(&workspace),
+                Some(workspace) = changed.recv() => self.reload(&workspace).await,
                 _ = stop.changed() => return,
             }
         }
@@ -524,7 +582,10 @@ impl Schedules {
             .map_err(|e| e.to_string())?
         {
             Ok(output) => Ok(output.json),
-            Err(e) => Err(format!("{plugin_name}__{tool}: {e:?}")),
+            Err(e) => Err(format!(
+                "{plugin_name}__{tool}: {}",
+                crate::cli::skill::describe(&e)
+            )),
         }
     }
 }
@@ -534,25 +595,31 @@ mod tests {
     use super::*;
 
     /// A configuration whose workspaces live under `dir/ws`, with a
-    /// writable mount from `dir/shared`, and its `schedules.yaml` at `at`.
+    /// writable mount from `dir/shared` and a read-only one from
+    /// `dir/docs`, and its `schedules.yaml` at `at`.
     fn setup(at: &str, text: &str) -> (tempfile::TempDir, Config, PathBuf) {
         let dir = tempfile::tempdir().expect("dir");
         let base = dir.path().join("ws");
         let shared = dir.path().join("shared");
+        let docs = dir.path().join("docs");
         std::fs::create_dir_all(base.join("team")).expect("workspace folder");
         std::fs::create_dir_all(&shared).expect("mount source");
+        std::fs::create_dir_all(&docs).expect("read-only mount source");
         let config = Config::from_str_with_env(
             &format!(
                 "containers: {{workspace_base_path: {}}}
 workspaces:
   team:
     skills: [skill-calc]
-    mounts: [{{source: {}, target: /shared, read_only: false}}]
+    mounts:
+      - {{source: {}, target: /shared, read_only: false}}
+      - {{source: {}, target: /docs, read_only: true}}
 channels:
   chat: {{plugin: channel-slack, workspace: team}}
 ",
                 base.display(),
-                shared.display()
+                shared.display(),
+                docs.display()
             ),
             Path::new("pincer.yaml"),
             |_| None,
@@ -564,25 +631,31 @@ channels:
         (dir, config, path)
     }
 
-    fn refusal(at: &str, text: &str) -> String {
-        let (_dir, config, path) = setup(at, text);
-        format!("{:#}", load_tasks(&config, "team", &path).unwrap_err())
-    }
-
     const TASK: &str = "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n";
 
     #[test]
-    fn a_schedule_the_container_could_write_is_refused() {
-        for at in ["ws/team/schedules.yaml", "shared/schedules.yaml"] {
-            let got = refusal(at, TASK);
-            assert!(
-                got.contains("which a workspace container can write; a compromised agent could schedule itself. Keep schedules.yaml beside pincer.yaml (workspaces/NAME/schedules.yaml)"),
-                "{at}: {got}"
+    fn a_schedule_a_container_could_see_is_refused() {
+        for (at, inside, why) in [
+            ("ws/team/schedules.yaml", "ws/team", "a workspace folder"),
+            ("shared/schedules.yaml", "shared", "a read-write mount source"),
+            ("docs/sub/schedules.yaml", "docs", "a read-only mount source"),
+        ] {
+            let (dir, config, path) = setup(at, TASK);
+            let root = dir.path().canonicalize().expect("real path");
+            let got = format!("{:#}", load_tasks(&config, "team", &path, None).unwrap_err());
+            assert_eq!(
+                got,
+                format!(
+                    "{} lies inside {} ({why}), which a workspace container can see; an agent could read or change its own schedule. Keep schedules.yaml beside pincer.yaml (workspaces/NAME/schedules.yaml)",
+                    path.display(),
+                    root.join(inside).display()
+                ),
+                "{at}"
             );
         }
         let (_dir, config, path) = setup("workspaces/team/schedules.yaml", TASK);
         assert_eq!(
-            load_tasks(&config, "team", &path)
+            load_tasks(&config, "team", &path, None)
                 .expect("beside pincer.yaml")
                 .len(),
             1
@@ -592,33 +665,23 @@ channels:
     #[test]
     fn skills_and_channels_the_workspace_cannot_use_are_located_errors() {
         let at = "workspaces/team/schedules.yaml";
-        let got = refusal(
-            at,
-            "tasks:\n  - id: a\n    every: 1h\n    skill: skill-notes\n",
-        );
-        assert!(
-            got.ends_with(
-                "schedules.yaml:4:12: workspace `team` may not use skill `skill-notes` (add it to workspaces.team.skills)"
+        for (text, want) in [
+            (
+                "tasks:\n  - id: a\n    every: 1h\n    skill: skill-notes\n",
+                "4:12: workspace `team` may not use skill `skill-notes` (add it to workspaces.team.skills)",
             ),
-            "{got}"
-        );
-        let got = refusal(
-            at,
-            "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n    deliver_to: [\"channel:nope\"]\n",
-        );
-        assert!(
-            got.contains("schedules.yaml:5:18: unknown channel `nope`"),
-            "{got}"
-        );
-        let got = refusal(
-            at,
-            "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n    deliver_to: [\"channel:chat\"]\n",
-        );
-        assert!(
-            got.ends_with(
-                "task `a` delivers to `channel:chat`, which has no channels.chat.default_conversation; set one or write {channel: chat, conversation: ID}"
+            (
+                "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n    deliver_to: [\"channel:nope\"]\n",
+                "5:18: unknown channel `nope`",
             ),
-            "{got}"
-        );
+            (
+                "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n    deliver_to: [\"channel:chat\"]\n",
+                "5:18: channel `chat` has no default conversation: set channels.chat.default_conversation or write {channel: chat, conversation: ID}",
+            ),
+        ] {
+            let (_dir, config, path) = setup(at, text);
+            let got = format!("{:#}", load_tasks(&config, "team", &path, None).unwrap_err());
+            assert_eq!(got, format!("{}:{want}", path.display()));
+        }
     }
 }

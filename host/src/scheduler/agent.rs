@@ -145,7 +145,10 @@ pub fn check(config: &Config, workspace: &str, spec: &serde_json::Value) -> Resu
     let checks = Checks {
         default_zone: default_zone(config),
         channels: Some(&channels),
+        // own_channels has only channels with a default conversation
+        without_default: None,
         skill: Some(&refuse_skill),
+        tools: None,
     };
     let task = file::parse_one(spec, Path::new("task"), &checks, true).map_err(|e| {
         let text = e.to_string();

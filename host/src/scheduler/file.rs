@@ -19,7 +19,7 @@
 //!     timeout: 10m
 //! ```
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
@@ -132,9 +132,17 @@ pub struct Checks<'a> {
     pub default_zone: Tz,
     /// The channels `deliver_to` may name; `None` skips the check.
     pub channels: Option<&'a BTreeSet<String>>,
+    /// The channels without a default conversation: `channel:NAME` cannot
+    /// deliver to them.
+    pub without_default: Option<&'a BTreeSet<String>>,
     /// Checks a skill name (`plugin`, or `plugin__tool` when `tool:` is
     /// given); `None` skips the check. The error text is shown as is.
     pub skill: Option<SkillCheck<'a>>,
+    /// The tools of skill plugins by plugin name, or why they could not be
+    /// listed: a named tool must be one of them, and a task naming only
+    /// the plugin gets its only tool. A plugin not in the map is not
+    /// checked.
+    pub tools: Option<&'a BTreeMap<String, Result<Vec<String>, String>>>,
 }
 
 impl Checks<'_> {
@@ -143,7 +151,9 @@ impl Checks<'_> {
         Checks {
             default_zone: zone,
             channels: None,
+            without_default: None,
             skill: None,
+            tools: None,
         }
     }
 }
@@ -409,27 +419,31 @@ fn check_task(
                 return Err(at.invalid("skill", "`skill` is empty"));
             }
             if let Some(tool) = &raw.tool {
-                if skill.contains("__") {
-                    return Err(
-                        at.invalid("tool", "`tool` needs `skill` to name a plugin, not a tool")
-                    );
+                if let Some((plugin, named)) = skill.split_once("__") {
+                    return Err(at.invalid(
+                        "tool",
+                        &format!(
+                            "`skill: {skill}` already names tool `{named}` of `{plugin}`: \
+                             drop `tool:`, or write `skill: {plugin}` and `tool: {tool}`"
+                        ),
+                    ));
                 }
                 if tool.is_empty() {
                     return Err(at.invalid("tool", "`tool` is empty"));
                 }
             }
+            let key = if raw.tool.is_some() { "tool" } else { "skill" };
             if let Some(check) = checks.skill {
                 let name = match &raw.tool {
                     Some(tool) => format!("{skill}__{tool}"),
                     None => skill.clone(),
                 };
-                check(&name).map_err(|m| {
-                    at.invalid(if raw.tool.is_some() { "tool" } else { "skill" }, &m)
-                })?;
+                check(&name).map_err(|m| at.invalid(key, &m))?;
             }
+            let tool = resolve_tool(&skill, raw.tool, checks.tools).map_err(|m| at.invalid(key, &m))?;
             Action::Skill {
                 skill,
-                tool: raw.tool,
+                tool,
                 input: raw.skill_input.unwrap_or(serde_json::Value::Null),
             }
         }
@@ -443,7 +457,7 @@ fn check_task(
                 return Err(at.invalid_at(
                     &[Seg::Key(key)],
                     true,
-                    "only a `skill` task takes this",
+                    &format!("`{key}` belongs to a `skill` task; a `prompt` task takes none"),
                 ));
             }
             if prompt.trim().is_empty() {
@@ -463,13 +477,30 @@ fn check_task(
 
     let mut deliver_to = Vec::with_capacity(raw.deliver_to.len());
     for (i, RawDelivery(delivery)) in raw.deliver_to.into_iter().enumerate() {
+        let here = [Seg::Key("deliver_to"), Seg::Index(i)];
         if let Some(channels) = checks.channels
             && !channels.contains(&delivery.channel)
         {
             return Err(at.invalid_at(
-                &[Seg::Key("deliver_to"), Seg::Index(i)],
+                &here,
                 false,
                 &format!("unknown channel `{}`", delivery.channel),
+            ));
+        }
+        if delivery.conversation.is_none()
+            && checks
+                .without_default
+                .is_some_and(|without| without.contains(&delivery.channel))
+        {
+            let name = &delivery.channel;
+            return Err(at.invalid_at(
+                &here,
+                false,
+                &format!(
+                    "channel `{name}` has no default conversation: set \
+                     channels.{name}.default_conversation or write \
+                     {{channel: {name}, conversation: ID}}"
+                ),
             ));
         }
         deliver_to.push(delivery);
@@ -494,6 +525,39 @@ fn check_task(
     })
 }
 
+/// The tool a skill task calls: as written when `checks` has no tool list
+/// for its plugin; else a tool the plugin has, its only one when none is
+/// named. `None` when `skill` names the tool itself (`plugin__tool`).
+fn resolve_tool(
+    skill: &str,
+    tool: Option<String>,
+    tools: Option<&BTreeMap<String, Result<Vec<String>, String>>>,
+) -> Result<Option<String>, String> {
+    let (plugin, named) = match skill.split_once("__") {
+        Some((plugin, named)) => (plugin, Some(named)),
+        None => (skill, tool.as_deref()),
+    };
+    let listed = match tools.and_then(|tools| tools.get(plugin)) {
+        None => return Ok(tool),
+        Some(Err(why)) => return Err(format!("cannot list the tools of skill `{plugin}`: {why}")),
+        Some(Ok(listed)) => listed,
+    };
+    let names = listed.join(", ");
+    match named {
+        Some(named) if listed.iter().any(|t| t == named) => Ok(tool),
+        Some(named) => Err(format!(
+            "skill `{plugin}` has no tool `{named}` (its tools: {names})"
+        )),
+        None => match listed.as_slice() {
+            [only] => Ok(Some(only.clone())),
+            [] => Err(format!("skill `{plugin}` offers no tools")),
+            _ => Err(format!(
+                "skill `{plugin}` has several tools ({names}): name one with `tool:` or write `skill: {plugin}__TOOL`"
+            )),
+        },
+    }
+}
+
 /// A cron expression: 5 fields (minute first), 6 (second first), or a
 /// nickname (`@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`).
 pub fn parse_cron(expr: &str) -> Result<Cron, String> {
@@ -510,13 +574,29 @@ pub fn parse_cron(expr: &str) -> Result<Cron, String> {
         .year(Year::Disallowed)
         .build()
         .parse(trimmed)
-        .map_err(|err| format!("invalid cron expression `{expr}`: {err}"))
+        .map_err(|err| {
+            let why = err.to_string();
+            let why = why
+                .strip_prefix("Component error: ")
+                .unwrap_or(&why)
+                .trim_end_matches('.');
+            let mut chars = why.chars();
+            let why = chars
+                .next()
+                .map(|first| first.to_lowercase().chain(chars).collect::<String>())
+                .unwrap_or_default();
+            format!(
+                "invalid cron expression `{expr}`: {why} (the fields: [second 0-59] minute 0-59, \
+                 hour 0-23, day 1-31, month 1-12 or JAN-DEC, weekday 0-7 or SUN-SAT)"
+            )
+        })
 }
 
 /// A positive duration such as `30s`, `10m`, `2h`, `1d` or `1h 30m`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text.trim())
-        .map_err(|err| format!("invalid duration `{text}`: {err} (e.g. 30s, 10m, 2h, 1d)"))?;
+    let duration = humantime::parse_duration(text.trim()).map_err(|_| {
+        format!("invalid duration `{text}`: write a number and a unit, e.g. 30s, 10m, 2h, 1d or 1h 30m")
+    })?;
     if duration.is_zero() {
         return Err(format!("invalid duration `{text}`: must be more than zero"));
     }
@@ -586,13 +666,6 @@ mod tests {
         parse(text, Path::new("schedules.yaml"), &Checks::offline(Tz::UTC))
     }
 
-    fn error(text: &str) -> String {
-        match offline(text) {
-            Ok(tasks) => panic!("expected an error, got {tasks:?}"),
-            Err(err) => err.to_string(),
-        }
-    }
-
     #[test]
     fn parses_the_issue_example() {
         let tasks = offline(EXAMPLE).expect("example parses");
@@ -632,104 +705,251 @@ mod tests {
         assert_eq!(tasks[1].deliver_to[0].conversation.as_deref(), Some("C1"));
     }
 
-    #[test]
-    fn errors_are_located() {
-        let cases: &[(&str, &str)] = &[
-            (
-                "tasks:\n  - id: a\n    schedule: '61 * * * *'\n    prompt: x\n",
-                "schedules.yaml:3:15: invalid cron expression",
-            ),
-            (
-                "tasks:\n  - id: a\n    schedule: '* * *'\n    prompt: x\n",
-                "schedules.yaml:3:15: invalid cron expression `* * *`: expected 5 fields",
-            ),
-            (
-                "tasks:\n  - id: a\n    every: 2h\n    timezone: Mars/Olympus\n    prompt: x\n",
-                "schedules.yaml:4:15: unknown time zone `Mars/Olympus`",
-            ),
-            (
-                "tasks:\n  - id: a\n    every: 2h\n    prompt: x\n    colour: red\n",
-                "schedules.yaml:5:5: unknown key `colour`",
-            ),
-            (
-                "tasks:\n  - id: a\n    prompt: x\n",
-                "schedules.yaml:2:5: a task needs one of `schedule`, `every` or `at`",
-            ),
-            (
-                "tasks:\n  - id: a\n    every: 1h\n    at: 2026-01-01T00:00\n    prompt: x\n",
-                "schedules.yaml:4:5: give only one",
-            ),
-            (
-                "tasks:\n  - id: a\n    every: 1h\n",
-                "schedules.yaml:2:5: a task needs one of `skill` or `prompt`",
-            ),
-            (
-                "tasks:\n  - id: a\n    every: soon\n    prompt: x\n",
-                "schedules.yaml:3:12: invalid duration `soon`",
-            ),
-            (
-                "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n  - id: a\n    every: 1h\n    prompt: y\n",
-                "schedules.yaml:5:9: duplicate task id `a`",
-            ),
-            (
-                "tasks:\n  - id: Bad!\n    every: 1h\n    prompt: x\n",
-                "schedules.yaml:2:9: invalid task id `Bad!`",
-            ),
-            (
-                "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n    deliver_to: [slack]\n",
-                "schedules.yaml:5:18: invalid delivery `slack`",
-            ),
-            (
-                "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n    deliver_to: [{channel: s, room: x}]\n",
-                "schedules.yaml:5:31: unknown key `room`",
-            ),
-            (
-                "tasks:\n  - id: a\n    at: 2026-03-08T02:30\n    timezone: America/New_York\n    prompt: x\n",
-                "schedules.yaml:3:9: `2026-03-08T02:30` does not exist",
-            ),
-            (
-                "tasks:\n  - id: a\n    every: 1h\n    prompt: x\n    catch_up: sometimes\n",
-                "schedules.yaml:5:15: unknown value `sometimes`",
-            ),
-        ];
-        for (text, want) in cases {
-            let got = error(text);
-            assert!(got.starts_with(want), "{text}\n got: {got}\nwant: {want}");
-        }
-    }
-
-    #[test]
-    fn channels_and_skills_are_checked_when_given() {
-        let channels: BTreeSet<String> = ["ops".to_owned()].into();
+    /// The checks a daemon makes, with made-up channels, skills and tools.
+    fn online(text: &str) -> String {
+        let channels: BTreeSet<String> = ["ops".to_owned(), "chat".to_owned()].into();
+        let without_default: BTreeSet<String> = ["chat".to_owned()].into();
         let skill = |name: &str| {
-            if name == "generate_daily_report" {
+            let plugin = name.split_once("__").map_or(name, |(p, _)| p);
+            if ["skill-calc", "skill-notes", "skill-broken"].contains(&plugin) {
                 Ok(())
             } else {
-                Err(format!("unknown skill `{name}`"))
+                Err(format!(
+                    "workspace `team` may not use skill `{plugin}` (add it to workspaces.team.skills)"
+                ))
             }
         };
+        let tools: BTreeMap<String, Result<Vec<String>, String>> = [
+            ("skill-calc".to_owned(), Ok(vec!["evaluate".to_owned()])),
+            (
+                "skill-notes".to_owned(),
+                Ok(vec!["add".to_owned(), "search".to_owned()]),
+            ),
+            ("skill-broken".to_owned(), Err("plugin not found".to_owned())),
+        ]
+        .into();
         let checks = Checks {
             default_zone: Tz::UTC,
             channels: Some(&channels),
+            without_default: Some(&without_default),
             skill: Some(&skill),
+            tools: Some(&tools),
         };
-        let err = parse(EXAMPLE, Path::new("s.yaml"), &checks)
-            .expect_err("team-chat is unknown")
-            .to_string();
-        assert!(
-            err.starts_with("s.yaml:8:18: unknown channel `team-chat`"),
-            "{err}"
-        );
-        let text = EXAMPLE.replace("team-chat", "ops");
-        parse(&text, Path::new("s.yaml"), &checks).expect("known channel and skill");
-        let text = text.replace("skill: generate_daily_report", "skill: nope");
-        let err = parse(&text, Path::new("s.yaml"), &checks)
-            .expect_err("unknown skill")
-            .to_string();
-        assert!(
-            err.starts_with("s.yaml:6:12: unknown skill `nope`"),
-            "{err}"
-        );
+        match parse(text, Path::new("schedules.yaml"), &checks) {
+            Ok(tasks) => panic!("expected an error, got {tasks:?}"),
+            Err(err) => err.to_string(),
+        }
+    }
+
+    /// Each bad file and its whole message, `FILE:LINE:COLUMN: text`.
+    #[test]
+    fn bad_files_and_their_exact_messages() {
+        const T: &str = "tasks:\n  - id: a\n";
+        let cases: &[(&str, String, &str)] = &[
+            (
+                "unknown key",
+                format!("{T}    every: 2h\n    prompt: x\n    colour: red\n"),
+                "schedules.yaml:5:5: unknown key `colour` (expected one of `id`, `description`, `schedule`, `every`, `at`, `timezone`, `skill`, `tool`, `skill_input`, `prompt`, `deliver_to`, `catch_up`, `overlap`, `timeout`, `rerun_interrupted`)",
+            ),
+            (
+                "bad cron value",
+                format!("{T}    schedule: '61 * * * *'\n    prompt: x\n"),
+                "schedules.yaml:3:15: invalid cron expression `61 * * * *`: number out of bounds (the fields: [second 0-59] minute 0-59, hour 0-23, day 1-31, month 1-12 or JAN-DEC, weekday 0-7 or SUN-SAT)",
+            ),
+            (
+                "cron with 3 fields",
+                format!("{T}    schedule: '* * *'\n    prompt: x\n"),
+                "schedules.yaml:3:15: invalid cron expression `* * *`: expected 5 fields (minute hour day month weekday) or 6 (with seconds first), found 3",
+            ),
+            (
+                "unknown zone",
+                format!("{T}    every: 2h\n    timezone: Mars/Olympus\n    prompt: x\n"),
+                "schedules.yaml:4:15: unknown time zone `Mars/Olympus` (use an IANA name such as Europe/Berlin)",
+            ),
+            (
+                "missing id",
+                "tasks:\n  - every: 1h\n    prompt: x\n".to_owned(),
+                "schedules.yaml:2:5: missing required key `id`",
+            ),
+            (
+                "duplicate id",
+                format!("{T}    every: 1h\n    prompt: x\n  - id: a\n    every: 1h\n    prompt: y\n"),
+                "schedules.yaml:5:9: duplicate task id `a`",
+            ),
+            (
+                "invalid id",
+                "tasks:\n  - id: Bad!\n    every: 1h\n    prompt: x\n".to_owned(),
+                "schedules.yaml:2:9: invalid task id `Bad!`: use 1-63 characters from a-z, 0-9, `_` and `-`, starting with a letter or digit",
+            ),
+            (
+                "no trigger",
+                format!("{T}    prompt: x\n"),
+                "schedules.yaml:2:5: a task needs one of `schedule`, `every` or `at`",
+            ),
+            (
+                "schedule and every",
+                format!("{T}    schedule: '* * * * *'\n    every: 1h\n    prompt: x\n"),
+                "schedules.yaml:4:5: give only one of `schedule`, `every` and `at`",
+            ),
+            (
+                "every and at",
+                format!("{T}    every: 1h\n    at: 2026-01-01T00:00\n    prompt: x\n"),
+                "schedules.yaml:4:5: give only one of `schedule`, `every` and `at`",
+            ),
+            (
+                "skill and prompt",
+                format!("{T}    every: 1h\n    skill: skill-calc\n    prompt: x\n"),
+                "schedules.yaml:5:5: give only one of `skill` and `prompt`",
+            ),
+            (
+                "neither skill nor prompt",
+                format!("{T}    every: 1h\n"),
+                "schedules.yaml:2:5: a task needs one of `skill` or `prompt`",
+            ),
+            (
+                "tool with a plugin__tool skill",
+                format!("{T}    every: 1h\n    skill: skill-calc__evaluate\n    tool: evaluate\n"),
+                "schedules.yaml:5:11: `skill: skill-calc__evaluate` already names tool `evaluate` of `skill-calc`: drop `tool:`, or write `skill: skill-calc` and `tool: evaluate`",
+            ),
+            (
+                "tool with a prompt",
+                format!("{T}    every: 1h\n    prompt: x\n    tool: evaluate\n"),
+                "schedules.yaml:5:5: `tool` belongs to a `skill` task; a `prompt` task takes none",
+            ),
+            (
+                "empty prompt",
+                format!("{T}    every: 1h\n    prompt: '  '\n"),
+                "schedules.yaml:4:13: `prompt` is empty",
+            ),
+            (
+                "malformed at",
+                format!("{T}    at: tomorrow\n    prompt: x\n"),
+                "schedules.yaml:3:9: invalid date-time `tomorrow`: expected e.g. 2026-12-24T09:00 (in the task's zone) or 2026-12-24T09:00:00+08:00",
+            ),
+            (
+                "at in the spring-forward gap",
+                format!("{T}    at: 2026-03-08T02:30\n    timezone: America/New_York\n    prompt: x\n"),
+                "schedules.yaml:3:9: `2026-03-08T02:30` does not exist in America/New_York (the clocks skip it)",
+            ),
+            (
+                "malformed every",
+                format!("{T}    every: soon\n    prompt: x\n"),
+                "schedules.yaml:3:12: invalid duration `soon`: write a number and a unit, e.g. 30s, 10m, 2h, 1d or 1h 30m",
+            ),
+            (
+                "every below a second",
+                format!("{T}    every: 1500ms\n    prompt: x\n"),
+                "schedules.yaml:3:12: invalid interval `1500ms`: use whole seconds, at least 1s",
+            ),
+            (
+                "bad timeout",
+                format!("{T}    every: 1h\n    prompt: x\n    timeout: ten minutes\n"),
+                "schedules.yaml:5:14: invalid duration `ten minutes`: write a number and a unit, e.g. 30s, 10m, 2h, 1d or 1h 30m",
+            ),
+            (
+                "zero timeout",
+                format!("{T}    every: 1h\n    prompt: x\n    timeout: 0s\n"),
+                "schedules.yaml:5:14: invalid duration `0s`: must be more than zero",
+            ),
+            (
+                "bad catch_up",
+                format!("{T}    every: 1h\n    prompt: x\n    catch_up: sometimes\n"),
+                "schedules.yaml:5:15: unknown value `sometimes`, expected one of `skip`, `once`, `all`",
+            ),
+            (
+                "bad overlap",
+                format!("{T}    every: 1h\n    prompt: x\n    overlap: wait\n"),
+                "schedules.yaml:5:14: unknown value `wait`, expected one of `skip`, `queue`",
+            ),
+            (
+                "YAML syntax error",
+                format!("{T}    every: [1h\n    prompt: x\n"),
+                "schedules.yaml:4:11: illegal placement of ':' indicator",
+            ),
+            (
+                "wrong type",
+                format!("{T}    every: 1h\n    prompt: x\n    rerun_interrupted: maybe\n"),
+                "schedules.yaml:5:24: wrong type: expected a boolean, found string \"maybe\"",
+            ),
+            (
+                "tasks not a list",
+                "tasks: {a: 1}\n".to_owned(),
+                "schedules.yaml:1:8: wrong type: expected a sequence, found map",
+            ),
+            (
+                "invalid delivery",
+                format!("{T}    every: 1h\n    prompt: x\n    deliver_to: [slack]\n"),
+                "schedules.yaml:5:18: invalid delivery `slack`: expected `channel:NAME` or {channel, conversation, thread}",
+            ),
+            (
+                "unknown key in a delivery",
+                format!("{T}    every: 1h\n    prompt: x\n    deliver_to: [{{channel: ops, room: x}}]\n"),
+                "schedules.yaml:5:33: unknown key `room` (expected one of `channel`, `conversation`, `thread`)",
+            ),
+            (
+                "unknown channel",
+                format!("{T}    every: 1h\n    prompt: x\n    deliver_to: [\"channel:nope\"]\n"),
+                "schedules.yaml:5:18: unknown channel `nope`",
+            ),
+            (
+                "channel without a default conversation",
+                format!("{T}    every: 1h\n    prompt: x\n    deliver_to: [\"channel:ops\", \"channel:chat\"]\n"),
+                "schedules.yaml:5:33: channel `chat` has no default conversation: set channels.chat.default_conversation or write {channel: chat, conversation: ID}",
+            ),
+            (
+                "skill the workspace may not use",
+                format!("{T}    every: 1h\n    skill: skill-weather\n"),
+                "schedules.yaml:4:12: workspace `team` may not use skill `skill-weather` (add it to workspaces.team.skills)",
+            ),
+            (
+                "tool the skill does not have",
+                format!("{T}    every: 1h\n    skill: skill-calc\n    tool: solve\n"),
+                "schedules.yaml:5:11: skill `skill-calc` has no tool `solve` (its tools: evaluate)",
+            ),
+            (
+                "plugin__tool the skill does not have",
+                format!("{T}    every: 1h\n    skill: skill-notes__delete\n"),
+                "schedules.yaml:4:12: skill `skill-notes` has no tool `delete` (its tools: add, search)",
+            ),
+            (
+                "plugin with several tools and no tool named",
+                format!("{T}    every: 1h\n    skill: skill-notes\n"),
+                "schedules.yaml:4:12: skill `skill-notes` has several tools (add, search): name one with `tool:` or write `skill: skill-notes__TOOL`",
+            ),
+            (
+                "plugin whose tools cannot be listed",
+                format!("{T}    every: 1h\n    skill: skill-broken\n"),
+                "schedules.yaml:4:12: cannot list the tools of skill `skill-broken`: plugin not found",
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for (what, text, want) in cases {
+            let got = online(text);
+            if got != *want {
+                wrong.push(format!("{what}:\n  got: {got}\n want: {want}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn a_plugin_with_one_tool_gets_it_when_tools_are_listed() {
+        let tools: BTreeMap<String, Result<Vec<String>, String>> =
+            [("skill-calc".to_owned(), Ok(vec!["evaluate".to_owned()]))].into();
+        let checks = Checks {
+            tools: Some(&tools),
+            ..Checks::offline(Tz::UTC)
+        };
+        let text = "tasks:\n  - id: a\n    every: 1h\n    skill: skill-calc\n  - id: b\n    every: 1h\n    skill: skill-calc__evaluate\n";
+        let tasks = parse(text, Path::new("s.yaml"), &checks).expect("parses");
+        let tool_of = |task: &Task| match &task.action {
+            Action::Skill { tool, .. } => tool.clone(),
+            Action::Prompt(_) => panic!("a skill task"),
+        };
+        assert_eq!(tool_of(&tasks[0]).as_deref(), Some("evaluate"));
+        assert_eq!(tool_of(&tasks[1]), None, "the name already says the tool");
+        let offline = offline(text).expect("parses");
+        assert_eq!(tool_of(&offline[0]), None, "resolved at run time");
     }
 
     #[test]

@@ -526,3 +526,180 @@ fn a_reload_mid_run_fires_no_due_time_twice() {
     let history = scheduler.store().history("ws", "m", 10).expect("history");
     assert_eq!(history.len(), 2, "one row per due time: {history:?}");
 }
+
+/// Moves the clock a minute at a time from `from` to `to`, finishing each
+/// run at once; the due times handed out, in UTC.
+fn walk(env: &Env, scheduler: &mut Scheduler, from: &str, to: &str) -> Vec<String> {
+    env.at(from);
+    scheduler.due_now().expect("first sight");
+    let end = utc(to);
+    let mut seen = Vec::new();
+    while env.clock.now() < end {
+        env.clock.advance(ChronoDuration::minutes(1));
+        for run in scheduler.due_now().expect("due") {
+            finish(scheduler, &run);
+            seen.push(run.due.to_rfc3339());
+        }
+    }
+    seen
+}
+
+/// A 02:30 job in New York over the spring-forward night (2026-03-08,
+/// 02:00 EST → 03:00 EDT): once a day, that day at 03:00 EDT.
+#[test]
+fn spring_forward_runs_a_skipped_time_once_after_the_gap() {
+    let env = Env::new("2026-03-07T05:00:00Z");
+    let yaml = "tasks:\n  - id: d\n    schedule: '30 2 * * *'\n    timezone: America/New_York\n    prompt: x\n";
+    let mut scheduler = env.scheduler("a", yaml);
+    let seen = walk(
+        &env,
+        &mut scheduler,
+        "2026-03-07T05:00:00Z",
+        "2026-03-09T12:00:00Z",
+    );
+    assert_eq!(
+        seen,
+        [
+            "2026-03-07T07:30:00+00:00", // 02:30 EST
+            "2026-03-08T07:00:00+00:00", // 03:00 EDT: 02:30 does not exist
+            "2026-03-09T06:30:00+00:00", // 02:30 EDT
+        ]
+    );
+}
+
+/// A 01:30 job in New York over the fall-back night (2026-11-01, 02:00
+/// EDT → 01:00 EST): once a day, that day at the first 01:30 (EDT).
+#[test]
+fn fall_back_runs_a_repeated_time_once_at_its_first_pass() {
+    let env = Env::new("2026-10-31T04:00:00Z");
+    let yaml = "tasks:\n  - id: d\n    schedule: '30 1 * * *'\n    timezone: America/New_York\n    prompt: x\n";
+    let mut scheduler = env.scheduler("a", yaml);
+    let seen = walk(
+        &env,
+        &mut scheduler,
+        "2026-10-31T04:00:00Z",
+        "2026-11-02T12:00:00Z",
+    );
+    assert_eq!(
+        seen,
+        [
+            "2026-10-31T05:30:00+00:00", // 01:30 EDT
+            "2026-11-01T05:30:00+00:00", // 01:30 EDT, not again at 01:30 EST
+            "2026-11-02T06:30:00+00:00", // 01:30 EST
+        ]
+    );
+}
+
+fn tasks(yaml: &str) -> Vec<Task> {
+    file::parse(yaml, Path::new("s.yaml"), &Checks::offline(Tz::UTC)).expect("tasks parse")
+}
+
+#[test]
+fn pause_survives_a_reload() {
+    let env = Env::new("2026-01-01T09:59:30Z");
+    let mut scheduler = env.scheduler("a", EVERY_MINUTE);
+    scheduler.due_now().expect("first sight");
+    scheduler.pause("ws", "m").expect("pause");
+    // the file is saved again (the same task, and an edited one)
+    scheduler
+        .set_tasks("ws", tasks(&format!("{EVERY_MINUTE}    timeout: 5m\n")))
+        .expect("reload");
+    assert_eq!(scheduler.next_wake(), None, "paused after the reload");
+    env.at("2026-01-01T10:03:00Z");
+    assert!(scheduler.due_now().expect("due").is_empty(), "paused");
+    scheduler.resume("ws", "m").expect("resume");
+    env.at("2026-01-01T10:04:00Z");
+    assert_eq!(dues(&scheduler.due_now().expect("due")), ["10:04:00"]);
+}
+
+#[test]
+fn a_reload_stops_a_removed_task_and_replans_a_changed_one() {
+    let env = Env::new("2026-01-01T09:59:30Z");
+    let both = "tasks:\n  - id: m\n    schedule: '* * * * *'\n    prompt: x\n  - id: h\n    schedule: '0 * * * *'\n    prompt: x\n";
+    let mut scheduler = env.scheduler("a", both);
+    scheduler.due_now().expect("first sight");
+    env.at("2026-01-01T10:00:00Z");
+    let runs = scheduler.due_now().expect("due");
+    assert_eq!(dues(&runs).len(), 2, "m and h at 10:00");
+    for run in &runs {
+        finish(&scheduler, run);
+    }
+    env.at("2026-01-01T10:00:30Z");
+    scheduler
+        .set_tasks(
+            "ws",
+            tasks("tasks:\n  - id: h\n    schedule: '30 * * * *'\n    prompt: x\n"),
+        )
+        .expect("reload");
+    assert_eq!(scheduler.task_count(), 1);
+    assert_eq!(scheduler.next_wake(), Some(utc("2026-01-01T10:30:00Z")));
+    let mut seen = Vec::new();
+    while env.clock.now() < utc("2026-01-01T11:10:00Z") {
+        env.clock.advance(ChronoDuration::minutes(1));
+        for run in scheduler.due_now().expect("due") {
+            finish(&scheduler, &run);
+            seen.push(format!("{} {}", run.task.id, run.due.format("%H:%M")));
+        }
+    }
+    assert_eq!(seen, ["h 10:30"], "m stopped; h moved to :30");
+}
+
+/// Without `timeout:` a run gets 10 minutes: its lease (timeout +
+/// LEASE_MARGIN) holds until then, and a scheduler starting after it marks
+/// the run interrupted even under the same owner.
+#[test]
+fn the_default_timeout_sets_the_lease_of_a_run() {
+    let env = Env::new("2026-01-01T09:59:30Z");
+    let mut scheduler = env.scheduler("a", EVERY_MINUTE);
+    assert_eq!(
+        scheduler.task("ws", "m").expect("task").timeout,
+        std::time::Duration::from_secs(600)
+    );
+    env.at("2026-01-01T10:00:00Z");
+    let runs = scheduler.due_now().expect("due");
+    assert!(scheduler.store().start(runs[0].run_id, "a", 0).expect("start"));
+    drop(scheduler);
+    env.at("2026-01-01T10:11:00Z"); // 10 min + 60 s: the lease's last instant
+    let same = env.scheduler("a", EVERY_MINUTE);
+    let history = same.store().history("ws", "m", 5).expect("history");
+    assert_eq!(history.last().expect("run").status, RunStatus::Running);
+    drop(same);
+    env.at("2026-01-01T10:11:01Z");
+    let same = env.scheduler("a", EVERY_MINUTE);
+    let history = same.store().history("ws", "m", 5).expect("history");
+    let run = history
+        .iter()
+        .find(|r| r.id == runs[0].run_id)
+        .expect("the run");
+    assert_eq!(run.status, RunStatus::Interrupted);
+}
+
+/// A task without `timezone:` is read in the configuration's `timezone:`,
+/// else the host's.
+#[test]
+fn a_task_without_a_zone_uses_the_configured_then_the_host_zone() {
+    let config = |text: &str| {
+        crate::config::Config::from_str_with_env(text, Path::new("pincer.yaml"), |_| None)
+            .expect("config")
+    };
+    let shanghai = agent::default_zone(&config("timezone: Asia/Shanghai\n"));
+    assert_eq!(shanghai, chrono_tz::Asia::Shanghai);
+    assert_eq!(agent::default_zone(&config("{}\n")), file::host_zone());
+
+    let env = Env::new("2026-01-01T00:00:00Z");
+    let store = Store::open(&env.db).expect("store");
+    let clock: Arc<dyn Clock> = env.clock.clone();
+    let mut scheduler = Scheduler::new(store, clock, "a").expect("scheduler");
+    let nine = file::parse(
+        "tasks:\n  - id: n\n    schedule: '0 9 * * *'\n    prompt: x\n",
+        Path::new("s.yaml"),
+        &Checks::offline(shanghai),
+    )
+    .expect("parse");
+    scheduler.set_tasks("ws", nine).expect("set");
+    assert_eq!(
+        scheduler.next_wake(),
+        Some(utc("2026-01-01T01:00:00Z")),
+        "09:00 in Shanghai"
+    );
+}

@@ -264,3 +264,163 @@ fn run(
         other => Ok(Err(format!("unknown schedule tool `{other}`"))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Env {
+        _dir: tempfile::TempDir,
+        store: Store,
+        config: Config,
+        audit: AuditLog,
+    }
+
+    /// `auto` may schedule at once, `propose` only proposes, `none` nothing.
+    fn env() -> Env {
+        let dir = tempfile::tempdir().expect("dir");
+        let db = dir.path().join(crate::db::FILE_NAME);
+        let config = Config::from_str_with_env(
+            "timezone: Asia/Shanghai
+workspaces:
+  auto: {agent_schedules: auto}
+  asks: {agent_schedules: propose}
+  quiet: {}
+channels:
+  chat: {plugin: channel-slack, workspace: auto, default_conversation: C1}
+",
+            std::path::Path::new("pincer.yaml"),
+            |_| None,
+        )
+        .expect("config");
+        Env {
+            store: Store::open(&db).expect("store"),
+            audit: AuditLog::open(&db).expect("audit"),
+            config,
+            _dir: dir,
+        }
+    }
+
+    fn call(env: &Env, workspace: &str, tool: &str, args: serde_json::Value) -> Result<String, String> {
+        let args = match args {
+            serde_json::Value::Object(o) => Some(o),
+            _ => None,
+        };
+        run(&env.store, &env.config, &env.audit, workspace, tool, args).expect("no store trouble")
+    }
+
+    /// (actor, workspace, kind, detail) of each audited event, oldest first.
+    fn audited(env: &Env) -> Vec<(String, Option<String>, String, String)> {
+        let mut events = env.audit.recent(None, 100).expect("audit");
+        events.reverse();
+        events
+            .into_iter()
+            .map(|e| (e.actor, e.workspace, e.kind, e.detail))
+            .collect()
+    }
+
+    const DIGEST: &str = r#"{"id": "digest", "every": "6h", "prompt": "sum up the day", "deliver_to": ["channel:chat"]}"#;
+
+    #[test]
+    fn auto_tasks_are_active_at_once_listed_and_cancelled_by_their_agent() {
+        let env = env();
+        let spec: serde_json::Value = serde_json::from_str(DIGEST).expect("json");
+        let created = call(&env, "auto", "create", spec.clone()).expect("created");
+        assert!(
+            created.starts_with("scheduled task `agent-digest` (every 6h in Asia/Shanghai, next "),
+            "{created}"
+        );
+        let (active, problems) = agent::active_tasks(&env.store, &env.config, "auto").expect("tasks");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            active.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+            ["agent-digest"],
+            "active without approval"
+        );
+
+        let listed = call(&env, "auto", "list", serde_json::json!({})).expect("list");
+        assert!(
+            listed.starts_with("- agent-digest [active] every 6h in Asia/Shanghai, next ")
+                && listed.ends_with(": sum up the day"),
+            "{listed}"
+        );
+        // another workspace's agent sees and cancels none of it
+        assert_eq!(
+            call(&env, "asks", "list", serde_json::json!({})),
+            Ok("no scheduled tasks".to_owned())
+        );
+        assert_eq!(
+            call(&env, "asks", "cancel", serde_json::json!({"id": "digest"})),
+            Err("no task `agent-digest` to cancel (list shows this agent's tasks)".to_owned())
+        );
+
+        assert_eq!(
+            call(&env, "auto", "cancel", serde_json::json!({"id": "digest"})),
+            Ok("cancelled task `agent-digest`".to_owned())
+        );
+        let (active, _) = agent::active_tasks(&env.store, &env.config, "auto").expect("tasks");
+        assert!(active.is_empty(), "cancelled tasks stop");
+        assert_eq!(
+            call(&env, "auto", "list", serde_json::json!({})),
+            Ok("no scheduled tasks".to_owned())
+        );
+        assert_eq!(
+            call(&env, "auto", "cancel", serde_json::json!({"id": "agent-digest"})),
+            Err("no task `agent-digest` to cancel (list shows this agent's tasks)".to_owned())
+        );
+        assert_eq!(
+            call(&env, "auto", "cancel", serde_json::json!({"name": "x"})),
+            Err("invalid arguments: unknown field `name`, expected `id`".to_owned())
+        );
+
+        assert_eq!(
+            audited(&env),
+            [
+                (
+                    "agent:auto".to_owned(),
+                    Some("auto".to_owned()),
+                    "schedule.agent_created".to_owned(),
+                    format!("agent-digest: {}", {
+                        let mut stored = spec;
+                        stored["id"] = "agent-digest".into();
+                        stored
+                    }),
+                ),
+                (
+                    "agent:auto".to_owned(),
+                    Some("auto".to_owned()),
+                    "schedule.agent_cancelled".to_owned(),
+                    "agent-digest".to_owned(),
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn propose_waits_for_a_person_and_none_refuses() {
+        let env = env();
+        let spec = serde_json::json!({"id": "standup", "schedule": "0 9 * * 1-5", "prompt": "notes"});
+        let proposed = call(&env, "asks", "create", spec.clone()).expect("proposed");
+        assert!(
+            proposed.starts_with("proposed task `agent-standup` (schedule \"0 9 * * 1-5\" in Asia/Shanghai, next ")
+                && proposed.ends_with("); it runs once a person approves it (pincer schedule approve agent-standup)"),
+            "{proposed}"
+        );
+        let (active, _) = agent::active_tasks(&env.store, &env.config, "asks").expect("tasks");
+        assert!(active.is_empty(), "pending until approved");
+        let listed = call(&env, "asks", "list", serde_json::json!({})).expect("list");
+        assert!(listed.starts_with("- agent-standup [pending approval] "), "{listed}");
+        assert_eq!(
+            call(&env, "quiet", "create", spec),
+            Err("workspaces.quiet.agent_schedules is none: this workspace cannot schedule tasks".to_owned())
+        );
+        let kinds: Vec<(String, String)> = audited(&env)
+            .into_iter()
+            .map(|(actor, _, kind, _)| (actor, kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [("agent:asks".to_owned(), "schedule.agent_proposed".to_owned())]
+        );
+    }
+}
