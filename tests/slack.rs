@@ -1224,7 +1224,10 @@ async fn a_failed_scheduled_run_is_recorded_reported_and_audited() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_cut_by_kill_9_is_interrupted_and_not_run_again() {
     let env = Env::new(vec![Behaviour::slow_answer(60_000, "never seen")]).await;
-    let at = (chrono::Utc::now() + chrono::Duration::seconds(3))
+    let mut daemon = env.start();
+    // Written once the daemon runs (it loads a new file within a second),
+    // due a few seconds later.
+    let at = (chrono::Utc::now() + chrono::Duration::seconds(5))
         .format("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
     env.sandbox.write(
@@ -1243,7 +1246,6 @@ async fn a_run_cut_by_kill_9_is_interrupted_and_not_run_again() {
             .map(Result::unwrap)
             .collect()
     };
-    let mut daemon = env.start();
     let mut seen = Vec::new();
     for _ in 0..300 {
         seen = statuses();
