@@ -810,10 +810,7 @@ fn schedule_check_fails_with_the_located_error() {
         "{err}"
     );
     // with a configuration, deliver_to channels are checked
-    let config = sandbox.write(
-        "pincer.yaml",
-        "skills:\n  skill-calc: {}\nchannels: {}\n",
-    );
+    let config = sandbox.write("pincer.yaml", "skills:\n  skill-calc: {}\nchannels: {}\n");
     let example = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../workspaces/default/schedules.yaml"

@@ -1183,7 +1183,10 @@ async fn a_failed_scheduled_run_is_recorded_reported_and_audited() {
         .strip_prefix("⚠️ Scheduled task `bad_sum` failed: ")
         .unwrap();
     assert!(
-        history.contains(&format!("failed      {}", reason.chars().take(80).collect::<String>())),
+        history.contains(&format!(
+            "failed      {}",
+            reason.chars().take(80).collect::<String>()
+        )),
         "{history}"
     );
     assert!(history.contains("→ slack/C0SCHED sent "), "{history}");
@@ -1195,15 +1198,17 @@ async fn a_failed_scheduled_run_is_recorded_reported_and_audited() {
         .iter()
         .find(|r| r["status"] == "failed")
         .unwrap_or_else(|| panic!("{runs:#}"));
+    assert_eq!(failed["error"], "the run took longer than its timeout (1s)");
     assert_eq!(
-        failed["error"],
-        "the run took longer than its timeout (1s)"
+        failed["delivery"][0]["conversation"], "C0SLOW",
+        "{failed:#}"
     );
-    assert_eq!(failed["delivery"][0]["conversation"], "C0SLOW", "{failed:#}");
     let audited = env.audited("schedule.run_failed");
     for task in ["bad_sum", "slow_turn"] {
         assert!(
-            audited.iter().any(|a| a.starts_with(&format!("task `{task}` due "))),
+            audited
+                .iter()
+                .any(|a| a.starts_with(&format!("task `{task}` due "))),
             "{audited:#?}"
         );
     }
@@ -1254,7 +1259,11 @@ async fn a_run_cut_by_kill_9_is_interrupted_and_not_run_again() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(seen.iter().any(|r| r.1 == "running"), "{seen:?}\n{}", daemon.log());
+    assert!(
+        seen.iter().any(|r| r.1 == "running"),
+        "{seen:?}\n{}",
+        daemon.log()
+    );
     // Let the turn reach the model, so the kill lands mid-turn.
     tokio::time::sleep(Duration::from_secs(1)).await;
     daemon.child.kill().unwrap();

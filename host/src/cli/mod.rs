@@ -531,14 +531,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             workspace,
             zone,
             after,
-        }) => schedule::check(
-            cli.config.as_deref(),
-            &file,
-            workspace.as_deref(),
-            zone.as_deref(),
-            after.as_deref(),
-        )
-        .await,
+        }) => {
+            schedule::check(
+                cli.config.as_deref(),
+                &file,
+                workspace.as_deref(),
+                zone.as_deref(),
+                after.as_deref(),
+            )
+            .await
+        }
         Command::Schedule(ScheduleCommand::List { workspace, json }) => {
             schedule::list(cli.config.as_deref(), workspace.as_deref(), json.json)
         }

@@ -66,7 +66,8 @@ pub async fn check(
     let named = crate::daemon::schedules::named_plugins(&text, path);
     let exists = |plugin: &str| match catalog.get(plugin) {
         Ok(package) => {
-            match crate::plugins::Manifest::parse(&package.manifest_text, plugin).map(|m| m.kind()) {
+            match crate::plugins::Manifest::parse(&package.manifest_text, plugin).map(|m| m.kind())
+            {
                 Ok(crate::plugins::PluginKind::Skill) => Ok(()),
                 Ok(kind) => Err(format!(
                     "`{plugin}` is a {} plugin, not a skill",
@@ -79,7 +80,10 @@ pub async fn check(
             "unknown skill `{plugin}`: no built-in or installed plugin has that name (pincer plugin list shows them)"
         )),
     };
-    let callable: BTreeSet<String> = named.into_iter().filter(|p| exists(p.as_str()).is_ok()).collect();
+    let callable: BTreeSet<String> = named
+        .into_iter()
+        .filter(|p| exists(p.as_str()).is_ok())
+        .collect();
     let tools = if callable.is_empty() {
         crate::daemon::schedules::ToolLists::new()
     } else {

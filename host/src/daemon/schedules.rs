@@ -87,9 +87,12 @@ pub fn named_plugins(text: &str, path: &Path) -> BTreeSet<String> {
     tasks
         .iter()
         .filter_map(|task| match &task.action {
-            Action::Skill { skill, .. } => {
-                Some(skill.split_once("__").map_or(skill.as_str(), |(p, _)| p).to_owned())
-            }
+            Action::Skill { skill, .. } => Some(
+                skill
+                    .split_once("__")
+                    .map_or(skill.as_str(), |(p, _)| p)
+                    .to_owned(),
+            ),
             Action::Prompt(_) => None,
         })
         .collect()
@@ -637,12 +640,23 @@ channels:
     fn a_schedule_a_container_could_see_is_refused() {
         for (at, inside, why) in [
             ("ws/team/schedules.yaml", "ws/team", "a workspace folder"),
-            ("shared/schedules.yaml", "shared", "a read-write mount source"),
-            ("docs/sub/schedules.yaml", "docs", "a read-only mount source"),
+            (
+                "shared/schedules.yaml",
+                "shared",
+                "a read-write mount source",
+            ),
+            (
+                "docs/sub/schedules.yaml",
+                "docs",
+                "a read-only mount source",
+            ),
         ] {
             let (dir, config, path) = setup(at, TASK);
             let root = dir.path().canonicalize().expect("real path");
-            let got = format!("{:#}", load_tasks(&config, "team", &path, None).unwrap_err());
+            let got = format!(
+                "{:#}",
+                load_tasks(&config, "team", &path, None).unwrap_err()
+            );
             assert_eq!(
                 got,
                 format!(
@@ -680,7 +694,10 @@ channels:
             ),
         ] {
             let (_dir, config, path) = setup(at, text);
-            let got = format!("{:#}", load_tasks(&config, "team", &path, None).unwrap_err());
+            let got = format!(
+                "{:#}",
+                load_tasks(&config, "team", &path, None).unwrap_err()
+            );
             assert_eq!(got, format!("{}:{want}", path.display()));
         }
     }

@@ -440,7 +440,8 @@ fn check_task(
                 };
                 check(&name).map_err(|m| at.invalid(key, &m))?;
             }
-            let tool = resolve_tool(&skill, raw.tool, checks.tools).map_err(|m| at.invalid(key, &m))?;
+            let tool =
+                resolve_tool(&skill, raw.tool, checks.tools).map_err(|m| at.invalid(key, &m))?;
             Action::Skill {
                 skill,
                 tool,
@@ -595,7 +596,9 @@ pub fn parse_cron(expr: &str) -> Result<Cron, String> {
 /// A positive duration such as `30s`, `10m`, `2h`, `1d` or `1h 30m`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let duration = humantime::parse_duration(text.trim()).map_err(|_| {
-        format!("invalid duration `{text}`: write a number and a unit, e.g. 30s, 10m, 2h, 1d or 1h 30m")
+        format!(
+            "invalid duration `{text}`: write a number and a unit, e.g. 30s, 10m, 2h, 1d or 1h 30m"
+        )
     })?;
     if duration.is_zero() {
         return Err(format!("invalid duration `{text}`: must be more than zero"));
@@ -725,7 +728,10 @@ mod tests {
                 "skill-notes".to_owned(),
                 Ok(vec!["add".to_owned(), "search".to_owned()]),
             ),
-            ("skill-broken".to_owned(), Err("plugin not found".to_owned())),
+            (
+                "skill-broken".to_owned(),
+                Err("plugin not found".to_owned()),
+            ),
         ]
         .into();
         let checks = Checks {
@@ -773,7 +779,9 @@ mod tests {
             ),
             (
                 "duplicate id",
-                format!("{T}    every: 1h\n    prompt: x\n  - id: a\n    every: 1h\n    prompt: y\n"),
+                format!(
+                    "{T}    every: 1h\n    prompt: x\n  - id: a\n    every: 1h\n    prompt: y\n"
+                ),
                 "schedules.yaml:5:9: duplicate task id `a`",
             ),
             (
@@ -828,7 +836,9 @@ mod tests {
             ),
             (
                 "at in the spring-forward gap",
-                format!("{T}    at: 2026-03-08T02:30\n    timezone: America/New_York\n    prompt: x\n"),
+                format!(
+                    "{T}    at: 2026-03-08T02:30\n    timezone: America/New_York\n    prompt: x\n"
+                ),
                 "schedules.yaml:3:9: `2026-03-08T02:30` does not exist in America/New_York (the clocks skip it)",
             ),
             (
@@ -883,7 +893,9 @@ mod tests {
             ),
             (
                 "unknown key in a delivery",
-                format!("{T}    every: 1h\n    prompt: x\n    deliver_to: [{{channel: ops, room: x}}]\n"),
+                format!(
+                    "{T}    every: 1h\n    prompt: x\n    deliver_to: [{{channel: ops, room: x}}]\n"
+                ),
                 "schedules.yaml:5:33: unknown key `room` (expected one of `channel`, `conversation`, `thread`)",
             ),
             (
@@ -893,7 +905,9 @@ mod tests {
             ),
             (
                 "channel without a default conversation",
-                format!("{T}    every: 1h\n    prompt: x\n    deliver_to: [\"channel:ops\", \"channel:chat\"]\n"),
+                format!(
+                    "{T}    every: 1h\n    prompt: x\n    deliver_to: [\"channel:ops\", \"channel:chat\"]\n"
+                ),
                 "schedules.yaml:5:33: channel `chat` has no default conversation: set channels.chat.default_conversation or write {channel: chat, conversation: ID}",
             ),
             (

@@ -657,7 +657,12 @@ fn the_default_timeout_sets_the_lease_of_a_run() {
     );
     env.at("2026-01-01T10:00:00Z");
     let runs = scheduler.due_now().expect("due");
-    assert!(scheduler.store().start(runs[0].run_id, "a", 0).expect("start"));
+    assert!(
+        scheduler
+            .store()
+            .start(runs[0].run_id, "a", 0)
+            .expect("start")
+    );
     drop(scheduler);
     env.at("2026-01-01T10:11:00Z"); // 10 min + 60 s: the lease's last instant
     let same = env.scheduler("a", EVERY_MINUTE);

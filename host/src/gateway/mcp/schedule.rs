@@ -301,7 +301,12 @@ channels:
         }
     }
 
-    fn call(env: &Env, workspace: &str, tool: &str, args: serde_json::Value) -> Result<String, String> {
+    fn call(
+        env: &Env,
+        workspace: &str,
+        tool: &str,
+        args: serde_json::Value,
+    ) -> Result<String, String> {
         let args = match args {
             serde_json::Value::Object(o) => Some(o),
             _ => None,
@@ -330,7 +335,8 @@ channels:
             created.starts_with("scheduled task `agent-digest` (every 6h in Asia/Shanghai, next "),
             "{created}"
         );
-        let (active, problems) = agent::active_tasks(&env.store, &env.config, "auto").expect("tasks");
+        let (active, problems) =
+            agent::active_tasks(&env.store, &env.config, "auto").expect("tasks");
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(
             active.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
@@ -365,7 +371,12 @@ channels:
             Ok("no scheduled tasks".to_owned())
         );
         assert_eq!(
-            call(&env, "auto", "cancel", serde_json::json!({"id": "agent-digest"})),
+            call(
+                &env,
+                "auto",
+                "cancel",
+                serde_json::json!({"id": "agent-digest"})
+            ),
             Err("no task `agent-digest` to cancel (list shows this agent's tasks)".to_owned())
         );
         assert_eq!(
@@ -399,20 +410,30 @@ channels:
     #[test]
     fn propose_waits_for_a_person_and_none_refuses() {
         let env = env();
-        let spec = serde_json::json!({"id": "standup", "schedule": "0 9 * * 1-5", "prompt": "notes"});
+        let spec =
+            serde_json::json!({"id": "standup", "schedule": "0 9 * * 1-5", "prompt": "notes"});
         let proposed = call(&env, "asks", "create", spec.clone()).expect("proposed");
         assert!(
-            proposed.starts_with("proposed task `agent-standup` (schedule \"0 9 * * 1-5\" in Asia/Shanghai, next ")
-                && proposed.ends_with("); it runs once a person approves it (pincer schedule approve agent-standup)"),
+            proposed.starts_with(
+                "proposed task `agent-standup` (schedule \"0 9 * * 1-5\" in Asia/Shanghai, next "
+            ) && proposed.ends_with(
+                "); it runs once a person approves it (pincer schedule approve agent-standup)"
+            ),
             "{proposed}"
         );
         let (active, _) = agent::active_tasks(&env.store, &env.config, "asks").expect("tasks");
         assert!(active.is_empty(), "pending until approved");
         let listed = call(&env, "asks", "list", serde_json::json!({})).expect("list");
-        assert!(listed.starts_with("- agent-standup [pending approval] "), "{listed}");
+        assert!(
+            listed.starts_with("- agent-standup [pending approval] "),
+            "{listed}"
+        );
         assert_eq!(
             call(&env, "quiet", "create", spec),
-            Err("workspaces.quiet.agent_schedules is none: this workspace cannot schedule tasks".to_owned())
+            Err(
+                "workspaces.quiet.agent_schedules is none: this workspace cannot schedule tasks"
+                    .to_owned()
+            )
         );
         let kinds: Vec<(String, String)> = audited(&env)
             .into_iter()
@@ -420,7 +441,10 @@ channels:
             .collect();
         assert_eq!(
             kinds,
-            [("agent:asks".to_owned(), "schedule.agent_proposed".to_owned())]
+            [(
+                "agent:asks".to_owned(),
+                "schedule.agent_proposed".to_owned()
+            )]
         );
     }
 }
