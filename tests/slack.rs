@@ -1459,6 +1459,30 @@ async fn a_schedule_added_later_is_listed_run_by_hand_and_its_problems_shown() {
             && status.contains("schedules.yaml:4:15: unknown time zone `Mars/Base`"),
         "{status}"
     );
+    // A plugin named alone is checked against its tools when the file is
+    // loaded, not first when the task runs.
+    std::fs::write(
+        &file,
+        "tasks:\n  - id: nightly\n    every: 1h\n    skill: skill-calc\n",
+    )
+    .unwrap();
+    let want = format!(
+        "{}:4:12: skill `skill-calc` has several tools (evaluate, convert): name one with `tool:` or write `skill: skill-calc__TOOL`",
+        file.display()
+    );
+    for _ in 0..100 {
+        if daemon.log().contains(&want) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        daemon
+            .log()
+            .contains(&format!("keeps its previous schedule: {want}\n")),
+        "{}",
+        daemon.log()
+    );
     let unknown = env.cli(&["schedule", "run", "nope"]);
     assert!(
         support::stderr(&unknown).contains("no task `nope`"),
