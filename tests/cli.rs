@@ -876,3 +876,38 @@ fn schedule_check_without_a_configuration_checks_skills_and_tools() {
         "{out}"
     );
 }
+
+/// A task without `timezone:` and no configuration is read in the host's
+/// zone (`TZ`).
+#[test]
+fn schedule_check_reads_a_task_without_a_zone_in_the_host_zone() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write(
+        "schedules.yaml",
+        "tasks:\n  - id: a\n    schedule: '0 9 * * *'\n    prompt: x\n",
+    );
+    let run = |tz: &str| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+            .args(["schedule", "check", &file.display().to_string()])
+            .args(["--after", "2026-12-01T12:00:00Z"])
+            .current_dir(sandbox.work())
+            .env("PINCER_HOME", sandbox.home())
+            .env("TZ", tz)
+            .env_remove("PINCER_CONFIG")
+            .env_remove("PINCER_LOG")
+            .output()
+            .expect("run pincer");
+        ok(output)
+    };
+    let out = run("America/New_York");
+    assert!(
+        out.contains("a: schedule \"0 9 * * *\" in America/New_York, prompt")
+            && out.contains("  2026-12-02 09:00 -05:00 (14:00 UTC)"),
+        "{out}"
+    );
+    let out = run(":Asia/Shanghai");
+    assert!(
+        out.contains("in Asia/Shanghai") && out.contains("  2026-12-02 09:00 +08:00 (01:00 UTC)"),
+        "{out}"
+    );
+}
