@@ -293,9 +293,14 @@ impl Schedules {
             lock(&self.summary).insert(workspace.to_owned(), WorkspaceSchedule::default());
             return;
         };
-        let plugins = std::fs::read_to_string(path)
+        // only plugins the workspace may use are loaded to list their tools
+        let allowed = self.config.workspaces.get(workspace).map(|ws| &ws.skills);
+        let plugins: BTreeSet<String> = std::fs::read_to_string(path)
             .map(|text| named_plugins(&text, path))
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| allowed.is_some_and(|skills| skills.contains(p)))
+            .collect();
         let tools = list_tools(
             &self.plugins,
             &self.catalog,
