@@ -37,6 +37,8 @@ const SUBSTRING_SCAN_ROWS: usize = 20_000;
 /// database whose index is of another version
 /// is reindexed from `memories` when opened.
 const INDEX_VERSION: i64 = 3;
+/// The memory connection's page cache, in KiB (pages are taken as used).
+const CACHE_KIB: i64 = 32 * 1024;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS memories (
@@ -116,6 +118,11 @@ impl MemoryStore {
             tracing::debug!("cannot create {}: {e}", home.display());
         }
         let mut conn = crate::db::open(&path).map_err(open_error)?;
+        // SQLite's default page cache is 2 MiB; at a million memories the
+        // `(workspace, text)` index and the FTS5 segments an insert touches
+        // no longer fit, and every insert reads pages back from the OS.
+        conn.pragma_update(None, "cache_size", -CACHE_KIB)
+            .map_err(open_error)?;
         conn.execute_batch(SCHEMA).map_err(open_error)?;
         reindex_if_stale(&mut conn).map_err(open_error)?;
         Ok(Self {
@@ -159,10 +166,7 @@ impl MemoryStore {
             .map(|text| checked_text(text.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         // Segmented before the write lock is taken.
-        let terms: Vec<String> = checked
-            .iter()
-            .map(|text| index_terms(workspace, text))
-            .collect();
+        let terms = index_terms_all(workspace, &checked);
         let mut conn = self.conn()?;
         let tx = write_transaction(&mut conn)?;
         let now = now_ms();
@@ -325,19 +329,21 @@ fn insert(
     now: i64,
     terms: String,
 ) -> Result<Memory, MemoryError> {
-    let existing = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM memories WHERE workspace = ?1 AND text = ?2"
-        ))?
-        .query_row(params![workspace, text], memory)
-        .optional()?;
-    if let Some(memory) = existing {
-        return Ok(memory);
+    // One index lookup for the usual case, a new text; a second only
+    // when the text is stored already.
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO memories (workspace, kind, text, created_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (workspace, text) DO NOTHING",
+        )?
+        .execute(params![workspace, kind.as_str(), text, now])?;
+    if inserted == 0 {
+        return Ok(conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM memories WHERE workspace = ?1 AND text = ?2"
+            ))?
+            .query_row(params![workspace, text], memory)?);
     }
-    conn.prepare_cached(
-        "INSERT INTO memories (workspace, kind, text, created_ms) VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![workspace, kind.as_str(), text, now])?;
     let id = conn.last_insert_rowid();
     index(conn, id, &terms)?;
     Ok(Memory {
@@ -365,6 +371,38 @@ fn index_terms(workspace: &str, text: &str) -> String {
         )
         .collect();
     terms.join(" ")
+}
+
+/// [`index_terms`] of each text, in order, segmented on up to as many
+/// threads as the machine has cores: segmentation is most of an import's
+/// CPU time, and SQLite writes on one thread only.
+fn index_terms_all(workspace: &str, texts: &[&str]) -> Vec<String> {
+    /// Below this many texts per thread a thread costs more than it saves.
+    const PER_THREAD: usize = 256;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(texts.len() / PER_THREAD)
+        .max(1);
+    if threads == 1 {
+        return texts.iter().map(|t| index_terms(workspace, t)).collect();
+    }
+    let chunk = texts.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = texts
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|t| index_terms(workspace, t))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|part| part.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 /// Adds memory `id`'s index text ([`index_terms`]) to the index.
