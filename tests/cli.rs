@@ -795,6 +795,61 @@ fn schedule_check_prints_shanghai_fire_times_of_the_example() {
     );
 }
 
+/// The issue's example as written names a skill no host has
+/// (`generate_daily_report`): refused, yet its Shanghai fire times are shown.
+#[test]
+fn schedule_check_shows_the_times_of_a_file_it_refuses_for_an_unknown_skill() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write(
+        "schedules.yaml",
+        r#"tasks:
+  - id: morning_briefing
+    description: 每天早上9点生成简报
+    schedule: "0 9 * * *"
+    timezone: Asia/Shanghai
+    skill: generate_daily_report
+    skill_input: {template: executive_summary}
+    deliver_to: ["channel:team-chat"]
+    catch_up: once
+    overlap: skip
+    timeout: 10m
+"#,
+    );
+    let output = sandbox.pincer(&[
+        "schedule",
+        "check",
+        &file.display().to_string(),
+        "--after",
+        "2026-12-01T12:00:00Z",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(
+        err.contains("schedules.yaml:6:12: unknown skill `generate_daily_report`"),
+        "{err}"
+    );
+    let out = support::stdout(&output);
+    assert!(
+        out.contains("refused (see below); as written its tasks would fire:"),
+        "{out}"
+    );
+    let times: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("  2026-"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        times,
+        [
+            "2026-12-02 09:00 +08:00 (01:00 UTC)",
+            "2026-12-03 09:00 +08:00 (01:00 UTC)",
+            "2026-12-04 09:00 +08:00 (01:00 UTC)",
+            "2026-12-05 09:00 +08:00 (01:00 UTC)",
+            "2026-12-06 09:00 +08:00 (01:00 UTC)",
+        ]
+    );
+}
+
 #[test]
 fn schedule_check_fails_with_the_located_error() {
     let sandbox = Sandbox::new();

@@ -132,7 +132,13 @@ pub async fn check(
                 skill: Some(&skill),
                 tools: Some(&tools),
             };
-            file::parse(&text, path, &checks)?
+            shown_even_if_refused(
+                file::parse(&text, path, &checks),
+                &text,
+                path,
+                default_zone,
+                after,
+            )?
         }
         (None, None) => {
             let skill = |name: &str| exists(name.split_once("__").map_or(name, |(p, _)| p));
@@ -141,7 +147,13 @@ pub async fn check(
                 tools: Some(&tools),
                 ..Checks::offline(default_zone)
             };
-            file::parse(&text, path, &checks)?
+            shown_even_if_refused(
+                file::parse(&text, path, &checks),
+                &text,
+                path,
+                default_zone,
+                after,
+            )?
         }
     };
 
@@ -168,6 +180,32 @@ pub async fn check(
         print_task(task, after);
     }
     Ok(())
+}
+
+/// `checked`'s tasks; when it is refused but the file itself is sound (only
+/// a skill, tool or channel it names is wrong), each task's fire times are
+/// printed before the refusal, so the schedule can still be read.
+fn shown_even_if_refused(
+    checked: Result<Vec<Task>, config::ConfigError>,
+    text: &str,
+    path: &Path,
+    zone: Tz,
+    after: DateTime<Utc>,
+) -> anyhow::Result<Vec<Task>> {
+    let refused = match checked {
+        Ok(tasks) => return Ok(tasks),
+        Err(refused) => refused,
+    };
+    if let Ok(tasks) = file::parse(text, path, &Checks::offline(zone)) {
+        println!(
+            "{}: refused (see below); as written its tasks would fire:",
+            path.display()
+        );
+        for task in &tasks {
+            print_task(task, after);
+        }
+    }
+    Err(refused.into())
 }
 
 /// A skill is known when `skills:` or a workspace's `skills` names its
