@@ -22,6 +22,24 @@ const VERIFICATION_TOKEN: &str = "feishu-test-verification-token-8b0e";
 const SLACK_BOT_TOKEN: &str = "xoxb-fake-bot-token";
 const SLACK_APP_TOKEN: &str = "xapp-1-fake-app-token";
 const SLACK_SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+/// The fake's bot/v3/info open_id.
+const BOT_OPEN_ID: &str = "ou_bot0fake0000000000000000000000";
+
+/// A second Feishu channel, `hook`: webhooks with a verification token
+/// and no encrypt key (so the token is the only check), for one listed
+/// sender. `{domain}` is the fake's base.
+const TOKEN_ONLY_HOOK: &str = r#"  hook:
+    plugin: channel-feishu
+    workspace: team
+    allowed_senders: [ou_user1]
+    http: ["127.0.0.1:*"]
+    config:
+      app_id: cli_fake
+      app_secret: "${FEISHU_APP_SECRET}"
+      verification_token: "${FEISHU_VERIFICATION_TOKEN}"
+      domain: "{domain}"
+      mode: webhook
+"#;
 
 struct FakeFeishu {
     fake: PyFake,
@@ -100,6 +118,38 @@ impl FakeFeishu {
         all["messages"].as_array().cloned().unwrap_or_default()
     }
 
+    /// The working reactions the bot added (and whether it removed them).
+    async fn reactions(&self) -> Vec<Value> {
+        let (_, all) = self.get("/messages").await;
+        all["reactions"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until every reaction the bot added is removed again.
+    async fn reactions_removed(&self) -> Vec<Value> {
+        for _ in 0..100 {
+            let reactions = self.reactions().await;
+            if !reactions.is_empty() && reactions.iter().all(|r| r["deleted"] == true) {
+                return reactions;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the working reaction stayed: {:#?}", self.reactions().await)
+    }
+
+    /// The tenant tokens the fake issued, as (token, issued at).
+    async fn issued_tokens(&self) -> Vec<(String, f64)> {
+        self.calls("/open-apis/auth/v3/tenant_access_token/internal")
+            .await
+            .iter()
+            .filter_map(|c| {
+                Some((
+                    c["answer"]["tenant_access_token"].as_str()?.to_string(),
+                    c["at"].as_f64()?,
+                ))
+            })
+            .collect()
+    }
+
     async fn calls(&self, path: &str) -> Vec<Value> {
         let (_, calls) = self.get(&format!("/calls?path={path}")).await;
         calls["calls"].as_array().cloned().unwrap_or_default()
@@ -118,16 +168,22 @@ struct Env {
 
 impl Env {
     async fn new(script: Vec<Behaviour>) -> Self {
-        Self::build(script, false, &[]).await
+        Self::build(script, false, &[], "").await
     }
 
     /// Channel `feishu` for workspace `team` and channel `slack` for
     /// workspace `eng`, one daemon.
     async fn with_slack(script: Vec<Behaviour>) -> Self {
-        Self::build(script, true, &[]).await
+        Self::build(script, true, &[], "").await
     }
 
-    async fn build(script: Vec<Behaviour>, with_slack: bool, feishu_flags: &[&str]) -> Self {
+    /// `extra_channels`: more entries under `channels:`, `{domain}` put in.
+    async fn build(
+        script: Vec<Behaviour>,
+        with_slack: bool,
+        feishu_flags: &[&str],
+        extra_channels: &str,
+    ) -> Self {
         let model = FakeUpstream::spawn(Behaviour::Script(script)).await;
         let feishu = FakeFeishu::start(feishu_flags);
         let slack = with_slack.then(|| {
@@ -174,6 +230,7 @@ channels:
             base = base.display(),
             domain = feishu.base,
         );
+        yaml.push_str(&extra_channels.replace("{domain}", &feishu.base));
         if let Some(slack) = &slack {
             yaml.push_str(&format!(
                 r#"  slack:
@@ -244,6 +301,18 @@ channels:
     /// Inbound messages stored, as (message_id, state).
     fn inbound(&self) -> Vec<(String, String)> {
         self.query("SELECT message_id, state FROM channel_inbound ORDER BY id")
+    }
+
+    /// The details of the daemon's `kind` audit records.
+    fn audited(&self, kind: &str) -> Vec<String> {
+        let db = rusqlite::Connection::open(self.sandbox.home().join("pincer.db")).unwrap();
+        let mut stmt = db
+            .prepare("SELECT detail FROM audit_events WHERE kind = ?1 ORDER BY id")
+            .unwrap();
+        stmt.query_map([kind], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
     }
 
     /// Rows of a two-column query on the daemon's database.
@@ -337,7 +406,17 @@ async fn a_chinese_group_mention_over_the_long_connection_gets_a_threaded_reply(
     let reply = &sent["items"][0];
     assert_eq!(reply["kind"], "reply", "{sent:#}");
     assert_eq!(reply["parent_id"], pushed["message_id"], "{sent:#}");
+    assert_eq!(reply["reply_in_thread"], true, "{sent:#}");
     assert_eq!(reply["msg_type"], "post");
+    // The working reaction: on the mention before the reply, gone after.
+    let reactions = env.feishu.reactions_removed().await;
+    assert_eq!(reactions.len(), 1, "{reactions:#?}");
+    assert_eq!(reactions[0]["message_id"], pushed["message_id"]);
+    assert_eq!(reactions[0]["emoji_type"], "Typing");
+    assert!(
+        reactions[0]["at"].as_f64() < reply["at"].as_f64(),
+        "{reactions:#?} {reply:#}"
+    );
     let content = reply["content"].as_str().unwrap();
     assert!(content.contains("三件事"), "{content}");
     assert!(content.contains("https://example.com"), "{content}");
@@ -414,11 +493,29 @@ async fn encrypted_webhooks_are_checked_and_retries_make_one_turn() {
             .contains("ajls384kdjx98XX"),
         "{challenge:#}"
     );
+    // Feishu wants the challenge back within 1 s.
+    assert!(
+        challenge["elapsed_ms"].as_f64() < Some(1000.0),
+        "{challenge:#}"
+    );
 
-    for bad in [
-        json!({"bad_signature": true}),
-        json!({"stale": true}),
-        json!({"wrong_token": true, "encrypted": false}),
+    // Each refusal names its reason, and stores nothing.
+    for (bad, reason) in [
+        (
+            json!({"bad_signature": true}),
+            "X-Lark-Signature does not match",
+        ),
+        (json!({"stale": true}), "is more than 300 s from now"),
+        (
+            json!({"wrong_token": true}),
+            "the event's token is not `verification_token`",
+        ),
+        // Feishu never sends a clear body once an Encrypt Key is set; the
+        // host's masking of the token in it breaks the signature first.
+        (
+            json!({"wrong_token": true, "encrypted": false}),
+            "X-Lark-Signature does not match",
+        ),
     ] {
         let mut request = json!({"url": url, "kind": "p2p", "text": "伪造的", "user": "ou_user1"});
         request
@@ -427,29 +524,58 @@ async fn encrypted_webhooks_are_checked_and_retries_make_one_turn() {
             .extend(bad.as_object().unwrap().clone());
         let answer = env.feishu.post("/webhook/send", request).await;
         assert_eq!(answer["status"], 401, "{bad}: {answer:#}");
+        let body = answer["body"].as_str().unwrap_or_default();
+        assert!(
+            body.starts_with("unauthorized: ") && body.contains(reason),
+            "{bad}: {reason:?} in {body:?}"
+        );
+        assert!(env.inbound().is_empty(), "{bad} stored a message");
     }
-    assert!(env.inbound().is_empty(), "a refused request stored nothing");
+    assert!(
+        daemon.log().matches("webhook refused").count() >= 4,
+        "{}",
+        daemon.log()
+    );
 
-    // Feishu retries up to 4 times: the same event, one turn, one reply.
+    // Feishu retries up to 4 times: the same group @-mention, one turn,
+    // one reply in its thread carrying a tenant token the host fetched.
     let sent = env
         .feishu
         .post(
             "/webhook/send",
-            json!({"url": url, "kind": "p2p", "text": "你好", "user": "ou_user1", "retries": 4}),
+            json!({"url": url, "kind": "group_mention", "text": "你好", "user": "ou_user1",
+                   "chat_id": "oc_group1", "retries": 4}),
         )
         .await;
     assert_eq!(sent["status"], 200, "{sent:#}");
+    let message_id = sent["sent"]["plaintext"]["event"]["message"]["message_id"].clone();
     let replies = env.feishu.wait("messages", 1).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (_, all) = env.feishu.get("/messages").await;
     assert_eq!(all["messages"].as_array().unwrap().len(), 1, "{all:#}");
-    assert!(
-        replies["items"][0]["content"]
-            .as_str()
-            .unwrap()
-            .contains("收到")
-    );
+    let reply = &replies["items"][0];
+    assert!(reply["content"].as_str().unwrap().contains("收到"));
+    assert_eq!(reply["kind"], "reply", "{reply:#}");
+    assert_eq!(reply["parent_id"], message_id, "{reply:#}");
+    assert_eq!(reply["reply_in_thread"], true, "{reply:#}");
+    let issued: Vec<String> = env
+        .feishu
+        .issued_tokens()
+        .await
+        .into_iter()
+        .map(|(token, _)| token)
+        .collect();
+    let sends = env
+        .feishu
+        .calls(&format!(
+            "/open-apis/im/v1/messages/{}/reply",
+            message_id.as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(sends.len(), 1, "{sends:#?}");
+    assert!(issued.contains(&bearer(&sends[0])), "{sends:#?} {issued:?}");
     assert_eq!(env.inbound().len(), 1);
+    assert_eq!(env.model.received().len(), 1);
     assert!(daemon.stop().success(), "{}", daemon.log());
     let recorded = std::fs::read_to_string(&trace).unwrap();
     assert!(
@@ -464,6 +590,89 @@ async fn encrypted_webhooks_are_checked_and_retries_make_one_turn() {
             "a secret crossed into the component"
         );
     }
+}
+
+/// A webhook channel with a verification token and no encrypt key: the
+/// token is all that tells Feishu from a forger, and `allowed_senders`
+/// names real open_ids.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_only_webhook_refuses_a_wrong_token_and_a_stranger() {
+    let env = Env::build(
+        vec![Behaviour::answer("令牌对了")],
+        false,
+        &[],
+        TOKEN_ONLY_HOOK,
+    )
+    .await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    let url = format!("http://{}/channels/hook/events", daemon.webhooks);
+    let send = |user: &str, text: &str, wrong_token: bool| {
+        env.feishu.post(
+            "/webhook/send",
+            json!({"url": url, "kind": "p2p", "text": text, "user": user,
+                   "encrypted": false, "wrong_token": wrong_token}),
+        )
+    };
+
+    let forged = send("ou_user1", "令牌是假的", true).await;
+    assert_eq!(forged["status"], 401, "{forged:#}");
+    assert!(
+        forged["body"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the event's token is not `verification_token`"),
+        "{forged:#}"
+    );
+    assert!(env.inbound().is_empty(), "a forged event was stored");
+
+    // The right token from a sender not listed: taken, refused, audited,
+    // not answered.
+    let stranger = send("ou_stranger9", "陌生人来了", false).await;
+    assert_eq!(stranger["status"], 200, "{stranger:#}");
+    let mut refused = Vec::new();
+    for _ in 0..50 {
+        refused = env.audited("channel.sender_refused");
+        if !refused.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("sender `ou_stranger9`")
+            && refused[0].contains("channels.hook.allowed_senders"),
+        "{refused:?}"
+    );
+
+    let listed = send("ou_user1", "令牌是真的", false).await;
+    assert_eq!(listed["status"], 200, "{listed:#}");
+    let sent = env.feishu.wait("messages", 1).await;
+    assert!(
+        sent["items"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("令牌对了"),
+        "{sent:#}"
+    );
+    assert_eq!(
+        sent["items"][0]["parent_id"],
+        listed["sent"]["plaintext"]["event"]["message"]["message_id"]
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        env.feishu.messages().await.len(),
+        1,
+        "the stranger got an answer"
+    );
+    let asked = env.model.received();
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    assert!(asked[0].to_string().contains("令牌是真的"));
+    let states: Vec<String> = env.inbound().into_iter().map(|(_, state)| state).collect();
+    assert_eq!(states.len(), 2, "{states:?}");
+    assert_eq!(states[0], "refused");
+    assert!(daemon.stop().success(), "{}", daemon.log());
+    assert_no_secret_crossed(&env, &trace).await;
 }
 
 /// A split that cuts the verification token in two: each piece of 8 bytes
@@ -553,6 +762,220 @@ async fn an_event_split_across_three_frames_is_one_turn_and_one_reply() {
     assert!(asked[0].to_string().contains(&text), "{:#}", asked[0]);
     assert_eq!(env.inbound().len(), 1);
     assert_eq!(env.feishu.messages().await.len(), 1);
+    assert!(daemon.stop().success(), "{}", daemon.log());
+    assert_no_secret_crossed(&env, &trace).await;
+}
+
+/// Every `text` in a post's content, in order.
+fn post_text(content: &str) -> String {
+    fn walk(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(text)) = map.get("text") {
+                    out.push_str(text);
+                }
+                map.values().for_each(|v| walk(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    walk(&serde_json::from_str(content).unwrap(), &mut out);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rich_text_post_is_read_and_a_long_answer_arrives_in_ordered_parts() {
+    let sections: Vec<String> = (1..=40)
+        .map(|i| format!("§{i:02} {}", "长回复的内容。".repeat(25)))
+        .collect();
+    let answer = sections.join("\n\n");
+    assert!(answer.len() > 20_000);
+    let env = Env::new(vec![Behaviour::answer(&answer)]).await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    let pushed = env.feishu.push("post", "富文本里的问题").await;
+    let sent = env.feishu.wait("messages", 3).await;
+    // The post's text and its link reached the model.
+    let asked = env.model.received();
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    let asked = asked[0].to_string();
+    assert!(
+        asked.contains("富文本里的问题") && asked.contains("https://example.com"),
+        "{asked}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let parts = env.feishu.messages().await;
+    assert!(parts.len() >= 3, "{sent:#}");
+    let mut seen = Vec::new();
+    for part in &parts {
+        assert_eq!(part["msg_type"], "post");
+        let text = post_text(part["content"].as_str().unwrap());
+        assert!(text.len() <= 8000, "a part of {} bytes: {text}", text.len());
+        seen.extend(
+            text.match_indices('§')
+                .map(|(at, _)| text[at + '§'.len_utf8()..][..2].to_string()),
+        );
+    }
+    let expected: Vec<String> = (1..=40).map(|i| format!("{i:02}")).collect();
+    assert_eq!(seen, expected, "every section once, in order");
+    assert_eq!(parts[0]["parent_id"], pushed["message_id"]);
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// Feishu redelivers an event whose ack it missed in a new frame (a new
+/// frame message_id, the same event_id and message_id); the bot's own
+/// messages come back as events too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redelivered_event_and_the_bots_own_message_make_no_turn() {
+    let env = Env::new(vec![Behaviour::answer("只答一次")]).await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    let first = env.feishu.push("p2p", "重复投递").await;
+    env.feishu.wait("messages", 1).await;
+    let again = env
+        .feishu
+        .post(
+            "/ws/push",
+            json!({"kind": "p2p", "text": "重复投递", "user": "ou_user1", "chat_id": "oc_chat1",
+                   "event_id": first["event_id"], "message_id": first["message_id"]}),
+        )
+        .await;
+    assert_ne!(again["frame_message_id"], first["frame_message_id"]);
+    let own = env
+        .feishu
+        .post(
+            "/ws/push",
+            json!({"kind": "p2p", "text": "机器人自己说的", "user": BOT_OPEN_ID, "chat_id": "oc_chat1"}),
+        )
+        .await;
+    // Both were acked (so Feishu does not send them again).
+    let acks = env.feishu.wait("acks", 3).await;
+    for frame in [&again["frame_message_id"], &own["frame_message_id"]] {
+        assert!(
+            acks["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| &a["frame_message_id"] == frame && a["code"] == 200),
+            "{frame} not acked: {acks:#}"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(env.feishu.messages().await.len(), 1);
+    assert_eq!(env.model.received().len(), 1);
+    assert_eq!(
+        env.inbound(),
+        [(
+            first["message_id"].as_str().unwrap().to_string(),
+            "done".to_string()
+        )]
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// The ack is due within 3 s; asking Feishu who the bot is must not hold
+/// it up (it did on a cold cache, when the first event fetched bot/v3/info).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_bot_info_does_not_hold_up_the_ack() {
+    let env = Env::new(vec![Behaviour::answer("没有等")]).await;
+    env.feishu
+        .post(
+            "/slow",
+            json!({"path": "/open-apis/bot/v3/info", "seconds": 6}),
+        )
+        .await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    let pushed = env
+        .feishu
+        .post(
+            "/ws/push",
+            json!({"kind": "group_mention", "text": "快点确认", "user": "ou_user1", "chat_id": "oc_chat1"}),
+        )
+        .await;
+    let (status, sent) = env
+        .feishu
+        .get("/wait?what=messages&count=1&timeout=60")
+        .await;
+    assert_eq!(status, 200, "no reply: {sent:#}\n{}", daemon.log());
+    assert!(
+        sent["items"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("没有等")
+    );
+    let (_, acks) = env.feishu.get("/acks").await;
+    let event = acks["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_id"] == pushed["event_id"])
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        event["deliveries"].as_array().unwrap().len(),
+        1,
+        "{event:#}"
+    );
+    let ack = acks["acks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["event_id"] == pushed["event_id"])
+        .cloned()
+        .unwrap();
+    assert_eq!(ack["code"], 200);
+    assert!(ack["delay_ms"].as_f64() < Some(3000.0), "{ack:#}");
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// The host forgets a captured tenant token a tenth of its lifetime early:
+/// with a 10 s `expire`, the second reply (12 s later) uses a fresh token
+/// and Feishu never refuses one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_short_lived_tenant_token_is_replaced_before_feishu_refuses_it() {
+    let env = Env::build(
+        vec![Behaviour::answer("第一次"), Behaviour::answer("第二次")],
+        false,
+        &["--token-ttl", "10"],
+        "",
+    )
+    .await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    env.feishu.push("p2p", "第一条").await;
+    env.feishu.wait("messages", 1).await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    env.feishu.push("p2p", "第二条").await;
+    env.feishu.wait("messages", 2).await;
+
+    let issued = env.feishu.issued_tokens().await;
+    assert!(issued.len() >= 2, "{issued:?}");
+    let calls = env.feishu.calls("/open-apis/*").await;
+    for call in calls.iter().filter(|c| !bearer(c).is_empty()) {
+        assert_eq!(call["answer"]["code"], 0, "refused: {call:#}");
+        // The token was one the fake issued less than 10 s before.
+        let at = call["at"].as_f64().unwrap();
+        let token = bearer(call);
+        assert!(
+            issued
+                .iter()
+                .any(|(t, when)| *t == token && at - when < 10.0),
+            "{call:#} with a token not fresh: {issued:?}"
+        );
+    }
+    let replies: Vec<&Value> = calls
+        .iter()
+        .filter(|c| c["path"].as_str().unwrap().ends_with("/reply"))
+        .collect();
+    assert_eq!(replies.len(), 2, "{replies:#?}");
+    assert_ne!(bearer(replies[0]), bearer(replies[1]));
     assert!(daemon.stop().success(), "{}", daemon.log());
     assert_no_secret_crossed(&env, &trace).await;
 }
@@ -883,6 +1306,7 @@ async fn channel_test_says_when_the_app_is_not_enabled_yet() {
         vec![Behaviour::answer("unused")],
         false,
         &["--bot-activate-status", "3"],
+        "",
     )
     .await;
     let out = env

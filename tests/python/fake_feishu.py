@@ -63,6 +63,8 @@ Control API, JSON in and out (POST bodies may be empty; `connection` = the newes
                             K calls of /callback/ws/endpoint answer {"code", "msg"} with HTTP 200
   POST /_test/ratelimit    {"count": K, "reset": S (52), "limit": L (100), "status": 429}
                             : the next K sends (create/reply) are rate limited
+  POST /_test/slow         {"path": P (exact, or a prefix ending in *), "seconds": S}
+                            : Open API calls to P answer S seconds late (S 0: no longer)
   POST /_test/webhook/send {"url", "kind": "p2p"|"group_mention"|"post"|"url_verification",
                             "text", "user", "chat_id", "event_id", "message_id", "challenge",
                             "encrypted": bool (default: an encrypt key is set), "bad_signature",
@@ -266,6 +268,7 @@ class Fake:
         self.message_ids = set()
         self.reactions = {}
         self.ratelimit = None
+        self.slow = {}  # path or prefix* -> seconds
         self.endpoint_fail = None
         self.webhooks = []
 
@@ -368,7 +371,16 @@ class Fake:
         self.calls.append(call)
         return call
 
+    def delay_for(self, path):
+        for pattern, seconds in self.slow.items():
+            if path == pattern or (pattern.endswith("*") and path.startswith(pattern[:-1])):
+                return seconds
+        return 0
+
     async def api(self, request: web.Request):
+        delay = self.delay_for(request.path)
+        if delay:
+            await asyncio.sleep(delay)
         raw = await request.read()
         try:
             body = json.loads(raw) if raw else {}
@@ -526,6 +538,7 @@ class Fake:
             # approximate: the fake's code for "no such reaction"
             return 400, {"code": 231003, "msg": "The reaction does not exist."}, None
         r["deleted"] = True
+        r["deleted_at"] = now()
         return 200, {"code": 0, "msg": "success", "data": self.reaction_data(reaction_id, r["emoji_type"])}, None
 
     def ws_endpoint(self, body):
@@ -829,6 +842,17 @@ class Fake:
                           "limit": int(body.get("limit", 100)), "status": int(body.get("status", 429))}
         return web.json_response({"ratelimit": self.ratelimit})
 
+    async def ctl_slow(self, request):
+        body = await json_body(request)
+        path, seconds = body.get("path"), float(body.get("seconds", 0))
+        if not path:
+            return web.json_response({"error": "path is required"}, status=400)
+        if seconds > 0:
+            self.slow[path] = seconds
+        else:
+            self.slow.pop(path, None)
+        return web.json_response({"slow": self.slow})
+
     async def ctl_endpoint_fail(self, request):
         body = await json_body(request)
         self.endpoint_fail = {"count": int(body.get("count", 1)), "code": int(body.get("code", 1)),
@@ -1020,6 +1044,7 @@ def build_app(fake: Fake) -> web.Application:
     app.router.add_post("/_test/ws/config", fake.ctl_config)
     app.router.add_post("/_test/tokens/expire", fake.ctl_expire)
     app.router.add_post("/_test/ratelimit", fake.ctl_ratelimit)
+    app.router.add_post("/_test/slow", fake.ctl_slow)
     app.router.add_post("/_test/endpoint/fail", fake.ctl_endpoint_fail)
     app.router.add_post("/_test/webhook/send", fake.ctl_webhook_send)
     app.router.add_get("/_test/calls", fake.ctl_calls)

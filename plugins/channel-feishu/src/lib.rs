@@ -57,7 +57,9 @@ const HTTP_TIMEOUT_MS: u32 = 15_000;
 /// How long the parts of a split event wait for the rest (the SDK keeps
 /// them 5 s).
 const PART_TTL_MS: u64 = 10_000;
-const BOT_ID_TTL_MS: u64 = 24 * 3600 * 1000;
+/// By when, from its start, `connect` gives up learning the bot's open_id:
+/// the host gives each plugin call 5 s by default.
+const BOT_ID_DEADLINE_MS: u64 = 4_000;
 
 /// Delete-reaction's codes for a reaction or message that is gone (removed
 /// by hand, message recalled): 231003 message not found, 231010 reaction not
@@ -115,8 +117,10 @@ impl Guest for FeishuChannel {
     }
 
     fn connect() -> Result<Option<ConnectionRequest>, ChannelError> {
+        let started = clock::now_ms();
         let base = base()?;
         if !long_connection(&base) {
+            learn_bot_open_id(started + BOT_ID_DEADLINE_MS);
             log(
                 logging::Level::Info,
                 "webhook mode: events arrive at <mount>/events, no connection to open",
@@ -170,6 +174,9 @@ impl Guest for FeishuChannel {
             endpoint.service_id.to_string().as_bytes(),
             None,
         );
+        // Learnt here, not when an event arrives: the event's ack must not
+        // wait on Feishu's API (it is due within 3 s).
+        learn_bot_open_id(started + BOT_ID_DEADLINE_MS);
         let timing = endpoint.config.timing();
         Ok(Some(ConnectionRequest {
             url: endpoint.url,
@@ -324,7 +331,7 @@ impl Guest for FeishuChannel {
                 }
             ),
         ));
-        match fetch_token() {
+        match fetch_token(HTTP_TIMEOUT_MS) {
             Ok(()) => items.push(item(
                 "tenant token",
                 true,
@@ -339,7 +346,7 @@ impl Guest for FeishuChannel {
             Ok(value) => {
                 let bot = &value["bot"];
                 if let Some(id) = bot["open_id"].as_str() {
-                    kv_set(KV_BOT_OPEN_ID, id.as_bytes(), Some(BOT_ID_TTL_MS));
+                    kv_set(KV_BOT_OPEN_ID, id.as_bytes(), None);
                 }
                 let name = format!(
                     "bot/v3/info: {} (open_id {})",
@@ -495,7 +502,14 @@ fn messages_of(envelope: &event::Envelope) -> Vec<Message> {
     let Some(body) = envelope.event.as_ref() else {
         return Vec::new();
     };
-    let bot = bot_open_id();
+    let bot = kv_string(KV_BOT_OPEN_ID);
+    if bot.is_none() {
+        log(
+            logging::Level::Warn,
+            "the bot's open_id is unknown (bot/v3/info failed when connecting); group messages \
+             count any mention",
+        );
+    }
     match event::message(body, bot.as_deref()) {
         Ok(message) => vec![message],
         Err(skip) => {
@@ -511,27 +525,49 @@ fn messages_of(envelope: &event::Envelope) -> Vec<Message> {
     }
 }
 
-/// The bot's open_id, from kv or `GET /open-apis/bot/v3/info`.
-fn bot_open_id() -> Option<String> {
-    if let Some(id) = kv_string(KV_BOT_OPEN_ID) {
-        return Some(id);
-    }
-    match call("GET", "/open-apis/bot/v3/info", None) {
-        Ok(value) => {
-            let id = value["bot"]["open_id"].as_str()?.to_string();
-            kv_set(KV_BOT_OPEN_ID, id.as_bytes(), Some(BOT_ID_TTL_MS));
-            Some(id)
-        }
-        Err(err) => {
+/// Keeps the bot's open_id (`GET /open-apis/bot/v3/info`) in kv, trying
+/// until `deadline_ms` (clock ms) at most; a failure is logged, and the
+/// last id learnt stays.
+fn learn_bot_open_id(deadline_ms: u64) {
+    let left = || {
+        u32::try_from(deadline_ms.saturating_sub(clock::now_ms()))
+            .unwrap_or(u32::MAX)
+            .min(HTTP_TIMEOUT_MS)
+    };
+    let too_late = || ChannelError::Upstream("no time left to ask".into());
+    if !secrets::is_set(TENANT_TOKEN) {
+        let fetched = match left() {
+            0..200 => Err(too_late()),
+            ms => fetch_token(ms),
+        };
+        if let Err(err) = fetched {
             log(
                 logging::Level::Warn,
                 &format!(
-                    "bot/v3/info failed ({}); group messages count any mention",
-                    error_text(&ChannelError::from(err))
+                    "no tenant token to ask bot/v3/info with: {}",
+                    error_text(&err)
                 ),
             );
-            None
+            return;
         }
+    }
+    let outcome = match left() {
+        0..200 => Err(CallError::Channel(too_late())),
+        ms => call_within("GET", "/open-apis/bot/v3/info", None, ms),
+    };
+    match outcome {
+        Ok(value) => {
+            if let Some(id) = value["bot"]["open_id"].as_str().filter(|id| !id.is_empty()) {
+                kv_set(KV_BOT_OPEN_ID, id.as_bytes(), None);
+            }
+        }
+        Err(err) => log(
+            logging::Level::Warn,
+            &format!(
+                "bot/v3/info failed ({}); group messages count any mention until it answers",
+                error_text(&ChannelError::from(err))
+            ),
+        ),
     }
 }
 
@@ -643,14 +679,14 @@ impl From<CallError> for ChannelError {
 /// `POST /open-apis/auth/v3/tenant_access_token/internal`: the host puts
 /// `app_secret` in and keeps the token as `tenant_token`
 /// (https://open.feishu.cn/document/server-docs/authentication-management/access-token/tenant_access_token_internal).
-fn fetch_token() -> Result<(), ChannelError> {
+fn fetch_token(timeout_ms: u32) -> Result<(), ChannelError> {
     let url = format!("{}/open-apis/auth/v3/tenant_access_token/internal", base()?);
     let response = http::fetch(&HttpRequest {
         method: "POST".into(),
         url: url.clone(),
         headers: vec![header("content-type", "application/json; charset=utf-8")],
         body: json!({ "app_id": app_id()? }).to_string().into_bytes(),
-        timeout_ms: Some(HTTP_TIMEOUT_MS),
+        timeout_ms: Some(timeout_ms),
         secrets: vec![json_secret(APP_SECRET, "/app_secret")],
         capture: Some(Capture {
             pointer: "/tenant_access_token".into(),
@@ -677,23 +713,38 @@ fn fetch_token() -> Result<(), ChannelError> {
 /// One Open API call with the tenant token, fetched first when the host
 /// holds none, and fetched afresh once when Feishu refuses it.
 fn call(method: &str, path: &str, body: Option<Value>) -> Result<Value, CallError> {
+    call_within(method, path, body, HTTP_TIMEOUT_MS)
+}
+
+/// [`call`] with each request's timeout.
+fn call_within(
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    timeout_ms: u32,
+) -> Result<Value, CallError> {
     if !secrets::is_set(TENANT_TOKEN) {
-        fetch_token().map_err(CallError::Channel)?;
+        fetch_token(timeout_ms).map_err(CallError::Channel)?;
     }
-    match call_once(method, path, body.as_ref()) {
+    match call_once(method, path, body.as_ref(), timeout_ms) {
         Err(CallError::Feishu(Failure::TokenInvalid(why))) => {
             log(
                 logging::Level::Info,
                 &format!("{why}; fetching a fresh token"),
             );
-            fetch_token().map_err(CallError::Channel)?;
-            call_once(method, path, body.as_ref())
+            fetch_token(timeout_ms).map_err(CallError::Channel)?;
+            call_once(method, path, body.as_ref(), timeout_ms)
         }
         other => other,
     }
 }
 
-fn call_once(method: &str, path: &str, body: Option<&Value>) -> Result<Value, CallError> {
+fn call_once(
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    timeout_ms: u32,
+) -> Result<Value, CallError> {
     let url = format!("{}{path}", base().map_err(CallError::Channel)?);
     let what = format!("{method} {}", path.split('?').next().unwrap_or(path));
     let response = http::fetch(&HttpRequest {
@@ -701,7 +752,7 @@ fn call_once(method: &str, path: &str, body: Option<&Value>) -> Result<Value, Ca
         url: url.clone(),
         headers: vec![header("content-type", "application/json; charset=utf-8")],
         body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
-        timeout_ms: Some(HTTP_TIMEOUT_MS),
+        timeout_ms: Some(timeout_ms),
         secrets: vec![SecretUse {
             secret: TENANT_TOKEN.into(),
             place: SecretPlace::Header(SecretHeader {
