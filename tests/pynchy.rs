@@ -48,7 +48,13 @@ impl Home {
     /// `pincer ARGS` with `HOME` here, `ANTHROPIC_API_KEY` set and the
     /// other providers' keys unset, plus `env`.
     fn pincer(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_pincer"));
+        self.command(Command::new(env!("CARGO_BIN_EXE_pincer")), args, env)
+            .output()
+            .expect("run pincer")
+    }
+
+    /// `command` (pincer, or a wrapper of it) set up as [`Home::pincer`] does.
+    fn command(&self, mut command: Command, args: &[&str], env: &[(&str, &str)]) -> Command {
         command
             .args(args)
             .current_dir(self.sandbox.work())
@@ -63,7 +69,7 @@ impl Home {
         for (k, v) in env {
             command.env(k, v);
         }
-        command.output().expect("run pincer")
+        command
     }
 
     /// The example, with its made-up plugin removed unless `keep_made_up`.
@@ -1069,6 +1075,18 @@ fn workspace_up_refuses_what_config_check_refuses_and_neither_needs_docker() {
     );
     let up = fails(home.pincer(&["--config", &file, "workspace", "up", "w"], &env));
     assert_eq!(up, format!("error: {check}"));
+    // `pincer start` too (bounded: a daemon that started would run on).
+    let mut start = Command::new("timeout");
+    start.args(["20", env!("CARGO_BIN_EXE_pincer")]);
+    let start = home
+        .command(
+            start,
+            &["--config", &file, "start", "--listen", "127.0.0.1:0"],
+            &env,
+        )
+        .output()
+        .unwrap();
+    assert_eq!(fails(start), format!("error: {check}"));
 
     let config = home.write(
         "gateway:\n  model_list:\n    - {model_name: default, litellm_params: {model: openai/m, api_key: k}}\n\
