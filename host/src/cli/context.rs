@@ -37,7 +37,8 @@ impl Context {
     /// [`Context::load`], refusing what `pincer config check` refuses (the
     /// same function, the same messages): for commands that start
     /// something (`workspace up`, `pincer start`), so a configuration the
-    /// check refuses never starts.
+    /// check refuses never starts. (A reload that cannot start falls
+    /// back to the running configuration.)
     pub fn load_checked(config_flag: Option<&Path>) -> anyhow::Result<Self> {
         let ctx = Self::load(config_flag)?;
         if let Some(path) = &ctx.config_path {

@@ -219,7 +219,9 @@ async fn serve(
             _ = async { changes.lock().await.recv().await } => true,
         };
         if reload {
-            match Context::load_checked(config_flag) {
+            // A reload that cannot start falls back to the running
+            // configuration (`run`), so the file's own checks suffice here.
+            match Context::load(config_flag) {
                 Ok(next) => break Ending::Reload(Box::new(next)),
                 Err(e) => {
                     eprintln!(
