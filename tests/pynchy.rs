@@ -6,8 +6,12 @@
 //! workspace's groups, mounts and MCP reach; and an agent turn in a
 //! `no_internet_access` workspace queries an MCP server running in its own
 //! container (a static SQLite server built from `images/mcp-sqlite`, its
-//! image imported from scratch) through the gateway. Network: loopback only
-//! (the fake model), and the server container has none.
+//! image imported from scratch) through the gateway, which refuses it to
+//! other workspaces (called directly with their own key); the running
+//! server container is inspected; its volumes are checked like workspace
+//! mounts; two gateway processes of one home keep each other's server
+//! containers. Network: loopback only (the fake model), and the server
+//! container has none.
 
 mod support;
 
@@ -44,7 +48,13 @@ impl Home {
     /// `pincer ARGS` with `HOME` here, `ANTHROPIC_API_KEY` set and the
     /// other providers' keys unset, plus `env`.
     fn pincer(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_pincer"));
+        self.command(Command::new(env!("CARGO_BIN_EXE_pincer")), args, env)
+            .output()
+            .expect("run pincer")
+    }
+
+    /// `command` (pincer, or a wrapper of it) set up as [`Home::pincer`] does.
+    fn command(&self, mut command: Command, args: &[&str], env: &[(&str, &str)]) -> Command {
         command
             .args(args)
             .current_dir(self.sandbox.work())
@@ -59,7 +69,7 @@ impl Home {
         for (k, v) in env {
             command.env(k, v);
         }
-        command.output().expect("run pincer")
+        command
     }
 
     /// The example, with its made-up plugin removed unless `keep_made_up`.
@@ -523,9 +533,6 @@ async fn a_no_internet_workspace_queries_the_containerised_mcp_server_and_nothin
         ),
         Behaviour::tool("company_db__list_tables", "{}"),
         Behaviour::answer("north 120, south 80"),
-        // intruder: not in allowed_workspaces
-        Behaviour::tool("company_db__query_sql", r#"{"sql": "SELECT * FROM sales"}"#),
-        Behaviour::answer("no access"),
     ]))
     .await;
     let home = Home::new();
@@ -605,17 +612,121 @@ async fn a_no_internet_workspace_queries_the_containerised_mcp_server_and_nothin
         .unwrap();
     assert_eq!(rows, 2);
 
-    // A workspace the server does not allow cannot call it.
-    let out = home.pincer(
+    // A workspace the server does not allow cannot call it, not even
+    // straight on the gateway's MCP endpoint with its own key: the gateway
+    // refuses, naming the key, audits it, and never starts the server.
+    let gateway = support::gateway::serve(&home.sandbox, &config, "gateway.log", &[]);
+    let mcp_url = format!("{}/mcp", gateway.base);
+    let key = |workspace: &str| {
+        ok(home.pincer(
+            &["--config", &file, "gateway", "keys", "create", workspace],
+            &[],
+        ))
+        .trim()
+        .to_string()
+    };
+    let started_before = mcp_kinds(&home.sandbox.home())
+        .iter()
+        .filter(|k| k.starts_with("mcp.server_started"))
+        .count();
+    let refused = support::gateway::python_client(
+        "mcp_call.py",
         &[
-            "--config", &file, "message", "-w", "intruder", "--json", "--text", "sales?",
+            &mcp_url,
+            &key("intruder"),
+            "company_db__query_sql",
+            r#"{"sql": "SELECT * FROM sales"}"#,
         ],
-        &[],
     );
-    let seen = events(&out);
-    assert!(out.status.success(), "{}\n{seen:?}", stderr(&out));
-    let results = tool_results(&seen);
-    assert!(!results[0].contains("north"), "{}", results[0]);
+    assert_eq!(refused["ok"], false, "{refused}");
+    let why = "tool `company_db__query_sql` is not available to workspace `intruder`: `company_db` is not a skill or MCP server this workspace may use (list it in workspaces.intruder.skills or workspaces.intruder.mcp_servers)";
+    assert_eq!(refused["error"], format!("MCPError: {why}"), "{refused}");
+    let denied = audit_rows(&home.sandbox.home(), "gateway.denied");
+    assert_eq!(
+        denied,
+        [format!("workspace:intruder {why}")],
+        "audited once"
+    );
+    assert_eq!(
+        mcp_kinds(&home.sandbox.home())
+            .iter()
+            .filter(|k| k.starts_with("mcp.server_started"))
+            .count(),
+        started_before,
+        "the refused call started no server"
+    );
+    assert!(running(&image).is_empty(), "no server container runs");
+
+    // What Docker runs for the allowed workspace is what the audit said:
+    // no network (only `lo`), read-only root, no capabilities, no new
+    // privileges, the volume read-only, pincer's labels.
+    let answered = support::gateway::python_client(
+        "mcp_call.py",
+        &[
+            &mcp_url,
+            &key("sales"),
+            "company_db__query_sql",
+            r#"{"sql": "SELECT region FROM sales ORDER BY region"}"#,
+        ],
+    );
+    assert_eq!(answered["ok"], true, "{answered}");
+    let ids = running(&image);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let inspected: Value = serde_json::from_str(&stdout(&docker(&["inspect", &ids[0]]))).unwrap();
+    let c = &inspected[0];
+    let host = &c["HostConfig"];
+    assert_eq!(host["NetworkMode"], "none", "{host}");
+    assert_eq!(host["ReadonlyRootfs"], true);
+    assert_eq!(host["CapDrop"], serde_json::json!(["ALL"]));
+    assert!(
+        host["CapAdd"].as_array().is_none_or(Vec::is_empty),
+        "{}",
+        host["CapAdd"]
+    );
+    assert_eq!(host["Privileged"], false);
+    assert!(
+        host["SecurityOpt"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o.as_str().unwrap().starts_with("no-new-privileges")),
+        "{}",
+        host["SecurityOpt"]
+    );
+    let mounts = c["Mounts"].as_array().unwrap();
+    assert_eq!(mounts.len(), 1, "only its volume: {mounts:?}");
+    assert_eq!(mounts[0]["Source"], db.display().to_string());
+    assert_eq!(mounts[0]["Destination"], "/data.db");
+    assert_eq!(mounts[0]["RW"], false);
+    let labels = &c["Config"]["Labels"];
+    let instance = std::fs::read_to_string(home.sandbox.home().join("instance-id")).unwrap();
+    assert_eq!(labels["pincer.mcp-server"], "company_db", "{labels}");
+    assert_eq!(labels["pincer.instance"], instance.trim(), "{labels}");
+    let owner = labels["pincer.mcp-owner"].as_str().unwrap_or_default();
+    assert_eq!(
+        owner.split(':').nth(1),
+        Some(gateway.child.as_ref().unwrap().id().to_string().as_str()),
+        "owned by the gateway process: {labels}"
+    );
+    let pid = c["State"]["Pid"].as_u64().unwrap();
+    let net = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap();
+    let interfaces: Vec<&str> = net
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
+    assert_eq!(interfaces, ["lo"], "{net}");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    for cap in ["CapPrm", "CapEff", "CapBnd"] {
+        assert!(
+            status
+                .lines()
+                .any(|l| l.starts_with(cap) && l.ends_with("0000000000000000")),
+            "{cap} not empty:\n{status}"
+        );
+    }
+    drop(gateway);
 
     // The audit log has the server's start and every call.
     let db_path = home.sandbox.home().join("pincer.db");
@@ -797,6 +908,407 @@ async fn a_crashed_mcp_server_is_started_again_on_next_use() {
         kinds.iter().filter(|k| *k == "mcp.server_started").count() == 2
             && kinds.iter().any(|k| k == "mcp.server_restarted"),
         "started, restarted after the crash: {kinds:?}"
+    );
+    drop(cleanup);
+}
+
+fn sales_db(dir: &Path) -> PathBuf {
+    let db = dir.join("company.db");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE sales (region TEXT, amount INTEGER);
+             INSERT INTO sales VALUES ('north', 120), ('south', 80);",
+        )
+        .unwrap();
+    db
+}
+
+/// The ids of the running containers of `image`.
+fn running(image: &Image) -> Vec<String> {
+    stdout(&docker(&[
+        "ps",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        &format!("ancestor={}", image.0),
+    ]))
+    .split_whitespace()
+    .map(str::to_string)
+    .collect()
+}
+
+/// The `actor detail` of every `kind` row of the audit log.
+fn audit_rows(home: &Path, kind: &str) -> Vec<String> {
+    rusqlite::Connection::open(home.join("pincer.db"))
+        .unwrap()
+        .prepare("SELECT actor || ' ' || detail FROM audit_events WHERE kind = ?1 ORDER BY id")
+        .unwrap()
+        .query_map([kind], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn mcp_kinds(home: &Path) -> Vec<String> {
+    rusqlite::Connection::open(home.join("pincer.db"))
+        .unwrap()
+        .prepare(
+            "SELECT kind || ' ' || detail FROM audit_events WHERE kind LIKE 'mcp.%' ORDER BY id",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Two gateway processes of one home (a daemon and a one-shot `pincer
+/// message`, or two `gateway serve`) each run their own server container:
+/// the second one's start does not remove the first one's live container
+/// (it did: one container name per server, and the first use removed every
+/// server container of the instance). A container whose gateway is gone is
+/// removed by the next gateway's first use, and only that one.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_gateways_of_one_home_do_not_remove_each_others_live_server_containers() {
+    let label = unique();
+    let image = sqlite_server_image(&label);
+    let data = tempfile::tempdir().unwrap();
+    let db = sales_db(data.path());
+    let served = support::gateway::Served::start(
+        &format!(
+            "workspaces:\n  sales:\n    policies: [no_internet_access]\n    mcp_servers: [company_db]\n\
+             mcp_servers:\n  company_db:\n    type: docker\n    image: \"{}\"\n    volumes: [\"{}:/data.db:ro\"]\n    env: {{DB_PATH: /data.db}}\n",
+            image.0,
+            db.display()
+        ),
+        &[],
+    );
+    let cleanup = DockerCleanup {
+        home: served.sandbox.home(),
+        label: label.clone(),
+    };
+    let key = served.key("sales");
+    let query = |base: &str| {
+        let out = support::gateway::python_client(
+            "mcp_call.py",
+            &[
+                &format!("{base}/mcp"),
+                &key,
+                "company_db__query_sql",
+                r#"{"sql": "SELECT region FROM sales ORDER BY region"}"#,
+            ],
+        );
+        assert_eq!(out["ok"], true, "{out}\n{}", served.log());
+        assert!(out["text"].to_string().contains("north"), "{out}");
+    };
+    query(&served.base);
+    let first = running(&image);
+    assert_eq!(first.len(), 1, "the first gateway's server: {first:?}");
+
+    let second = served.another("gateway-b.log");
+    query(&second.base);
+    let both = running(&image);
+    assert!(
+        both.contains(&first[0]),
+        "the second gateway removed the first one's live server container: {both:?}\n{:?}",
+        mcp_kinds(&served.sandbox.home())
+    );
+    assert_eq!(both.len(), 2, "one server container each: {both:?}");
+    query(&served.base);
+    let kinds = mcp_kinds(&served.sandbox.home());
+    assert!(
+        !kinds.iter().any(|k| k.starts_with("mcp.server_restarted")),
+        "the first gateway's server was never restarted: {kinds:?}"
+    );
+
+    // The second gateway dies without cleaning up: the next gateway's
+    // first use removes its container, not the first one's.
+    let orphan = both.iter().find(|id| **id != first[0]).unwrap().clone();
+    drop(second);
+    let third = served.another("gateway-c.log");
+    query(&third.base);
+    let now = running(&image);
+    assert!(now.contains(&first[0]), "{now:?}");
+    assert_eq!(now.len(), 2, "the first and the third gateway's: {now:?}");
+    assert!(
+        !docker(&["inspect", &orphan]).status.success(),
+        "the dead gateway's container was removed"
+    );
+    let kinds = mcp_kinds(&served.sandbox.home());
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| k.starts_with("mcp.orphan_removed"))
+            .count(),
+        1,
+        "{kinds:?}"
+    );
+    drop(third);
+    drop(cleanup);
+}
+
+// ---- what check refuses, nothing starts --------------------------------
+
+/// `workspace up` refuses what `config check` refuses, with the same lines
+/// (it started a workspace whose configuration failed the check only on a
+/// plugin name or a model deployment); both, and `policy audit`, work
+/// with `DOCKER_HOST` naming a socket that does not exist.
+#[test]
+fn workspace_up_refuses_what_config_check_refuses_and_neither_needs_docker() {
+    let home = Home::new();
+    let config = home.write(
+        "plugins:\n  enabled: [no-such-plugin]\n\
+         gateway:\n  model_list:\n    - {model_name: default, litellm_params: {model: bogus/m, api_key: k}}\n\
+         workspaces:\n  w: {}\n",
+    );
+    let file = config.display().to_string();
+    let env = [("DOCKER_HOST", "unix:///nonexistent/pincer-test/docker.sock")];
+    let check = fails(home.pincer(&["--config", &file, "config", "check"], &env));
+    assert_eq!(
+        check,
+        format!(
+            "{file}:2:13: no plugin named `no-such-plugin` (installed or built-in: channel-feishu, channel-slack, channel-webhook, observer-jsonl, skill-calc, skill-notes, tunnel-http).\n\
+             {file}:5:53: gateway configuration: gateway.model_list[0] (`default#0`, model `bogus/m`): unknown provider; `model` must be one of openai/<model>, anthropic/<model>, ollama/<model>, openai_compatible/<model> or local/<name-or-path>\n\
+             {file}: 2 problems (nothing was started)\n"
+        )
+    );
+    let up = fails(home.pincer(&["--config", &file, "workspace", "up", "w"], &env));
+    assert_eq!(up, format!("error: {check}"));
+    // `pincer start` too (bounded: a daemon that started would run on).
+    let mut start = Command::new("timeout");
+    start.args(["20", env!("CARGO_BIN_EXE_pincer")]);
+    let start = home
+        .command(
+            start,
+            &["--config", &file, "start", "--listen", "127.0.0.1:0"],
+            &env,
+        )
+        .output()
+        .unwrap();
+    assert_eq!(fails(start), format!("error: {check}"));
+
+    let config = home.write(
+        "gateway:\n  model_list:\n    - {model_name: default, litellm_params: {model: openai/m, api_key: k}}\n\
+         workspaces:\n  w: {policies: [no_internet_access]}\n",
+    );
+    let file = config.display().to_string();
+    ok(home.pincer(&["--config", &file, "config", "check"], &env));
+    let json = ok(home.pincer(&["--config", &file, "policy", "audit", "w", "--json"], &env));
+    let report: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(report["workspace"], "w", "{report}");
+}
+
+/// `plugins.enabled`: only the plugins it lists and those the
+/// configuration names elsewhere (here a workspace's skill) are loaded; any
+/// other is not, though it is installed.
+#[test]
+fn plugins_enabled_loads_only_the_listed_and_the_referenced_plugins() {
+    let home = Home::new();
+    let config = home
+        .write("plugins:\n  enabled: [skill-calc]\nworkspaces:\n  w:\n    skills: [skill-notes]\n");
+    let file = config.display().to_string();
+    ok(home.pincer(&["--config", &file, "config", "check"], &[]));
+    let listed = ok(home.pincer(&["--config", &file, "skill", "tools", "skill-calc"], &[]));
+    assert!(listed.starts_with("evaluate: "), "{listed}");
+    let referenced = ok(home.pincer(&["--config", &file, "skill", "tools", "skill-notes"], &[]));
+    assert!(referenced.starts_with("put: "), "{referenced}");
+    let refused = fails(home.pincer(
+        &["--config", &file, "plugin", "inspect", "observer-jsonl"],
+        &[],
+    ));
+    assert_eq!(
+        refused,
+        "error: plugin `observer-jsonl` is not enabled: plugins.enabled does not list it and no channel, skills rule or workspace names it (add it to plugins.enabled)\n"
+    );
+    // Without `plugins.enabled` every plugin loads.
+    let config = home.write("workspaces:\n  w: {}\n");
+    let file = config.display().to_string();
+    ok(home.pincer(
+        &["--config", &file, "plugin", "inspect", "observer-jsonl"],
+        &[],
+    ));
+}
+
+/// Pynchy-key mistakes, each with its exact message and position.
+#[test]
+fn pynchy_key_mistakes_each_get_their_message_and_position() {
+    let home = Home::new();
+    let config = home.write(
+        "gateway:\n\
+         \x20 fallbacks: [{default: [other]}]\n\
+         \x20 model_list:\n\
+         \x20   - {model_name: other, litellm_params: {model: openai/gpt-4o, api_key: k}}\n\
+         litellm:\n\
+         \x20 model: claude-3-5-sonnet-20241022\n\
+         \x20 fallbacks: [claude-3-haiku-20240307]\n\
+         \x20 max_tokens: 5\n\
+         containers:\n\
+         \x20 default_runtime: docker\n\
+         \x20 runtime: docker\n\
+         mcp_servers:\n\
+         \x20 a:\n\
+         \x20   type: docker\n\
+         \x20   image: i\n\
+         \x20   container: {image: i}\n\
+         \x20 b:\n\
+         \x20   type: sse\n\
+         \x20   url: http://127.0.0.1:1/mcp\n",
+    );
+    let file = config.display().to_string();
+    assert_eq!(
+        fails(home.pincer(&["--config", &file, "config", "check"], &[])),
+        format!(
+            "{file}:7:3: litellm.fallbacks sets the fallbacks of `default`, and gateway.fallbacks does too (at 2:16): keep one of the two\n\
+             {file}:8:3: unknown key `max_tokens` in litellm (pincer reads model, api_key, api_base, num_retries, timeout, routing_strategy and fallbacks there; anything else goes under gateway:, e.g. gateway.model_list[].litellm_params.max_tokens)\n\
+             {file}:10:3: `default_runtime` and `runtime` (at 11:3) are the same setting: keep one\n\
+             {file}:14:5: `type: docker` and `container:` (at 16:5) both describe the container: keep one\n\
+             {file}:18:11: unknown MCP server type `sse`: pincer runs `docker` (write `container: {{image: ...}}` or `type: docker` with `image`), `stdio` (`command: [program, args...]`) and `http` (`url: https://...`)\n\
+             {file}: 5 problems (nothing was started)\n"
+        )
+    );
+
+    let config = home.write("litellm:\n  api_key: k\n");
+    let file = config.display().to_string();
+    assert_eq!(
+        fails(home.pincer(&["--config", &file, "config", "check"], &[])),
+        format!(
+            "{file}:1:1: litellm needs `model` (e.g. claude-3-5-sonnet-20241022); it becomes the model alias `default`\n\
+             {file}: 1 problem (nothing was started)\n"
+        )
+    );
+
+    let config = home.write("plugins:\n  enabled: [pynchy.builtin.agents.claude]\n");
+    let file = config.display().to_string();
+    assert_eq!(
+        fails(home.pincer(&["--config", &file, "config", "check"], &[])),
+        format!(
+            "{file}:2:13: `pynchy.builtin.agents.claude` is a Pynchy entry point of kind `agents`, which pincer does not have (it loads channels, skills, observers and tunnels): not available in pincer\n\
+             {file}: 1 problem (nothing was started)\n"
+        )
+    );
+
+    // `litellm:` and `gateway.model_list` for different aliases: both kept.
+    let config = home.write(
+        "gateway:\n  model_list:\n    - {model_name: local, litellm_params: {model: openai/m, api_key: k}}\n\
+         litellm:\n  model: claude-3-5-sonnet-20241022\n",
+    );
+    let file = config.display().to_string();
+    let out = ok(home.pincer(&["--config", &file, "config", "check"], &[]));
+    assert_eq!(
+        out,
+        format!("{file}: ok (0 workspaces, 2 model aliases, 0 channels, 0 MCP servers)\n")
+    );
+}
+
+/// MCP server volumes go through the checks of workspace mounts: `config
+/// check` refuses the engine's socket, pincer's home and a workspace
+/// folder, each with its position.
+#[test]
+fn mcp_server_volumes_are_checked_like_workspace_mounts() {
+    let home = Home::new();
+    let base = home.path().join("ws");
+    std::fs::create_dir_all(base.join("w")).unwrap();
+    let socket = home.path().join("engine.sock");
+    let _engine = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let config = home.write(&format!(
+        "containers:\n  workspace_base_path: {}\n\
+         workspaces:\n  w: {{}}\n\
+         mcp_servers:\n  db:\n    type: docker\n    image: i\n    volumes:\n      - \"{}:/s\"\n      - \"{}:/h\"\n      - \"{}:/w\"\n",
+        base.display(),
+        socket.display(),
+        home.sandbox.home().display(),
+        base.join("w").display(),
+    ));
+    let file = config.display().to_string();
+    let docker_host = format!("unix://{}", socket.display());
+    let never =
+        "a container must never reach it — mount a folder that holds only what the agent may see";
+    assert_eq!(
+        fails(home.pincer(
+            &["--config", &file, "config", "check"],
+            &[("DOCKER_HOST", &docker_host)]
+        )),
+        format!(
+            "{file}:10:9: MCP server db: mount source {sock} is {sock} (the container engine's socket (DOCKER_HOST)); {never}\n\
+             {file}:11:9: MCP server db: mount source {home} is {home} (pincer's state: database, tokens, sockets (PINCER_HOME)); {never}\n\
+             {file}:12:9: MCP server db: mount source {ws} is inside {base} (the folder of every workspace (containers.workspace_base_path)); {never}\n\
+             {file}: 3 problems (nothing was started)\n",
+            sock = socket.display(),
+            home = home.sandbox.home().display(),
+            ws = base.join("w").display(),
+            base = base.display(),
+        )
+    );
+}
+
+/// A volume source that passed the check and was then swapped for a
+/// symlink (to pincer's database) is refused when the server starts: no
+/// container, the failure audited, and the check now refuses it too.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_volume_swapped_for_a_symlink_is_refused_at_start() {
+    let label = unique();
+    let image = sqlite_server_image(&label);
+    let data = tempfile::tempdir().unwrap();
+    let db = sales_db(data.path());
+    let served = support::gateway::Served::start(
+        &format!(
+            "workspaces:\n  sales:\n    policies: [no_internet_access]\n    mcp_servers: [company_db]\n\
+             mcp_servers:\n  company_db:\n    type: docker\n    image: \"{}\"\n    volumes: [\"{}:/data.db:ro\"]\n    env: {{DB_PATH: /data.db}}\n",
+            image.0,
+            db.display()
+        ),
+        &[],
+    );
+    let cleanup = DockerCleanup {
+        home: served.sandbox.home(),
+        label: label.clone(),
+    };
+    ok(served.cli(&["config", "check"]));
+    let key = served.key("sales");
+    std::fs::rename(&db, data.path().join("moved.db")).unwrap();
+    std::os::unix::fs::symlink(served.sandbox.home().join("pincer.db"), &db).unwrap();
+    let out = support::gateway::python_client(
+        "mcp_call.py",
+        &[
+            &format!("{}/mcp", served.base),
+            &key,
+            "company_db__query_sql",
+            r#"{"sql": "SELECT name FROM sqlite_master"}"#,
+        ],
+    );
+    assert_eq!(out["ok"], false, "{out}");
+    assert_eq!(
+        out["error"],
+        format!(
+            "MCPError: MCP server `company_db`: volume `{}:/data.db:ro`: mount source {} resolves through a symlink to {}; name the real path",
+            db.display(),
+            db.display(),
+            served.sandbox.home().join("pincer.db").display()
+        ),
+        "{out}"
+    );
+    assert!(running(&image).is_empty());
+    let kinds = mcp_kinds(&served.sandbox.home());
+    assert!(
+        !kinds.iter().any(|k| k.starts_with("mcp.server_started")),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.iter().any(|k| k.starts_with("mcp.server_failed")),
+        "{kinds:?}"
+    );
+    let check = fails(served.cli(&["config", "check"]));
+    let file = served.sandbox.work().join("pincer.yaml");
+    assert_eq!(
+        check,
+        format!(
+            "{file}:9:15: MCP server company_db: mount source {} resolves through a symlink to {}; name the real path\n\
+             {file}: 1 problem (nothing was started)\n",
+            db.display(),
+            served.sandbox.home().join("pincer.db").display(),
+            file = file.display()
+        )
     );
     drop(cleanup);
 }

@@ -28,29 +28,15 @@ impl Served {
     /// with `env` added to its environment (and to every `cli` call).
     pub fn start(config: &str, env: &[(&str, &str)]) -> Self {
         let sandbox = Sandbox::new();
-        let config = sandbox.write("pincer.yaml", config);
-        let log = std::fs::File::create(sandbox.dir.path().join("gateway.log")).expect("log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
-            .arg("--config")
-            .arg(&config)
-            .args(["gateway", "serve", "--listen", "127.0.0.1:0"])
-            .current_dir(sandbox.work())
-            .env("PINCER_HOME", sandbox.home())
-            .env("PINCER_LOG", "info")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("start gateway");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("banner");
-        let base = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .map(|u| u.trim_end_matches("/v1").to_string())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        sandbox.write("pincer.yaml", config);
+        let mut first = serve(
+            &sandbox,
+            &sandbox.work().join("pincer.yaml"),
+            "gateway.log",
+            env,
+        );
+        let child = first.child.take().expect("the gateway process");
+        let base = first.base.clone();
         let env = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -61,6 +47,22 @@ impl Served {
             child,
             env,
         }
+    }
+
+    /// A second `pincer gateway serve` on the same config, home and
+    /// environment (its log in `log`, in the sandbox's folder).
+    pub fn another(&self, log: &str) -> Another {
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        serve(
+            &self.sandbox,
+            &self.sandbox.work().join("pincer.yaml"),
+            log,
+            &env,
+        )
     }
 
     /// The real binary on the same config, home and environment.
@@ -100,6 +102,57 @@ impl Served {
             .filter(|e| e["kind"] == kind)
             .filter_map(|e| e["detail"].as_str().map(str::to_string))
             .collect()
+    }
+}
+
+/// A `pincer gateway serve` process; killed on drop.
+pub struct Another {
+    pub base: String,
+    pub child: Option<Child>,
+}
+
+impl Drop for Another {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `pincer gateway serve` with `config` and the sandbox's home,
+/// logging to `log` in the sandbox's folder; returns once it listens.
+pub fn serve(
+    sandbox: &Sandbox,
+    config: &std::path::Path,
+    log: &str,
+    env: &[(&str, &str)],
+) -> Another {
+    let log = std::fs::File::create(sandbox.dir.path().join(log)).expect("log file");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
+        .arg("--config")
+        .arg(config)
+        .args(["gateway", "serve", "--listen", "127.0.0.1:0"])
+        .current_dir(sandbox.work())
+        .env("PINCER_HOME", sandbox.home())
+        .env("PINCER_LOG", "info")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("start gateway");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("banner");
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .map(|u| u.trim_end_matches("/v1").to_string())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    Another {
+        base,
+        child: Some(child),
     }
 }
 

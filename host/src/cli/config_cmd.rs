@@ -19,6 +19,23 @@ fn checked(path: &Path) -> anyhow::Result<Checked> {
     }))
 }
 
+/// What `config check` refuses in the file at `path`, one line each
+/// (`FILE:LINE:COLUMN: message`), then the count; empty when it passes.
+/// Commands that start something refuse the same ([`super::Context::load_checked`]).
+pub fn refusals(path: &Path) -> anyhow::Result<Vec<String>> {
+    let checked = checked(path)?;
+    let mut lines: Vec<String> = checked.errors.iter().map(ToString::to_string).collect();
+    if !lines.is_empty() {
+        let n = lines.len();
+        lines.push(format!(
+            "{}: {n} problem{} (nothing was started)",
+            path.display(),
+            plural(n)
+        ));
+    }
+    Ok(lines)
+}
+
 fn resolve(config_flag: Option<&Path>) -> Option<PathBuf> {
     config::resolve_config_path(config_flag)
 }

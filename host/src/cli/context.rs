@@ -34,6 +34,22 @@ impl Context {
         })
     }
 
+    /// [`Context::load`], refusing what `pincer config check` refuses (the
+    /// same function, the same messages): for commands that start
+    /// something (`workspace up`, `pincer start`), so a configuration the
+    /// check refuses never starts. (A reload that cannot start falls
+    /// back to the running configuration.)
+    pub fn load_checked(config_flag: Option<&Path>) -> anyhow::Result<Self> {
+        let ctx = Self::load(config_flag)?;
+        if let Some(path) = &ctx.config_path {
+            let refusals = super::config_cmd::refusals(path)?;
+            if !refusals.is_empty() {
+                anyhow::bail!("{}", refusals.join("\n"));
+            }
+        }
+        Ok(ctx)
+    }
+
     /// `name` is a configured workspace, or an error naming the configured
     /// ones (with a did-you-mean for a near miss).
     pub fn check_workspace(&self, name: &str) -> anyhow::Result<()> {

@@ -27,7 +27,10 @@ pub async fn image_build(config_flag: Option<&Path>) -> anyhow::Result<()> {
 }
 
 pub async fn run(config_flag: Option<&Path>, command: WorkspaceCommand) -> anyhow::Result<()> {
-    let ctx = Context::load(config_flag)?;
+    let ctx = match command {
+        WorkspaceCommand::Up { .. } => Context::load_checked(config_flag)?,
+        _ => Context::load(config_flag)?,
+    };
     if let Ok(runtime) = ctx.container_runtime().await {
         reconcile(&ctx, &runtime).await?;
     }

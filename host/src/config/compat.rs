@@ -547,6 +547,8 @@ impl Rewriter<'_> {
                 self.shown(other)
             );
             self.error(pos, &message);
+            // Reported once: not again as an unknown key.
+            entries.remove(i);
             return;
         }
         let (key, value) = &mut entries[i];
@@ -640,10 +642,14 @@ impl Rewriter<'_> {
                             self.shown(other.pos)
                         );
                         self.error(type_key.pos, &message);
+                        // Reported once: not again as unknown keys.
+                        for key in DOCKER_KEYS {
+                            take(server, key);
+                        }
                         continue;
                     }
                     let mut container = Vec::new();
-                    for key in ["image", "volumes", "command", "policies"] {
+                    for key in DOCKER_KEYS {
                         if let Some((k, v)) = take(server, key) {
                             self.explain(
                                 k.pos,
@@ -686,6 +692,9 @@ impl Rewriter<'_> {
         }
     }
 }
+
+/// The keys of a Pynchy `type: docker` server that move under `container:`.
+const DOCKER_KEYS: [&str; 4] = ["image", "volumes", "command", "policies"];
 
 /// The sequence under `key`, created when absent or null.
 fn child_seq<'n>(node: &'n mut Node, key: &str, pos: (usize, usize)) -> Option<&'n mut Vec<Node>> {

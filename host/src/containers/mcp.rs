@@ -7,8 +7,12 @@
 //! closed), and spoken to over stdio through Docker's attach stream: never
 //! over a network. A connection is one container; when it ends (the server
 //! crashed, a call hung) the container is removed and the next use starts a
-//! fresh one. This instance's server containers left by an earlier run are
-//! removed when the gateway starts ([`McpContainers::reconcile`]).
+//! fresh one. Every gateway process (a daemon, `gateway serve`, a one-shot
+//! `pincer message`) runs its own server containers, named and labelled
+//! with that process ([`Owner`]): two gateways of one home never remove
+//! each other's live containers, and a gateway's first use of a container
+//! server removes those of this instance whose process is gone
+//! ([`McpContainers::reconcile`]).
 //!
 //! Runner-enforced settings (`no_process_creation`, `allowed_executables`)
 //! are refused: pincer's runner is not inside a server's container, so
@@ -37,6 +41,83 @@ use crate::policy::{ContainerSettings, EffectivePolicy, PolicyCatalog, PolicyErr
 
 /// The label naming the MCP server a container runs.
 pub const LABEL_MCP_SERVER: &str = "pincer.mcp-server";
+/// The label naming the gateway process that owns a server container
+/// ([`Owner::label`]).
+pub const LABEL_MCP_OWNER: &str = "pincer.mcp-owner";
+
+/// The gateway process that started a server container: this machine's
+/// boot, the process id and its start time (so a reused pid is not taken
+/// for the owner), and a nonce of the gateway (one process may hold more
+/// than one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    boot: String,
+    pid: u32,
+    started: u64,
+    nonce: String,
+}
+
+impl Owner {
+    /// This process, with a fresh nonce.
+    ///
+    /// # Errors
+    /// `/proc` cannot be read.
+    pub fn current() -> Result<Self, ContainerError> {
+        let pid = std::process::id();
+        let started = process_start(pid).ok_or_else(|| {
+            ContainerError::Host(format!(
+                "cannot read the start time of process {pid} in /proc"
+            ))
+        })?;
+        Ok(Self {
+            boot: boot_id(),
+            pid,
+            started,
+            nonce: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
+        })
+    }
+
+    /// The value of [`LABEL_MCP_OWNER`].
+    pub fn label(&self) -> String {
+        format!("{}:{}:{}:{}", self.boot, self.pid, self.started, self.nonce)
+    }
+
+    pub fn parse(label: &str) -> Option<Self> {
+        let mut parts = label.split(':');
+        let owner = Self {
+            boot: parts.next()?.to_owned(),
+            pid: parts.next()?.parse().ok()?,
+            started: parts.next()?.parse().ok()?,
+            nonce: parts.next()?.to_owned(),
+        };
+        parts.next().is_none().then_some(owner)
+    }
+
+    /// Whether the owning process still runs (same boot, same pid, same
+    /// start time).
+    pub fn alive(&self) -> bool {
+        self.boot == boot_id() && process_start(self.pid) == Some(self.started)
+    }
+
+    /// What container names get after the server's name.
+    fn suffix(&self) -> String {
+        format!("{}-{}", self.pid, self.nonce)
+    }
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Process `pid`'s start time (clock ticks since boot), if it runs.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22; the command name (field 2) may hold spaces and parentheses.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
 
 /// Why a server's policy cannot be applied.
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +229,7 @@ pub fn volumes_as_written(container: &McpContainer) -> Vec<BindMount> {
 pub struct McpServerSpec {
     pub server: String,
     pub instance: String,
+    pub owner: Owner,
     pub container_name: String,
     pub image: String,
     /// Empty: the image's own command.
@@ -158,9 +240,10 @@ pub struct McpServerSpec {
     pub mounts: Vec<BindMount>,
 }
 
-/// The container name of server `server` of host instance `instance`.
-pub fn container_name(instance: &str, server: &str) -> String {
-    format!("pincer-{instance}-mcp-{server}")
+/// The container name of server `server` of host instance `instance`
+/// started by gateway `owner`.
+pub fn container_name(instance: &str, server: &str, owner: &Owner) -> String {
+    format!("pincer-{instance}-mcp-{server}-{}", owner.suffix())
 }
 
 /// The spec of server `name`'s container; volume sources must exist.
@@ -172,6 +255,7 @@ pub fn plan(
     config: &Config,
     home: &Path,
     instance: &str,
+    owner: &Owner,
     name: &str,
 ) -> Result<McpServerSpec, ContainerError> {
     let server = config
@@ -190,12 +274,8 @@ pub fn plan(
     let mut bind = Vec::new();
     for written in &container.volumes {
         let volume = parse_volume(written).map_err(ContainerError::Host)?;
-        let source = mounts::check_source(&volume.source, &protected).map_err(|source| {
-            ContainerError::Mount {
-                workspace: format!("MCP server {name}"),
-                source,
-            }
-        })?;
+        let source = mounts::check_source(&volume.source, &protected)
+            .map_err(|e| ContainerError::Host(format!("volume `{written}`: {e}")))?;
         bind.push(BindMount {
             source,
             target: volume.target,
@@ -205,7 +285,8 @@ pub fn plan(
     Ok(McpServerSpec {
         server: name.to_owned(),
         instance: instance.to_owned(),
-        container_name: container_name(instance, name),
+        owner: owner.clone(),
+        container_name: container_name(instance, name, owner),
         image: container.image.clone(),
         command: container.command.clone(),
         env: server.env.clone(),
@@ -220,6 +301,7 @@ impl McpServerSpec {
         let labels = HashMap::from([
             (LABEL_MCP_SERVER.to_owned(), self.server.clone()),
             (LABEL_INSTANCE.to_owned(), self.instance.clone()),
+            (LABEL_MCP_OWNER.to_owned(), self.owner.label()),
         ]);
         ContainerCreateBody {
             image: Some(self.image.clone()),
@@ -231,7 +313,10 @@ impl McpServerSpec {
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             open_stdin: Some(true),
-            stdin_once: Some(false),
+            // Its stdin closes when the gateway's attach connection does
+            // (the gateway exited or was killed): the server sees EOF and
+            // exits rather than run on with no one to answer.
+            stdin_once: Some(true),
             tty: Some(false),
             network_disabled: Some(s.network_mode == "none"),
             host_config: Some(host_config(s, &self.mounts)),
@@ -278,12 +363,12 @@ pub struct Attached {
     pub container_id: String,
 }
 
-/// Starts and stops this host's MCP server containers. Docker is reached
+/// Starts and stops one gateway's MCP server containers. Docker is reached
 /// on first use, so a configuration without container servers never needs it.
 pub struct McpContainers {
     home: PathBuf,
     audit: Arc<AuditLog>,
-    docker: OnceCell<(Docker, String)>,
+    docker: OnceCell<(Docker, String, Owner)>,
 }
 
 impl McpContainers {
@@ -295,7 +380,7 @@ impl McpContainers {
         }
     }
 
-    async fn docker(&self) -> Result<&(Docker, String), ContainerError> {
+    async fn docker(&self) -> Result<&(Docker, String, Owner), ContainerError> {
         self.docker
             .get_or_try_init(|| async {
                 let docker = Docker::connect_with_socket_defaults()
@@ -310,7 +395,7 @@ impl McpContainers {
                         ))
                     })?;
                 let instance = super::runtime::instance_id(&self.home)?;
-                Ok((docker, instance))
+                Ok((docker, instance, Owner::current()?))
             })
             .await
     }
@@ -319,11 +404,11 @@ impl McpContainers {
         &self.audit
     }
 
-    /// Starts a fresh container for server `name` (replacing any earlier
-    /// one) and attaches to its stdio.
+    /// Starts a fresh container for server `name` (replacing this
+    /// gateway's earlier one) and attaches to its stdio.
     pub async fn start(&self, config: &Config, name: &str) -> Result<Attached, ContainerError> {
-        let (docker, instance) = self.docker().await?;
-        let spec = plan(config, &self.home, instance, name)?;
+        let (docker, instance, owner) = self.docker().await?;
+        let spec = plan(config, &self.home, instance, owner, name)?;
         remove(docker, &spec.container_name).await?;
         let options = CreateContainerOptionsBuilder::default()
             .name(&spec.container_name)
@@ -417,17 +502,19 @@ impl McpContainers {
         })
     }
 
-    /// Removes server `name`'s container, if it has one.
+    /// Removes this gateway's container of server `name`, if it has one.
     pub async fn stop(&self, name: &str) -> Result<(), ContainerError> {
-        let (docker, instance) = self.docker().await?;
-        remove(docker, &container_name(instance, name)).await
+        let (docker, instance, owner) = self.docker().await?;
+        remove(docker, &container_name(instance, name, owner)).await
     }
 
-    /// Removes this instance's server containers (left by an earlier run:
-    /// a connection never outlives the gateway that made it). Returns
-    /// their names.
+    /// Removes this instance's server containers whose gateway process is
+    /// gone (a connection never outlives the gateway that made it; one
+    /// without an owner label is from an older pincer). Those of live
+    /// gateways, this one's included, are left alone. Returns the names
+    /// removed.
     pub async fn reconcile(&self) -> Result<Vec<String>, ContainerError> {
-        let (docker, instance) = self.docker().await?;
+        let (docker, instance, _) = self.docker().await?;
         let filters = HashMap::from([(
             "label".to_owned(),
             vec![
@@ -446,6 +533,14 @@ impl McpContainers {
         let mut removed = Vec::new();
         for container in listed {
             let Some(id) = container.id else { continue };
+            let owner = container
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_MCP_OWNER))
+                .and_then(|l| Owner::parse(l));
+            if owner.is_some_and(|o| o.alive()) {
+                continue;
+            }
             remove(docker, &id).await?;
             let name = container
                 .names
@@ -489,5 +584,39 @@ fn clean(e: &bollard::errors::Error) -> String {
     match e {
         bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_is_alive_while_its_process_runs() {
+        let me = Owner::current().unwrap();
+        assert!(me.alive());
+        assert_eq!(Owner::parse(&me.label()), Some(me.clone()));
+        let reused_pid = Owner {
+            started: me.started + 1,
+            ..me.clone()
+        };
+        assert!(!reused_pid.alive(), "another process with the same pid");
+        let rebooted = Owner {
+            boot: "another-boot".to_owned(),
+            ..me.clone()
+        };
+        assert!(!rebooted.alive());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let started = process_start(pid);
+        child.wait().unwrap();
+        let gone = Owner {
+            pid,
+            started: started.unwrap_or(0),
+            ..me.clone()
+        };
+        assert!(!gone.alive(), "an exited process");
+        assert_eq!(Owner::parse("a:1:2"), None);
+        assert_eq!(Owner::parse("a:x:2:n"), None);
     }
 }

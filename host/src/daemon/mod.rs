@@ -42,7 +42,7 @@ pub async fn run(
     config_flag: Option<&Path>,
     listen: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<()> {
-    let mut ctx = Context::load(config_flag)?;
+    let mut ctx = Context::load_checked(config_flag)?;
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let (_watching, changes) = watch_config(ctx.config_path.clone());
@@ -220,6 +220,8 @@ async fn serve(
             _ = async { changes.lock().await.recv().await } => true,
         };
         if reload {
+            // A reload that cannot start falls back to the running
+            // configuration (`run`), so the file's own checks suffice here.
             match Context::load(config_flag) {
                 Ok(next) => break Ending::Reload(Box::new(next)),
                 Err(e) => {

@@ -148,6 +148,8 @@ fn read_to_string(plugin: &str, path: &Path) -> Result<String, PluginError> {
 #[derive(Default)]
 pub struct Catalog {
     pub plugins: BTreeMap<String, PluginPackage>,
+    /// Plugins left out by `plugins.enabled` ([`super::enabled::restrict`]).
+    pub not_enabled: std::collections::BTreeSet<String>,
     /// Folders that could not be read, with why.
     pub problems: Vec<PluginError>,
 }
@@ -167,9 +169,13 @@ impl Catalog {
     }
 
     pub fn get(&self, name: &str) -> Result<&PluginPackage, PluginError> {
-        self.plugins
-            .get(name)
-            .ok_or_else(|| PluginError::NotFound(name.to_string()))
+        self.plugins.get(name).ok_or_else(|| {
+            if self.not_enabled.contains(name) {
+                PluginError::NotEnabled(name.to_string())
+            } else {
+                PluginError::NotFound(name.to_string())
+            }
+        })
     }
 
     fn add(&mut self, package: PluginPackage) {

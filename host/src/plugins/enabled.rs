@@ -80,6 +80,15 @@ pub fn restrict(mut catalog: Catalog, config: &Config) -> Catalog {
     };
     let mut keep = referenced(config);
     keep.extend(enabled.iter().filter_map(|n| resolve(n, &catalog).ok()));
-    catalog.plugins.retain(|name, _| keep.contains(name));
+    let left_out: Vec<String> = catalog
+        .plugins
+        .keys()
+        .filter(|name| !keep.contains(*name))
+        .cloned()
+        .collect();
+    for name in left_out {
+        catalog.plugins.remove(&name);
+        catalog.not_enabled.insert(name);
+    }
     catalog
 }

@@ -59,6 +59,11 @@ pub enum PluginError {
     #[error("no plugin named `{0}` (see `pincer plugin list`)")]
     NotFound(String),
 
+    #[error(
+        "plugin `{0}` is not enabled: plugins.enabled does not list it and no channel, skills rule or workspace names it (add it to plugins.enabled)"
+    )]
+    NotEnabled(String),
+
     #[error("plugin {plugin} is a {actual}, not a {wanted}")]
     WrongKind {
         plugin: String,

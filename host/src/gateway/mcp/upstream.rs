@@ -45,8 +45,8 @@ pub struct Upstreams {
     slots: BTreeMap<String, Mutex<Option<Arc<Client>>>>,
     config: Arc<Config>,
     containers: McpContainers,
-    /// This instance's server containers of an earlier run are removed
-    /// before the first one starts.
+    /// This instance's server containers whose gateway process is gone
+    /// are removed before the first one starts.
     reconciled: tokio::sync::OnceCell<()>,
 }
 
@@ -93,7 +93,7 @@ impl Upstreams {
                 .get_or_init(|| async {
                     match self.containers.reconcile().await {
                         Ok(removed) if !removed.is_empty() => tracing::info!(
-                            "removed MCP server containers of an earlier run: {}",
+                            "removed MCP server containers of gateways that are gone: {}",
                             removed.join(", ")
                         ),
                         Ok(_) => {}
