@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use notify::Watcher as _;
+use notify::event::{AccessKind, AccessMode, EventKind};
 use sha2::Digest as _;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -31,6 +32,8 @@ fn digest(path: &Path) -> Digest {
 struct Watched<K> {
     files: HashMap<PathBuf, (K, Digest)>,
     folders: HashSet<PathBuf>,
+    /// Times a watched file was read to see whether it changed.
+    reads: u64,
 }
 
 /// Sends a file's key on a channel each time its content changes.
@@ -48,6 +51,7 @@ impl<K: Clone + Send + 'static> FileWatch<K> {
         let watched = Arc::new(Mutex::new(Watched::<K> {
             files: HashMap::new(),
             folders: HashSet::new(),
+            reads: 0,
         }));
         let (events_tx, events) = std::sync::mpsc::channel::<notify::Result<notify::Event>>();
         let watcher = notify::recommended_watcher(events_tx)?;
@@ -58,13 +62,21 @@ impl<K: Clone + Send + 'static> FileWatch<K> {
                 std::thread::sleep(SETTLE);
                 let mut touched: HashSet<PathBuf> = HashSet::new();
                 for event in std::iter::once(first).chain(events.try_iter()).flatten() {
-                    touched.extend(event.paths);
+                    // An open or a read changes nothing, and reading the
+                    // file below is one: counted, it fed itself forever.
+                    let read_only = matches!(event.kind, EventKind::Access(kind)
+                        if kind != AccessKind::Close(AccessMode::Write));
+                    if !read_only {
+                        touched.extend(event.paths);
+                    }
                 }
                 let mut watched = shared.lock().unwrap_or_else(PoisonError::into_inner);
-                for (path, (key, last)) in &mut watched.files {
+                let Watched { files, reads, .. } = &mut *watched;
+                for (path, (key, last)) in files {
                     if !touched.contains(path) {
                         continue;
                     }
+                    *reads += 1;
                     let now = digest(path);
                     if now != *last {
                         *last = now;
@@ -96,6 +108,15 @@ impl<K: Clone + Send + 'static> FileWatch<K> {
         Ok(())
     }
 
+    /// Times a watched file was read to see whether it changed.
+    #[cfg(test)]
+    fn reads(&self) -> u64 {
+        self.watched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reads
+    }
+
     /// Whether `path` is watched.
     pub fn watches(&self, path: &Path) -> bool {
         let Ok(path) = std::path::absolute(path) else {
@@ -112,6 +133,27 @@ impl<K: Clone + Send + 'static> FileWatch<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The watcher reads a file to see whether it changed; that read (an
+    /// open) must not count as a change to look at again.
+    #[tokio::test]
+    async fn reading_a_watched_file_is_no_event_to_read_it_again() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("schedules.yaml");
+        std::fs::write(&path, "tasks: []\n").expect("write");
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut watch = FileWatch::new(tx).expect("watch");
+        watch.add(&path, "ws").expect("add");
+        std::fs::read(&path).expect("someone reads it");
+        tokio::time::sleep(SETTLE * 2).await;
+        let settled = watch.reads();
+        tokio::time::sleep(SETTLE * 5).await;
+        assert_eq!(
+            watch.reads(),
+            settled,
+            "the watcher keeps reading a file nobody changed"
+        );
+    }
 
     #[tokio::test]
     async fn creating_changing_and_touching_a_file() {
