@@ -4,7 +4,7 @@
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -38,12 +38,43 @@ struct Inner {
     /// Hex digest of everything besides the wasm bytes that a compiled
     /// artifact depends on (wasmtime version and engine settings).
     engine_key: String,
-    stop_ticker: Arc<AtomicBool>,
+    ticker: Ticker,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.stop_ticker.store(true, Ordering::Relaxed);
+        self.ticker.shared.stop.store(true, Ordering::Relaxed);
+        self.ticker.thread.unpark();
+    }
+}
+
+/// The epoch ticker thread. It ticks only while some guest may run (a
+/// [`Running`] is alive) and sleeps otherwise: a daemon with nothing to do
+/// should not wake a hundred times a second.
+struct Ticker {
+    shared: Arc<TickerShared>,
+    thread: std::thread::Thread,
+}
+
+#[derive(Default)]
+struct TickerShared {
+    stop: AtomicBool,
+    /// Calls into guests under way.
+    running: AtomicUsize,
+}
+
+/// Keeps the epoch advancing while alive; see [`PluginEngine::running`].
+pub struct Running {
+    inner: Arc<Inner>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.inner
+            .ticker
+            .shared
+            .running
+            .fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -52,18 +83,30 @@ impl PluginEngine {
     pub fn new(cache_dir: Option<PathBuf>) -> anyhow::Result<Self> {
         let engine = Engine::new(&engine_config())?;
         let engine_key = engine_key(&engine);
-        let stop_ticker = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(TickerShared::default());
         // Without the ticker no deadline can fire: fail rather than run plugins unbounded.
-        spawn_epoch_ticker(engine.weak(), stop_ticker.clone())
+        let thread = spawn_epoch_ticker(engine.weak(), shared.clone())
             .map_err(|e| anyhow::anyhow!("cannot start the plugin epoch ticker thread: {e}"))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 engine,
                 cache_dir,
                 engine_key,
-                stop_ticker,
+                ticker: Ticker { shared, thread },
             }),
         })
+    }
+
+    /// Hold this while a store of this engine runs guest code: epoch
+    /// deadlines only advance while one is held.
+    pub fn running(&self) -> Running {
+        let ticker = &self.inner.ticker;
+        if ticker.shared.running.fetch_add(1, Ordering::AcqRel) == 0 {
+            ticker.thread.unpark();
+        }
+        Running {
+            inner: self.inner.clone(),
+        }
     }
 
     pub fn engine(&self) -> &Engine {
@@ -145,11 +188,20 @@ fn engine_key(engine: &Engine) -> String {
     hex::encode(&hasher.0.finalize()[..8])
 }
 
-fn spawn_epoch_ticker(engine: wasmtime::EngineWeak, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+fn spawn_epoch_ticker(
+    engine: wasmtime::EngineWeak,
+    shared: Arc<TickerShared>,
+) -> std::io::Result<std::thread::Thread> {
     std::thread::Builder::new()
         .name("pincer-epoch".into())
         .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
+            while !shared.stop.load(Ordering::Relaxed) {
+                if shared.running.load(Ordering::Acquire) == 0 {
+                    // Woken by the first `running()` (or at stop); an
+                    // unpark that came first makes this return at once.
+                    std::thread::park();
+                    continue;
+                }
                 std::thread::sleep(EPOCH_TICK);
                 match engine.upgrade() {
                     Some(engine) => engine.increment_epoch(),
@@ -157,7 +209,7 @@ fn spawn_epoch_ticker(engine: wasmtime::EngineWeak, stop: Arc<AtomicBool>) -> st
                 }
             }
         })
-        .map(drop)
+        .map(|handle| handle.thread().clone())
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

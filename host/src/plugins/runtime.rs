@@ -565,6 +565,7 @@ impl PluginHost {
             plugin: plugin.name().to_string(),
             message: e.to_string(),
         })?;
+        let _running = self.engine.running();
         let mut store = Store::new(self.engine.engine(), state);
         store.limiter(|s| &mut s.limiter);
         store.set_hostcall_fuel(HOSTCALL_FUEL);
