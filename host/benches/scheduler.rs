@@ -18,60 +18,20 @@
 //! CPU is this process's utime + stime from `/proc/self/stat` over the idle
 //! window, as a share of one core; RSS and its peak from `/proc/self/status`.
 
+#[path = "support/proc_stats.rs"]
+mod proc_stats;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Timelike as _, Utc};
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use pincer::scheduler::file::{self, Checks};
 use pincer::scheduler::{Outcome, Scheduler, Store, SystemClock};
 
+use proc_stats::{arg, cpu_seconds, cron_at, percentile, status_kib};
+
 const POLL: Duration = Duration::from_secs(1);
-
-fn arg(n: usize, default: u64) -> u64 {
-    std::env::args()
-        .filter(|a| !a.starts_with('-'))
-        .nth(n)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(default)
-}
-
-/// utime + stime of this process, in seconds.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // after the command name in parentheses: field 3 onwards
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 (1-based), 11 and 12 here
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-fn status_kib(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-fn cron_at(t: DateTime<Utc>) -> String {
-    format!("{} {} {} * * *", t.second(), t.minute(), t.hour())
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
@@ -151,7 +111,7 @@ async fn main() -> anyhow::Result<()> {
         }
         let now = Utc::now();
         if now >= end_of_fires && idle_from.is_none() {
-            idle_from = Some((Instant::now(), cpu_seconds()));
+            idle_from = Some((Instant::now(), cpu_seconds(std::process::id())));
         }
         if now >= end {
             break;
@@ -161,9 +121,10 @@ async fn main() -> anyhow::Result<()> {
             .map_or(POLL, |until| until.min(POLL));
         tokio::time::sleep(sleep).await;
     }
-    let (idle_start, idle_cpu_start) = idle_from.unwrap_or((Instant::now(), cpu_seconds()));
+    let (idle_start, idle_cpu_start) =
+        idle_from.unwrap_or((Instant::now(), cpu_seconds(std::process::id())));
     let idle_wall = idle_start.elapsed().as_secs_f64();
-    let idle_cpu = cpu_seconds() - idle_cpu_start;
+    let idle_cpu = cpu_seconds(std::process::id()) - idle_cpu_start;
 
     let conn = rusqlite::Connection::open(&db)?;
     let mut stmt = conn.prepare(
@@ -199,8 +160,8 @@ async fn main() -> anyhow::Result<()> {
     );
     println!(
         "| RSS now / peak | {:.1} / {:.1} MiB |",
-        status_kib("VmRSS:") as f64 / 1024.0,
-        status_kib("VmHWM:") as f64 / 1024.0
+        status_kib(std::process::id(), "VmRSS:") as f64 / 1024.0,
+        status_kib(std::process::id(), "VmHWM:") as f64 / 1024.0
     );
     println!("| loop iterations | {ticks} |");
     Ok(())
