@@ -16,7 +16,8 @@
 //!   workspace (`channel:NAME`), so a task cannot carry the workspace's data
 //!   to another conversation;
 //! - at most [`MAX_PER_WORKSPACE`] live tasks, firing at most once every
-//!   [`MIN_INTERVAL`].
+//!   [`MIN_INTERVAL`], each at most [`MAX_MESSAGE_BYTES`] of JSON (stored as
+//!   sent; a longer prompt could not start a turn anyway).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -30,6 +31,7 @@ use super::file::{self, Action, Checks, Task};
 use super::plan;
 use super::store::Store;
 use crate::config::Config;
+use crate::router::MAX_MESSAGE_BYTES;
 
 /// Every agent task id starts with this.
 pub const ID_PREFIX: &str = "agent-";
@@ -130,6 +132,14 @@ const COLUMNS: &str = "workspace, id, spec, status, created_ms, decided_by, deci
 /// [`Refusal::Invalid`] saying what to change.
 pub fn check(config: &Config, workspace: &str, spec: &serde_json::Value) -> Result<Task, Refusal> {
     let invalid = |m: String| Refusal::Invalid(m);
+    // The spec is stored in the host's database as the container sent it.
+    let size = spec.to_string().len();
+    if size > MAX_MESSAGE_BYTES {
+        return Err(invalid(format!(
+            "the task is {size} bytes of JSON; an agent task is at most {MAX_MESSAGE_BYTES} ({} KiB), the size of a message",
+            MAX_MESSAGE_BYTES / 1024
+        )));
+    }
     let object = spec
         .as_object()
         .ok_or_else(|| invalid("a task is a JSON object".into()))?;

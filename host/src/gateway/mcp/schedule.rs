@@ -407,6 +407,27 @@ channels:
         );
     }
 
+    /// What a container sends is stored in the host's database: a task
+    /// larger than a message (which no turn would take anyway) is refused
+    /// before anything is written.
+    #[test]
+    fn a_task_larger_than_a_message_is_refused_and_nothing_is_stored() {
+        let env = env();
+        let prompt = "x".repeat(crate::router::MAX_MESSAGE_BYTES);
+        let spec = serde_json::json!({"id": "huge", "every": "1h", "prompt": prompt});
+        // as checked: with the id the task gets (`agent-huge`)
+        let size = spec.to_string().len() + "agent-".len();
+        assert_eq!(
+            call(&env, "asks", "create", spec),
+            Err(format!(
+                "the task is {size} bytes of JSON; an agent task is at most 65536 (64 KiB), the size of a message"
+            ))
+        );
+        let listed = call(&env, "asks", "list", serde_json::json!({})).expect("list");
+        assert!(!listed.contains("huge"), "{listed}");
+        assert!(audited(&env).is_empty(), "{:?}", audited(&env));
+    }
+
     #[test]
     fn propose_waits_for_a_person_and_none_refuses() {
         let env = env();
