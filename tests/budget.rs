@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -113,31 +113,14 @@ impl Home {
 
     /// `gateway serve` on a port of its own; returns it and its base URL.
     fn serve(&self, name: &str) -> (Process, String) {
-        let log = std::fs::File::create(self.sandbox.dir.path().join(format!("{name}.log")))
-            .expect("log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
-            .arg("--config")
-            .arg(self.sandbox.work().join("pincer.yaml"))
-            .args(["gateway", "serve", "--listen", "127.0.0.1:0"])
-            .current_dir(self.sandbox.work())
-            .env("PINCER_HOME", self.sandbox.home())
-            .env("PINCER_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("start gateway");
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
-            &mut line,
-        )
-        .expect("banner");
-        let base = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .map(|u| u.trim_end_matches("/v1").to_string())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
-        (Process(child), base)
+        let mut served = support::gateway::serve(
+            &self.sandbox,
+            &self.sandbox.work().join("pincer.yaml"),
+            &format!("{name}.log"),
+            &[],
+        );
+        let child = served.child.take().expect("the gateway process");
+        (Process(child), served.base.clone())
     }
 
     /// Calls and tokens `pincer gateway usage` shows for workspace main.

@@ -591,17 +591,6 @@ fn renamed(sandbox: &Sandbox, src: &str, name: &str) -> PathBuf {
     dir
 }
 
-fn audit_kinds(sandbox: &Sandbox, kind: &str) -> Vec<String> {
-    let conn = rusqlite::Connection::open(sandbox.home().join("pincer.db")).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT detail FROM audit_events WHERE kind = ?1")
-        .unwrap();
-    stmt.query_map([kind], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<Vec<String>, _>>()
-        .unwrap()
-}
-
 /// A component calling itself `skill-notes` does not silently take the
 /// built-in's place (and its notes): only `--replace` does, audited.
 #[test]
@@ -667,7 +656,7 @@ fn a_plugin_cannot_take_a_builtin_name_without_replace() {
         "{out}"
     );
     assert!(out.contains("state:"), "{out}");
-    let replaced = audit_kinds(&sandbox, "plugin.replaced");
+    let replaced = sandbox.audited("plugin.replaced");
     assert!(
         replaced.iter().any(|d| d.starts_with("skill-notes:")),
         "{replaced:?}"
@@ -753,6 +742,24 @@ fn plugin_capability_denials_are_audited_for_the_workspace() {
     );
 }
 
+/// The morning-briefing task's next five fire times after
+/// 2026-12-01T12:00:00Z, as `schedule check` prints them.
+const SHANGHAI_NINE_AM: [&str; 5] = [
+    "2026-12-02 09:00 +08:00 (01:00 UTC)",
+    "2026-12-03 09:00 +08:00 (01:00 UTC)",
+    "2026-12-04 09:00 +08:00 (01:00 UTC)",
+    "2026-12-05 09:00 +08:00 (01:00 UTC)",
+    "2026-12-06 09:00 +08:00 (01:00 UTC)",
+];
+
+/// The fire times `schedule check` printed.
+fn fire_times(out: &str) -> Vec<&str> {
+    out.lines()
+        .filter(|l| l.starts_with("  2026-"))
+        .map(str::trim)
+        .collect()
+}
+
 #[test]
 fn schedule_check_prints_shanghai_fire_times_of_the_example() {
     let sandbox = Sandbox::new();
@@ -778,21 +785,7 @@ fn schedule_check_prints_shanghai_fire_times_of_the_example() {
         out.contains("morning_briefing: schedule \"0 9 * * *\" in Asia/Shanghai"),
         "{out}"
     );
-    let times: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("  2026-"))
-        .map(str::trim)
-        .collect();
-    assert_eq!(
-        times,
-        [
-            "2026-12-02 09:00 +08:00 (01:00 UTC)",
-            "2026-12-03 09:00 +08:00 (01:00 UTC)",
-            "2026-12-04 09:00 +08:00 (01:00 UTC)",
-            "2026-12-05 09:00 +08:00 (01:00 UTC)",
-            "2026-12-06 09:00 +08:00 (01:00 UTC)",
-        ]
-    );
+    assert_eq!(fire_times(&out), SHANGHAI_NINE_AM);
 }
 
 /// The example as written names a skill no host has
@@ -833,21 +826,7 @@ fn schedule_check_shows_the_times_of_a_file_it_refuses_for_an_unknown_skill() {
         out.contains("refused (see below); as written its tasks would fire:"),
         "{out}"
     );
-    let times: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("  2026-"))
-        .map(str::trim)
-        .collect();
-    assert_eq!(
-        times,
-        [
-            "2026-12-02 09:00 +08:00 (01:00 UTC)",
-            "2026-12-03 09:00 +08:00 (01:00 UTC)",
-            "2026-12-04 09:00 +08:00 (01:00 UTC)",
-            "2026-12-05 09:00 +08:00 (01:00 UTC)",
-            "2026-12-06 09:00 +08:00 (01:00 UTC)",
-        ]
-    );
+    assert_eq!(fire_times(&out), SHANGHAI_NINE_AM);
 }
 
 #[test]

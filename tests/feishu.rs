@@ -303,18 +303,6 @@ channels:
         self.query("SELECT message_id, state FROM channel_inbound ORDER BY id")
     }
 
-    /// The details of the daemon's `kind` audit records.
-    fn audited(&self, kind: &str) -> Vec<String> {
-        let db = rusqlite::Connection::open(self.sandbox.home().join("pincer.db")).unwrap();
-        let mut stmt = db
-            .prepare("SELECT detail FROM audit_events WHERE kind = ?1 ORDER BY id")
-            .unwrap();
-        stmt.query_map([kind], |r| r.get(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    }
-
     /// Rows of a two-column query on the daemon's database.
     fn query(&self, sql: &str) -> Vec<(String, String)> {
         let db = rusqlite::Connection::open(self.sandbox.home().join("pincer.db")).unwrap();
@@ -632,7 +620,7 @@ async fn a_token_only_webhook_refuses_a_wrong_token_and_a_stranger() {
     assert_eq!(stranger["status"], 200, "{stranger:#}");
     let mut refused = Vec::new();
     for _ in 0..50 {
-        refused = env.audited("channel.sender_refused");
+        refused = env.sandbox.audited("channel.sender_refused");
         if !refused.is_empty() {
             break;
         }

@@ -846,23 +846,8 @@ async fn a_crashed_mcp_server_is_started_again_on_next_use() {
     let label = unique();
     let image = sqlite_server_image(&label);
     let data = tempfile::tempdir().unwrap();
-    let db = data.path().join("company.db");
-    rusqlite::Connection::open(&db)
-        .unwrap()
-        .execute_batch(
-            "CREATE TABLE sales (region TEXT, amount INTEGER);
-             INSERT INTO sales VALUES ('north', 120), ('south', 80);",
-        )
-        .unwrap();
-    let served = support::gateway::Served::start(
-        &format!(
-            "workspaces:\n  sales:\n    policies: [no_internet_access]\n    mcp_servers: [company_db]\n\
-             mcp_servers:\n  company_db:\n    type: docker\n    image: \"{}\"\n    volumes: [\"{}:/data.db:ro\"]\n    env: {{DB_PATH: /data.db}}\n",
-            image.0,
-            db.display()
-        ),
-        &[],
-    );
+    let db = sales_db(data.path());
+    let served = support::gateway::Served::start(&sales_config(&image, &db), &[]);
     let cleanup = DockerCleanup {
         home: served.sandbox.home(),
         label: label.clone(),
@@ -910,6 +895,17 @@ async fn a_crashed_mcp_server_is_started_again_on_next_use() {
         "started, restarted after the crash: {kinds:?}"
     );
     drop(cleanup);
+}
+
+/// Workspace `sales` with server `company_db` in a container of `image`,
+/// `db` mounted read-only at /data.db.
+fn sales_config(image: &Image, db: &Path) -> String {
+    format!(
+        "workspaces:\n  sales:\n    policies: [no_internet_access]\n    mcp_servers: [company_db]\n\
+         mcp_servers:\n  company_db:\n    type: docker\n    image: \"{}\"\n    volumes: [\"{}:/data.db:ro\"]\n    env: {{DB_PATH: /data.db}}\n",
+        image.0,
+        db.display()
+    )
 }
 
 fn sales_db(dir: &Path) -> PathBuf {
@@ -975,15 +971,7 @@ async fn two_gateways_of_one_home_do_not_remove_each_others_live_server_containe
     let image = sqlite_server_image(&label);
     let data = tempfile::tempdir().unwrap();
     let db = sales_db(data.path());
-    let served = support::gateway::Served::start(
-        &format!(
-            "workspaces:\n  sales:\n    policies: [no_internet_access]\n    mcp_servers: [company_db]\n\
-             mcp_servers:\n  company_db:\n    type: docker\n    image: \"{}\"\n    volumes: [\"{}:/data.db:ro\"]\n    env: {{DB_PATH: /data.db}}\n",
-            image.0,
-            db.display()
-        ),
-        &[],
-    );
+    let served = support::gateway::Served::start(&sales_config(&image, &db), &[]);
     let cleanup = DockerCleanup {
         home: served.sandbox.home(),
         label: label.clone(),
@@ -1251,15 +1239,7 @@ async fn an_mcp_volume_swapped_for_a_symlink_is_refused_at_start() {
     let image = sqlite_server_image(&label);
     let data = tempfile::tempdir().unwrap();
     let db = sales_db(data.path());
-    let served = support::gateway::Served::start(
-        &format!(
-            "workspaces:\n  sales:\n    policies: [no_internet_access]\n    mcp_servers: [company_db]\n\
-             mcp_servers:\n  company_db:\n    type: docker\n    image: \"{}\"\n    volumes: [\"{}:/data.db:ro\"]\n    env: {{DB_PATH: /data.db}}\n",
-            image.0,
-            db.display()
-        ),
-        &[],
-    );
+    let served = support::gateway::Served::start(&sales_config(&image, &db), &[]);
     let cleanup = DockerCleanup {
         home: served.sandbox.home(),
         label: label.clone(),

@@ -260,17 +260,6 @@ channels:
             .map(Result::unwrap)
             .collect()
     }
-
-    fn audited(&self, kind: &str) -> Vec<String> {
-        let db = rusqlite::Connection::open(self.sandbox.home().join("pincer.db")).unwrap();
-        let mut stmt = db
-            .prepare("SELECT detail FROM audit_events WHERE kind = ?1 ORDER BY id")
-            .unwrap();
-        stmt.query_map([kind], |r| r.get(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -412,7 +401,7 @@ async fn events_api_checks_signatures_refuses_strangers_and_replies_in_thread() 
             .contains("U0STRANGER"),
         "{refused:#?}"
     );
-    assert_eq!(env.audited("channel.sender_refused").len(), 1);
+    assert_eq!(env.sandbox.audited("channel.sender_refused").len(), 1);
 
     let sent = env
         .slack
@@ -1203,7 +1192,7 @@ async fn a_failed_scheduled_run_is_recorded_reported_and_audited() {
         failed["delivery"][0]["conversation"], "C0SLOW",
         "{failed:#}"
     );
-    let audited = env.audited("schedule.run_failed");
+    let audited = env.sandbox.audited("schedule.run_failed");
     for task in ["bad_sum", "slow_turn"] {
         assert!(
             audited
@@ -1533,7 +1522,7 @@ async fn a_task_the_agent_proposes_runs_only_once_a_person_approves_it() {
     let list = ok(env.cli(&["schedule", "list"]));
     assert!(list.contains("agent-standup (agent)"), "{list}");
     assert!(list.contains("PENDING APPROVAL"), "{list}");
-    let proposed = env.audited("schedule.agent_proposed");
+    let proposed = env.sandbox.audited("schedule.agent_proposed");
     assert!(
         proposed.len() == 1 && proposed[0].starts_with("agent-standup: "),
         "{proposed:?}"
@@ -1552,7 +1541,7 @@ async fn a_task_the_agent_proposes_runs_only_once_a_person_approves_it() {
             && approved.contains("+08:00"),
         "{approved}"
     );
-    assert_eq!(env.audited("schedule.approved").len(), 1);
+    assert_eq!(env.sandbox.audited("schedule.approved").len(), 1);
     wait_for_tasks(&env, "team", 1).await;
 
     let run = ok(env.cli(&["schedule", "run", "agent-standup"]));

@@ -31,6 +31,19 @@ impl Sandbox {
         self.dir.path().join("work")
     }
 
+    /// The details of the `kind` audit records in this home's database,
+    /// oldest first.
+    pub fn audited(&self, kind: &str) -> Vec<String> {
+        let db = rusqlite::Connection::open(self.home().join("pincer.db")).expect("pincer.db");
+        let mut stmt = db
+            .prepare("SELECT detail FROM audit_events WHERE kind = ?1 ORDER BY id")
+            .expect("audit query");
+        stmt.query_map([kind], |r| r.get(0))
+            .expect("audit rows")
+            .map(|row| row.expect("audit row"))
+            .collect()
+    }
+
     /// Writes a file under the working folder and returns its path.
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.work().join(name);

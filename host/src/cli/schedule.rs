@@ -64,21 +64,26 @@ pub async fn check(
         source,
     })?;
     let named = crate::daemon::schedules::named_plugins(&text, path);
-    let exists = |plugin: &str| match catalog.get(plugin) {
-        Ok(package) => {
-            match crate::plugins::Manifest::parse(&package.manifest_text, plugin).map(|m| m.kind())
-            {
-                Ok(crate::plugins::PluginKind::Skill) => Ok(()),
-                Ok(kind) => Err(format!(
-                    "`{plugin}` is a {} plugin, not a skill",
-                    kind.as_str()
-                )),
-                Err(e) => Err(e.to_string()),
+    // A skill (`plugin` or `plugin__tool`) whose plugin this host has.
+    let exists = |skill: &str| {
+        let plugin = skill.split_once("__").map_or(skill, |(p, _)| p);
+        match catalog.get(plugin) {
+            Ok(package) => {
+                match crate::plugins::Manifest::parse(&package.manifest_text, plugin)
+                    .map(|m| m.kind())
+                {
+                    Ok(crate::plugins::PluginKind::Skill) => Ok(()),
+                    Ok(kind) => Err(format!(
+                        "`{plugin}` is a {} plugin, not a skill",
+                        kind.as_str()
+                    )),
+                    Err(e) => Err(e.to_string()),
+                }
             }
+            Err(_) => Err(format!(
+                "unknown skill `{plugin}`: no built-in or installed plugin has that name (pincer plugin list shows them)"
+            )),
         }
-        Err(_) => Err(format!(
-            "unknown skill `{plugin}`: no built-in or installed plugin has that name (pincer plugin list shows them)"
-        )),
     };
     let callable: BTreeSet<String> = named
         .into_iter()
@@ -114,16 +119,10 @@ pub async fn check(
             anyhow::bail!("--workspace needs a configuration (pincer.yaml, or --config FILE)")
         }
         (Some((config, _)), None) => {
-            let channels: BTreeSet<String> = config.channels.keys().cloned().collect();
-            let without_default: BTreeSet<String> = config
-                .channels
-                .iter()
-                .filter(|(_, c)| c.default_conversation.is_none())
-                .map(|(name, _)| name.clone())
-                .collect();
+            let (channels, without_default) = crate::daemon::schedules::channel_names(config);
             let skill = |name: &str| {
                 skill_known(config, name)?;
-                exists(name.split_once("__").map_or(name, |(p, _)| p))
+                exists(name)
             };
             let checks = Checks {
                 default_zone,
@@ -141,9 +140,8 @@ pub async fn check(
             )?
         }
         (None, None) => {
-            let skill = |name: &str| exists(name.split_once("__").map_or(name, |(p, _)| p));
             let checks = Checks {
-                skill: Some(&skill),
+                skill: Some(&exists),
                 tools: Some(&tools),
                 ..Checks::offline(default_zone)
             };

@@ -122,6 +122,18 @@ pub async fn list_tools(
     lists
 }
 
+/// The configured channels, and those of them without a
+/// `default_conversation` (which `channel:NAME` cannot name).
+pub fn channel_names(config: &Config) -> (BTreeSet<String>, BTreeSet<String>) {
+    let without_default = config
+        .channels
+        .iter()
+        .filter(|(_, c)| c.default_conversation.is_none())
+        .map(|(name, _)| name.clone())
+        .collect();
+    (config.channels.keys().cloned().collect(), without_default)
+}
+
 /// Loads and checks workspace `name`'s tasks from `path`; with `tools`,
 /// named tools are checked and a plugin's only tool is resolved.
 pub fn load_tasks(
@@ -131,13 +143,7 @@ pub fn load_tasks(
     tools: Option<&ToolLists>,
 ) -> anyhow::Result<Vec<Task>> {
     check_location(config, path).map_err(anyhow::Error::msg)?;
-    let channels: BTreeSet<String> = config.channels.keys().cloned().collect();
-    let without_default: BTreeSet<String> = config
-        .channels
-        .iter()
-        .filter(|(_, c)| c.default_conversation.is_none())
-        .map(|(name, _)| name.clone())
-        .collect();
+    let (channels, without_default) = channel_names(config);
     let skills: Vec<String> = config
         .workspaces
         .get(name)
