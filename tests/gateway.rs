@@ -6,7 +6,7 @@ mod support;
 
 use serde_json::{Value, json};
 use support::fake_llm::{Behaviour, FakeUpstream};
-use support::gateway::{Served as Gateway, python};
+use support::gateway::{Served as Gateway, metric, python};
 use support::ok;
 
 /// A provider key the gateway holds; it must never come out anywhere.
@@ -422,15 +422,6 @@ async fn each_workspace_has_its_own_unix_socket() {
     );
 }
 
-/// The value of the sample `name` with exactly these `labels`, if any.
-fn sample(scraped: &Value, name: &str, labels: Value) -> Option<f64> {
-    scraped["samples"]
-        .as_array()?
-        .iter()
-        .find(|s| s["name"] == name && s["labels"] == labels)
-        .and_then(|s| s["value"].as_f64())
-}
-
 /// `/metrics` on the TCP listener, parsed by the official
 /// `prometheus_client` OpenMetrics parser after a few requests: requests by
 /// outcome, tokens, the added-latency histogram and the budget left; a
@@ -450,14 +441,7 @@ async fn metrics_count_requests_and_are_never_served_on_a_workspace_socket() {
         assert_eq!(status, 200, "{body}\n{}", served.log());
     }
     assert_eq!(served.chat("nope").await.0, 404, "an unknown alias");
-    let scraped = support::gateway::python_client(
-        "metrics_scrape.py",
-        &[&format!("{}/metrics", served.base)],
-    );
-    assert!(
-        scraped.get("error").is_none(),
-        "the parser refused it: {scraped:#}"
-    );
+    let scraped = support::gateway::scrape_metrics(&served.base);
     assert!(
         scraped["content_type"]
             .as_str()
@@ -466,7 +450,7 @@ async fn metrics_count_requests_and_are_never_served_on_a_workspace_socket() {
         "{scraped}"
     );
     let requests = |outcome: &str, model: &str| {
-        sample(
+        metric(
             &scraped,
             "pincer_gateway_requests_total",
             json!({"workspace": "main", "model": model, "outcome": outcome}),
@@ -474,14 +458,14 @@ async fn metrics_count_requests_and_are_never_served_on_a_workspace_socket() {
     };
     assert_eq!(requests("ok", "default"), Some(3.0), "{scraped:#}");
     assert_eq!(requests("denied", "nope"), Some(1.0), "{scraped:#}");
-    let tokens = sample(
+    let tokens = metric(
         &scraped,
         "pincer_gateway_tokens_total",
         json!({"workspace": "main", "model": "default", "kind": "completion"}),
     );
     assert!(tokens.is_some_and(|t| t > 0.0), "{scraped:#}");
     assert_eq!(
-        sample(
+        metric(
             &scraped,
             "pincer_gateway_added_latency_seconds_count",
             json!({"endpoint": "chat"})
@@ -489,7 +473,7 @@ async fn metrics_count_requests_and_are_never_served_on_a_workspace_socket() {
         Some(4.0),
         "{scraped:#}"
     );
-    let left = sample(
+    let left = metric(
         &scraped,
         "pincer_budget_remaining_usd",
         json!({"workspace": "main", "window": "day"}),

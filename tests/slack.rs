@@ -634,6 +634,39 @@ async fn refresh_requested_and_a_deaf_socket_both_end_in_a_fresh_connection() {
     assert_eq!(slack["watchdog_reconnects"], 1, "{status:#}");
     assert_eq!(slack["reconnects"], 2, "refresh and watchdog: {status:#}");
     assert_eq!(slack["connected"], true, "{status:#}");
+    // The same figures on the daemon's /metrics, with its container start
+    // (one container served both turns) and the turns it recorded.
+    let scraped = support::gateway::scrape_metrics(&daemon.gateway);
+    let metric = |name: &str, labels: Value| support::gateway::metric(&scraped, name, labels);
+    assert_eq!(
+        metric(
+            "pincer_channel_reconnects_total",
+            json!({"channel": "slack"})
+        ),
+        Some(2.0),
+        "{scraped:#}"
+    );
+    assert_eq!(
+        metric(
+            "pincer_container_starts_total",
+            json!({"workspace": "team"})
+        ),
+        Some(1.0),
+        "{scraped:#}"
+    );
+    assert_eq!(
+        metric("pincer_turns", json!({"status": "done"})),
+        Some(2.0),
+        "{scraped:#}"
+    );
+    assert_eq!(
+        metric(
+            "pincer_plugin_faults_total",
+            json!({"plugin": "channel-slack"})
+        ),
+        None,
+        "no plugin faulted: {scraped:#}"
+    );
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
 

@@ -9,6 +9,11 @@
 //!   `POST /v1/chat/completions` at once with a fixed tiny JSON body and
 //!   usage, or (`"stream": true`) with three SSE chunks, usage and `[DONE]`;
 //! - "direct" is the load generator against the fake itself: the baseline;
+//! - "relay" is the floor of pincer's HTTP stack: this bench re-run as a
+//!   child process that relays each call to the fake upstream with the same
+//!   crates and settings pincer uses (axum, pincer's reqwest client, a
+//!   multi-thread runtime), with no key, budget, routing, parsing or
+//!   accounting; what pincer costs above it is pincer's own work;
 //! - "pincer" is the real `pincer gateway serve` (a child process, its own
 //!   PINCER_HOME; `PINCER_BENCH_BIN` runs another build of it, e.g. an
 //!   older commit's), "litellm" is `litellm --config …` from the venv at
@@ -61,7 +66,15 @@ const STREAM_REQUEST: &str = r#"{"model":"default","messages":[{"role":"user","c
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const LITELLM_MASTER_KEY: &str = "sk-bench-litellm-master";
 
+/// Set in the child that runs as the "relay" target: the upstream's base URL.
+const RELAY_UPSTREAM_ENV: &str = "PINCER_BENCH_RELAY_UPSTREAM";
+/// ... and the address it listens on.
+const RELAY_LISTEN_ENV: &str = "PINCER_BENCH_RELAY_LISTEN";
+
 fn main() -> anyhow::Result<()> {
+    if let Ok(upstream) = std::env::var(RELAY_UPSTREAM_ENV) {
+        return relay(&upstream, &std::env::var(RELAY_LISTEN_ENV)?);
+    }
     let upstream = start_upstream()?;
     // The load generator on one thread: the two cores are better left to
     // the gateway under test and the upstream.
@@ -227,6 +240,26 @@ async fn run(upstream: SocketAddr) -> anyhow::Result<()> {
             Ok(r) => results.push(r),
             Err(e) => bail!("pincer gateway: {e:#}\n--- its log ---\n{log}"),
         }
+    }
+
+    {
+        let (relay, target) = start_relay(scratch.path(), &upstream_base)?;
+        let measured = match wait_ready(&client, &target, Duration::from_secs(30)).await {
+            Ok(()) => {
+                measure_all(
+                    &client,
+                    &target,
+                    Some(relay.pid()),
+                    &scenarios,
+                    secs,
+                    u32::MAX,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        let log = relay.stop();
+        results.push(measured.with_context(|| format!("the relay: {log}"))?);
     }
 
     let venv = std::env::var_os("PINCER_BENCH_LITELLM_VENV")
@@ -627,6 +660,64 @@ fn start_pincer(scratch: &Path, upstream_base: &str) -> anyhow::Result<(Server, 
             key: Some(key),
         },
     ))
+}
+
+fn start_relay(scratch: &Path, upstream_base: &str) -> anyhow::Result<(Server, Target)> {
+    let port = free_port()?;
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .env(RELAY_UPSTREAM_ENV, upstream_base)
+        .env(RELAY_LISTEN_ENV, format!("127.0.0.1:{port}"));
+    let server = Server::spawn(command, scratch.join("relay.log"))?;
+    Ok((
+        server,
+        Target {
+            name: "relay",
+            url: format!("http://127.0.0.1:{port}/v1/chat/completions"),
+            key: None,
+        },
+    ))
+}
+
+/// The "relay" target's process: `POST /v1/chat/completions` passed to
+/// `upstream` as it came and its answer streamed back as it comes, on the
+/// runtime `pincer gateway serve` uses.
+fn relay(upstream: &str, listen: &str) -> anyhow::Result<()> {
+    let url = reqwest::Url::parse(&format!("{upstream}/chat/completions"))?;
+    let client = pincer::gateway::llm::default_client()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen).await?;
+        let router = Router::new().route(
+            "/v1/chat/completions",
+            post(move |body: Bytes| async move {
+                let answer = client
+                    .post(url.clone())
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                match answer {
+                    Ok(answer) => {
+                        let status = answer.status();
+                        let kind = answer.headers().get(CONTENT_TYPE).cloned();
+                        let mut response =
+                            axum::body::Body::from_stream(answer.bytes_stream()).into_response();
+                        *response.status_mut() = status;
+                        if let Some(kind) = kind {
+                            response.headers_mut().insert(CONTENT_TYPE, kind);
+                        }
+                        response
+                    }
+                    Err(e) => (axum::http::StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+                }
+            }),
+        );
+        axum::serve(listener, router).await?;
+        Ok(())
+    })
 }
 
 fn litellm_version(venv: &Path) -> String {

@@ -9,6 +9,7 @@ pub mod config;
 pub mod containers;
 pub mod daemon;
 pub mod db;
+pub mod events;
 pub mod gateway;
 pub mod memory;
 pub mod plugins;

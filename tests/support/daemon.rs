@@ -14,6 +14,8 @@ pub struct Daemon {
     stdout: BufReader<ChildStdout>,
     /// `127.0.0.1:PORT` of the webhook listener, when it has channels.
     pub webhooks: String,
+    /// `http://127.0.0.1:PORT` of the gateway's TCP listener.
+    pub gateway: String,
     pub log: PathBuf,
 }
 
@@ -40,8 +42,15 @@ impl Daemon {
             .and_then(|rest| rest.split("/channels/").next())
             .unwrap_or_default()
             .to_string();
+        let gateway = banner
+            .split("gateway on ")
+            .nth(1)
+            .and_then(|rest| rest.split("/v1").next())
+            .unwrap_or_default()
+            .to_string();
         Daemon {
             child,
+            gateway,
             banner,
             stdout,
             webhooks,

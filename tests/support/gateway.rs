@@ -185,3 +185,24 @@ pub fn python_client(script: &str, args: &[&str]) -> serde_json::Value {
     );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
+
+/// `GET <base>/metrics`, parsed by the official `prometheus_client`
+/// OpenMetrics parser (`tests/python/metrics_scrape.py`); panics when the
+/// parser refuses the text.
+pub fn scrape_metrics(base: &str) -> serde_json::Value {
+    let scraped = python_client("metrics_scrape.py", &[&format!("{base}/metrics")]);
+    assert!(
+        scraped.get("error").is_none(),
+        "the parser refused it: {scraped:#}"
+    );
+    scraped
+}
+
+/// The value of the scraped sample `name` with exactly these `labels`.
+pub fn metric(scraped: &serde_json::Value, name: &str, labels: serde_json::Value) -> Option<f64> {
+    scraped["samples"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == name && s["labels"] == labels)
+        .and_then(|s| s["value"].as_f64())
+}

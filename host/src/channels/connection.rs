@@ -112,6 +112,7 @@ pub async fn hold(
                     return;
                 }
                 tracing::warn!(%channel, "connection dropped: {outcome}");
+                crate::events::channel_reconnected(&channel);
                 host.update_status(&channel, |s| {
                     s.connected = false;
                     s.since_ms = Some(now_ms());

@@ -202,6 +202,7 @@ impl ContainerRuntime {
             replaced = Some(why);
         }
         let id = self.create_and_start(spec, &digest).await?;
+        crate::events::container_started(&spec.workspace);
         let runner = self.verify(spec, &id).await?;
         let runner = self.grant(spec, &id, runner).await?;
         Ok(Ensured {
@@ -279,6 +280,7 @@ impl ContainerRuntime {
     async fn not_trusted(&self, spec: &WorkspaceSpec, problems: Vec<String>) -> ContainerError {
         let _ = self.remove(&spec.container_name).await;
         self.revoke_token(&spec.workspace);
+        crate::events::container_verify_failed(&spec.workspace);
         let detail = problems.join("; ");
         tracing::debug!(workspace = %spec.workspace, "policy not applied, container removed: {detail}");
         self.audit.record(

@@ -431,6 +431,7 @@ impl Ledger {
                 ON gateway_reservations (workspace, created_ms);",
         )?;
         conn.execute_batch(lease::SCHEMA)?;
+        lease::ensure_spend_by_day(&conn)?;
         let clock: Clock = Arc::new(clock);
         let slices = Arc::new(Slices::new(owner_id(), clock));
         let writer = Writer::start(
@@ -1028,6 +1029,51 @@ mod tests {
         );
         ledger.reserve("dev", &budget, "m", usd(0.1)).unwrap();
         assert_eq!(ledger.usage(Some("dev")).unwrap()[0].calls, 1);
+    }
+
+    /// Spend by day sums every usage row: those written before the table
+    /// existed (an older pincer) and those written after, by the trigger.
+    #[test]
+    fn spend_by_day_counts_usage_from_before_it_existed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.db");
+        let budget = Budget {
+            daily_usd: Some(1.0),
+            ..Budget::default()
+        };
+        {
+            let ledger = Ledger::open(&path).unwrap();
+            let r = ledger.reserve("dev", &budget, "m", usd(0.4)).unwrap();
+            ledger
+                .settle(r, USED, Some(0.4), "openai/x", false)
+                .unwrap();
+        }
+        // What a database looked like before: usage rows, no summary.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "DROP TRIGGER gateway_usage_spend_by_day; DROP TABLE gateway_spend_by_day;",
+        )
+        .unwrap();
+        drop(conn);
+        let ledger = Ledger::open(&path).unwrap();
+        let spend = ledger.spend("dev").unwrap();
+        assert!((spend.day_usd - 0.4).abs() < 1e-9, "{spend:?}");
+        assert_eq!(spend.day_tokens, 10);
+        let r = ledger.reserve("dev", &budget, "m", usd(0.5)).unwrap();
+        ledger
+            .settle(r, USED, Some(0.5), "openai/x", false)
+            .unwrap();
+        assert!(matches!(
+            ledger.reserve("dev", &budget, "m", usd(0.2)),
+            Err(BudgetError::Exceeded { .. })
+        ));
+        let spend = ledger.spend("dev").unwrap();
+        assert!((spend.day_usd - 0.9).abs() < 1e-9, "{spend:?}");
+        assert_eq!(spend.day_tokens, 20);
+        // Reopening neither sums again nor loses the rows.
+        drop(ledger);
+        let spend = Ledger::open(&path).unwrap().spend("dev").unwrap();
+        assert!((spend.day_usd - 0.9).abs() < 1e-9, "{spend:?}");
     }
 
     #[test]

@@ -45,6 +45,52 @@ pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS gateway_budget_leases (
         PRIMARY KEY (workspace, owner)
     );";
 
+/// Creates `gateway_spend_by_day`, what `gateway_usage` holds summed by
+/// workspace and UTC day, kept by a trigger on every insert (whichever
+/// process or version inserts), so checking a window reads at most 31 rows
+/// instead of every call of the month. A database that had usage before
+/// the table existed is summed into it in the same transaction that adds
+/// the trigger, so no row is counted twice or missed.
+pub fn ensure_spend_by_day(conn: &Connection) -> rusqlite::Result<()> {
+    let exists = |conn: &Connection| -> rusqlite::Result<bool> {
+        conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'gateway_usage_spend_by_day')",
+            [],
+            |r| r.get(0),
+        )
+    };
+    if exists(conn)? {
+        return Ok(());
+    }
+    let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+    if exists(&tx)? {
+        return Ok(()); // another process made it first
+    }
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS gateway_spend_by_day (
+            workspace TEXT NOT NULL,
+            day TEXT NOT NULL,
+            cost_usd REAL NOT NULL,
+            tokens INTEGER NOT NULL,
+            PRIMARY KEY (workspace, day)
+        ) WITHOUT ROWID;
+        DELETE FROM gateway_spend_by_day;
+        INSERT INTO gateway_spend_by_day (workspace, day, cost_usd, tokens)
+            SELECT workspace, day, TOTAL(cost_usd), SUM(prompt_tokens + completion_tokens)
+            FROM gateway_usage GROUP BY workspace, day;
+        CREATE TRIGGER gateway_usage_spend_by_day AFTER INSERT ON gateway_usage
+        BEGIN
+            INSERT INTO gateway_spend_by_day (workspace, day, cost_usd, tokens)
+            VALUES (NEW.workspace, NEW.day, COALESCE(NEW.cost_usd, 0.0),
+                    NEW.prompt_tokens + NEW.completion_tokens)
+            ON CONFLICT (workspace, day) DO UPDATE SET
+                cost_usd = cost_usd + excluded.cost_usd,
+                tokens = tokens + excluded.tokens;
+        END;",
+    )?;
+    tx.commit()
+}
+
 /// One workspace's slice in this process.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct Slice {
@@ -144,7 +190,8 @@ impl Slices {
 }
 
 /// What the windows of a workspace hold in the database, for one lease
-/// decision: spent in `gateway_usage`, and leased or reserved by others.
+/// decision: spent (from `gateway_spend_by_day`), and leased or reserved
+/// by others.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Held {
     pub day_usd: f64,
@@ -168,8 +215,8 @@ pub fn held(conn: &Connection, workspace: &str, owner: &str, now: i64) -> rusqli
     let (month_first, month_last) = (format!("{month}-01"), format!("{month}-31"));
     let window = |from: &str, to: &str| -> rusqlite::Result<(f64, f64)> {
         conn.prepare_cached(
-            "SELECT TOTAL(cost_usd), TOTAL(prompt_tokens + completion_tokens)
-             FROM gateway_usage WHERE workspace = ?1 AND day BETWEEN ?2 AND ?3",
+            "SELECT TOTAL(cost_usd), TOTAL(tokens)
+             FROM gateway_spend_by_day WHERE workspace = ?1 AND day BETWEEN ?2 AND ?3",
         )?
         .query_row(params![workspace, from, to], |r| Ok((r.get(0)?, r.get(1)?)))
     };

@@ -10,7 +10,9 @@
 //! - `pincer_gateway_added_latency_seconds{endpoint}`: the time a request
 //!   spent in pincer, that is its whole time minus the upstream's;
 //! - `pincer_gateway_tokens_total{workspace, model, kind}` and
-//!   `pincer_gateway_cost_usd_total{workspace, model}`.
+//!   `pincer_gateway_cost_usd_total{workspace, model}`;
+//! - the process's own counters ([`crate::events`]): container starts and
+//!   verify failures, plugin faults, channel reconnects.
 //!
 //! Read from the database at each scrape (a few indexed counts):
 //! - `pincer_budget_remaining_usd` / `_tokens{workspace, window}` for each
@@ -121,6 +123,7 @@ impl Metrics {
             "Cost in USD by workspace and model alias (where a price is known)",
             cost.clone(),
         );
+        crate::events::register(&mut registry);
         Arc::new(Metrics {
             registry,
             requests,

@@ -391,7 +391,7 @@ impl Gateway {
             .respond(dialect));
         }
         let reach = self.reach(key).map_err(|e| e.respond(dialect))?;
-        if !self.router.aliases().contains(&alias) {
+        if !self.router.serves(&alias) {
             return Err(llm_error(
                 &LlmError::UnknownModel {
                     alias,
@@ -426,6 +426,7 @@ impl Gateway {
                 &format!("{alias}: cache hit"),
             );
             return Ok(Dispatched::Complete {
+                body: hit.to_string(),
                 response: hit,
                 deployment: "cache".into(),
                 cached: true,
@@ -486,12 +487,12 @@ impl Gateway {
                     ),
                 );
                 let text = response.to_string();
-                let redacted = self.router.redact(&text);
+                let body = self.router.redact(&text);
                 // Parsed again only when redaction changed something.
-                let response: Value = if redacted == text {
+                let response: Value = if body == text {
                     response
                 } else {
-                    serde_json::from_str(&redacted).unwrap_or(response)
+                    serde_json::from_str(&body).unwrap_or(response)
                 };
                 if let Some(cache) = &self.cache
                     && ResponseCache::cacheable(&request)
@@ -500,6 +501,7 @@ impl Gateway {
                 }
                 Ok(Dispatched::Complete {
                     response,
+                    body,
                     deployment: deployment.short(),
                     cached: false,
                 })
@@ -561,6 +563,9 @@ impl Gateway {
 enum Dispatched {
     Complete {
         response: Value,
+        /// `response` as JSON text, as sent on the OpenAI endpoint (the
+        /// redacted text itself, not serialized a second time).
+        body: String,
         deployment: String,
         cached: bool,
     },
@@ -593,12 +598,11 @@ async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
         Ok(reach) => reach,
         Err(e) => return e.respond(Dialect::OpenAi),
     };
-    let served = gateway.router.aliases();
     let data: Vec<Value> = reach
         .models
         .aliases
         .iter()
-        .filter(|alias| served.contains(alias))
+        .filter(|alias| gateway.router.serves(alias))
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "pincer"}))
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
@@ -638,10 +642,22 @@ async fn chat_completions(State(gateway): State<Arc<Gateway>>, request: Request)
     match gateway.dispatch(&key, body, "chat", started).await {
         Err(response) => response,
         Ok(Dispatched::Complete {
-            response,
+            body,
             deployment,
             cached,
-        }) => with_headers(axum::Json(response).into_response(), &deployment, cached),
+            ..
+        }) => with_headers(
+            (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                body,
+            )
+                .into_response(),
+            &deployment,
+            cached,
+        ),
         Ok(Dispatched::Stream { events, deployment }) => {
             let redactor = Arc::clone(&gateway);
             let body = events
@@ -681,6 +697,7 @@ async fn messages(State(gateway): State<Arc<Gateway>>, request: Request) -> Resp
             response,
             deployment,
             cached,
+            ..
         }) => with_headers(
             axum::Json(llm::openai_response_to_anthropic(response)).into_response(),
             &deployment,

@@ -588,6 +588,7 @@ impl PluginHost {
         };
         if error.is_fault() {
             plugin.faults.fetch_add(1, Ordering::Relaxed);
+            crate::events::plugin_fault(plugin.name());
             tracing::warn!(plugin = plugin.name(), "{error}");
             self.audit.record(
                 &format!("plugin:{}", plugin.name()),

@@ -243,6 +243,11 @@ impl LlmRouter {
     }
 
     /// The configured aliases (`model_name`s), sorted.
+    /// Whether `alias` is a configured model alias.
+    pub fn serves(&self, alias: &str) -> bool {
+        self.by_alias.contains_key(alias)
+    }
+
     pub fn aliases(&self) -> Vec<String> {
         self.by_alias.keys().cloned().collect()
     }

@@ -1,0 +1,117 @@
+//! Process-wide counters of what the daemon's parts do, which the gateway's
+//! `/metrics` ([`crate::gateway::metrics`]) exposes next to its own:
+//!
+//! - `pincer_container_starts_total{workspace}`: workspace containers
+//!   created and started;
+//! - `pincer_container_verify_failures_total{workspace}`: containers removed
+//!   because their policy or runner could not be verified;
+//! - `pincer_plugin_faults_total{plugin}`: plugin calls that trapped, ran out
+//!   of time or memory;
+//! - `pincer_channel_reconnects_total{channel}`: connections a channel opened
+//!   again after losing one.
+//!
+//! Counters live for the process (a `prometheus-client` family each, shared
+//! by every gateway the process builds), so the parts that count need no
+//! handle to the gateway; a process that runs none of these parts (e.g.
+//! `pincer gateway serve`) shows the families with no samples.
+
+use std::sync::LazyLock;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkspaceLabel {
+    workspace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabel {
+    plugin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChannelLabel {
+    channel: String,
+}
+
+struct Events {
+    container_starts: Family<WorkspaceLabel, Counter>,
+    verify_failures: Family<WorkspaceLabel, Counter>,
+    plugin_faults: Family<PluginLabel, Counter>,
+    channel_reconnects: Family<ChannelLabel, Counter>,
+}
+
+static EVENTS: LazyLock<Events> = LazyLock::new(|| Events {
+    container_starts: Family::default(),
+    verify_failures: Family::default(),
+    plugin_faults: Family::default(),
+    channel_reconnects: Family::default(),
+});
+
+/// A workspace container was created and started.
+pub fn container_started(workspace: &str) {
+    EVENTS
+        .container_starts
+        .get_or_create(&WorkspaceLabel {
+            workspace: workspace.to_owned(),
+        })
+        .inc();
+}
+
+/// A workspace container failed verification and was removed.
+pub fn container_verify_failed(workspace: &str) {
+    EVENTS
+        .verify_failures
+        .get_or_create(&WorkspaceLabel {
+            workspace: workspace.to_owned(),
+        })
+        .inc();
+}
+
+/// A call into `plugin` trapped, ran out of time or of memory.
+pub fn plugin_fault(plugin: &str) {
+    EVENTS
+        .plugin_faults
+        .get_or_create(&PluginLabel {
+            plugin: plugin.to_owned(),
+        })
+        .inc();
+}
+
+/// `channel` opened its connection again after losing it.
+pub fn channel_reconnected(channel: &str) {
+    EVENTS
+        .channel_reconnects
+        .get_or_create(&ChannelLabel {
+            channel: channel.to_owned(),
+        })
+        .inc();
+}
+
+/// Registers the process's counters in `registry` (they stay shared: what
+/// is counted later shows in every registry they were added to).
+pub fn register(registry: &mut Registry) {
+    registry.register(
+        "pincer_container_starts",
+        "Workspace containers created and started, by workspace",
+        EVENTS.container_starts.clone(),
+    );
+    registry.register(
+        "pincer_container_verify_failures",
+        "Workspace containers removed because their policy or runner could not be verified",
+        EVENTS.verify_failures.clone(),
+    );
+    registry.register(
+        "pincer_plugin_faults",
+        "Plugin calls that trapped, ran out of time or of memory, by plugin",
+        EVENTS.plugin_faults.clone(),
+    );
+    registry.register(
+        "pincer_channel_reconnects",
+        "Channel connections opened again after one was lost, by channel",
+        EVENTS.channel_reconnects.clone(),
+    );
+}
