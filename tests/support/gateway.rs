@@ -78,6 +78,22 @@ impl Served {
             .expect("run pincer")
     }
 
+    /// What `pincer gateway usage ARGS` prints once `shows` accepts it, or
+    /// after 10 s: the serving process writes usage about one group-commit
+    /// window after each answer (README, Gateway), so another process reads
+    /// it a little later.
+    pub fn usage_showing(&self, args: &[&str], shows: impl Fn(&str) -> bool) -> String {
+        let started = std::time::Instant::now();
+        let command: Vec<&str> = ["gateway", "usage"].iter().chain(args).copied().collect();
+        loop {
+            let usage = ok(self.cli(&command));
+            if shows(&usage) || started.elapsed() > std::time::Duration::from_secs(10) {
+                return usage;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Mints a key for `workspace` and returns it.
     pub fn key(&self, workspace: &str) -> String {
         ok(self.cli(&["gateway", "keys", "create", workspace]))
@@ -91,6 +107,25 @@ impl Served {
     }
 
     /// `kind` audit records of `workspace`, as their details.
+    /// [`Self::audited`] once `shows` accepts it, or after 10 s: a
+    /// `gateway.call` event is written with the call's usage, about one
+    /// group-commit window after the answer.
+    pub fn audited_showing(
+        &self,
+        workspace: &str,
+        kind: &str,
+        shows: impl Fn(&[String]) -> bool,
+    ) -> Vec<String> {
+        let started = std::time::Instant::now();
+        loop {
+            let audited = self.audited(workspace, kind);
+            if shows(&audited) || started.elapsed() > std::time::Duration::from_secs(10) {
+                return audited;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     pub fn audited(&self, workspace: &str, kind: &str) -> Vec<String> {
         let audit: serde_json::Value =
             serde_json::from_str(&ok(self.cli(&["policy", "audit", workspace, "--json"])))
