@@ -242,12 +242,12 @@ impl LlmRouter {
         self
     }
 
-    /// The configured aliases (`model_name`s), sorted.
     /// Whether `alias` is a configured model alias.
     pub fn serves(&self, alias: &str) -> bool {
         self.by_alias.contains_key(alias)
     }
 
+    /// The configured aliases (`model_name`s), sorted.
     pub fn aliases(&self) -> Vec<String> {
         self.by_alias.keys().cloned().collect()
     }
