@@ -31,6 +31,8 @@ use crate::policy::{Reaches, WorkspaceReach};
 
 pub const DEPLOYMENT_HEADER: &str = "x-pincer-deployment";
 pub const CACHE_HEADER: &str = "x-pincer-cache";
+/// The `model` label of requests for a model that is not configured.
+pub const UNKNOWN_MODEL_LABEL: &str = "(unknown)";
 
 /// Everything a gateway request needs; shared by every listener.
 pub struct Gateway {
@@ -360,7 +362,15 @@ impl Gateway {
             Err(response) if response.status().is_server_error() => Outcome::Error,
             Err(_) => Outcome::Denied,
         };
-        self.metrics.request(&key.workspace, &alias, outcome);
+        // The model is whatever the caller sent: only configured aliases
+        // become label values, or a container could grow the host's memory
+        // without bound with one series per made-up name.
+        let model = if self.router.serves(&alias) {
+            alias.as_str()
+        } else {
+            UNKNOWN_MODEL_LABEL
+        };
+        self.metrics.request(&key.workspace, model, outcome);
         self.metrics
             .added_latency(endpoint, started.elapsed().saturating_sub(upstream));
         result
