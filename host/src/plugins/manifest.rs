@@ -68,6 +68,113 @@ pub struct Manifest {
     /// The plugin's config schema: one entry per accepted key.
     #[serde(default)]
     pub config: BTreeMap<String, ConfigKey>,
+    /// Values the host may keep from a response for the plugin (`capture`),
+    /// by name, with where each may be placed.
+    #[serde(default)]
+    pub captures: BTreeMap<String, CaptureKey>,
+    /// Credentials the host checks in every webhook request before the
+    /// plugin sees it.
+    #[serde(default)]
+    pub webhook: WebhookSection,
+}
+
+/// `[captures.NAME]`: a value the host keeps from a response.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureKey {
+    #[serde(default)]
+    pub bind: Vec<Binding>,
+    #[serde(default)]
+    pub description: String,
+}
+
+/// One place a secret may be put: a request to `host` (an http capability
+/// pattern), under `path` (a prefix), with `method`, into exactly one of a
+/// header (with `prefix` before the value), a JSON member (by JSON
+/// Pointer), a form field or a query parameter.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Binding {
+    pub host: String,
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub method: Option<String>,
+    #[serde(default)]
+    pub header: Option<String>,
+    #[serde(default)]
+    pub prefix: Option<String>,
+    #[serde(default)]
+    pub json: Option<String>,
+    #[serde(default)]
+    pub form: Option<String>,
+    #[serde(default)]
+    pub query: Option<String>,
+}
+
+impl Binding {
+    fn check(&self, secret: &str) -> Result<(), String> {
+        let bad = |why: String| format!("config.{secret}.bind (host `{}`): {why}", self.host);
+        HostPattern::parse(&self.host).map_err(&bad)?;
+        let places = [&self.header, &self.json, &self.form, &self.query]
+            .iter()
+            .filter(|p| p.is_some())
+            .count();
+        if places != 1 {
+            return Err(bad(
+                "name exactly one place: `header`, `json`, `form` or `query`".into(),
+            ));
+        }
+        if self.prefix.is_some() && self.header.is_none() {
+            return Err(bad("`prefix` goes with `header` only".into()));
+        }
+        if let Some(p) = &self.json
+            && !p.starts_with('/')
+        {
+            return Err(bad(format!(
+                "`json = \"{p}\"` is not a JSON Pointer (it starts with `/`)"
+            )));
+        }
+        if let Some(p) = &self.path
+            && !p.starts_with('/')
+        {
+            return Err(bad(format!("`path = \"{p}\"` must start with `/`")));
+        }
+        if let Some(h) = &self.header {
+            let lower = h.to_ascii_lowercase();
+            if lower.is_empty()
+                || !lower
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            {
+                return Err(bad(format!("`header = \"{h}\"` is not a header name")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `[webhook]` of plugin.toml.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSection {
+    #[serde(default)]
+    pub verify: Vec<WebhookToken>,
+}
+
+/// A token a platform puts in its webhook JSON (Feishu's verification
+/// token): when the secret is set, the host compares every member named by
+/// `json` with it in constant time, refuses the request (401) on a missing
+/// or different value, and removes the members before the plugin sees the
+/// event. A body with a member at `encrypted` is checked after the plugin
+/// has the host decrypt it (`secrets.decrypt`), on the decrypted event.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookToken {
+    pub secret: String,
+    pub json: Vec<String>,
+    #[serde(default)]
+    pub encrypted: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -169,6 +276,9 @@ pub struct ConfigKey {
     /// Secrets are redacted wherever the config is shown.
     #[serde(default)]
     pub secret: bool,
+    /// Where the host may put this secret; nowhere when empty.
+    #[serde(default)]
+    pub bind: Vec<Binding>,
     #[serde(default)]
     pub description: String,
 }
@@ -228,12 +338,67 @@ impl Manifest {
                 ManifestLimits::MAX_MEMORY_MB
             ));
         }
-        for key in self.config.keys() {
+        for (key, spec) in &self.config {
             if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(format!("config key `{key}` must be [A-Za-z0-9_]+"));
             }
+            if !spec.bind.is_empty() && !spec.secret {
+                return Err(format!(
+                    "config.{key}.bind: only a `secret = true` key has bindings"
+                ));
+            }
+            for binding in &spec.bind {
+                binding.check(key)?;
+            }
+        }
+        for (name, capture) in &self.captures {
+            if self.config.contains_key(name) {
+                return Err(format!(
+                    "captures.{name}: a capture cannot share its name with a config key"
+                ));
+            }
+            for binding in &capture.bind {
+                binding.check(name)?;
+            }
+        }
+        for token in &self.webhook.verify {
+            if !self.config.get(&token.secret).is_some_and(|k| k.secret) {
+                return Err(format!(
+                    "webhook.verify: `{}` is not a `secret = true` config key",
+                    token.secret
+                ));
+            }
+            if token.json.is_empty() {
+                return Err(format!(
+                    "webhook.verify `{}`: `json` names no member",
+                    token.secret
+                ));
+            }
+            for pointer in token.json.iter().chain(&token.encrypted) {
+                if !pointer.starts_with('/') {
+                    return Err(format!(
+                        "webhook.verify `{}`: `{pointer}` is not a JSON Pointer (it starts with `/`)",
+                        token.secret
+                    ));
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Where each secret the host holds for this plugin may be placed:
+    /// its secret config keys and its captures.
+    pub fn bindings(&self) -> BTreeMap<String, Vec<Binding>> {
+        self.config
+            .iter()
+            .filter(|(_, k)| k.secret)
+            .map(|(name, k)| (name.clone(), k.bind.clone()))
+            .chain(
+                self.captures
+                    .iter()
+                    .map(|(name, c)| (name.clone(), c.bind.clone())),
+            )
+            .collect()
     }
 
     /// Checks a plugin's configured values against its declared config schema.
@@ -270,6 +435,17 @@ impl Manifest {
                 Some(serde_json::Value::String(value)) if spec.secret && value.is_empty() => {
                     return Err(format!(
                         "config key `{key}` is a secret and is empty: give it a value, or leave the key out"
+                    ));
+                }
+                // Shorter values cannot be told from ordinary text, so the
+                // host could not keep them out of what the plugin reads.
+                Some(serde_json::Value::String(value))
+                    if spec.secret && value.len() < crate::plugins::MIN_SECRET_BYTES =>
+                {
+                    return Err(format!(
+                        "config key `{key}` is a secret of {} bytes; secrets must be at least {} bytes (a real token or key is longer)",
+                        value.len(),
+                        crate::plugins::MIN_SECRET_BYTES
                     ));
                 }
                 _ => {}
@@ -489,8 +665,70 @@ secret = true
             .check_config(&serde_json::json!({"token": ""}))
             .unwrap_err();
         assert!(err.contains("`token` is a secret and is empty"), "{err}");
-        m.check_config(&serde_json::json!({"token": "t0k"}))
+        m.check_config(&serde_json::json!({"token": "t0k3n-of-8+"}))
             .unwrap();
+        let short = m
+            .check_config(&serde_json::json!({"token": "1234567"}))
+            .unwrap_err();
+        assert!(
+            short.contains("`token` is a secret of 7 bytes; secrets must be at least 8 bytes"),
+            "{short}"
+        );
+    }
+
+    #[test]
+    fn bindings_webhook_tokens_and_captures_are_checked() {
+        let bound = format!(
+            "{GOOD}bind = [{{ host = \"api.example.com\", path = \"/v1/\", header = \"Authorization\", prefix = \"Bearer \" }}]\n\n[captures.session]\nbind = [{{ host = \"api.example.com\", query = \"s\" }}]\n\n[[webhook.verify]]\nsecret = \"token\"\njson = [\"/token\"]\n"
+        );
+        let m = Manifest::parse(&bound, "p").unwrap();
+        let b = m.bindings();
+        assert_eq!(b["token"][0].header.as_deref(), Some("Authorization"));
+        assert_eq!(b["session"][0].query.as_deref(), Some("s"));
+        assert_eq!(m.webhook.verify[0].json, vec!["/token".to_string()]);
+        for (bind, why) in [
+            ("{ host = \"a.com\" }", "exactly one place"),
+            (
+                "{ host = \"a.com\", header = \"A\", json = \"/x\" }",
+                "exactly one place",
+            ),
+            ("{ host = \"a.com\", json = \"x\" }", "not a JSON Pointer"),
+            (
+                "{ host = \"a.com\", form = \"x\", prefix = \"B \" }",
+                "`prefix` goes with `header`",
+            ),
+            ("{ host = \"*\", header = \"A\" }", "not allowed"),
+            (
+                "{ host = \"a.com\", header = \"A: b\" }",
+                "not a header name",
+            ),
+            (
+                "{ host = \"a.com\", path = \"v1\", header = \"A\" }",
+                "must start with `/`",
+            ),
+        ] {
+            let err = Manifest::parse(&format!("{GOOD}bind = [{bind}]\n"), "p").unwrap_err();
+            assert!(err.to_string().contains(why), "{bind}: {err}");
+        }
+        let plain = GOOD.replace("secret = true", "secret = false");
+        let err = Manifest::parse(
+            &format!("{plain}bind = [{{ host = \"a.com\", query = \"k\" }}]\n"),
+            "p",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("only a `secret = true` key"),
+            "{err}"
+        );
+        let err = Manifest::parse(
+            &format!("{plain}\n[[webhook.verify]]\nsecret = \"token\"\njson = [\"/t\"]\n"),
+            "p",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("not a `secret = true` config key"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -545,7 +783,10 @@ secret = true
     #[test]
     fn config_is_checked_against_the_schema() {
         let m = Manifest::parse(GOOD, "p").unwrap();
-        assert!(m.check_config(&serde_json::json!({"token": "t"})).is_ok());
+        assert!(
+            m.check_config(&serde_json::json!({"token": "t0k3n-of-8+"}))
+                .is_ok()
+        );
         let missing = m.check_config(&serde_json::json!({})).unwrap_err();
         assert!(missing.contains("`token` is required"));
         let unknown = m

@@ -28,3 +28,8 @@ pub use manifest::{Manifest, PluginKind};
 pub use runtime::{CallLimits, HostPaths, LoadedPlugin, PluginHost};
 pub use scope::{HttpReach, Scope, plugin_http_reach};
 pub use wit::latest as api;
+
+/// The shortest secret value accepted (`config check`, load): shorter ones
+/// are too likely to be ordinary text for the host to keep them out of what
+/// a plugin reads.
+pub const MIN_SECRET_BYTES: usize = capabilities::secrets::MASKED_FRAGMENT;

@@ -14,7 +14,7 @@ use super::PluginError;
 use super::capabilities::data::DataQuota;
 use super::capabilities::http::{DenialSink, HttpEgress};
 use super::capabilities::kv::KvStore;
-use super::capabilities::secrets::Secrets;
+use super::capabilities::secrets::{Inbound, Secrets};
 use super::catalog::{PluginPackage, PluginSource};
 use super::engine::{CompileSource, MAX_PLUGIN_MEMORY, PluginEngine};
 use super::manifest::{Manifest, PluginKind};
@@ -462,7 +462,8 @@ impl PluginHost {
         } else {
             config.clone()
         };
-        let secrets = Secrets::new(manifest.secret_keys(), &config);
+        let secrets = Secrets::new(manifest.secret_keys(), &config)
+            .bound(manifest.bindings(), manifest.webhook.verify.clone());
         Ok(Grants {
             kv: caps.kv.then(|| self.kv.namespace(&scope.key(), &name)),
             http,
@@ -691,29 +692,30 @@ impl PluginHost {
         request: &latest::WebhookRequest,
     ) -> Result<Result<latest::WebhookOutcome, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        // What a platform sends may hold secrets (Feishu puts its
-        // verification token in every event): plugins of 0.2.0 and later,
-        // which use secrets by name, get markers.
-        let marked;
-        let request = if plugin.uses_secrets_by_name() {
-            let secrets = &plugin.grants.secrets;
-            marked = latest::WebhookRequest {
-                headers: request
-                    .headers
-                    .iter()
-                    .map(|h| latest::Header {
-                        name: h.name.clone(),
-                        value: String::from_utf8_lossy(&secrets.mark(h.value.as_bytes()))
-                            .into_owned(),
-                    })
-                    .collect(),
-                body: secrets.mark(&request.body),
-                ..request.clone()
-            };
-            &marked
-        } else {
-            request
+        // The host checks the webhook tokens the manifest declares on the
+        // parsed body, removes them, and scrubs every other secret value,
+        // before the plugin sees anything (every release: a 0.1.0 plugin
+        // reads its secrets anyway, but the check protects it too).
+        let secrets = &plugin.grants.secrets;
+        let body = match secrets.inbound_body(&request.body, Inbound::Request) {
+            Ok(body) => body,
+            // Not audited: anyone who reaches the listener could fill the
+            // log; the listener logs the refusal.
+            Err(e) => return Ok(Err(latest::ChannelError::Unauthorized(e.to_string()))),
         };
+        let checked = latest::WebhookRequest {
+            headers: request
+                .headers
+                .iter()
+                .map(|h| latest::Header {
+                    name: h.name.clone(),
+                    value: secrets.inbound_header(&h.value),
+                })
+                .collect(),
+            body,
+            ..request.clone()
+        };
+        let request = &checked;
         self.traced(plugin, "→ channel.handle-webhook", request);
         self.call_traced(
             plugin,

@@ -144,6 +144,25 @@ impl HttpReach {
             || self.operator_addresses.iter().any(|a| canonical(*a) == ip)
     }
 
+    /// Whether the operator named this destination for the plugin: a
+    /// `channels.NAME.http` addition, or an address literally in its
+    /// configuration. Such a destination may take a secret in its bound
+    /// place (a test fake, a proxy) whatever host the binding names.
+    pub fn operator_names(&self, host: &str, port: u16, default_port: u16) -> bool {
+        Self::patterns(&self.added)
+            .iter()
+            .any(|p| p.matches(host, port, default_port))
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<IpAddr>()
+                .is_ok_and(|ip| {
+                    self.operator_addresses
+                        .iter()
+                        .any(|a| canonical(*a) == canonical(ip))
+                })
+    }
+
     /// The effective destinations, for `pincer policy audit`: the manifest's
     /// patterns inside the grant and the grant's patterns inside the manifest.
     pub fn effective(&self) -> Vec<String> {

@@ -9,8 +9,6 @@
 //! The URL-verification request is not signed. lark-oapi's handler does not
 //! check the timestamp's age; we refuse requests more than 5 minutes off.
 
-use sha2::{Digest, Sha256};
-
 pub const TIMESTAMP_HEADER: &str = "X-Lark-Request-Timestamp";
 pub const NONCE_HEADER: &str = "X-Lark-Request-Nonce";
 pub const SIGNATURE_HEADER: &str = "X-Lark-Signature";
@@ -58,12 +56,6 @@ pub fn prepare(
         nonce: nonce.into(),
         expected,
     })
-}
-
-/// SHA-256 of a token from the body: `secrets::verify(sha256, [secret])`
-/// compares it with the digest of the configured token.
-pub fn token_digest(token: &str) -> Vec<u8> {
-    Sha256::digest(token.as_bytes()).to_vec()
 }
 
 /// Standard base64 (with or without padding), as the `encrypt` field uses.
@@ -130,6 +122,7 @@ mod tests {
 
     #[test]
     fn the_signature_is_what_feishu_computes() {
+        use sha2::{Digest, Sha256};
         // What the host computes from these parts must equal the header:
         // sha256(timestamp + nonce + encrypt_key + body), hex.
         let (ts, nonce, key, body) = ("1700000000", "abc", "test key", br#"{"encrypt":"x"}"#);
@@ -157,6 +150,5 @@ mod tests {
         assert_eq!(base64_decode("aGVsbG8="), Ok(b"hello".to_vec()));
         assert!(base64_decode("a").is_err());
         assert!(base64_decode("a*b=").is_err());
-        assert_eq!(token_digest("abc").len(), 32);
     }
 }

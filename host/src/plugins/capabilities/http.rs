@@ -33,8 +33,11 @@ pub struct Request {
     pub body: Vec<u8>,
     pub timeout: Option<Duration>,
     /// The request carries secrets: a redirect to another origin is handed
-    /// back as the response instead of followed.
-    pub same_origin_only: bool,
+    /// back as the response instead of followed, the response is asked for
+    /// without content encoding and refused with one (the host could not
+    /// scrub a compressed echo of a secret; decoding would let any server
+    /// hand the host a decompression bomb).
+    pub carries_secrets: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -118,6 +121,12 @@ impl HttpEgress {
         let mut url = Url::parse(&request.url)
             .map_err(|e| HttpError::InvalidRequest(format!("bad URL `{}`: {e}", request.url)))?;
         let mut headers = header_map(&request.headers)?;
+        if request.carries_secrets {
+            headers.insert(
+                reqwest::header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
+        }
         let mut body = request.body;
         for _ in 0..=MAX_REDIRECTS {
             self.check_destination(&url)?;
@@ -134,6 +143,17 @@ impl HttpEgress {
                 .headers()
                 .get(reqwest::header::LOCATION)
                 .and_then(|v| v.to_str().ok());
+            if request.carries_secrets
+                && let Some(encoding) = response
+                    .headers()
+                    .get(reqwest::header::CONTENT_ENCODING)
+                    .and_then(|v| v.to_str().ok())
+                    .filter(|e| !e.trim().eq_ignore_ascii_case("identity"))
+            {
+                return Err(HttpError::Transport(format!(
+                    "the response to a request carrying a secret is content-encoded (`{encoding}`) although the host asked for identity; refused, since the host cannot scrub an encoded echo of the secret"
+                )));
+            }
             let Some(location) = location.filter(|_| status.is_redirection()) else {
                 return read_response(response).await;
             };
@@ -141,7 +161,7 @@ impl HttpEgress {
                 HttpError::Transport(format!("redirect to a bad location `{location}`: {e}"))
             })?;
             let cross_origin = next.origin() != url.origin();
-            if cross_origin && request.same_origin_only {
+            if cross_origin && request.carries_secrets {
                 return read_response(response).await;
             }
             if cross_origin {

@@ -2,30 +2,31 @@
 //! keys its manifest marks `secret = true`, and values the host kept from a
 //! response for it (`capture`, e.g. a tenant access token).
 //!
-//! The host puts a secret only into the typed places a request names
-//! (a header, a JSON member, a form field), never into free text, so a
-//! message that happens to contain a secret's name cannot pull the value
-//! into a chat. Responses are scrubbed of every value before the plugin
-//! reads them, in case a server echoes one back.
+//! The host puts a secret only into a typed place a request names (a
+//! header, a JSON member, a form field, a query parameter), never into free
+//! text, and only where the manifest binds that secret
+//! ([`super::binding`]): a plugin cannot put its bot token into the text of
+//! a message. Webhook tokens are checked by the host on the parsed request
+//! and removed before the plugin sees it ([`Secrets::inbound_body`]).
+//! Everything the plugin reads is scrubbed of every value
+//! ([`super::scrub`]), in case a server echoes one back.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hmac::Mac;
 use sha2::{Digest as _, Sha256};
 
-/// What replaces a secret's value wherever the plugin could read it.
-pub const SCRUBBED: &str = "[secret]";
+use super::binding::{self, Destination};
+use super::scrub::Scrubber;
+use crate::plugins::manifest::{Binding, WebhookToken};
+use crate::plugins::scope::HttpReach;
 
-/// Start of the marker `{{secret:NAME}}` that stands for secret NAME's value
-/// in what a platform sent (a webhook body, a decrypted event). The host
-/// neutralizes the prefix in inbound data first, so a marker the plugin
-/// reads was put there by the host: the platform sent that exact secret.
-pub const MARKER_PREFIX: &str = "{{secret:";
+pub use super::scrub::SCRUBBED;
 
 /// The shortest piece of a secret value that inbound frames are masked for
-/// ([`Secrets::mask_in_place`]); also the shortest value treated as a
+/// ([`Secrets::mask_in_place`]); also the shortest value accepted as a
 /// secret at all (shorter ones are too likely to be ordinary text).
 pub const MASKED_FRAGMENT: usize = 8;
 
@@ -44,6 +45,12 @@ pub enum SecretError {
     Denied(String),
     #[error("{0}")]
     Invalid(String),
+    /// A use the manifest's bindings do not allow.
+    #[error("{0}")]
+    NotBound(String),
+    /// A webhook whose credential the host checked and refused.
+    #[error("{0}")]
+    Forged(String),
 }
 
 /// Where a secret goes in a request.
@@ -96,7 +103,23 @@ pub struct Secrets {
     declared: BTreeSet<String>,
     /// Their non-empty values.
     configured: BTreeMap<String, String>,
+    /// Where each secret (config key or capture) may be placed.
+    bindings: BTreeMap<String, Vec<Binding>>,
+    /// Tokens the host checks in webhook requests.
+    webhook_tokens: Vec<WebhookToken>,
     captured: Mutex<HashMap<String, Captured>>,
+    /// The scrubber of the values it was built for (building one is not
+    /// free; the values change only when a capture does).
+    scrubber: Mutex<Option<(Vec<String>, Arc<Scrubber>)>>,
+}
+
+/// Which JSON a webhook credential is checked in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inbound {
+    /// The request body as it arrived.
+    Request,
+    /// What `decrypt` made of a body's encrypted member.
+    Decrypted,
 }
 
 struct Captured {
@@ -130,8 +153,23 @@ impl Secrets {
         Self {
             declared,
             configured,
+            bindings: BTreeMap::new(),
+            webhook_tokens: Vec::new(),
             captured: Mutex::default(),
+            scrubber: Mutex::default(),
         }
+    }
+
+    /// Where each secret may be placed (config keys and captures), and
+    /// the webhook tokens the host checks: from the manifest.
+    pub fn bound(
+        mut self,
+        bindings: BTreeMap<String, Vec<Binding>>,
+        webhook_tokens: Vec<WebhookToken>,
+    ) -> Self {
+        self.bindings = bindings;
+        self.webhook_tokens = webhook_tokens;
+        self
     }
 
     /// `config` without the secret keys: what the plugin may read.
@@ -172,39 +210,9 @@ impl Secrets {
                 captured.remove(name);
                 Err(SecretError::Unknown(name.to_string()))
             }
+            None if self.bindings.contains_key(name) => Err(SecretError::Unknown(name.to_string())),
             None => Err(SecretError::Denied(name.to_string())),
         }
-    }
-
-    /// Every (name, value) the plugin must never read, longest value first.
-    fn named_values(&self) -> Vec<(String, String)> {
-        let mut values: Vec<(String, String)> = self
-            .configured
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        if let Ok(captured) = self.captured.lock() {
-            values.extend(captured.iter().map(|(k, c)| (k.clone(), c.value.clone())));
-        }
-        values.retain(|(_, v)| v.len() >= MASKED_FRAGMENT);
-        values.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
-        values
-    }
-
-    /// Inbound text (a webhook body, a header, a decrypted event) with every
-    /// secret value replaced by `{{secret:NAME}}`, after any marker-like
-    /// text already in it was neutralized (`{{secret?`).
-    pub fn mark(&self, bytes: &[u8]) -> Vec<u8> {
-        let neutral = MARKER_PREFIX.replace(':', "?");
-        let mut out = replace_all(bytes, MARKER_PREFIX.as_bytes(), neutral.as_bytes())
-            .unwrap_or_else(|| bytes.to_vec());
-        for (name, value) in self.named_values() {
-            let marker = format!("{MARKER_PREFIX}{name}}}}}");
-            if let Some(replaced) = replace_all(&out, value.as_bytes(), marker.as_bytes()) {
-                out = replaced;
-            }
-        }
-        out
     }
 
     /// Inbound binary data with every secret value — and every piece of
@@ -217,10 +225,10 @@ impl Secrets {
     /// than [`MASKED_FRAGMENT`]. So at most `MASKED_FRAGMENT - 1` bytes of
     /// a value reach the plugin on each side of a cut.
     pub fn mask_in_place(&self, bytes: &mut [u8]) {
-        let values = self.named_values();
+        let values = self.all_values();
         let windows: HashSet<&[u8]> = values
             .iter()
-            .flat_map(|(_, v)| v.as_bytes().windows(MASKED_FRAGMENT))
+            .flat_map(|v| v.as_bytes().windows(MASKED_FRAGMENT))
             .collect();
         if windows.is_empty() || bytes.len() < MASKED_FRAGMENT {
             return;
@@ -249,16 +257,36 @@ impl Secrets {
     }
 
     /// Puts each secret of `uses` into the request's `url`, `headers` or
-    /// `body`.
+    /// `body`, after checking that the manifest binds it to that place of
+    /// a request with this `method` to this URL (`reach` says which
+    /// destinations the operator named).
     pub fn apply(
         &self,
         uses: &[Use],
+        method: &str,
         url: &mut String,
         headers: &mut Vec<(String, String)>,
         body: &mut Vec<u8>,
+        reach: &HttpReach,
     ) -> Result<(), SecretError> {
+        if uses.is_empty() {
+            return Ok(());
+        }
+        let parsed = url::Url::parse(url).map_err(|e| {
+            SecretError::Invalid(format!("cannot put a secret into a bad URL: {e}"))
+        })?;
+        let to = Destination {
+            method,
+            url: &parsed,
+        };
         for one in uses {
             let value = self.value(&one.secret)?;
+            let bindings = self
+                .bindings
+                .get(&one.secret)
+                .map_or(&[][..], Vec::as_slice);
+            binding::check(&one.secret, bindings, &one.place, &to, reach)
+                .map_err(SecretError::NotBound)?;
             match &one.place {
                 Place::QueryParam(name) => set_query_param(url, name, &value)?,
                 Place::Header { name, prefix } => {
@@ -279,6 +307,12 @@ impl Secrets {
             return Err(SecretError::Invalid(format!(
                 "cannot capture into `{}`: it is a config key",
                 capture.secret
+            )));
+        }
+        if !self.bindings.contains_key(&capture.secret) {
+            return Err(SecretError::NotBound(format!(
+                "cannot capture into `{}`: plugin.toml declares no `[captures.{}]`",
+                capture.secret, capture.secret
             )));
         }
         let mut json: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
@@ -328,31 +362,110 @@ impl Secrets {
         Ok(())
     }
 
-    /// Replaces every secret value in `bytes` (and in `headers`) with
+    fn scrubber(&self) -> Arc<Scrubber> {
+        let values = self.all_values();
+        let build = || Arc::new(Scrubber::new(values.iter().map(String::as_str)));
+        let Ok(mut cached) = self.scrubber.lock() else {
+            return build();
+        };
+        match &*cached {
+            Some((built_for, scrubber)) if *built_for == values => scrubber.clone(),
+            _ => {
+                let scrubber = build();
+                *cached = Some((values, scrubber.clone()));
+                scrubber
+            }
+        }
+    }
+
+    /// Replaces every secret value, in each common spelling, in `bytes`
+    /// (a JSON body on its decoded strings too) and in `headers` with
     /// [`SCRUBBED`].
     pub fn scrub(&self, headers: &mut [(String, String)], bytes: &mut Vec<u8>) {
-        let values = self.all_values();
-        if values.is_empty() {
-            return;
-        }
-        for value in &values {
-            if let Some(replaced) = replace_all(bytes, value.as_bytes(), SCRUBBED.as_bytes()) {
-                *bytes = replaced;
-            }
-            for (_, v) in headers.iter_mut() {
-                if v.contains(value.as_str()) {
-                    *v = v.replace(value.as_str(), SCRUBBED);
-                }
-            }
+        let scrubber = self.scrubber();
+        scrubber.body(bytes);
+        for (_, v) in headers.iter_mut() {
+            *v = scrubber.text(v);
         }
     }
 
     /// `text` with every secret value replaced by [`SCRUBBED`] (error
     /// messages may quote a URL that carries one).
     pub fn scrub_text(&self, text: &str) -> String {
-        self.all_values()
+        self.scrubber().text(text)
+    }
+
+    /// The webhook body the plugin gets. Each webhook token of the
+    /// manifest whose secret is set is checked first: every member its
+    /// `json` names that is present must equal the secret (compared in
+    /// constant time) and at least one must be present, else the request
+    /// is refused as forged; the members are then removed. The check is on
+    /// the parsed JSON, so no spelling of the body can pass for the token.
+    /// A body with the token's `encrypted` member is checked once
+    /// decrypted instead. Every other secret value is scrubbed.
+    pub fn inbound_body(&self, body: &[u8], stage: Inbound) -> Result<Vec<u8>, SecretError> {
+        let tokens: Vec<(&WebhookToken, String)> = self
+            .webhook_tokens
             .iter()
-            .fold(text.to_string(), |t, v| t.replace(v.as_str(), SCRUBBED))
+            .filter_map(|t| Some((t, self.configured.get(&t.secret)?.clone())))
+            .collect();
+        let scrubber = self.scrubber();
+        if tokens.is_empty() {
+            let mut out = body.to_vec();
+            scrubber.body(&mut out);
+            return Ok(out);
+        }
+        let mut json: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+            SecretError::Forged(format!(
+                "the body is not JSON ({e}), so its `{}` cannot be checked",
+                tokens[0].0.secret
+            ))
+        })?;
+        let mut changed = false;
+        for (token, value) in &tokens {
+            let deferred = stage == Inbound::Request
+                && token
+                    .encrypted
+                    .as_deref()
+                    .is_some_and(|p| json.pointer(p).is_some());
+            if deferred {
+                continue;
+            }
+            let mut found = 0;
+            for pointer in &token.json {
+                let Some(member) = take_member(&mut json, pointer) else {
+                    continue;
+                };
+                found += 1;
+                changed = true;
+                let matches = member
+                    .as_str()
+                    .is_some_and(|m| constant_time_eq(m.as_bytes(), value.as_bytes()));
+                if !matches {
+                    return Err(SecretError::Forged(format!(
+                        "the request's `{pointer}` is not `{}`",
+                        token.secret
+                    )));
+                }
+            }
+            if found == 0 {
+                return Err(SecretError::Forged(format!(
+                    "the request carries no `{}` (looked for {})",
+                    token.secret,
+                    token.json.join(", ")
+                )));
+            }
+        }
+        changed |= scrubber.json(&mut json);
+        if !changed {
+            return Ok(body.to_vec());
+        }
+        serde_json::to_vec(&json).map_err(|e| SecretError::Invalid(e.to_string()))
+    }
+
+    /// A webhook header's value as the plugin gets it.
+    pub fn inbound_header(&self, value: &str) -> String {
+        self.scrub_text(value)
     }
 
     /// Digest of `parts` (HMAC keyed with `key`) compared with `expected` in
@@ -410,9 +523,9 @@ impl Secrets {
                     .map_err(|e| SecretError::Invalid(e.to_string()))?
                     .decrypt_padded_vec_mut::<Pkcs7>(blocks)
                     .map_err(|_| SecretError::Invalid("bad padding: wrong key?".into()))?;
-                // What the platform encrypted may hold secrets (Feishu's
-                // verification token): the plugin gets markers instead.
-                Ok(self.mark(&plain))
+                // What the platform encrypted may hold a webhook token
+                // (Feishu's verification token): checked and removed here.
+                self.inbound_body(&plain, Inbound::Decrypted)
             }
         }
     }
@@ -425,25 +538,19 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// `haystack` with every `needle` replaced, or `None` when there is none.
-fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Option<Vec<u8>> {
-    if needle.is_empty() || haystack.len() < needle.len() {
-        return None;
+/// Removes and returns the member at JSON Pointer `pointer`.
+fn take_member(json: &mut serde_json::Value, pointer: &str) -> Option<serde_json::Value> {
+    let (parent, last) = pointer.rsplit_once('/')?;
+    let key = last.replace("~1", "/").replace("~0", "~");
+    let parent = if parent.is_empty() {
+        Some(json)
+    } else {
+        json.pointer_mut(parent)
+    };
+    match parent? {
+        serde_json::Value::Object(map) => map.remove(&key),
+        _ => None,
     }
-    let mut out = Vec::with_capacity(haystack.len());
-    let mut i = 0;
-    let mut found = false;
-    while i < haystack.len() {
-        if haystack[i..].starts_with(needle) {
-            out.extend_from_slice(with);
-            i += needle.len();
-            found = true;
-        } else {
-            out.push(haystack[i]);
-            i += 1;
-        }
-    }
-    found.then_some(out)
 }
 
 fn set_json_member(body: &mut Vec<u8>, pointer: &str, value: String) -> Result<(), SecretError> {
@@ -516,6 +623,19 @@ fn set_form_field(body: &mut Vec<u8>, field: &str, value: &str) {
 mod tests {
     use super::*;
 
+    fn binding(host: &str, place: &str, name: &str) -> Binding {
+        Binding {
+            host: host.into(),
+            path: None,
+            method: None,
+            header: (place == "header").then(|| name.into()),
+            prefix: (place == "header").then(|| "Bearer ".into()),
+            json: (place == "json").then(|| name.into()),
+            form: (place == "form").then(|| name.into()),
+            query: (place == "query").then(|| name.into()),
+        }
+    }
+
     fn secrets() -> Secrets {
         Secrets::new(
             [
@@ -530,6 +650,42 @@ mod tests {
                 "api_base": "https://slack.com/api",
             }),
         )
+        .bound(
+            [
+                (
+                    "bot_token".to_string(),
+                    vec![
+                        binding("slack.com", "header", "authorization"),
+                        binding("slack.com", "json", "/auth/app_secret"),
+                        binding("slack.com", "form", "token"),
+                        binding("127.0.0.1:*", "query", "appid"),
+                        binding("127.0.0.1:*", "query", "key"),
+                    ],
+                ),
+                ("tenant_token".to_string(), Vec::new()),
+            ]
+            .into(),
+            Vec::new(),
+        )
+    }
+
+    fn reach() -> HttpReach {
+        HttpReach {
+            manifest: vec!["slack.com".into()],
+            granted: None,
+            operator_addresses: Vec::new(),
+            added: Vec::new(),
+        }
+    }
+
+    fn apply(
+        s: &Secrets,
+        uses: &[Use],
+        url: &mut String,
+        headers: &mut Vec<(String, String)>,
+        body: &mut Vec<u8>,
+    ) -> Result<(), SecretError> {
+        s.apply(uses, "POST", url, headers, body, &reach())
     }
 
     #[test]
@@ -548,7 +704,8 @@ mod tests {
         let mut url = "https://slack.com/api/chat.postMessage".to_string();
         let mut headers = vec![("Authorization".to_string(), "Bearer guess".to_string())];
         let mut body = br#"{"text":"bot_token {{bot_token}}"}"#.to_vec();
-        s.apply(
+        apply(
+            &s,
             &[Use {
                 secret: "bot_token".into(),
                 place: Place::Header {
@@ -570,7 +727,8 @@ mod tests {
         );
         assert_eq!(body, br#"{"text":"bot_token {{bot_token}}"}"#.to_vec());
 
-        s.apply(
+        apply(
+            &s,
             &[Use {
                 secret: "bot_token".into(),
                 place: Place::JsonField("/auth/app_secret".into()),
@@ -581,7 +739,8 @@ mod tests {
         )
         .unwrap_err();
         let mut body = br#"{"app_id":"cli_1","auth":{}}"#.to_vec();
-        s.apply(
+        apply(
+            &s,
             &[Use {
                 secret: "bot_token".into(),
                 place: Place::JsonField("/auth/app_secret".into()),
@@ -595,7 +754,8 @@ mod tests {
         assert_eq!(json["auth"]["app_secret"], "xoxb-123-secret-value");
 
         let mut form = b"channel=C1&token=guess".to_vec();
-        s.apply(
+        apply(
+            &s,
             &[Use {
                 secret: "bot_token".into(),
                 place: Place::FormField("token".into()),
@@ -620,18 +780,17 @@ mod tests {
         let mut url =
             "http://127.0.0.1:9/data/2.5/weather?q=S%C3%A3o+Paulo&appid=guess&units=metric"
                 .to_string();
-        s.apply(&[place("appid")], &mut url, &mut h, &mut b)
-            .unwrap();
+        apply(&s, &[place("appid")], &mut url, &mut h, &mut b).unwrap();
         assert_eq!(
             url,
             "http://127.0.0.1:9/data/2.5/weather?q=S%C3%A3o+Paulo&units=metric&appid=xoxb-123-secret-value"
         );
         let mut bare = "http://127.0.0.1:9/x".to_string();
-        s.apply(&[place("key")], &mut bare, &mut h, &mut b).unwrap();
+        apply(&s, &[place("key")], &mut bare, &mut h, &mut b).unwrap();
         assert_eq!(bare, "http://127.0.0.1:9/x?key=xoxb-123-secret-value");
         let mut bad = "not a url".to_string();
         assert!(matches!(
-            s.apply(&[place("key")], &mut bad, &mut h, &mut b),
+            apply(&s, &[place("key")], &mut bad, &mut h, &mut b),
             Err(SecretError::Invalid(_))
         ));
         assert_eq!(bad, "not a url");
@@ -646,15 +805,19 @@ mod tests {
         let s = secrets();
         let use_of = |name: &str| Use {
             secret: name.into(),
-            place: Place::FormField("t".into()),
+            place: Place::FormField("token".into()),
         };
-        let (mut u, mut h, mut b) = (String::new(), Vec::new(), Vec::new());
+        let (mut u, mut h, mut b) = (
+            "https://slack.com/api/x".to_string(),
+            Vec::new(),
+            Vec::new(),
+        );
         assert_eq!(
-            s.apply(&[use_of("unset")], &mut u, &mut h, &mut b),
+            apply(&s, &[use_of("unset")], &mut u, &mut h, &mut b),
             Err(SecretError::Unknown("unset".into()))
         );
         assert_eq!(
-            s.apply(&[use_of("api_base")], &mut u, &mut h, &mut b),
+            apply(&s, &[use_of("api_base")], &mut u, &mut h, &mut b),
             Err(SecretError::Denied("api_base".into()))
         );
     }
@@ -695,6 +858,153 @@ mod tests {
             )
             .is_err(),
             "a capture may not overwrite a configured secret"
+        );
+    }
+
+    fn feishu(encrypt_key: bool) -> Secrets {
+        let mut config = serde_json::json!({"verification_token": "v-token-1234567"});
+        if encrypt_key {
+            config["encrypt_key"] = "test key".into();
+        }
+        Secrets::new(
+            ["verification_token".to_string(), "encrypt_key".to_string()].into(),
+            &config,
+        )
+        .bound(
+            BTreeMap::new(),
+            vec![WebhookToken {
+                secret: "verification_token".into(),
+                json: vec!["/token".into(), "/header/token".into()],
+                encrypted: Some("/encrypt".into()),
+            }],
+        )
+    }
+
+    #[test]
+    fn a_webhook_token_is_checked_on_the_parsed_body_and_removed() {
+        let s = feishu(false);
+        let forged = |body: &str| s.inbound_body(body.as_bytes(), Inbound::Request);
+        // Every spelling of the old marker, and of anything but the token.
+        for body in [
+            r#"{"token":"{{secret:verification_token}}","event":{}}"#,
+            r#"{"token":"{{secret:verification_token}}","event":{}}"#,
+            r#"{"token":"{{secret:verification_token}}"}"#,
+            r#"{"token":"{{secret:verification_token}}"}"#,
+            r#"{"schema":"2.0","header":{"token":"{{secret:verification_token}}"}}"#,
+            r#"{"header":{"token":"v-token-1234567"},"token":"guess"}"#,
+            r#"{"token":"v-token-123456"}"#,
+            r#"{"token":1}"#,
+            r#"{"event":{"token":"v-token-1234567"}}"#,
+            r#"{"challenge":"x","type":"url_verification"}"#,
+            "token=v-token-1234567",
+        ] {
+            assert!(
+                matches!(forged(body), Err(SecretError::Forged(_))),
+                "{body} was accepted"
+            );
+        }
+        let ok =
+            forged(r#"{"schema":"2.0","header":{"token":"v-token-1234567","event_type":"x"}}"#)
+                .unwrap();
+        let ok: serde_json::Value = serde_json::from_slice(&ok).unwrap();
+        assert_eq!(
+            ok,
+            serde_json::json!({"schema":"2.0","header":{"event_type":"x"}})
+        );
+        let ok = forged(r#"{"token":"v-token-1234567","type":"url_verification","challenge":"c"}"#)
+            .unwrap();
+        let ok: serde_json::Value = serde_json::from_slice(&ok).unwrap();
+        assert_eq!(
+            ok,
+            serde_json::json!({"type":"url_verification","challenge":"c"})
+        );
+        // Elsewhere in the event, the value is scrubbed, not kept.
+        let text =
+            forged(r#"{"token":"v-token-1234567","event":{"text":"v-token-1234567"}}"#).unwrap();
+        assert_eq!(text, br#"{"event":{"text":"[secret]"}}"#.to_vec());
+    }
+
+    #[test]
+    fn an_encrypted_body_is_token_checked_once_decrypted() {
+        use aes::cipher::{BlockEncryptMut, KeyIvInit, block_padding::Pkcs7};
+        let s = feishu(true);
+        let outer = br#"{"encrypt":"..."}"#;
+        assert_eq!(
+            s.inbound_body(outer, Inbound::Request).unwrap(),
+            outer.to_vec(),
+            "checked after decryption instead"
+        );
+        let seal = |plain: &str| {
+            let key = Sha256::digest(b"test key");
+            let iv = [7u8; 16];
+            let mut out = iv.to_vec();
+            out.extend(
+                cbc::Encryptor::<aes::Aes256>::new_from_slices(&key, &iv)
+                    .unwrap()
+                    .encrypt_padded_vec_mut::<Pkcs7>(plain.as_bytes()),
+            );
+            out
+        };
+        let open = |plain: &str| s.decrypt(Cipher::Aes256CbcSha256Key, "encrypt_key", &seal(plain));
+        assert_eq!(
+            open(r#"{"header":{"token":"v-token-1234567"},"event":{}}"#).unwrap(),
+            br#"{"event":{},"header":{}}"#.to_vec()
+        );
+        assert!(matches!(
+            open(r#"{"header":{"token":"{{secret:verification_token}}"}}"#),
+            Err(SecretError::Forged(_))
+        ));
+        assert!(matches!(
+            open(r#"{"event":{}}"#),
+            Err(SecretError::Forged(_))
+        ));
+    }
+
+    #[test]
+    fn a_secret_goes_nowhere_its_manifest_does_not_bind_it() {
+        let s = secrets();
+        let mut url = "https://slack.com/api/chat.postMessage".to_string();
+        let (mut h, mut body) = (Vec::new(), br#"{"channel":"C1","text":"hi"}"#.to_vec());
+        let leak = Use {
+            secret: "bot_token".into(),
+            place: Place::JsonField("/text".into()),
+        };
+        let err = apply(&s, &[leak], &mut url, &mut h, &mut body).unwrap_err();
+        assert!(
+            matches!(&err, SecretError::NotBound(m) if m.contains("`/text`")),
+            "{err}"
+        );
+        assert_eq!(
+            body,
+            br#"{"channel":"C1","text":"hi"}"#.to_vec(),
+            "nothing placed"
+        );
+        let unbound = Use {
+            secret: "signing_secret".into(),
+            place: Place::Header {
+                name: "authorization".into(),
+                prefix: "Bearer ".into(),
+            },
+        };
+        let err = apply(&s, &[unbound], &mut url, &mut h, &mut body).unwrap_err();
+        assert!(
+            matches!(&err, SecretError::NotBound(m) if m.contains("nowhere")),
+            "{err}"
+        );
+        assert!(h.is_empty());
+        let err = s
+            .capture(
+                &Capture {
+                    pointer: "/t".into(),
+                    secret: "undeclared".into(),
+                    expires_in_pointer: None,
+                },
+                &mut br#"{"t":"a-captured-value"}"#.to_vec(),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, SecretError::NotBound(m) if m.contains("[captures.undeclared]")),
+            "{err}"
         );
     }
 
@@ -745,12 +1055,6 @@ mod tests {
         let marked = Secrets::new(
             ["verification_token".to_string()].into(),
             &serde_json::json!({"verification_token": "v-token-1234567"}),
-        );
-        assert_eq!(
-            marked.mark(br#"{"token":"v-token-1234567","x":"{{secret:verification_token}}"}"#),
-            br#"{"token":"{{secret:verification_token}}","x":"{{secret?verification_token}}"}"#
-                .to_vec(),
-            "a marker in inbound data is neutralized; only the host's stand for the secret"
         );
         let mut frame = b"\x0a\x0fv-token-1234567\x10".to_vec();
         marked.mask_in_place(&mut frame);

@@ -175,7 +175,13 @@ impl PluginState {
                 self.report_denial("secret", &format!("`{name}`: not a secret of this plugin"));
                 secrets::SecretError::Denied(name)
             }
-            StoreSecretError::Invalid(m) => secrets::SecretError::Invalid(m),
+            StoreSecretError::NotBound(why) => {
+                self.report_denial("secret", &why);
+                secrets::SecretError::Denied(why)
+            }
+            StoreSecretError::Invalid(m) | StoreSecretError::Forged(m) => {
+                secrets::SecretError::Invalid(m)
+            }
         }
     }
 }
@@ -298,7 +304,14 @@ async fn fetch_with_secrets(
     let mut url = request.url;
     let uses: Vec<store::Use> = request.secrets.into_iter().map(secret_use).collect();
     secrets
-        .apply(&uses, &mut url, &mut headers, &mut body)
+        .apply(
+            &uses,
+            &request.method,
+            &mut url,
+            &mut headers,
+            &mut body,
+            egress.reach(),
+        )
         .map_err(|e| types::HttpError::InvalidRequest(secret_refusal(&denied, e)))?;
     let request_out = egress::Request {
         method: request.method,
@@ -308,7 +321,7 @@ async fn fetch_with_secrets(
         timeout: request
             .timeout_ms
             .map(|ms| Duration::from_millis(ms.into())),
-        same_origin_only: !uses.is_empty(),
+        carries_secrets: !uses.is_empty(),
     };
     // A secret in the query may come back quoted in an error message.
     let mut response = egress
@@ -340,8 +353,12 @@ async fn fetch_with_secrets(
 }
 
 fn secret_refusal(denied: &dyn Fn(&str), e: StoreSecretError) -> String {
-    if let StoreSecretError::Denied(name) = &e {
-        denied(&format!("secret `{name}`: not a secret of this plugin"));
+    match &e {
+        StoreSecretError::Denied(name) => {
+            denied(&format!("secret `{name}`: not a secret of this plugin"))
+        }
+        StoreSecretError::NotBound(why) => denied(why),
+        _ => {}
     }
     e.to_string()
 }
