@@ -234,7 +234,7 @@ async fn channel_world_handles_webhooks_frames_and_sends() {
     let channel = load(
         &host,
         "channel-webhook",
-        json!({"outbound_url": format!("http://127.0.0.1:{}/out", addr.port()), "ws_url": "ws://127.0.0.1:1/ws"}),
+        json!({"outbound_url": format!("http://127.0.0.1:{}/out", addr.port()), "ws_url": "ws://127.0.0.1:1/ws", "allow_unsigned": true}),
     );
 
     let body = json!([
@@ -327,15 +327,30 @@ async fn signed_webhooks_are_verified() {
     let channel = load(
         &host,
         "channel-webhook",
-        json!({"secret": "s3cret", "outbound_url": format!("http://127.0.0.1:{}/out", addr.port())}),
+        json!({"secret": "s3cret-hook-key", "outbound_url": format!("http://127.0.0.1:{}/out", addr.port())}),
     );
     let body = json!({"id": "1", "conversation": "c", "sender": "u", "text": "signed"}).to_string();
+    // Without `secret`, a webhook is refused unless the operator said
+    // `allow_unsigned: true`: nothing would tell a forger from the sender.
+    let unsigned = load(
+        &host,
+        "channel-webhook",
+        json!({"outbound_url": format!("http://127.0.0.1:{}/out", addr.port())}),
+    );
+    let refused = host
+        .channel_webhook(&unsigned, &webhook("POST", "/", vec![], &body))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&refused, Err(ChannelError::Unauthorized(m)) if m.contains("`allow_unsigned: true`")),
+        "{refused:?}"
+    );
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
     let sign = |ts: u64, body: &str| {
-        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"s3cret").unwrap();
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"s3cret-hook-key").unwrap();
         mac.update(format!("{ts}.{body}").as_bytes());
         format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
     };
@@ -399,7 +414,7 @@ async fn signed_webhooks_are_verified() {
         .unwrap()
         .unwrap();
     assert_eq!(delivery.id, "d-1");
-    assert_eq!(*authorizations.lock().unwrap(), ["Bearer s3cret"]);
+    assert_eq!(*authorizations.lock().unwrap(), ["Bearer s3cret-hook-key"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1260,8 +1275,16 @@ async fn a_plugin_uses_its_secrets_by_name_and_never_sees_them() {
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or_default()
                     .to_string();
-                received.lock().unwrap().push(format!("{auth} | {body}"));
-                axum::Json(json!({"authorization": auth, "body": body}))
+                let leak = headers
+                    .get("x-leak")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                received
+                    .lock()
+                    .unwrap()
+                    .push(format!("{auth} | {body} | {leak}"));
+                axum::Json(json!({"authorization": auth, "body": body, "x-leak": leak}))
             }
         }
     };
@@ -1274,8 +1297,67 @@ async fn a_plugin_uses_its_secrets_by_name_and_never_sees_them() {
         }))
         .await
     };
+    // Echoes a server could send in a form the host does not expect: each
+    // answers the Authorization header it got, encoded; /gzip compresses
+    // whatever the request's accept-encoding says.
+    let encoded = |encode: fn(&str) -> (Option<&'static str>, Vec<u8>)| {
+        move |headers: axum::http::HeaderMap| async move {
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            let (encoding, body) = encode(&format!("{{\"authorization\":\"{auth}\"}}"));
+            let mut response = axum::response::Response::builder().status(200);
+            if let Some(encoding) = encoding {
+                response = response.header("content-encoding", encoding);
+            }
+            response.body(axum::body::Body::from(body)).unwrap()
+        }
+    };
     let router = Router::new()
         .route("/echo", post(echo))
+        .route(
+            "/gzip",
+            post(encoded(|text| {
+                use std::io::Write as _;
+                let mut gz =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                gz.write_all(text.as_bytes()).unwrap();
+                (Some("gzip"), gz.finish().unwrap())
+            })),
+        )
+        .route(
+            "/base64",
+            post(encoded(|text| {
+                use base64::Engine as _;
+                (
+                    None,
+                    base64::engine::general_purpose::STANDARD
+                        .encode(text)
+                        .into_bytes(),
+                )
+            })),
+        )
+        .route(
+            "/hex",
+            post(encoded(|text| (None, hex::encode(text).into_bytes()))),
+        )
+        .route(
+            "/escaped",
+            post(encoded(|text| {
+                let json = serde_json::from_str::<Value>(text).unwrap();
+                let auth = json["authorization"].as_str().unwrap();
+                let escaped: String = auth
+                    .chars()
+                    .map(|c| format!("\\u{:04x}", c as u32))
+                    .collect();
+                (
+                    None,
+                    format!("{{\"authorization\":\"{escaped}\"}}").into_bytes(),
+                )
+            })),
+        )
         .route(
             "/issue",
             post(|| async {
@@ -1317,21 +1399,87 @@ async fn a_plugin_uses_its_secrets_by_name_and_never_sees_them() {
     assert_eq!(seen["token_is_set"], true);
     assert_eq!(seen["derived_is_set"], true);
 
-    // The servers got the real values, placed where the requests said; the
-    // text `{{token}}` in the body stayed text.
+    // The servers got the real values, placed where plugin.toml binds
+    // them; the text `{{token}}` in the body stayed text.
     let got = received.lock().unwrap().clone();
     assert!(got[0].starts_with(&format!("Bearer {TOKEN} | ")), "{got:?}");
     let body: Value = serde_json::from_str(got[0].split(" | ").nth(1).unwrap()).unwrap();
-    assert_eq!(body["copy"], TOKEN);
     assert_eq!(body["text"], "{{token}} ${token} token");
     assert!(
         got.iter()
             .any(|g| g.starts_with(&format!("Bearer {CAPTURED} | "))),
         "the captured value was used: {got:?}"
     );
-    // What came back to the component was scrubbed.
-    let echoed = seen["echo_header_and_json"]["body"].as_str().unwrap();
+    // Placements plugin.toml does not bind are refused before anything is
+    // sent, and audited.
+    for (leak, place) in [
+        ("leak_json", "JSON member `/copy`"),
+        ("leak_header", "header `x-leak`"),
+    ] {
+        let error = seen[leak]["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(&format!("secret `token` may not go into {place}"))
+                && error.contains("binds it only to header `Authorization` after `Bearer `"),
+            "{leak}: {seen:#}"
+        );
+    }
+    assert!(
+        got.iter()
+            .all(|g| !g.ends_with(TOKEN) && !g.contains("copy")),
+        "an unbound placement reached the server: {got:?}"
+    );
+    // What came back to the component was scrubbed, in every spelling; a
+    // compressed answer is refused, since the host cannot scrub it.
+    let echoed = seen["echo_header"]["body"].as_str().unwrap();
     assert!(echoed.contains("Bearer [secret]"), "{echoed}");
+    let gzip = seen["echo_gzip"]["error"].as_str().unwrap_or_default();
+    assert!(gzip.contains("content-encoded (`gzip`)"), "{seen:#}");
+    for key in ["echo_base64", "echo_hex", "echo_escaped"] {
+        assert_eq!(seen[key]["status"], 200, "{key}: {seen:#}");
+        assert!(
+            seen[key]["body"].as_str().unwrap().contains("[secret]"),
+            "{key}: {seen:#}"
+        );
+    }
+    // Whatever bytes the component got, decoded every way it could: no
+    // form of either value.
+    let spellings = |value: &str| -> Vec<String> {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(value);
+        vec![
+            value.to_string(),
+            hex::encode(value),
+            b64[..b64.len() - 4].to_string(),
+        ]
+    };
+    let mut decoded = Vec::new();
+    for entry in seen.as_object().unwrap().values() {
+        let Some(bytes) = entry["body_hex"].as_str().map(|h| hex::decode(h).unwrap()) else {
+            continue;
+        };
+        let mut inflated = Vec::new();
+        if bytes.starts_with(&[0x1f, 0x8b]) {
+            use std::io::Read as _;
+            flate2::read::GzDecoder::new(&bytes[..])
+                .read_to_end(&mut inflated)
+                .unwrap();
+        }
+        for b in [bytes, inflated] {
+            let text = String::from_utf8_lossy(&b).into_owned();
+            decoded.push(text.clone());
+            if let Ok(json) = serde_json::from_str::<Value>(&text) {
+                decoded.push(json.to_string());
+            }
+        }
+    }
+    for value in [TOKEN, CAPTURED] {
+        for spelling in spellings(value) {
+            assert!(
+                decoded.iter().all(|d| !d.contains(&spelling)),
+                "the component read `{spelling}` (a form of a secret): {decoded:#?}"
+            );
+        }
+    }
     let issued = seen["capture"]["body"].as_str().unwrap();
     assert!(issued.contains("\"access_token\":\"\""), "{issued}");
     // A plain config key is not a secret; a redirect to another origin is
@@ -1346,15 +1494,32 @@ async fn a_plugin_uses_its_secrets_by_name_and_never_sees_them() {
     assert_eq!(seen["redirect"]["status"], 307, "{seen:#}");
     assert_eq!(elsewhere_hits.load(Ordering::SeqCst), 0);
     assert_eq!(seen["verify_guess"], "Ok(false)");
-    // The refused use of a plain key is audited.
+    // The refused uses are audited.
     let denials = host
         .audit()
-        .recent(Some("plugin:secret-probe"), 10)
+        .recent(Some("plugin:secret-probe"), 20)
         .unwrap();
+    for needle in ["`base`", "JSON member `/copy`", "header `x-leak`"] {
+        assert!(
+            denials
+                .iter()
+                .any(|d| d.kind == "plugin.denied" && d.detail.contains(needle)),
+            "{needle}: {denials:?}"
+        );
+    }
+    // A secret too short to be told from ordinary text is refused at load.
+    let short = host
+        .load(
+            &package("secret-probe"),
+            Some(&json!({"token": "1234567", "base": "http://127.0.0.1:9"})),
+            CallLimits::default(),
+        )
+        .map(|_| ())
+        .unwrap_err();
     assert!(
-        denials
-            .iter()
-            .any(|d| d.kind == "plugin.denied" && d.detail.contains("`base`")),
-        "{denials:?}"
+        short
+            .to_string()
+            .contains("`token` is a secret of 7 bytes; secrets must be at least 8 bytes"),
+        "{short}"
     );
 }

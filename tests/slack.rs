@@ -295,6 +295,10 @@ async fn a_dm_over_socket_mode_is_answered_in_mrkdwn_and_acked_in_time() {
         reply.get("thread_ts").is_none_or(Value::is_null),
         "a top-level DM is answered in the DM: {reply}"
     );
+    // The model wrote a link: Slack is told not to fetch it for a preview
+    // (`unfurl` is off by default), so a reply is no way out.
+    assert_eq!(reply["unfurl_links"], false, "{reply}");
+    assert_eq!(reply["unfurl_media"], false, "{reply}");
     // The bot token went in the header, set by the host.
     assert_eq!(posted[0]["token"], BOT_TOKEN);
     assert_eq!(posted[0]["token_from"], "header");

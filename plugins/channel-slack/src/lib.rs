@@ -159,7 +159,7 @@ impl Guest for SlackChannel {
 
     fn send(message: Outbound) -> Result<Delivery, ChannelError> {
         require_bot_token()?;
-        let body = post_message_body(&message);
+        let body = post_message_body(&message, config::get("unfurl").as_deref() == Some("true"));
         let value = call_json(BOT_TOKEN, "chat.postMessage", &body).map_err(ChannelError::from)?;
         match delivery_id(&value) {
             Some(id) => Ok(Delivery { id }),
@@ -568,11 +568,16 @@ fn frame_outcome(outcome: socket::Outcome) -> FrameOutcome {
     }
 }
 
-fn post_message_body(message: &Outbound) -> Value {
+/// `unfurl`: whether Slack may fetch the links and media of the reply to
+/// preview them. Off unless `unfurl: true`: a link the model wrote would
+/// otherwise be fetched by Slack, a way out of a workspace that has none.
+fn post_message_body(message: &Outbound, unfurl: bool) -> Value {
     let mut body = json!({
         "channel": message.conversation,
         "text": mrkdwn::to_mrkdwn(&message.text),
         "mrkdwn": true,
+        "unfurl_links": unfurl,
+        "unfurl_media": unfurl,
     });
     if let Some(thread) = message.thread.as_deref().filter(|t| !t.is_empty()) {
         body["thread_ts"] = json!(thread);
@@ -700,14 +705,20 @@ mod tests {
 
     #[test]
     fn post_message_bodies() {
-        let body = post_message_body(&outbound("**hi** <there>", None));
+        let body = post_message_body(&outbound("**hi** <there>", None), false);
         assert_eq!(
             body,
-            json!({ "channel": "C123", "text": "*hi* &lt;there&gt;", "mrkdwn": true })
+            json!({ "channel": "C123", "text": "*hi* &lt;there&gt;", "mrkdwn": true,
+                    "unfurl_links": false, "unfurl_media": false })
         );
-        let body = post_message_body(&outbound("x", Some("1700000000.000100")));
+        let body = post_message_body(&outbound("x", None), true);
+        assert_eq!(
+            (&body["unfurl_links"], &body["unfurl_media"]),
+            (&json!(true), &json!(true))
+        );
+        let body = post_message_body(&outbound("x", Some("1700000000.000100")), false);
         assert_eq!(body["thread_ts"], "1700000000.000100");
-        let body = post_message_body(&outbound("x", Some("")));
+        let body = post_message_body(&outbound("x", Some("")), false);
         assert!(body.get("thread_ts").is_none());
     }
 

@@ -140,11 +140,13 @@ impl Guest for WebhookChannel {
         vec![
             item(
                 "secret",
-                true,
+                signed || allows_unsigned(),
                 if signed {
                     "set: webhooks must be signed, replies carry it as a bearer token".into()
+                } else if allows_unsigned() {
+                    "not set, and `allow_unsigned: true`: anyone who reaches the listener can post messages as any sender".into()
                 } else {
-                    "not set: unsigned webhooks are accepted".into()
+                    UNSIGNED_REFUSED.into()
                 },
             ),
             match setting("outbound_url") {
@@ -161,6 +163,9 @@ impl Guest for WebhookChannel {
 
 fn accept_post(request: &WebhookRequest) -> Result<WebhookOutcome, ChannelError> {
     let now_ms = clock::now_ms();
+    if !secrets::is_set(SECRET) && !allows_unsigned() {
+        return Err(ChannelError::Unauthorized(UNSIGNED_REFUSED.into()));
+    }
     if secrets::is_set(SECRET) {
         signature::verify(
             header_value(&request.headers, signature::TIMESTAMP_HEADER),
@@ -176,6 +181,13 @@ fn accept_post(request: &WebhookRequest) -> Result<WebhookOutcome, ChannelError>
     let mut outcome = reply(200, json!({ "ok": true, "accepted": messages.len() }));
     outcome.messages = messages;
     Ok(outcome)
+}
+
+const UNSIGNED_REFUSED: &str = "webhooks are refused: `secret` is not set, so nothing tells the sender from a forger; set `secret`, or `allow_unsigned: true` to accept unsigned webhooks from anyone who reaches the listener";
+
+/// `allow_unsigned: true`: the operator accepts unsigned webhooks.
+fn allows_unsigned() -> bool {
+    config::get("allow_unsigned").as_deref() == Some("true")
 }
 
 /// A config value, treating an empty string as unset.

@@ -51,6 +51,8 @@ fn seen(
             "status": r.status,
             "headers": r.headers.iter().map(|h| format!("{}: {}", h.name, h.value)).collect::<Vec<_>>(),
             "body": String::from_utf8_lossy(&r.body),
+            // The bytes as they came, for a body the probe could inflate.
+            "body_hex": r.body.iter().map(|b| format!("{b:02x}")).collect::<String>(),
         }),
         Err(e) => json!({ "error": format!("{e:?}") }),
     }
@@ -76,19 +78,56 @@ impl Guest for SecretProbe {
             "config_token": config::get("token"),
             "token_is_set": secrets::is_set("token"),
         });
-        // The secret in a header and a JSON member; the echo sends both back.
-        out["echo_header_and_json"] = seen(http::fetch(&request(
+        // The secret in its bound header; the echo sends it back.
+        out["echo_header"] = seen(http::fetch(&request(
             format!("{base}/echo"),
             r#"{"text":"{{token}} ${token} token"}"#,
-            vec![
-                header_use("token"),
-                SecretUse {
-                    secret: "token".into(),
-                    place: SecretPlace::JsonField("/copy".into()),
-                },
-            ],
+            vec![header_use("token")],
             None,
         )));
+        // The secret where plugin.toml does not bind it: a JSON member and
+        // another header of an allowed request, whose answer echoes them.
+        out["leak_json"] = seen(http::fetch(&request(
+            format!("{base}/echo"),
+            r#"{"text":"hi"}"#,
+            vec![SecretUse {
+                secret: "token".into(),
+                place: SecretPlace::JsonField("/copy".into()),
+            }],
+            None,
+        )));
+        out["leak_header"] = seen(http::fetch(&request(
+            format!("{base}/echo"),
+            "{}",
+            vec![SecretUse {
+                secret: "token".into(),
+                place: SecretPlace::Header(SecretHeader {
+                    name: "x-leak".into(),
+                    prefix: String::new(),
+                }),
+            }],
+            None,
+        )));
+        // Echoes the probe could decode itself: compressed, base64, hex,
+        // every character JSON-escaped.
+        for (key, path) in [
+            ("echo_gzip", "gzip"),
+            ("echo_base64", "base64"),
+            ("echo_hex", "hex"),
+            ("echo_escaped", "escaped"),
+        ] {
+            let mut req = request(
+                format!("{base}/{path}"),
+                "{}",
+                vec![header_use("token")],
+                None,
+            );
+            req.headers.push(Header {
+                name: "accept-encoding".into(),
+                value: "gzip".into(),
+            });
+            out[key] = seen(http::fetch(&req));
+        }
         // A value captured from a response, then used and echoed.
         out["capture"] = seen(http::fetch(&request(
             format!("{base}/issue"),
