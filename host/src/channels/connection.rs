@@ -263,15 +263,30 @@ async fn session(
         Ok(c) => c,
         Err(e) => return Dropped::Transport(e),
     };
-    let connect = tokio_tungstenite::connect_async_tls_with_config(
-        ws_request,
-        Some(config),
-        false,
-        Some(connector),
-    );
+    // Resolved by the same checking resolver as the plugin's HTTP, and
+    // connected to exactly the addresses it kept: a name that resolves to
+    // a private or link-local address is refused unless named literally.
+    let connect = async {
+        let (host, port) = (
+            url.host_str().unwrap_or_default(),
+            url.port_or_known_default().unwrap_or(443),
+        );
+        let addrs = plugin.resolve(host, port).await.map_err(Dropped::Refused)?;
+        let stream = tokio::net::TcpStream::connect(&addrs[..])
+            .await
+            .map_err(|e| Dropped::Transport(format!("cannot connect: {e}")))?;
+        tokio_tungstenite::client_async_tls_with_config(
+            ws_request,
+            stream,
+            Some(config),
+            Some(connector),
+        )
+        .await
+        .map_err(|e| Dropped::Transport(format!("cannot connect: {e}")))
+    };
     let mut socket = match tokio::time::timeout(Duration::from_secs(15), connect).await {
         Ok(Ok((socket, _))) => socket,
-        Ok(Err(e)) => return Dropped::Transport(format!("cannot connect: {e}")),
+        Ok(Err(dropped)) => return dropped,
         Err(_) => return Dropped::Transport("connecting took longer than 15 s".into()),
     };
     host.update_status(channel, |s| {

@@ -163,6 +163,26 @@ impl LoadedPlugin {
         self.grants.data_dir.as_deref()
     }
 
+    /// The addresses of `host` this instance may connect to: its HTTP
+    /// reach's address rule applied to the resolution (refusals audited).
+    pub async fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<std::net::SocketAddr>, String> {
+        let Some(http) = self.grants.http.as_ref() else {
+            return Err("this plugin's manifest requests no http capability".into());
+        };
+        crate::plugins::capabilities::http::resolve_checked(
+            http.reach(),
+            &self.grants.on_denied,
+            host,
+            port,
+        )
+        .await
+        .map_err(|e| e.to_string())
+    }
+
     /// Whether this instance may reach `host:port` (its HTTP reach).
     pub fn reaches(&self, host: &str, port: u16, default_port: u16) -> bool {
         self.grants

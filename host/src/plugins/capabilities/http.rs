@@ -303,30 +303,47 @@ impl reqwest::dns::Resolve for CheckedResolver {
         let on_denied = self.on_denied.clone();
         let host = name.as_str().to_string();
         Box::pin(async move {
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let (kept, refused): (Vec<SocketAddr>, Vec<SocketAddr>) = found
-                .into_iter()
-                .partition(|a| address_allowed(&reach, a.ip()));
-            if kept.is_empty() {
-                let addrs: Vec<String> = refused.iter().map(|a| a.ip().to_string()).collect();
-                let what = format!(
-                    "{host} resolves only to addresses the configuration does not name ({}); name the literal address (e.g. `{}:*`) in the manifest or in workspaces.NAME.plugin_http to allow it",
-                    addrs.join(", "),
-                    refused
-                        .first()
-                        .map(|a| match a.ip() {
-                            IpAddr::V6(v6) => format!("[{v6}]"),
-                            v4 => v4.to_string(),
-                        })
-                        .unwrap_or_default()
-                );
-                on_denied(&format!("http {what}"));
-                return Err(Box::new(Refused(what)) as Box<dyn std::error::Error + Send + Sync>);
-            }
+            let kept = resolve_checked(&reach, &on_denied, &host, 0).await?;
             Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
         })
     }
+}
+
+/// The addresses of `host` (at `port`) that the address rule allows: the
+/// system's resolution less every loopback, private, link-local, … address
+/// the configuration does not name. Connect to these and nothing else
+/// (HTTP through [`CheckedResolver`], channel WebSockets directly).
+pub async fn resolve_checked(
+    reach: &HttpReach,
+    on_denied: &DenialSink,
+    host: &str,
+    port: u16,
+) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let found: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => tokio::net::lookup_host((bare, port)).await?.collect(),
+    };
+    let (kept, refused): (Vec<SocketAddr>, Vec<SocketAddr>) = found
+        .into_iter()
+        .partition(|a| address_allowed(reach, a.ip()));
+    if kept.is_empty() {
+        let addrs: Vec<String> = refused.iter().map(|a| a.ip().to_string()).collect();
+        let what = format!(
+            "{host} resolves only to addresses the configuration does not name ({}); name the literal address (e.g. `{}:*`) in the manifest or in workspaces.NAME.plugin_http to allow it",
+            addrs.join(", "),
+            refused
+                .first()
+                .map(|a| match a.ip() {
+                    IpAddr::V6(v6) => format!("[{v6}]"),
+                    v4 => v4.to_string(),
+                })
+                .unwrap_or_default()
+        );
+        on_denied(&format!("http {what}"));
+        return Err(Box::new(Refused(what)));
+    }
+    Ok(kept)
 }
 
 /// A resolution the address rule emptied.
@@ -409,6 +426,8 @@ fn transport_error(e: reqwest::Error) -> HttpError {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
 
     fn class(ip: &str) -> Option<&'static str> {
@@ -438,6 +457,48 @@ mod tests {
         ] {
             assert_eq!(class(ip), want, "{ip}");
         }
+    }
+
+    #[tokio::test]
+    async fn names_resolving_to_unnamed_private_addresses_are_refused_for_any_connection() {
+        let denied: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink: DenialSink = {
+            let denied = denied.clone();
+            Arc::new(move |what: &str| denied.lock().unwrap().push(what.to_string()))
+        };
+        let reach = |manifest: &[&str]| HttpReach {
+            manifest: manifest.iter().map(|s| s.to_string()).collect(),
+            granted: None,
+            operator_addresses: Vec::new(),
+            added: Vec::new(),
+        };
+        // `localhost` passes a `localhost:*` pattern, but its address is
+        // loopback and named nowhere: refused (WebSockets used to connect).
+        let err = resolve_checked(&reach(&["localhost:*"]), &sink, "localhost", 9)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("resolves only to addresses the configuration does not name"),
+            "{err}"
+        );
+        assert_eq!(denied.lock().unwrap().len(), 1);
+        let err = resolve_checked(&reach(&["169.254.169.254"]), &sink, "[::1]", 9)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("::1"), "{err}");
+        let kept = resolve_checked(
+            &reach(&["localhost:*", "127.0.0.1:*"]),
+            &sink,
+            "localhost",
+            9,
+        )
+        .await
+        .unwrap();
+        assert!(
+            kept.iter().all(|a| a.ip().is_loopback() && a.port() == 9),
+            "{kept:?}"
+        );
     }
 
     #[test]
