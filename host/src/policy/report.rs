@@ -649,6 +649,18 @@ fn trifecta(p: &EffectivePolicy, input: &ReportInput<'_>, reach: &Reach) -> Trif
     untrusted_input.extend(declared(&p.untrusted_input, "untrusted_input"));
 
     let mut exfiltration = Vec::new();
+    // A platform that unfurls (Slack with `unfurl: true`) fetches every URL
+    // the model writes into a reply: data in a query string leaves that way.
+    for name in &channels {
+        if let Some(channel) = input.config.channels.get(*name)
+            && channel.config.get("unfurl") == Some(&serde_json::Value::Bool(true))
+        {
+            exfiltration.push(format!(
+                "channel {name} ({}) unfurls links (config.unfurl: true): the platform fetches any URL the model writes",
+                channel.plugin
+            ));
+        }
+    }
     if p.network.value == NetworkMode::Bridge {
         exfiltration.push("network bridge: outbound internet allowed".to_owned());
     }

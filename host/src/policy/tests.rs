@@ -823,6 +823,20 @@ fn trifecta_verdicts() {
     }
     let report = audit(&cfg2, "isolated", &strict);
     assert_eq!(report.trifecta.verdict, "ok: no way out");
+    // ...unless its channel unfurls links: the platform fetches them.
+    let mut cfg_unfurl = cfg2.clone();
+    if let Some(hook) = cfg_unfurl.channels.get_mut("isolated-hook") {
+        hook.config
+            .insert("unfurl".into(), serde_json::Value::Bool(true));
+    }
+    let unfurling = audit(&cfg_unfurl, "isolated", &strict).trifecta;
+    assert_eq!(unfurling.verdict, "LETHAL: all three present");
+    assert_eq!(
+        unfurling.exfiltration,
+        [
+            "channel isolated-hook (channel-webhook) unfurls links (config.unfurl: true): the platform fetches any URL the model writes"
+        ]
+    );
     assert!(!report.reach.skills[0].reachable);
     let note = &report.reach.skills[0].note;
     assert!(
