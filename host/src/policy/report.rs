@@ -915,7 +915,9 @@ pub fn render_text(report: &PolicyReport) -> String {
     }
     if reach.network.starts_with("bridge") {
         rows.push((
-            "host listeners".to_owned(),
+            // pincer's own listeners on the host (the label no wider than
+            // the others: the table's alignment is part of the output).
+            "listeners".to_owned(),
             if reach.host_listeners.is_empty() {
                 "none: pincer's listeners are on loopback only".to_owned()
             } else {

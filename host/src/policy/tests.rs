@@ -1070,11 +1070,11 @@ fn the_audit_names_the_host_listeners_a_bridge_container_reaches() {
     assert!(lethal.reach.host_listeners[1].contains("channel webhooks on 0.0.0.0:4100"));
     let text = render_text(&lethal);
     assert!(
-        text.contains("host listeners") && text.contains("0.0.0.0:4100"),
+        text.contains("\n  listeners    gateway on 0.0.0.0:4000") && text.contains("0.0.0.0:4100"),
         "{text}"
     );
     // With network none, nothing on the host but its socket.
     let isolated = audit(&cfg, "isolated", &catalog());
     assert!(isolated.reach.host_listeners.is_empty());
-    assert!(!render_text(&isolated).contains("host listeners"));
+    assert!(!render_text(&isolated).contains("\n  listeners "));
 }
