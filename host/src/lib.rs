@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod db;
 pub mod events;
 pub mod gateway;
+pub mod listener;
 pub mod memory;
 pub mod plugins;
 pub mod policy;

@@ -82,15 +82,22 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
 /// every configured workspace, until Ctrl-C or SIGTERM; either writes every
 /// queued usage row before exiting.
 async fn serve(ctx: &Context, listen: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
-    let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, ctx.audit_log()?)?);
-    let routes = gateway.tcp_routes();
+    crate::daemon::raise_nofile_limit();
     let addr = listen.unwrap_or(ctx.config.gateway.listen);
+    crate::gateway::server::check_listen(&ctx.config.gateway, addr)?;
+    let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, ctx.audit_log()?)?);
     let tcp = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} (gateway.listen)"))?;
     let bound = tcp.local_addr()?;
     let mut servers = tokio::task::JoinSet::new();
-    servers.spawn(async move { axum::serve(tcp, routes).await.map_err(anyhow::Error::from) });
+    {
+        let gateway = gateway.clone();
+        servers.spawn(async move {
+            gateway.serve_tcp(tcp, std::future::pending()).await;
+            Ok(())
+        });
+    }
     for workspace in ctx.config.workspaces.keys() {
         let served = gateway.serve_workspace_socket(&ctx.home, workspace)?;
         servers.spawn(async move { served.await? });

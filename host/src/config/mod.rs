@@ -36,11 +36,11 @@ pub use error::{ConfigError, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
     AgentLimits, AgentSchedules, Budget, Channel, Channels, Config, ContainerRuntime, Containers,
-    Gateway, GatewayCache, LitellmParams, McpContainer, McpServer, ModelDeployment, ModelPrice,
-    Mount, PluginLimits, Plugins, PolicyEntry, Refusal, RoutingStrategy, Skill, TrustedPublisher,
-    Workspace, WorkspaceMemory,
+    Gateway, GatewayCache, GatewayLimits, ListenerLimits, LitellmParams, McpContainer, McpServer,
+    ModelDeployment, ModelPrice, Mount, PluginLimits, Plugins, PolicyEntry, Refusal,
+    RoutingStrategy, Skill, TrustedPublisher, Workspace, WorkspaceMemory,
 };
-pub use validate::{Volume, parse_volume};
+pub use validate::{Volume, is_loopback, metrics_key_refusal, parse_volume, remote_refusal};
 
 pub(crate) use located::{Document, parse_located};
 pub(crate) use node::Seg;
@@ -235,6 +235,14 @@ pub const DEFAULT_CONFIG: &str = r#"# pincer.yaml: configuration for pincer.
 
 gateway:
   listen: "127.0.0.1:4000"
+  # allow_remote: false             # true to listen beyond loopback (then set metrics_key)
+  # metrics_key: "${PINCER_METRICS_KEY}"  # bearer key of GET /metrics (16+ characters)
+  # limits:                         # of the TCP listener and each workspace socket
+  #   header_read_secs: 10          # to send a request's head
+  #   body_secs: 30                 # to send its body
+  #   idle_secs: 60                 # a kept-alive connection without a request
+  #   max_connections: 1024         # TCP connections at once; more are closed at once
+  #   max_connections_per_workspace: 64
   # Model deployments in LiteLLM's own format; entries may share a
   # model_name (the alias that workspaces and fallbacks refer to).
   model_list: []
@@ -271,6 +279,7 @@ containers:
   workspace_base_path: "~/pincer_workspaces"
   policy_dirs: []                   # extra folders of policy groups
   idle_timeout_secs: 900
+  # nofile: 1024                    # open-file limit of every container (64..65536)
 
 workspaces:
   default:
@@ -316,6 +325,8 @@ plugins:
 
 channels: {}
 # channels:
+#   listen: "127.0.0.1:4100"        # the webhook listener (loopback unless allow_remote: true)
+#   limits: {header_read_secs: 10, body_secs: 30, idle_secs: 60, max_connections: 1024}
 #   webhook:
 #     plugin: channel-webhook
 #     workspace: default

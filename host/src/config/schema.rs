@@ -35,8 +35,20 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Gateway {
-    /// Where the gateway listens. Default `127.0.0.1:4000`.
+    /// Where the gateway listens. Default `127.0.0.1:4000`. An address
+    /// other than loopback needs `allow_remote: true` and `metrics_key`.
     pub listen: SocketAddr,
+    /// Whether `listen` may be an address other than loopback (reachable
+    /// from other machines and from every bridge-networked container).
+    /// Default false.
+    pub allow_remote: bool,
+    /// The bearer key `GET /metrics` requires (`Authorization: Bearer KEY`),
+    /// e.g. `${PINCER_METRICS_KEY}`; at least 16 characters. Required when
+    /// `listen` is not loopback; without it `/metrics` needs no key.
+    pub metrics_key: Option<String>,
+    /// Timeouts and connection caps of the TCP listener and of each
+    /// workspace's gateway socket.
+    pub limits: GatewayLimits,
     /// Model deployments; several entries may share a `model_name` (alias).
     pub model_list: Vec<ModelDeployment>,
     /// LiteLLM shape: a list of single-key maps `alias -> [fallback aliases]`.
@@ -60,12 +72,16 @@ impl Gateway {
     pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 4 << 20;
     pub const MIN_MAX_REQUEST_BYTES: u64 = 1 << 10;
     pub const MAX_MAX_REQUEST_BYTES: u64 = 256 << 20;
+    pub const MIN_METRICS_KEY_CHARS: usize = 16;
 }
 
 impl Default for Gateway {
     fn default() -> Self {
         Gateway {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 4000)),
+            allow_remote: false,
+            metrics_key: None,
+            limits: GatewayLimits::default(),
             model_list: Vec::new(),
             fallbacks: Vec::new(),
             routing_strategy: RoutingStrategy::default(),
@@ -74,6 +90,92 @@ impl Default for Gateway {
             prices: BTreeMap::new(),
             cache: GatewayCache::default(),
             max_request_bytes: Self::DEFAULT_MAX_REQUEST_BYTES,
+        }
+    }
+}
+
+/// How long a listener waits for a client and how many clients it holds at
+/// once (`channels.limits`, and the first four of `gateway.limits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListenerLimits {
+    /// Seconds a client has to send a request's headers, from the moment
+    /// it connects or sends the first byte of its next request. Default 10.
+    pub header_read_secs: u64,
+    /// Seconds a client has to send a request's whole body, from the end
+    /// of its headers. Default 30.
+    pub body_secs: u64,
+    /// Seconds a kept-alive connection may sit without a request (never
+    /// while a response, such as a stream, is being sent). Default 60.
+    pub idle_secs: u64,
+    /// Connections served at once; more are accepted and closed at once.
+    /// Default 1024.
+    pub max_connections: u64,
+}
+
+impl ListenerLimits {
+    pub const MAX_SECS: u64 = 3600;
+    pub const MAX_CONNECTIONS: u64 = 65_536;
+}
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        ListenerLimits {
+            header_read_secs: 10,
+            body_secs: 30,
+            idle_secs: 60,
+            max_connections: 1024,
+        }
+    }
+}
+
+/// `gateway.limits`: [`ListenerLimits`] of the TCP listener and of every
+/// workspace socket, plus each workspace socket's own connection cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayLimits {
+    /// Default 10.
+    pub header_read_secs: u64,
+    /// Default 30.
+    pub body_secs: u64,
+    /// Default 60.
+    pub idle_secs: u64,
+    /// Connections the TCP listener serves at once. Default 1024.
+    pub max_connections: u64,
+    /// Connections each workspace's gateway socket serves at once (each
+    /// socket has its own: one workspace cannot starve another). Default 64.
+    pub max_connections_per_workspace: u64,
+}
+
+impl GatewayLimits {
+    /// The limits of the TCP listener.
+    pub fn tcp(&self) -> ListenerLimits {
+        ListenerLimits {
+            header_read_secs: self.header_read_secs,
+            body_secs: self.body_secs,
+            idle_secs: self.idle_secs,
+            max_connections: self.max_connections,
+        }
+    }
+
+    /// The limits of one workspace's gateway socket.
+    pub fn workspace(&self) -> ListenerLimits {
+        ListenerLimits {
+            max_connections: self.max_connections_per_workspace,
+            ..self.tcp()
+        }
+    }
+}
+
+impl Default for GatewayLimits {
+    fn default() -> Self {
+        let listener = ListenerLimits::default();
+        GatewayLimits {
+            header_read_secs: listener.header_read_secs,
+            body_secs: listener.body_secs,
+            idle_secs: listener.idle_secs,
+            max_connections: listener.max_connections,
+            max_connections_per_workspace: 64,
         }
     }
 }
@@ -181,6 +283,15 @@ pub struct Containers {
     pub policy_dirs: Vec<PathBuf>,
     /// Default 900.
     pub idle_timeout_secs: u64,
+    /// The open-file limit (RLIMIT_NOFILE, soft and hard) of every
+    /// container pincer starts, well below the daemon's own. Default 1024.
+    pub nofile: u64,
+}
+
+impl Containers {
+    pub const DEFAULT_NOFILE: u64 = 1024;
+    pub const MIN_NOFILE: u64 = 64;
+    pub const MAX_NOFILE: u64 = 65_536;
 }
 
 impl Default for Containers {
@@ -191,6 +302,7 @@ impl Default for Containers {
             workspace_base_path: PathBuf::from("~/pincer_workspaces"),
             policy_dirs: Vec::new(),
             idle_timeout_secs: 900,
+            nofile: Self::DEFAULT_NOFILE,
         }
     }
 }
@@ -543,23 +655,40 @@ impl Default for PluginLimits {
     }
 }
 
-/// `channels:` — each channel by name, plus the reserved key `listen`.
+/// `channels:` — each channel by name, plus the reserved keys `listen`,
+/// `allow_remote` and `limits`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Channels {
     /// Where the daemon serves channel webhooks
-    /// (`http://LISTEN/channels/NAME/...`). Default `127.0.0.1:4100`.
+    /// (`http://LISTEN/channels/NAME/...`). Default `127.0.0.1:4100`. An
+    /// address other than loopback needs `allow_remote: true`.
     pub listen: SocketAddr,
+    /// Whether `listen` may be an address other than loopback (reachable
+    /// from other machines and from every bridge-networked container).
+    /// Default false.
+    pub allow_remote: bool,
+    /// Timeouts and connection cap of the webhook listener.
+    pub limits: ListenerLimits,
     named: BTreeMap<String, Channel>,
 }
 
 impl Channels {
     pub const DEFAULT_LISTEN: SocketAddr =
         SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 4100);
-    /// The key under `channels:` that is not a channel.
+    /// The keys under `channels:` that are not channels.
     pub const LISTEN_KEY: &'static str = "listen";
+    pub const ALLOW_REMOTE_KEY: &'static str = "allow_remote";
+    pub const LIMITS_KEY: &'static str = "limits";
+    pub const RESERVED_KEYS: [&'static str; 3] =
+        [Self::LISTEN_KEY, Self::ALLOW_REMOTE_KEY, Self::LIMITS_KEY];
 
     pub fn new(listen: SocketAddr, named: BTreeMap<String, Channel>) -> Self {
-        Self { listen, named }
+        Self {
+            listen,
+            allow_remote: false,
+            limits: ListenerLimits::default(),
+            named,
+        }
     }
 }
 
@@ -596,13 +725,23 @@ impl<'de> Deserialize<'de> for Channels {
         impl<'de> Visitor<'de> for ChannelsVisitor {
             type Value = Channels;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a mapping of channel names (and `listen: HOST:PORT`)")
+                f.write_str(
+                    "a mapping of channel names (and `listen: HOST:PORT`, `allow_remote`, `limits`)",
+                )
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Channels, A::Error> {
                 let mut out = Channels::default();
                 while let Some(key) = map.next_key::<String>()? {
                     if key == Channels::LISTEN_KEY {
                         out.listen = map.next_value()?;
+                        continue;
+                    }
+                    if key == Channels::ALLOW_REMOTE_KEY {
+                        out.allow_remote = map.next_value()?;
+                        continue;
+                    }
+                    if key == Channels::LIMITS_KEY {
+                        out.limits = map.next_value()?;
                         continue;
                     }
                     match out.named.entry(key) {

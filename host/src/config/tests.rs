@@ -302,7 +302,7 @@ fn dollar_dollar_brace_escapes() {
 #[test]
 fn default_syntax() {
     let cfg = parse(
-        "containers:\n  image: \"${IMAGE:-pincer-agent:dev}\"\n  workspace_base_path: ${EMPTY:-/srv/ws}\ngateway:\n  listen: ${LISTEN:-0.0.0.0:8080}\n",
+        "containers:\n  image: \"${IMAGE:-pincer-agent:dev}\"\n  workspace_base_path: ${EMPTY:-/srv/ws}\ngateway:\n  listen: ${LISTEN:-0.0.0.0:8080}\n  allow_remote: true\n  metrics_key: ${KEY:-0123456789abcdef}\n",
     )
     .unwrap();
     assert_eq!(cfg.containers.image, "pincer-agent:dev");
@@ -1162,4 +1162,105 @@ fn bad_channel_settings_are_located() {
         &["unknown value `shout`, expected one of `silent`, `reply`"],
     );
     assert_error("channels:\n  listen: nowhere\n", 2, 11, &["address"]);
+}
+
+#[test]
+fn listener_limits_and_nofile_have_defaults_and_ranges() {
+    let cfg = parse("").unwrap();
+    assert_eq!(cfg.gateway.limits.header_read_secs, 10);
+    assert_eq!(cfg.gateway.limits.body_secs, 30);
+    assert_eq!(cfg.gateway.limits.idle_secs, 60);
+    assert_eq!(cfg.gateway.limits.max_connections, 1024);
+    assert_eq!(cfg.gateway.limits.max_connections_per_workspace, 64);
+    assert_eq!(
+        cfg.channels.limits,
+        crate::config::ListenerLimits::default()
+    );
+    assert_eq!(cfg.containers.nofile, 1024);
+    assert!(!cfg.gateway.allow_remote && !cfg.channels.allow_remote);
+
+    let cfg = parse(
+        "gateway:\n  limits: {header_read_secs: 2, max_connections_per_workspace: 8}\n\
+         channels:\n  limits: {idle_secs: 5, max_connections: 7}\ncontainers:\n  nofile: 256\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.gateway.limits.tcp().header_read_secs, 2);
+    assert_eq!(cfg.gateway.limits.workspace().max_connections, 8);
+    assert_eq!(cfg.gateway.limits.tcp().max_connections, 1024);
+    assert_eq!(
+        (
+            cfg.channels.limits.idle_secs,
+            cfg.channels.limits.max_connections
+        ),
+        (5, 7)
+    );
+    assert!(cfg.channels.is_empty(), "`limits` is not a channel");
+    assert_eq!(cfg.containers.nofile, 256);
+
+    assert_error(
+        "gateway:\n  limits:\n    idle_secs: 0\n",
+        3,
+        16,
+        &["idle_secs", "between 1"],
+    );
+    assert_error(
+        "channels:\n  limits: {max_connections: 0}\n",
+        2,
+        29,
+        &["max_connections"],
+    );
+    assert_error(
+        "containers:\n  nofile: 8\n",
+        2,
+        11,
+        &["nofile", "between 64"],
+    );
+    assert_error("gateway:\n  metrics_key: short\n", 2, 16, &["at least 16"]);
+}
+
+#[test]
+fn listeners_beyond_loopback_need_allow_remote() {
+    for listen in [
+        "0.0.0.0:4100",
+        "\"[::]:4100\"",
+        "10.1.2.3:4100",
+        "\"[::ffff:10.0.0.1]:4100\"",
+    ] {
+        let shown = assert_error(
+            &format!("channels:\n  listen: {listen}\n"),
+            2,
+            11,
+            &["channels.allow_remote: true", "not a loopback address"],
+        );
+        assert!(!shown.contains("metrics_key"), "{shown}");
+        let shown = assert_error(
+            &format!("gateway:\n  listen: {listen}\n"),
+            2,
+            11,
+            &["gateway.allow_remote: true"],
+        );
+        assert!(!shown.contains("metrics_key"), "{shown}");
+    }
+    for loopback in [
+        "127.0.0.1:4100",
+        "127.9.9.9:4100",
+        "\"[::1]:4100\"",
+        "\"[::ffff:127.0.0.1]:4100\"",
+    ] {
+        parse(&format!(
+            "channels:\n  listen: {loopback}\ngateway:\n  listen: {loopback}\n"
+        ))
+        .unwrap();
+    }
+    parse("channels:\n  listen: 0.0.0.0:4100\n  allow_remote: true\n").unwrap();
+    assert_error(
+        "gateway:\n  listen: 0.0.0.0:4000\n  allow_remote: true\n",
+        2,
+        11,
+        &["gateway.metrics_key"],
+    );
+    parse(
+        "gateway:\n  listen: 0.0.0.0:4000\n  allow_remote: true\n  metrics_key: 0123456789abcdef\n",
+    )
+    .unwrap();
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use super::node::Seg;
 use super::schema::{
-    Budget, Config, Gateway, GatewayCache, McpContainer, McpServer, PluginLimits, Plugins,
-    Workspace,
+    Budget, Channels, Config, Containers, Gateway, GatewayCache, ListenerLimits, McpContainer,
+    McpServer, PluginLimits, Plugins, Workspace,
 };
 
 /// A semantic problem at `path` (the mapping key itself when `at_key`).
@@ -161,6 +161,7 @@ fn gateway<'a>(cfg: &'a Config, out: Out<'a, '_>) {
     }
     prices(gw, out);
     gateway_limits(gw, out);
+    gateway_remote(gw, out);
     let known = aliases(cfg);
     let unknown = |alias: &str| {
         format!("unknown model alias `{alias}` (no model_list entry has this model_name)")
@@ -221,6 +222,12 @@ fn prices<'a>(gw: &'a Gateway, out: Out<'a, '_>) {
 
 /// `gateway.cache` and `gateway.max_request_bytes` ranges.
 fn gateway_limits<'a>(gw: &'a Gateway, out: Out<'a, '_>) {
+    listener_limits(
+        "gateway",
+        gw.limits.tcp(),
+        Some(gw.limits.max_connections_per_workspace),
+        out,
+    );
     let cache = |leaf| vec![Key("gateway"), Key("cache"), Key(leaf)];
     if !(1..=GatewayCache::MAX_TTL_SECS).contains(&gw.cache.ttl_secs) {
         out.push(at(
@@ -251,6 +258,103 @@ fn gateway_limits<'a>(gw: &'a Gateway, out: Out<'a, '_>) {
                 Gateway::MAX_MAX_REQUEST_BYTES
             ),
         ));
+    }
+}
+
+/// Whether `addr` is reachable only from this machine (127.0.0.0/8, `::1`,
+/// or `::ffff:127.x.y.z`). Anything else — `0.0.0.0`, `::`, a LAN or bridge
+/// address — is reachable from other machines and from every
+/// bridge-networked container.
+pub fn is_loopback(addr: &std::net::SocketAddr) -> bool {
+    addr.ip().to_canonical().is_loopback()
+}
+
+/// The refusal of a listener on `addr` that is not loopback, for
+/// `section.listen` without `section.allow_remote: true`.
+pub fn remote_refusal(section: &str, addr: &std::net::SocketAddr) -> String {
+    format!(
+        "{section}.listen {addr} is not a loopback address: other machines and every \
+         bridge-networked container could reach it. Use 127.0.0.1, or set \
+         `{section}.allow_remote: true` to serve it there on purpose"
+    )
+}
+
+/// The refusal of a gateway that serves `/metrics` beyond loopback with no key.
+pub fn metrics_key_refusal(addr: &std::net::SocketAddr) -> String {
+    format!(
+        "gateway.listen {addr} is not a loopback address, so /metrics needs a bearer key: \
+         set `gateway.metrics_key` (e.g. `metrics_key: ${{PINCER_METRICS_KEY}}`, at least {} characters)",
+        Gateway::MIN_METRICS_KEY_CHARS
+    )
+}
+
+/// `gateway.listen` beyond loopback needs `allow_remote` and `metrics_key`.
+fn gateway_remote<'a>(gw: &'a Gateway, out: Out<'a, '_>) {
+    if let Some(key) = &gw.metrics_key
+        && key.chars().count() < Gateway::MIN_METRICS_KEY_CHARS
+    {
+        out.push(at(
+            vec![Key("gateway"), Key("metrics_key")],
+            format!(
+                "metrics_key must be at least {} characters (a random secret, e.g. from `openssl rand -hex 16`)",
+                Gateway::MIN_METRICS_KEY_CHARS
+            ),
+        ));
+    }
+    if is_loopback(&gw.listen) {
+        return;
+    }
+    if !gw.allow_remote {
+        out.push(at(
+            vec![Key("gateway"), Key("listen")],
+            remote_refusal("gateway", &gw.listen),
+        ));
+    } else if gw.metrics_key.is_none() {
+        out.push(at(
+            vec![Key("gateway"), Key("listen")],
+            metrics_key_refusal(&gw.listen),
+        ));
+    }
+}
+
+/// Every timeout allows something and no cap is zero or absurd.
+fn listener_limits<'a>(
+    section: &'static str,
+    limits: ListenerLimits,
+    per_workspace: Option<u64>,
+    out: Out<'a, '_>,
+) {
+    let path = |leaf| vec![Key(section), Key("limits"), Key(leaf)];
+    for (leaf, secs) in [
+        ("header_read_secs", limits.header_read_secs),
+        ("body_secs", limits.body_secs),
+        ("idle_secs", limits.idle_secs),
+    ] {
+        if !(1..=ListenerLimits::MAX_SECS).contains(&secs) {
+            out.push(at(
+                path(leaf),
+                format!(
+                    "{leaf} must be between 1 and {} seconds",
+                    ListenerLimits::MAX_SECS
+                ),
+            ));
+        }
+    }
+    let caps = [("max_connections", Some(limits.max_connections))]
+        .into_iter()
+        .chain([("max_connections_per_workspace", per_workspace)]);
+    for (leaf, cap) in caps {
+        if let Some(cap) = cap
+            && !(1..=ListenerLimits::MAX_CONNECTIONS).contains(&cap)
+        {
+            out.push(at(
+                path(leaf),
+                format!(
+                    "{leaf} must be between 1 and {}",
+                    ListenerLimits::MAX_CONNECTIONS
+                ),
+            ));
+        }
     }
 }
 
@@ -288,6 +392,16 @@ fn containers<'a>(cfg: &'a Config, out: Out<'a, '_>) {
         out.push(at(
             vec![Key("containers"), Key("image")],
             "image must not be empty".into(),
+        ));
+    }
+    if !(Containers::MIN_NOFILE..=Containers::MAX_NOFILE).contains(&cfg.containers.nofile) {
+        out.push(at(
+            vec![Key("containers"), Key("nofile")],
+            format!(
+                "nofile must be between {} and {} open files",
+                Containers::MIN_NOFILE,
+                Containers::MAX_NOFILE
+            ),
         ));
     }
 }
@@ -616,6 +730,15 @@ fn allowed_workspaces<'a>(cfg: &'a Config, list: &'a [String], base: &[Seg<'a>],
 }
 
 fn channels<'a>(cfg: &'a Config, out: Out<'a, '_>) {
+    // Checked whether or not a channel is configured: the key says where
+    // a listener would be, and a later channel would open it.
+    if !cfg.channels.allow_remote && !is_loopback(&cfg.channels.listen) {
+        out.push(at(
+            vec![Key("channels"), Key(Channels::LISTEN_KEY)],
+            remote_refusal("channels", &cfg.channels.listen),
+        ));
+    }
+    listener_limits("channels", cfg.channels.limits, None, out);
     for (name, channel) in &cfg.channels {
         let base = || vec![Key("channels"), Key(name.as_str())];
         let field = |leaf| {

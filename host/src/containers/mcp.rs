@@ -269,7 +269,10 @@ pub fn plan(
     let catalog = PolicyCatalog::load(&config.containers.policy_dirs)?;
     let policy = server_policy(&catalog, name, container)
         .map_err(|e| ContainerError::Host(e.to_string()))?;
-    let settings = policy.compile();
+    let settings = crate::policy::ContainerSettings {
+        nofile: i64::try_from(config.containers.nofile).unwrap_or(i64::MAX),
+        ..policy.compile()
+    };
     let protected = protected(config, home);
     let mut bind = Vec::new();
     for written in &container.volumes {

@@ -81,7 +81,10 @@ pub fn plan(
         .ok_or_else(|| ContainerError::UnknownWorkspace(workspace.to_string()))?;
     let catalog = PolicyCatalog::load(&config.containers.policy_dirs)?;
     let policy = catalog.effective(workspace, &ws.policies)?;
-    let settings = policy.compile();
+    let settings = crate::policy::ContainerSettings {
+        nofile: i64::try_from(config.containers.nofile).unwrap_or(i64::MAX),
+        ..policy.compile()
+    };
     let workspace_base = expand_tilde(&config.containers.workspace_base_path);
     let workspace_dir = config.workspace_dir(workspace);
     mounts::check_workspace_folder(&workspace_dir, home, &workspace_base).map_err(|source| {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, HostConfig, Mount, MountType,
+    ContainerCreateBody, ContainerInspectResponse, HostConfig, Mount, MountType, ResourcesUlimits,
 };
 
 use super::mounts::BindMount;
@@ -211,6 +211,11 @@ pub fn host_config(s: &ContainerSettings, mounts: &[BindMount]) -> HostConfig {
         memory_swap: Some(s.memory_swap_bytes),
         nano_cpus: Some(s.nano_cpus),
         pids_limit: Some(s.pids_limit),
+        ulimits: Some(vec![ResourcesUlimits {
+            name: Some("nofile".into()),
+            soft: Some(s.nofile),
+            hard: Some(s.nofile),
+        }]),
         cap_drop: Some(s.cap_drop.clone()),
         cap_add: Some(s.cap_add.clone()),
         security_opt: Some(s.security_opt.clone()),
@@ -283,6 +288,27 @@ pub fn settings_mismatches(
         "pids limit",
         s.pids_limit.to_string(),
         host.pids_limit.unwrap_or(0).to_string(),
+    );
+    // Every ulimit the container has, so one added behind pincer's back
+    // (or a daemon default in place of ours) is a difference too.
+    let mut ulimits: Vec<String> = host
+        .ulimits
+        .unwrap_or_default()
+        .iter()
+        .map(|u| {
+            format!(
+                "{}={}:{}",
+                u.name.clone().unwrap_or_default(),
+                u.soft.unwrap_or(-1),
+                u.hard.unwrap_or(-1)
+            )
+        })
+        .collect();
+    ulimits.sort();
+    check(
+        "ulimits",
+        format!("nofile={0}:{0}", s.nofile),
+        ulimits.join(","),
     );
     check(
         "cap_drop",

@@ -43,6 +43,7 @@ pub async fn run(
     listen: Option<std::net::SocketAddr>,
 ) -> anyhow::Result<()> {
     let mut ctx = Context::load_checked(config_flag)?;
+    raise_nofile_limit();
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let (_watching, changes) = watch_config(ctx.config_path.clone());
@@ -105,19 +106,20 @@ async fn serve(
     }
 
     let addr = listen.unwrap_or(ctx.config.gateway.listen);
+    crate::gateway::server::check_listen(&ctx.config.gateway, addr)?;
     let tcp = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} (gateway.listen)"))?;
     let bound = tcp.local_addr()?;
     let gateway = {
-        let routes = agent.gateway().tcp_routes();
+        let gateway = agent.gateway().clone();
         let mut stop = stop.clone();
         tokio::spawn(async move {
-            axum::serve(tcp, routes)
-                .with_graceful_shutdown(async move {
+            gateway
+                .serve_tcp(tcp, async move {
                     let _ = stop.wait_for(|s| *s).await;
                 })
-                .await
+                .await;
         })
     };
     for workspace in ctx.config.workspaces.keys() {
@@ -173,22 +175,25 @@ async fn serve(
         None
     } else {
         let at = ctx.config.channels.listen;
+        if !ctx.config.channels.allow_remote && !crate::config::is_loopback(&at) {
+            anyhow::bail!("{}", crate::config::remote_refusal("channels", &at));
+        }
         let listener = tokio::net::TcpListener::bind(at)
             .await
             .with_context(|| format!("cannot listen on {at} (channels.listen)"))?;
         let bound = listener.local_addr()?;
         let routes = crate::channels::webhook::routes(channels.clone(), inbox.clone());
+        let limits = ctx.config.channels.limits.into();
         let mut stop = stop.clone();
-        tasks.spawn(async move {
-            let served = axum::serve(listener, routes)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::error!("the webhook listener stopped: {e}");
-            }
-        });
+        tasks.spawn(crate::listener::serve(
+            listener,
+            routes,
+            limits,
+            "channels.listen".into(),
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        ));
         Some(bound)
     };
     let turns = tokio::spawn(control::serve(control_socket, agent.clone()));
@@ -253,6 +258,16 @@ async fn serve(
     agent.close_observers(Duration::from_secs(3)).await;
     status.clear();
     Ok(ending)
+}
+
+/// Raises the soft open-file limit to the hard one (`pincer start`,
+/// `pincer gateway serve`): the listeners' caps are sized against it, and
+/// containers get far fewer (`containers.nofile`).
+pub fn raise_nofile_limit() {
+    match crate::listener::raise_nofile_limit() {
+        Ok(limit) => tracing::info!("open-file limit: {limit}"),
+        Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+    }
 }
 
 /// Sends a unit when the configuration file's content changes

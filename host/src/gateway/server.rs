@@ -49,6 +49,10 @@ pub struct Gateway {
     reaches: Arc<Reaches>,
     mcp: Arc<super::mcp::McpGateway>,
     metrics: Arc<Metrics>,
+    /// Timeouts and caps of the TCP listener and the workspace sockets.
+    limits: crate::config::GatewayLimits,
+    /// The bearer key `/metrics` requires (`gateway.metrics_key`).
+    metrics_key: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -92,7 +96,7 @@ fn error_type(status: u16) -> &'static str {
         401 => "authentication_error",
         403 => "permission_error",
         404 => "not_found_error",
-        413 | 400 => "invalid_request_error",
+        413 | 408 | 400 => "invalid_request_error",
         429 => "rate_limit_error",
         _ => "api_error",
     }
@@ -115,6 +119,28 @@ fn llm_error(e: &LlmError, dialect: Dialect) -> Response {
 /// folder the container has read-only.
 pub fn workspace_socket(home: &Path, workspace: &str) -> std::path::PathBuf {
     crate::containers::spec::gateway_dir(&home.join("run").join(workspace)).join("gateway.sock")
+}
+
+/// Refuses to serve the gateway on `addr` (`gateway.listen` or a
+/// `--listen` flag) beyond loopback without `gateway.allow_remote` and
+/// `gateway.metrics_key` — the rule `pincer config check` applies to the file.
+///
+/// # Errors
+/// The refusal, naming the key to set.
+pub fn check_listen(
+    config: &crate::config::Gateway,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<()> {
+    if crate::config::is_loopback(&addr) {
+        return Ok(());
+    }
+    if !config.allow_remote {
+        anyhow::bail!("{}", crate::config::remote_refusal("gateway", &addr));
+    }
+    if config.metrics_key.is_none() {
+        anyhow::bail!("{}", crate::config::metrics_key_refusal(&addr));
+    }
+    Ok(())
 }
 
 /// Services the process has already, for the gateway to use rather than
@@ -174,6 +200,8 @@ impl Gateway {
             reaches,
             mcp,
             metrics: Metrics::new(database.clone()),
+            limits: config.gateway.limits,
+            metrics_key: config.gateway.metrics_key.clone(),
         })
     }
 
@@ -219,11 +247,30 @@ impl Gateway {
             <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o666),
         )?;
         let routes = self.routes();
+        let limits = self.limits.workspace().into();
+        let name = format!("gateway socket of workspace {workspace}");
         Ok(tokio::spawn(async move {
-            axum::serve(socket, routes)
-                .await
-                .map_err(anyhow::Error::from)
+            crate::listener::serve(socket, routes, limits, name, std::future::pending()).await;
+            Ok(())
         }))
+    }
+
+    /// Serves [`Self::tcp_routes`] on `listener` within `gateway.limits`
+    /// until `shutdown` resolves, then until its connections have closed.
+    pub async fn serve_tcp(
+        self: &Arc<Self>,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) {
+        let limits = self.limits.tcp().into();
+        crate::listener::serve(
+            listener,
+            self.tcp_routes(),
+            limits,
+            "gateway.listen".into(),
+            shutdown,
+        )
+        .await;
     }
 
     /// [`Self::routes`] plus `GET /metrics` (Prometheus): for the TCP
@@ -314,7 +361,17 @@ impl Gateway {
         let key = self.authenticate(request.headers())?;
         let bytes: Bytes = axum::body::to_bytes(request.into_body(), self.max_request_bytes)
             .await
-            .map_err(|_| {
+            .map_err(|e| {
+                if crate::listener::BodyTimedOut::caused(&e) {
+                    return ApiError::new(
+                        408,
+                        "request_timeout",
+                        format!(
+                            "the request body did not arrive within {} s (gateway.limits.body_secs)",
+                            self.limits.body_secs
+                        ),
+                    );
+                }
                 ApiError::new(
                     413,
                     "request_too_large",
@@ -596,6 +653,11 @@ fn price_of(price: Option<super::cost::Price>, usage: &llm::Usage) -> Option<f64
     price.map(|p| p.cost(usage.prompt_tokens.into(), usage.completion_tokens.into()))
 }
 
+/// `a == b` in time that depends only on their lengths.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 fn actor(key: &KeyInfo) -> String {
     format!("workspace:{}", key.workspace)
 }
@@ -618,8 +680,24 @@ async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
-/// `GET /metrics`: Prometheus text ([`super::metrics`]).
-async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+/// `GET /metrics`: Prometheus text ([`super::metrics`]); with
+/// `gateway.metrics_key`, only for `Authorization: Bearer <that key>`.
+async fn metrics(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Some(key) = &gateway.metrics_key {
+        let sent = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        if !same_secret(sent.trim().as_bytes(), key.as_bytes()) {
+            return ApiError::new(
+                401,
+                "invalid_metrics_key",
+                "/metrics needs `Authorization: Bearer <gateway.metrics_key>`",
+            )
+            .respond(Dialect::OpenAi);
+        }
+    }
     let budgets: Vec<_> = gateway
         .budgets
         .iter()

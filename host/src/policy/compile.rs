@@ -31,6 +31,9 @@ pub struct ContainerSettings {
     pub memory_swap_bytes: i64,
     pub nano_cpus: i64,
     pub pids_limit: i64,
+    /// RLIMIT_NOFILE, soft and hard: `containers.nofile`, set by the
+    /// container plans (the policy itself does not set it).
+    pub nofile: i64,
     /// `ALL` and/or `CAP_NAME`, sorted.
     pub cap_drop: Vec<String>,
     /// `CAP_NAME`, sorted.
@@ -84,6 +87,7 @@ impl EffectivePolicy {
             memory_swap_bytes: memory,
             nano_cpus: to_i64(self.nano_cpus.value),
             pids_limit: i64::from(self.pids.value),
+            nofile: to_i64(crate::config::Containers::DEFAULT_NOFILE),
             cap_drop,
             cap_add,
             no_new_privileges: self.no_new_privileges.value,

@@ -148,6 +148,10 @@ pub struct Reach {
     /// manifest ∩ `workspaces.NAME.plugin_http`, from
     /// `plugins::plugin_http_reach`, the computation the plugin host enforces.
     pub plugin_http: std::collections::BTreeMap<String, Vec<String>>,
+    /// pincer's own host listeners this container could connect to: with
+    /// network `bridge`, each one bound beyond loopback (the host answers on
+    /// the bridge's gateway address too); with `none`, none.
+    pub host_listeners: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -573,7 +577,30 @@ fn reach(p: &EffectivePolicy, input: &ReportInput<'_>, computed: &WorkspaceReach
             deployments: deployments(input, &computed.models.aliases),
         },
         plugin_http: input.plugin_http.clone(),
+        host_listeners: host_listeners(p.network.value, input.config),
     }
+}
+
+/// pincer's listeners on the host that a container on `network` reaches:
+/// a bridge-networked container reaches every host address but loopback.
+fn host_listeners(network: NetworkMode, config: &Config) -> Vec<String> {
+    if network != NetworkMode::Bridge {
+        return Vec::new();
+    }
+    let mut reached = Vec::new();
+    let gateway = config.gateway.listen;
+    if !crate::config::is_loopback(&gateway) {
+        reached.push(format!(
+            "gateway on {gateway} (gateway.listen, not loopback): the container can call it on the bridge's gateway address"
+        ));
+    }
+    let webhooks = config.channels.listen;
+    if !config.channels.is_empty() && !crate::config::is_loopback(&webhooks) {
+        reached.push(format!(
+            "channel webhooks on {webhooks} (channels.listen, not loopback): the container can post to them on the bridge's gateway address"
+        ));
+    }
+    reached
 }
 
 /// Each alias with its deployments and fallbacks.
@@ -897,6 +924,18 @@ pub fn render_text(report: &PolicyReport) -> String {
         .collect();
     if !http.is_empty() {
         rows.push(("plugin http".to_owned(), http.join("; ")));
+    }
+    if reach.network.starts_with("bridge") {
+        rows.push((
+            // pincer's own listeners on the host (the label no wider than
+            // the others: the table's alignment is part of the output).
+            "listeners".to_owned(),
+            if reach.host_listeners.is_empty() {
+                "none: pincer's listeners are on loopback only".to_owned()
+            } else {
+                reach.host_listeners.join("; ")
+            },
+        ));
     }
     table(&mut out, &rows);
 

@@ -1064,3 +1064,31 @@ fn enforcement_notes_explain_each_restriction() {
     assert!(notes.contains("without io_uring"));
     assert!(notes.contains("network bridge: outbound connections are NOT restricted"));
 }
+
+#[test]
+fn the_audit_names_the_host_listeners_a_bridge_container_reaches() {
+    let mut cfg = config();
+    // Loopback (the defaults): a bridge container reaches none of them.
+    let lethal = audit(&cfg, "lethal", &catalog());
+    assert!(lethal.reach.host_listeners.is_empty());
+    assert!(
+        render_text(&lethal).contains("none: pincer's listeners are on loopback only"),
+        "{}",
+        render_text(&lethal)
+    );
+    cfg.gateway.listen = "0.0.0.0:4000".parse().unwrap();
+    cfg.channels.listen = "0.0.0.0:4100".parse().unwrap();
+    let lethal = audit(&cfg, "lethal", &catalog());
+    assert_eq!(lethal.reach.host_listeners.len(), 2, "{:?}", lethal.reach);
+    assert!(lethal.reach.host_listeners[0].contains("gateway on 0.0.0.0:4000"));
+    assert!(lethal.reach.host_listeners[1].contains("channel webhooks on 0.0.0.0:4100"));
+    let text = render_text(&lethal);
+    assert!(
+        text.contains("\n  listeners    gateway on 0.0.0.0:4000") && text.contains("0.0.0.0:4100"),
+        "{text}"
+    );
+    // With network none, nothing on the host but its socket.
+    let isolated = audit(&cfg, "isolated", &catalog());
+    assert!(isolated.reach.host_listeners.is_empty());
+    assert!(!render_text(&isolated).contains("\n  listeners "));
+}
