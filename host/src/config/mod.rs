@@ -36,9 +36,9 @@ pub use error::{ConfigError, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
     AgentLimits, AgentSchedules, Budget, Channel, Channels, Config, ContainerRuntime, Containers,
-    Gateway, GatewayCache, LitellmParams, McpContainer, McpServer, ModelDeployment, ModelPrice,
-    Mount, PluginLimits, Plugins, PolicyEntry, Refusal, RoutingStrategy, Skill, TrustedPublisher,
-    Workspace, WorkspaceMemory,
+    Gateway, GatewayCache, LegacySecrets, LitellmParams, McpContainer, McpServer, ModelDeployment,
+    ModelPrice, Mount, PluginLimits, Plugins, PolicyEntry, Refusal, RoutingStrategy, Skill,
+    TrustedPublisher, Workspace, WorkspaceMemory,
 };
 pub use validate::{Volume, parse_volume};
 
