@@ -642,13 +642,29 @@ fn a_plugin_cannot_take_a_builtin_name_without_replace() {
     );
     assert!(list.contains("problem: plugin skill-notes"), "{list}");
 
-    // --replace does it, says what happens to the state, and is audited.
+    // --replace alone does not: the impostor asks for HTTP the built-in
+    // does not, so it must be confirmed (stdin is not a terminal here).
+    let err = fails(sandbox.pincer(&[
+        "--config",
+        config,
+        "plugin",
+        "install",
+        "--replace",
+        impostor.to_str().unwrap(),
+    ]));
+    assert!(
+        err.contains("http to: localhost:*") && err.contains("--yes"),
+        "{err}"
+    );
+    assert!(!sandbox.home().join("plugins/skill-notes").exists());
+    // --replace --yes does it, says what happens to the state, and is audited.
     let out = ok(sandbox.pincer(&[
         "--config",
         config,
         "plugin",
         "install",
         "--replace",
+        "--yes",
         impostor.to_str().unwrap(),
     ]));
     assert!(
@@ -944,4 +960,88 @@ fn schedule_check_reads_a_task_without_a_zone_in_the_host_zone() {
         out.contains("in Asia/Shanghai") && out.contains("  2026-12-02 09:00 +08:00 (01:00 UTC)"),
         "{out}"
     );
+}
+
+/// A WIT 0.1.0 plugin reads its secret config keys through `config`:
+/// `plugins.legacy_secrets` (default `refuse`) refuses to install it and to
+/// load it (`skill invoke`, `config check`); `warn` installs and loads it,
+/// saying the plugin will read its secrets.
+#[test]
+fn a_wit_0_1_0_plugin_with_secret_keys_needs_legacy_secrets_warn() {
+    let sandbox = Sandbox::new();
+    let src = staged("wit-v0-1-0");
+    let dir = sandbox.work().join("legacy-secret");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("plugin.wasm"), dir.join("plugin.wasm")).unwrap();
+    let manifest = std::fs::read_to_string(src.join("plugin.toml"))
+        .unwrap()
+        .replace("name = \"wit-v0-1-0\"", "name = \"legacy-secret\"");
+    std::fs::write(
+        dir.join("plugin.toml"),
+        format!("{manifest}\n[config.api_key]\ntype = \"string\"\nsecret = true\n"),
+    )
+    .unwrap();
+    let body = "workspaces:\n  main: {skills: [legacy-secret]}\n";
+    let refuse = sandbox.write(
+        "refuse.yaml",
+        &format!("plugins:\n  config:\n    legacy-secret: {{api_key: k-123}}\n{body}"),
+    );
+    let warn = sandbox.write(
+        "warn.yaml",
+        &format!(
+            "plugins:\n  legacy_secrets: warn\n  config:\n    legacy-secret: {{api_key: k-123}}\n{body}"
+        ),
+    );
+    let (refuse, warn) = (refuse.to_str().unwrap(), warn.to_str().unwrap());
+    let installed = sandbox.home().join("plugins/legacy-secret");
+
+    let err = fails(sandbox.pincer(&[
+        "--config",
+        refuse,
+        "plugin",
+        "install",
+        dir.to_str().unwrap(),
+    ]));
+    assert!(
+        err.contains("WIT 0.1.0")
+            && err.contains("api_key")
+            && err.contains("plugins.legacy_secrets: warn"),
+        "{err}"
+    );
+    assert!(!installed.exists(), "nothing installed");
+
+    let out = sandbox.pincer(&["--config", warn, "plugin", "install", dir.to_str().unwrap()]);
+    let warned = stderr(&out);
+    ok(out);
+    assert!(
+        warned.contains("will read its secret config keys api_key"),
+        "{warned}"
+    );
+    assert!(installed.exists());
+
+    let invoke = |config: &str| {
+        sandbox.pincer(&[
+            "--config",
+            config,
+            "skill",
+            "invoke",
+            "legacy-secret",
+            "echo",
+            "--args",
+            r#"{"text": "hi"}"#,
+        ])
+    };
+    let err = fails(invoke(refuse));
+    assert!(
+        err.contains("api_key") && err.contains("plugins.legacy_secrets"),
+        "{err}"
+    );
+    let err = fails(sandbox.pincer(&["--config", refuse, "config", "check"]));
+    assert!(
+        err.contains("refuse.yaml:3:5: ") && err.contains("api_key"),
+        "{err}"
+    );
+    let value: Value = serde_json::from_str(&ok(invoke(warn))).unwrap();
+    assert_eq!(value["text"], "hi", "{value}");
+    ok(sandbox.pincer(&["--config", warn, "config", "check"]));
 }

@@ -506,3 +506,300 @@ fn the_write_a_skill_guide_works_in_both_languages() {
         assert_eq!(answer["greeting"], greeting, "{name}: {answer}");
     }
 }
+
+/// A copy of staged `src` named `acme-calc` in `sandbox`'s folder `dir`,
+/// its manifest edited by `edit`.
+fn variant(sandbox: &Sandbox, src: &str, dir: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let from = staged(src);
+    let to = sandbox.work().join(dir);
+    std::fs::create_dir_all(&to).unwrap();
+    for entry in std::fs::read_dir(&from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+    let manifest = to.join("plugin.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap().replacen(
+        &format!("name = \"{src}\""),
+        "name = \"acme-calc\"",
+        1,
+    );
+    let edited = edit(text.clone());
+    assert_ne!(edited, text, "{dir}: the edit changed nothing");
+    std::fs::write(&manifest, edited).unwrap();
+    to
+}
+
+/// acme-calc 0.1.0 on WIT 0.3.0 with kv and a secret key `api_key`.
+const SECRET_KEY: &str =
+    "\n[capabilities]\nkv = true\n\n[config.api_key]\ntype = \"string\"\nsecret = true\n";
+
+/// Finding 3: an update that asks for more than the installed version in
+/// ways beyond hosts and key names — a WIT 0.1.0 build (which reads its
+/// secrets through `config`), a secret made plain, another kind, an older
+/// version — is refused without a terminal and without `--yes`, naming
+/// the reason; the installed version keeps working. A downgrade is refused
+/// even with `--yes` unless `--allow-downgrade`; `install --replace` of a
+/// folder is held to the same rules.
+#[test]
+fn updates_that_read_secrets_unsecret_change_kind_or_roll_back_are_refused() {
+    let registry = Registry::start();
+    let publisher = Sandbox::new();
+    let (key_file, public) = key(&publisher, "acme");
+    let reference = format!("{}/acme/acme-calc:stable", registry.addr);
+    let publish = |dir: &Path| {
+        let out = ok(publisher.pincer(&[
+            "plugin",
+            "publish",
+            dir.to_str().unwrap(),
+            &reference,
+            "--key",
+            key_file.to_str().unwrap(),
+        ]));
+        field(&out, "digest:")
+    };
+    let base = variant(&publisher, "skill-calc", "base", |m| {
+        format!("{m}{SECRET_KEY}")
+    });
+    let installed_digest = publish(&base);
+    let user = Sandbox::new();
+    // `warn`, so what refuses the 0.1.0 build below is the update's own
+    // question, not the install-time refusal of legacy secrets.
+    user.write(
+        "pincer.yaml",
+        &format!(
+            "plugins:\n  legacy_secrets: warn\n  trusted_publishers:\n    - {{name: acme, key: \"{public}\"}}\n  config:\n    acme-calc: {{api_key: k-123}}\nworkspaces:\n  main: {{skills: [acme-calc]}}\n"
+        ),
+    );
+    ok(user.pincer(&["plugin", "install", &reference, "--yes"]));
+    let origin = || -> serde_json::Value {
+        serde_json::from_slice(
+            &std::fs::read(user.home().join("plugins/acme-calc/origin.json")).unwrap(),
+        )
+        .unwrap()
+    };
+    let still_installed = |case: &str| {
+        assert_eq!(
+            origin()["digest"],
+            installed_digest.as_str(),
+            "{case}: nothing was installed"
+        );
+        let list = ok(user.pincer(&["plugin", "list"]));
+        assert!(
+            list.lines()
+                .any(|l| l.starts_with("acme-calc") && l.contains("0.1.0")),
+            "{case}: {list}"
+        );
+    };
+
+    let legacy = variant(&publisher, "wit-v0-1-0", "legacy", |m| {
+        format!(
+            "{}\n[config.api_key]\ntype = \"string\"\nsecret = true\n",
+            m.replacen("version = \"0.1.0\"", "version = \"0.2.0\"", 1)
+        )
+    });
+    let unsecret = variant(&publisher, "skill-calc", "unsecret", |m| {
+        format!("{m}{SECRET_KEY}")
+            .replacen("version = \"0.1.0\"", "version = \"0.2.0\"", 1)
+            .replace("secret = true", "secret = false")
+    });
+    let observer = variant(&publisher, "observer-jsonl", "observer", |m| {
+        format!(
+            "{}\n[config.api_key]\ntype = \"string\"\nsecret = true\n",
+            m.replacen("version = \"0.1.0\"", "version = \"0.2.0\"", 1)
+                .replacen("data_dir = true", "data_dir = true\nkv = true", 1)
+        )
+    });
+    let older = variant(&publisher, "skill-calc", "older", |m| {
+        format!("{m}{SECRET_KEY}").replacen("version = \"0.1.0\"", "version = \"0.0.9\"", 1)
+    });
+    for (case, dir, reason) in [
+        (
+            "a WIT 0.1.0 build",
+            &legacy,
+            "reads its secrets: built against WIT 0.1.0, older than 0.2.0, so the plugin reads the values of its secret config keys api_key",
+        ),
+        (
+            "a secret made plain",
+            &unsecret,
+            "no longer secret: api_key",
+        ),
+        (
+            "another kind",
+            &observer,
+            "another kind: a observer plugin, not a skill",
+        ),
+        (
+            "an older version",
+            &older,
+            "an older version: 0.0.9 is lower than the installed 0.1.0",
+        ),
+    ] {
+        publish(dir);
+        let out = user.pincer(&["plugin", "update", "acme-calc"]);
+        let err = fails(out);
+        assert!(
+            err.contains(reason) && err.contains("the installed acme-calc 0.1.0 is unchanged"),
+            "{case}: {err}"
+        );
+        if dir == &older {
+            assert!(err.contains("--allow-downgrade"), "{case}: {err}");
+        } else {
+            assert!(err.contains("--yes"), "{case}: {err}");
+        }
+        still_installed(case);
+        // The same package from a folder, over the installed plugin.
+        let err = fails(user.pincer(&["plugin", "install", "--replace", dir.to_str().unwrap()]));
+        assert!(err.contains(reason), "{case}, install --replace: {err}");
+        still_installed(case);
+    }
+    let answer = ok(user.pincer(&[
+        "skill",
+        "invoke",
+        "acme-calc",
+        "evaluate",
+        "--args",
+        r#"{"expression": "2+2"}"#,
+    ]));
+    assert!(
+        answer.contains('4'),
+        "the installed version answers: {answer}"
+    );
+
+    // A rollback is refused even with --yes, and done with --allow-downgrade.
+    let err = fails(user.pincer(&["plugin", "update", "acme-calc", "--yes"]));
+    assert!(
+        err.contains("0.0.9 is lower than the installed 0.1.0")
+            && err.contains("--allow-downgrade"),
+        "{err}"
+    );
+    still_installed("--yes alone");
+    let out = ok(user.pincer(&[
+        "plugin",
+        "update",
+        "acme-calc",
+        "--yes",
+        "--allow-downgrade",
+    ]));
+    assert!(out.contains("installed acme-calc 0.0.9"), "{out}");
+    assert_ne!(origin()["digest"], installed_digest.as_str());
+}
+
+/// `plugins.trusted_publishers[].plugins` scopes a key to plugin names: a
+/// package of another name signed by it is refused as untrusted.
+#[test]
+fn a_publisher_key_signs_only_the_names_it_is_trusted_for() {
+    let registry = Registry::start();
+    let publisher = Sandbox::new();
+    let dir = acme_calc(&publisher);
+    let (key_file, public) = key(&publisher, "acme");
+    let reference = format!("{}/acme/acme-calc:1.0.0", registry.addr);
+    ok(publisher.pincer(&[
+        "plugin",
+        "publish",
+        dir.to_str().unwrap(),
+        &reference,
+        "--key",
+        key_file.to_str().unwrap(),
+    ]));
+    let scoped = |globs: &str| {
+        let sandbox = Sandbox::new();
+        sandbox.write(
+            "pincer.yaml",
+            &format!(
+                "plugins:\n  trusted_publishers:\n    - {{name: acme, key: \"{public}\", plugins: [{globs}]}}\nworkspaces:\n  main: {{skills: [acme-calc]}}\n"
+            ),
+        );
+        sandbox
+    };
+    let narrow = scoped("\"weather-*\", \"acme-notes\"");
+    let err = fails(narrow.pincer(&["plugin", "install", &reference, "--yes"]));
+    assert!(
+        err.contains("acme-calc")
+            && err.contains("may sign only weather-*, acme-notes")
+            && err.contains("nothing was installed"),
+        "{err}"
+    );
+    assert!(!installed(&narrow));
+    let wide = scoped("\"acme-*\"");
+    let out = ok(wide.pincer(&["plugin", "install", &reference, "--yes"]));
+    assert!(out.contains("publisher: acme ("), "{out}");
+    assert!(installed(&wide));
+    let bad = scoped("\"Acme/*\"");
+    let err = fails(bad.pincer(&["config", "check"]));
+    assert!(err.contains("pincer.yaml:3:"), "{err}");
+}
+
+/// Finding 8: a registry answering with a 400 MiB manifest (streamed, with
+/// its length declared and chunked without one) is refused at the 1 MiB
+/// cap, and `plugin install` never holds it: its peak RSS stays under
+/// 100 MB.
+#[test]
+fn a_huge_manifest_is_refused_without_being_read() {
+    use axum::routing::get;
+    const HUGE: u64 = 400 << 20;
+    async fn huge(
+        axum::extract::Path(tag): axum::extract::Path<String>,
+    ) -> axum::response::Response {
+        let chunk = bytes::Bytes::from(vec![b' '; 1 << 20]);
+        let chunks = futures_util::stream::iter(
+            (0..HUGE >> 20).map(move |_| Ok::<_, std::io::Error>(chunk.clone())),
+        );
+        let mut response = axum::response::Response::builder()
+            .header("content-type", "application/vnd.oci.image.manifest.v1+json");
+        if tag == "declared" {
+            response = response.header("content-length", HUGE);
+        }
+        response
+            .body(axum::body::Body::from_stream(chunks))
+            .unwrap()
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let addr = runtime.block_on(support::serve(
+        axum::Router::new()
+            .route("/v2/", get(|| async { "{}" }))
+            .route("/v2/acme/huge/manifests/{tag}", get(huge)),
+    ));
+    let user = consumer(&[]);
+    for tag in ["declared", "chunked"] {
+        let reference = format!("{addr}/acme/huge:{tag}");
+        // Reaped by `libc::wait4` below, which also gives its peak RSS.
+        #[allow(clippy::zombie_processes)]
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
+            .args(["plugin", "install", &reference, "--yes"])
+            .current_dir(user.work())
+            .env("PINCER_HOME", user.home())
+            .env_remove("PINCER_CONFIG")
+            .env_remove("PINCER_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
+            text
+        });
+        let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+        // SAFETY: waits for our own child, once; `usage` is a plain struct.
+        let waited = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+        assert_eq!(waited, child.id() as libc::pid_t);
+        let err = reader.join().unwrap();
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != 0,
+            "{tag}: should have failed: {err}"
+        );
+        let peak_mb = usage.ru_maxrss / 1024; // KiB on Linux
+        assert!(
+            peak_mb < 100,
+            "{tag}: plugin install peaked at {peak_mb} MB: {err}"
+        );
+        assert!(
+            err.contains("its manifest is larger than 1 MiB")
+                && err.contains("nothing was installed"),
+            "{tag}: {err}"
+        );
+    }
+    drop(runtime);
+}

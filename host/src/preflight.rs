@@ -14,7 +14,10 @@
 //! - every `plugins.enabled` name is a plugin of this host;
 //! - every channel's plugin exists and its `config`, and every
 //!   `plugins.config.PLUGIN` of a plugin this host has, pass that plugin's
-//!   manifest schema (the check the plugin host makes when it loads one).
+//!   manifest schema (the check the plugin host makes when it loads one);
+//! - no plugin of WIT 0.1.0 with secret config keys (it would read them)
+//!   while `plugins.legacy_secrets` is `refuse`, as the plugin host refuses
+//!   to load one.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -66,6 +69,7 @@ pub fn problems(config: &Config, home: &Path) -> Vec<Problem> {
     }
     let catalog = Catalog::discover(home, &config.plugins.dirs);
     plugin_configs(config, &catalog, &mut out);
+    legacy_secrets(config, &catalog, &mut out);
     if let Some(names) = &config.plugins.enabled {
         for (i, name) in names.iter().enumerate() {
             if let Err(why) = enabled::resolve(name, &catalog) {
@@ -114,6 +118,62 @@ fn plugin_configs(config: &Config, catalog: &Catalog, out: &mut Vec<Problem>) {
                 why,
             ));
         }
+    }
+}
+
+/// Plugins of WIT 0.1.0 with secret keys, which the plugin host refuses to
+/// load under `plugins.legacy_secrets: refuse`: reported where the file
+/// names the plugin (its `plugins.config` entry, a channel, a workspace),
+/// else at `plugins`.
+fn legacy_secrets(config: &Config, catalog: &Catalog, out: &mut Vec<Problem>) {
+    if config.plugins.legacy_secrets == crate::config::LegacySecrets::Warn {
+        return;
+    }
+    for (name, package) in &catalog.plugins {
+        let Ok(manifest) = crate::plugins::Manifest::parse(&package.manifest_text, name) else {
+            continue;
+        };
+        let keys = crate::plugins::escalation::readable_secret_keys(&manifest);
+        if keys.is_empty() {
+            continue;
+        }
+        let listed = |list: &[String]| list.iter().position(|n| n == name);
+        let path = if config.plugins.config.contains_key(name) {
+            vec![key("plugins"), key("config"), key(name)]
+        } else if let Some(channel) = config
+            .channels
+            .iter()
+            .find_map(|(c, ch)| (ch.plugin == *name).then_some(c))
+        {
+            vec![key("channels"), key(channel), key("plugin")]
+        } else if let Some(path) = config.workspaces.iter().find_map(|(w, ws)| {
+            listed(&ws.skills)
+                .map(|i| vec![key("workspaces"), key(w), key("skills"), PathPart::Index(i)])
+                .or_else(|| {
+                    listed(&ws.observers).map(|i| {
+                        vec![
+                            key("workspaces"),
+                            key(w),
+                            key("observers"),
+                            PathPart::Index(i),
+                        ]
+                    })
+                })
+        }) {
+            path
+        } else {
+            vec![key("plugins")]
+        };
+        let error = crate::plugins::PluginError::LegacySecrets {
+            plugin: name.clone(),
+            wit: manifest.plugin.wit.to_string(),
+            keys,
+        };
+        out.push(Problem {
+            path,
+            at_key: true,
+            message: error.to_string(),
+        });
     }
 }
 

@@ -69,7 +69,9 @@ impl Context {
     }
 
     pub fn plugin_host(&self) -> anyhow::Result<PluginHost> {
-        PluginHost::new(HostPaths::under(&self.home)).context("starting the plugin host")
+        Ok(PluginHost::new(HostPaths::under(&self.home))
+            .context("starting the plugin host")?
+            .with_legacy_secrets(self.config.plugins.legacy_secrets))
     }
 
     pub fn audit_log(&self) -> anyhow::Result<Arc<AuditLog>> {

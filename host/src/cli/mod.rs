@@ -235,13 +235,19 @@ pub enum PluginCommand {
         /// does not list (audited)
         #[arg(long)]
         allow_untrusted: bool,
+        /// Replace an installed plugin with a lower version (a rollback);
+        /// refused without it, even with --yes
+        #[arg(long)]
+        allow_downgrade: bool,
         /// Reach a registry that is not on loopback over plain HTTP
         #[arg(long)]
         insecure: bool,
     },
     /// Pull the registry reference an installed plugin came from again and
     /// install a new digest in its place (state kept); asks again when the
-    /// new version requests more
+    /// new version requests more (new hosts, kv, /data, memory, config keys,
+    /// secrets it would read, another kind); refuses an older version
+    /// without --allow-downgrade
     Update {
         /// The installed plugin's name
         name: String,
@@ -259,6 +265,10 @@ pub enum PluginCommand {
         /// does not list (audited)
         #[arg(long)]
         allow_untrusted: bool,
+        /// Accept a version lower than the installed one (a rollback);
+        /// refused without it, even with --yes
+        #[arg(long)]
+        allow_downgrade: bool,
         /// Reach a registry that is not on loopback over plain HTTP
         #[arg(long)]
         insecure: bool,

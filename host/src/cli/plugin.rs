@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::{Context, PluginCommand, PluginKeyCommand};
 use crate::plugins::build as plugin_build;
+use crate::plugins::escalation::{self, Escalation};
 use crate::plugins::registry::{self, PublisherKey, Signature};
 use crate::plugins::{LoadedPlugin, PluginHost, PluginPackage, PluginSource, catalog, scaffold};
 
@@ -19,17 +20,24 @@ pub async fn run(config_flag: Option<&Path>, command: PluginCommand) -> anyhow::
             yes,
             allow_unsigned,
             allow_untrusted,
+            allow_downgrade,
             insecure,
         } => {
             let path = Path::new(&target);
+            let asked = Asked {
+                replace,
+                yes,
+                allow_downgrade,
+            };
             if path.exists() {
                 let package = PluginPackage::read(path, PluginSource::Dir(path.to_path_buf()))?;
-                install(&ctx, package, &path.display().to_string(), replace, None)
+                install(&ctx, package, &path.display().to_string(), asked, None)
             } else if target.contains('/') {
                 let flags = RegistryFlags {
                     yes,
                     allow_unsigned,
                     allow_untrusted,
+                    allow_downgrade,
                     insecure,
                 };
                 let pulled = registry::pull(&target, &trusted(&ctx), flags.insecure).await?;
@@ -46,12 +54,14 @@ pub async fn run(config_flag: Option<&Path>, command: PluginCommand) -> anyhow::
             yes,
             allow_unsigned,
             allow_untrusted,
+            allow_downgrade,
             insecure,
         } => {
             let flags = RegistryFlags {
                 yes,
                 allow_unsigned,
                 allow_untrusted,
+                allow_downgrade,
                 insecure,
             };
             update(&ctx, &name, to.as_deref(), flags).await
@@ -289,25 +299,131 @@ fn print_report(r: &serde_json::Value) {
     }
 }
 
-/// Shows a loaded plugin and asks before it is installed.
-type Confirm<'a> = dyn Fn(&LoadedPlugin) -> anyhow::Result<()> + 'a;
+/// The plugin an install replaces, and what the new one may do that it
+/// may not ([`escalation::compare`]).
+struct Replacing {
+    name: String,
+    version: semver::Version,
+    escalations: Vec<Escalation>,
+}
+
+/// Shows a loaded plugin and asks before it is installed; with the plugin
+/// it replaces, when it replaces one.
+type Confirm<'a> = dyn Fn(&LoadedPlugin, Option<&Replacing>) -> anyhow::Result<()> + 'a;
+
+/// What the operator said about replacing and asking.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    replace: bool,
+    yes: bool,
+    allow_downgrade: bool,
+}
+
+/// Asks before `replacing` is replaced by a plugin that asks for more
+/// (each reason listed), and refuses a rollback without
+/// `--allow-downgrade`. `always`: ask even when it asks for nothing more
+/// (a registry install shows the package and asks every time).
+fn confirm_replacement(
+    replacing: Option<&Replacing>,
+    asked: Asked,
+    always: bool,
+) -> anyhow::Result<()> {
+    if replacing.is_none() && !always {
+        return Ok(());
+    }
+    let unchanged = replacing.map_or("nothing was installed".to_owned(), |r| {
+        format!(
+            "nothing was installed; the installed {} {} is unchanged",
+            r.name, r.version
+        )
+    });
+    if let Some(r) = replacing {
+        let reasons: Vec<String> = r.escalations.iter().map(ToString::to_string).collect();
+        if r.escalations.iter().any(Escalation::needs_allow_downgrade) && !asked.allow_downgrade {
+            anyhow::bail!(
+                "refused: {}. {unchanged}. Pass --allow-downgrade to roll back deliberately (it is still asked about, or needs --yes)",
+                reasons.join("; ")
+            );
+        }
+        if reasons.is_empty() {
+            println!("  nothing more than the installed {} asks for", r.version);
+            if !always {
+                return Ok(());
+            }
+        } else {
+            println!("  MORE than the installed {} asks for:", r.version);
+            for line in &reasons {
+                println!("    {line}");
+            }
+        }
+    }
+    if asked.yes {
+        return Ok(());
+    }
+    use std::io::IsTerminal as _;
+    if !std::io::stdin().is_terminal() {
+        let more = replacing
+            .filter(|r| !r.escalations.is_empty())
+            .map(|r| {
+                format!(
+                    " it asks for more than the installed {} {}: {};",
+                    r.name,
+                    r.version,
+                    r.escalations
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            })
+            .unwrap_or_default();
+        anyhow::bail!(
+            "not installed:{more} pass --yes to install it without asking (stdin is not a terminal); {unchanged}"
+        );
+    }
+    print!("install it? [y/N] ");
+    use std::io::Write as _;
+    std::io::stdout().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    if !matches!(answer.trim(), "y" | "Y" | "yes") {
+        anyhow::bail!("not installed; {unchanged}");
+    }
+    Ok(())
+}
 
 /// Installs a checked package; `from` names where it came from in messages
-/// and the audit log; `origin` is recorded beside it (registry installs).
+/// and the audit log; `origin` is recorded beside it (registry installs),
+/// and its confirmation replaces the question a folder install asks when
+/// it replaces a plugin that asks for less.
 fn install(
     ctx: &Context,
     package: PluginPackage,
     from: &str,
-    replace: bool,
+    asked: Asked,
     origin: Option<(&serde_json::Value, &Confirm<'_>)>,
 ) -> anyhow::Result<()> {
     let host = ctx.plugin_host()?;
     let plugin = host.load(&package, None, ctx.limits())?;
-    if let Some((_, confirm)) = &origin {
-        confirm(&plugin)?;
-    }
-    let origin = origin.map(|(o, _)| o);
     let name = plugin.name().to_string();
+    let reads = escalation::readable_secret_keys(&plugin.manifest);
+    if !reads.is_empty() {
+        match ctx.config.plugins.legacy_secrets {
+            crate::config::LegacySecrets::Refuse => {
+                return Err(crate::plugins::PluginError::LegacySecrets {
+                    plugin: name,
+                    wit: plugin.manifest.plugin.wit.to_string(),
+                    keys: reads,
+                }
+                .into());
+            }
+            crate::config::LegacySecrets::Warn => eprintln!(
+                "warning: {name} is built against WIT {}: it will read its secret config keys {} through `config` (plugins.legacy_secrets: warn)",
+                plugin.manifest.plugin.wit,
+                reads.join(", ")
+            ),
+        }
+    }
     // What has this name now: a built-in and/or an installed plugin.
     let builtin = PluginPackage::builtin()
         .into_iter()
@@ -324,17 +440,43 @@ fn install(
         })
         .and_then(Result::ok);
     let current = installed.as_ref().or(builtin.as_ref());
+    // The component or the manifest differs: a manifest alone can ask for
+    // more (a secret made plain, a new host), so it counts as a replacement.
     let replaced = current
-        .filter(|c| c.sha256() != plugin.sha256)
+        .filter(|c| c.sha256() != plugin.sha256 || c.manifest_text != package.manifest_text)
         .map(|c| (c.source.clone(), c.sha256()));
     if let Some((source, old)) = &replaced
-        && !replace
+        && !asked.replace
     {
         anyhow::bail!(
             "a {source} plugin is named `{name}` (sha256 {old}); installing this component (sha256 {}) would replace it and hand it that plugin's kv and /data state in every workspace. Rename the plugin (`name` in its plugin.toml), or pass --replace to replace it deliberately",
             plugin.sha256
         );
     }
+    let replacing = match current.filter(|_| replaced.is_some()) {
+        Some(c) => {
+            let old = crate::plugins::Manifest::parse(&c.manifest_text, &name)?;
+            Some(Replacing {
+                name: name.clone(),
+                escalations: escalation::compare(
+                    &old,
+                    &plugin.manifest,
+                    (ctx.config.plugins.limits.memory_mb as usize) << 20,
+                ),
+                version: old.plugin.version,
+            })
+        }
+        None => None,
+    };
+    match &origin {
+        Some((_, confirm)) => confirm(&plugin, replacing.as_ref())?,
+        None => {
+            if replacing.is_some() {
+                confirm_replacement(replacing.as_ref(), asked, false)?;
+            }
+        }
+    }
+    let origin = origin.map(|(o, _)| o);
     let replaces_builtin = builtin.as_ref().map(PluginPackage::sha256);
     let origin_text = origin.map(|o| format!("{o:#}\n"));
     let target = catalog::install(
@@ -434,6 +576,7 @@ struct RegistryFlags {
     yes: bool,
     allow_unsigned: bool,
     allow_untrusted: bool,
+    allow_downgrade: bool,
     insecure: bool,
 }
 
@@ -445,6 +588,7 @@ fn trusted(ctx: &Context) -> Vec<registry::Trusted> {
         .map(|p| registry::Trusted {
             name: p.name.clone(),
             key: p.key.clone(),
+            plugins: p.plugins.clone(),
         })
         .collect()
 }
@@ -492,51 +636,11 @@ async fn update(
     install_from_registry(ctx, &reference, pulled, true, flags, Some(&current)).await
 }
 
-/// What `new` requests that `old` does not, one line each.
-fn requests_beyond(ctx: &Context, old: &LoadedPlugin, new: &LoadedPlugin) -> Vec<String> {
-    let before = requests(ctx, old);
-    let (o, n) = (&old.manifest.capabilities, &new.manifest.capabilities);
-    let mut more: Vec<String> = Vec::new();
-    let hosts: Vec<&String> = n.http.iter().filter(|h| !o.http.contains(h)).collect();
-    if !hosts.is_empty() {
-        more.push(format!(
-            "http to: {}",
-            hosts
-                .iter()
-                .map(|h| h.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    more.extend(
-        requests(ctx, new)
-            .into_iter()
-            .filter(|line| !line.starts_with("http to:") && !line.starts_with("config keys:"))
-            .filter(|line| !line.starts_with("nothing beyond") && !before.contains(line)),
-    );
-    let keys: Vec<String> = new
-        .manifest
-        .config
-        .keys()
-        .filter(|k| !old.manifest.config.contains_key(*k))
-        .map(|k| {
-            if new.manifest.secret_keys().contains(k) {
-                format!("{k} (secret)")
-            } else {
-                k.clone()
-            }
-        })
-        .collect();
-    if !keys.is_empty() {
-        more.push(format!("config keys: {}", keys.join(", ")));
-    }
-    more
-}
-
 /// `pincer plugin install REF`: pull and check everything, show what the
 /// plugin can do and who signed it, ask, then install and pin the digest.
 /// With `updating`, the installed plugin it replaces: the question is asked
-/// only when the new version requests more.
+/// only when the new version requests more ([`escalation::compare`]), and a
+/// rollback is refused without `--allow-downgrade`.
 async fn install_from_registry(
     ctx: &Context,
     reference: &str,
@@ -574,10 +678,33 @@ async fn install_from_registry(
             audit.record("cli", None, "plugin.install_unsigned", &pulled.pinned);
             (None, None)
         }
+        registry::Signature::OutOfScope {
+            publisher,
+            key,
+            plugin,
+            may_sign,
+        } => {
+            if !flags.allow_untrusted {
+                anyhow::bail!(
+                    "{reference} holds `{plugin}`, signed by {publisher} ({key}), whose plugins.trusted_publishers entry may sign only {}: the key is not trusted for `{plugin}`, and nothing was installed. Add `{plugin}` (or a pattern matching it) to that entry's `plugins`, or pass --allow-untrusted (audited)",
+                    may_sign.join(", ")
+                );
+            }
+            audit.record(
+                "cli",
+                None,
+                "plugin.install_untrusted",
+                &format!(
+                    "{} signed by {key} ({publisher}, not trusted for `{plugin}`)",
+                    pulled.pinned
+                ),
+            );
+            (None, Some(key.clone()))
+        }
     };
     let signature = match &pulled.signature {
         Signature::Trusted { .. } => "trusted",
-        Signature::Untrusted { .. } => "untrusted",
+        Signature::Untrusted { .. } | Signature::OutOfScope { .. } => "untrusted",
         Signature::Unsigned => "unsigned",
     };
     let origin = json!({
@@ -612,7 +739,7 @@ async fn install_from_registry(
         staging.path(),
         PluginSource::Dir(staging.path().to_path_buf()),
     )?;
-    let confirm = |plugin: &LoadedPlugin| -> anyhow::Result<()> {
+    let confirm = |plugin: &LoadedPlugin, replacing: Option<&Replacing>| -> anyhow::Result<()> {
         let m = &plugin.manifest;
         println!(
             "{} {} ({}, pincer:plugin/{}@{})",
@@ -635,52 +762,27 @@ async fn install_from_registry(
         for line in requests(ctx, plugin) {
             println!("    {line}");
         }
-        if let Some(old) = updating {
-            let more = requests_beyond(ctx, old, plugin);
-            if more.is_empty() {
-                println!(
-                    "  nothing more than the installed {} asks for",
-                    old.manifest.plugin.version
-                );
-                return Ok(());
-            }
-            println!(
-                "  MORE than the installed {} asks for:",
-                old.manifest.plugin.version
-            );
-            for line in &more {
-                println!("    {line}");
-            }
-        }
-        if flags.yes {
-            return Ok(());
-        }
-        use std::io::IsTerminal as _;
-        if !std::io::stdin().is_terminal() {
-            anyhow::bail!(
-                "not installed: pass --yes to install without asking (stdin is not a terminal); {} is unchanged",
-                updating.map_or("nothing".to_string(), |old| format!(
-                    "the installed {} {}",
-                    old.name(),
-                    old.manifest.plugin.version
-                ))
-            );
-        }
-        print!("install it? [y/N] ");
-        use std::io::Write as _;
-        std::io::stdout().flush()?;
-        let mut answer = String::new();
-        std::io::stdin().read_line(&mut answer)?;
-        if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            anyhow::bail!("not installed");
-        }
-        Ok(())
+        // An update asks only when the new version asks for more; a
+        // fresh install (even one with --replace) asks every time.
+        confirm_replacement(
+            replacing,
+            Asked {
+                replace,
+                yes: flags.yes,
+                allow_downgrade: flags.allow_downgrade,
+            },
+            updating.is_none(),
+        )
     };
     install(
         ctx,
         package,
         &pulled.pinned,
-        replace,
+        Asked {
+            replace,
+            yes: flags.yes,
+            allow_downgrade: flags.allow_downgrade,
+        },
         Some((&origin, &confirm)),
     )?;
     let (action, was) = match updating {

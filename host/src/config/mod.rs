@@ -36,9 +36,9 @@ pub use error::{ConfigError, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
     AgentLimits, AgentSchedules, Budget, Channel, Channels, Config, ContainerRuntime, Containers,
-    Gateway, GatewayCache, GatewayLimits, ListenerLimits, LitellmParams, McpContainer, McpServer,
-    ModelDeployment, ModelPrice, Mount, PluginLimits, Plugins, PolicyEntry, Refusal,
-    RoutingStrategy, Skill, TrustedPublisher, Workspace, WorkspaceMemory,
+    Gateway, GatewayCache, GatewayLimits, LegacySecrets, ListenerLimits, LitellmParams,
+    McpContainer, McpServer, ModelDeployment, ModelPrice, Mount, PluginLimits, Plugins,
+    PolicyEntry, Refusal, RoutingStrategy, Skill, TrustedPublisher, Workspace, WorkspaceMemory,
 };
 pub use validate::{Volume, is_loopback, metrics_key_refusal, parse_volume, remote_refusal};
 

@@ -602,15 +602,34 @@ pub struct Plugins {
     pub config: BTreeMap<String, serde_json::Value>,
     /// Publishers whose signed plugins `pincer plugin install REF` accepts.
     pub trusted_publishers: Vec<TrustedPublisher>,
+    /// What to do with a plugin built against WIT 0.1.0 that has secret
+    /// config keys (it reads their values through `config`). Default
+    /// `refuse`.
+    pub legacy_secrets: LegacySecrets,
 }
 
 /// `plugins.trusted_publishers[]`: a name for messages and an `ed25519:`
-/// public key (`pincer plugin key generate` prints one).
+/// public key (`pincer plugin key generate` prints one); `plugins`, when
+/// given, the names (globs: `*` is any run of characters) of the plugins
+/// this key may sign. Without it the key may sign any name.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrustedPublisher {
     pub name: String,
     pub key: String,
+    #[serde(default)]
+    pub plugins: Option<Vec<String>>,
+}
+
+/// `plugins.legacy_secrets`: a WIT 0.1.0 plugin with secret config keys is
+/// refused (installed and loaded: never), or installed and loaded with a
+/// warning that it reads its secrets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LegacySecrets {
+    #[default]
+    Refuse,
+    Warn,
 }
 
 impl fmt::Debug for Plugins {
@@ -621,6 +640,7 @@ impl fmt::Debug for Plugins {
             .field("limits", &self.limits)
             .field("config", &Redacted(self.config.keys()))
             .field("trusted_publishers", &self.trusted_publishers)
+            .field("legacy_secrets", &self.legacy_secrets)
             .finish()
     }
 }

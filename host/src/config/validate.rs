@@ -683,6 +683,20 @@ fn plugins<'a>(plugins: &'a Plugins, out: Out<'a, '_>) {
                 e.to_string(),
             ));
         }
+        for (j, glob) in publisher.plugins.iter().flatten().enumerate() {
+            if let Err(why) = crate::plugins::registry::check_name_glob(glob) {
+                out.push(at(
+                    vec![
+                        Key("plugins"),
+                        Key("trusted_publishers"),
+                        Index(i),
+                        Key("plugins"),
+                        Index(j),
+                    ],
+                    why,
+                ));
+            }
+        }
     }
     let limits = &plugins.limits;
     let path = |leaf| vec![Key("plugins"), Key("limits"), Key(leaf)];

@@ -48,6 +48,16 @@ pub enum PluginError {
     Config { plugin: String, reason: String },
 
     #[error(
+        "plugin {plugin}: built against WIT {wit}, so it reads the values of its secret config keys {} through `config`; refused by plugins.legacy_secrets (default `refuse`). Rebuild it against WIT 0.2.0 or later, or set `plugins.legacy_secrets: warn` to let it read them",
+        keys.join(", ")
+    )]
+    LegacySecrets {
+        plugin: String,
+        wit: String,
+        keys: Vec<String>,
+    },
+
+    #[error(
         "plugin {plugin}: the {by} plugin has this name, so {ignored} is ignored (it would take over that plugin's state); rename it in its plugin.toml, or install it with `pincer plugin install --replace`"
     )]
     NameTaken {

@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod enabled;
 pub mod engine;
 mod error;
+pub mod escalation;
 pub mod manifest;
 pub mod registry;
 pub mod runtime;

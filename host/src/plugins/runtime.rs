@@ -75,6 +75,9 @@ pub struct PluginHost {
     audit: Arc<AuditLog>,
     paths: HostPaths,
     trace: Option<super::trace::Trace>,
+    /// `plugins.legacy_secrets`: whether a WIT 0.1.0 plugin with secret
+    /// keys may be loaded with its config (default: refused).
+    legacy_secrets: crate::config::LegacySecrets,
 }
 
 /// The instance-ready form of a plugin, by world and WIT release.
@@ -233,7 +236,15 @@ impl PluginHost {
             audit,
             paths,
             trace: super::trace::Trace::from_env(),
+            legacy_secrets: crate::config::LegacySecrets::default(),
         })
+    }
+
+    /// This host under `plugins.legacy_secrets: policy`.
+    #[must_use]
+    pub fn with_legacy_secrets(mut self, policy: crate::config::LegacySecrets) -> Self {
+        self.legacy_secrets = policy;
+        self
     }
 
     pub fn kv(&self) -> &Arc<KvStore> {
@@ -250,7 +261,9 @@ impl PluginHost {
 
     /// Validates and prepares a plugin: manifest, WIT version, component
     /// format, world against manifest kind, config against schema, imports.
-    /// `config: None` skips the config check (inspecting, installing).
+    /// `config: None` skips the config check (inspecting, installing); with
+    /// a config, a WIT 0.1.0 plugin with secret keys is refused unless
+    /// `plugins.legacy_secrets` is `warn` ([`Self::with_legacy_secrets`]).
     pub fn load(
         &self,
         package: &PluginPackage,
@@ -304,6 +317,22 @@ impl PluginHost {
         let empty = serde_json::json!({});
         let config = match config {
             Some(config) => {
+                let reads = super::escalation::readable_secret_keys(&manifest);
+                if !reads.is_empty() {
+                    if self.legacy_secrets == crate::config::LegacySecrets::Refuse {
+                        return Err(PluginError::LegacySecrets {
+                            plugin: name,
+                            wit: manifest.plugin.wit.to_string(),
+                            keys: reads,
+                        });
+                    }
+                    tracing::warn!(
+                        plugin = %name,
+                        "built against WIT {}: reads its secret config keys {} (plugins.legacy_secrets: warn)",
+                        manifest.plugin.wit,
+                        reads.join(", ")
+                    );
+                }
                 manifest
                     .check_config(config)
                     .map_err(|reason| PluginError::Config {

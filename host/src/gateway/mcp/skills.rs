@@ -51,10 +51,11 @@ impl Skills {
         self.host
             .get_or_try_init(|| async {
                 let paths = HostPaths::under(&self.home);
+                let legacy = self.config.plugins.legacy_secrets;
                 tokio::task::spawn_blocking(move || PluginHost::new(paths))
                     .await
                     .map_err(|e| e.to_string())?
-                    .map(Arc::new)
+                    .map(|host| Arc::new(host.with_legacy_secrets(legacy)))
                     .map_err(|e| format!("cannot start the plugin host: {e:#}"))
             })
             .await

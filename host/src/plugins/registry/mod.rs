@@ -13,15 +13,19 @@
 //! `plugins.trusted_publishers`. Loopback registries may use plain HTTP;
 //! any other needs HTTPS unless the caller says `insecure`.
 //!
-//! `oci-client` speaks the distribution protocol; this module is only
-//! pincer's layer on it.
+//! `oci-client` pushes (`publish`). Pulling is this module's own small
+//! client of the distribution protocol (anonymous bearer tokens, manifests,
+//! blobs), because every byte a registry sends is read through a cap:
+//! a declared `Content-Length` over the cap is refused before the body is
+//! read, and a body without one is read only up to the cap (manifests,
+//! signature payloads and token answers: 1 MiB; a component: its
+//! descriptor's size, at most [`MAX_COMPONENT_BYTES`]).
 
 pub mod signing;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::time::Duration;
 
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest};
@@ -46,7 +50,10 @@ const PUBLISHER_ANNOTATION: &str = "dev.pincer.publisher.key";
 
 /// The largest component accepted (a Python component is tens of MB).
 pub const MAX_COMPONENT_BYTES: i64 = 256 << 20;
+/// The largest manifest, signature payload or token answer read.
 const MAX_SMALL_BYTES: i64 = 1 << 20;
+/// How much of an error answer is read (for its message).
+const MAX_ERROR_BYTES: i64 = 16 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -77,6 +84,16 @@ pub enum RegistryError {
         "the signature of {0} does not verify (tampered, or signed for another artifact); nothing was installed"
     )]
     BadSignature(String),
+    #[error(
+        "{reference}: {what} is larger than {limit} ({how}); it is not a pincer plugin, and nothing was installed"
+    )]
+    TooLarge {
+        reference: String,
+        what: String,
+        limit: String,
+        /// What the registry declared, or that reading stopped at the cap.
+        how: String,
+    },
 }
 
 /// How the package's signature stands against the trusted publishers.
@@ -88,6 +105,14 @@ pub enum Signature {
     Trusted { publisher: String, key: String },
     /// Validly signed, by a key nobody listed.
     Untrusted { key: String },
+    /// Signed by a trusted key whose `plugins` list names none matching
+    /// this plugin: untrusted for this name.
+    OutOfScope {
+        publisher: String,
+        key: String,
+        plugin: String,
+        may_sign: Vec<String>,
+    },
 }
 
 /// A package fetched and checked, not yet installed.
@@ -110,11 +135,58 @@ pub struct Published {
     pub signed_by: Option<String>,
 }
 
-/// A trusted publisher: a name and an `ed25519:` key.
+/// A trusted publisher: a name, an `ed25519:` key and, when given, the
+/// plugin names (globs) it may sign; `None`: any name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trusted {
     pub name: String,
     pub key: String,
+    pub plugins: Option<Vec<String>>,
+}
+
+/// Whether plugin `name` matches `glob`, where `*` is any run of
+/// characters (none included) and every other character is itself.
+pub fn name_matches(glob: &str, name: &str) -> bool {
+    let (g, n): (Vec<char>, Vec<char>) = (glob.chars().collect(), name.chars().collect());
+    // Greedy wildcard matching with one backtrack point.
+    let (mut gi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if gi < g.len() && g[gi] == '*' {
+            star = Some((gi, ni));
+            gi += 1;
+        } else if gi < g.len() && g[gi] == n[ni] {
+            gi += 1;
+            ni += 1;
+        } else if let Some((sg, sn)) = star {
+            gi = sg + 1;
+            ni = sn + 1;
+            star = Some((sg, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    g[gi..].iter().all(|c| *c == '*')
+}
+
+/// Checks one `plugins.trusted_publishers[].plugins` entry: a plugin name
+/// in which `*` may stand for any run of characters.
+///
+/// # Errors
+/// What is wrong with it.
+pub fn check_name_glob(glob: &str) -> Result<(), String> {
+    let ok = !glob.is_empty()
+        && glob.len() <= 64
+        && glob
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '*');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{glob}` is not a plugin name pattern: use a-z, 0-9, `-` and `*` (any run of characters), e.g. \"acme-*\""
+        ))
+    }
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -191,19 +263,6 @@ fn oci_error(
             reference: reference.whole(),
             reason,
         }
-    }
-}
-
-fn is_not_found(error: &oci_client::errors::OciDistributionError) -> bool {
-    use oci_client::errors::OciDistributionError as E;
-    match error {
-        E::ImageManifestNotFoundError(_) => true,
-        E::RegistryError { envelope, .. } => envelope
-            .errors
-            .iter()
-            .any(|e| matches!(e.code, oci_client::errors::OciErrorCode::ManifestUnknown)),
-        E::ServerError { code, .. } => *code == 404,
-        _ => false,
     }
 }
 
@@ -393,39 +452,241 @@ async fn sign(
     Ok(())
 }
 
-/// An `AsyncWrite` into memory that refuses more than `limit` bytes.
-struct Capped {
-    bytes: Vec<u8>,
-    limit: usize,
+/// A registry answer's body, read through a cap.
+enum Body {
+    Read(Vec<u8>),
+    /// Over the cap: `Some(n)` declared `Content-Length: n`, `None` sent
+    /// more than the cap without saying so.
+    TooLarge(Option<u64>),
 }
 
-impl tokio::io::AsyncWrite for Capped {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        if self.bytes.len() + buf.len() > self.limit {
-            return Poll::Ready(Err(std::io::Error::other(format!(
-                "more than the {} bytes its manifest declares",
-                self.limit
-            ))));
+/// A pull-only client of one registry, with the anonymous token it was
+/// given (if it asks for one).
+struct Fetcher {
+    http: reqwest::Client,
+    /// `scheme://registry`
+    base: String,
+    registry: String,
+    token: Option<String>,
+}
+
+impl Fetcher {
+    /// A client for `reference`'s registry: plain HTTP on loopback or with
+    /// `insecure`, HTTPS otherwise; fetches an anonymous pull token when the
+    /// registry asks for one.
+    async fn new(reference: &Reference, insecure: bool) -> Result<Self, RegistryError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let registry = reference.resolve_registry().to_owned();
+        let scheme = if is_loopback(&registry) || insecure {
+            "http"
+        } else {
+            "https"
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(60))
+            .user_agent(concat!("pincer/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| RegistryError::Registry {
+                reference: reference.whole(),
+                reason: format!("cannot build the HTTP client: {e}"),
+            })?;
+        let mut fetcher = Fetcher {
+            http,
+            base: format!("{scheme}://{registry}"),
+            registry,
+            token: None,
+        };
+        fetcher.token = fetcher.anonymous_token(reference).await?;
+        Ok(fetcher)
+    }
+
+    fn request_error(&self, reference: &Reference, e: &reqwest::Error) -> RegistryError {
+        if e.is_connect() || e.is_timeout() {
+            RegistryError::Unreachable {
+                registry: self.registry.clone(),
+                reason: e.to_string(),
+            }
+        } else {
+            RegistryError::Registry {
+                reference: reference.whole(),
+                reason: e.to_string(),
+            }
         }
-        self.bytes.extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
+    async fn get(
+        &self,
+        reference: &Reference,
+        url: &str,
+        accept: &str,
+        token: Option<&str>,
+    ) -> Result<reqwest::Response, RegistryError> {
+        let mut request = self.http.get(url).header(reqwest::header::ACCEPT, accept);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request
+            .send()
+            .await
+            .map_err(|e| self.request_error(reference, &e))
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
+    /// Reads `response`'s body, at most `max` bytes.
+    async fn read(
+        &self,
+        reference: &Reference,
+        mut response: reqwest::Response,
+        max: i64,
+    ) -> Result<Body, RegistryError> {
+        let max = u64::try_from(max).unwrap_or(0);
+        if let Some(declared) = response.content_length()
+            && declared > max
+        {
+            return Ok(Body::TooLarge(Some(declared)));
+        }
+        let mut bytes = Vec::with_capacity(
+            usize::try_from(response.content_length().unwrap_or(0).min(max)).unwrap_or(0),
+        );
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.request_error(reference, &e))?
+        {
+            if (bytes.len() + chunk.len()) as u64 > max {
+                return Ok(Body::TooLarge(None));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(Body::Read(bytes))
+    }
+
+    /// The error a non-success answer stands for, with the start of its
+    /// body (the registry's error JSON).
+    async fn failed(&self, reference: &Reference, response: reqwest::Response) -> RegistryError {
+        let status = response.status();
+        let detail = match self.read(reference, response, MAX_ERROR_BYTES).await {
+            Ok(Body::Read(bytes)) if !bytes.is_empty() => {
+                format!(": {}", String::from_utf8_lossy(&bytes).trim())
+            }
+            _ => String::new(),
+        };
+        RegistryError::Registry {
+            reference: reference.whole(),
+            reason: format!("the registry answered HTTP {status}{detail}"),
+        }
+    }
+
+    /// The anonymous pull token of a registry that answers `/v2/` with a
+    /// `Bearer` challenge; `None` when it asks for none.
+    async fn anonymous_token(
+        &self,
+        reference: &Reference,
+    ) -> Result<Option<String>, RegistryError> {
+        let response = self
+            .get(
+                reference,
+                &format!("{}/v2/", self.base),
+                "application/json",
+                None,
+            )
+            .await?;
+        if response.status() != reqwest::StatusCode::UNAUTHORIZED {
+            return Ok(None);
+        }
+        let Some(challenge) = response
+            .headers()
+            .get(reqwest::header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_challenge)
+        else {
+            return Ok(None);
+        };
+        let Some(realm) = challenge.get("realm") else {
+            return Ok(None);
+        };
+        let mut url = url::Url::parse(realm).map_err(|e| RegistryError::Registry {
+            reference: reference.whole(),
+            reason: format!("its token realm `{realm}` is not a URL: {e}"),
+        })?;
+        url.query_pairs_mut().append_pair(
+            "scope",
+            &format!("repository:{}:pull", reference.repository()),
+        );
+        if let Some(service) = challenge.get("service") {
+            url.query_pairs_mut().append_pair("service", service);
+        }
+        let response = self
+            .get(reference, url.as_str(), "application/json", None)
+            .await?;
+        if !response.status().is_success() {
+            return Err(self.failed(reference, response).await);
+        }
+        let bytes = match self.read(reference, response, MAX_SMALL_BYTES).await? {
+            Body::Read(bytes) => bytes,
+            Body::TooLarge(declared) => {
+                return Err(too_large(reference, "its token answer", declared));
+            }
+        };
+        #[derive(serde::Deserialize)]
+        struct Token {
+            token: Option<String>,
+            access_token: Option<String>,
+        }
+        let token: Token = serde_json::from_slice(&bytes).map_err(|e| RegistryError::Registry {
+            reference: reference.whole(),
+            reason: format!("its token answer: {e}"),
+        })?;
+        Ok(token.token.or(token.access_token))
+    }
+}
+
+/// The parameters of a `Bearer realm="…",service="…"` challenge.
+fn bearer_challenge(header: &str) -> Option<BTreeMap<String, String>> {
+    let rest = header.trim().strip_prefix("Bearer ")?;
+    let mut out = BTreeMap::new();
+    let mut chars = rest.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| *c == ',' || c.is_whitespace()) {
+            chars.next();
+        }
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        if key.is_empty() {
+            break;
+        }
+        let value: String = if chars.peek() == Some(&'"') {
+            chars.next();
+            chars.by_ref().take_while(|c| *c != '"').collect()
+        } else {
+            chars.by_ref().take_while(|c| *c != ',').collect()
+        };
+        out.insert(key.trim().to_ascii_lowercase(), value);
+    }
+    Some(out)
+}
+
+fn too_large(reference: &Reference, what: &str, declared: Option<u64>) -> RegistryError {
+    let limit = |max: i64| {
+        if max >= 1 << 20 && max % (1 << 20) == 0 {
+            format!("{} MiB", max >> 20)
+        } else {
+            format!("{max} bytes")
+        }
+    };
+    RegistryError::TooLarge {
+        reference: reference.whole(),
+        what: what.to_owned(),
+        limit: limit(MAX_SMALL_BYTES),
+        how: match declared {
+            Some(n) => format!("the registry declared {n} bytes; none were read"),
+            None => "the registry sent more without declaring a length; reading stopped at the cap"
+                .to_owned(),
+        },
     }
 }
 
 async fn blob(
-    client: &Client,
+    fetcher: &Fetcher,
     reference: &Reference,
     descriptor: &OciDescriptor,
     max: i64,
@@ -436,15 +697,33 @@ async fn blob(
             format!("a layer of {} bytes (at most {max})", descriptor.size),
         ));
     }
-    let mut out = Capped {
-        bytes: Vec::new(),
-        limit: usize::try_from(descriptor.size).unwrap_or(0),
+    let url = format!(
+        "{}/v2/{}/blobs/{}",
+        fetcher.base,
+        reference.repository(),
+        descriptor.digest
+    );
+    let response = fetcher
+        .get(reference, &url, "*/*", fetcher.token.as_deref())
+        .await?;
+    if !response.status().is_success() {
+        return Err(fetcher.failed(reference, response).await);
+    }
+    let bytes = match fetcher.read(reference, response, descriptor.size).await? {
+        Body::Read(bytes) => bytes,
+        Body::TooLarge(declared) => {
+            return Err(RegistryError::Corrupt {
+                reference: reference.whole(),
+                detail: format!(
+                    "the blob {} is larger than the {} bytes its manifest declares{}",
+                    descriptor.digest,
+                    descriptor.size,
+                    declared.map_or(String::new(), |n| format!(" (the registry declared {n})"))
+                ),
+            });
+        }
     };
-    client
-        .pull_blob(reference, descriptor, &mut out)
-        .await
-        .map_err(|e| oci_error(reference, e))?;
-    let got = sha256(&out.bytes);
+    let got = sha256(&bytes);
     if got != descriptor.digest {
         return Err(RegistryError::DigestMismatch {
             reference: reference.whole(),
@@ -453,29 +732,39 @@ async fn blob(
             got,
         });
     }
-    Ok(out.bytes)
+    Ok(bytes)
 }
 
+/// The image manifest at `reference` and its digest; `None` when the
+/// registry has none there (HTTP 404).
 async fn manifest(
-    client: &Client,
+    fetcher: &Fetcher,
     reference: &Reference,
-) -> Result<
-    Result<(OciImageManifest, String), oci_client::errors::OciDistributionError>,
-    RegistryError,
-> {
-    let raw = client
-        .pull_manifest_raw(reference, &RegistryAuth::Anonymous, &[OCI_IMAGE_MEDIA_TYPE])
-        .await;
-    let (bytes, _) = match raw {
-        Ok(raw) => raw,
-        Err(e) => return Ok(Err(e)),
-    };
-    if bytes.len() as i64 > MAX_SMALL_BYTES {
-        return Err(RegistryError::NotAPlugin(
-            reference.whole(),
-            "a manifest over 1 MiB".into(),
-        ));
+) -> Result<Option<(OciImageManifest, String)>, RegistryError> {
+    let at = reference.digest().or(reference.tag()).unwrap_or("latest");
+    let url = format!(
+        "{}/v2/{}/manifests/{at}",
+        fetcher.base,
+        reference.repository()
+    );
+    let response = fetcher
+        .get(
+            reference,
+            &url,
+            OCI_IMAGE_MEDIA_TYPE,
+            fetcher.token.as_deref(),
+        )
+        .await?;
+    if response.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
     }
+    if !response.status().is_success() {
+        return Err(fetcher.failed(reference, response).await);
+    }
+    let bytes = match fetcher.read(reference, response, MAX_SMALL_BYTES).await? {
+        Body::Read(bytes) => bytes,
+        Body::TooLarge(declared) => return Err(too_large(reference, "its manifest", declared)),
+    };
     let digest = sha256(&bytes);
     if let Some(expected) = reference.digest()
         && expected != digest
@@ -489,27 +778,30 @@ async fn manifest(
     }
     let manifest: OciImageManifest = serde_json::from_slice(&bytes)
         .map_err(|e| RegistryError::NotAPlugin(reference.whole(), format!("its manifest: {e}")))?;
-    Ok(Ok((manifest, digest)))
+    Ok(Some((manifest, digest)))
 }
 
 /// Fetches and checks the package at `reference` (nothing is written).
 ///
 /// # Errors
 /// [`RegistryError`]: unreachable, not found, not a plugin, a digest that
-/// does not match, a signature that does not verify.
+/// does not match, a signature that does not verify, an answer over its cap.
 pub async fn pull(
     reference: &str,
     trusted: &[Trusted],
     insecure: bool,
 ) -> Result<Pulled, RegistryError> {
     let reference = parse_reference(reference)?;
-    let client = client(&reference, insecure);
-    client
-        .store_auth_if_needed(reference.resolve_registry(), &RegistryAuth::Anonymous)
-        .await;
-    let (manifest, digest) = manifest(&client, &reference)
-        .await?
-        .map_err(|e| oci_error(&reference, e))?;
+    let fetcher = Fetcher::new(&reference, insecure).await?;
+    let (manifest, digest) =
+        manifest(&fetcher, &reference)
+            .await?
+            .ok_or_else(|| RegistryError::Registry {
+                reference: reference.whole(),
+                reason:
+                    "the registry has no manifest there (HTTP 404): check the repository and tag"
+                        .into(),
+            })?;
     let not_plugin = |why: String| RegistryError::NotAPlugin(reference.whole(), why);
     if manifest.config.media_type != WASM_CONFIG_MEDIA_TYPE {
         return Err(not_plugin(format!(
@@ -539,9 +831,13 @@ pub async fn pull(
                 "no `{MANIFEST_ANNOTATION}` annotation (plugin.toml)"
             ))
         })?;
+    let plugin = crate::plugins::Manifest::parse(&manifest_text, &reference.whole())
+        .map_err(|e| not_plugin(e.to_string()))?
+        .name()
+        .to_owned();
 
-    let signature = check_signature(&client, &reference, &digest, trusted).await?;
-    let wasm = blob(&client, &reference, layer, MAX_COMPONENT_BYTES).await?;
+    let signature = check_signature(&fetcher, &reference, &digest, trusted, &plugin).await?;
+    let wasm = blob(&fetcher, &reference, layer, MAX_COMPONENT_BYTES).await?;
     Ok(Pulled {
         pinned: pinned(&reference, &digest),
         digest,
@@ -552,16 +848,15 @@ pub async fn pull(
 }
 
 async fn check_signature(
-    client: &Client,
+    fetcher: &Fetcher,
     reference: &Reference,
     digest: &str,
     trusted: &[Trusted],
+    plugin: &str,
 ) -> Result<Signature, RegistryError> {
     let tag = signature_tag(reference, digest);
-    let (manifest, _) = match manifest(client, &tag).await? {
-        Ok(found) => found,
-        Err(e) if is_not_found(&e) => return Ok(Signature::Unsigned),
-        Err(e) => return Err(oci_error(&tag, e)),
+    let Some((manifest, _)) = manifest(fetcher, &tag).await? else {
+        return Ok(Signature::Unsigned);
     };
     let bad = || RegistryError::BadSignature(reference.whole());
     let layer = manifest
@@ -576,19 +871,48 @@ async fn check_signature(
     ) else {
         return Err(bad());
     };
-    let payload = blob(client, &tag, layer, MAX_SMALL_BYTES).await?;
+    let payload = blob(fetcher, &tag, layer, MAX_SMALL_BYTES).await?;
     if signing::payload_digest(&payload).as_deref() != Some(digest)
         || !signing::verify(key, &payload, signature)
     {
         return Err(bad());
     }
-    Ok(match trusted.iter().find(|t| t.key.trim() == key.trim()) {
+    Ok(trust(trusted, key, plugin))
+}
+
+/// How a valid signature by `key` on plugin `plugin` stands against the
+/// trusted publishers: the first entry of that key whose `plugins` matches
+/// (or that has none) makes it trusted.
+fn trust(trusted: &[Trusted], key: &str, plugin: &str) -> Signature {
+    let entries: Vec<&Trusted> = trusted
+        .iter()
+        .filter(|t| t.key.trim() == key.trim())
+        .collect();
+    let Some(first) = entries.first() else {
+        return Signature::Untrusted {
+            key: key.to_owned(),
+        };
+    };
+    let allowing = entries.iter().find(|t| {
+        t.plugins
+            .as_ref()
+            .is_none_or(|globs| globs.iter().any(|g| name_matches(g, plugin)))
+    });
+    match allowing {
         Some(t) => Signature::Trusted {
             publisher: t.name.clone(),
-            key: key.clone(),
+            key: key.to_owned(),
         },
-        None => Signature::Untrusted { key: key.clone() },
-    })
+        None => Signature::OutOfScope {
+            publisher: first.name.clone(),
+            key: key.to_owned(),
+            plugin: plugin.to_owned(),
+            may_sign: entries
+                .iter()
+                .flat_map(|t| t.plugins.iter().flatten().cloned())
+                .collect(),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -615,5 +939,67 @@ mod tests {
         assert!(parse_reference("localhost:5000/acme/skill-weather:1.2.0").is_ok());
         let err = parse_reference("skill-weather").unwrap_err().to_string();
         assert!(err.contains("not a registry reference"), "{err}");
+    }
+
+    #[test]
+    fn name_globs() {
+        for (glob, name, matches) in [
+            ("acme-*", "acme-calc", true),
+            ("acme-*", "acme-", true),
+            ("acme-*", "acm-calc", false),
+            ("acme-*", "evil-acme-calc", false),
+            ("*-calc", "acme-calc", true),
+            ("a*c*e", "abcde", true),
+            ("a*c*e", "abcd", false),
+            ("acme-calc", "acme-calc", true),
+            ("acme-calc", "acme-calc2", false),
+            ("*", "anything", true),
+        ] {
+            assert_eq!(name_matches(glob, name), matches, "{glob} ~ {name}");
+        }
+        assert!(check_name_glob("acme-*").is_ok());
+        for bad in ["", "Acme", "acme/*", "a b"] {
+            assert!(check_name_glob(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_scoped_key_is_trusted_only_for_its_names() {
+        let acme = |plugins: Option<&[&str]>| Trusted {
+            name: "acme".into(),
+            key: "ed25519:K".into(),
+            plugins: plugins.map(|p| p.iter().map(|s| (*s).to_owned()).collect()),
+        };
+        let trusted = |t: &[Trusted], plugin: &str| {
+            matches!(trust(t, "ed25519:K", plugin), Signature::Trusted { .. })
+        };
+        assert!(trusted(&[acme(None)], "anything"));
+        assert!(trusted(&[acme(Some(&["acme-*"]))], "acme-calc"));
+        assert_eq!(
+            trust(&[acme(Some(&["acme-*"]))], "ed25519:K", "weather"),
+            Signature::OutOfScope {
+                publisher: "acme".into(),
+                key: "ed25519:K".into(),
+                plugin: "weather".into(),
+                may_sign: vec!["acme-*".into()],
+            }
+        );
+        assert_eq!(
+            trust(&[acme(None)], "ed25519:OTHER", "acme-calc"),
+            Signature::Untrusted {
+                key: "ed25519:OTHER".into()
+            }
+        );
+    }
+
+    #[test]
+    fn bearer_challenges() {
+        let c = bearer_challenge(
+            r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:a/b:pull""#,
+        )
+        .unwrap();
+        assert_eq!(c["realm"], "https://auth.docker.io/token");
+        assert_eq!(c["service"], "registry.docker.io");
+        assert!(bearer_challenge("Basic realm=\"x\"").is_none());
     }
 }
