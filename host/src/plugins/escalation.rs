@@ -3,8 +3,7 @@
 //! operator is asked again, or the replacement refused.
 //!
 //! [`compare`] is the one comparison; each reason is one [`Escalation`]
-//! variant with its own plain-words line. A new kind of reason (e.g. a new
-//! secret binding, once manifests bind secrets to places) is one more
+//! variant with its own plain-words line. A new kind of reason is one more
 //! variant and one more arm in [`compare`].
 
 use std::collections::BTreeSet;
@@ -59,6 +58,11 @@ pub enum Escalation {
     NewConfigKeys {
         keys: Vec<(String, bool)>,
     },
+    /// Places a secret (or a capture) may now go that the installed
+    /// version's bindings did not allow, `(secret, where)`.
+    NewSecretBindings {
+        bindings: Vec<(String, String)>,
+    },
 }
 
 impl Escalation {
@@ -110,6 +114,15 @@ impl fmt::Display for Escalation {
                     })
                     .collect::<Vec<_>>()
                     .join(", ")
+            ),
+            Self::NewSecretBindings { bindings } => write!(
+                f,
+                "secrets sent to new places: {}",
+                bindings
+                    .iter()
+                    .map(|(secret, to)| format!("{secret} → {to}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
             ),
         }
     }
@@ -223,6 +236,20 @@ pub fn compare(
     if !keys.is_empty() {
         out.push(Escalation::NewConfigKeys { keys });
     }
+    let old_bindings = installed.bindings();
+    let bindings: Vec<(String, String)> = new
+        .bindings()
+        .into_iter()
+        .flat_map(|(secret, list)| {
+            let had = old_bindings.get(&secret).cloned().unwrap_or_default();
+            list.into_iter()
+                .filter(move |b| !had.contains(b))
+                .map(move |b| (secret.clone(), b.to_string()))
+        })
+        .collect();
+    if !bindings.is_empty() {
+        out.push(Escalation::NewSecretBindings { bindings });
+    }
     out
 }
 
@@ -300,6 +327,30 @@ type = "string"
                 .iter()
                 .any(|e| matches!(e, Escalation::ReadsSecrets { .. }))
         );
+    }
+
+    #[test]
+    fn a_new_place_for_a_secret_is_an_escalation() {
+        let bound = BASE.replace(
+            "[config.api_key]\ntype = \"string\"\nsecret = true\n",
+            "[config.api_key]\ntype = \"string\"\nsecret = true\nbind = [{ host = \"api.example.com\", header = \"Authorization\", prefix = \"Bearer \" }]\n",
+        );
+        assert_ne!(bound, BASE);
+        let wider = bound.replace(
+            "prefix = \"Bearer \" }]",
+            "prefix = \"Bearer \" }, { host = \"api.example.com\", json = \"/text\" }]",
+        );
+        assert_eq!(
+            compare(&manifest(&bound), &manifest(&wider), 64 << 20),
+            [Escalation::NewSecretBindings {
+                bindings: vec![(
+                    "api_key".into(),
+                    "JSON member `/text` of api.example.com".into()
+                )]
+            }]
+        );
+        assert!(compare(&manifest(&wider), &manifest(&bound), 64 << 20).is_empty());
+        assert!(compare(&manifest(&bound), &manifest(&bound), 64 << 20).is_empty());
     }
 
     #[test]

@@ -154,6 +154,33 @@ impl Binding {
     }
 }
 
+impl fmt::Display for Binding {
+    /// E.g. "header `Authorization` after `Bearer ` of POST slack.com/api/".
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(h) = &self.header {
+            match self.prefix.as_deref() {
+                Some(p) if !p.is_empty() => write!(f, "header `{h}` after `{p}`")?,
+                _ => write!(f, "header `{h}`")?,
+            }
+        } else if let Some(p) = &self.json {
+            write!(f, "JSON member `{p}`")?;
+        } else if let Some(field) = &self.form {
+            write!(f, "form field `{field}`")?;
+        } else {
+            write!(
+                f,
+                "query parameter `{}`",
+                self.query.as_deref().unwrap_or("")
+            )?;
+        }
+        f.write_str(" of ")?;
+        if let Some(m) = &self.method {
+            write!(f, "{m} ")?;
+        }
+        write!(f, "{}{}", self.host, self.path.as_deref().unwrap_or(""))
+    }
+}
+
 /// `[webhook]` of plugin.toml.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -90,7 +90,7 @@ pub fn check(
             "plugin.toml binds it only to {}",
             bindings
                 .iter()
-                .map(describe_binding)
+                .map(Binding::to_string)
                 .collect::<Vec<_>>()
                 .join("; ")
         )
@@ -108,30 +108,6 @@ fn describe_place(place: &Place) -> String {
         Place::FormField(f) => format!("form field `{f}`"),
         Place::QueryParam(q) => format!("query parameter `{q}`"),
     }
-}
-
-fn describe_binding(b: &Binding) -> String {
-    let place = if let Some(h) = &b.header {
-        match b.prefix.as_deref() {
-            Some(p) if !p.is_empty() => format!("header `{h}` after `{p}`"),
-            _ => format!("header `{h}`"),
-        }
-    } else if let Some(p) = &b.json {
-        format!("JSON member `{p}`")
-    } else if let Some(f) = &b.form {
-        format!("form field `{f}`")
-    } else {
-        format!("query parameter `{}`", b.query.as_deref().unwrap_or(""))
-    };
-    format!(
-        "{place} of {}{}{}",
-        b.method
-            .as_deref()
-            .map(|m| format!("{m} "))
-            .unwrap_or_default(),
-        b.host,
-        b.path.as_deref().unwrap_or("")
-    )
 }
 
 #[cfg(test)]
