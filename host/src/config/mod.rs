@@ -37,8 +37,8 @@ pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path
 pub use schema::{
     AgentLimits, AgentSchedules, Budget, Channel, Channels, Config, ContainerRuntime, Containers,
     Gateway, GatewayCache, LitellmParams, McpContainer, McpServer, ModelDeployment, ModelPrice,
-    Mount, PluginLimits, Plugins, PolicyEntry, Refusal, RoutingStrategy, Skill, TrustedPublisher,
-    Workspace, WorkspaceMemory,
+    Mount, PluginLimits, Plugins, PolicyEntry, Refusal, Retention, RetentionPeriod,
+    RoutingStrategy, Skill, State, TrustedPublisher, Workspace, WorkspaceMemory,
 };
 pub use validate::{Volume, parse_volume};
 
@@ -336,4 +336,8 @@ mcp_servers: {}
 #     allowed_workspaces: ["*"]
 #   docs:
 #     url: "https://example.com/mcp"
+
+# How long pincer.db keeps rows (`pincer state prune`; the daemon prunes daily).
+# state:
+#   retention: {inbound: 30d, outbox: 30d, audit: 180d}
 "#;
