@@ -32,6 +32,7 @@ pub struct ChannelRouter {
     audit: Arc<AuditLog>,
     config: Arc<Config>,
     queues: Mutex<HashMap<SessionKey, mpsc::UnboundedSender<i64>>>,
+    refusals: Mutex<RefusalGate>,
     /// Turns in progress (to wait for at shutdown).
     running: tokio::sync::Semaphore,
     stop: watch::Receiver<bool>,
@@ -41,6 +42,45 @@ pub struct ChannelRouter {
 
 /// Upper bound of turns running at once (each holds a permit).
 const MAX_RUNNING: u32 = 1 << 16;
+
+/// A refused sender is audited (and, with `refusal: reply`, answered) at
+/// most once per channel in this long; the messages between are counted
+/// and the next audit row says how many.
+pub const REFUSAL_WINDOW: Duration = Duration::from_secs(3600);
+
+/// Refused senders remembered at once; past it the memory starts over (the
+/// next message of each is reported again).
+const MAX_REFUSED_SENDERS: usize = 10_000;
+
+/// When each refused (channel, sender) was last reported, and how many of
+/// its messages were not reported since.
+#[derive(Debug, Default)]
+pub struct RefusalGate {
+    seen: HashMap<(String, String), (std::time::Instant, u64)>,
+}
+
+impl RefusalGate {
+    /// `Some(n)`: report this refusal, `n` more were refused unreported
+    /// since the last report; `None`: count it only.
+    pub fn admit(&mut self, channel: &str, sender: &str, now: std::time::Instant) -> Option<u64> {
+        let key = (channel.to_owned(), sender.to_owned());
+        if let Some((last, dropped)) = self.seen.get_mut(&key) {
+            if now.saturating_duration_since(*last) < REFUSAL_WINDOW {
+                *dropped += 1;
+                return None;
+            }
+            let unreported = *dropped;
+            *last = now;
+            *dropped = 0;
+            return Some(unreported);
+        }
+        if self.seen.len() >= MAX_REFUSED_SENDERS {
+            self.seen.clear();
+        }
+        self.seen.insert(key, (now, 0));
+        Some(0)
+    }
+}
 
 impl ChannelRouter {
     pub fn new(
@@ -58,6 +98,7 @@ impl ChannelRouter {
             audit,
             config,
             queues: Mutex::default(),
+            refusals: Mutex::default(),
             running: tokio::sync::Semaphore::new(MAX_RUNNING as usize),
             stop,
             grace,
@@ -149,12 +190,28 @@ impl ChannelRouter {
             return Ok(());
         };
         if !allowed {
+            // stored without its text; reported once per REFUSAL_WINDOW
+            let report = self
+                .refusals
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .admit(channel, &received.sender, std::time::Instant::now());
+            let Some(unreported) = report else {
+                return Ok(());
+            };
+            let since = if unreported > 0 {
+                format!(
+                    "; {unreported} more message(s) of this sender were refused since the last report"
+                )
+            } else {
+                String::new()
+            };
             self.audit.record(
                 &format!("channel:{channel}"),
                 Some(&workspace),
                 "channel.sender_refused",
                 &format!(
-                    "sender `{}` is not in channels.{channel}.allowed_senders (conversation {}, message {})",
+                    "sender `{}` is not in channels.{channel}.allowed_senders (conversation {}, message {}){since}",
                     received.sender, received.conversation, received.message_id
                 ),
             );
@@ -331,5 +388,31 @@ fn session_key(row: &InboundRow) -> SessionKey {
         channel: row.channel.clone(),
         conversation: session_conversation(&row.conversation, row.thread.as_deref()),
         workspace: row.workspace.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    /// Finding 7 of issue 25: each refused message was audited (and with
+    /// `refusal: reply` answered). A flood of 10,000 is reported once, the
+    /// next report an hour later counts the rest; other senders and
+    /// channels are reported on their own.
+    #[test]
+    fn a_refused_sender_is_reported_once_an_hour_and_the_rest_counted() {
+        let mut gate = RefusalGate::default();
+        let start = Instant::now();
+        let reported: Vec<u64> = (0..10_000)
+            .filter_map(|_| gate.admit("slack", "U0SPAM", start))
+            .collect();
+        assert_eq!(reported, [0]);
+        assert_eq!(gate.admit("slack", "U0OTHER", start), Some(0));
+        assert_eq!(gate.admit("feishu", "U0SPAM", start), Some(0));
+        let later = start + REFUSAL_WINDOW;
+        assert_eq!(gate.admit("slack", "U0SPAM", later), Some(9_999));
+        assert_eq!(gate.admit("slack", "U0SPAM", later), None);
     }
 }
