@@ -48,6 +48,8 @@ pub enum InboundState {
     Failed,
     /// Its sender is not allowed.
     Refused,
+    /// Over a per-sender or per-conversation rate limit: counted, not run.
+    Dropped,
     /// The daemon stopped during its turn.
     Interrupted,
 }
@@ -60,6 +62,7 @@ impl InboundState {
             Self::Done => "done",
             Self::Failed => "failed",
             Self::Refused => "refused",
+            Self::Dropped => "dropped",
             Self::Interrupted => "interrupted",
         }
     }
@@ -70,6 +73,7 @@ impl InboundState {
             "done" => Self::Done,
             "failed" => Self::Failed,
             "refused" => Self::Refused,
+            "dropped" => Self::Dropped,
             "interrupted" => Self::Interrupted,
             _ => Self::Queued,
         }
@@ -198,9 +202,9 @@ impl ChannelStore {
     }
 
     /// Stores an inbound message. `None` when it is already stored (a
-    /// platform redelivery). A refused message's text is not stored: its
-    /// size and SHA-256 are ([`refused_text`]), so a sender not allowed
-    /// cannot fill the database with text.
+    /// platform redelivery). A refused or dropped message's text is not
+    /// stored: its size and SHA-256 are ([`refused_text`]), so a sender not
+    /// allowed, or over its rate limit, cannot fill the database with text.
     pub fn receive(
         &self,
         message: &Received,
@@ -208,8 +212,8 @@ impl ChannelStore {
         state: InboundState,
     ) -> Result<Option<i64>, StoreError> {
         let refused;
-        let text = if state == InboundState::Refused {
-            refused = refused_text(&message.text);
+        let text = if matches!(state, InboundState::Refused | InboundState::Dropped) {
+            refused = refused_text(&message.text, state);
             refused.as_str()
         } else {
             message.text.as_str()
@@ -459,11 +463,13 @@ impl ChannelStore {
     }
 }
 
-/// What is stored of a refused message's text: its size and SHA-256.
-pub fn refused_text(text: &str) -> String {
+/// What is stored of a refused (or dropped) message's text: its size and
+/// SHA-256.
+pub fn refused_text(text: &str, state: InboundState) -> String {
     use sha2::Digest as _;
     format!(
-        "(refused, not stored: {} bytes, sha256 {})",
+        "({}, not stored: {} bytes, sha256 {})",
+        state.as_str(),
         text.len(),
         hex::encode(sha2::Sha256::digest(text.as_bytes()))
     )
@@ -482,7 +488,7 @@ pub struct Pruned {
 }
 
 const PRUNABLE_INBOUND: &str = "received_ms < ?1
-    AND state IN ('done', 'failed', 'refused', 'interrupted')
+    AND state IN ('done', 'failed', 'refused', 'dropped', 'interrupted')
     AND NOT EXISTS (SELECT 1 FROM channel_outbox o
                     WHERE o.inbound_id = channel_inbound.id AND o.state = 'pending')";
 const PRUNABLE_OUTBOX: &str = "COALESCE(sent_ms, created_ms) < ?1 AND state IN ('sent', 'failed')";

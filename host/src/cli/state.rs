@@ -337,7 +337,7 @@ mod tests {
         assert_eq!(row.state, InboundState::Refused);
         assert_eq!(
             row.text,
-            crate::channels::store::refused_text(&text),
+            crate::channels::store::refused_text(&text, InboundState::Refused),
             "its size and hash are"
         );
         assert!(

@@ -33,6 +33,7 @@ pub struct ChannelRouter {
     config: Arc<Config>,
     queues: Mutex<HashMap<SessionKey, mpsc::UnboundedSender<i64>>>,
     refusals: Mutex<RefusalGate>,
+    rates: Mutex<RateGate>,
     /// Turns in progress (to wait for at shutdown).
     running: tokio::sync::Semaphore,
     stop: watch::Receiver<bool>,
@@ -51,6 +52,119 @@ pub const REFUSAL_WINDOW: Duration = Duration::from_secs(3600);
 /// Refused senders remembered at once; past it the memory starts over (the
 /// next message of each is reported again).
 const MAX_REFUSED_SENDERS: usize = 10_000;
+
+/// Messages an allowed sender may send per channel in [`RATE_WINDOW`];
+/// past it they are stored as dropped (no text) and not run.
+pub const SENDER_PER_MINUTE: u32 = 20;
+
+/// Messages one conversation (a channel's conversation, all its threads and
+/// senders) may receive in [`RATE_WINDOW`].
+pub const CONVERSATION_PER_MINUTE: u32 = 40;
+
+/// The window of [`SENDER_PER_MINUTE`] and [`CONVERSATION_PER_MINUTE`].
+pub const RATE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Rate windows remembered at once; past it those ended are forgotten.
+const MAX_RATE_KEYS: usize = 10_000;
+
+#[derive(Debug)]
+struct Window {
+    start: std::time::Instant,
+    taken: u32,
+    reported: bool,
+    /// Dropped since the last report.
+    unreported: u64,
+}
+
+/// Per-sender and per-conversation counts of the current window.
+#[derive(Debug, Default)]
+pub struct RateGate {
+    windows: HashMap<(String, String), Window>,
+}
+
+/// What [`RateGate::admit`] decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Rate {
+    Take,
+    /// Over a limit (`sender` tells which). `report`: the first drop of
+    /// this window — audit it and tell the sender once — with how many
+    /// were dropped unreported before it.
+    Drop {
+        sender: bool,
+        report: Option<u64>,
+    },
+}
+
+impl RateGate {
+    /// Counts a message of `sender` in `conversation` of `channel` at `now`.
+    pub fn admit(
+        &mut self,
+        channel: &str,
+        sender: &str,
+        conversation: &str,
+        now: std::time::Instant,
+    ) -> Rate {
+        if self.windows.len() >= MAX_RATE_KEYS {
+            self.windows
+                .retain(|_, w| now.saturating_duration_since(w.start) < RATE_WINDOW);
+            if self.windows.len() >= MAX_RATE_KEYS {
+                self.windows.clear();
+            }
+        }
+        let keys = [
+            (
+                (format!("sender:{channel}"), sender.to_owned()),
+                SENDER_PER_MINUTE,
+            ),
+            (
+                (format!("conversation:{channel}"), conversation.to_owned()),
+                CONVERSATION_PER_MINUTE,
+            ),
+        ];
+        let mut over = None;
+        for (index, (key, limit)) in keys.iter().enumerate() {
+            let window = self.windows.entry(key.clone()).or_insert(Window {
+                start: now,
+                taken: 0,
+                reported: false,
+                unreported: 0,
+            });
+            if now.saturating_duration_since(window.start) >= RATE_WINDOW {
+                window.start = now;
+                window.taken = 0;
+                window.reported = false;
+            }
+            if over.is_none() && window.taken >= *limit {
+                over = Some(index);
+            }
+        }
+        match over {
+            None => {
+                for (key, _) in &keys {
+                    if let Some(window) = self.windows.get_mut(key) {
+                        window.taken += 1;
+                    }
+                }
+                Rate::Take
+            }
+            Some(index) => {
+                let report = self.windows.get_mut(&keys[index].0).and_then(|window| {
+                    if window.reported {
+                        window.unreported += 1;
+                        None
+                    } else {
+                        window.reported = true;
+                        Some(std::mem::take(&mut window.unreported))
+                    }
+                });
+                Rate::Drop {
+                    sender: index == 0,
+                    report,
+                }
+            }
+        }
+    }
+}
 
 /// When each refused (channel, sender) was last reported, and how many of
 /// its messages were not reported since.
@@ -99,6 +213,7 @@ impl ChannelRouter {
             config,
             queues: Mutex::default(),
             refusals: Mutex::default(),
+            rates: Mutex::default(),
             running: tokio::sync::Semaphore::new(MAX_RUNNING as usize),
             stop,
             grace,
@@ -176,10 +291,23 @@ impl ChannelRouter {
             text: message.text,
             timestamp_ms: message.timestamp_ms,
         };
-        let state = if allowed {
-            InboundState::Queued
+        let rate = if allowed {
+            self.rates
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .admit(
+                    channel,
+                    &received.sender,
+                    &received.conversation,
+                    std::time::Instant::now(),
+                )
         } else {
-            InboundState::Refused
+            Rate::Take
+        };
+        let state = match (&rate, allowed) {
+            (_, false) => InboundState::Refused,
+            (Rate::Drop { .. }, true) => InboundState::Dropped,
+            (Rate::Take, true) => InboundState::Queued,
         };
         let Some(id) = self
             .channels
@@ -232,6 +360,49 @@ impl ChannelRouter {
                     ),
                 )?;
             }
+            return Ok(());
+        }
+        if let Rate::Drop { sender, report } = rate {
+            // stored without its text; the sender is told once a window
+            let Some(unreported) = report else {
+                return Ok(());
+            };
+            let (who, limit) = if sender {
+                (format!("sender `{}`", received.sender), SENDER_PER_MINUTE)
+            } else {
+                (
+                    format!("conversation {}", received.conversation),
+                    CONVERSATION_PER_MINUTE,
+                )
+            };
+            let since = if unreported > 0 {
+                format!("; {unreported} more were dropped since the last report")
+            } else {
+                String::new()
+            };
+            self.audit.record(
+                &format!("channel:{channel}"),
+                Some(&workspace),
+                "channel.rate_limited",
+                &format!(
+                    "{who} is over {limit} messages a minute: message {} (sender `{}`, conversation {}) and the next ones this minute are not answered{since}",
+                    received.message_id, received.sender, received.conversation
+                ),
+            );
+            let to = Address {
+                channel,
+                conversation: &received.conversation,
+                thread: received.thread.as_deref(),
+                reply_to: Some(&received.message_id),
+            };
+            self.channels.reply(
+                Some(id),
+                InboundState::Dropped,
+                &to,
+                &format!(
+                    "Too many messages: this assistant takes at most {SENDER_PER_MINUTE} a minute from one sender and {CONVERSATION_PER_MINUTE} from one conversation. This one and the next ones this minute are not answered; send it again in a minute."
+                ),
+            )?;
             return Ok(());
         }
         let key = SessionKey {
@@ -414,5 +585,71 @@ mod tests {
         let later = start + REFUSAL_WINDOW;
         assert_eq!(gate.admit("slack", "U0SPAM", later), Some(9_999));
         assert_eq!(gate.admit("slack", "U0SPAM", later), None);
+    }
+
+    /// Finding 7 of issue 25: an allowed sender could start any number of
+    /// turns. A flood of 10,000 messages in a minute runs 20; the sender is
+    /// told (and audited) once, the rest counted in the next report; other
+    /// senders in the conversation share its limit of 40.
+    #[test]
+    fn an_allowed_sender_over_its_rate_is_told_once_and_the_rest_counted() {
+        let mut gate = RateGate::default();
+        let start = Instant::now();
+        let decisions: Vec<Rate> = (0..10_000)
+            .map(|_| gate.admit("slack", "U1", "C1", start))
+            .collect();
+        let taken = decisions.iter().filter(|r| **r == Rate::Take).count();
+        assert_eq!(taken, 20);
+        let reports: Vec<&Rate> = decisions
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r,
+                    Rate::Drop {
+                        report: Some(_),
+                        ..
+                    }
+                )
+            })
+            .collect();
+        assert_eq!(
+            reports,
+            [&Rate::Drop {
+                sender: true,
+                report: Some(0)
+            }]
+        );
+        // the conversation's limit: others add 20 more, then it is full
+        let others = (0..40)
+            .filter(|i| gate.admit("slack", &format!("U{}", i + 2), "C1", start) == Rate::Take)
+            .count();
+        assert_eq!(others, 20);
+        assert_eq!(
+            gate.admit("slack", "U99", "C1", start),
+            Rate::Drop {
+                sender: false,
+                report: None
+            },
+            "the conversation's first drop was reported already"
+        );
+        assert_eq!(
+            gate.admit("slack", "U1", "C2", start),
+            Rate::Drop {
+                sender: true,
+                report: None
+            }
+        );
+        // a minute later: a fresh window, and the next report counts the rest
+        let later = start + RATE_WINDOW;
+        for _ in 0..20 {
+            assert_eq!(gate.admit("slack", "U1", "C3", later), Rate::Take);
+        }
+        assert_eq!(
+            gate.admit("slack", "U1", "C3", later),
+            Rate::Drop {
+                sender: true,
+                report: Some(9_980)
+            }
+        );
     }
 }
