@@ -35,14 +35,38 @@ pub struct ChannelRouter {
     refusals: Mutex<RefusalGate>,
     rates: Mutex<RateGate>,
     /// Turns in progress (to wait for at shutdown).
-    running: tokio::sync::Semaphore,
+    running: TurnSlots,
     stop: watch::Receiver<bool>,
     /// How long a turn may go on once the daemon is stopping.
     grace: Duration,
 }
 
-/// Upper bound of turns running at once (each holds a permit).
-const MAX_RUNNING: u32 = 1 << 16;
+/// Channel turns running at once, over every session (each holds a
+/// permit); the others wait in the order they asked, none is dropped.
+pub const MAX_RUNNING: u32 = 64;
+
+/// The permits of [`MAX_RUNNING`]: a fair (first come, first served)
+/// semaphore.
+#[derive(Debug)]
+pub struct TurnSlots(tokio::sync::Semaphore);
+
+impl Default for TurnSlots {
+    fn default() -> Self {
+        TurnSlots(tokio::sync::Semaphore::new(MAX_RUNNING as usize))
+    }
+}
+
+impl TurnSlots {
+    /// Waits for a slot; `None` once closed.
+    pub async fn take(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.0.acquire().await.ok()
+    }
+
+    /// Waits until every slot is free (no turn runs), at most `within`.
+    pub async fn drain(&self, within: Duration) {
+        let _ = tokio::time::timeout(within, self.0.acquire_many(MAX_RUNNING)).await;
+    }
+}
 
 /// A refused sender is audited (and, with `refusal: reply`, answered) at
 /// most once per channel in this long; the messages between are counted
@@ -214,7 +238,7 @@ impl ChannelRouter {
             queues: Mutex::default(),
             refusals: Mutex::default(),
             rates: Mutex::default(),
-            running: tokio::sync::Semaphore::new(MAX_RUNNING as usize),
+            running: TurnSlots::default(),
             stop,
             grace,
         })
@@ -271,7 +295,7 @@ impl ChannelRouter {
     /// Waits for running turns to end (they are cancelled `grace` after
     /// the stop signal), at most `within`.
     pub async fn drain(&self, within: Duration) {
-        let _ = tokio::time::timeout(within, self.running.acquire_many(MAX_RUNNING)).await;
+        self.running.drain(within).await;
     }
 
     fn accept_one(&self, channel: &str, message: api::Message) -> Result<(), StoreError> {
@@ -468,7 +492,7 @@ impl ChannelRouter {
         if row.state != InboundState::Queued {
             return Ok(());
         }
-        let Ok(_permit) = self.running.acquire().await else {
+        let Some(_permit) = self.running.take().await else {
             return Ok(());
         };
         store.set_inbound_state(id, InboundState::Running)?;
@@ -585,6 +609,41 @@ mod tests {
         let later = start + REFUSAL_WINDOW;
         assert_eq!(gate.admit("slack", "U0SPAM", later), Some(9_999));
         assert_eq!(gate.admit("slack", "U0SPAM", later), None);
+    }
+
+    /// Finding 7 of issue 25: up to 65,536 turns could run at once. Now 200
+    /// turns asking together run at most 64 at a time, every one of them
+    /// runs, and they start in the order they asked.
+    #[tokio::test]
+    async fn turns_past_the_cap_wait_in_order_and_none_is_dropped() {
+        let slots = Arc::new(TurnSlots::default());
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut turns = Vec::new();
+        for i in 0..200 {
+            let (slots, running, most, order) =
+                (slots.clone(), running.clone(), most.clone(), order.clone());
+            turns.push(tokio::spawn(async move {
+                let _slot = slots.take().await.expect("open");
+                order.lock().expect("order").push(i);
+                let now = running.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                most.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }));
+            // each asks after the one before
+            tokio::task::yield_now().await;
+        }
+        for turn in turns {
+            turn.await.expect("turn");
+        }
+        assert_eq!(
+            most.load(std::sync::atomic::Ordering::SeqCst),
+            MAX_RUNNING as usize
+        );
+        assert_eq!(*order.lock().expect("order"), (0..200).collect::<Vec<_>>());
+        slots.drain(Duration::from_secs(1)).await;
     }
 
     /// Finding 7 of issue 25: an allowed sender could start any number of
