@@ -63,6 +63,27 @@ impl AuditLog {
         }
     }
 
+    /// Deletes the events recorded before `before_ms` (with `dry_run` only
+    /// counts them); returns how many.
+    pub fn prune(&self, before_ms: i64, dry_run: bool) -> rusqlite::Result<usize> {
+        let conn = self
+            .conn
+            .lock()
+            .map_err(|_| rusqlite::Error::InvalidQuery)?;
+        if dry_run {
+            let n: i64 = conn.query_row(
+                "SELECT COUNT(*) FROM audit_events WHERE timestamp_ms < ?1",
+                [before_ms],
+                |r| r.get(0),
+            )?;
+            return Ok(usize::try_from(n).unwrap_or(0));
+        }
+        conn.execute(
+            "DELETE FROM audit_events WHERE timestamp_ms < ?1",
+            [before_ms],
+        )
+    }
+
     /// The newest events about one workspace (by it, or recorded for it).
     pub fn for_workspace(&self, workspace: &str, limit: u32) -> rusqlite::Result<Vec<AuditEvent>> {
         self.query(

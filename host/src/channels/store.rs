@@ -48,6 +48,8 @@ pub enum InboundState {
     Failed,
     /// Its sender is not allowed.
     Refused,
+    /// Over a per-sender or per-conversation rate limit: counted, not run.
+    Dropped,
     /// The daemon stopped during its turn.
     Interrupted,
 }
@@ -60,6 +62,7 @@ impl InboundState {
             Self::Done => "done",
             Self::Failed => "failed",
             Self::Refused => "refused",
+            Self::Dropped => "dropped",
             Self::Interrupted => "interrupted",
         }
     }
@@ -70,6 +73,7 @@ impl InboundState {
             "done" => Self::Done,
             "failed" => Self::Failed,
             "refused" => Self::Refused,
+            "dropped" => Self::Dropped,
             "interrupted" => Self::Interrupted,
             _ => Self::Queued,
         }
@@ -198,13 +202,22 @@ impl ChannelStore {
     }
 
     /// Stores an inbound message. `None` when it is already stored (a
-    /// platform redelivery).
+    /// platform redelivery). A refused or dropped message's text is not
+    /// stored: its size and SHA-256 are ([`refused_text`]), so a sender not
+    /// allowed, or over its rate limit, cannot fill the database with text.
     pub fn receive(
         &self,
         message: &Received,
         workspace: &str,
         state: InboundState,
     ) -> Result<Option<i64>, StoreError> {
+        let refused;
+        let text = if matches!(state, InboundState::Refused | InboundState::Dropped) {
+            refused = refused_text(&message.text, state);
+            refused.as_str()
+        } else {
+            message.text.as_str()
+        };
         let conn = self.conn()?;
         let inserted = conn.execute(
             "INSERT INTO channel_inbound
@@ -219,7 +232,7 @@ impl ChannelStore {
                 message.message_id,
                 message.sender,
                 message.sender_name,
-                message.text,
+                text,
                 workspace,
                 state.as_str(),
                 now_ms(),
@@ -447,6 +460,93 @@ impl ChannelStore {
         )?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// What is stored of a refused (or dropped) message's text: its size and
+/// SHA-256.
+pub fn refused_text(text: &str, state: InboundState) -> String {
+    use sha2::Digest as _;
+    format!(
+        "({}, not stored: {} bytes, sha256 {})",
+        state.as_str(),
+        text.len(),
+        hex::encode(sha2::Sha256::digest(text.as_bytes()))
+    )
+}
+
+/// Rows [`ChannelStore::prune`] removed (or would remove).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    pub inbound: usize,
+    /// Older than the retention but kept: not yet answered (queued or
+    /// running, or its reply not yet delivered or given up).
+    pub inbound_kept: usize,
+    pub outbox: usize,
+    /// Older than the retention but kept: not yet delivered or given up.
+    pub outbox_kept: usize,
+}
+
+const PRUNABLE_INBOUND: &str = "received_ms < ?1
+    AND state IN ('done', 'failed', 'refused', 'dropped', 'interrupted')
+    AND NOT EXISTS (SELECT 1 FROM channel_outbox o
+                    WHERE o.inbound_id = channel_inbound.id AND o.state = 'pending')";
+const PRUNABLE_OUTBOX: &str = "COALESCE(sent_ms, created_ms) < ?1 AND state IN ('sent', 'failed')";
+
+impl ChannelStore {
+    /// Deletes inbound messages received before `inbound_before_ms` and
+    /// outbox rows sent (or given up) before `outbox_before_ms`; never a
+    /// message not yet answered nor a row not yet delivered or given up.
+    /// With `dry_run` only counts.
+    pub fn prune(
+        &self,
+        inbound_before_ms: i64,
+        outbox_before_ms: i64,
+        dry_run: bool,
+    ) -> Result<Pruned, StoreError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let count = |sql: &str, before: i64| -> rusqlite::Result<usize> {
+            let n: i64 = tx.query_row(sql, [before], |r| r.get(0))?;
+            Ok(usize::try_from(n).unwrap_or(0))
+        };
+        let old_inbound = count(
+            "SELECT COUNT(*) FROM channel_inbound WHERE received_ms < ?1",
+            inbound_before_ms,
+        )?;
+        let old_outbox = count(
+            "SELECT COUNT(*) FROM channel_outbox WHERE COALESCE(sent_ms, created_ms) < ?1",
+            outbox_before_ms,
+        )?;
+        let pruned = if dry_run {
+            let inbound = count(
+                &format!("SELECT COUNT(*) FROM channel_inbound WHERE {PRUNABLE_INBOUND}"),
+                inbound_before_ms,
+            )?;
+            let outbox = count(
+                &format!("SELECT COUNT(*) FROM channel_outbox WHERE {PRUNABLE_OUTBOX}"),
+                outbox_before_ms,
+            )?;
+            (inbound, outbox)
+        } else {
+            // inbound first: its "reply still pending" test reads the outbox
+            let inbound = tx.execute(
+                &format!("DELETE FROM channel_inbound WHERE {PRUNABLE_INBOUND}"),
+                [inbound_before_ms],
+            )?;
+            let outbox = tx.execute(
+                &format!("DELETE FROM channel_outbox WHERE {PRUNABLE_OUTBOX}"),
+                [outbox_before_ms],
+            )?;
+            (inbound, outbox)
+        };
+        tx.commit()?;
+        Ok(Pruned {
+            inbound: pruned.0,
+            inbound_kept: old_inbound - pruned.0,
+            outbox: pruned.1,
+            outbox_kept: old_outbox - pruned.1,
+        })
     }
 }
 

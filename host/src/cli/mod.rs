@@ -20,6 +20,7 @@ mod plugin;
 mod policy;
 mod schedule;
 pub(crate) mod skill;
+pub(crate) mod state;
 mod workspace;
 
 pub use context::Context;
@@ -75,6 +76,9 @@ pub enum Command {
     /// Scheduled tasks: list, check a schedules.yaml, run, pause, approve
     #[command(subcommand)]
     Schedule(ScheduleCommand),
+    /// What pincer.db keeps: prune what `state.retention` no longer keeps
+    #[command(subcommand)]
+    State(StateCommand),
     /// Check what this machine is missing, and how to fix it
     Doctor,
     /// Load every built-in plugin and exercise each world once
@@ -117,6 +121,17 @@ pub enum Command {
         /// Replace an existing pincer.yaml (kept as pincer.yaml.bak)
         #[arg(long)]
         force: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateCommand {
+    /// Delete rows older than `state.retention` (never an unanswered message
+    /// or an undelivered reply); prints what it removes per table
+    Prune {
+        /// Print what would be removed, remove nothing
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -564,6 +579,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Schedule(ScheduleCommand::Cancel { id, workspace }) => {
             schedule::decide(cli.config.as_deref(), &id, workspace.as_deref(), false)
+        }
+        Command::State(StateCommand::Prune { dry_run }) => {
+            state::run_prune(cli.config.as_deref(), dry_run)
         }
         Command::Doctor => doctor::run(cli.config.as_deref()).await,
         Command::Demo => demo::run(cli.config.as_deref()).await,

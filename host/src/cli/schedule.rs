@@ -544,7 +544,7 @@ pub fn decide(
         &by,
         Some(&listed.workspace),
         event,
-        &format!("{id}: {}", row.spec),
+        &agent::audit_summary(id, &row.spec),
     );
     if approve {
         let next = listed

@@ -38,7 +38,8 @@ pub use schema::{
     AgentLimits, AgentSchedules, Budget, Channel, Channels, Config, ContainerRuntime, Containers,
     Gateway, GatewayCache, GatewayLimits, LegacySecrets, ListenerLimits, LitellmParams,
     McpContainer, McpServer, ModelDeployment, ModelPrice, Mount, PluginLimits, Plugins,
-    PolicyEntry, Refusal, RoutingStrategy, Skill, TrustedPublisher, Workspace, WorkspaceMemory,
+    PolicyEntry, Refusal, Retention, RetentionPeriod, RoutingStrategy, Skill, State,
+    TrustedPublisher, Workspace, WorkspaceMemory,
 };
 pub use validate::{Volume, is_loopback, metrics_key_refusal, parse_volume, remote_refusal};
 
@@ -347,4 +348,8 @@ mcp_servers: {}
 #     allowed_workspaces: ["*"]
 #   docs:
 #     url: "https://example.com/mcp"
+
+# How long pincer.db keeps rows (`pincer state prune`; the daemon prunes daily).
+# state:
+#   retention: {inbound: 30d, outbox: 30d, audit: 180d}
 "#;

@@ -28,6 +28,67 @@ pub struct Config {
     /// The IANA time zone of schedule tasks that give none (e.g.
     /// `Asia/Shanghai`); default: the host's.
     pub timezone: Option<String>,
+    /// What the host keeps in `pincer.db`, and for how long.
+    pub state: State,
+}
+
+/// `state`: what `pincer.db` keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct State {
+    pub retention: Retention,
+}
+
+/// `state.retention`: how long rows are kept before `pincer state prune`
+/// (and the daemon, daily) deletes them. An inbound message not yet
+/// answered and an outbox row not yet delivered or given up are kept
+/// whatever their age.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Retention {
+    /// Channel messages received (`channel_inbound`). Default `30d`.
+    pub inbound: RetentionPeriod,
+    /// Channel messages sent or given up (`channel_outbox`). Default `30d`.
+    pub outbox: RetentionPeriod,
+    /// The audit log (`audit_events`). Default `180d`.
+    pub audit: RetentionPeriod,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        let days = |n: u64| RetentionPeriod(std::time::Duration::from_secs(n * 24 * 3600));
+        Retention {
+            inbound: days(30),
+            outbox: days(30),
+            audit: days(180),
+        }
+    }
+}
+
+/// A retention period as written (`30d`, `12h`, `2w`), at least an hour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionPeriod(pub std::time::Duration);
+
+impl RetentionPeriod {
+    /// The shortest period accepted.
+    pub const MIN: std::time::Duration = std::time::Duration::from_secs(3600);
+}
+
+impl<'de> Deserialize<'de> for RetentionPeriod {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let period = humantime::parse_duration(text.trim()).map_err(|e| {
+            de::Error::custom(format!(
+                "invalid period `{text}` ({e}): write e.g. `30d`, `12h` or `2w`"
+            ))
+        })?;
+        if period < Self::MIN {
+            return Err(de::Error::custom(format!(
+                "`{text}` is shorter than an hour: write at least `1h`"
+            )));
+        }
+        Ok(RetentionPeriod(period))
+    }
 }
 
 /// The model gateway. `model_list`, `fallbacks`, `routing_strategy`,

@@ -157,6 +157,12 @@ async fn serve(
     )
     .await?;
     tasks.spawn(schedules.clone().run(stop.clone()));
+    tasks.spawn(crate::cli::state::prune_daily(
+        ctx.home.join(crate::db::FILE_NAME),
+        ctx.config.state.retention,
+        audit.clone(),
+        stop.clone(),
+    ));
     tasks.spawn(crate::channels::outbox::run(
         channels.clone(),
         audit.clone(),

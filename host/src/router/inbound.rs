@@ -32,15 +32,193 @@ pub struct ChannelRouter {
     audit: Arc<AuditLog>,
     config: Arc<Config>,
     queues: Mutex<HashMap<SessionKey, mpsc::UnboundedSender<i64>>>,
+    refusals: Mutex<RefusalGate>,
+    rates: Mutex<RateGate>,
     /// Turns in progress (to wait for at shutdown).
-    running: tokio::sync::Semaphore,
+    running: TurnSlots,
     stop: watch::Receiver<bool>,
     /// How long a turn may go on once the daemon is stopping.
     grace: Duration,
 }
 
-/// Upper bound of turns running at once (each holds a permit).
-const MAX_RUNNING: u32 = 1 << 16;
+/// Channel turns running at once, over every session (each holds a
+/// permit); the others wait in the order they asked, none is dropped.
+pub const MAX_RUNNING: u32 = 64;
+
+/// The permits of [`MAX_RUNNING`]: a fair (first come, first served)
+/// semaphore.
+#[derive(Debug)]
+pub struct TurnSlots(tokio::sync::Semaphore);
+
+impl Default for TurnSlots {
+    fn default() -> Self {
+        TurnSlots(tokio::sync::Semaphore::new(MAX_RUNNING as usize))
+    }
+}
+
+impl TurnSlots {
+    /// Waits for a slot; `None` once closed.
+    pub async fn take(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.0.acquire().await.ok()
+    }
+
+    /// Waits until every slot is free (no turn runs), at most `within`.
+    pub async fn drain(&self, within: Duration) {
+        let _ = tokio::time::timeout(within, self.0.acquire_many(MAX_RUNNING)).await;
+    }
+}
+
+/// A refused sender is audited (and, with `refusal: reply`, answered) at
+/// most once per channel in this long; the messages between are counted
+/// and the next audit row says how many.
+pub const REFUSAL_WINDOW: Duration = Duration::from_secs(3600);
+
+/// Refused senders remembered at once; past it the memory starts over (the
+/// next message of each is reported again).
+const MAX_REFUSED_SENDERS: usize = 10_000;
+
+/// Messages an allowed sender may send per channel in [`RATE_WINDOW`];
+/// past it they are stored as dropped (no text) and not run.
+pub const SENDER_PER_MINUTE: u32 = 20;
+
+/// Messages one conversation (a channel's conversation, all its threads and
+/// senders) may receive in [`RATE_WINDOW`].
+pub const CONVERSATION_PER_MINUTE: u32 = 40;
+
+/// The window of [`SENDER_PER_MINUTE`] and [`CONVERSATION_PER_MINUTE`].
+pub const RATE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Rate windows remembered at once; past it those ended are forgotten.
+const MAX_RATE_KEYS: usize = 10_000;
+
+#[derive(Debug)]
+struct Window {
+    start: std::time::Instant,
+    taken: u32,
+    reported: bool,
+    /// Dropped since the last report.
+    unreported: u64,
+}
+
+/// Per-sender and per-conversation counts of the current window.
+#[derive(Debug, Default)]
+pub struct RateGate {
+    windows: HashMap<(String, String), Window>,
+}
+
+/// What [`RateGate::admit`] decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Rate {
+    Take,
+    /// Over a limit (`sender` tells which). `report`: the first drop of
+    /// this window — audit it and tell the sender once — with how many
+    /// were dropped unreported before it.
+    Drop {
+        sender: bool,
+        report: Option<u64>,
+    },
+}
+
+impl RateGate {
+    /// Counts a message of `sender` in `conversation` of `channel` at `now`.
+    pub fn admit(
+        &mut self,
+        channel: &str,
+        sender: &str,
+        conversation: &str,
+        now: std::time::Instant,
+    ) -> Rate {
+        if self.windows.len() >= MAX_RATE_KEYS {
+            self.windows
+                .retain(|_, w| now.saturating_duration_since(w.start) < RATE_WINDOW);
+            if self.windows.len() >= MAX_RATE_KEYS {
+                self.windows.clear();
+            }
+        }
+        let keys = [
+            (
+                (format!("sender:{channel}"), sender.to_owned()),
+                SENDER_PER_MINUTE,
+            ),
+            (
+                (format!("conversation:{channel}"), conversation.to_owned()),
+                CONVERSATION_PER_MINUTE,
+            ),
+        ];
+        let mut over = None;
+        for (index, (key, limit)) in keys.iter().enumerate() {
+            let window = self.windows.entry(key.clone()).or_insert(Window {
+                start: now,
+                taken: 0,
+                reported: false,
+                unreported: 0,
+            });
+            if now.saturating_duration_since(window.start) >= RATE_WINDOW {
+                window.start = now;
+                window.taken = 0;
+                window.reported = false;
+            }
+            if over.is_none() && window.taken >= *limit {
+                over = Some(index);
+            }
+        }
+        match over {
+            None => {
+                for (key, _) in &keys {
+                    if let Some(window) = self.windows.get_mut(key) {
+                        window.taken += 1;
+                    }
+                }
+                Rate::Take
+            }
+            Some(index) => {
+                let report = self.windows.get_mut(&keys[index].0).and_then(|window| {
+                    if window.reported {
+                        window.unreported += 1;
+                        None
+                    } else {
+                        window.reported = true;
+                        Some(std::mem::take(&mut window.unreported))
+                    }
+                });
+                Rate::Drop {
+                    sender: index == 0,
+                    report,
+                }
+            }
+        }
+    }
+}
+
+/// When each refused (channel, sender) was last reported, and how many of
+/// its messages were not reported since.
+#[derive(Debug, Default)]
+pub struct RefusalGate {
+    seen: HashMap<(String, String), (std::time::Instant, u64)>,
+}
+
+impl RefusalGate {
+    /// `Some(n)`: report this refusal, `n` more were refused unreported
+    /// since the last report; `None`: count it only.
+    pub fn admit(&mut self, channel: &str, sender: &str, now: std::time::Instant) -> Option<u64> {
+        let key = (channel.to_owned(), sender.to_owned());
+        if let Some((last, dropped)) = self.seen.get_mut(&key) {
+            if now.saturating_duration_since(*last) < REFUSAL_WINDOW {
+                *dropped += 1;
+                return None;
+            }
+            let unreported = *dropped;
+            *last = now;
+            *dropped = 0;
+            return Some(unreported);
+        }
+        if self.seen.len() >= MAX_REFUSED_SENDERS {
+            self.seen.clear();
+        }
+        self.seen.insert(key, (now, 0));
+        Some(0)
+    }
+}
 
 impl ChannelRouter {
     pub fn new(
@@ -58,7 +236,9 @@ impl ChannelRouter {
             audit,
             config,
             queues: Mutex::default(),
-            running: tokio::sync::Semaphore::new(MAX_RUNNING as usize),
+            refusals: Mutex::default(),
+            rates: Mutex::default(),
+            running: TurnSlots::default(),
             stop,
             grace,
         })
@@ -115,7 +295,7 @@ impl ChannelRouter {
     /// Waits for running turns to end (they are cancelled `grace` after
     /// the stop signal), at most `within`.
     pub async fn drain(&self, within: Duration) {
-        let _ = tokio::time::timeout(within, self.running.acquire_many(MAX_RUNNING)).await;
+        self.running.drain(within).await;
     }
 
     fn accept_one(&self, channel: &str, message: api::Message) -> Result<(), StoreError> {
@@ -135,10 +315,23 @@ impl ChannelRouter {
             text: message.text,
             timestamp_ms: message.timestamp_ms,
         };
-        let state = if allowed {
-            InboundState::Queued
+        let rate = if allowed {
+            self.rates
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .admit(
+                    channel,
+                    &received.sender,
+                    &received.conversation,
+                    std::time::Instant::now(),
+                )
         } else {
-            InboundState::Refused
+            Rate::Take
+        };
+        let state = match (&rate, allowed) {
+            (_, false) => InboundState::Refused,
+            (Rate::Drop { .. }, true) => InboundState::Dropped,
+            (Rate::Take, true) => InboundState::Queued,
         };
         let Some(id) = self
             .channels
@@ -149,12 +342,28 @@ impl ChannelRouter {
             return Ok(());
         };
         if !allowed {
+            // stored without its text; reported once per REFUSAL_WINDOW
+            let report = self
+                .refusals
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .admit(channel, &received.sender, std::time::Instant::now());
+            let Some(unreported) = report else {
+                return Ok(());
+            };
+            let since = if unreported > 0 {
+                format!(
+                    "; {unreported} more message(s) of this sender were refused since the last report"
+                )
+            } else {
+                String::new()
+            };
             self.audit.record(
                 &format!("channel:{channel}"),
                 Some(&workspace),
                 "channel.sender_refused",
                 &format!(
-                    "sender `{}` is not in channels.{channel}.allowed_senders (conversation {}, message {})",
+                    "sender `{}` is not in channels.{channel}.allowed_senders (conversation {}, message {}){since}",
                     received.sender, received.conversation, received.message_id
                 ),
             );
@@ -175,6 +384,49 @@ impl ChannelRouter {
                     ),
                 )?;
             }
+            return Ok(());
+        }
+        if let Rate::Drop { sender, report } = rate {
+            // stored without its text; the sender is told once a window
+            let Some(unreported) = report else {
+                return Ok(());
+            };
+            let (who, limit) = if sender {
+                (format!("sender `{}`", received.sender), SENDER_PER_MINUTE)
+            } else {
+                (
+                    format!("conversation {}", received.conversation),
+                    CONVERSATION_PER_MINUTE,
+                )
+            };
+            let since = if unreported > 0 {
+                format!("; {unreported} more were dropped since the last report")
+            } else {
+                String::new()
+            };
+            self.audit.record(
+                &format!("channel:{channel}"),
+                Some(&workspace),
+                "channel.rate_limited",
+                &format!(
+                    "{who} is over {limit} messages a minute: message {} (sender `{}`, conversation {}) and the next ones this minute are not answered{since}",
+                    received.message_id, received.sender, received.conversation
+                ),
+            );
+            let to = Address {
+                channel,
+                conversation: &received.conversation,
+                thread: received.thread.as_deref(),
+                reply_to: Some(&received.message_id),
+            };
+            self.channels.reply(
+                Some(id),
+                InboundState::Dropped,
+                &to,
+                &format!(
+                    "Too many messages: this assistant takes at most {SENDER_PER_MINUTE} a minute from one sender and {CONVERSATION_PER_MINUTE} from one conversation. This one and the next ones this minute are not answered; send it again in a minute."
+                ),
+            )?;
             return Ok(());
         }
         let key = SessionKey {
@@ -240,7 +492,7 @@ impl ChannelRouter {
         if row.state != InboundState::Queued {
             return Ok(());
         }
-        let Ok(_permit) = self.running.acquire().await else {
+        let Some(_permit) = self.running.take().await else {
             return Ok(());
         };
         store.set_inbound_state(id, InboundState::Running)?;
@@ -331,5 +583,132 @@ fn session_key(row: &InboundRow) -> SessionKey {
         channel: row.channel.clone(),
         conversation: session_conversation(&row.conversation, row.thread.as_deref()),
         workspace: row.workspace.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    /// Finding 7 of issue 25: each refused message was audited (and with
+    /// `refusal: reply` answered). A flood of 10,000 is reported once, the
+    /// next report an hour later counts the rest; other senders and
+    /// channels are reported on their own.
+    #[test]
+    fn a_refused_sender_is_reported_once_an_hour_and_the_rest_counted() {
+        let mut gate = RefusalGate::default();
+        let start = Instant::now();
+        let reported: Vec<u64> = (0..10_000)
+            .filter_map(|_| gate.admit("slack", "U0SPAM", start))
+            .collect();
+        assert_eq!(reported, [0]);
+        assert_eq!(gate.admit("slack", "U0OTHER", start), Some(0));
+        assert_eq!(gate.admit("feishu", "U0SPAM", start), Some(0));
+        let later = start + REFUSAL_WINDOW;
+        assert_eq!(gate.admit("slack", "U0SPAM", later), Some(9_999));
+        assert_eq!(gate.admit("slack", "U0SPAM", later), None);
+    }
+
+    /// Finding 7 of issue 25: up to 65,536 turns could run at once. Now 200
+    /// turns asking together run at most 64 at a time, every one of them
+    /// runs, and they start in the order they asked.
+    #[tokio::test]
+    async fn turns_past_the_cap_wait_in_order_and_none_is_dropped() {
+        let slots = Arc::new(TurnSlots::default());
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut turns = Vec::new();
+        for i in 0..200 {
+            let (slots, running, most, order) =
+                (slots.clone(), running.clone(), most.clone(), order.clone());
+            turns.push(tokio::spawn(async move {
+                let _slot = slots.take().await.expect("open");
+                order.lock().expect("order").push(i);
+                let now = running.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                most.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }));
+            // each asks after the one before
+            tokio::task::yield_now().await;
+        }
+        for turn in turns {
+            turn.await.expect("turn");
+        }
+        assert_eq!(
+            most.load(std::sync::atomic::Ordering::SeqCst),
+            MAX_RUNNING as usize
+        );
+        assert_eq!(*order.lock().expect("order"), (0..200).collect::<Vec<_>>());
+        slots.drain(Duration::from_secs(1)).await;
+    }
+
+    /// Finding 7 of issue 25: an allowed sender could start any number of
+    /// turns. A flood of 10,000 messages in a minute runs 20; the sender is
+    /// told (and audited) once, the rest counted in the next report; other
+    /// senders in the conversation share its limit of 40.
+    #[test]
+    fn an_allowed_sender_over_its_rate_is_told_once_and_the_rest_counted() {
+        let mut gate = RateGate::default();
+        let start = Instant::now();
+        let decisions: Vec<Rate> = (0..10_000)
+            .map(|_| gate.admit("slack", "U1", "C1", start))
+            .collect();
+        let taken = decisions.iter().filter(|r| **r == Rate::Take).count();
+        assert_eq!(taken, 20);
+        let reports: Vec<&Rate> = decisions
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r,
+                    Rate::Drop {
+                        report: Some(_),
+                        ..
+                    }
+                )
+            })
+            .collect();
+        assert_eq!(
+            reports,
+            [&Rate::Drop {
+                sender: true,
+                report: Some(0)
+            }]
+        );
+        // the conversation's limit: others add 20 more, then it is full
+        let others = (0..40)
+            .filter(|i| gate.admit("slack", &format!("U{}", i + 2), "C1", start) == Rate::Take)
+            .count();
+        assert_eq!(others, 20);
+        assert_eq!(
+            gate.admit("slack", "U99", "C1", start),
+            Rate::Drop {
+                sender: false,
+                report: None
+            },
+            "the conversation's first drop was reported already"
+        );
+        assert_eq!(
+            gate.admit("slack", "U1", "C2", start),
+            Rate::Drop {
+                sender: true,
+                report: None
+            }
+        );
+        // a minute later: a fresh window, and the next report counts the rest
+        let later = start + RATE_WINDOW;
+        for _ in 0..20 {
+            assert_eq!(gate.admit("slack", "U1", "C3", later), Rate::Take);
+        }
+        assert_eq!(
+            gate.admit("slack", "U1", "C3", later),
+            Rate::Drop {
+                sender: true,
+                report: Some(9_980)
+            }
+        );
     }
 }

@@ -17,7 +17,21 @@
 //!   to another conversation;
 //! - at most [`MAX_PER_WORKSPACE`] live tasks, firing at most once every
 //!   [`MIN_INTERVAL`], each at most [`MAX_MESSAGE_BYTES`] of JSON (stored as
-//!   sent; a longer prompt could not start a turn anyway).
+//!   sent; a longer prompt could not start a turn anyway);
+//! - at most [`MAX_CREATES_PER_HOUR`] creations an hour and
+//!   [`MAX_CREATES_PER_DAY`] a day per workspace;
+//! - at most [`MAX_RETAINED`] cancelled tasks kept per workspace (the oldest
+//!   go first), none longer than [`CANCELLED_RETENTION`]; with a cancelled
+//!   task go its cursor and its run history;
+//! - the audit log keeps [`audit_summary`] of a task (its size, SHA-256 and
+//!   first [`AUDIT_HEAD_BYTES`] bytes), not the task;
+//! - no `catch_up: all`, no `overlap: queue`, no `rerun_interrupted`, a
+//!   `timeout` of at most [`MAX_TIMEOUT`]: refused (not clamped), so the
+//!   agent learns what runs;
+//! - a re-created id starts a fresh cursor (nothing missed before it runs),
+//!   and two scheduled starts of one agent task id are at least
+//!   [`MIN_START_GAP`] apart, whatever its trigger says and across cancel
+//!   and re-create (the scheduler records a start too early as skipped).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -27,7 +41,7 @@ use std::time::Duration;
 use chrono::Utc;
 use rusqlite::{OptionalExtension as _, params};
 
-use super::file::{self, Action, Checks, Task};
+use super::file::{self, Action, CatchUp, Checks, Overlap, Task};
 use super::plan;
 use super::store::Store;
 use crate::config::Config;
@@ -41,6 +55,37 @@ pub const MAX_PER_WORKSPACE: usize = 20;
 
 /// The shortest time between two fire times of an agent task.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(300);
+
+/// The shortest time between two scheduled starts of an agent task id, as
+/// the scheduler's clock sees them: [`MIN_INTERVAL`] less the default grace
+/// of an on-time due time ([`super::DEFAULT_GRACE`], 1 minute), so a task
+/// firing every 5 minutes is never skipped for a start a few seconds late.
+pub const MIN_START_GAP: Duration =
+    Duration::from_secs(MIN_INTERVAL.as_secs() - super::DEFAULT_GRACE.as_secs());
+
+/// Cancelled agent tasks kept per workspace (for the record), at most; the
+/// oldest are deleted first.
+pub const MAX_RETAINED: usize = 20;
+
+/// How long a cancelled agent task is kept.
+pub const CANCELLED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Agent tasks a workspace may create in any hour.
+pub const MAX_CREATES_PER_HOUR: usize = 30;
+
+/// Agent tasks a workspace may create in any 24 hours.
+pub const MAX_CREATES_PER_DAY: usize = 100;
+
+/// The longest `timeout` of an agent task (the default is
+/// [`file::DEFAULT_TIMEOUT`], 10 minutes, the default
+/// `agent.turn_timeout_secs`; the turn stops at that limit anyway).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Bytes of a task's JSON the audit log keeps.
+pub const AUDIT_HEAD_BYTES: usize = 256;
+
+const HOUR_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 24 * HOUR_MS;
 
 /// The state of an agent task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +141,12 @@ pub enum Refusal {
 }
 
 pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS schedule_agent_creates (
+    workspace  TEXT    NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS schedule_agent_creates_by_workspace
+    ON schedule_agent_creates (workspace, created_ms);
 CREATE TABLE IF NOT EXISTS schedule_agent_tasks (
     workspace  TEXT    NOT NULL,
     id         TEXT    NOT NULL,
@@ -168,6 +219,33 @@ pub fn check(config: &Config, workspace: &str, spec: &serde_json::Value) -> Resu
     if !matches!(task.action, Action::Prompt(_)) {
         return Err(invalid("an agent task needs a `prompt`".into()));
     }
+    if task.catch_up == CatchUp::All {
+        return Err(invalid(
+            "`catch_up: all`: an agent task catches up at most once after an outage; write `catch_up: once` (the default) or `skip`".into(),
+        ));
+    }
+    if task.overlap == Overlap::Queue {
+        return Err(invalid(
+            "`overlap: queue`: an agent task's runs never queue; leave `overlap` out (`skip`: a due time that finds the previous run still going is skipped)".into(),
+        ));
+    }
+    if task.rerun_interrupted {
+        return Err(invalid(
+            "`rerun_interrupted`: an agent task's interrupted runs are not run again; leave it out"
+                .into(),
+        ));
+    }
+    if task.timeout > MAX_TIMEOUT {
+        return Err(invalid(format!(
+            "`timeout: {}`: an agent task runs at most {}; write a shorter timeout (the default is {})",
+            object.get("timeout").and_then(|t| t.as_str()).map_or_else(
+                || humantime::format_duration(task.timeout).to_string(),
+                str::to_owned
+            ),
+            humantime::format_duration(MAX_TIMEOUT),
+            humantime::format_duration(file::DEFAULT_TIMEOUT)
+        )));
+    }
     for to in &task.deliver_to {
         if to.conversation.is_some() || to.thread.is_some() {
             return Err(invalid(format!(
@@ -228,6 +306,25 @@ fn own_channels(config: &Config, workspace: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// What the audit log keeps of an agent task: its id, its size, the
+/// SHA-256 of its JSON and its first [`AUDIT_HEAD_BYTES`] bytes (cut at a
+/// character boundary, `…` when cut), never the whole task.
+pub fn audit_summary(id: &str, spec: &serde_json::Value) -> String {
+    use sha2::Digest as _;
+    let text = spec.to_string();
+    let digest = hex::encode(sha2::Sha256::digest(text.as_bytes()));
+    let mut end = text.len().min(AUDIT_HEAD_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = if end < text.len() { "…" } else { "" };
+    format!(
+        "{id}: {} bytes, sha256 {digest}: {}{more}",
+        text.len(),
+        &text[..end]
+    )
+}
+
 /// Adds the prefix to an id the agent chose (`digest` → `agent-digest`).
 pub fn prefixed(id: &str) -> String {
     if id.starts_with(ID_PREFIX) {
@@ -238,11 +335,16 @@ pub fn prefixed(id: &str) -> String {
 }
 
 impl Store {
-    /// Stores a checked agent task as `status` (pending or active).
+    /// Stores a checked agent task as `status` (pending or active). A
+    /// cancelled task of that id is replaced, and its cursor, queued runs
+    /// and run history's claim on the future go with it: the new task
+    /// counts its due times from its first sight, like any new task.
     ///
     /// # Errors
-    /// [`Refusal::Invalid`] when a live task has that id or the workspace
-    /// has [`MAX_PER_WORKSPACE`] live tasks; database errors as
+    /// [`Refusal::Invalid`] when a live task has that id, the workspace has
+    /// [`MAX_PER_WORKSPACE`] live tasks, or it created
+    /// [`MAX_CREATES_PER_HOUR`] in the last hour or [`MAX_CREATES_PER_DAY`]
+    /// in the last day (nothing is stored then); database errors as
     /// `rusqlite::Error` in the outer result.
     pub fn add_agent_task(
         &self,
@@ -254,6 +356,7 @@ impl Store {
     ) -> rusqlite::Result<Result<(), Refusal>> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
+        purge_expired(&tx, Some(workspace), now_ms)?;
         let existing: Option<String> = tx
             .query_row(
                 "SELECT status FROM schedule_agent_tasks WHERE workspace = ?1 AND id = ?2",
@@ -261,7 +364,10 @@ impl Store {
                 |r| r.get(0),
             )
             .optional()?;
-        if existing.is_some_and(|s| Status::parse(&s) != Status::Cancelled) {
+        if existing
+            .as_deref()
+            .is_some_and(|s| Status::parse(s) != Status::Cancelled)
+        {
             return Ok(Err(Refusal::Invalid(format!(
                 "a task `{id}` exists already: cancel it first or choose another id"
             ))));
@@ -277,6 +383,30 @@ impl Store {
                 "this workspace has {MAX_PER_WORKSPACE} scheduled tasks of the agent already: cancel one first"
             ))));
         }
+        for (window_ms, limit, what) in [
+            (HOUR_MS, MAX_CREATES_PER_HOUR, "hour"),
+            (DAY_MS, MAX_CREATES_PER_DAY, "24 hours"),
+        ] {
+            let (count, oldest): (i64, Option<i64>) = tx.query_row(
+                "SELECT COUNT(*), MIN(created_ms) FROM schedule_agent_creates
+                 WHERE workspace = ?1 AND created_ms > ?2",
+                params![workspace, now_ms - window_ms],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            if usize::try_from(count).unwrap_or(usize::MAX) >= limit {
+                let wait_ms = oldest
+                    .map_or(window_ms, |o| o + window_ms - now_ms)
+                    .max(1000);
+                let wait = Duration::from_secs(u64::try_from(wait_ms / 1000).unwrap_or(0));
+                return Ok(Err(Refusal::Invalid(format!(
+                    "this workspace's agent created {limit} tasks in the last {what}, the most it may: try again in {}",
+                    humantime::format_duration(wait)
+                ))));
+            }
+        }
+        if existing.is_some() {
+            forget_runs(&tx, workspace, id, false)?;
+        }
         tx.execute(
             "INSERT INTO schedule_agent_tasks
                  (workspace, id, spec, status, created_ms, changed_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
@@ -285,8 +415,31 @@ impl Store {
                  changed_ms = ?5",
             params![workspace, id, spec.to_string(), status.as_str(), now_ms],
         )?;
+        tx.execute(
+            "INSERT INTO schedule_agent_creates (workspace, created_ms) VALUES (?1, ?2)",
+            params![workspace, now_ms],
+        )?;
         tx.commit()?;
         Ok(Ok(()))
+    }
+
+    /// Deletes cancelled agent tasks older than [`CANCELLED_RETENTION`] and
+    /// those past the [`MAX_RETAINED`] newest of their workspace, with their
+    /// cursors and runs (the audit log keeps their summary). Returns how
+    /// many tasks; with `dry_run` counts them and deletes nothing.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn purge_agent_tasks(&self, now_ms: i64, dry_run: bool) -> rusqlite::Result<usize> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let purged = purge_expired(&tx, None, now_ms)?;
+        if dry_run {
+            tx.rollback()?;
+        } else {
+            tx.commit()?;
+        }
+        Ok(purged)
     }
 
     /// Agent tasks of `workspace` (every workspace when `None`), oldest
@@ -339,7 +492,7 @@ impl Store {
         by: &str,
         now_ms: i64,
     ) -> rusqlite::Result<bool> {
-        let conn = self.conn();
+        let mut conn = self.conn();
         let current: Option<String> = conn
             .query_row(
                 "SELECT status FROM schedule_agent_tasks WHERE workspace = ?1 AND id = ?2",
@@ -353,12 +506,19 @@ impl Store {
         if !from.contains(&Status::parse(&current)) {
             return Ok(false);
         }
-        let changed = conn.execute(
+        let tx = conn.transaction()?;
+        let changed = tx.execute(
             "UPDATE schedule_agent_tasks
              SET status = ?3, decided_by = ?4, decided_ms = ?5, changed_ms = ?5
              WHERE workspace = ?1 AND id = ?2 AND status = ?6",
             params![workspace, id, to.as_str(), by, now_ms, current],
         )?;
+        if changed == 1 && to == Status::Cancelled {
+            // nothing of it waits to run
+            forget_runs(&tx, workspace, id, true)?;
+            purge_expired(&tx, Some(workspace), now_ms)?;
+        }
+        tx.commit()?;
         Ok(changed == 1)
     }
 
@@ -374,6 +534,71 @@ impl Store {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
     }
+}
+
+/// Marks the task's queued runs skipped; unless `keep_cursor`, also
+/// forgets its cursor (a re-created id counts from its first sight).
+fn forget_runs(
+    tx: &rusqlite::Transaction<'_>,
+    workspace: &str,
+    id: &str,
+    keep_cursor: bool,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE schedule_runs SET status = 'skipped', error = 'the task was cancelled'
+         WHERE workspace = ?1 AND task = ?2 AND status = 'queued'",
+        params![workspace, id],
+    )?;
+    if !keep_cursor {
+        tx.execute(
+            "DELETE FROM schedule_state WHERE workspace = ?1 AND task = ?2",
+            params![workspace, id],
+        )?;
+    }
+    Ok(())
+}
+
+/// Deletes (in `tx`) the cancelled agent tasks of `workspace` (all when
+/// `None`) decided before [`CANCELLED_RETENTION`] or past the
+/// [`MAX_RETAINED`] newest, with their cursors and runs, and creation
+/// records older than a day. Returns how many tasks.
+fn purge_expired(
+    tx: &rusqlite::Transaction<'_>,
+    workspace: Option<&str>,
+    now_ms: i64,
+) -> rusqlite::Result<usize> {
+    let retention_ms = i64::try_from(CANCELLED_RETENTION.as_millis()).unwrap_or(i64::MAX);
+    let keep = i64::try_from(MAX_RETAINED).unwrap_or(i64::MAX);
+    let doomed: Vec<(String, String)> = {
+        let mut stmt = tx.prepare(
+            "SELECT workspace, id FROM (
+                 SELECT workspace, id, COALESCE(decided_ms, changed_ms) AS at,
+                        ROW_NUMBER() OVER (PARTITION BY workspace
+                                           ORDER BY COALESCE(decided_ms, changed_ms) DESC, id) AS n
+                 FROM schedule_agent_tasks
+                 WHERE status = 'cancelled' AND (?1 IS NULL OR workspace = ?1))
+             WHERE at < ?2 OR n > ?3",
+        )?;
+        let rows = stmt.query_map(
+            params![workspace, now_ms.saturating_sub(retention_ms), keep],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for (workspace, id) in &doomed {
+        for sql in [
+            "DELETE FROM schedule_agent_tasks WHERE workspace = ?1 AND id = ?2",
+            "DELETE FROM schedule_state WHERE workspace = ?1 AND task = ?2",
+            "DELETE FROM schedule_runs WHERE workspace = ?1 AND task = ?2",
+        ] {
+            tx.execute(sql, params![workspace, id])?;
+        }
+    }
+    tx.execute(
+        "DELETE FROM schedule_agent_creates WHERE (?1 IS NULL OR workspace = ?1) AND created_ms <= ?2",
+        params![workspace, now_ms - DAY_MS],
+    )?;
+    Ok(doomed.len())
 }
 
 /// The active agent tasks of `workspace`, checked as at creation; the ones

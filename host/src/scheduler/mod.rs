@@ -32,7 +32,11 @@
 //!    (a daemon that died) are marked `interrupted`, and so is any run whose
 //!    lease (`timeout` + [`LEASE_MARGIN`]) ran out; with
 //!    `rerun_interrupted: true` such a run (from the start only) is claimed
-//!    again once, as a new attempt of the same due time.
+//!    again once, as a new attempt of the same due time;
+//! 6. an agent task ([`agent::ID_PREFIX`]) never queues: a due time that
+//!    finds its previous run going, or that comes less than
+//!    [`agent::MIN_START_GAP`] after the latest scheduled start of that id
+//!    (also one from before a cancel and re-create), is recorded `skipped`.
 
 pub mod agent;
 pub mod clock;
@@ -115,6 +119,10 @@ fn from_ms(ms: i64) -> DateTime<Utc> {
 
 fn whole_seconds(t: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
+}
+
+fn ms_of(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn chrono_duration(d: Duration) -> chrono::Duration {
@@ -399,10 +407,23 @@ impl Scheduler {
             CatchUp::All,
         ));
 
-        // 3. and 4. claim each once
+        // 3. and 4. claim each once; an agent task's runs never queue and
+        // start at most once every agent::MIN_START_GAP (6.)
+        let agent_task = id.starts_with(agent::ID_PREFIX);
+        let mut too_soon = agent_task
+            && store
+                .last_start_ms(workspace, id)?
+                .is_some_and(|last| now_ms.saturating_sub(last) < ms_of(agent::MIN_START_GAP));
         let mut claimed_here = false;
         for due in dues {
-            let (status, note) = if !active {
+            let (status, note) = if agent_task && (active || too_soon) {
+                let note = if active {
+                    "the previous run was still going"
+                } else {
+                    "an agent task starts at most once every 4m"
+                };
+                (RunStatus::Skipped, Some(note))
+            } else if !active {
                 (RunStatus::Claimed, None)
             } else if task.overlap == Overlap::Queue || claimed_here {
                 (RunStatus::Queued, None)
@@ -416,6 +437,7 @@ impl Scheduler {
                 out.push(run(run_id, ms(due), 1));
                 active = true;
                 claimed_here = true;
+                too_soon = agent_task;
             }
         }
         store.set_last_due(workspace, id, now_ms)?;

@@ -393,6 +393,22 @@ impl Store {
         Ok(rows)
     }
 
+    /// When the task's latest scheduled run (not a manual one) started, as
+    /// far as the table knows: its start, else its end (an interrupted
+    /// claim), else its due time. `None` when none was claimed.
+    ///
+    /// # Errors
+    /// SQLite errors.
+    pub fn last_start_ms(&self, workspace: &str, task: &str) -> rusqlite::Result<Option<i64>> {
+        self.conn().query_row(
+            "SELECT MAX(COALESCE(started_ms, ended_ms, due_ms)) FROM schedule_runs
+             WHERE workspace = ?1 AND task = ?2 AND origin = 'schedule'
+               AND status IN ('claimed', 'running', 'done', 'failed', 'interrupted')",
+            params![workspace, task],
+            |row| row.get(0),
+        )
+    }
+
     /// Every due time at or before this one has been handled (claimed,
     /// queued, skipped, or passed over while paused or before the task was
     /// first seen). `None` for a task never seen.

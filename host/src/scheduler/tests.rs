@@ -415,6 +415,140 @@ channels:
         }
     }
 
+    /// The daemon's view: the active agent tasks of `team`, loaded again
+    /// (as it does within a second of any change).
+    fn reload(scheduler: &mut Scheduler) {
+        let (tasks, problems) =
+            agent::active_tasks(scheduler.store(), &config(), "team").expect("tasks");
+        assert!(problems.is_empty(), "{problems:?}");
+        scheduler.set_tasks("team", tasks).expect("set tasks");
+    }
+
+    /// Ticks once a second from now for `seconds`, starting and finishing
+    /// each run handed out at the clock's time; the due times it ran.
+    fn tick(env: &Env, scheduler: &mut Scheduler, seconds: i64) -> Vec<String> {
+        let mut ran = Vec::new();
+        for _ in 0..seconds {
+            for run in scheduler.due_now().expect("due") {
+                let now = env.clock.now().timestamp_millis();
+                let store = scheduler.store();
+                assert!(
+                    store
+                        .start(run.run_id, scheduler.owner(), now)
+                        .expect("start")
+                );
+                let outcome = Outcome::Done {
+                    output: "ok".into(),
+                    receipts: None,
+                };
+                assert!(store.finish(run.run_id, &outcome, now).expect("finish"));
+                ran.push(run.due.format("%H:%M:%S").to_string());
+            }
+            env.clock.advance(ChronoDuration::seconds(1));
+        }
+        ran
+    }
+
+    fn add(store: &Store, spec: serde_json::Value, now: DateTime<Utc>) {
+        let id = spec["id"].as_str().expect("id").to_owned();
+        agent::check(&config(), "team", &spec).expect("valid");
+        store
+            .add_agent_task("team", &id, &spec, Status::Active, now.timestamp_millis())
+            .expect("db")
+            .expect("added");
+    }
+
+    fn cancel(store: &Store, id: &str, now: DateTime<Utc>) {
+        assert!(
+            store
+                .decide_agent_task(
+                    "team",
+                    id,
+                    &[Status::Active],
+                    Status::Cancelled,
+                    "agent:team",
+                    now.timestamp_millis()
+                )
+                .expect("db")
+        );
+    }
+
+    /// Finding 6 of issue 25: the cursor of an id outlived its cancel, so
+    /// re-creating the id an hour later ran the slots missed meanwhile
+    /// (every one of them with `catch_up: all`). A re-created id now starts
+    /// from its first sight: nothing missed runs, then its next slot once.
+    #[test]
+    fn a_cancelled_then_recreated_task_after_a_pause_runs_at_most_once() {
+        let env = Env::new("2026-01-01T09:00:00Z");
+        let store = Store::open(&env.db).expect("store");
+        let spec = serde_json::json!({"id": "agent-tick", "every": "5m", "prompt": "p"});
+        add(&store, spec.clone(), env.clock.now());
+        let clock: Arc<dyn Clock> = env.clock.clone();
+        let mut scheduler = Scheduler::new(store, clock, "daemon").expect("scheduler");
+        reload(&mut scheduler);
+        assert_eq!(tick(&env, &mut scheduler, 310), ["09:05:00"]);
+
+        cancel(scheduler.store(), "agent-tick", env.clock.now());
+        reload(&mut scheduler);
+        env.at("2026-01-01T10:06:00Z");
+        assert!(tick(&env, &mut scheduler, 5).is_empty());
+        add(scheduler.store(), spec, env.clock.now());
+        reload(&mut scheduler);
+        // 10:06:05 .. 10:12:05: nothing of 09:10 .. 10:05, then 10:10 once
+        assert_eq!(tick(&env, &mut scheduler, 360), ["10:10:00"]);
+    }
+
+    /// The same, before the daemon reloads: the re-created id finds no
+    /// cursor even if the scheduler still holds the old task.
+    #[test]
+    fn a_recreated_task_replays_nothing_even_before_a_reload() {
+        let env = Env::new("2026-01-01T09:00:00Z");
+        let store = Store::open(&env.db).expect("store");
+        let spec = serde_json::json!({"id": "agent-tick", "every": "5m", "prompt": "p"});
+        add(&store, spec.clone(), env.clock.now());
+        let clock: Arc<dyn Clock> = env.clock.clone();
+        let mut scheduler = Scheduler::new(store, clock, "daemon").expect("scheduler");
+        reload(&mut scheduler);
+        assert_eq!(tick(&env, &mut scheduler, 1), Vec::<String>::new());
+        // the daemon stalls for an hour while the agent cancels and re-creates
+        env.at("2026-01-01T10:06:00Z");
+        cancel(scheduler.store(), "agent-tick", env.clock.now());
+        add(scheduler.store(), spec, env.clock.now());
+        assert_eq!(tick(&env, &mut scheduler, 250), ["10:10:00"]);
+    }
+
+    /// Two scheduled starts of one agent task id are at least 4 minutes
+    /// apart, whatever the triggers of its re-creations say.
+    #[test]
+    fn an_agent_task_id_starts_at_most_once_every_four_minutes() {
+        let env = Env::new("2026-01-01T09:00:00Z");
+        let store = Store::open(&env.db).expect("store");
+        let clock: Arc<dyn Clock> = env.clock.clone();
+        let mut scheduler = Scheduler::new(store, clock, "daemon").expect("scheduler");
+        let mut ran = Vec::new();
+        // each minute: cancel, and re-create to fire 30 s later
+        for minute in 0..8 {
+            let now = env.clock.now();
+            if minute > 0 {
+                cancel(scheduler.store(), "agent-soon", now);
+            }
+            let at = (now + ChronoDuration::seconds(30)).to_rfc3339();
+            let spec = serde_json::json!({"id": "agent-soon", "prompt": "p", "at": at});
+            add(scheduler.store(), spec, now);
+            reload(&mut scheduler);
+            ran.extend(tick(&env, &mut scheduler, 60));
+        }
+        assert_eq!(ran, ["09:00:30", "09:04:30"]);
+        let skipped = scheduler
+            .store()
+            .history("team", "agent-soon", 20)
+            .expect("history")
+            .into_iter()
+            .filter(|r| r.status == RunStatus::Skipped)
+            .count();
+        assert_eq!(skipped, 6, "the others are on record as skipped");
+    }
+
     #[test]
     fn a_file_task_cannot_take_the_agent_prefix() {
         let err = file::parse(

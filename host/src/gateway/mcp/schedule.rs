@@ -141,6 +141,27 @@ fn run(
     tool: &str,
     arguments: Option<JsonObject>,
 ) -> Result<Result<String, String>, String> {
+    run_at(
+        store,
+        config,
+        audit,
+        workspace,
+        tool,
+        arguments,
+        crate::db::now_ms(),
+    )
+}
+
+/// [`run`] at `now_ms` (the creation limits count from it).
+fn run_at(
+    store: &Store,
+    config: &Config,
+    audit: &AuditLog,
+    workspace: &str,
+    tool: &str,
+    arguments: Option<JsonObject>,
+    now_ms: i64,
+) -> Result<Result<String, String>, String> {
     let db = |e: rusqlite::Error| format!("schedule store: {e}");
     let actor = format!("agent:{workspace}");
     match tool {
@@ -167,9 +188,8 @@ fn run(
                     )));
                 }
             };
-            let now = crate::db::now_ms();
             if let Err(e) = store
-                .add_agent_task(workspace, &id, &spec, status, now)
+                .add_agent_task(workspace, &id, &spec, status, now_ms)
                 .map_err(db)?
             {
                 return Ok(Err(e.to_string()));
@@ -195,7 +215,13 @@ fn run(
                     ),
                 )
             };
-            audit.record(&actor, Some(workspace), event, &format!("{id}: {spec}"));
+            // the task is in the store; the log keeps its size, hash and head
+            audit.record(
+                &actor,
+                Some(workspace),
+                event,
+                &agent::audit_summary(&id, &spec),
+            );
             Ok(Ok(text))
         }
         "list" => {
@@ -250,7 +276,7 @@ fn run(
                     &[Status::Pending, Status::Active],
                     Status::Cancelled,
                     &actor,
-                    crate::db::now_ms(),
+                    now_ms,
                 )
                 .map_err(db)?;
             if !cancelled {
@@ -271,6 +297,7 @@ mod tests {
 
     struct Env {
         _dir: tempfile::TempDir,
+        db: std::path::PathBuf,
         store: Store,
         config: Config,
         audit: AuditLog,
@@ -296,6 +323,7 @@ channels:
         Env {
             store: Store::open(&db).expect("store"),
             audit: AuditLog::open(&db).expect("audit"),
+            db,
             config,
             _dir: dir,
         }
@@ -322,6 +350,171 @@ channels:
             .into_iter()
             .map(|e| (e.actor, e.workspace, e.kind, e.detail))
             .collect()
+    }
+
+    fn call_at(
+        env: &Env,
+        workspace: &str,
+        tool: &str,
+        args: serde_json::Value,
+        now_ms: i64,
+    ) -> Result<String, String> {
+        let args = match args {
+            serde_json::Value::Object(o) => Some(o),
+            _ => None,
+        };
+        run_at(
+            &env.store,
+            &env.config,
+            &env.audit,
+            workspace,
+            tool,
+            args,
+            now_ms,
+        )
+        .expect("no store trouble")
+    }
+
+    /// `pincer.db` and its WAL after a checkpoint, in bytes.
+    fn db_bytes(env: &Env) -> u64 {
+        let conn = crate::db::open(&env.db).expect("open");
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .expect("checkpoint");
+        let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
+        size(&env.db) + size(&env.db.with_extension("db-wal"))
+    }
+
+    /// The bound SECURITY.md states: 1,000 create/cancel cycles of the
+    /// largest task a container may send leave `pincer.db` under 4 MiB.
+    const CYCLES_BOUND: u64 = 4 << 20;
+
+    /// Finding 5 of issue 25: each create kept its task, and the audit log a
+    /// copy of it, forever (200 cycles grew the file from 94 KB to 27 MB).
+    /// Now at most 20 live and 20 cancelled tasks are kept per workspace,
+    /// and the audit log keeps a hash and 256 bytes of each. The cycles are
+    /// 15 minutes apart (within the creation limits) over ten days, so every
+    /// one of them is accepted and the bound is the store's, not the limit's.
+    #[test]
+    fn a_thousand_create_cancel_cycles_leave_the_database_under_a_bound() {
+        let env = env();
+        let prompt = "x".repeat(60_000);
+        let start = crate::db::now_ms();
+        let empty = db_bytes(&env);
+        for i in 0..1000_i64 {
+            let now = start + i * 15 * 60_000;
+            let spec =
+                serde_json::json!({"id": format!("t{}", i % 50), "every": "1h", "prompt": prompt});
+            let created = call_at(&env, "auto", "create", spec, now);
+            assert!(created.is_ok(), "cycle {i}: {created:?}");
+            let cancelled = call_at(
+                &env,
+                "auto",
+                "cancel",
+                serde_json::json!({"id": format!("t{}", i % 50)}),
+                now + 1,
+            );
+            assert!(cancelled.is_ok(), "cycle {i}: {cancelled:?}");
+        }
+        let bytes = db_bytes(&env);
+        assert!(
+            bytes < CYCLES_BOUND,
+            "pincer.db grew from {empty} to {bytes} bytes over 1000 cycles (bound {CYCLES_BOUND})"
+        );
+        let kept = env.store.agent_tasks(Some("auto"), true).expect("tasks");
+        assert_eq!(kept.len(), agent::MAX_RETAINED, "the newest cancelled ones");
+        let events = env.audit.recent(None, 5000).expect("audit");
+        assert_eq!(events.len(), 2000, "every create and cancel is on record");
+        let longest = events.iter().map(|e| e.detail.len()).max().unwrap_or(0);
+        assert!(
+            longest < agent::AUDIT_HEAD_BYTES + 200,
+            "an audit row keeps a summary, not the task: {longest} bytes"
+        );
+    }
+
+    /// Past 30 creations in an hour the agent is told when it may create
+    /// again, and nothing of the refused ones is stored or audited.
+    #[test]
+    fn creations_past_the_hourly_limit_are_refused_and_leave_nothing() {
+        let env = env();
+        let now = crate::db::now_ms();
+        let spec = serde_json::json!({"id": "burst", "every": "1h", "prompt": "p"});
+        let mut accepted = 0;
+        let mut refusals = Vec::new();
+        for _ in 0..1000 {
+            match call_at(&env, "auto", "create", spec.clone(), now) {
+                Ok(_) => {
+                    accepted += 1;
+                    call_at(
+                        &env,
+                        "auto",
+                        "cancel",
+                        serde_json::json!({"id": "burst"}),
+                        now,
+                    )
+                    .expect("cancelled");
+                }
+                Err(e) => refusals.push(e),
+            }
+        }
+        assert_eq!(accepted, agent::MAX_CREATES_PER_HOUR);
+        assert_eq!(refusals.len(), 1000 - agent::MAX_CREATES_PER_HOUR);
+        assert_eq!(
+            refusals[0],
+            "this workspace's agent created 30 tasks in the last hour, the most it may: try again in 1h"
+        );
+        assert_eq!(
+            env.audit.recent(None, 5000).expect("audit").len(),
+            2 * agent::MAX_CREATES_PER_HOUR,
+            "refusals are not stored"
+        );
+        assert!(
+            call_at(&env, "auto", "create", spec, now + 3_600_001).is_ok(),
+            "an hour later it may create again"
+        );
+    }
+
+    /// Finding 6 of issue 25: what makes a task fire many times at once is
+    /// refused for the agent's tasks, and nothing is stored.
+    #[test]
+    fn agent_tasks_asking_to_replay_queue_rerun_or_run_long_are_refused() {
+        let env = env();
+        for (extra, want) in [
+            (
+                serde_json::json!({"catch_up": "all"}),
+                "`catch_up: all`: an agent task catches up at most once after an outage; write `catch_up: once` (the default) or `skip`",
+            ),
+            (
+                serde_json::json!({"overlap": "queue"}),
+                "`overlap: queue`: an agent task's runs never queue; leave `overlap` out (`skip`: a due time that finds the previous run still going is skipped)",
+            ),
+            (
+                serde_json::json!({"timeout": "100000h"}),
+                "`timeout: 100000h`: an agent task runs at most 1h; write a shorter timeout (the default is 10m)",
+            ),
+            (
+                serde_json::json!({"rerun_interrupted": true}),
+                "`rerun_interrupted`: an agent task's interrupted runs are not run again; leave it out",
+            ),
+        ] {
+            let mut spec = serde_json::json!({"id": "many", "every": "1h", "prompt": "p"});
+            for (key, value) in extra.as_object().expect("object") {
+                spec[key] = value.clone();
+            }
+            assert_eq!(call(&env, "auto", "create", spec), Err(want.to_owned()));
+        }
+        for ok in [
+            serde_json::json!({"id": "a", "every": "1h", "prompt": "p", "catch_up": "skip", "timeout": "1h"}),
+            serde_json::json!({"id": "b", "every": "1h", "prompt": "p", "catch_up": "once", "overlap": "skip", "rerun_interrupted": false}),
+        ] {
+            assert!(call(&env, "auto", "create", ok.clone()).is_ok(), "{ok}");
+        }
+        let kept = env.store.agent_tasks(None, true).expect("tasks");
+        assert_eq!(
+            kept.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+            ["agent-a", "agent-b"],
+            "nothing of the refused ones"
+        );
+        assert_eq!(audited(&env).len(), 2);
     }
 
     const DIGEST: &str = r#"{"id": "digest", "every": "6h", "prompt": "sum up the day", "deliver_to": ["channel:chat"]}"#;
@@ -391,11 +584,18 @@ channels:
                     "agent:auto".to_owned(),
                     Some("auto".to_owned()),
                     "schedule.agent_created".to_owned(),
-                    format!("agent-digest: {}", {
+                    {
+                        use sha2::Digest as _;
                         let mut stored = spec;
                         stored["id"] = "agent-digest".into();
-                        stored
-                    }),
+                        let json = stored.to_string();
+                        // short enough to be kept whole after its size and hash
+                        format!(
+                            "agent-digest: {} bytes, sha256 {}: {json}",
+                            json.len(),
+                            hex::encode(sha2::Sha256::digest(json.as_bytes()))
+                        )
+                    },
                 ),
                 (
                     "agent:auto".to_owned(),
