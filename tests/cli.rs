@@ -984,12 +984,12 @@ fn a_wit_0_1_0_plugin_with_secret_keys_needs_legacy_secrets_warn() {
     let body = "workspaces:\n  main: {skills: [legacy-secret]}\n";
     let refuse = sandbox.write(
         "refuse.yaml",
-        &format!("plugins:\n  config:\n    legacy-secret: {{api_key: k-123}}\n{body}"),
+        &format!("plugins:\n  config:\n    legacy-secret: {{api_key: k-123-legacy}}\n{body}"),
     );
     let warn = sandbox.write(
         "warn.yaml",
         &format!(
-            "plugins:\n  legacy_secrets: warn\n  config:\n    legacy-secret: {{api_key: k-123}}\n{body}"
+            "plugins:\n  legacy_secrets: warn\n  config:\n    legacy-secret: {{api_key: k-123-legacy}}\n{body}"
         ),
     );
     let (refuse, warn) = (refuse.to_str().unwrap(), warn.to_str().unwrap());
