@@ -282,7 +282,26 @@ fn a_manifest_asks_for_more_memory_and_the_install_shows_it() {
     let manifest = dir.join("plugin.toml");
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(&manifest, format!("{text}\n[limits]\nmemory_mb = 160\n")).unwrap();
-    let asked = ok(sandbox.pincer(&["plugin", "install", dir.to_str().unwrap(), "--replace"]));
+    // More memory than the installed version asks for: without a terminal,
+    // refused unless `--yes`.
+    let refused = fails(sandbox.pincer(&["plugin", "install", dir.to_str().unwrap(), "--replace"]));
+    assert!(
+        refused.contains("memory: up to 160 MiB per call (the installed version gets 64 MiB)")
+            && refused.contains("--yes"),
+        "{refused}"
+    );
+    let err = fails(hog(&sandbox));
+    assert!(
+        err.contains("exceeded its memory limit of 64 MiB"),
+        "unchanged: {err}"
+    );
+    let asked = ok(sandbox.pincer(&[
+        "plugin",
+        "install",
+        dir.to_str().unwrap(),
+        "--replace",
+        "--yes",
+    ]));
     assert!(
         asked.contains("memory: up to 160 MiB per call (plugins.limits.memory_mb is 64)"),
         "{asked}"

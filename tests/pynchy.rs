@@ -332,7 +332,7 @@ fn a_broken_configuration_gets_every_problem_in_one_run_each_with_its_position()
     let err = fails(home.pincer(&["--config", &file, "config", "check"], &[]));
     let want = [
         "2:12: timeout must be a positive number of seconds",
-        "3:3: unknown key `retries` (expected one of `listen`, `model_list`, `fallbacks`, `routing_strategy`, `num_retries`, `timeout`, `prices`, `cache`, `max_request_bytes`)",
+        "3:3: unknown key `retries` (expected one of `listen`, `allow_remote`, `metrics_key`, `limits`, `model_list`, `fallbacks`, `routing_strategy`, `num_retries`, `timeout`, `prices`, `cache`, `max_request_bytes`)",
         "6:16: workspace a: unknown policy group `no_internet`, did you mean `no_internet_access`? (known: no_internet_access, no_process_creation, read_only_mounts, read_only_rootfs, max_memory_<N>mb, max_memory_<N>gb, max_cpus_<N>, max_pids_<N>, {allowed_executables: [paths]})",
         "6:29: cannot read `allowed_executables: /bin/sh` as a policy entry (expected a [list] after `allowed_executables:`); write allowed_executables: [/usr/bin/python3, ...] with absolute paths, or the mapping {allowed_executables: [...]}",
         "7:23: workspace a: mount source /nonexistent/pincer-pynchy does not exist",

@@ -567,7 +567,7 @@ fn updates_that_read_secrets_unsecret_change_kind_or_roll_back_are_refused() {
     user.write(
         "pincer.yaml",
         &format!(
-            "plugins:\n  legacy_secrets: warn\n  trusted_publishers:\n    - {{name: acme, key: \"{public}\"}}\n  config:\n    acme-calc: {{api_key: k-123}}\nworkspaces:\n  main: {{skills: [acme-calc]}}\n"
+            "plugins:\n  legacy_secrets: warn\n  trusted_publishers:\n    - {{name: acme, key: \"{public}\"}}\n  config:\n    acme-calc: {{api_key: k-123-acme-key}}\nworkspaces:\n  main: {{skills: [acme-calc]}}\n"
         ),
     );
     ok(user.pincer(&["plugin", "install", &reference, "--yes"]));
