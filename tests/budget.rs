@@ -309,7 +309,7 @@ async fn sigterm_writes_the_usage_of_every_answered_call() {
     assert_eq!(home.usage(), (40, 40 * reservation()));
 }
 
-/// README (Gateway, "Usage and kill -9"): a `kill -9` loses at most the
+/// docs/gateway.md ("Usage and audit off the request path"): a `kill -9` loses at most the
 /// usage rows still queued for the writer: at most QUEUE_CAPACITY plus the
 /// calls in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -424,7 +424,7 @@ fn update_installs_a_new_digest_and_asks_again_only_when_it_requests_more() {
     assert!(err.contains("is not installed"), "{err}");
 }
 
-/// The README's "Write a skill" guide, command by command, in a fresh
+/// The "Write a skill" guide of docs/plugins.md, command by command, in a fresh
 /// folder outside the checkout: a Rust skill and a Python skill made by
 /// `plugin new`, built by `plugin build`, signed and published by one
 /// `PINCER_HOME`, installed by another that trusts the key, and called.

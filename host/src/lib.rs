@@ -1,6 +1,6 @@
 //! pincer: a container-isolated plugin host for AI assistants.
 //!
-//! One folder per subsystem; each exposes a small typed API (see DESIGN.md).
+//! One folder per subsystem; each exposes a small typed API (see docs/architecture.md).
 
 pub mod audit;
 pub mod channels;

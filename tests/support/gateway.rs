@@ -80,7 +80,7 @@ impl Served {
 
     /// What `pincer gateway usage ARGS` prints once `shows` accepts it, or
     /// after 10 s: the serving process writes usage about one group-commit
-    /// window after each answer (README, Gateway), so another process reads
+    /// window after each answer (docs/gateway.md), so another process reads
     /// it a little later.
     pub fn usage_showing(&self, args: &[&str], shows: impl Fn(&str) -> bool) -> String {
         let started = std::time::Instant::now();

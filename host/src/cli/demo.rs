@@ -147,7 +147,7 @@ pub async fn run(config_flag: Option<&Path>) -> anyhow::Result<()> {
     );
     println!("  pincer policy audit default");
     println!(
-        "  pincer gateway serve    (after adding gateway.model_list to pincer.yaml; see the README)"
+        "  pincer gateway serve    (after adding gateway.model_list to pincer.yaml; see docs/gateway.md)"
     );
     Ok(())
 }

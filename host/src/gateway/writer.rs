@@ -15,8 +15,8 @@
 //! - [`Writer::flush`] waits until everything queued so far is committed;
 //!   dropping the writer flushes and stops the thread.
 //! - A `kill -9` loses what is queued and not yet committed: at most
-//!   [`QUEUE_CAPACITY`] plus the calls already admitted (the README states
-//!   the bound; `tests/budget.rs` measures it).
+//!   [`QUEUE_CAPACITY`] plus the calls already admitted (docs/gateway.md
+//!   states the bound; `tests/budget.rs` measures it).
 //!
 //! Each batch also runs the hook given to [`Writer::start`] inside the same
 //! transaction (the budget leases move what was spent from the lease to the
