@@ -969,6 +969,81 @@ async fn a_redelivered_event_and_the_bots_own_message_make_no_turn() {
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
 
+/// Issue 26, item 1: an event frame was acked before its message was
+/// stored, so a store that failed lost it. Now, while the database refuses
+/// writes, the event is not acked (the failure is counted on /metrics);
+/// Feishu redelivers it and, once the store takes writes again, it is
+/// answered once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_the_store_refuses_is_not_acked_and_its_redelivery_is_answered_once() {
+    let env = Env::new(vec![Behaviour::answer("存好了再答")]).await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    let lock = env.sandbox.lock_db();
+    let pushed = env.feishu.push("p2p", "别丢了").await;
+    let failures = support::gateway::wait_for_metric(
+        &daemon.gateway,
+        "pincer_channel_store_failures_total",
+        json!({"channel": "feishu"}),
+        1.0,
+        Duration::from_secs(15),
+    )
+    .await;
+    let (_, acks) = env.feishu.get("/acks").await;
+    let acked: Vec<&Value> = acks["acks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["event_id"] == pushed["event_id"])
+        .collect();
+    assert!(
+        acked.is_empty(),
+        "acked while its message could not be stored: {acked:#?}\n{}",
+        daemon.log()
+    );
+    assert!(
+        failures >= Some(1.0),
+        "the failed store is counted: {failures:?}\n{}",
+        daemon.log()
+    );
+    lock.release();
+
+    let sent = env.feishu.wait("messages", 1).await;
+    assert!(
+        sent["items"][0]["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("存好了再答")),
+        "{sent:#}"
+    );
+    let acks = env.feishu.wait("acks", 1).await;
+    let acked: Vec<&Value> = acks["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["event_id"] == pushed["event_id"])
+        .collect();
+    assert!(
+        acked.iter().any(|a| a["code"] == 200),
+        "the redelivery was acked: {acked:#?}"
+    );
+    assert!(
+        acked.iter().all(|a| a["attempt"].as_u64() >= Some(2)),
+        "only a redelivery was acked: {acked:#?}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(env.feishu.messages().await.len(), 1);
+    assert_eq!(env.model.received().len(), 1);
+    assert_eq!(
+        env.inbound(),
+        [(
+            pushed["message_id"].as_str().unwrap().to_string(),
+            "done".to_string()
+        )]
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
 /// The ack is due within 3 s; asking Feishu who the bot is must not hold
 /// it up (it did on a cold cache, when the first event fetched bot/v3/info).
 #[tokio::test(flavor = "multi_thread")]

@@ -447,6 +447,133 @@ async fn events_api_checks_signatures_refuses_strangers_and_replies_in_thread() 
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
 
+/// Issue 26, item 1: an envelope was acked before its message was stored,
+/// so a store that failed (disk full, a lock held past the busy timeout)
+/// lost it: Slack had been told it arrived. Now, while the database refuses
+/// writes, the envelope is not acked (the failure is counted on /metrics);
+/// Slack redelivers it and, once the store takes writes again, it is
+/// answered once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_envelope_the_store_refuses_is_not_acked_and_its_redelivery_is_answered_once() {
+    let env = Env::new(vec![Behaviour::answer("stored, then answered")]).await;
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    let lock = env.sandbox.lock_db();
+    let pushed = env.slack.dm("do not lose me", ALLOWED, "D0DM").await;
+    let failures = support::gateway::wait_for_metric(
+        &daemon.gateway,
+        "pincer_channel_store_failures_total",
+        json!({"channel": "slack"}),
+        1.0,
+        Duration::from_secs(15),
+    )
+    .await;
+    let (_, acks) = env.slack.get("/acks").await;
+    let acked: Vec<&Value> = acks["acks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["envelope_id"] == pushed["envelope_id"])
+        .collect();
+    assert!(
+        acked.is_empty(),
+        "acked while its message could not be stored: {acked:#?}\n{}",
+        daemon.log()
+    );
+    assert!(
+        failures >= Some(1.0),
+        "the failed store is counted: {failures:?}\n{}",
+        daemon.log()
+    );
+    lock.release();
+
+    let posted = env.slack.posted(1).await;
+    assert_eq!(posted[0]["args"]["text"], "stored, then answered");
+    assert_eq!(posted[0]["args"]["channel"], "D0DM");
+    let (status, _) = env.slack.get("/wait?what=acks&count=1&timeout=30").await;
+    assert_eq!(status, 200, "the redelivery was acked\n{}", daemon.log());
+    let (_, acks) = env.slack.get("/acks").await;
+    let envelope = acks["envelopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == pushed["envelope_id"])
+        .unwrap_or_else(|| panic!("no envelope {pushed}: {acks:#}"));
+    assert_eq!(envelope["status"], "acked", "{envelope:#}");
+    assert_eq!(
+        envelope["deliveries"][0]["unacked"], "timeout",
+        "the first delivery went unacked: {envelope:#}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    assert_eq!(calls["calls"].as_array().unwrap().len(), 1, "{calls:#}");
+    assert_eq!(
+        env.inbound(),
+        [(pushed["ts"].as_str().unwrap().to_string(), "done".into())]
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// Issue 26, item 1: an Events API request was answered 200 even when its
+/// message could not be stored. Now it gets a 5xx (Slack retries a non-2xx
+/// answer), and the same event sent again once the store recovers is
+/// answered 200 and once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_the_store_refuses_gets_a_5xx_and_its_retry_is_answered_once() {
+    let env = Env::new(vec![Behaviour::answer("answered after the retry")]).await;
+    let mut daemon = env.start();
+    let url = format!("http://{}/channels/slack/events", daemon.webhooks);
+    let lock = env.sandbox.lock_db();
+    let refused = env
+        .slack
+        .post(
+            "/events/send",
+            json!({"url": url, "kind": "mention", "text": "keep me", "user": ALLOWED,
+                   "channel": "C0CHAN", "timeout": 30}),
+        )
+        .await;
+    let status = refused["status"].as_u64().unwrap_or_default();
+    assert!(
+        (500..600).contains(&status),
+        "a message that was not stored is not answered 2xx: {refused:#}\n{}",
+        daemon.log()
+    );
+    lock.release();
+    let failures = support::gateway::wait_for_metric(
+        &daemon.gateway,
+        "pincer_channel_store_failures_total",
+        json!({"channel": "slack"}),
+        1.0,
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(failures >= Some(1.0), "{failures:?}");
+    assert!(env.inbound().is_empty(), "{:?}", env.inbound());
+
+    let retry = env
+        .slack
+        .post(
+            "/events/send",
+            json!({"url": url, "kind": "mention", "text": "keep me", "user": ALLOWED,
+                   "channel": "C0CHAN", "ts": refused["ts"], "event_id": refused["event_id"],
+                   "retry_num": 1, "retry_reason": "http_error"}),
+        )
+        .await;
+    assert_eq!(retry["status"], 200, "{retry:#}");
+    assert!(retry["elapsed_ms"].as_f64().unwrap() < 3000.0, "{retry}");
+    let posted = env.slack.posted(1).await;
+    assert_eq!(posted[0]["args"]["text"], "answered after the retry");
+    assert_eq!(posted[0]["args"]["thread_ts"], refused["ts"]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    assert_eq!(calls["calls"].as_array().unwrap().len(), 1, "{calls:#}");
+    assert_eq!(
+        env.inbound(),
+        [(refused["ts"].as_str().unwrap().to_string(), "done".into())]
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn rate_limits_and_dropped_sockets_lose_and_double_nothing() {
     let env = Env::new(vec![Behaviour::answer("one reply")]).await;

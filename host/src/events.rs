@@ -8,7 +8,9 @@
 //! - `pincer_plugin_faults_total{plugin}`: plugin calls that trapped, ran out
 //!   of time or memory;
 //! - `pincer_channel_reconnects_total{channel}`: connections a channel opened
-//!   again after losing one.
+//!   again after losing one;
+//! - `pincer_channel_store_failures_total{channel}`: inbound messages that
+//!   could not be stored, so they were not acked (the platform redelivers).
 //!
 //! Counters live for the process (a `prometheus-client` family each, shared
 //! by every gateway the process builds), so the parts that count need no
@@ -42,6 +44,7 @@ struct Events {
     verify_failures: Family<WorkspaceLabel, Counter>,
     plugin_faults: Family<PluginLabel, Counter>,
     channel_reconnects: Family<ChannelLabel, Counter>,
+    channel_store_failures: Family<ChannelLabel, Counter>,
 }
 
 static EVENTS: LazyLock<Events> = LazyLock::new(|| Events {
@@ -49,6 +52,7 @@ static EVENTS: LazyLock<Events> = LazyLock::new(|| Events {
     verify_failures: Family::default(),
     plugin_faults: Family::default(),
     channel_reconnects: Family::default(),
+    channel_store_failures: Family::default(),
 });
 
 /// A workspace container was created and started.
@@ -91,6 +95,16 @@ pub fn channel_reconnected(channel: &str) {
         .inc();
 }
 
+/// An inbound message of `channel` could not be stored (and was not acked).
+pub fn channel_store_failed(channel: &str) {
+    EVENTS
+        .channel_store_failures
+        .get_or_create(&ChannelLabel {
+            channel: channel.to_owned(),
+        })
+        .inc();
+}
+
 /// Registers the process's counters in `registry` (they stay shared: what
 /// is counted later shows in every registry they were added to).
 pub fn register(registry: &mut Registry) {
@@ -113,5 +127,10 @@ pub fn register(registry: &mut Registry) {
         "pincer_channel_reconnects",
         "Channel connections opened again after one was lost, by channel",
         EVENTS.channel_reconnects.clone(),
+    );
+    registry.register(
+        "pincer_channel_store_failures",
+        "Inbound channel messages that could not be stored, so they were not acknowledged, by channel",
+        EVENTS.channel_store_failures.clone(),
     );
 }

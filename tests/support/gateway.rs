@@ -241,3 +241,23 @@ pub fn metric(scraped: &serde_json::Value, name: &str, labels: serde_json::Value
         .find(|s| s["name"] == name && s["labels"] == labels)
         .and_then(|s| s["value"].as_f64())
 }
+
+/// Scrapes `<base>/metrics` until sample `name` with exactly `labels` is at
+/// least `at_least`, at most `within`; returns the last value seen (`None`:
+/// never shown).
+pub async fn wait_for_metric(
+    base: &str,
+    name: &str,
+    labels: serde_json::Value,
+    at_least: f64,
+    within: std::time::Duration,
+) -> Option<f64> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let value = metric(&scrape_metrics(base), name, labels.clone());
+        if value >= Some(at_least) || std::time::Instant::now() >= deadline {
+            return value;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}

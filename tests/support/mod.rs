@@ -44,6 +44,19 @@ impl Sandbox {
             .collect()
     }
 
+    /// Holds SQLite's write lock on this home's `pincer.db` (`BEGIN
+    /// EXCLUSIVE` through a connection of the test's own) until the guard
+    /// is released or dropped: every write of the daemon waits its busy
+    /// timeout (5 s) and fails, as on a disk that refuses writes.
+    pub fn lock_db(&self) -> DbLock {
+        let conn = rusqlite::Connection::open(self.home().join("pincer.db")).expect("pincer.db");
+        conn.busy_timeout(std::time::Duration::from_secs(30))
+            .expect("busy timeout");
+        conn.execute_batch("BEGIN EXCLUSIVE")
+            .expect("take the database's write lock");
+        DbLock { conn: Some(conn) }
+    }
+
     /// Writes a file under the working folder and returns its path.
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.work().join(name);
@@ -63,6 +76,28 @@ impl Sandbox {
             .env_remove("PINCER_LOG")
             .output()
             .expect("run pincer")
+    }
+}
+
+/// The write lock of [`Sandbox::lock_db`]; rolled back on release or drop.
+pub struct DbLock {
+    conn: Option<rusqlite::Connection>,
+}
+
+impl DbLock {
+    pub fn release(mut self) {
+        if let Some(conn) = self.conn.take() {
+            conn.execute_batch("ROLLBACK")
+                .expect("release the write lock");
+        }
+    }
+}
+
+impl Drop for DbLock {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
     }
 }
 

@@ -1,12 +1,14 @@
 //! Host-held connections (Slack Socket Mode, Feishu's long connection): the
 //! plugin says where to connect (`connect`), the host opens and holds the
-//! WebSocket, hands every frame to the plugin (`on-frame`), sends its
-//! replies (acks) at once, sends the keepalive it asks for, and reconnects
-//! with backoff when the socket closes, the plugin asks, or the socket goes
-//! quiet (no frame and no pong for the idle timeout: a "connected" socket
-//! that receives nothing is treated as dead). A plugin that asks for a
-//! keepalive expects it answered: then only data frames count, and the
-//! idle timeout scales with the keepalive interval the plugin sets later.
+//! WebSocket, hands every frame to the plugin (`on-frame`), stores the
+//! frame's messages and only then sends its replies (acks) — none if the
+//! store failed, so the platform delivers the frame again — sends the
+//! keepalive it asks for, and reconnects with backoff when the socket
+//! closes, the plugin asks, or the socket goes quiet (no frame and no pong
+//! for the idle timeout: a "connected" socket that receives nothing is
+//! treated as dead). A plugin that asks for a keepalive expects it
+//! answered: then only data frames count, and the idle timeout scales with
+//! the keepalive interval the plugin sets later.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -373,15 +375,15 @@ async fn session(
                 continue;
             }
         };
-        for reply in &outcome.replies {
-            if let Err(e) = socket.send(to_ws(reply)).await {
-                return Dropped::Transport(format!("cannot send an ack: {e}"));
-            }
-        }
+        // Stored first, acked after: a frame whose messages could not be
+        // stored gets none of its replies, so the platform sends it again.
         let messages = super::bounds::bounded(channel, outcome.messages);
-        if !messages.is_empty() {
-            host.update_status(channel, |s| s.messages_in += messages.len() as u64);
-            inbox.accept(channel, messages);
+        if super::store_inbound(host, inbox.as_ref(), channel, messages).is_ok() {
+            for reply in &outcome.replies {
+                if let Err(e) = socket.send(to_ws(reply)).await {
+                    return Dropped::Transport(format!("cannot send an ack: {e}"));
+                }
+            }
         }
         if let Some(k) = outcome.keepalive {
             if let Some(old) = keepalive.as_ref() {

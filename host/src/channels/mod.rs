@@ -23,9 +23,46 @@ pub use store::{ChannelStore, InboundState, Received, Reply};
 
 /// Where inbound messages go once a channel has parsed them.
 pub trait Inbox: Send + Sync {
-    /// Stores and routes `messages` of `channel`. Returns once they are
-    /// stored (so a webhook can answer the platform), not when answered.
-    fn accept(&self, channel: &str, messages: Vec<api::Message>);
+    /// Stores and routes `messages` of `channel`. Returns once every one is
+    /// durably stored, or recognised as one stored already (so the platform
+    /// may be told it arrived: an ack, a 2xx), not when answered. An error
+    /// means a message was not stored: the platform must not be told it
+    /// arrived, so that it delivers it again. The messages after it are not
+    /// stored either (the redelivery brings them back in their order).
+    fn accept(&self, channel: &str, messages: Vec<api::Message>) -> Result<(), AcceptError>;
+}
+
+/// Why [`Inbox::accept`] did not take a message.
+#[derive(Debug, thiserror::Error)]
+pub enum AcceptError {
+    #[error(
+        "message {message_id} of channel `{channel}` was not stored, so the platform is not told it arrived and will deliver it again (check that the disk holding pincer.db has room and that nothing else holds its lock): {source}"
+    )]
+    NotStored {
+        channel: String,
+        message_id: String,
+        #[source]
+        source: store::StoreError,
+    },
+}
+
+/// Hands `messages` of `channel` (already bounded) to `inbox`; a failure is
+/// logged and counted (`pincer_channel_store_failures_total`). `Ok` means
+/// the platform may be acked / answered 2xx.
+pub(crate) fn store_inbound(
+    host: &ChannelHost,
+    inbox: &dyn Inbox,
+    channel: &str,
+    messages: Vec<api::Message>,
+) -> Result<(), AcceptError> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    host.update_status(channel, |s| s.messages_in += messages.len() as u64);
+    inbox.accept(channel, messages).inspect_err(|e| {
+        tracing::error!(%channel, "{e}");
+        crate::events::channel_store_failed(channel);
+    })
 }
 
 /// Where a reply goes.

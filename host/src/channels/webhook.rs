@@ -2,8 +2,9 @@
 //! `ANY /channels/NAME/REST` goes to channel NAME's `handle-webhook` with
 //! path `/REST`. The plugin checks the platform's signature (through the
 //! host's `secrets` interface); its messages are stored before the answer
-//! goes out, and the turn runs afterwards, so the platform is answered
-//! within its limit (Slack: 3 s) whatever the agent does.
+//! goes out (a store that fails is answered 503, never the plugin's 2xx, so
+//! the platform retries), and the turn runs afterwards, so the platform is
+//! answered within its limit (Slack: 3 s) whatever the agent does.
 
 use std::sync::Arc;
 
@@ -103,11 +104,11 @@ async fn serve(
     match outcome {
         Ok(Ok(outcome)) => {
             let messages = super::bounds::bounded(&name, outcome.messages);
-            if !messages.is_empty() {
-                served
-                    .host
-                    .update_status(&name, |s| s.messages_in += messages.len() as u64);
-                served.inbox.accept(&name, messages);
+            if super::store_inbound(&served.host, served.inbox.as_ref(), &name, messages).is_err() {
+                return plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the message could not be stored, so it was not accepted; send it again (the pincer log says why)\n",
+                );
             }
             let mut response = Response::builder().status(
                 StatusCode::from_u16(outcome.response.status).unwrap_or(StatusCode::BAD_GATEWAY),

@@ -1,8 +1,9 @@
-//! Messages from channels: each is stored first (a platform retry of a
-//! message already stored is dropped), its sender checked against the
-//! channel's `allowed_senders`, its (channel, conversation) mapped to a
-//! workspace, and its turn run one at a time per session, in arrival
-//! order. The reply goes to the outbox in the same transaction that marks
+//! Messages from channels: each is stored first, before the platform is
+//! told it arrived (a platform retry of a message already stored is
+//! dropped; one that could not be stored is not acked, so it comes back),
+//! its sender checked against the channel's `allowed_senders`, its
+//! (channel, conversation) mapped to a workspace, and its turn run one at a
+//! time per session, in arrival order. The reply goes to the outbox in the same transaction that marks
 //! the message answered.
 
 use std::collections::HashMap;
@@ -14,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 use super::{Agent, AgentEvent, HostEvent, Inbound, Origin};
 use crate::audit::AuditLog;
 use crate::channels::store::{InboundRow, StoreError};
-use crate::channels::{Address, ChannelHost, InboundState, Inbox, Received};
+use crate::channels::{AcceptError, Address, ChannelHost, InboundState, Inbox, Received};
 use crate::config::{Config, Refusal};
 use crate::plugins::api;
 use crate::sessions::{SessionKey, TurnStatus};
@@ -298,6 +299,9 @@ impl ChannelRouter {
         self.running.drain(within).await;
     }
 
+    /// Stores `message` and routes it. An error: it was not stored (what
+    /// fails once it is stored is logged, not returned: a redelivery of it
+    /// would be dropped as a duplicate).
     fn accept_one(&self, channel: &str, message: api::Message) -> Result<(), StoreError> {
         let Some(config) = self.config.channels.get(channel) else {
             tracing::warn!(%channel, "a message for an unconfigured channel was dropped");
@@ -374,7 +378,7 @@ impl ChannelRouter {
                     thread: received.thread.as_deref(),
                     reply_to: Some(&received.message_id),
                 };
-                self.channels.reply(
+                let queued = self.channels.reply(
                     Some(id),
                     InboundState::Refused,
                     &to,
@@ -382,7 +386,12 @@ impl ChannelRouter {
                         "You are not allowed to use this assistant. Your id here is `{}`: ask its operator to add it to `channels.{channel}.allowed_senders`.",
                         received.sender
                     ),
-                )?;
+                );
+                if let Err(e) = queued {
+                    // The message is stored (a redelivery is a duplicate):
+                    // the ack still goes out.
+                    tracing::error!(%channel, id, "cannot queue the refusal notice: {e}");
+                }
             }
             return Ok(());
         }
@@ -419,14 +428,19 @@ impl ChannelRouter {
                 thread: received.thread.as_deref(),
                 reply_to: Some(&received.message_id),
             };
-            self.channels.reply(
+            let queued = self.channels.reply(
                 Some(id),
                 InboundState::Dropped,
                 &to,
                 &format!(
                     "Too many messages: this assistant takes at most {SENDER_PER_MINUTE} a minute from one sender and {CONVERSATION_PER_MINUTE} from one conversation. This one and the next ones this minute are not answered; send it again in a minute."
                 ),
-            )?;
+            );
+            if let Err(e) = queued {
+                // The message is stored (a redelivery is a duplicate): the
+                // ack still goes out.
+                tracing::error!(%channel, id, "cannot queue the rate-limit notice: {e}");
+            }
             return Ok(());
         }
         let key = SessionKey {
@@ -555,14 +569,20 @@ impl ChannelRouter {
 }
 
 impl Inbox for ChannelRouter {
-    fn accept(&self, channel: &str, messages: Vec<api::Message>) {
+    fn accept(&self, channel: &str, messages: Vec<api::Message>) -> Result<(), AcceptError> {
         for message in messages {
-            if let Err(e) = self.accept_one(channel, message) {
-                // Not stored: the platform's retry (it got no ack from a
-                // webhook that failed) or the next redelivery brings it back.
-                tracing::error!(%channel, "cannot store an inbound message: {e}");
-            }
+            let message_id = message.id.clone();
+            // Not stored: the caller tells the platform nothing (no ack, a
+            // 503 to a webhook), so it delivers the message again; the ones
+            // after it wait for that redelivery, which keeps their order.
+            self.accept_one(channel, message)
+                .map_err(|source| AcceptError::NotStored {
+                    channel: channel.to_string(),
+                    message_id,
+                    source,
+                })?;
         }
+        Ok(())
     }
 }
 
