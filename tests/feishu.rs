@@ -1317,8 +1317,18 @@ async fn a_tenant_token_expiring_mid_run_is_refreshed_without_a_failed_reply() {
         .collect();
     assert_eq!(replies.len(), 2, "{replies:#?}");
     assert_eq!(bearer(replies[1]), fresh);
+    // The fake records the reply when it arrives; the daemon marks it sent
+    // once the answer is back, a moment later.
+    let outbox =
+        || env.query("SELECT state, COALESCE(last_error, '') FROM channel_outbox ORDER BY id");
+    for _ in 0..100 {
+        if outbox().iter().all(|(state, _)| state != "pending") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(
-        env.query("SELECT state, COALESCE(last_error, '') FROM channel_outbox ORDER BY id"),
+        outbox(),
         [
             ("sent".to_string(), String::new()),
             ("sent".to_string(), String::new())
