@@ -99,3 +99,27 @@ build_plugins() {
         cargo build --release --locked --workspace --target wasm32-wasip2 \
         --manifest-path plugins/Cargo.toml --target-dir "$WASM_TARGET_DIR"
 }
+
+# What needs no Docker: the docs' links, formatting, lints of the three
+# workspaces, and the plugins' and the agent runner's unit tests. Shared by
+# scripts/test and scripts/check.
+static_checks() {
+    step "docs: relative links (scripts/check-docs)" python3 scripts/check-docs
+    step "cargo fmt --check" cargo fmt --all --check
+    step "cargo fmt --check (plugins)" cargo fmt --all --check --manifest-path plugins/Cargo.toml
+    step "cargo fmt --check (images)" cargo fmt --all --check --manifest-path images/Cargo.toml
+    build_plugins
+    build_agent
+    step "clippy (plugins, wasm32-wasip2)" \
+        cargo clippy --release --locked --workspace --target wasm32-wasip2 \
+        --manifest-path plugins/Cargo.toml --target-dir "$WASM_TARGET_DIR" -- -D warnings
+    step "clippy (agent runner)" \
+        cargo clippy --locked --workspace --all-targets --manifest-path images/Cargo.toml \
+        --target-dir "$TARGET_DIR/images-native" -- -D warnings
+    step "clippy (host, all targets)" cargo clippy --locked --workspace --all-targets -- -D warnings
+    step "plugin unit tests (native)" \
+        cargo test --locked --workspace --manifest-path plugins/Cargo.toml \
+        --target "$HOST_TRIPLE" --target-dir "$TARGET_DIR/plugins-native"
+    step "agent runner tests (native; Landlock, seccomp, PID 1)" \
+        cargo test --locked --workspace --manifest-path images/Cargo.toml --target-dir "$TARGET_DIR/images-native"
+}
