@@ -752,13 +752,15 @@ impl PluginHost {
             // log; the listener logs the refusal.
             Err(e) => return Ok(Err(latest::ChannelError::Unauthorized(e.to_string()))),
         };
+        let values = secrets.inbound_headers(request.headers.iter().map(|h| h.value.as_str()));
         let checked = latest::WebhookRequest {
             headers: request
                 .headers
                 .iter()
-                .map(|h| latest::Header {
+                .zip(values)
+                .map(|(h, value)| latest::Header {
                     name: h.name.clone(),
-                    value: secrets.inbound_header(&h.value),
+                    value,
                 })
                 .collect(),
             body,

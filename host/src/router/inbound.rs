@@ -372,26 +372,16 @@ impl ChannelRouter {
                 ),
             );
             if config.refusal == Refusal::Reply {
-                let to = Address {
+                self.notify(
                     channel,
-                    conversation: &received.conversation,
-                    thread: received.thread.as_deref(),
-                    reply_to: Some(&received.message_id),
-                };
-                let queued = self.channels.reply(
-                    Some(id),
+                    id,
+                    &received,
                     InboundState::Refused,
-                    &to,
                     &format!(
                         "You are not allowed to use this assistant. Your id here is `{}`: ask its operator to add it to `channels.{channel}.allowed_senders`.",
                         received.sender
                     ),
                 );
-                if let Err(e) = queued {
-                    // The message is stored (a redelivery is a duplicate):
-                    // the ack still goes out.
-                    tracing::error!(%channel, id, "cannot queue the refusal notice: {e}");
-                }
             }
             return Ok(());
         }
@@ -422,25 +412,15 @@ impl ChannelRouter {
                     received.message_id, received.sender, received.conversation
                 ),
             );
-            let to = Address {
+            self.notify(
                 channel,
-                conversation: &received.conversation,
-                thread: received.thread.as_deref(),
-                reply_to: Some(&received.message_id),
-            };
-            let queued = self.channels.reply(
-                Some(id),
+                id,
+                &received,
                 InboundState::Dropped,
-                &to,
                 &format!(
                     "Too many messages: this assistant takes at most {SENDER_PER_MINUTE} a minute from one sender and {CONVERSATION_PER_MINUTE} from one conversation. This one and the next ones this minute are not answered; send it again in a minute."
                 ),
             );
-            if let Err(e) = queued {
-                // The message is stored (a redelivery is a duplicate): the
-                // ack still goes out.
-                tracing::error!(%channel, id, "cannot queue the rate-limit notice: {e}");
-            }
             return Ok(());
         }
         let key = SessionKey {
@@ -450,6 +430,21 @@ impl ChannelRouter {
         };
         self.enqueue(key, id);
         Ok(())
+    }
+
+    /// Queues `text` as the answer to stored message `id`, which ends in
+    /// `state` without a turn. A failure is logged, not returned: the
+    /// message is stored (a redelivery is a duplicate), so the ack goes out.
+    fn notify(&self, channel: &str, id: i64, received: &Received, state: InboundState, text: &str) {
+        let to = Address {
+            channel,
+            conversation: &received.conversation,
+            thread: received.thread.as_deref(),
+            reply_to: Some(&received.message_id),
+        };
+        if let Err(e) = self.channels.reply(Some(id), state, &to, text) {
+            tracing::error!(%channel, id, ?state, "cannot queue the notice to the sender: {e}");
+        }
     }
 
     fn enqueue(&self, key: SessionKey, id: i64) {

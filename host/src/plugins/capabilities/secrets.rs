@@ -251,7 +251,8 @@ impl Secrets {
             values.extend(captured.values().map(|c| c.value.clone()));
         }
         values.retain(|v| v.len() >= MASKED_FRAGMENT);
-        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        // Longest first; equal values adjacent, so `dedup` removes them all.
+        values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         values.dedup();
         values
     }
@@ -463,9 +464,11 @@ impl Secrets {
         serde_json::to_vec(&json).map_err(|e| SecretError::Invalid(e.to_string()))
     }
 
-    /// A webhook header's value as the plugin gets it.
-    pub fn inbound_header(&self, value: &str) -> String {
-        self.scrub_text(value)
+    /// A webhook's header values as the plugin gets them (one scrubber for
+    /// all of them).
+    pub fn inbound_headers<'a>(&self, values: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let scrubber = self.scrubber();
+        values.into_iter().map(|v| scrubber.text(v)).collect()
     }
 
     /// Digest of `parts` (HMAC keyed with `key`) compared with `expected` in
