@@ -63,7 +63,7 @@ ensure_docker_prerequisites() {
             exit 1
         fi
     fi
-    # tests/registry.rs runs the CNCF distribution server from Debian.
+    # tests/e2e/registry.rs runs the CNCF distribution server from Debian.
     if [ ! -x /usr/bin/docker-registry ]; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
             step "apt-get install docker-registry" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry'

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use pincer::audit::AuditLog;
 use pincer::config::Config;
 use pincer::containers::{self, ContainerRuntime, image};
+use pincer::gateway::keys::KeyStore;
 use pincer_runner_protocol::ExecRequest;
 
 const COLD_RUNS: usize = 7;
@@ -37,7 +38,8 @@ async fn run() -> anyhow::Result<()> {
     );
     let config = Config::from_str_with_env(&yaml, std::path::Path::new("bench.yaml"), |_| None)?;
     let audit = Arc::new(AuditLog::open(&home.path().join("pincer.db"))?);
-    let runtime = ContainerRuntime::connect(home.path(), audit).await?;
+    let keys = Arc::new(KeyStore::open(&home.path().join("pincer.db"))?);
+    let runtime = ContainerRuntime::connect(home.path(), audit, keys).await?;
     image::build(runtime.docker(), &config.containers.image, &mut |_| {}).await?;
     let (_, spec) = containers::plan(&config, home.path(), runtime.instance(), "bench")?;
 

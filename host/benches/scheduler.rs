@@ -9,7 +9,7 @@
 //! Then 30 s in which nothing is due, for the idle CPU.
 //!
 //! It drives `pincer::scheduler::Scheduler` over a real `pincer.db` the way
-//! the daemon's loop does (`daemon::schedules::Schedules::run`): `due_now`,
+//! the daemon's loop does (`router::scheduled::Schedules::run`): `due_now`,
 //! then sleep until `next_wake` or at most a second; each due run is started
 //! (`Store::start`, whose time is the run's start) and finished in a task of
 //! its own. The run itself does nothing, so what is measured is the

@@ -19,7 +19,7 @@
 //! the `schedule_runs` rows the daemon wrote to `pincer.db`. The binary is
 //! `PINCER_BENCH_BIN`, else the one cargo built with the bench.
 
-#[path = "../../tests/support/daemon.rs"]
+#[path = "../../tests/e2e/support/daemon.rs"]
 #[allow(dead_code)]
 mod daemon;
 

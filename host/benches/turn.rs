@@ -28,9 +28,10 @@ use pincer::audit::AuditLog;
 use pincer::config::Config;
 use pincer::containers::{ContainerRuntime, agent_binary, image};
 use pincer::gateway::server::Gateway;
+use pincer::gateway::sockets::WorkspaceSockets;
 use pincer::memory::MemoryStore;
-use pincer::router::{Agent, Inbound};
 use pincer::sessions::{SessionKey, SessionStore, TurnStatus};
+use pincer::turn::{Agent, Inbound};
 use serde_json::{Value, json};
 
 const RUNS: usize = 60;
@@ -68,16 +69,20 @@ async fn run() -> anyhow::Result<()> {
         |_| None,
     )?);
     let audit = Arc::new(AuditLog::open(&home.path().join(pincer::db::FILE_NAME))?);
-    let containers = Arc::new(ContainerRuntime::connect(home.path(), audit.clone()).await?);
+    let gateway = Arc::new(Gateway::new(&config, home.path(), audit.clone())?);
+    let containers =
+        Arc::new(ContainerRuntime::connect(home.path(), audit, gateway.container_grants()).await?);
     image::build(containers.docker(), &config.containers.image, &mut |_| {}).await?;
     agent_binary::install(home.path())?;
+    let sockets = WorkspaceSockets::start(&gateway, home.path(), config.workspaces.keys());
     let agent = Agent::new(
         config.clone(),
-        home.path().to_path_buf(),
+        home.path(),
         containers.clone(),
         Arc::new(SessionStore::open(home.path())?),
         Arc::new(MemoryStore::open(home.path())?),
-        Arc::new(Gateway::new(&config, home.path(), audit)?),
+        gateway,
+        sockets,
         Default::default(),
     );
 

@@ -20,12 +20,55 @@
 //!   to load one.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::config::{Config, PathPart, PolicyEntry, Problem, expand_tilde};
+use crate::config::{Checked, Config, PathPart, PolicyEntry, Problem, expand_tilde};
 use crate::containers::{mcp, mounts};
 use crate::plugins::{Catalog, enabled};
 use crate::policy::{PolicyCatalog, PolicyError};
+
+/// The configuration file could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: cannot read", path.display())]
+pub struct ReadError {
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
+/// Reads and checks the configuration at `path` with everything `workspace
+/// up` would check ([`problems`] for `home`).
+pub fn check_file(path: &Path, home: &Path) -> Result<Checked, ReadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ReadError {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let env = |name: &str| std::env::var(name).ok();
+    Ok(Config::check_str_with_env(&text, path, &env, &|config| {
+        problems(config, home)
+    }))
+}
+
+/// What `config check` refuses in the file at `path`, one line each
+/// (`FILE:LINE:COLUMN: message`), then the count; empty when it passes.
+/// Commands that start something refuse the same.
+pub fn refusals(path: &Path, home: &Path) -> Result<Vec<String>, ReadError> {
+    let checked = check_file(path, home)?;
+    let mut lines: Vec<String> = checked.errors.iter().map(ToString::to_string).collect();
+    if !lines.is_empty() {
+        lines.push(problem_count(path, lines.len()));
+    }
+    Ok(lines)
+}
+
+/// `FILE: N problems (nothing was started)`.
+pub fn problem_count(path: &Path, n: usize) -> String {
+    let plural = if n == 1 { "" } else { "s" };
+    format!(
+        "{}: {n} problem{plural} (nothing was started)",
+        path.display()
+    )
+}
 
 fn key(k: &str) -> PathPart {
     PathPart::Key(k.to_owned())

@@ -11,9 +11,9 @@ use std::path::Path;
 use pincer_runner_protocol::TurnEvent;
 
 use super::{Context, ExitStatus};
-use crate::router::control::{self, ControlRequest};
-use crate::router::{Agent, AgentEvent, HostEvent, Inbound, TurnSummary};
 use crate::sessions::{SessionKey, TurnStatus};
+use crate::turn::control::{self, ControlRequest};
+use crate::turn::{Agent, AgentEvent, HostEvent, Inbound, TurnSummary};
 
 /// The channel name of turns started from the terminal.
 pub const CLI_CHANNEL: &str = "cli";

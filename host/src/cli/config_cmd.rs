@@ -2,38 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
-
 use super::ExitStatus;
-use crate::config::{self, Checked, Config};
+use crate::config::{self, Checked};
 
-/// Reads and checks the configuration at `path` with everything `workspace
-/// up` would check (`preflight`).
 fn checked(path: &Path) -> anyhow::Result<Checked> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("{}: cannot read", path.display()))?;
-    let home = config::pincer_home()?;
-    let env = |name: &str| std::env::var(name).ok();
-    Ok(Config::check_str_with_env(&text, path, &env, &|config| {
-        crate::preflight::problems(config, &home)
-    }))
-}
-
-/// What `config check` refuses in the file at `path`, one line each
-/// (`FILE:LINE:COLUMN: message`), then the count; empty when it passes.
-/// Commands that start something refuse the same ([`super::Context::load_checked`]).
-pub fn refusals(path: &Path) -> anyhow::Result<Vec<String>> {
-    let checked = checked(path)?;
-    let mut lines: Vec<String> = checked.errors.iter().map(ToString::to_string).collect();
-    if !lines.is_empty() {
-        let n = lines.len();
-        lines.push(format!(
-            "{}: {n} problem{} (nothing was started)",
-            path.display(),
-            plural(n)
-        ));
-    }
-    Ok(lines)
+    Ok(crate::preflight::check_file(path, &config::pincer_home()?)?)
 }
 
 fn resolve(config_flag: Option<&Path>) -> Option<PathBuf> {
@@ -54,11 +27,9 @@ pub fn check(config_flag: Option<&Path>) -> anyhow::Result<()> {
         for error in &checked.errors {
             eprintln!("{error}");
         }
-        let n = checked.errors.len();
         eprintln!(
-            "{}: {n} problem{} (nothing was started)",
-            path.display(),
-            plural(n)
+            "{}",
+            crate::preflight::problem_count(&path, checked.errors.len())
         );
         return Err(ExitStatus(1).into());
     };

@@ -8,7 +8,6 @@ use clap::{Args, Parser, Subcommand};
 mod agent;
 mod channel;
 mod config_cmd;
-mod context;
 mod daemon;
 mod demo;
 mod doctor;
@@ -23,7 +22,7 @@ pub(crate) mod skill;
 pub(crate) mod state;
 mod workspace;
 
-pub use context::Context;
+pub use crate::daemon::Context;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -10,7 +10,7 @@ use chrono::{DateTime, Timelike as _, Utc};
 use chrono_tz::Tz;
 
 use crate::channels::ChannelStore;
-use crate::config::{self, Config};
+use crate::config::{self, Config, SkillReference};
 use crate::scheduler::agent::{self, Status};
 use crate::scheduler::file::{self, Checks};
 use crate::scheduler::{Action, RunStatus, Store, Task, plan};
@@ -63,10 +63,10 @@ pub async fn check(
         file: path.display().to_string(),
         source,
     })?;
-    let named = crate::daemon::schedules::named_plugins(&text, path);
+    let named = crate::scheduler::discover::named_plugins(&text, path);
     // A skill (`plugin` or `plugin__tool`) whose plugin this host has.
     let exists = |skill: &str| {
-        let plugin = skill.split_once("__").map_or(skill, |(p, _)| p);
+        let plugin = SkillReference::plugin_of(skill);
         match catalog.get(plugin) {
             Ok(package) => {
                 match crate::plugins::Manifest::parse(&package.manifest_text, plugin)
@@ -90,11 +90,11 @@ pub async fn check(
         .filter(|p| exists(p.as_str()).is_ok())
         .collect();
     let tools = if callable.is_empty() {
-        crate::daemon::schedules::ToolLists::new()
+        crate::scheduler::discover::ToolLists::new()
     } else {
         let host = ctx.plugin_host()?;
         let workspace = workspace.unwrap_or(crate::plugins::scope::LEGACY_WORKSPACE);
-        crate::daemon::schedules::list_tools(
+        crate::scheduler::discover::list_tools(
             &host,
             &catalog,
             &ctx.config,
@@ -113,13 +113,13 @@ pub async fn check(
             if let Some(zone) = zone {
                 config.timezone = Some(zone.name().to_owned());
             }
-            crate::daemon::schedules::load_tasks(&config, name, path, Some(&tools))?
+            crate::scheduler::discover::load_tasks(&config, name, path, Some(&tools))?
         }
         (None, Some(_)) => {
             anyhow::bail!("--workspace needs a configuration (pincer.yaml, or --config FILE)")
         }
         (Some((config, _)), None) => {
-            let (channels, without_default) = crate::daemon::schedules::channel_names(config);
+            let (channels, without_default) = crate::scheduler::discover::channel_names(config);
             let skill = |name: &str| {
                 skill_known(config, name)?;
                 exists(name)
@@ -209,10 +209,7 @@ fn shown_even_if_refused(
 /// A skill is known when `skills:` or a workspace's `skills` names its
 /// plugin, and, for `plugin__tool`, the tool passes that skill's filter.
 fn skill_known(config: &Config, name: &str) -> Result<(), String> {
-    let (plugin, tool) = match name.split_once("__") {
-        Some((plugin, tool)) => (plugin, Some(tool)),
-        None => (name, None),
-    };
+    let SkillReference { plugin, tool } = SkillReference::parse(name);
     let in_workspace = config
         .workspaces
         .values()
@@ -308,8 +305,10 @@ fn tasks_of(
         if only.is_some_and(|o| o != name) {
             continue;
         }
-        if let Some(path) = crate::daemon::schedules::schedule_path(ctx, name) {
-            match crate::daemon::schedules::load_tasks(&ctx.config, name, &path, None) {
+        if let Some(path) =
+            crate::scheduler::discover::schedule_path(ctx.config_path.as_deref(), name)
+        {
+            match crate::scheduler::discover::load_tasks(&ctx.config, name, &path, None) {
                 Ok(tasks) => out.extend(tasks.into_iter().map(|task| Listed {
                     workspace: name.clone(),
                     task: Some(task),

@@ -3,7 +3,6 @@ use std::path::Path;
 use anyhow::{Context as _, bail};
 
 use super::{Context, SkillCommand};
-use crate::plugins::api::ToolError;
 
 pub async fn run(config_flag: Option<&Path>, command: SkillCommand) -> anyhow::Result<()> {
     let ctx = Context::load(config_flag)?;
@@ -60,11 +59,4 @@ pub async fn run(config_flag: Option<&Path>, command: SkillCommand) -> anyhow::R
     }
 }
 
-pub fn describe(error: &ToolError) -> String {
-    match error {
-        ToolError::UnknownTool(m) => format!("unknown tool: {m}"),
-        ToolError::InvalidArgs(m) => format!("invalid arguments: {m}"),
-        ToolError::Failed(m) => format!("failed: {m}"),
-        ToolError::Denied(m) => format!("denied: {m}"),
-    }
-}
+pub use crate::plugins::describe_tool_error as describe;

@@ -14,6 +14,7 @@
 //! style, including free-form plugin config, but not to mapping keys.
 
 mod compat;
+mod contract;
 mod de;
 mod error;
 mod interpolate;
@@ -32,6 +33,10 @@ use std::path::Path;
 pub mod starter;
 
 pub use compat::{Explained, GEMINI_API_BASE, ResolvedModel, Warning, resolve_model};
+pub use contract::{
+    DEFAULT_MODEL_ALIAS, MAX_MESSAGE_BYTES, MEMORY_SOURCE, SCHEDULE_SOURCE, SkillReference,
+    ToolName, with_fallbacks,
+};
 pub use error::{ConfigError, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{

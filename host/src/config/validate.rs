@@ -60,13 +60,13 @@ fn name_rule(what: &str, name: &str) -> String {
 
 /// Why `name` cannot be a skill or MCP server, if it is taken by pincer.
 fn reserved_source(what: &str, name: &str) -> Option<String> {
-    if name == crate::memory::TOOL_NAMESPACE {
+    if name == super::MEMORY_SOURCE {
         return Some(format!(
             "`{name}` is reserved for pincer's built-in memory tools (memory__memorize, \
              memory__recall, memory__forget; see workspaces.NAME.memory): give the {what} another name"
         ));
     }
-    (name == crate::policy::SCHEDULE).then(|| {
+    (name == super::SCHEDULE_SOURCE).then(|| {
         format!(
             "`{name}` is reserved for pincer's built-in schedule tools (schedule__create, \
              schedule__list, schedule__cancel; see workspaces.NAME.agent_schedules): give the {what} another name"
@@ -626,7 +626,7 @@ fn model_allowlist<'a>(
     // Turns use `model`, or the alias `default` when it is unset.
     let (model, named) = match &ws.model {
         Some(model) => (model.as_str(), true),
-        None => (crate::router::DEFAULT_MODEL_ALIAS, false),
+        None => (super::DEFAULT_MODEL_ALIAS, false),
     };
     if !models.iter().any(|m| m == model) {
         let message = if named {
@@ -644,7 +644,7 @@ fn model_allowlist<'a>(
         ));
     }
     for (i, alias) in models.iter().enumerate() {
-        for fallback in crate::policy::with_fallbacks(cfg, alias) {
+        for fallback in super::with_fallbacks(cfg, alias) {
             if !models.contains(&fallback) {
                 out.push(at(
                     item(i),

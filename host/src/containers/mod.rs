@@ -15,7 +15,9 @@ pub mod spec;
 use std::path::Path;
 
 pub use pincer_runner_protocol::ErrorKind as ExecErrorKind;
-pub use runtime::{ContainerGrants, ContainerRuntime, ContainerStatus, Ensured, ExecOutcome};
+pub use runtime::{
+    ContainerRuntime, ContainerStatus, Ensured, ExecOutcome, GrantError, GrantMinter,
+};
 pub use spec::WorkspaceSpec;
 
 use crate::config::{Config, expand_tilde};

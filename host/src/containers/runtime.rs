@@ -19,27 +19,17 @@ use super::cgroup::Counters;
 use super::runner_client::{self, RunnerAddr, RunnerError};
 use super::spec::{LABEL_INSTANCE, LABEL_SPEC, LABEL_WORKSPACE, WorkspaceSpec};
 use crate::audit::AuditLog;
-use crate::gateway::keys::KeyStore;
 
-/// Mints and revokes the gateway token of a workspace's container: the
-/// gateway's, handed to the runtime (which opens no store itself).
-pub trait ContainerGrants: Send + Sync {
+/// Why a grant could not be minted or revoked (the minter's own error).
+pub type GrantError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Mints and revokes the gateway token of a workspace's container. The
+/// gateway implements it and the composition root hands it to the runtime,
+/// which opens no store and names nothing of the gateway.
+pub trait GrantMinter: Send + Sync {
     /// A fresh token for `workspace`'s container; its previous one is revoked.
-    fn mint(&self, workspace: &str) -> Result<String, String>;
-    fn revoke(&self, workspace: &str) -> Result<(), String>;
-}
-
-impl ContainerGrants for KeyStore {
-    fn mint(&self, workspace: &str) -> Result<String, String> {
-        self.mint_container_token(workspace)
-            .map_err(|e| e.to_string())
-    }
-
-    fn revoke(&self, workspace: &str) -> Result<(), String> {
-        self.revoke_container_token(workspace)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    }
+    fn mint(&self, workspace: &str) -> Result<String, GrantError>;
+    fn revoke(&self, workspace: &str) -> Result<(), GrantError>;
 }
 
 /// How long a fresh runner gets to answer its first ping.
@@ -50,7 +40,7 @@ pub struct ContainerRuntime {
     instance: String,
     audit: Arc<AuditLog>,
     /// Mints each container's own gateway token (never a provider key).
-    grants: Arc<dyn ContainerGrants>,
+    grants: Arc<dyn GrantMinter>,
 }
 
 /// Where a container finds the gateway (its token is granted over the
@@ -90,19 +80,11 @@ pub struct ExecOutcome {
 
 impl ContainerRuntime {
     /// Connects to the local Docker Engine and agrees on an API version;
-    /// tokens come from the key store in `home` (one-shot commands).
-    pub async fn connect(home: &Path, audit: Arc<AuditLog>) -> Result<Self, ContainerError> {
-        let database = home.join(crate::db::FILE_NAME);
-        let keys = KeyStore::open(&database)
-            .map_err(|e| ContainerError::Host(format!("opening {}: {e}", database.display())))?;
-        Self::connect_with(home, audit, Arc::new(keys)).await
-    }
-
-    /// [`Self::connect`] with the gateway's grants (the daemon: one store).
-    pub async fn connect_with(
+    /// containers' gateway tokens come from `grants`.
+    pub async fn connect(
         home: &Path,
         audit: Arc<AuditLog>,
-        grants: Arc<dyn ContainerGrants>,
+        grants: Arc<dyn GrantMinter>,
     ) -> Result<Self, ContainerError> {
         let docker = Docker::connect_with_socket_defaults()
             .map_err(|e| {

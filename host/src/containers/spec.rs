@@ -17,16 +17,9 @@ pub const LABEL_INSTANCE: &str = "pincer.instance";
 /// Hash of the spec; a container whose spec changed is recreated.
 pub const LABEL_SPEC: &str = "pincer.spec";
 
-pub const RUNNER_PATH: &str = "/opt/pincer/pincer-agent";
-pub const RUN_DIR: &str = "/run/pincer";
-/// The gateway socket's folder in the container: a host-owned folder,
-/// mounted read-only, so the container can connect but never rename,
-/// replace or relink its entries.
-pub const GATEWAY_DIR: &str = "/run/pincer/gateway";
-/// The runner socket's folder in the container: the container's own
-/// (read-write); the host reaches the runner only beneath a handle on it.
-pub const RUNNER_DIR: &str = "/run/pincer/runner";
-pub const WORKSPACE_DIR: &str = "/workspace";
+pub use pincer_runner_protocol::mounts::{
+    GATEWAY_DIR, RUNNER_DIR, RUNNER_PATH, WORKSPACE_DIR, gateway_dir, runner_dir,
+};
 
 #[derive(Debug, Clone)]
 pub struct WorkspaceSpec {
@@ -153,46 +146,21 @@ impl WorkspaceSpec {
     }
 }
 
-/// The gateway socket folder under a workspace's `$PINCER_HOME/run/<ws>`.
-/// The mounts pincer gives every container, before the configured ones:
-/// the workspace folder, the runner binary, the gateway socket's folder
-/// (host-owned, read-only) and the runner socket's folder (the container's).
-/// `pincer policy audit` lists these same values.
+/// The mounts pincer gives every container, before the configured ones
+/// ([`pincer_runner_protocol::mounts::pincer_mounts`]).
 pub fn pincer_mounts(
     workspace_dir: &std::path::Path,
     runner_binary: &std::path::Path,
     run_dir: &std::path::Path,
 ) -> Vec<BindMount> {
-    vec![
-        BindMount {
-            source: workspace_dir.to_path_buf(),
-            target: WORKSPACE_DIR.into(),
-            read_only: false,
-        },
-        BindMount {
-            source: runner_binary.to_path_buf(),
-            target: RUNNER_PATH.into(),
-            read_only: true,
-        },
-        BindMount {
-            source: gateway_dir(run_dir),
-            target: GATEWAY_DIR.into(),
-            read_only: true,
-        },
-        BindMount {
-            source: runner_dir(run_dir),
-            target: RUNNER_DIR.into(),
-            read_only: false,
-        },
-    ]
-}
-
-pub fn runner_dir(run_dir: &std::path::Path) -> PathBuf {
-    run_dir.join("runner")
-}
-
-pub fn gateway_dir(run_dir: &std::path::Path) -> PathBuf {
-    run_dir.join("gateway")
+    pincer_runner_protocol::mounts::pincer_mounts(workspace_dir, runner_binary, run_dir)
+        .into_iter()
+        .map(|m| BindMount {
+            source: m.source,
+            target: m.target.to_owned(),
+            read_only: m.read_only,
+        })
+        .collect()
 }
 
 /// `items` sorted and joined by `,`, for comparing lists.

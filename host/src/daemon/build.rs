@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use crate::cli::Context;
+use super::Context;
 use crate::containers::ContainerRuntime;
 use crate::gateway::server::{Gateway, Shared};
-use crate::router::{Agent, Observers, Recall};
+use crate::gateway::sockets::WorkspaceSockets;
 use crate::sessions::SessionStore;
+use crate::turn::{Agent, Observers, Recall};
 
 /// Builds the turn engine for the configuration in `ctx`.
 pub async fn agent(ctx: &Context) -> anyhow::Result<Agent> {
@@ -37,19 +38,20 @@ pub async fn agent_with(
         audit.clone(),
         shared,
     )?);
-    let runtime = Arc::new(
-        ContainerRuntime::connect_with(&ctx.home, audit, gateway.container_grants()).await?,
-    );
+    let runtime =
+        Arc::new(ContainerRuntime::connect(&ctx.home, audit, gateway.container_grants()).await?);
     let sessions = Arc::new(SessionStore::open(&ctx.home)?);
     let memory: Arc<dyn Recall> = memory;
     let observers = observers(ctx, plugins)?;
+    let sockets = WorkspaceSockets::start(&gateway, &ctx.home, ctx.config.workspaces.keys());
     Ok(Agent::new(
         Arc::new(ctx.config.clone()),
-        ctx.home.clone(),
+        &ctx.home,
         runtime,
         sessions,
         memory,
         gateway,
+        sockets,
         observers,
     ))
 }

@@ -11,8 +11,8 @@
 //!   keep running with the old one.
 
 pub mod build;
-pub mod file_watch;
-pub mod schedules;
+mod context;
+pub mod prune;
 pub mod status;
 
 use std::path::{Path, PathBuf};
@@ -22,10 +22,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::sync::watch;
 
+pub use context::Context;
+
 use crate::channels::{ChannelHost, ChannelStore, Inbox};
-use crate::cli::Context;
-use crate::router::control;
+use crate::file_watch::FileWatch;
 use crate::router::inbound::ChannelRouter;
+use crate::router::scheduled::{Runners, Schedules};
+use crate::turn::control;
 
 /// How long a running turn may go on after a stop signal.
 pub const TURN_GRACE: Duration = Duration::from_secs(20);
@@ -123,7 +126,10 @@ async fn serve(
         })
     };
     for workspace in ctx.config.workspaces.keys() {
-        agent.serve_gateway(workspace).map_err(anyhow::Error::msg)?;
+        agent
+            .gateway_sockets()
+            .check(workspace)
+            .map_err(anyhow::Error::msg)?;
     }
 
     let store = Arc::new(ChannelStore::open(&ctx.home.join(crate::db::FILE_NAME))?);
@@ -148,16 +154,22 @@ async fn serve(
     router.recover()?;
     let inbox: Arc<dyn Inbox> = router.clone();
     let mut tasks = tokio::task::JoinSet::new();
-    let schedules = schedules::Schedules::start(
-        ctx,
-        agent.clone(),
-        plugins.clone(),
-        channels.clone(),
-        audit.clone(),
+    let schedules = Schedules::start(
+        Arc::new(ctx.config.clone()),
+        ctx.config_path.as_deref(),
+        crate::scheduler::Store::open(&ctx.home.join(crate::db::FILE_NAME))?,
+        Runners {
+            agent: agent.clone(),
+            plugins: plugins.clone(),
+            catalog: ctx.catalog(),
+            limits: ctx.limits(),
+            channels: channels.clone(),
+            audit: audit.clone(),
+        },
     )
     .await?;
     tasks.spawn(schedules.clone().run(stop.clone()));
-    tasks.spawn(crate::cli::state::prune_daily(
+    tasks.spawn(prune::prune_daily(
         ctx.home.join(crate::db::FILE_NAME),
         ctx.config.state.retention,
         audit.clone(),
@@ -277,17 +289,16 @@ pub fn raise_nofile_limit() {
 }
 
 /// Sends a unit when the configuration file's content changes
-/// ([`file_watch::FileWatch`]); the watch lives as long as the returned value.
+/// ([`FileWatch`]); the watch lives as long as the returned value.
 fn watch_config(
     path: Option<PathBuf>,
 ) -> (
-    Option<file_watch::FileWatch<()>>,
+    Option<FileWatch<()>>,
     tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<()>>,
 ) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let watching = path.and_then(|path| {
-        let watching =
-            file_watch::FileWatch::new(tx).and_then(|mut w| w.add(&path, ()).map(|()| w));
+        let watching = FileWatch::new(tx).and_then(|mut w| w.add(&path, ()).map(|()| w));
         match watching {
             Ok(w) => Some(w),
             Err(e) => {

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::schedules::{Schedules, WorkspaceSchedule};
 use crate::channels::{ChannelHost, ConnectionStatus};
 use crate::config::Config;
+use crate::router::scheduled::{Schedules, WorkspaceSchedule};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Snapshot {

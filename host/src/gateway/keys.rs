@@ -25,6 +25,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::containers::{GrantError, GrantMinter};
 use crate::db::now_ms;
 
 /// Every gateway token starts with this.
@@ -450,6 +451,19 @@ fn check_key_name(name: &str) -> Result<(), KeyError> {
         Ok(())
     } else {
         Err(KeyError::InvalidName(name.to_owned()))
+    }
+}
+
+/// The key store mints each container's gateway token for the container
+/// runtime, which knows it only as a [`GrantMinter`].
+impl GrantMinter for KeyStore {
+    fn mint(&self, workspace: &str) -> Result<String, GrantError> {
+        Ok(self.mint_container_token(workspace)?)
+    }
+
+    fn revoke(&self, workspace: &str) -> Result<(), GrantError> {
+        self.revoke_container_token(workspace)?;
+        Ok(())
     }
 }
 

@@ -10,4 +10,5 @@ pub mod llm;
 pub mod mcp;
 pub mod metrics;
 pub mod server;
+pub mod sockets;
 pub mod writer;

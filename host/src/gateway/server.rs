@@ -217,7 +217,7 @@ impl Gateway {
 
     /// What mints and revokes containers' gateway tokens, for the container
     /// runtime (which holds no store of its own).
-    pub fn container_grants(&self) -> Arc<dyn crate::containers::ContainerGrants> {
+    pub fn container_grants(&self) -> Arc<dyn crate::containers::GrantMinter> {
         self.keys.clone()
     }
 

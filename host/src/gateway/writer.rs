@@ -16,7 +16,7 @@
 //!   dropping the writer flushes and stops the thread.
 //! - A `kill -9` loses what is queued and not yet committed: at most
 //!   [`QUEUE_CAPACITY`] plus the calls already admitted (docs/gateway.md
-//!   states the bound; `tests/budget.rs` measures it).
+//!   states the bound; `tests/e2e/budget.rs` measures it).
 //!
 //! Each batch also runs the hook given to [`Writer::start`] inside the same
 //! transaction (the budget leases move what was spent from the lease to the

@@ -34,3 +34,13 @@ pub use wit::latest as api;
 /// are too likely to be ordinary text for the host to keep them out of what
 /// a plugin reads.
 pub const MIN_SECRET_BYTES: usize = capabilities::secrets::MASKED_FRAGMENT;
+
+/// A skill's tool error as one line for a person: what kind, then its text.
+pub fn describe_tool_error(error: &api::ToolError) -> String {
+    match error {
+        api::ToolError::UnknownTool(m) => format!("unknown tool: {m}"),
+        api::ToolError::InvalidArgs(m) => format!("invalid arguments: {m}"),
+        api::ToolError::Failed(m) => format!("failed: {m}"),
+        api::ToolError::Denied(m) => format!("denied: {m}"),
+    }
+}

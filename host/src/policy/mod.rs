@@ -67,7 +67,7 @@ pub use group::NetworkMode;
 pub use merge::{BASELINE, EffectivePolicy, GroupInfo, Setting, SourcedSet};
 pub use reach::{
     MEMORY, MEMORY_TOOLS, ModelReach, ModelsFrom, Reaches, SCHEDULE, SCHEDULE_TOOLS, SourceKind,
-    ToolSource, WorkspaceReach, with_fallbacks,
+    ToolSource, WorkspaceReach,
 };
 pub use report::{
     ContainerSummary, McpContainerSummary, ModelsLine, MountLine, PolicyReport, Reach, ReachItem,

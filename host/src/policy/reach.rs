@@ -6,7 +6,7 @@
 //! One computation serves both sides (invariant 7): `pincer policy audit`
 //! prints a [`WorkspaceReach`] and the gateway enforces the very same values
 //! (MCP `tools/list` and `tools/call`, `/v1/models`, `/v1/chat/completions`,
-//! `/v1/messages`). `tests/reach.rs` holds the two together.
+//! `/v1/messages`). `tests/e2e/reach.rs` holds the two together.
 //!
 //! Rules:
 //! - a skill is reachable when `workspaces.NAME.skills` lists it,
@@ -37,14 +37,14 @@ use crate::config::{AgentSchedules, Config};
 
 /// The source name of the built-in memory tools (also its name in
 /// `allowed_skills`).
-pub const MEMORY: &str = crate::memory::TOOL_NAMESPACE;
+pub const MEMORY: &str = crate::config::MEMORY_SOURCE;
 
 /// The built-in memory tools, without the `memory__` prefix.
 pub const MEMORY_TOOLS: [&str; 3] = ["memorize", "recall", "forget"];
 
 /// The source name of the built-in schedule tools (also its name in
 /// `allowed_skills`).
-pub const SCHEDULE: &str = "schedule";
+pub const SCHEDULE: &str = crate::config::SCHEDULE_SOURCE;
 
 /// The built-in schedule tools, without the `schedule__` prefix.
 pub const SCHEDULE_TOOLS: [&str; 3] = ["create", "list", "cancel"];
@@ -322,33 +322,13 @@ pub enum SourceKind {
     Server,
 }
 
-/// `alias` and every alias the router may fall back to from it, depth first.
-pub fn with_fallbacks(config: &Config, alias: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut queue = vec![alias.to_owned()];
-    while let Some(next) = queue.pop() {
-        if out.contains(&next) {
-            continue;
-        }
-        let fallbacks: Vec<String> = config
-            .gateway
-            .fallbacks
-            .iter()
-            .filter_map(|map| map.get(&next))
-            .flatten()
-            .cloned()
-            .collect();
-        out.push(next);
-        queue.extend(fallbacks.into_iter().rev());
-    }
-    out
-}
-
 fn model_reach(config: &Config, ws: &crate::config::Workspace) -> ModelReach {
     let (aliases, from): (BTreeSet<String>, _) = match (&ws.models, &ws.model) {
         (Some(models), _) => (models.iter().cloned().collect(), ModelsFrom::Explicit),
         (None, Some(model)) => (
-            with_fallbacks(config, model).into_iter().collect(),
+            crate::config::with_fallbacks(config, model)
+                .into_iter()
+                .collect(),
             ModelsFrom::ModelAndFallbacks,
         ),
         (None, None) => (

@@ -430,25 +430,24 @@ fn container_summary(p: &EffectivePolicy) -> ContainerSummary {
 /// Every mount of the container: pincer's own (from the same function the
 /// container spec uses), then the configured ones.
 fn mounts(p: &EffectivePolicy, input: &ReportInput<'_>) -> Vec<MountLine> {
-    let own = crate::containers::spec::pincer_mounts(
-        input.workspace_dir,
-        input.runner_binary,
-        input.run_dir,
-    );
+    use pincer_runner_protocol::mounts::{
+        GATEWAY_DIR, RUNNER_DIR, RUNNER_PATH, WORKSPACE_DIR, pincer_mounts,
+    };
+    let own = pincer_mounts(input.workspace_dir, input.runner_binary, input.run_dir);
     let what = |target: &str| match target {
-        crate::containers::spec::WORKSPACE_DIR => "the workspace folder",
-        crate::containers::spec::RUNNER_PATH => "the agent runner",
-        crate::containers::spec::GATEWAY_DIR => "the gateway socket; host-owned",
-        crate::containers::spec::RUNNER_DIR => "the runner socket; the container's own",
+        WORKSPACE_DIR => "the workspace folder",
+        RUNNER_PATH => "the agent runner",
+        GATEWAY_DIR => "the gateway socket; host-owned",
+        RUNNER_DIR => "the runner socket; the container's own",
         _ => "",
     };
     let mut lines: Vec<MountLine> = own
         .iter()
         .map(|m| MountLine {
             source: m.source.display().to_string(),
-            target: m.target.clone(),
+            target: m.target.to_owned(),
             mode: if m.read_only { "ro" } else { "rw" }.to_owned(),
-            purpose: Some(what(&m.target).to_owned()),
+            purpose: Some(what(m.target).to_owned()),
         })
         .collect();
     for mount in &input.workspace.mounts {

@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::{Agent, AgentEvent, HostEvent, Inbound, Origin};
 use crate::audit::AuditLog;
 use crate::channels::store::{InboundRow, StoreError};
 use crate::channels::{AcceptError, Address, ChannelHost, InboundState, Inbox, Received};
 use crate::config::{Config, Refusal};
 use crate::plugins::api;
 use crate::sessions::{SessionKey, TurnStatus};
+use crate::turn::{Agent, AgentEvent, HostEvent, Inbound, Origin};
 
 /// A session's worker ends after this long without messages.
 const IDLE_WORKER: Duration = Duration::from_secs(600);

@@ -45,7 +45,7 @@ use super::file::{self, Action, CatchUp, Checks, Overlap, Task};
 use super::plan;
 use super::store::Store;
 use crate::config::Config;
-use crate::router::MAX_MESSAGE_BYTES;
+use crate::config::MAX_MESSAGE_BYTES;
 
 /// Every agent task id starts with this.
 pub const ID_PREFIX: &str = "agent-";

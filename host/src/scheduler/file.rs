@@ -32,7 +32,9 @@ use croner::parser::{CronParser, Seconds, Year};
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 
-use crate::config::{ConfigError, Document, Seg, is_valid_name, parse_located};
+use crate::config::{
+    ConfigError, Document, Seg, SkillReference, ToolName, is_valid_name, parse_located,
+};
 
 /// The file name looked up in each workspace's configuration folder.
 pub const FILE_NAME: &str = "schedules.yaml";
@@ -419,7 +421,11 @@ fn check_task(
                 return Err(at.invalid("skill", "`skill` is empty"));
             }
             if let Some(tool) = &raw.tool {
-                if let Some((plugin, named)) = skill.split_once("__") {
+                if let Some(ToolName {
+                    plugin,
+                    tool: named,
+                }) = ToolName::parse(&skill)
+                {
                     return Err(at.invalid(
                         "tool",
                         &format!(
@@ -435,7 +441,7 @@ fn check_task(
             let key = if raw.tool.is_some() { "tool" } else { "skill" };
             if let Some(check) = checks.skill {
                 let name = match &raw.tool {
-                    Some(tool) => format!("{skill}__{tool}"),
+                    Some(tool) => ToolName::new(&skill, tool).to_string(),
                     None => skill.clone(),
                 };
                 check(&name).map_err(|m| at.invalid(key, &m))?;
@@ -534,10 +540,8 @@ fn resolve_tool(
     tool: Option<String>,
     tools: Option<&BTreeMap<String, Result<Vec<String>, String>>>,
 ) -> Result<Option<String>, String> {
-    let (plugin, named) = match skill.split_once("__") {
-        Some((plugin, named)) => (plugin, Some(named)),
-        None => (skill, tool.as_deref()),
-    };
+    let reference = SkillReference::parse(skill);
+    let (plugin, named) = (reference.plugin, reference.tool.or(tool.as_deref()));
     let listed = match tools.and_then(|tools| tools.get(plugin)) {
         None => return Ok(tool),
         Some(Err(why)) => return Err(format!("cannot list the tools of skill `{plugin}`: {why}")),
@@ -713,7 +717,7 @@ mod tests {
         let channels: BTreeSet<String> = ["ops".to_owned(), "chat".to_owned()].into();
         let without_default: BTreeSet<String> = ["chat".to_owned()].into();
         let skill = |name: &str| {
-            let plugin = name.split_once("__").map_or(name, |(p, _)| p);
+            let plugin = SkillReference::plugin_of(name);
             if ["skill-calc", "skill-notes", "skill-broken"].contains(&plugin) {
                 Ok(())
             } else {

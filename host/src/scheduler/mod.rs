@@ -40,6 +40,7 @@
 
 pub mod agent;
 pub mod clock;
+pub mod discover;
 pub mod file;
 pub mod plan;
 pub mod store;

@@ -20,6 +20,7 @@ use std::io::{self, BufRead};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub mod mounts;
 pub mod turn;
 
 pub use turn::{

@@ -4,11 +4,8 @@
 //! or an MCP server, exactly as the workspace's [`WorkspaceReach`] (computed
 //! once per configuration load, `crate::policy::reach`) says it may use.
 
-use crate::config::{Config, McpServer};
+use crate::config::{Config, McpServer, ToolName};
 use crate::policy::{SourceKind, WorkspaceReach};
-
-/// Separates the source (skill or server) from the tool in exposed names.
-pub const SEPARATOR: &str = "__";
 
 /// The source name of the built-in memory tools. Configuration refuses a
 /// skill or MCP server of this name; the reach skips one all the same.
@@ -96,12 +93,17 @@ pub fn resolve(
     exposed: &str,
 ) -> Result<(Source, String), String> {
     let workspace = &reach.workspace;
-    let Some((prefix, tool)) = exposed.split_once(SEPARATOR) else {
+    let Some(ToolName {
+        plugin: prefix,
+        tool,
+    }) = ToolName::parse(exposed)
+    else {
         return Err(format!(
-            "unknown tool `{exposed}`: tools are named `<server or skill>{SEPARATOR}<tool>`"
+            "unknown tool `{exposed}`: tools are named `<server or skill>{}<tool>`",
+            ToolName::SEPARATOR
         ));
     };
-    let (kind, reachable) = reach.source(prefix).map_err(|why| {
+    let (kind, reachable) = reach.source(&prefix).map_err(|why| {
         format!("tool `{exposed}` is not available to workspace `{workspace}`: {why}")
     })?;
     let Some(source) = source(config, kind, &reachable.name, &reachable.tools) else {
@@ -115,19 +117,19 @@ pub fn resolve(
         _ => None,
     };
     if let Some((name, tools)) = builtin
-        && !source.allows_tool(tool)
+        && !source.allows_tool(&tool)
     {
         return Err(format!(
             "unknown tool `{exposed}`: {name} offers {}",
-            tools.map(|t| format!("{name}{SEPARATOR}{t}")).join(", ")
+            tools.map(|t| ToolName::new(name, t).to_string()).join(", ")
         ));
     }
-    if !source.allows_tool(tool) {
+    if !source.allows_tool(&tool) {
         return Err(format!(
             "tool `{exposed}` is not available to workspace `{workspace}`: `{tool}` is filtered out by the `tools` list of `{prefix}`"
         ));
     }
-    Ok((source, tool.to_string()))
+    Ok((source, tool))
 }
 
 #[cfg(test)]

@@ -31,13 +31,13 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
-use self::acl::{SEPARATOR, Source};
+use self::acl::Source;
 use self::memory::MemoryTools;
 use self::schedule::ScheduleTools;
 use self::skills::Skills;
 use self::upstream::Upstreams;
 use crate::audit::AuditLog;
-use crate::config::Config;
+use crate::config::{Config, ToolName};
 use crate::policy::{Reaches, WorkspaceReach};
 
 /// The workspace a request was authenticated for, put into the request's
@@ -142,7 +142,7 @@ impl McpGateway {
                     if !source.allows_tool(&tool.name) {
                         return None;
                     }
-                    tool.name = format!("{}{SEPARATOR}{}", source.name(), tool.name).into();
+                    tool.name = ToolName::new(source.name(), tool.name).to_string().into();
                     Some(tool)
                 })),
                 Err(e) => tracing::warn!(workspace, source = source.name(), "{e}"),

@@ -613,7 +613,7 @@ channels:
     #[test]
     fn a_task_larger_than_a_message_is_refused_and_nothing_is_stored() {
         let env = env();
-        let prompt = "x".repeat(crate::router::MAX_MESSAGE_BYTES);
+        let prompt = "x".repeat(crate::config::MAX_MESSAGE_BYTES);
         let spec = serde_json::json!({"id": "huge", "every": "1h", "prompt": prompt});
         // as checked: with the id the task gets (`agent-huge`)
         let size = spec.to_string().len() + "agent-".len();

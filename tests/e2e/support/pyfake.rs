@@ -2,8 +2,6 @@
 //! fake_feishu.py) as a child process: started with its flags, its ready
 //! line read, its control API (`…/_test`) driven over loopback, killed on
 //! drop.
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

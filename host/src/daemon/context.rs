@@ -1,5 +1,7 @@
-//! What most commands need: the resolved configuration, `PINCER_HOME`, and a
-//! plugin host over the plugin catalog.
+//! The composition root's inputs: the resolved configuration and
+//! `PINCER_HOME`, and the constructors of the services built over them (the
+//! plugin host, the audit log, the container runtime), used by the daemon
+//! and by every one-shot command alike.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,6 +12,7 @@ use anyhow::Context as _;
 use crate::audit::AuditLog;
 use crate::config::{self, Config};
 use crate::containers::ContainerRuntime;
+use crate::gateway::keys::KeyStore;
 use crate::plugins::{CallLimits, Catalog, HostPaths, LoadedPlugin, PluginHost};
 
 pub struct Context {
@@ -42,7 +45,7 @@ impl Context {
     pub fn load_checked(config_flag: Option<&Path>) -> anyhow::Result<Self> {
         let ctx = Self::load(config_flag)?;
         if let Some(path) = &ctx.config_path {
-            let refusals = super::config_cmd::refusals(path)?;
+            let refusals = crate::preflight::refusals(path, &ctx.home)?;
             if !refusals.is_empty() {
                 anyhow::bail!("{}", refusals.join("\n"));
             }
@@ -81,8 +84,13 @@ impl Context {
         ))
     }
 
+    /// The container runtime for a one-shot command: containers' tokens
+    /// are minted in this home's key store.
     pub async fn container_runtime(&self) -> anyhow::Result<ContainerRuntime> {
-        Ok(ContainerRuntime::connect(&self.home, self.audit_log()?).await?)
+        let database = self.home.join(crate::db::FILE_NAME);
+        let keys =
+            KeyStore::open(&database).with_context(|| format!("opening {}", database.display()))?;
+        Ok(ContainerRuntime::connect(&self.home, self.audit_log()?, Arc::new(keys)).await?)
     }
 
     /// The plugins this configuration may load (`plugins.enabled`).

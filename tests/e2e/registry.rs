@@ -4,7 +4,7 @@
 //! folder and stopped after. One `PINCER_HOME` publishes, another installs
 //! and calls the skill; every refusal leaves nothing installed.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

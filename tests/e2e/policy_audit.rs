@@ -1,7 +1,7 @@
 //! `pincer policy audit` over the example workspaces in `workspaces/`:
 //! content, not just exit codes.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::{Sandbox, fails, ok};

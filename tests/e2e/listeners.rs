@@ -6,7 +6,7 @@
 //! loopback in the configuration, and the containers' open-file limit.
 //! Loopback and the test's own containers only.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;

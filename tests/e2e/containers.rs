@@ -3,7 +3,7 @@
 //! Network checks talk only to the test's own containers on a network it
 //! created; nothing leaves the machine.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 

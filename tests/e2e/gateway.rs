@@ -2,7 +2,7 @@
 //! fake providers that speak the OpenAI protocol, driven by the official
 //! `openai` and `anthropic` Python clients and by plain HTTP. Loopback only.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::fake_llm::{Behaviour, FakeUpstream};

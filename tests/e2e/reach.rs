@@ -7,7 +7,7 @@
 //! example workspace the audit's printed reach equals what the gateway
 //! serves. Loopback only.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

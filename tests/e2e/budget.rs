@@ -6,7 +6,7 @@
 //! budget of exactly N reservations must let exactly N calls through.
 //! Loopback only.
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command};
 use std::sync::Arc;

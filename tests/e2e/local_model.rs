@@ -7,7 +7,7 @@
 //! `$PINCER_TEST_MODELS` (else `$CARGO_TARGET_DIR/models`, else
 //! `~/.cache/pincer/models`) and linked into each test's `PINCER_HOME`.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

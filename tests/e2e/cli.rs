@@ -1,6 +1,6 @@
 //! The real `pincer` binary, each test in its own PINCER_HOME.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 

@@ -1,6 +1,6 @@
 //! The plugin host against real first-party and hostile components.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

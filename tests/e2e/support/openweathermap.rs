@@ -2,8 +2,6 @@
 //! skills' tests: `GET /data/2.5/weather` with `q`, `units` and `appid`, its
 //! documented JSON, and its documented errors (401 with `{"cod":401,...}` for
 //! a bad key, 404 with `{"cod":"404","message":"city not found"}`).
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

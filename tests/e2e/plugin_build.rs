@@ -4,7 +4,7 @@
 //! installed, listed and called like a Rust skill against a local
 //! OpenWeatherMap (`support::openweathermap`).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -3,7 +3,7 @@
 //! long-connection frames are encoded with the official `lark-oapi`
 //! package's own protobuf classes. Loopback only.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,7 +1,5 @@
 //! `pincer gateway serve` as a child process for end-to-end tests: its own
 //! sandbox, a loopback port chosen by the OS, its log in a file.
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

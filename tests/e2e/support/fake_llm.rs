@@ -1,7 +1,5 @@
 //! A local stand-in for a model provider that speaks the OpenAI Chat
 //! Completions protocol (JSON and SSE), scripted per test. Loopback only.
-#![allow(dead_code)]
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -13,7 +13,7 @@
 //! containers. Network: loopback only (the fake model), and the server
 //! container has none.
 
-mod support;
+use crate::support;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

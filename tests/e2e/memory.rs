@@ -2,7 +2,7 @@
 //! `PINCER_HOME`, and the `memory__*` MCP tools through the real
 //! `pincer gateway serve`, driven by the official `mcp` Python client.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::gateway::{Served, python_client};

@@ -4,7 +4,7 @@
 //! local Slack built from Slack's documented examples whose Events API
 //! requests are signed by the official `slack_sdk`. Loopback only.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

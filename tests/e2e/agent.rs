@@ -4,7 +4,7 @@
 //! scripts the model's tool calls. Network checks use only the test's own
 //! containers on a network it created.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

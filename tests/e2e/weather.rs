@@ -6,7 +6,7 @@
 //! into each request as the `appid` query parameter: the fake sees it, the
 //! skill never does (checked in the plugin trace). Loopback only.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::fake_llm::{Behaviour, FakeUpstream};

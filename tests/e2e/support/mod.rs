@@ -1,7 +1,5 @@
 //! Shared helpers for the end-to-end tests: the real `pincer` binary with an
 //! isolated `PINCER_HOME`, and the plugins the build staged.
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

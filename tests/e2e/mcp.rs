@@ -4,7 +4,7 @@
 //! server written with the official `mcp` package), and is refused, with an
 //! audit record, everything else. Loopback only.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

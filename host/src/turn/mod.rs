@@ -1,0 +1,731 @@
+//! One turn, end to end: a message for a (channel, conversation, workspace)
+//! is stored in its session, the context is assembled, the workspace's
+//! container is made ready, the agent runner inside it runs the turn, and
+//! every event it streams back is stored, shown to the caller and handed to
+//! the workspace's observers.
+
+pub mod context;
+pub mod control;
+pub mod observers;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pincer_runner_protocol::{StopReason, TurnErrorKind, TurnEvent, TurnLimits, TurnRequest};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::config::Config;
+use crate::containers::{self, ContainerRuntime, runner_client};
+use crate::gateway::server::Gateway;
+use crate::gateway::sockets::WorkspaceSockets;
+use crate::plugins::api;
+use crate::sessions::{SessionKey, SessionStore, ToolCallRecord, TurnStatus};
+
+pub use observers::Observers;
+
+/// The message that starts a fresh session instead of going to the agent.
+pub const NEW_SESSION_COMMAND: &str = "/new";
+
+pub use crate::config::{DEFAULT_MODEL_ALIAS, MAX_MESSAGE_BYTES};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    #[error("no workspace named `{0}`")]
+    UnknownWorkspace(String),
+    #[error("{0}")]
+    BadMessage(String),
+    #[error("{0}")]
+    NoModel(String),
+    #[error(transparent)]
+    Sessions(#[from] crate::sessions::SessionError),
+    #[error(transparent)]
+    Container(#[from] containers::ContainerError),
+    #[error("{0}")]
+    Gateway(String),
+}
+
+/// An inbound message for the agent.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    pub key: SessionKey,
+    pub text: String,
+    /// Who sent it on which platform message, for channel messages.
+    pub origin: Option<Origin>,
+}
+
+/// The platform's view of an inbound message.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub sender: String,
+    pub sender_name: Option<String>,
+    pub message_id: String,
+    pub thread: Option<String>,
+    pub timestamp_ms: u64,
+}
+
+/// What the caller of a turn sees, in order. Host events and the runner's
+/// events share one stream (`event` names the kind).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AgentEvent {
+    Host(HostEvent),
+    Turn(TurnEvent),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum HostEvent {
+    /// The session and turn this message belongs to.
+    Session {
+        session_id: i64,
+        turn_id: String,
+        workspace: String,
+        new_session: bool,
+    },
+    /// The context sent to the agent.
+    Context {
+        messages: usize,
+        history_dropped_turns: usize,
+        memories_recalled: usize,
+        estimated_tokens: u64,
+    },
+    /// The workspace's container is ready.
+    Container {
+        name: String,
+        started: bool,
+        replaced: Option<String>,
+        ready_ms: u64,
+    },
+}
+
+/// How a turn ended, for the caller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnSummary {
+    pub session_id: i64,
+    pub turn_id: String,
+    pub status: TurnStatus,
+    pub reply: Option<String>,
+    pub stop: Option<StopReason>,
+    pub error: Option<String>,
+}
+
+/// Memories relevant to a message, as (id, kind, text), best first.
+pub trait Recall: Send + Sync {
+    fn recall(
+        &self,
+        workspace: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<(i64, String, String)>, String>;
+}
+
+/// Runs turns for the workspaces of one configuration.
+pub struct Agent {
+    config: Arc<Config>,
+    runtime: Arc<ContainerRuntime>,
+    sessions: Arc<SessionStore>,
+    memory: Arc<dyn Recall>,
+    gateway: Arc<Gateway>,
+    /// The workspaces' gateway sockets, started by the composition root.
+    sockets: WorkspaceSockets,
+    observers: HashMap<String, Observers>,
+    /// Each workspace's container spec (or why it has none), computed once
+    /// per configuration load.
+    specs: HashMap<String, Result<containers::WorkspaceSpec, String>>,
+}
+
+impl Agent {
+    #[allow(clippy::too_many_arguments)] // the composition root hands each service in
+    pub fn new(
+        config: Arc<Config>,
+        home: &Path,
+        runtime: Arc<ContainerRuntime>,
+        sessions: Arc<SessionStore>,
+        memory: Arc<dyn Recall>,
+        gateway: Arc<Gateway>,
+        sockets: WorkspaceSockets,
+        observers: HashMap<String, Observers>,
+    ) -> Self {
+        let specs = config
+            .workspaces
+            .keys()
+            .map(|name| {
+                let spec = containers::plan(&config, home, runtime.instance(), name)
+                    .map(|(_, spec)| spec)
+                    .map_err(|e| e.to_string());
+                (name.clone(), spec)
+            })
+            .collect();
+        Agent {
+            specs,
+            config,
+            runtime,
+            sessions,
+            memory,
+            gateway,
+            sockets,
+            observers,
+        }
+    }
+
+    pub fn runtime(&self) -> &Arc<ContainerRuntime> {
+        &self.runtime
+    }
+
+    pub fn sessions(&self) -> &SessionStore {
+        &self.sessions
+    }
+
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    pub fn gateway_sockets(&self) -> &WorkspaceSockets {
+        &self.sockets
+    }
+
+    /// Lets observers deliver what is queued, for at most `within`; call
+    /// before the process exits.
+    pub async fn close_observers(&self, within: Duration) {
+        for observers in self.observers.values() {
+            observers.close(within).await;
+        }
+    }
+
+    /// Runs one turn. Events go to `events` as they happen; `cancel`
+    /// resolving stops the turn (the runner is told by the closed
+    /// connection). Errors before the turn starts are returned; everything
+    /// after is in the summary (and stored).
+    pub async fn turn(
+        &self,
+        inbound: Inbound,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+        cancel: impl Future<Output = ()>,
+    ) -> Result<TurnSummary, TurnError> {
+        let key = inbound.key.clone();
+        let workspace = self
+            .config
+            .workspaces
+            .get(&key.workspace)
+            .ok_or_else(|| TurnError::UnknownWorkspace(key.workspace.clone()))?;
+        let text = inbound.text.trim();
+        if text.is_empty() {
+            return Err(TurnError::BadMessage("the message is empty".into()));
+        }
+        if text.len() > MAX_MESSAGE_BYTES {
+            return Err(TurnError::BadMessage(format!(
+                "the message is {} bytes; the limit is {} KiB",
+                text.len(),
+                MAX_MESSAGE_BYTES / 1024
+            )));
+        }
+        let (session, new_session, text) = match text.strip_prefix(NEW_SESSION_COMMAND) {
+            Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => {
+                (self.sessions.start_new(&key)?, true, rest.trim())
+            }
+            _ => (self.sessions.current(&key)?, false, text),
+        };
+        let turn_id = uuid::Uuid::new_v4().to_string();
+        events(AgentEvent::Host(HostEvent::Session {
+            session_id: session.id,
+            turn_id: turn_id.clone(),
+            workspace: key.workspace.clone(),
+            new_session,
+        }));
+        if text.is_empty() {
+            let reply = "Started a new session.".to_string();
+            events(AgentEvent::Turn(TurnEvent::Done {
+                reply: reply.clone(),
+                steps: 0,
+                stop: StopReason::Finished,
+            }));
+            return Ok(TurnSummary {
+                session_id: session.id,
+                turn_id,
+                status: TurnStatus::Done,
+                reply: Some(reply),
+                stop: Some(StopReason::Finished),
+                error: None,
+            });
+        }
+        let model = workspace
+            .model
+            .clone()
+            .unwrap_or_else(|| DEFAULT_MODEL_ALIAS.to_string());
+        self.check_model(&key.workspace, &model)?;
+
+        self.sessions.begin_turn(session.id, &turn_id)?;
+        let user = json!({"role": "user", "content": text});
+        self.sessions.append(session.id, &turn_id, &user)?;
+        let observers = self.observers.get(&key.workspace);
+        let observe = |body: api::EventBody| {
+            if let Some(o) = observers {
+                o.emit(api::Event {
+                    timestamp_ms: u64::try_from(crate::db::now_ms()).unwrap_or(0),
+                    workspace: Some(key.workspace.clone()),
+                    session: Some(session.id.to_string()),
+                    body,
+                });
+            }
+        };
+        let origin = inbound.origin.as_ref();
+        observe(api::EventBody::MessageIn(api::Message {
+            id: origin.map_or_else(|| turn_id.clone(), |o| o.message_id.clone()),
+            conversation: key.conversation.clone(),
+            thread: origin.and_then(|o| o.thread.clone()),
+            sender: origin.map_or_else(|| key.channel.clone(), |o| o.sender.clone()),
+            sender_name: origin.and_then(|o| o.sender_name.clone()),
+            text: text.to_string(),
+            timestamp_ms: origin.map_or_else(
+                || u64::try_from(crate::db::now_ms()).unwrap_or(0),
+                |o| o.timestamp_ms,
+            ),
+        }));
+
+        let run = self.run(&key, session.id, &turn_id, &model, text, events, &observe);
+        let outcome = tokio::select! {
+            outcome = run => outcome,
+            () = cancel => Outcome::Cancelled,
+        };
+        let summary = |status, reply, stop, error| TurnSummary {
+            session_id: session.id,
+            turn_id: turn_id.clone(),
+            status,
+            reply,
+            stop,
+            error,
+        };
+        Ok(match outcome {
+            Outcome::Done { reply, stop } => {
+                self.sessions
+                    .finish_turn(&turn_id, TurnStatus::Done, None)?;
+                observe(api::EventBody::MessageOut(api::Outbound {
+                    conversation: key.conversation.clone(),
+                    thread: origin.and_then(|o| o.thread.clone()),
+                    text: reply.clone(),
+                    reply_to: Some(
+                        origin.map_or_else(|| turn_id.clone(), |o| o.message_id.clone()),
+                    ),
+                }));
+                summary(TurnStatus::Done, Some(reply), Some(stop), None)
+            }
+            Outcome::Failed(message) => {
+                self.sessions
+                    .finish_turn(&turn_id, TurnStatus::Failed, Some(&message))?;
+                observe(api::EventBody::Error(message.clone()));
+                summary(TurnStatus::Failed, None, None, Some(message))
+            }
+            Outcome::Cancelled => {
+                let message = "the turn was cancelled".to_string();
+                self.sessions
+                    .finish_turn(&turn_id, TurnStatus::Cancelled, Some(&message))?;
+                events(AgentEvent::Turn(TurnEvent::Failed {
+                    kind: TurnErrorKind::Internal,
+                    message: message.clone(),
+                }));
+                observe(api::EventBody::Error(message.clone()));
+                summary(TurnStatus::Cancelled, None, None, Some(message))
+            }
+        })
+    }
+
+    /// The alias must exist in `gateway.model_list`; otherwise say exactly
+    /// what to configure.
+    fn check_model(&self, workspace: &str, model: &str) -> Result<(), TurnError> {
+        let list = &self.config.gateway.model_list;
+        if list.iter().any(|d| d.model_name == model) {
+            return Ok(());
+        }
+        if list.is_empty() {
+            return Err(TurnError::NoModel(format!(
+                "no model is configured, so workspace `{workspace}` cannot think yet. \
+                 Set a provider key and run `pincer init` (it writes a pincer.yaml using it): \
+                 `export OPENAI_API_KEY=sk-...` or `export ANTHROPIC_API_KEY=sk-ant-...`; \
+                 or add to pincer.yaml:\n  gateway:\n    model_list:\n      - model_name: {model}\n        \
+                 litellm_params: {{model: openai/gpt-4o-mini, api_key: \"${{OPENAI_API_KEY}}\"}}"
+            )));
+        }
+        let known: std::collections::BTreeSet<_> =
+            list.iter().map(|d| d.model_name.as_str()).collect();
+        Err(TurnError::NoModel(format!(
+            "workspace `{workspace}` uses the model alias `{model}`, which gateway.model_list does not define (it defines: {}); set workspaces.{workspace}.model to one of them or add a `{model}` entry",
+            known.into_iter().collect::<Vec<_>>().join(", ")
+        )))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run(
+        &self,
+        key: &SessionKey,
+        session_id: i64,
+        turn_id: &str,
+        model: &str,
+        text: &str,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+        observe: &(dyn Fn(api::EventBody) + Send + Sync),
+    ) -> Outcome {
+        let workspace = &key.workspace;
+        let Some(ws) = self.config.workspaces.get(workspace) else {
+            return Outcome::Failed(format!("no workspace named `{workspace}`"));
+        };
+        let limits = ws.agent;
+        let spec = match self.specs.get(workspace) {
+            Some(Ok(spec)) => spec.clone(),
+            Some(Err(e)) => return fail(events, TurnErrorKind::Internal, e.clone()),
+            None => {
+                return fail(
+                    events,
+                    TurnErrorKind::Internal,
+                    format!("no workspace named `{workspace}`"),
+                );
+            }
+        };
+
+        // Context: system prompt, memories, history (which ends with `text`).
+        // The instructions file is in the container-writable workspace
+        // folder: read beneath it, off the async threads, within the turn's
+        // time limit.
+        let deadline = Duration::from_secs(limits.turn_timeout_secs);
+        let read = {
+            let folder = spec.workspace_dir.clone();
+            let configured = ws.instructions.clone();
+            tokio::task::spawn_blocking(move || {
+                context::instructions(&folder, configured.as_deref())
+            })
+        };
+        let (instructions, notice) = match tokio::time::timeout(deadline, read).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(e)) => (
+                None,
+                Some(format!(
+                    "the instructions file could not be read ({e}); continuing without it"
+                )),
+            ),
+            Err(_) => (
+                None,
+                Some(format!(
+                    "reading the instructions file took longer than {} s; continuing without it",
+                    limits.turn_timeout_secs
+                )),
+            ),
+        };
+        if let Some(notice) = notice {
+            events(AgentEvent::Turn(TurnEvent::Notice { message: notice }));
+        }
+        let memories = if ws.memory.enabled && ws.memory.recall_limit > 0 {
+            match self.memory.recall(workspace, text, ws.memory.recall_limit) {
+                Ok(found) => found,
+                Err(e) => {
+                    events(AgentEvent::Turn(TurnEvent::Notice {
+                        message: format!("memories could not be recalled: {e}"),
+                    }));
+                    Vec::new()
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let memory_lines = context::memory_lines(&memories, ws.memory.recall_chars);
+        let stored = match self.sessions.messages(session_id) {
+            Ok(stored) => stored,
+            Err(e) => return fail(events, TurnErrorKind::Internal, e.to_string()),
+        };
+        let history = crate::sessions::trim_to_budget(&stored, limits.history_tokens);
+        if history.dropped_turns > 0 {
+            events(AgentEvent::Turn(TurnEvent::Notice {
+                message: format!(
+                    "{} older turn(s) of this session were left out of the context to stay within {} tokens of history; they remain stored",
+                    history.dropped_turns, limits.history_tokens
+                ),
+            }));
+        }
+        let mut messages = vec![context::system_message(
+            workspace,
+            instructions.as_deref(),
+            &memory_lines,
+        )];
+        messages.extend(history.messages);
+        events(AgentEvent::Host(HostEvent::Context {
+            messages: messages.len(),
+            history_dropped_turns: history.dropped_turns,
+            memories_recalled: memory_lines.len(),
+            estimated_tokens: history.estimated_tokens,
+        }));
+
+        if let Err(e) = self.sockets.check(workspace) {
+            return fail(events, TurnErrorKind::GatewayUnreachable, e);
+        }
+        let started = Instant::now();
+        let ensured = match self.runtime.ensure(&spec).await {
+            Ok(ensured) => ensured,
+            Err(e) => return fail(events, TurnErrorKind::Internal, e.to_string()),
+        };
+        events(AgentEvent::Host(HostEvent::Container {
+            name: spec.container_name.clone(),
+            started: ensured.created,
+            replaced: ensured.replaced.clone(),
+            ready_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }));
+
+        let request = TurnRequest {
+            turn_id: turn_id.to_string(),
+            model: model.to_string(),
+            messages,
+            limits: TurnLimits {
+                max_steps: limits.max_steps,
+                max_tool_output_bytes: limits.max_tool_output_bytes,
+                tool_timeout_ms: limits.tool_timeout_secs.saturating_mul(1000),
+                max_total_tokens: limits.max_turn_tokens,
+                max_completion_tokens: None,
+            },
+            gateway_tools: true,
+        };
+        let socket = containers::runtime::runner_addr(&spec, &ensured.id);
+        let deadline = Duration::from_secs(limits.turn_timeout_secs);
+        let bounds = RelayBounds {
+            workspace,
+            max_events: limits.max_turn_events,
+            max_bytes: limits.max_turn_stored_bytes,
+        };
+        let streamed = tokio::time::timeout(
+            deadline,
+            self.relay(
+                &socket, request, session_id, turn_id, &bounds, events, observe,
+            ),
+        )
+        .await;
+        match streamed {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(RunnerGone)) => {
+                let message = self.container_gone(workspace).await;
+                fail(events, TurnErrorKind::Internal, message)
+            }
+            Err(_) => fail(
+                events,
+                TurnErrorKind::Internal,
+                format!(
+                    "the turn took longer than {} s (workspaces.{workspace}.agent.turn_timeout_secs) and was stopped",
+                    limits.turn_timeout_secs
+                ),
+            ),
+        }
+    }
+
+    /// Explains a runner that vanished mid-turn from its container's state.
+    async fn container_gone(&self, workspace: &str) -> String {
+        let state = match self.runtime.status(workspace).await {
+            Ok(Some(status)) => format!("{} ({})", status.state, status.status),
+            Ok(None) => "removed".to_string(),
+            Err(e) => format!("unknown: {e}"),
+        };
+        format!(
+            "the workspace container stopped during the turn (container state: {state}); \
+             everything said so far is stored; send the message again to retry in a fresh container"
+        )
+    }
+
+    /// Streams the runner's events: stores them, forwards them, observes.
+    /// The runner is inside the container, so what it sends is bounded.
+    #[allow(clippy::too_many_arguments)]
+    async fn relay(
+        &self,
+        socket: &runner_client::RunnerAddr,
+        request: TurnRequest,
+        session_id: i64,
+        turn_id: &str,
+        bounds: &RelayBounds<'_>,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+        observe: &(dyn Fn(api::EventBody) + Send + Sync),
+    ) -> Result<Outcome, RunnerGone> {
+        let model = request.model.clone();
+        let mut stream = match runner_client::turn(socket, request).await {
+            Ok(stream) => stream,
+            Err(e) => return Ok(fail(events, TurnErrorKind::Internal, e.to_string())),
+        };
+        let mut pending: HashMap<String, (String, String)> = HashMap::new();
+        let mut count: u64 = 0;
+        loop {
+            let event = match stream.next().await {
+                Ok(Some(event)) => event,
+                Ok(None) => return Ok(Outcome::Failed("the turn ended without an outcome".into())),
+                Err(runner_client::RunnerError::Closed) => return Err(RunnerGone),
+                Err(e) => return Ok(fail(events, TurnErrorKind::Internal, e.to_string())),
+            };
+            count += 1;
+            if let Some(message) = bounds.exceeded(count, stream.received_bytes()) {
+                self.runtime.audit().record(
+                    &format!("workspace:{}", bounds.workspace),
+                    Some(bounds.workspace),
+                    "turn.runner_flood",
+                    &message,
+                );
+                // Dropping the stream closes the connection: the runner stops.
+                return Ok(fail(events, TurnErrorKind::Internal, message));
+            }
+            if let Err(e) = self.store(session_id, turn_id, &event, &mut pending, observe, &model) {
+                // The stored record is the source of truth: without it the
+                // turn must not go on.
+                return Ok(fail(events, TurnErrorKind::Internal, e.to_string()));
+            }
+            let outcome = match &event {
+                TurnEvent::Done { reply, stop, .. } => Some(Outcome::Done {
+                    reply: reply.clone(),
+                    stop: *stop,
+                }),
+                TurnEvent::Failed { message, .. } => Some(Outcome::Failed(message.clone())),
+                _ => None,
+            };
+            events(AgentEvent::Turn(event));
+            if let Some(outcome) = outcome {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    fn store(
+        &self,
+        session_id: i64,
+        turn_id: &str,
+        event: &TurnEvent,
+        pending: &mut HashMap<String, (String, String)>,
+        observe: &(dyn Fn(api::EventBody) + Send + Sync),
+        model: &str,
+    ) -> Result<(), crate::sessions::SessionError> {
+        match event {
+            TurnEvent::Message { message } => {
+                self.sessions.append(session_id, turn_id, message)?;
+            }
+            TurnEvent::Usage {
+                model: used,
+                prompt_tokens,
+                completion_tokens,
+            } => {
+                self.sessions
+                    .add_usage(turn_id, *prompt_tokens, *completion_tokens)?;
+                observe(api::EventBody::LlmUsage(api::LlmUsage {
+                    model: if used.is_empty() { model } else { used }.to_string(),
+                    input_tokens: u32::try_from(*prompt_tokens).unwrap_or(u32::MAX),
+                    output_tokens: u32::try_from(*completion_tokens).unwrap_or(u32::MAX),
+                    cost_usd: None,
+                }));
+            }
+            TurnEvent::ToolStart {
+                call_id,
+                name,
+                arguments,
+            } => {
+                pending.insert(call_id.clone(), (name.clone(), arguments.clone()));
+            }
+            TurnEvent::ToolEnd {
+                call_id,
+                name,
+                ok,
+                output_bytes,
+                truncated,
+                duration_ms,
+            } => {
+                let arguments = pending
+                    .remove(call_id)
+                    .map(|(_, args)| args)
+                    .unwrap_or_default();
+                self.sessions.record_tool_call(
+                    turn_id,
+                    &ToolCallRecord {
+                        call_id: call_id.clone(),
+                        name: name.clone(),
+                        arguments: arguments.clone(),
+                        ok: *ok,
+                        output_bytes: *output_bytes as u64,
+                        truncated: *truncated,
+                        duration_ms: *duration_ms,
+                    },
+                )?;
+                observe(api::EventBody::ToolCall(api::ToolCall {
+                    tool: name.clone(),
+                    args_json: arguments,
+                    outcome: Some(if *ok {
+                        Ok(format!("{output_bytes} bytes"))
+                    } else {
+                        Err(format!("failed ({output_bytes} bytes of output)"))
+                    }),
+                    duration_ms: Some(u32::try_from(*duration_ms).unwrap_or(u32::MAX)),
+                }));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+enum Outcome {
+    Done { reply: String, stop: StopReason },
+    Failed(String),
+    Cancelled,
+}
+
+/// The runner's connection closed mid-turn (its container stopped).
+struct RunnerGone;
+
+/// How much one turn's runner may stream (`agent.max_turn_events`,
+/// `agent.max_turn_stored_bytes`).
+struct RelayBounds<'a> {
+    workspace: &'a str,
+    max_events: u64,
+    max_bytes: u64,
+}
+
+impl RelayBounds<'_> {
+    /// Why the turn must stop after `events` events of `bytes` bytes, if it must.
+    fn exceeded(&self, events: u64, bytes: u64) -> Option<String> {
+        let ws = self.workspace;
+        if events > self.max_events {
+            Some(format!(
+                "the agent runner sent more than {} events in one turn \
+                 (workspaces.{ws}.agent.max_turn_events); the turn was stopped",
+                self.max_events
+            ))
+        } else if bytes > self.max_bytes {
+            Some(format!(
+                "the agent runner sent more than {} bytes in one turn \
+                 (workspaces.{ws}.agent.max_turn_stored_bytes); the turn was stopped",
+                self.max_bytes
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+fn fail(
+    events: &(dyn Fn(AgentEvent) + Send + Sync),
+    kind: TurnErrorKind,
+    message: String,
+) -> Outcome {
+    events(AgentEvent::Turn(TurnEvent::Failed {
+        kind,
+        message: message.clone(),
+    }));
+    Outcome::Failed(message)
+}
+
+impl Recall for crate::memory::MemoryStore {
+    fn recall(
+        &self,
+        workspace: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<(i64, String, String)>, String> {
+        crate::memory::MemoryStore::recall(self, workspace, query, limit)
+            .map(|found| {
+                found
+                    .into_iter()
+                    .map(|r| (r.memory.id, r.memory.kind.to_string(), r.memory.text))
+                    .collect()
+            })
+            .map_err(|e| e.to_string())
+    }
+}

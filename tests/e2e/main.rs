@@ -1,0 +1,25 @@
+//! The end-to-end tests, one module per subject, built as one test binary
+//! so that `support/` and wasmtime are compiled and linked once. Run one
+//! subject with `cargo test -p pincer --test e2e slack::` (see
+//! `tests/README.md`).
+
+mod support;
+
+mod agent;
+mod budget;
+mod cli;
+mod containers;
+mod feishu;
+mod gateway;
+mod listeners;
+mod local_model;
+mod mcp;
+mod memory;
+mod plugin_build;
+mod plugin_host;
+mod policy_audit;
+mod pynchy;
+mod reach;
+mod registry;
+mod slack;
+mod weather;
