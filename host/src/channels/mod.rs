@@ -6,6 +6,7 @@
 
 pub mod bounds;
 pub mod connection;
+mod inbound;
 pub mod outbox;
 pub mod split;
 pub mod store;
@@ -19,6 +20,7 @@ use serde::Serialize;
 use crate::config::{self, Config};
 use crate::plugins::{LoadedPlugin, PluginHost, Scope, api};
 
+pub use inbound::Unfinished;
 pub use store::{ChannelStore, InboundState, Received, Reply};
 
 /// Where inbound messages go once a channel has parsed them.

@@ -263,12 +263,18 @@ impl ChannelStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    pub fn set_inbound_state(&self, id: i64, state: InboundState) -> Result<(), StoreError> {
-        self.conn()?.execute(
-            "UPDATE channel_inbound SET state = ?2 WHERE id = ?1",
-            params![id, state.as_str()],
+    /// Moves message `id` from queued to running; `false` when it was not
+    /// queued (another worker or a stop got there first).
+    pub fn start(&self, id: i64) -> Result<bool, StoreError> {
+        let changed = self.conn()?.execute(
+            "UPDATE channel_inbound SET state = ?2 WHERE id = ?1 AND state = ?3",
+            params![
+                id,
+                InboundState::Running.as_str(),
+                InboundState::Queued.as_str()
+            ],
         )?;
-        Ok(())
+        Ok(changed == 1)
     }
 
     pub fn set_turn(&self, id: i64, turn_id: &str) -> Result<(), StoreError> {

@@ -184,9 +184,7 @@ mod tests {
             .receive(&received("4", "in a turn"), "ws", InboundState::Queued)
             .expect("db")
             .expect("new");
-        store
-            .set_inbound_state(running, InboundState::Running)
-            .expect("db");
+        assert!(store.start(running).expect("db"));
         audit.record("host", None, "test.event", "old");
 
         let retention = Retention::default();

@@ -248,29 +248,21 @@ impl ChannelRouter {
     /// After a restart: messages whose turn was cut short get a notice;
     /// messages still queued are run, in order.
     pub fn recover(&self) -> Result<(), StoreError> {
-        let store = self.channels.store();
-        for row in store.inbound_in(InboundState::Running)? {
+        let unfinished = self.channels.unfinished()?;
+        for row in unfinished.running {
             // The turn may have finished just before the stop: its reply is
             // stored in the session; send that.
             if let Some(reply) = self.finished_reply(&row) {
                 tracing::info!(channel = %row.channel, id = row.id, "delivering the reply of a turn that ended as the daemon stopped");
-                self.channels.reply(
-                    Some(row.id),
-                    InboundState::Done,
-                    &Address::of(&row),
-                    &reply,
-                )?;
+                self.channels
+                    .answer_quietly(&row, InboundState::Done, &reply)?;
                 continue;
             }
             tracing::warn!(channel = %row.channel, id = row.id, "a turn was interrupted by a restart");
-            self.channels.reply(
-                Some(row.id),
-                InboundState::Interrupted,
-                &Address::of(&row),
-                INTERRUPTED_REPLY,
-            )?;
+            self.channels
+                .answer_quietly(&row, InboundState::Interrupted, INTERRUPTED_REPLY)?;
         }
-        for row in store.inbound_in(InboundState::Queued)? {
+        for row in unfinished.queued {
             self.enqueue(session_key(&row), row.id);
         }
         Ok(())
@@ -337,11 +329,7 @@ impl ChannelRouter {
             (Rate::Drop { .. }, true) => InboundState::Dropped,
             (Rate::Take, true) => InboundState::Queued,
         };
-        let Some(id) = self
-            .channels
-            .store()
-            .receive(&received, &workspace, state)?
-        else {
+        let Some(id) = self.channels.receive(&received, &workspace, state)? else {
             tracing::debug!(%channel, id = %received.message_id, "a redelivered message was dropped");
             return Ok(());
         };
@@ -494,17 +482,15 @@ impl ChannelRouter {
     }
 
     async fn run_one(&self, key: &SessionKey, id: i64) -> Result<(), StoreError> {
-        let store = self.channels.store();
-        let Some(row) = store.inbound(id)? else {
+        let Some(row) = self.channels.queued(id)? else {
             return Ok(());
         };
-        if row.state != InboundState::Queued {
-            return Ok(());
-        }
         let Some(_permit) = self.running.take().await else {
             return Ok(());
         };
-        store.set_inbound_state(id, InboundState::Running)?;
+        if !self.channels.start(id)? {
+            return Ok(());
+        }
         let inbound = Inbound {
             key: key.clone(),
             text: row.text.clone(),
@@ -518,7 +504,7 @@ impl ChannelRouter {
         };
         let events = |event: AgentEvent| {
             if let AgentEvent::Host(HostEvent::Session { turn_id, .. }) = &event
-                && let Err(e) = store.set_turn(id, turn_id)
+                && let Err(e) = self.channels.record_turn(id, turn_id)
             {
                 tracing::warn!(id, "cannot record the turn id: {e}");
             }
@@ -550,16 +536,7 @@ impl ChannelRouter {
             },
             Err(e) => (InboundState::Failed, failure_text(&e.to_string())),
         };
-        self.channels
-            .reply(Some(id), state, &Address::of(&row), &text)?;
-        let row = store.inbound(id)?.unwrap_or(row);
-        let shown = if state == InboundState::Done {
-            api::TurnState::Done
-        } else {
-            api::TurnState::Failed
-        };
-        self.channels.show_status(&row, shown).await;
-        Ok(())
+        self.channels.answer(&row, state, &text).await
     }
 }
 

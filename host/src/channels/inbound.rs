@@ -1,0 +1,92 @@
+//! The life of one inbound message, as the drivers see it: received
+//! (stored, or recognised as a redelivery), started (queued → running, at
+//! most once), its turn recorded, answered (the reply queued in the same
+//! transaction that ends it, then the working sign replaced). The drivers
+//! call these instead of driving the store themselves.
+
+use super::store::{InboundRow, StoreError};
+use super::{Address, ChannelHost, InboundState, Received};
+use crate::plugins::api;
+
+/// Messages a stop left behind, oldest first.
+pub struct Unfinished {
+    /// Their turn was under way.
+    pub running: Vec<InboundRow>,
+    /// Their turn had not started.
+    pub queued: Vec<InboundRow>,
+}
+
+impl ChannelHost {
+    /// Stores `received` for `workspace` in `state`: its row id, or `None`
+    /// for a redelivery of a message already stored. Nothing may be acked
+    /// before this returns `Ok`.
+    pub fn receive(
+        &self,
+        received: &Received,
+        workspace: &str,
+        state: InboundState,
+    ) -> Result<Option<i64>, StoreError> {
+        self.store().receive(received, workspace, state)
+    }
+
+    /// Message `id` if it still waits for its turn.
+    pub fn queued(&self, id: i64) -> Result<Option<InboundRow>, StoreError> {
+        Ok(self
+            .store()
+            .inbound(id)?
+            .filter(|row| row.state == InboundState::Queued))
+    }
+
+    /// Starts message `id`'s turn: `true` if it was queued and now runs,
+    /// `false` if something else started or ended it first.
+    pub fn start(&self, id: i64) -> Result<bool, StoreError> {
+        self.store().start(id)
+    }
+
+    /// Remembers which turn answers message `id` (so a restart can send a
+    /// reply that was stored just before the stop).
+    pub fn record_turn(&self, id: i64, turn_id: &str) -> Result<(), StoreError> {
+        self.store().set_turn(id, turn_id)
+    }
+
+    /// Ends `row` in `state` with `text` queued as its answer, then shows
+    /// the turn's end on the platform (the working sign replaced).
+    pub async fn answer(
+        &self,
+        row: &InboundRow,
+        state: InboundState,
+        text: &str,
+    ) -> Result<(), StoreError> {
+        self.reply(Some(row.id), state, &Address::of(row), text)?;
+        // The status handle may have changed while the turn ran.
+        let current = self.store().inbound(row.id)?;
+        let shown = if state == InboundState::Done {
+            api::TurnState::Done
+        } else {
+            api::TurnState::Failed
+        };
+        self.show_status(current.as_ref().unwrap_or(row), shown)
+            .await;
+        Ok(())
+    }
+
+    /// Ends `row` in `state` with `text` queued as its answer, showing
+    /// nothing (a turn that never started: a restart's notice).
+    pub fn answer_quietly(
+        &self,
+        row: &InboundRow,
+        state: InboundState,
+        text: &str,
+    ) -> Result<(), StoreError> {
+        self.reply(Some(row.id), state, &Address::of(row), text)
+            .map(drop)
+    }
+
+    /// What a stop left behind, for the driver to finish after a restart.
+    pub fn unfinished(&self) -> Result<Unfinished, StoreError> {
+        Ok(Unfinished {
+            running: self.store().inbound_in(InboundState::Running)?,
+            queued: self.store().inbound_in(InboundState::Queued)?,
+        })
+    }
+}
