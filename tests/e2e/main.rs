@@ -3,6 +3,9 @@
 //! subject with `cargo test -p pincer --test e2e slack::` (see
 //! `tests/README.md`).
 
+// All of this binary is tests, its helpers too: a panic is the failure report.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 mod agent;

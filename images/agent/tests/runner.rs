@@ -302,12 +302,12 @@ fn concurrent_requests() {
 /// Whether the runner already answered (or closed) a connection we never
 /// sent anything on: it was refused.
 fn answered(stream: &UnixStream) -> bool {
-    stream.set_nonblocking(true).unwrap();
+    stream.set_nonblocking(true).expect("non-blocking");
     let answered = !matches!(
         (&*stream).read(&mut [0u8; 1]),
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
     );
-    stream.set_nonblocking(false).unwrap();
+    stream.set_nonblocking(false).expect("blocking");
     answered
 }
 

@@ -25,12 +25,12 @@ impl Daemon {
     pub fn spawn(mut command: Command, log: PathBuf) -> Daemon {
         let mut child = command
             .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(&log).expect("daemon log file"))
             .spawn()
-            .unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+            .expect("start pincer");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
         let mut banner = String::new();
-        stdout.read_line(&mut banner).unwrap();
+        stdout.read_line(&mut banner).expect("read the banner");
         assert!(
             banner.contains("pincer is running"),
             "{banner}\n{}",
@@ -63,7 +63,10 @@ impl Daemon {
         let mut seen = String::new();
         loop {
             let mut line = String::new();
-            let n = self.stdout.read_line(&mut line).unwrap();
+            let n = self
+                .stdout
+                .read_line(&mut line)
+                .expect("read daemon output");
             assert!(
                 n > 0,
                 "the daemon ended before saying {wanted:?}:\n{seen}\n{}",
@@ -79,7 +82,7 @@ impl Daemon {
     /// SIGTERM, then the exit status.
     pub fn stop(&mut self) -> ExitStatus {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait().unwrap()
+        self.child.wait().expect("wait for pincer")
     }
 
     pub fn log(&self) -> String {

@@ -107,7 +107,11 @@ impl FakeGateway {
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
-        self.state.requests.lock().unwrap().clone()
+        self.state
+            .requests
+            .lock()
+            .expect("fake gateway state")
+            .clone()
     }
 
     pub fn chat_requests(&self) -> Vec<Recorded> {
@@ -120,7 +124,13 @@ impl FakeGateway {
 
 impl Drop for FakeGateway {
     fn drop(&mut self) {
-        for stream in self.state.hung.lock().unwrap().drain(..) {
+        for stream in self
+            .state
+            .hung
+            .lock()
+            .expect("fake gateway state")
+            .drain(..)
+        {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -131,7 +141,11 @@ fn serve(stream: UnixStream, state: &State) {
     let Some(request) = read_request(&stream) else {
         return;
     };
-    state.requests.lock().unwrap().push(request.clone());
+    state
+        .requests
+        .lock()
+        .expect("fake gateway state")
+        .push(request.clone());
     let mut out = stream;
     if request.header("authorization") != Some(&format!("Bearer {TOKEN}")) {
         let body = json!({"error": {"message": "invalid pincer key", "type": "authentication_error", "code": "invalid_api_key"}});
@@ -140,11 +154,11 @@ fn serve(stream: UnixStream, state: &State) {
     }
     match request.path.as_str() {
         "/v1/chat/completions" => {
-            let reply = state.chat.lock().unwrap().pop_front();
+            let reply = state.chat.lock().expect("fake gateway state").pop_front();
             match reply {
                 Some(Reply::Sse { pieces, pause }) => write_sse(&mut out, &pieces, pause),
                 Some(Reply::Json(status, body)) => write_json(&mut out, status, &body),
-                Some(Reply::Hang) => state.hung.lock().unwrap().push(out),
+                Some(Reply::Hang) => state.hung.lock().expect("fake gateway state").push(out),
                 None => write_json(
                     &mut out,
                     500,
