@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use pincer::audit::AuditLog;
 use pincer::config::Config;
-use pincer::containers::{self, ContainerRuntime, image};
-use pincer::gateway::keys::KeyStore;
+use pincer::containers::{self, ContainerRuntime};
+use pincer::gateway::KeyStore;
 use pincer_runner_protocol::ExecRequest;
 
 const COLD_RUNS: usize = 7;
@@ -40,7 +40,9 @@ async fn run() -> anyhow::Result<()> {
     let audit = Arc::new(AuditLog::open(&home.path().join("pincer.db"))?);
     let keys = Arc::new(KeyStore::open(&home.path().join("pincer.db"))?);
     let runtime = ContainerRuntime::connect(home.path(), audit, keys).await?;
-    image::build(runtime.docker(), &config.containers.image, &mut |_| {}).await?;
+    runtime
+        .build_image(&config.containers.image, &mut |_| {})
+        .await?;
     let (_, spec) = containers::plan(&config, home.path(), runtime.instance(), "bench")?;
 
     let mut docker_run = Vec::new();

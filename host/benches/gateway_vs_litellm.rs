@@ -198,7 +198,7 @@ async fn run(upstream: SocketAddr) -> anyhow::Result<()> {
     let scenarios = scenarios()?;
     let secs: f64 = env_or("BENCH_SECS", 5.0);
     let litellm_max_rate: u32 = env_or("BENCH_LITELLM_MAX_RATE", 200);
-    let client = pincer::gateway::llm::default_client()?;
+    let client = pincer::gateway::default_client()?;
     let scratch = tempfile::tempdir()?;
     let upstream_base = format!("http://{upstream}/v1");
     println!(
@@ -684,7 +684,7 @@ fn start_relay(scratch: &Path, upstream_base: &str) -> anyhow::Result<(Server, T
 /// runtime `pincer gateway serve` uses.
 fn relay(upstream: &str, listen: &str) -> anyhow::Result<()> {
     let url = reqwest::Url::parse(&format!("{upstream}/chat/completions"))?;
-    let client = pincer::gateway::llm::default_client()?;
+    let client = pincer::gateway::default_client()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

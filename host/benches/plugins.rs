@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use pincer::plugins::engine::CompileSource;
+use pincer::plugins::CompileSource;
 use pincer::plugins::{CallLimits, HostPaths, PluginHost, PluginPackage};
 
 fn main() -> anyhow::Result<()> {

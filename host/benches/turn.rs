@@ -26,9 +26,9 @@ use axum::response::Response;
 use axum::routing::post;
 use pincer::audit::AuditLog;
 use pincer::config::Config;
-use pincer::containers::{ContainerRuntime, agent_binary, image};
-use pincer::gateway::server::Gateway;
-use pincer::gateway::sockets::WorkspaceSockets;
+use pincer::containers::ContainerRuntime;
+use pincer::gateway::Gateway;
+use pincer::gateway::WorkspaceSockets;
 use pincer::memory::MemoryStore;
 use pincer::sessions::{SessionKey, SessionStore, TurnStatus};
 use pincer::turn::{Agent, Inbound};
@@ -72,8 +72,10 @@ async fn run() -> anyhow::Result<()> {
     let gateway = Arc::new(Gateway::new(&config, home.path(), audit.clone())?);
     let containers =
         Arc::new(ContainerRuntime::connect(home.path(), audit, gateway.container_grants()).await?);
-    image::build(containers.docker(), &config.containers.image, &mut |_| {}).await?;
-    agent_binary::install(home.path())?;
+    containers
+        .build_image(&config.containers.image, &mut |_| {})
+        .await?;
+    pincer::containers::install_runner(home.path())?;
     let sockets = WorkspaceSockets::start(&gateway, home.path(), config.workspaces.keys());
     let agent = Agent::new(
         config.clone(),

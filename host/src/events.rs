@@ -1,5 +1,5 @@
 //! Process-wide counters of what the daemon's parts do, which the gateway's
-//! `/metrics` ([`crate::gateway::metrics`]) exposes next to its own:
+//! `/metrics` (the gateway's `metrics` module) exposes next to its own:
 //!
 //! - `pincer_container_starts_total{workspace}`: workspace containers
 //!   created and started;

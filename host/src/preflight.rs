@@ -23,8 +23,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::{Checked, Config, PathPart, PolicyEntry, Problem, expand_tilde};
-use crate::containers::{mcp, mounts};
-use crate::plugins::{Catalog, enabled};
+use crate::containers;
+use crate::plugins::Catalog;
 use crate::policy::{PolicyCatalog, PolicyError};
 
 /// The configuration file could not be read.
@@ -97,7 +97,7 @@ pub fn problems(config: &Config, home: &Path) -> Vec<Problem> {
     }
     folders(config, home, &mut out);
     for (i, entry) in config.gateway.model_list.iter().enumerate() {
-        if let Err(e) = crate::gateway::llm::check_deployment(i, entry) {
+        if let Err(e) = crate::gateway::check_deployment(i, entry) {
             out.push(Problem::at(
                 vec![
                     key("gateway"),
@@ -115,7 +115,7 @@ pub fn problems(config: &Config, home: &Path) -> Vec<Problem> {
     legacy_secrets(config, &catalog, &mut out);
     if let Some(names) = &config.plugins.enabled {
         for (i, name) in names.iter().enumerate() {
-            if let Err(why) = enabled::resolve(name, &catalog) {
+            if let Err(why) = crate::plugins::resolve_enabled(name, &catalog) {
                 out.push(Problem::at(
                     vec![key("plugins"), key("enabled"), PathPart::Index(i)],
                     why,
@@ -176,7 +176,7 @@ fn legacy_secrets(config: &Config, catalog: &Catalog, out: &mut Vec<Problem>) {
         let Ok(manifest) = crate::plugins::Manifest::parse(&package.manifest_text, name) else {
             continue;
         };
-        let keys = crate::plugins::escalation::readable_secret_keys(&manifest);
+        let keys = crate::plugins::readable_secret_keys(&manifest);
         if keys.is_empty() {
             continue;
         }
@@ -238,9 +238,9 @@ fn entry_path(base: Vec<PathPart>, entries: &[PolicyEntry], error: &PolicyError)
 /// Workspace folders and mount sources, as `containers::plan` checks them.
 fn folders(config: &Config, home: &Path, out: &mut Vec<Problem>) {
     let base = expand_tilde(&config.containers.workspace_base_path);
-    let mut protected = mounts::protected_paths(home, &base);
-    protected.extend(mounts::writable_sources(config));
-    protected.extend(mounts::workspace_folders(config));
+    let mut protected = containers::protected_paths(home, &base);
+    protected.extend(containers::writable_sources(config));
+    protected.extend(containers::workspace_folders(config));
     let mut seen: BTreeMap<std::path::PathBuf, &str> = BTreeMap::new();
     for (name, ws) in &config.workspaces {
         let dir = config.workspace_dir(name);
@@ -251,7 +251,7 @@ fn folders(config: &Config, home: &Path, out: &mut Vec<Problem>) {
             }
             p
         };
-        if let Err(e) = mounts::check_workspace_folder(&dir, home, &base) {
+        if let Err(e) = containers::check_workspace_folder(&dir, home, &base) {
             out.push(Problem::at(at(), format!("workspace {name}: {e}")));
         }
         if let Some(other) = seen.insert(dir.clone(), name) {
@@ -264,7 +264,7 @@ fn folders(config: &Config, home: &Path, out: &mut Vec<Problem>) {
             ));
         }
         for (i, mount) in ws.mounts.iter().enumerate() {
-            if let Err(e) = mounts::check_source(&mount.source, &protected) {
+            if let Err(e) = containers::check_source(&mount.source, &protected) {
                 out.push(Problem::at(
                     vec![
                         key("workspaces"),
@@ -287,7 +287,7 @@ fn mcp_servers(config: &Config, home: &Path, catalog: &PolicyCatalog, out: &mut 
         };
         let base = || vec![key("mcp_servers"), key(name), key("container")];
         let entries = container.policy_entries();
-        if let Err(e) = mcp::server_policy(catalog, name, container) {
+        if let Err(e) = containers::server_policy(catalog, name, container) {
             let mut path = base();
             if container.policies.is_some() {
                 path.push(key("policies"));
@@ -297,7 +297,7 @@ fn mcp_servers(config: &Config, home: &Path, catalog: &PolicyCatalog, out: &mut 
             }
             out.push(Problem::at(path, e.to_string()));
         }
-        for (i, problem) in mcp::volume_problems(config, home, container) {
+        for (i, problem) in containers::volume_problems(config, home, container) {
             let mut path = base();
             path.extend([key("volumes"), PathPart::Index(i)]);
             out.push(Problem::at(path, format!("MCP server {name}: {problem}")));

@@ -29,7 +29,7 @@ fn request() -> Value {
 
 /// What the gateway reserves for [`request`].
 fn reservation() -> u64 {
-    pincer::gateway::budget::Estimate::for_request(&request(), None).tokens()
+    pincer::gateway::Estimate::for_request(&request(), None).tokens()
 }
 
 /// A provider that answers every call with usage equal to [`reservation`],
@@ -197,7 +197,7 @@ async fn all_at_once(
     key: &str,
     per_gateway: usize,
 ) -> (usize, usize) {
-    let client = pincer::gateway::llm::default_client().expect("client");
+    let client = pincer::gateway::default_client().expect("client");
     let refused = Arc::new(AtomicUsize::new(0));
     let total = bases.len() * per_gateway;
     let mut calls = Vec::new();
@@ -274,7 +274,7 @@ async fn two_processes_serving_one_workspace_cannot_overspend_together() {
     assert_eq!(upstream.arrived.load(Ordering::SeqCst), 10);
     assert_eq!(home.usage_reaching(10), (10, budget));
     // Spent: both processes refuse, also after the leases were renewed.
-    let client = pincer::gateway::llm::default_client().expect("client");
+    let client = pincer::gateway::default_client().expect("client");
     for base in [&a, &b] {
         assert_eq!(call(&client, base, &key).await.0, 429);
     }
@@ -292,7 +292,7 @@ async fn sigterm_writes_the_usage_of_every_answered_call() {
     let home = Home::new(&upstream, "    budget: {daily_tokens: 100000000}\n");
     let key = home.key();
     let (mut gateway, base) = home.serve("gateway");
-    let client = pincer::gateway::llm::default_client().expect("client");
+    let client = pincer::gateway::default_client().expect("client");
     let calls: Vec<_> = (0..40)
         .map(|_| {
             let (client, base, key) = (client.clone(), base.clone(), key.clone());
@@ -319,7 +319,7 @@ async fn kill_9_under_load_loses_at_most_the_stated_bound_of_usage_rows() {
     let home = Home::new(&upstream, "    budget: {daily_tokens: 100000000000}\n");
     let key = home.key();
     let (mut gateway, base) = home.serve("gateway");
-    let client = pincer::gateway::llm::default_client().expect("client");
+    let client = pincer::gateway::default_client().expect("client");
     let received = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let callers: Vec<_> = (0..CALLERS)
@@ -363,7 +363,7 @@ async fn kill_9_under_load_loses_at_most_the_stated_bound_of_usage_rows() {
     let received = received.load(Ordering::SeqCst) as u64;
     let (rows, _) = home.usage();
     let missing = received.saturating_sub(rows);
-    let bound = (pincer::gateway::writer::QUEUE_CAPACITY + CALLERS) as u64;
+    let bound = (pincer::gateway::QUEUE_CAPACITY + CALLERS) as u64;
     println!(
         "kill -9 after {received} fully received answers: {rows} usage rows, {missing} missing (bound {bound})"
     );

@@ -44,7 +44,7 @@ impl Served {
         key: Option<&str>,
         body: String,
     ) -> (u16, reqwest::header::HeaderMap, Value) {
-        let mut request = pincer::gateway::llm::default_client()
+        let mut request = pincer::gateway::default_client()
             .expect("http client")
             .post(format!("{}{path}", self.base))
             .header("content-type", "application/json")

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use pincer::gateway::llm::local::fetch::{self, SMOLLM2};
+use pincer::gateway::model_fetch::{self as fetch, SMOLLM2};
 use serde_json::{Value, json};
 use support::gateway::{Served, python};
 
@@ -64,7 +64,7 @@ fn entry(alias: &str, model: &str) -> String {
 }
 
 async fn post(base: &str, key: &str, body: Value) -> (u16, Value) {
-    let response = pincer::gateway::llm::default_client()
+    let response = pincer::gateway::default_client()
         .unwrap()
         .post(format!("{base}/v1/chat/completions"))
         .bearer_auth(key)
@@ -250,7 +250,7 @@ async fn more_requests_than_the_queue_holds_get_a_clear_busy_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_stream_stops_its_generation() {
     let (served, key) = serve(&entry("local", "local/smollm2"));
-    let client = pincer::gateway::llm::default_client().unwrap();
+    let client = pincer::gateway::default_client().unwrap();
     let long = json!({
         "model": "local",
         "messages": [{"role": "user", "content": "Count from 1 to 5000, one number per line."}],
@@ -286,7 +286,7 @@ async fn a_dropped_stream_stops_its_generation() {
 
 #[test]
 fn the_tokenizer_matches_llama_cpp_on_the_real_vocabulary() {
-    let model = pincer::gateway::llm::local::LocalModel::load(&shared_model(), None).unwrap();
+    let model = pincer::gateway::LocalModel::load(&shared_model(), None).unwrap();
     // Token ids from llama-cpp-python 0.3.36 (`Llama.tokenize(text,
     // add_bos=False, special=True)`) on the same file.
     for (text, expected) in TOKENIZER_REFERENCE {

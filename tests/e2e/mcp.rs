@@ -193,7 +193,7 @@ fn sees_and_calls_exactly_its_workspace_tools(config: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mcp_endpoint_requires_a_valid_key() {
     let served = Served::start(&config(), &[]);
-    let client = pincer::gateway::llm::default_client().expect("http client");
+    let client = pincer::gateway::default_client().expect("http client");
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
     for key in [None, Some("pk-not-a-real-key")] {
         let mut request = client

@@ -9,11 +9,11 @@ use std::time::Duration;
 use axum::Router;
 use axum::response::Redirect;
 use axum::routing::{get, post};
+use pincer::plugins::CompileSource;
 use pincer::plugins::api::{
     ChannelError, Event, EventBody, Frame, Header, HttpRequest, Message, Outbound, ToolError,
     TunnelError, WebhookRequest,
 };
-use pincer::plugins::engine::CompileSource;
 use pincer::plugins::{
     CallLimits, HostPaths, HttpReach, LoadedPlugin, PluginError, PluginHost, PluginPackage,
     PluginSource, Scope,
@@ -1183,9 +1183,8 @@ async fn data_writes_past_the_quota_fail_and_keep_what_was_written() {
         .await
         .unwrap();
     assert_eq!(kept["bytes"], 2 << 20);
-    let total = pincer::plugins::capabilities::data::usage(
-        &dir.path().join("plugin-data/workspace.default/hostile-io"),
-    );
+    let total =
+        pincer::plugins::data_usage(&dir.path().join("plugin-data/workspace.default/hostile-io"));
     assert!(total <= 3 << 20, "{total} bytes under /data");
     // Still refused in a later call; other plugins are unaffected.
     let third = invoke(&host, &io, "fill", json!({"file": "a", "mb": 1}))

@@ -195,7 +195,7 @@ async fn a_workspace_calls_only_its_model_aliases() {
     );
 
     // The Anthropic-style route enforces the same list.
-    let response = pincer::gateway::llm::default_client()
+    let response = pincer::gateway::default_client()
         .expect("http client")
         .post(format!("{}/v1/messages", served.base))
         .bearer_auth(&offline)
@@ -279,12 +279,11 @@ async fn keys_of_workspaces_no_longer_configured_are_refused() {
         .output()
         .expect("run pincer");
     let key = ok(minted).trim().to_string();
-    let store =
-        pincer::gateway::keys::KeyStore::open(&served.sandbox.home().join(pincer::db::FILE_NAME))
-            .expect("key store");
+    let store = pincer::gateway::KeyStore::open(&served.sandbox.home().join(pincer::db::FILE_NAME))
+        .expect("key store");
     let container_token = store.mint_container_token("gone").expect("token");
 
-    let client = pincer::gateway::llm::default_client().expect("http client");
+    let client = pincer::gateway::default_client().expect("http client");
     for token in [&key, &container_token] {
         let models = client
             .get(format!("{}/v1/models", served.base))
@@ -343,7 +342,7 @@ async fn upstream_requests_carry_the_reserved_completion_bound() {
         &[],
     );
     let key = served.key("main");
-    let client = pincer::gateway::llm::default_client().expect("http client");
+    let client = pincer::gateway::default_client().expect("http client");
     let post = |path: &str, body: Value| {
         client
             .post(format!("{}{path}", served.base))

@@ -959,7 +959,7 @@ async fn an_edited_config_is_reloaded_and_an_invalid_one_is_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_crash_a_finished_turn_is_delivered_and_a_cut_one_is_told() {
-    use pincer::channels::store::{ChannelStore, InboundState, Received};
+    use pincer::channels::{ChannelStore, InboundState, Received};
     use pincer::sessions::{SessionKey, SessionStore, TurnStatus};
     let env = Env::new(vec![Behaviour::answer("unused")]).await;
     // What a daemon killed mid-work leaves: two messages marked running,

@@ -4,13 +4,13 @@
 //! quiet-socket watchdog, and the outbox. The WASM plugin owns the
 //! platform's formats; everything that must survive it lives here.
 
-pub mod bounds;
-pub mod connection;
+mod bounds;
+mod connection;
 mod inbound;
-pub mod outbox;
-pub mod split;
-pub mod store;
-pub mod webhook;
+mod outbox;
+mod split;
+mod store;
+mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -20,8 +20,14 @@ use serde::Serialize;
 use crate::config::{self, Config};
 use crate::plugins::{LoadedPlugin, PluginHost, Scope, api};
 
+pub use connection::hold as hold_connection;
 pub use inbound::Unfinished;
-pub use store::{ChannelStore, InboundState, Received, Reply};
+pub use outbox::{deliver_due, run as run_outbox};
+pub use store::{
+    ChannelStore, InboundRow, InboundState, OutboxState, Pruned, Received, Reply, StoreError,
+    refused_text,
+};
+pub use webhook::routes as webhook_routes;
 
 /// Where inbound messages go once a channel has parsed them.
 pub trait Inbox: Send + Sync {
@@ -219,7 +225,7 @@ impl ChannelHost {
         let max = self
             .channels
             .get(to.channel)
-            .map_or(crate::plugins::runtime::V1_CHANNEL_MAX_TEXT_BYTES, |c| {
+            .map_or(crate::plugins::V1_CHANNEL_MAX_TEXT_BYTES, |c| {
                 c.info.max_text_bytes
             });
         let reply = Reply {

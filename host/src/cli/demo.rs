@@ -10,8 +10,8 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Context;
+use crate::plugins::CompileSource;
 use crate::plugins::api::{Event, EventBody, Header, HttpRequest, WebhookRequest};
-use crate::plugins::engine::CompileSource;
 use crate::plugins::{LoadedPlugin, PluginHost, PluginPackage};
 
 pub async fn run(config_flag: Option<&Path>) -> anyhow::Result<()> {

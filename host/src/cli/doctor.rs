@@ -150,10 +150,13 @@ async fn docker_check() -> Check {
 async fn image_check(ctx: &Context) -> Check {
     let tag = ctx.config.containers.image.clone();
     let outcome = match ctx.container_runtime().await {
-        Ok(runtime) => match runtime.docker().inspect_image(&tag).await {
-            Ok(_) => Ok(format!("{tag} is on the Docker Engine")),
-            Err(_) => Err(format!("{tag} is not built")),
-        },
+        Ok(runtime) => {
+            if runtime.has_image(&tag).await {
+                Ok(format!("{tag} is on the Docker Engine"))
+            } else {
+                Err(format!("{tag} is not built"))
+            }
+        }
         Err(e) => Err(format!("{e:#}")),
     };
     Check {
@@ -169,7 +172,7 @@ async fn image_check(ctx: &Context) -> Check {
 }
 
 fn busybox_check() -> Check {
-    let path = crate::containers::image::BUSYBOX;
+    let path = crate::containers::BUSYBOX;
     let outcome = if std::path::Path::new(path).is_file() {
         Ok(format!("{path} (the default image's userland)"))
     } else {

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 
 use super::{Context, GatewayCommand, KeysCommand};
-use crate::gateway::budget::Ledger;
-use crate::gateway::keys::KeyStore;
-use crate::gateway::server::Gateway;
+use crate::gateway::Gateway;
+use crate::gateway::KeyStore;
+use crate::gateway::Ledger;
 
 pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow::Result<()> {
     let ctx = Context::load(config_flag)?;
@@ -84,7 +84,7 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
 async fn serve(ctx: &Context, listen: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
     crate::daemon::raise_nofile_limit();
     let addr = listen.unwrap_or(ctx.config.gateway.listen);
-    crate::gateway::server::check_listen(&ctx.config.gateway, addr)?;
+    crate::gateway::check_listen(&ctx.config.gateway, addr)?;
     let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, ctx.audit_log()?)?);
     let tcp = tokio::net::TcpListener::bind(addr)
         .await

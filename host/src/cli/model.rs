@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use super::ModelCommand;
-use crate::gateway::llm::local::fetch::{self, Progress};
+use crate::gateway::model_fetch::{self as fetch, Progress};
 
 pub fn run(command: ModelCommand) -> anyhow::Result<()> {
     let home = crate::config::pincer_home()?;

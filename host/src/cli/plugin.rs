@@ -4,10 +4,10 @@ use anyhow::Context as _;
 use serde_json::json;
 
 use super::{Context, PluginCommand, PluginKeyCommand};
-use crate::plugins::build as plugin_build;
-use crate::plugins::escalation::{self, Escalation};
-use crate::plugins::registry::{self, PublisherKey, Signature};
-use crate::plugins::{LoadedPlugin, PluginHost, PluginPackage, PluginSource, catalog, scaffold};
+use crate::plugins::{
+    self, Escalation, LoadedPlugin, PluginHost, PluginPackage, PluginSource, PublisherKey,
+    Signature,
+};
 
 pub async fn run(config_flag: Option<&Path>, command: PluginCommand) -> anyhow::Result<()> {
     let ctx = Context::load(config_flag)?;
@@ -40,7 +40,7 @@ pub async fn run(config_flag: Option<&Path>, command: PluginCommand) -> anyhow::
                     allow_downgrade,
                     insecure,
                 };
-                let pulled = registry::pull(&target, &trusted(&ctx), flags.insecure).await?;
+                let pulled = plugins::pull(&target, &trusted(&ctx), flags.insecure).await?;
                 install_from_registry(&ctx, &target, pulled, replace, flags, None).await
             } else {
                 anyhow::bail!(
@@ -99,7 +99,12 @@ pub async fn run(config_flag: Option<&Path>, command: PluginCommand) -> anyhow::
             lang,
         } => {
             let parent = dir.unwrap_or_else(|| ".".into());
-            let created = scaffold::create(&parent, &kind, &name, scaffold::Lang::parse(&lang)?)?;
+            let created = plugins::scaffold_plugin(
+                &parent,
+                &kind,
+                &name,
+                plugins::ScaffoldLang::parse(&lang)?,
+            )?;
             println!(
                 "created {kind} plugin `{name}` ({lang}) in {}",
                 created.display()
@@ -122,7 +127,7 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<()> {
         .map(|(name, package)| {
             let manifest = crate::plugins::Manifest::parse(&package.manifest_text, name);
             let origin = match &package.source {
-                PluginSource::Installed(dir) => catalog::origin(dir),
+                PluginSource::Installed(dir) => plugins::package_origin(dir),
                 _ => None,
             };
             let source = match &origin {
@@ -300,7 +305,7 @@ fn print_report(r: &serde_json::Value) {
 }
 
 /// The plugin an install replaces, and what the new one may do that it
-/// may not ([`escalation::compare`]).
+/// may not ([`plugins::compare_replacement`]).
 struct Replacing {
     name: String,
     version: semver::Version,
@@ -406,7 +411,7 @@ fn install(
     let host = ctx.plugin_host()?;
     let plugin = host.load(&package, None, ctx.limits())?;
     let name = plugin.name().to_string();
-    let reads = escalation::readable_secret_keys(&plugin.manifest);
+    let reads = plugins::readable_secret_keys(&plugin.manifest);
     if !reads.is_empty() {
         match ctx.config.plugins.legacy_secrets {
             crate::config::LegacySecrets::Refuse => {
@@ -430,7 +435,7 @@ fn install(
         .find(|p| p.label() == name);
     let installed_dir = ctx.home.join("plugins").join(&name);
     let installed = installed_dir
-        .join(catalog::MANIFEST_FILE)
+        .join(plugins::MANIFEST_FILE)
         .is_file()
         .then(|| {
             PluginPackage::read(
@@ -458,7 +463,7 @@ fn install(
             let old = crate::plugins::Manifest::parse(&c.manifest_text, &name)?;
             Some(Replacing {
                 name: name.clone(),
-                escalations: escalation::compare(
+                escalations: plugins::compare_replacement(
                     &old,
                     &plugin.manifest,
                     (ctx.config.plugins.limits.memory_mb as usize) << 20,
@@ -479,7 +484,7 @@ fn install(
     let origin = origin.map(|(o, _)| o);
     let replaces_builtin = builtin.as_ref().map(PluginPackage::sha256);
     let origin_text = origin.map(|o| format!("{o:#}\n"));
-    let target = catalog::install(
+    let target = plugins::install_package(
         &ctx.home,
         &package,
         &plugin.manifest,
@@ -580,12 +585,12 @@ struct RegistryFlags {
     insecure: bool,
 }
 
-fn trusted(ctx: &Context) -> Vec<registry::Trusted> {
+fn trusted(ctx: &Context) -> Vec<plugins::Trusted> {
     ctx.config
         .plugins
         .trusted_publishers
         .iter()
-        .map(|p| registry::Trusted {
+        .map(|p| plugins::Trusted {
             name: p.name.clone(),
             key: p.key.clone(),
             plugins: p.plugins.clone(),
@@ -603,13 +608,13 @@ async fn update(
     flags: RegistryFlags,
 ) -> anyhow::Result<()> {
     let dir = ctx.home.join("plugins").join(name);
-    if !dir.join(catalog::MANIFEST_FILE).is_file() {
+    if !dir.join(plugins::MANIFEST_FILE).is_file() {
         anyhow::bail!(
             "`{name}` is not installed in {} (`pincer plugin list` shows what is)",
             ctx.home.join("plugins").display()
         );
     }
-    let origin = catalog::origin(&dir);
+    let origin = plugins::package_origin(&dir);
     let reference = match (to, &origin) {
         (Some(to), _) => to.to_string(),
         (None, Some(origin)) => origin["reference"]
@@ -625,7 +630,7 @@ async fn update(
         None,
         ctx.limits(),
     )?;
-    let pulled = registry::pull(&reference, &trusted(ctx), flags.insecure).await?;
+    let pulled = plugins::pull(&reference, &trusted(ctx), flags.insecure).await?;
     if origin.as_ref().and_then(|o| o["digest"].as_str()) == Some(pulled.digest.as_str()) {
         println!(
             "{name} is up to date ({reference} is still {})",
@@ -639,22 +644,20 @@ async fn update(
 /// `pincer plugin install REF`: pull and check everything, show what the
 /// plugin can do and who signed it, ask, then install and pin the digest.
 /// With `updating`, the installed plugin it replaces: the question is asked
-/// only when the new version requests more ([`escalation::compare`]), and a
+/// only when the new version requests more ([`plugins::compare_replacement`]), and a
 /// rollback is refused without `--allow-downgrade`.
 async fn install_from_registry(
     ctx: &Context,
     reference: &str,
-    pulled: registry::Pulled,
+    pulled: plugins::Pulled,
     replace: bool,
     flags: RegistryFlags,
     updating: Option<&LoadedPlugin>,
 ) -> anyhow::Result<()> {
     let audit = ctx.audit_log()?;
     let (publisher, key) = match &pulled.signature {
-        registry::Signature::Trusted { publisher, key } => {
-            (Some(publisher.clone()), Some(key.clone()))
-        }
-        registry::Signature::Untrusted { key } => {
+        Signature::Trusted { publisher, key } => (Some(publisher.clone()), Some(key.clone())),
+        Signature::Untrusted { key } => {
             if !flags.allow_untrusted {
                 anyhow::bail!(
                     "{reference} is signed by {key}, which plugins.trusted_publishers does not list; nothing was installed. If you trust it, add `{{name: NAME, key: \"{key}\"}}` to plugins.trusted_publishers, or pass --allow-untrusted (audited)"
@@ -668,7 +671,7 @@ async fn install_from_registry(
             );
             (None, Some(key.clone()))
         }
-        registry::Signature::Unsigned => {
+        Signature::Unsigned => {
             if !flags.allow_unsigned {
                 anyhow::bail!(
                     "{reference} is not signed (no {}.sig beside it); nothing was installed. Ask its publisher to sign it (`pincer plugin publish --key`), or pass --allow-unsigned (audited)",
@@ -678,7 +681,7 @@ async fn install_from_registry(
             audit.record("cli", None, "plugin.install_unsigned", &pulled.pinned);
             (None, None)
         }
-        registry::Signature::OutOfScope {
+        Signature::OutOfScope {
             publisher,
             key,
             plugin,
@@ -728,7 +731,7 @@ async fn install_from_registry(
         );
     }
     std::fs::write(
-        staging.path().join(catalog::MANIFEST_FILE),
+        staging.path().join(plugins::MANIFEST_FILE),
         &pulled.manifest_text,
     )?;
     std::fs::write(
@@ -808,7 +811,7 @@ async fn install_from_registry(
 /// `pincer plugin build [DIR]`: build, then check the package the way an
 /// install does; a package that fails the check is removed.
 fn build(ctx: &Context, dir: &Path, out: &Path, json: bool) -> anyhow::Result<()> {
-    let built = plugin_build::build(dir, out)?;
+    let built = plugins::build_plugin(dir, out)?;
     let checked = PluginPackage::read(&built.dir, PluginSource::Dir(built.dir.clone()))
         .map_err(anyhow::Error::from)
         .and_then(|package| Ok(ctx.plugin_host()?.load(&package, None, ctx.limits())?));
@@ -848,8 +851,8 @@ fn build(ctx: &Context, dir: &Path, out: &Path, json: bool) -> anyhow::Result<()
         m.plugin.version,
         plugin.kind(),
         match built.toolchain {
-            plugin_build::Toolchain::Cargo => "cargo",
-            plugin_build::Toolchain::ComponentizePy => "componentize-py",
+            plugins::Toolchain::Cargo => "cargo",
+            plugins::Toolchain::ComponentizePy => "componentize-py",
         }
     );
     println!("  package:   {}", built.dir.display());
@@ -887,9 +890,9 @@ async fn publish(
     let key = key.map(PublisherKey::load).transpose()?;
     let m = &plugin.manifest;
     let world = format!("pincer:plugin/{}@{}", plugin.kind().world(), m.plugin.wit);
-    let published = registry::publish(
+    let published = plugins::publish(
         reference,
-        &registry::Package {
+        &plugins::RegistryPackage {
             manifest_text: &package.manifest_text,
             name: plugin.name(),
             version: &m.plugin.version.to_string(),

@@ -43,11 +43,10 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
         .iter()
         .filter_map(|server| {
             let container = ctx.config.mcp_servers.get(server)?.container.as_ref()?;
-            let effective =
-                crate::containers::mcp::server_policy(&catalog_policy, server, container)
-                    .map_err(|e| e.to_string());
+            let effective = crate::containers::server_policy(&catalog_policy, server, container)
+                .map_err(|e| e.to_string());
             let volumes: Vec<(String, String, bool)> =
-                crate::containers::mcp::volumes_as_written(container)
+                crate::containers::volumes_as_written(container)
                     .into_iter()
                     .map(|m| (m.source.display().to_string(), m.target, m.read_only))
                     .collect();
@@ -71,7 +70,7 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
             workspace,
             workspace_dir: &workspace_dir,
             run_dir: &ctx.home.join("run").join(name),
-            runner_binary: &crate::containers::agent_binary::path(&ctx.home),
+            runner_binary: &crate::containers::runner_path(&ctx.home),
             plugin_http: &plugin_http,
             mcp_containers: &mcp_containers,
         },

@@ -93,7 +93,7 @@ pub async fn check(
         crate::scheduler::discover::ToolLists::new()
     } else {
         let host = ctx.plugin_host()?;
-        let workspace = workspace.unwrap_or(crate::plugins::scope::LEGACY_WORKSPACE);
+        let workspace = workspace.unwrap_or(crate::plugins::LEGACY_WORKSPACE);
         crate::scheduler::discover::list_tools(
             &host,
             &catalog,

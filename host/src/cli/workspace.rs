@@ -6,21 +6,23 @@ use std::time::Instant;
 use pincer_runner_protocol::ExecRequest;
 
 use super::{Context, WorkspaceCommand};
-use crate::containers::{self, ContainerRuntime, image};
+use crate::containers::{self, ContainerRuntime};
 
 pub async fn image_build(config_flag: Option<&Path>) -> anyhow::Result<()> {
     let ctx = Context::load(config_flag)?;
     let runtime = ctx.container_runtime().await?;
     let tag = &ctx.config.containers.image;
     let started = Instant::now();
-    let built = image::build(runtime.docker(), tag, &mut |line| println!("==> {line}")).await?;
-    let runner = containers::agent_binary::install(&ctx.home)?;
+    let built = runtime
+        .build_image(tag, &mut |line| println!("==> {line}"))
+        .await?;
+    let runner = containers::install_runner(&ctx.home)?;
     println!(
         "{} {} in {:.1} s; the agent runner ({} KiB, static) is bind-mounted from {}",
         if built.up_to_date { "checked" } else { "built" },
         built.image,
         started.elapsed().as_secs_f64(),
-        containers::agent_binary::size() / 1024,
+        containers::runner_size() / 1024,
         runner.display()
     );
     Ok(())

@@ -121,7 +121,7 @@ pub struct Gateway {
     pub timeout: f64,
     /// Prices in USD per million tokens, by `provider/model` or by alias;
     /// override and extend the built-in table
-    /// (`pincer::gateway::cost::PriceTable`).
+    /// (`pincer::gateway::PriceTable`).
     pub prices: BTreeMap<String, ModelPrice>,
     /// The exact-match response cache (off by default).
     pub cache: GatewayCache,

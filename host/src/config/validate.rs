@@ -539,12 +539,12 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace, out: Out<'a,
     for (plugin, hosts) in &ws.plugin_http {
         let mut p = base();
         p.extend([Key("plugin_http"), Key(plugin.as_str())]);
-        if let Err(reason) = crate::plugins::manifest::check_name(plugin) {
+        if let Err(reason) = crate::plugins::check_name(plugin) {
             out.push(at_key(p, reason));
             continue;
         }
         for (i, host) in hosts.iter().enumerate() {
-            if let Err(reason) = crate::plugins::manifest::HostPattern::parse(host) {
+            if let Err(reason) = crate::plugins::HostPattern::parse(host) {
                 let mut p = p.clone();
                 p.push(Index(i));
                 out.push(at(p, reason));
@@ -672,7 +672,7 @@ fn plugins<'a>(plugins: &'a Plugins, out: Out<'a, '_>) {
         }
     }
     for (i, publisher) in plugins.trusted_publishers.iter().enumerate() {
-        if let Err(e) = crate::plugins::registry::signing::parse_public(&publisher.key) {
+        if let Err(e) = crate::plugins::parse_publisher_key(&publisher.key) {
             out.push(at(
                 vec![
                     Key("plugins"),
@@ -684,7 +684,7 @@ fn plugins<'a>(plugins: &'a Plugins, out: Out<'a, '_>) {
             ));
         }
         for (j, glob) in publisher.plugins.iter().flatten().enumerate() {
-            if let Err(why) = crate::plugins::registry::check_name_glob(glob) {
+            if let Err(why) = crate::plugins::check_name_glob(glob) {
                 out.push(at(
                     vec![
                         Key("plugins"),
@@ -790,7 +790,7 @@ fn channels<'a>(cfg: &'a Config, out: Out<'a, '_>) {
             }
         }
         for (i, pattern) in channel.http.iter().enumerate() {
-            if let Err(why) = crate::plugins::manifest::HostPattern::parse(pattern) {
+            if let Err(why) = crate::plugins::HostPattern::parse(pattern) {
                 let mut p = field("http");
                 p.push(Index(i));
                 out.push(at(p, why));

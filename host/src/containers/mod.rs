@@ -2,23 +2,35 @@
 //! image, one container per workspace with its policy applied and verified,
 //! and the agent runner inside it reached over a unix socket.
 
-pub mod agent_binary;
-pub mod beneath;
-pub mod cgroup;
-pub mod image;
-pub mod mcp;
-pub mod mounts;
-pub mod runner_client;
-pub mod runtime;
-pub mod spec;
+mod agent_binary;
+mod beneath;
+mod cgroup;
+mod image;
+mod mcp;
+mod mounts;
+mod runner_client;
+mod runtime;
+mod spec;
 
 use std::path::Path;
 
+pub use agent_binary::{install as install_runner, path as runner_path, size as runner_size};
+pub use beneath::{
+    BeneathError, ensure_dir, open_dir, read_regular_absolute, read_regular_beneath,
+};
+pub use image::{BUSYBOX, Built, DEFAULT_IMAGE};
+pub use mcp::{McpContainers, server_policy, volume_problems, volumes_as_written};
+pub use mounts::{
+    BindMount, MountError, check_source, check_workspace_folder, protected_paths,
+    workspace_folders, writable_sources,
+};
 pub use pincer_runner_protocol::ErrorKind as ExecErrorKind;
+pub use runner_client::{RunnerAddr, RunnerError, turn as runner_turn};
+pub use runtime::runner_addr;
 pub use runtime::{
     ContainerRuntime, ContainerStatus, Ensured, ExecOutcome, GrantError, GrantMinter,
 };
-pub use spec::WorkspaceSpec;
+pub use spec::{LABEL_INSTANCE, LABEL_WORKSPACE, WorkspaceSpec};
 
 use crate::config::{Config, expand_tilde};
 use crate::policy::{EffectivePolicy, PolicyCatalog};

@@ -105,8 +105,19 @@ impl ContainerRuntime {
         })
     }
 
-    pub fn docker(&self) -> &Docker {
-        &self.docker
+    /// Builds (or confirms) the default image `tag` from `images/`, offline;
+    /// `progress` receives one line per step.
+    pub async fn build_image(
+        &self,
+        tag: &str,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<super::image::Built, ContainerError> {
+        super::image::build(&self.docker, tag, progress).await
+    }
+
+    /// Whether the Docker Engine has image `tag`.
+    pub async fn has_image(&self, tag: &str) -> bool {
+        self.docker.inspect_image(tag).await.is_ok()
     }
 
     pub fn audit(&self) -> &AuditLog {

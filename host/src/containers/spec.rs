@@ -17,9 +17,7 @@ pub const LABEL_INSTANCE: &str = "pincer.instance";
 /// Hash of the spec; a container whose spec changed is recreated.
 pub const LABEL_SPEC: &str = "pincer.spec";
 
-pub use pincer_runner_protocol::mounts::{
-    GATEWAY_DIR, RUNNER_DIR, RUNNER_PATH, WORKSPACE_DIR, gateway_dir, runner_dir,
-};
+pub use pincer_runner_protocol::mounts::{RUNNER_PATH, WORKSPACE_DIR, gateway_dir, runner_dir};
 
 #[derive(Debug, Clone)]
 pub struct WorkspaceSpec {
@@ -31,8 +29,8 @@ pub struct WorkspaceSpec {
     /// Host folder mounted at `/workspace`.
     pub workspace_dir: PathBuf,
     /// Host folder `$PINCER_HOME/run/<ws>`, never mounted itself: its
-    /// `gateway/` is mounted read-only at [`GATEWAY_DIR`], its `runner/`
-    /// read-write at [`RUNNER_DIR`].
+    /// `gateway/` is mounted read-only at [`pincer_runner_protocol::mounts::GATEWAY_DIR`], its `runner/`
+    /// read-write at [`pincer_runner_protocol::mounts::RUNNER_DIR`].
     pub run_dir: PathBuf,
     /// The static runner binary on the host.
     pub runner_binary: PathBuf,

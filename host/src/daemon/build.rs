@@ -8,8 +8,8 @@ use anyhow::Context as _;
 
 use super::Context;
 use crate::containers::ContainerRuntime;
-use crate::gateway::server::{Gateway, Shared};
-use crate::gateway::sockets::WorkspaceSockets;
+use crate::gateway::WorkspaceSockets;
+use crate::gateway::{Gateway, Shared};
 use crate::sessions::SessionStore;
 use crate::turn::{Agent, Observers, Recall};
 

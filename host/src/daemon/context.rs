@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use crate::audit::AuditLog;
 use crate::config::{self, Config};
 use crate::containers::ContainerRuntime;
-use crate::gateway::keys::KeyStore;
+use crate::gateway::KeyStore;
 use crate::plugins::{CallLimits, Catalog, HostPaths, LoadedPlugin, PluginHost};
 
 pub struct Context {
@@ -95,7 +95,7 @@ impl Context {
 
     /// The plugins this configuration may load (`plugins.enabled`).
     pub fn catalog(&self) -> Catalog {
-        crate::plugins::enabled::restrict(self.all_plugins(), &self.config)
+        crate::plugins::restrict_to_enabled(self.all_plugins(), &self.config)
     }
 
     /// Every plugin this host can see, enabled or not.
@@ -119,16 +119,16 @@ impl Context {
         let names: Vec<&str> = self.config.workspaces.keys().map(String::as_str).collect();
         match flag {
             Some(name) => {
-                if !names.is_empty() || name != crate::plugins::scope::LEGACY_WORKSPACE {
+                if !names.is_empty() || name != crate::plugins::LEGACY_WORKSPACE {
                     self.check_workspace(name)?;
                 }
                 Ok(name.to_string())
             }
             None => match names.as_slice() {
-                [] => Ok(crate::plugins::scope::LEGACY_WORKSPACE.to_string()),
+                [] => Ok(crate::plugins::LEGACY_WORKSPACE.to_string()),
                 [only] => Ok((*only).to_string()),
-                several if several.contains(&crate::plugins::scope::LEGACY_WORKSPACE) => {
-                    Ok(crate::plugins::scope::LEGACY_WORKSPACE.to_string())
+                several if several.contains(&crate::plugins::LEGACY_WORKSPACE) => {
+                    Ok(crate::plugins::LEGACY_WORKSPACE.to_string())
                 }
                 several => anyhow::bail!(
                     "several workspaces are configured ({}): say whose plugin state to use with --workspace NAME",
@@ -141,7 +141,7 @@ impl Context {
     /// Loads a plugin by name with its configured `plugins.config.<name>`,
     /// working with the state of the `default` workspace.
     pub fn load_plugin(&self, host: &PluginHost, name: &str) -> anyhow::Result<Arc<LoadedPlugin>> {
-        self.load_plugin_for(host, name, crate::plugins::scope::LEGACY_WORKSPACE)
+        self.load_plugin_for(host, name, crate::plugins::LEGACY_WORKSPACE)
     }
 
     /// Loads a plugin by name with its configured `plugins.config.<name>`,

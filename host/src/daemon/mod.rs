@@ -109,7 +109,7 @@ async fn serve(
     }
 
     let addr = listen.unwrap_or(ctx.config.gateway.listen);
-    crate::gateway::server::check_listen(&ctx.config.gateway, addr)?;
+    crate::gateway::check_listen(&ctx.config.gateway, addr)?;
     let tcp = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} (gateway.listen)"))?;
@@ -175,14 +175,14 @@ async fn serve(
         audit.clone(),
         stop.clone(),
     ));
-    tasks.spawn(crate::channels::outbox::run(
+    tasks.spawn(crate::channels::run_outbox(
         channels.clone(),
         audit.clone(),
         format!("pincer-{}", std::process::id()),
         stop.clone(),
     ));
     for name in channels.names().map(str::to_string).collect::<Vec<_>>() {
-        tasks.spawn(crate::channels::connection::hold(
+        tasks.spawn(crate::channels::hold_connection(
             channels.clone(),
             inbox.clone(),
             name,
@@ -200,7 +200,7 @@ async fn serve(
             .await
             .with_context(|| format!("cannot listen on {at} (channels.listen)"))?;
         let bound = listener.local_addr()?;
-        let routes = crate::channels::webhook::routes(channels.clone(), inbox.clone());
+        let routes = crate::channels::webhook_routes(channels.clone(), inbox.clone());
         let limits = ctx.config.channels.limits.into();
         let mut stop = stop.clone();
         tasks.spawn(crate::listener::serve(
@@ -264,7 +264,7 @@ async fn serve(
     router.drain(TURN_GRACE + Duration::from_secs(5)).await;
     let flushed = tokio::time::timeout(FLUSH_WITHIN, async {
         let owner = format!("pincer-{}-flush", std::process::id());
-        while crate::channels::outbox::deliver_due(&channels, &audit, &owner).await > 0 {}
+        while crate::channels::deliver_due(&channels, &audit, &owner).await > 0 {}
     })
     .await;
     if flushed.is_err() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::audit::AuditLog;
 use crate::channels::ChannelStore;
-use crate::channels::store::Pruned;
+use crate::channels::Pruned;
 use crate::config::Retention;
 use crate::scheduler::Store as ScheduleStore;
 
@@ -121,7 +121,7 @@ pub async fn prune_daily(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channels::store::{InboundState, OutboxState, Received, Reply};
+    use crate::channels::{InboundState, OutboxState, Received, Reply};
 
     const DAY_MS: i64 = 24 * 3600 * 1000;
 
@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(row.state, InboundState::Refused);
         assert_eq!(
             row.text,
-            crate::channels::store::refused_text(&text, InboundState::Refused),
+            crate::channels::refused_text(&text, InboundState::Refused),
             "its size and hash are"
         );
         assert!(

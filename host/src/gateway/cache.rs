@@ -32,7 +32,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -72,7 +71,8 @@ impl Inner {
 }
 
 /// Counters since the cache was made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
@@ -188,6 +188,7 @@ impl ResponseCache {
     }
 
     /// Forgets every answer.
+    #[cfg(test)]
     pub fn clear(&self) {
         if let Some(mut inner) = self.lock() {
             *inner = Inner::default();
@@ -195,14 +196,17 @@ impl ResponseCache {
     }
 
     /// Number of stored answers (some may have expired).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().map_or(0, |inner| inner.map.len())
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    #[cfg(test)]
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             hits: self.hits.load(Ordering::Relaxed),

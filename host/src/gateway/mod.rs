@@ -1,14 +1,24 @@
 //! The model gateway: keys, budgets, cost, cache, LLM routing and the HTTP
 //! server that containers and external clients call and the MCP gateway.
+//! Other rooms use what this facade exports; the modules are private.
 
-pub mod budget;
-pub mod cache;
-pub mod cost;
-pub mod keys;
-pub mod lease;
-pub mod llm;
-pub mod mcp;
-pub mod metrics;
-pub mod server;
-pub mod sockets;
-pub mod writer;
+mod budget;
+mod cache;
+mod cost;
+mod keys;
+mod lease;
+mod llm;
+mod mcp;
+mod metrics;
+mod server;
+mod sockets;
+mod writer;
+
+pub use budget::{Estimate, Ledger};
+pub use cost::PriceTable;
+pub use keys::{KeyInfo, KeyKind, KeyStore};
+pub use llm::local::{LocalModel, fetch as model_fetch};
+pub use llm::{check_deployment, default_client};
+pub use server::{Gateway, Shared, check_listen};
+pub use sockets::WorkspaceSockets;
+pub use writer::QUEUE_CAPACITY;

@@ -118,7 +118,8 @@ fn llm_error(e: &LlmError, dialect: Dialect) -> Response {
 /// (`/run/pincer/gateway/gateway.sock` in its container), in a host-owned
 /// folder the container has read-only.
 pub fn workspace_socket(home: &Path, workspace: &str) -> std::path::PathBuf {
-    crate::containers::spec::gateway_dir(&home.join("run").join(workspace)).join("gateway.sock")
+    pincer_runner_protocol::mounts::gateway_dir(&home.join("run").join(workspace))
+        .join("gateway.sock")
 }
 
 /// Refuses to serve the gateway on `addr` (`gateway.listen` or a
@@ -235,7 +236,7 @@ impl Gateway {
         // into the container): no container can rename or relink its
         // entries, so remove, bind and chmod by path are safe here.
         if let Some(dir) = path.parent() {
-            crate::containers::beneath::ensure_dir(dir, 0o755, None)
+            crate::containers::ensure_dir(dir, 0o755, None)
                 .with_context(|| format!("preparing {}", dir.display()))?;
         }
         let _ = std::fs::remove_file(&path);

@@ -7,27 +7,41 @@
 //!   limit;
 //! - [`capabilities`] are the host imports, each granted by the manifest.
 
-pub mod build;
-pub mod capabilities;
-pub mod catalog;
-pub mod enabled;
-pub mod engine;
+mod build;
+mod capabilities;
+mod catalog;
+mod enabled;
+mod engine;
 mod error;
-pub mod escalation;
-pub mod manifest;
-pub mod registry;
-pub mod runtime;
-pub mod scaffold;
-pub mod scope;
+mod escalation;
+mod manifest;
+mod registry;
+mod runtime;
+mod scaffold;
+mod scope;
 mod state;
-pub mod trace;
-pub mod wit;
+mod trace;
+mod wit;
 
-pub use catalog::{Catalog, PluginPackage, PluginSource};
+pub use build::{Toolchain, build as build_plugin};
+pub use capabilities::data::usage as data_usage;
+pub use catalog::{
+    Catalog, MANIFEST_FILE, PluginPackage, PluginSource, install as install_package,
+    origin as package_origin,
+};
+pub use enabled::{resolve as resolve_enabled, restrict as restrict_to_enabled};
+pub use engine::CompileSource;
 pub use error::PluginError;
-pub use manifest::{Manifest, PluginKind};
-pub use runtime::{CallLimits, HostPaths, LoadedPlugin, PluginHost};
-pub use scope::{HttpReach, Scope, plugin_http_reach};
+pub use escalation::{Escalation, compare as compare_replacement, readable_secret_keys};
+pub use manifest::{HostPattern, Manifest, PluginKind, check_name};
+pub use registry::signing::parse_public as parse_publisher_key;
+pub use registry::{
+    Package as RegistryPackage, PublisherKey, Pulled, Signature, Trusted, check_name_glob, publish,
+    pull,
+};
+pub use runtime::{CallLimits, HostPaths, LoadedPlugin, PluginHost, V1_CHANNEL_MAX_TEXT_BYTES};
+pub use scaffold::{Lang as ScaffoldLang, create as scaffold_plugin};
+pub use scope::{HttpReach, LEGACY_WORKSPACE, Scope, plugin_http_reach};
 pub use wit::latest as api;
 
 /// The shortest secret value accepted (`config check`, load): shorter ones

@@ -932,7 +932,7 @@ fn report_shows_mounts_reach_and_settings() {
         mounts: ws
             .mounts
             .iter()
-            .map(|m| crate::containers::mounts::BindMount {
+            .map(|m| crate::containers::BindMount {
                 source: m.source.clone(),
                 target: m.target.clone(),
                 read_only: m.read_only,

@@ -13,8 +13,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::audit::AuditLog;
-use crate::channels::store::{InboundRow, StoreError};
-use crate::channels::{AcceptError, Address, ChannelHost, InboundState, Inbox, Received};
+use crate::channels::{
+    AcceptError, Address, ChannelHost, InboundRow, InboundState, Inbox, Received, StoreError,
+};
 use crate::config::{Config, Refusal};
 use crate::plugins::api;
 use crate::sessions::{SessionKey, TurnStatus};

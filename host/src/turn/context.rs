@@ -34,7 +34,7 @@ fn preamble(workspace: &str) -> String {
 /// `..` (so a path into a mount or another workspace cannot be redirected),
 /// regular files only, capped. Blocking I/O: call it off the async threads.
 pub fn instructions(folder: &Path, configured: Option<&Path>) -> (Option<String>, Option<String>) {
-    use crate::containers::beneath::{self, BeneathError};
+    use crate::containers::{self, BeneathError};
     use std::os::fd::AsFd;
     let (display, required) = match configured {
         Some(p) if p.is_absolute() => (p.to_path_buf(), true),
@@ -43,7 +43,7 @@ pub fn instructions(folder: &Path, configured: Option<&Path>) -> (Option<String>
     };
     let read = match configured {
         Some(p) if p.is_absolute() && !p.starts_with(folder) => {
-            beneath::read_regular_absolute(p, MAX_INSTRUCTIONS_BYTES)
+            containers::read_regular_absolute(p, MAX_INSTRUCTIONS_BYTES)
         }
         _ => {
             let relative = match configured {
@@ -51,8 +51,8 @@ pub fn instructions(folder: &Path, configured: Option<&Path>) -> (Option<String>
                 Some(p) => p.to_path_buf(),
                 None => "AGENTS.md".into(),
             };
-            beneath::open_dir(folder).and_then(|dir| {
-                beneath::read_regular_beneath(
+            containers::open_dir(folder).and_then(|dir| {
+                containers::read_regular_beneath(
                     dir.as_fd(),
                     &relative,
                     MAX_INSTRUCTIONS_BYTES,

@@ -19,9 +19,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::config::Config;
-use crate::containers::{self, ContainerRuntime, runner_client};
-use crate::gateway::server::Gateway;
-use crate::gateway::sockets::WorkspaceSockets;
+use crate::containers::{self, ContainerRuntime, RunnerAddr, RunnerError};
+use crate::gateway::Gateway;
+use crate::gateway::WorkspaceSockets;
 use crate::plugins::api;
 use crate::sessions::{SessionKey, SessionStore, ToolCallRecord, TurnStatus};
 
@@ -484,7 +484,7 @@ impl Agent {
             },
             gateway_tools: true,
         };
-        let socket = containers::runtime::runner_addr(&spec, &ensured.id);
+        let socket = containers::runner_addr(&spec, &ensured.id);
         let deadline = Duration::from_secs(limits.turn_timeout_secs);
         let bounds = RelayBounds {
             workspace,
@@ -533,7 +533,7 @@ impl Agent {
     #[allow(clippy::too_many_arguments)]
     async fn relay(
         &self,
-        socket: &runner_client::RunnerAddr,
+        socket: &RunnerAddr,
         request: TurnRequest,
         session_id: i64,
         turn_id: &str,
@@ -542,7 +542,7 @@ impl Agent {
         observe: &(dyn Fn(api::EventBody) + Send + Sync),
     ) -> Result<Outcome, RunnerGone> {
         let model = request.model.clone();
-        let mut stream = match runner_client::turn(socket, request).await {
+        let mut stream = match containers::runner_turn(socket, request).await {
             Ok(stream) => stream,
             Err(e) => return Ok(fail(events, TurnErrorKind::Internal, e.to_string())),
         };
@@ -552,7 +552,7 @@ impl Agent {
             let event = match stream.next().await {
                 Ok(Some(event)) => event,
                 Ok(None) => return Ok(Outcome::Failed("the turn ended without an outcome".into())),
-                Err(runner_client::RunnerError::Closed) => return Err(RunnerGone),
+                Err(RunnerError::Closed) => return Err(RunnerGone),
                 Err(e) => return Ok(fail(events, TurnErrorKind::Internal, e.to_string())),
             };
             count += 1;

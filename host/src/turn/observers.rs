@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::plugins::LoadedPlugin;
 use crate::plugins::PluginHost;
 use crate::plugins::api::Event;
-use crate::plugins::runtime::LoadedPlugin;
 
 /// Events waiting for one observer before new ones are dropped.
 pub const QUEUE: usize = 1024;

@@ -11,9 +11,6 @@ use super::openai::{ChatRequest, StreamStep, assistant_message, error_message, u
 use super::sse::SseEvent;
 use super::types::Usage;
 
-/// `max_tokens` is required by Anthropic; used when the client sets none.
-pub const DEFAULT_MAX_TOKENS: u64 = crate::gateway::budget::DEFAULT_MAX_COMPLETION_TOKENS;
-
 /// The system instruction that stands in for OpenAI's JSON mode.
 pub const JSON_MODE_INSTRUCTION: &str =
     "Respond only with a single valid JSON object, with no text before or after it.";
@@ -197,7 +194,7 @@ pub(crate) fn request_from_openai(
     let mut out = Map::new();
     out.insert("model".into(), Value::String(upstream_model.to_owned()));
     // The bound the budget reserved (the smaller client value, else the
-    // default, which equals DEFAULT_MAX_TOKENS).
+    // default, `budget::DEFAULT_MAX_COMPLETION_TOKENS`).
     let max_tokens = crate::gateway::budget::completion_bound_in(body);
     out.insert("max_tokens".into(), max_tokens.into());
     let turns: Vec<Value> = turns

@@ -37,17 +37,14 @@ mod types;
 #[cfg(test)]
 mod tests;
 
-pub use anthropic::{DEFAULT_MAX_TOKENS, JSON_MODE_INSTRUCTION};
 pub use error::LlmError;
-pub use provider::{ANTHROPIC_VERSION, Provider};
-pub use redact::{REDACTED, contains_key_format, redact_secrets};
-pub use router::{BACKOFF_BASE, BACKOFF_CAP, DEFAULT_COOLDOWN, LlmRouter, MAX_COOLDOWN};
-pub use sse::{OPENAI_SSE_DONE, openai_sse_data};
+pub use router::LlmRouter;
+pub use sse::OPENAI_SSE_DONE;
 pub use translate::{
-    AnthropicEvent, OpenAiToAnthropicStream, anthropic_request_to_openai,
-    openai_response_to_anthropic, openai_stream_to_anthropic,
+    AnthropicEvent, anthropic_request_to_openai, openai_response_to_anthropic,
+    openai_stream_to_anthropic,
 };
-pub use types::{ChatOutcome, DeploymentId, Usage};
+pub use types::{ChatOutcome, Usage};
 
 /// A client suited to upstream calls: no redirects followed (a redirect must
 /// not carry a key elsewhere), a 10 s connect timeout, pooled connections.

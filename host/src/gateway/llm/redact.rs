@@ -67,6 +67,7 @@ impl std::fmt::Debug for Secrets {
 
 /// Whether `text` contains something shaped like a key (see
 /// [`redact_secrets`]).
+#[cfg(test)]
 pub fn contains_key_format(text: &str) -> bool {
     redact_key_formats(text).is_some()
 }

@@ -17,7 +17,7 @@ use super::openai::{self, ChatRequest, parse_chat_request, upstream_error_messag
 use super::provider::{Deployment, Target, seconds};
 use super::redact::Secrets;
 use super::stream::{LiveContext, StreamFailure, UpstreamStream, live_stream};
-use super::types::{ChatOutcome, DeploymentId};
+use super::types::ChatOutcome;
 use crate::config::{Gateway, RoutingStrategy};
 
 /// How long a failed deployment is skipped when the upstream gives no
@@ -223,19 +223,16 @@ impl LlmRouter {
         self
     }
 
-    /// The runtime shared by this router's `local/` deployments.
-    pub fn local_runtime(&self) -> &Arc<LocalRuntime> {
-        &self.local
-    }
-
     /// Cooldown of a failed deployment when the upstream sends no
     /// `Retry-After` (default 30 s).
+    #[cfg(test)]
     pub fn with_cooldown(mut self, cooldown: Duration) -> Self {
         self.cooldown = cooldown;
         self
     }
 
     /// Retry backoff base and cap (default 100 ms and 2 s).
+    #[cfg(test)]
     pub fn with_backoff(mut self, base: Duration, cap: Duration) -> Self {
         self.backoff_base = base;
         self.backoff_cap = cap;
@@ -253,7 +250,8 @@ impl LlmRouter {
     }
 
     /// Every deployment, in config order.
-    pub fn deployments(&self) -> Vec<DeploymentId> {
+    #[cfg(test)]
+    pub fn deployments(&self) -> Vec<super::types::DeploymentId> {
         self.states
             .iter()
             .map(|s| s.deployment.id.clone())

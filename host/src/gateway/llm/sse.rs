@@ -1,15 +1,8 @@
 //! Server-sent events: an incremental parser for upstream streams and the
 //! formatting helpers the server uses to write OpenAI streams.
 
-use serde_json::Value;
-
 /// The line that ends an OpenAI stream.
 pub const OPENAI_SSE_DONE: &str = "data: [DONE]\n\n";
-
-/// `data: {chunk}\n\n`.
-pub fn openai_sse_data(chunk: &Value) -> String {
-    format!("data: {chunk}\n\n")
-}
 
 /// One parsed event.
 #[derive(Debug, Clone, PartialEq, Eq)]

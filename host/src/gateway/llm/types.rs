@@ -69,16 +69,6 @@ pub enum ChatOutcome {
     },
 }
 
-impl ChatOutcome {
-    pub fn deployment(&self) -> &DeploymentId {
-        match self {
-            ChatOutcome::Complete { deployment, .. } | ChatOutcome::Stream { deployment, .. } => {
-                deployment
-            }
-        }
-    }
-}
-
 impl fmt::Debug for ChatOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

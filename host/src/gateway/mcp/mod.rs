@@ -74,7 +74,7 @@ impl McpGateway {
             skills: Skills::new(config, home, shared.plugins),
             upstreams: Upstreams::new(
                 Arc::new(config.clone()),
-                crate::containers::mcp::McpContainers::new(home, audit.clone()),
+                crate::containers::McpContainers::new(home, audit.clone()),
             ),
             memory: MemoryTools::new(home.to_path_buf(), shared.memory),
             schedule: ScheduleTools::new(

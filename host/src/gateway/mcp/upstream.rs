@@ -21,7 +21,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::Mutex;
 
 use crate::config::{Config, McpServer};
-use crate::containers::mcp::McpContainers;
+use crate::containers::McpContainers;
 
 type Client = RunningService<RoleClient, ()>;
 

@@ -23,8 +23,6 @@ use super::scrub::Scrubber;
 use crate::plugins::manifest::{Binding, WebhookToken};
 use crate::plugins::scope::HttpReach;
 
-pub use super::scrub::SCRUBBED;
-
 /// The shortest piece of a secret value that inbound frames are masked for
 /// ([`Secrets::mask_in_place`]); also the shortest value accepted as a
 /// secret at all (shorter ones are too likely to be ordinary text).
@@ -381,7 +379,7 @@ impl Secrets {
 
     /// Replaces every secret value, in each common spelling, in `bytes`
     /// (a JSON body on its decoded strings too) and in `headers` with
-    /// [`SCRUBBED`].
+    /// [`super::scrub::SCRUBBED`].
     pub fn scrub(&self, headers: &mut [(String, String)], bytes: &mut Vec<u8>) {
         let scrubber = self.scrubber();
         scrubber.body(bytes);
@@ -390,7 +388,7 @@ impl Secrets {
         }
     }
 
-    /// `text` with every secret value replaced by [`SCRUBBED`] (error
+    /// `text` with every secret value replaced by [`super::scrub::SCRUBBED`] (error
     /// messages may quote a URL that carries one).
     pub fn scrub_text(&self, text: &str) -> String {
         self.scrubber().text(text)

@@ -33,7 +33,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sha2::{Digest as _, Sha256};
 
-pub use signing::{KeyError, PublisherKey};
+pub use signing::PublisherKey;
 
 /// The config media type of a Wasm OCI artifact.
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";

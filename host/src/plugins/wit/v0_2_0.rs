@@ -8,8 +8,6 @@ use wasmtime::component::{HasSelf, Linker};
 use super::latest as new;
 use crate::plugins::state::PluginState;
 
-pub const VERSION: &str = "0.2.0";
-
 mod channel_world {
     wasmtime::component::bindgen!({
         path: "../wit/v0.2.0",

@@ -18,8 +18,5 @@ mod request;
 mod runtime;
 mod template;
 
-pub use error::{FetchError, LocalError, ModelError};
-pub use pincer_infer::{
-    FinishReason, Finished, Limits, Sampling, ThreadPool, Tokenizer, compute_pool,
-};
+pub use error::LocalError;
 pub use runtime::{LocalModel, LocalOutcome, LocalRuntime, LocalSettings, ModelSpec};

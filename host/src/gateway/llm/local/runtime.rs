@@ -247,10 +247,6 @@ impl LocalRuntime {
         }
     }
 
-    pub fn settings(&self) -> &LocalSettings {
-        &self.settings
-    }
-
     fn models_dir(&self) -> PathBuf {
         self.settings.models_dir.clone().unwrap_or_else(|| {
             crate::config::pincer_home()

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::gateway::llm::{REDACTED, redact_secrets};
+use crate::gateway::llm::redact::{REDACTED, redact_secrets};
 
 /// A key that matches no known key format: only the configured-secret layer
 /// can catch it.
