@@ -762,35 +762,39 @@ fn a_huge_manifest_is_refused_without_being_read() {
     let user = consumer(&[]);
     for tag in ["declared", "chunked"] {
         let reference = format!("{addr}/acme/huge:{tag}");
-        // Reaped by `libc::wait4` below, which also gives its peak RSS.
-        #[allow(clippy::zombie_processes)]
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
-            .args(["plugin", "install", &reference, "--yes"])
+        // The child's own peak memory. `ru_maxrss` of a process this test
+        // process spawns starts at this process's RSS (Linux keeps the old
+        // address space's high-water mark across exec), and all end-to-end
+        // tests share this process; so a small Python parent spawns pincer
+        // and reports the peak of its one waited-for child.
+        let output = Command::new("python3")
+            .args([
+                "-c",
+                "import resource, subprocess, sys\n\
+                 rc = subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL).returncode\n\
+                 print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)",
+                env!("CARGO_BIN_EXE_pincer"),
+                "plugin",
+                "install",
+                &reference,
+                "--yes",
+            ])
             .current_dir(user.work())
             .env("PINCER_HOME", user.home())
             .env_remove("PINCER_CONFIG")
             .env_remove("PINCER_LOG")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
+            .output()
             .unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut stderr, &mut text).unwrap();
-            text
-        });
-        let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
-        // SAFETY: waits for our own child, once; `usage` is a plain struct.
-        let waited = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-        assert_eq!(waited, child.id() as libc::pid_t);
-        let err = reader.join().unwrap();
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != 0,
-            "{tag}: should have failed: {err}"
-        );
-        let peak_mb = usage.ru_maxrss / 1024; // KiB on Linux
+        let err = String::from_utf8_lossy(&output.stderr).into_owned();
+        let report = String::from_utf8_lossy(&output.stdout);
+        let (code, peak_kib) = report
+            .trim()
+            .split_once(' ')
+            .and_then(|(code, kib)| Some((code.parse::<i32>().ok()?, kib.parse::<u64>().ok()?)))
+            .unwrap_or_else(|| panic!("{tag}: no report from the wrapper: {report:?} {err}"));
+        assert!(code > 0, "{tag}: should have failed (exit {code}): {err}");
+        let peak_mb = peak_kib / 1024;
         assert!(
             peak_mb < 100,
             "{tag}: plugin install peaked at {peak_mb} MB: {err}"
