@@ -20,7 +20,8 @@ use super::engine::{CompileSource, MAX_PLUGIN_MEMORY, PluginEngine};
 use super::manifest::{Manifest, PluginKind};
 use super::scope::{HttpReach, LEGACY_WORKSPACE, Scope};
 use super::state::{Grants, PluginState};
-use super::wit::{self, WitRelease, latest, v0_1_0 as v1, v0_2_0 as v2};
+use super::wit::worlds::{Instance, Prepared};
+use super::wit::{self, WitRelease, latest};
 use crate::audit::AuditLog;
 
 /// Limits applied to every call of a plugin.
@@ -80,37 +81,6 @@ pub struct PluginHost {
     legacy_secrets: crate::config::LegacySecrets,
 }
 
-/// The instance-ready form of a plugin, by world and WIT release.
-enum Pre {
-    Channel(latest::ChannelPluginPre<PluginState>),
-    Skill(latest::SkillPluginPre<PluginState>),
-    Observer(latest::ObserverPluginPre<PluginState>),
-    Tunnel(latest::TunnelPluginPre<PluginState>),
-    ChannelV1(v1::ChannelPluginPre<PluginState>),
-    SkillV1(v1::SkillPluginPre<PluginState>),
-    ObserverV1(v1::ObserverPluginPre<PluginState>),
-    TunnelV1(v1::TunnelPluginPre<PluginState>),
-    ChannelV2(v2::ChannelPluginPre<PluginState>),
-    SkillV2(v2::SkillPluginPre<PluginState>),
-    ObserverV2(v2::ObserverPluginPre<PluginState>),
-    TunnelV2(v2::TunnelPluginPre<PluginState>),
-}
-
-enum Bound {
-    Channel(latest::ChannelPlugin),
-    Skill(latest::SkillPlugin),
-    Observer(latest::ObserverPlugin),
-    Tunnel(latest::TunnelPlugin),
-    ChannelV1(v1::ChannelPlugin),
-    SkillV1(v1::SkillPlugin),
-    ObserverV1(v1::ObserverPlugin),
-    TunnelV1(v1::TunnelPlugin),
-    ChannelV2(v2::ChannelPlugin),
-    SkillV2(v2::SkillPlugin),
-    ObserverV2(v2::ObserverPlugin),
-    TunnelV2(v2::TunnelPlugin),
-}
-
 /// What a channel built against WIT 0.1.0 (which cannot say) may send in
 /// one message.
 pub const V1_CHANNEL_MAX_TEXT_BYTES: u32 = 4000;
@@ -127,7 +97,7 @@ pub struct LoadedPlugin {
     pub limits: CallLimits,
     faults: Arc<AtomicU64>,
     grants: Arc<Grants>,
-    pre: Arc<Pre>,
+    pre: Arc<dyn Prepared>,
 }
 
 impl LoadedPlugin {
@@ -350,7 +320,7 @@ impl PluginHost {
             .collect();
         let reach = reach.unwrap_or_else(|| HttpReach::manifest_only(&manifest));
         let grants = Arc::new(self.grants(&manifest, config, limits, scope, reach)?);
-        let pre = Arc::new(self.pre_instantiate(&name, manifest.kind(), wit, &component)?);
+        let pre = self.pre_instantiate(&name, manifest.kind(), wit, &component)?;
         Ok(Arc::new(LoadedPlugin {
             manifest,
             sha256,
@@ -538,50 +508,13 @@ impl PluginHost {
         kind: PluginKind,
         wit: WitRelease,
         component: &Component,
-    ) -> Result<Pre, PluginError> {
+    ) -> Result<Arc<dyn Prepared>, PluginError> {
         let invalid = |e: wasmtime::Error| PluginError::InvalidComponent {
             plugin: name.to_string(),
             reason: format!("cannot be linked against this host: {}", e.root_cause()),
         };
         let pre = self.linker.instantiate_pre(component).map_err(invalid)?;
-        Ok(match (kind, wit) {
-            (PluginKind::Channel, WitRelease::V0_3_0) => {
-                Pre::Channel(latest::ChannelPluginPre::new(pre).map_err(invalid)?)
-            }
-            (PluginKind::Skill, WitRelease::V0_3_0) => {
-                Pre::Skill(latest::SkillPluginPre::new(pre).map_err(invalid)?)
-            }
-            (PluginKind::Observer, WitRelease::V0_3_0) => {
-                Pre::Observer(latest::ObserverPluginPre::new(pre).map_err(invalid)?)
-            }
-            (PluginKind::Tunnel, WitRelease::V0_3_0) => {
-                Pre::Tunnel(latest::TunnelPluginPre::new(pre).map_err(invalid)?)
-            }
-            (PluginKind::Channel, WitRelease::V0_1_0) => {
-                Pre::ChannelV1(v1::ChannelPluginPre::new(pre).map_err(invalid)?)
-            }
-            (PluginKind::Skill, WitRelease::V0_1_0) => {
-                Pre::SkillV1(v1::SkillPluginPre::new(pre).map_err(invalid)?)
-            }
-            (PluginKind::Observer, WitRelease::V0_1_0) => {
-                Pre::ObserverV1(v1::ObserverPluginPre::new(pre).map_err(invalid)?)
-            }
-            (PluginKind::Tunnel, WitRelease::V0_1_0) => {
-                Pre::TunnelV1(v1::TunnelPluginPre::new(pre).map_err(invalid)?)
-            }
-            (PluginKind::Channel, WitRelease::V0_2_0) => {
-                Pre::ChannelV2(v2::ChannelPluginPre::new(pre).map_err(invalid)?)
-            }
-            (PluginKind::Skill, WitRelease::V0_2_0) => {
-                Pre::SkillV2(v2::SkillPluginPre::new(pre).map_err(invalid)?)
-            }
-            (PluginKind::Observer, WitRelease::V0_2_0) => {
-                Pre::ObserverV2(v2::ObserverPluginPre::new(pre).map_err(invalid)?)
-            }
-            (PluginKind::Tunnel, WitRelease::V0_2_0) => {
-                Pre::TunnelV2(v2::TunnelPluginPre::new(pre).map_err(invalid)?)
-            }
-        })
+        Ok(Arc::from(wit.prepare(kind, pre).map_err(invalid)?))
     }
 
     /// Records what goes into (`→`) or comes out of (`←`) a call, when
@@ -597,7 +530,7 @@ impl PluginHost {
         &self,
         plugin: &LoadedPlugin,
         export: &str,
-        call: impl AsyncFnOnce(&mut Store<PluginState>, &Bound) -> wasmtime::Result<T>,
+        call: impl AsyncFnOnce(&mut Store<PluginState>, &Instance) -> wasmtime::Result<T>,
     ) -> Result<T, PluginError> {
         let outcome = self.call(plugin, call).await;
         self.traced(plugin, &format!("← {export}"), &outcome);
@@ -609,7 +542,7 @@ impl PluginHost {
     async fn call<T>(
         &self,
         plugin: &LoadedPlugin,
-        call: impl AsyncFnOnce(&mut Store<PluginState>, &Bound) -> wasmtime::Result<T>,
+        call: impl AsyncFnOnce(&mut Store<PluginState>, &Instance) -> wasmtime::Result<T>,
     ) -> Result<T, PluginError> {
         let state = PluginState::new(plugin.grants.clone()).map_err(|e| PluginError::Host {
             plugin: plugin.name().to_string(),
@@ -624,8 +557,8 @@ impl PluginHost {
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(1);
         let outcome = tokio::time::timeout(plugin.limits.timeout, async {
-            let bound = instantiate(&plugin.pre, &mut store).await?;
-            call(&mut store, &bound).await
+            let instance = plugin.pre.instantiate(&mut store).await?;
+            call(&mut store, &instance).await
         })
         .await;
         let error = match outcome {
@@ -655,23 +588,8 @@ impl PluginHost {
         plugin: &LoadedPlugin,
     ) -> Result<Vec<latest::ToolSpec>, PluginError> {
         expect_kind(plugin, PluginKind::Skill)?;
-        self.call_traced(plugin, "skill.tools", async |store, bound| match bound {
-            Bound::Skill(s) => s.pincer_plugin_skill().call_tools(store).await,
-            Bound::SkillV1(s) => Ok(s
-                .pincer_plugin_skill()
-                .call_tools(store)
-                .await?
-                .into_iter()
-                .map(Into::into)
-                .collect()),
-            Bound::SkillV2(s) => Ok(s
-                .pincer_plugin_skill()
-                .call_tools(store)
-                .await?
-                .into_iter()
-                .map(Into::into)
-                .collect()),
-            _ => Err(not_a("skill")),
+        self.call_traced(plugin, "skill.tools", async |store, instance| {
+            instance.skill()?.tools(store).await
         })
         .await
     }
@@ -684,25 +602,8 @@ impl PluginHost {
     ) -> Result<Result<latest::ToolOutput, latest::ToolError>, PluginError> {
         expect_kind(plugin, PluginKind::Skill)?;
         self.traced(plugin, "→ skill.invoke", &(tool, args_json));
-        self.call_traced(plugin, "skill.invoke", async |store, bound| match bound {
-            Bound::Skill(s) => {
-                s.pincer_plugin_skill()
-                    .call_invoke(store, tool, args_json)
-                    .await
-            }
-            Bound::SkillV1(s) => Ok(s
-                .pincer_plugin_skill()
-                .call_invoke(store, tool, args_json)
-                .await?
-                .map(Into::into)
-                .map_err(Into::into)),
-            Bound::SkillV2(s) => Ok(s
-                .pincer_plugin_skill()
-                .call_invoke(store, tool, args_json)
-                .await?
-                .map(Into::into)
-                .map_err(Into::into)),
-            _ => Err(not_a("skill")),
+        self.call_traced(plugin, "skill.invoke", async |store, instance| {
+            instance.skill()?.invoke(store, tool, args_json).await
         })
         .await
     }
@@ -714,24 +615,9 @@ impl PluginHost {
     ) -> Result<(), PluginError> {
         expect_kind(plugin, PluginKind::Observer)?;
         self.traced(plugin, "→ observer.on-event", event);
-        self.call_traced(
-            plugin,
-            "observer.on-event",
-            async |store, bound| match bound {
-                Bound::Observer(o) => o.pincer_plugin_observer().call_on_event(store, event).await,
-                Bound::ObserverV1(o) => {
-                    o.pincer_plugin_observer()
-                        .call_on_event(store, &event.into())
-                        .await
-                }
-                Bound::ObserverV2(o) => {
-                    o.pincer_plugin_observer()
-                        .call_on_event(store, &event.into())
-                        .await
-                }
-                _ => Err(not_a("observer")),
-            },
-        )
+        self.call_traced(plugin, "observer.on-event", async |store, instance| {
+            instance.observer()?.on_event(store, event).await
+        })
         .await
     }
 
@@ -768,30 +654,9 @@ impl PluginHost {
         };
         let request = &checked;
         self.traced(plugin, "→ channel.handle-webhook", request);
-        self.call_traced(
-            plugin,
-            "channel.handle-webhook",
-            async |store, bound| match bound {
-                Bound::Channel(c) => {
-                    c.pincer_plugin_channel()
-                        .call_handle_webhook(store, request)
-                        .await
-                }
-                Bound::ChannelV1(c) => Ok(c
-                    .pincer_plugin_channel()
-                    .call_handle_webhook(store, &request.into())
-                    .await?
-                    .map(Into::into)
-                    .map_err(Into::into)),
-                Bound::ChannelV2(c) => Ok(c
-                    .pincer_plugin_channel()
-                    .call_handle_webhook(store, &request.into())
-                    .await?
-                    .map(Into::into)
-                    .map_err(Into::into)),
-                _ => Err(not_a("channel")),
-            },
-        )
+        self.call_traced(plugin, "channel.handle-webhook", async |store, instance| {
+            instance.channel()?.handle_webhook(store, request).await
+        })
         .await
     }
 
@@ -800,26 +665,9 @@ impl PluginHost {
         plugin: &LoadedPlugin,
     ) -> Result<Result<Option<latest::ConnectionRequest>, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        self.call_traced(
-            plugin,
-            "channel.connect",
-            async |store, bound| match bound {
-                Bound::Channel(c) => c.pincer_plugin_channel().call_connect(store).await,
-                Bound::ChannelV1(c) => Ok(c
-                    .pincer_plugin_channel()
-                    .call_connect(store)
-                    .await?
-                    .map(|c| c.map(Into::into))
-                    .map_err(Into::into)),
-                Bound::ChannelV2(c) => Ok(c
-                    .pincer_plugin_channel()
-                    .call_connect(store)
-                    .await?
-                    .map(|c| c.map(Into::into))
-                    .map_err(Into::into)),
-                _ => Err(not_a("channel")),
-            },
-        )
+        self.call_traced(plugin, "channel.connect", async |store, instance| {
+            instance.channel()?.connect(store).await
+        })
         .await
     }
 
@@ -848,26 +696,9 @@ impl PluginHost {
             frame
         };
         self.traced(plugin, "→ channel.on-frame", frame);
-        self.call_traced(
-            plugin,
-            "channel.on-frame",
-            async |store, bound| match bound {
-                Bound::Channel(c) => c.pincer_plugin_channel().call_on_frame(store, frame).await,
-                Bound::ChannelV1(c) => Ok(c
-                    .pincer_plugin_channel()
-                    .call_on_frame(store, &frame.into())
-                    .await?
-                    .map(Into::into)
-                    .map_err(Into::into)),
-                Bound::ChannelV2(c) => Ok(c
-                    .pincer_plugin_channel()
-                    .call_on_frame(store, &frame.into())
-                    .await?
-                    .map(Into::into)
-                    .map_err(Into::into)),
-                _ => Err(not_a("channel")),
-            },
-        )
+        self.call_traced(plugin, "channel.on-frame", async |store, instance| {
+            instance.channel()?.on_frame(store, frame).await
+        })
         .await
     }
 
@@ -878,21 +709,8 @@ impl PluginHost {
     ) -> Result<Result<latest::Delivery, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
         self.traced(plugin, "→ channel.send", message);
-        self.call_traced(plugin, "channel.send", async |store, bound| match bound {
-            Bound::Channel(c) => c.pincer_plugin_channel().call_send(store, message).await,
-            Bound::ChannelV1(c) => Ok(c
-                .pincer_plugin_channel()
-                .call_send(store, &message.into())
-                .await?
-                .map(Into::into)
-                .map_err(Into::into)),
-            Bound::ChannelV2(c) => Ok(c
-                .pincer_plugin_channel()
-                .call_send(store, &message.into())
-                .await?
-                .map(Into::into)
-                .map_err(Into::into)),
-            _ => Err(not_a("channel")),
+        self.call_traced(plugin, "channel.send", async |store, instance| {
+            instance.channel()?.send(store, message).await
         })
         .await
     }
@@ -903,22 +721,14 @@ impl PluginHost {
         plugin: &LoadedPlugin,
     ) -> Result<latest::ChannelInfo, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        if let Pre::ChannelV1(_) = *plugin.pre {
+        if !plugin.wit.channel_can_describe() {
             return Ok(latest::ChannelInfo {
                 max_text_bytes: V1_CHANNEL_MAX_TEXT_BYTES,
             });
         }
-        self.call_traced(
-            plugin,
-            "channel.describe",
-            async |store, bound| match bound {
-                Bound::Channel(c) => c.pincer_plugin_channel().call_describe(store).await,
-                Bound::ChannelV2(c) => {
-                    Ok(c.pincer_plugin_channel().call_describe(store).await?.into())
-                }
-                _ => Err(not_a("channel of WIT 0.2 or later")),
-            },
-        )
+        self.call_traced(plugin, "channel.describe", async |store, instance| {
+            instance.channel()?.describe(store).await
+        })
         .await
     }
 
@@ -930,18 +740,12 @@ impl PluginHost {
         update: &latest::StatusUpdate,
     ) -> Result<Result<Option<String>, latest::ChannelError>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        if let Pre::ChannelV1(_) = *plugin.pre {
+        if !plugin.wit.channel_can_describe() {
             return Ok(Ok(None));
         }
         self.traced(plugin, "→ channel.status", update);
-        self.call_traced(plugin, "channel.status", async |store, bound| match bound {
-            Bound::Channel(c) => c.pincer_plugin_channel().call_status(store, update).await,
-            Bound::ChannelV2(c) => Ok(c
-                .pincer_plugin_channel()
-                .call_status(store, &update.into())
-                .await?
-                .map_err(Into::into)),
-            _ => Err(not_a("channel of WIT 0.2 or later")),
+        self.call_traced(plugin, "channel.status", async |store, instance| {
+            instance.channel()?.status(store, update).await
         })
         .await
     }
@@ -953,7 +757,7 @@ impl PluginHost {
         plugin: &LoadedPlugin,
     ) -> Result<Vec<latest::CheckItem>, PluginError> {
         expect_kind(plugin, PluginKind::Channel)?;
-        if let Pre::ChannelV1(_) = *plugin.pre {
+        if !plugin.wit.channel_can_describe() {
             return Ok(vec![latest::CheckItem {
                 name: "self-check".into(),
                 ok: true,
@@ -963,27 +767,16 @@ impl PluginHost {
                 ),
             }]);
         }
-        self.call_traced(plugin, "channel.check", async |store, bound| match bound {
-            Bound::Channel(c) => c.pincer_plugin_channel().call_check(store).await,
-            Bound::ChannelV2(c) => Ok(c
-                .pincer_plugin_channel()
-                .call_check(store)
-                .await?
-                .into_iter()
-                .map(Into::into)
-                .collect()),
-            _ => Err(not_a("channel of WIT 0.2 or later")),
+        self.call_traced(plugin, "channel.check", async |store, instance| {
+            instance.channel()?.check(store).await
         })
         .await
     }
 
     pub async fn tunnel_service(&self, plugin: &LoadedPlugin) -> Result<String, PluginError> {
         expect_kind(plugin, PluginKind::Tunnel)?;
-        self.call_traced(plugin, "tunnel.service", async |store, bound| match bound {
-            Bound::Tunnel(t) => t.pincer_plugin_tunnel().call_service(store).await,
-            Bound::TunnelV1(t) => t.pincer_plugin_tunnel().call_service(store).await,
-            Bound::TunnelV2(t) => t.pincer_plugin_tunnel().call_service(store).await,
-            _ => Err(not_a("tunnel")),
+        self.call_traced(plugin, "tunnel.service", async |store, instance| {
+            instance.tunnel()?.service(store).await
         })
         .await
     }
@@ -995,21 +788,8 @@ impl PluginHost {
     ) -> Result<Result<latest::HttpResponse, latest::TunnelError>, PluginError> {
         expect_kind(plugin, PluginKind::Tunnel)?;
         self.traced(plugin, "→ tunnel.forward", request);
-        self.call_traced(plugin, "tunnel.forward", async |store, bound| match bound {
-            Bound::Tunnel(t) => t.pincer_plugin_tunnel().call_forward(store, request).await,
-            Bound::TunnelV1(t) => Ok(t
-                .pincer_plugin_tunnel()
-                .call_forward(store, &request.into())
-                .await?
-                .map(Into::into)
-                .map_err(Into::into)),
-            Bound::TunnelV2(t) => Ok(t
-                .pincer_plugin_tunnel()
-                .call_forward(store, &request.into())
-                .await?
-                .map(Into::into)
-                .map_err(Into::into)),
-            _ => Err(not_a("tunnel")),
+        self.call_traced(plugin, "tunnel.forward", async |store, instance| {
+            instance.tunnel()?.forward(store, request).await
         })
         .await
     }
@@ -1050,27 +830,6 @@ fn migrate_data_dirs(data_root: &std::path::Path, legacy: &Scope) -> std::io::Re
     }
     moved.sort();
     Ok(moved)
-}
-
-async fn instantiate(pre: &Pre, store: &mut Store<PluginState>) -> wasmtime::Result<Bound> {
-    Ok(match pre {
-        Pre::Channel(p) => Bound::Channel(p.instantiate_async(store).await?),
-        Pre::Skill(p) => Bound::Skill(p.instantiate_async(store).await?),
-        Pre::Observer(p) => Bound::Observer(p.instantiate_async(store).await?),
-        Pre::Tunnel(p) => Bound::Tunnel(p.instantiate_async(store).await?),
-        Pre::ChannelV1(p) => Bound::ChannelV1(p.instantiate_async(store).await?),
-        Pre::SkillV1(p) => Bound::SkillV1(p.instantiate_async(store).await?),
-        Pre::ObserverV1(p) => Bound::ObserverV1(p.instantiate_async(store).await?),
-        Pre::TunnelV1(p) => Bound::TunnelV1(p.instantiate_async(store).await?),
-        Pre::ChannelV2(p) => Bound::ChannelV2(p.instantiate_async(store).await?),
-        Pre::SkillV2(p) => Bound::SkillV2(p.instantiate_async(store).await?),
-        Pre::ObserverV2(p) => Bound::ObserverV2(p.instantiate_async(store).await?),
-        Pre::TunnelV2(p) => Bound::TunnelV2(p.instantiate_async(store).await?),
-    })
-}
-
-fn not_a(kind: &str) -> wasmtime::Error {
-    wasmtime::format_err!("not a {kind}")
 }
 
 fn expect_kind(plugin: &LoadedPlugin, wanted: PluginKind) -> Result<(), PluginError> {

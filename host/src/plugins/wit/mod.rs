@@ -7,6 +7,8 @@ use wasmtime::component::Linker;
 
 use super::state::PluginState;
 
+pub mod worlds;
+
 pub mod v0_1_0;
 pub mod v0_2_0;
 pub mod v0_3_0;
@@ -14,7 +16,7 @@ pub mod v0_3_0;
 /// The newest release; its types are the host's API types.
 pub use v0_3_0 as latest;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum WitRelease {
     V0_1_0,
     V0_2_0,
@@ -44,6 +46,25 @@ impl WitRelease {
             };
             same_major && *wanted <= served && wanted.pre.is_empty()
         })
+    }
+
+    /// Links `pre` against this release's world of `kind`.
+    pub fn prepare(
+        self,
+        kind: crate::plugins::manifest::PluginKind,
+        pre: wasmtime::component::InstancePre<PluginState>,
+    ) -> wasmtime::Result<Box<dyn worlds::Prepared>> {
+        match self {
+            Self::V0_1_0 => v0_1_0::prepare(kind, pre),
+            Self::V0_2_0 => v0_2_0::prepare(kind, pre),
+            Self::V0_3_0 => v0_3_0::prepare(kind, pre),
+        }
+    }
+
+    /// Whether a channel of this release exports `describe`, `status` and
+    /// `check` (0.2.0 and later); the host answers for older ones.
+    pub fn channel_can_describe(self) -> bool {
+        self >= Self::V0_2_0
     }
 
     pub fn served_list() -> String {

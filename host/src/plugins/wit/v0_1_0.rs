@@ -434,3 +434,139 @@ impl From<tn::TunnelError> for new::TunnelError {
         }
     }
 }
+
+// The host's calls into the worlds (`worlds.rs`): the host's API values
+// convert to this release's and the results back.
+
+use super::worlds::{
+    self, Call, ChannelExports, ObserverExports, PluginStore, SkillExports, TunnelExports,
+};
+
+worlds::release_worlds!(
+    Channel => ChannelPluginPre,
+    Skill => SkillPluginPre,
+    Observer => ObserverPluginPre,
+    Tunnel => TunnelPluginPre,
+);
+
+impl ChannelExports for ChannelPlugin {
+    fn handle_webhook<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+        request: &'a new::WebhookRequest,
+    ) -> Call<'a, Result<new::WebhookOutcome, new::ChannelError>> {
+        Box::pin(async move {
+            Ok(self
+                .pincer_plugin_channel()
+                .call_handle_webhook(store, &request.into())
+                .await?
+                .map(Into::into)
+                .map_err(Into::into))
+        })
+    }
+
+    fn connect<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+    ) -> Call<'a, Result<Option<new::ConnectionRequest>, new::ChannelError>> {
+        Box::pin(async move {
+            Ok(self
+                .pincer_plugin_channel()
+                .call_connect(store)
+                .await?
+                .map(|c| c.map(Into::into))
+                .map_err(Into::into))
+        })
+    }
+
+    fn on_frame<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+        frame: &'a new::Frame,
+    ) -> Call<'a, Result<new::FrameOutcome, new::ChannelError>> {
+        Box::pin(async move {
+            Ok(self
+                .pincer_plugin_channel()
+                .call_on_frame(store, &frame.into())
+                .await?
+                .map(Into::into)
+                .map_err(Into::into))
+        })
+    }
+
+    fn send<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+        message: &'a new::Outbound,
+    ) -> Call<'a, Result<new::Delivery, new::ChannelError>> {
+        Box::pin(async move {
+            Ok(self
+                .pincer_plugin_channel()
+                .call_send(store, &message.into())
+                .await?
+                .map(Into::into)
+                .map_err(Into::into))
+        })
+    }
+}
+
+impl SkillExports for SkillPlugin {
+    fn tools<'a>(&'a self, store: &'a mut PluginStore) -> Call<'a, Vec<new::ToolSpec>> {
+        Box::pin(async move {
+            Ok(self
+                .pincer_plugin_skill()
+                .call_tools(store)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect())
+        })
+    }
+
+    fn invoke<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+        tool: &'a str,
+        args_json: &'a str,
+    ) -> Call<'a, Result<new::ToolOutput, new::ToolError>> {
+        Box::pin(async move {
+            Ok(self
+                .pincer_plugin_skill()
+                .call_invoke(store, tool, args_json)
+                .await?
+                .map(Into::into)
+                .map_err(Into::into))
+        })
+    }
+}
+
+impl ObserverExports for ObserverPlugin {
+    fn on_event<'a>(&'a self, store: &'a mut PluginStore, event: &'a new::Event) -> Call<'a, ()> {
+        Box::pin(async move {
+            self.pincer_plugin_observer()
+                .call_on_event(store, &event.into())
+                .await
+        })
+    }
+}
+
+impl TunnelExports for TunnelPlugin {
+    fn service<'a>(&'a self, store: &'a mut PluginStore) -> Call<'a, String> {
+        Box::pin(self.pincer_plugin_tunnel().call_service(store))
+    }
+
+    fn forward<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+        request: &'a new::HttpRequest,
+    ) -> Call<'a, Result<new::HttpResponse, new::TunnelError>> {
+        Box::pin(async move {
+            Ok(self
+                .pincer_plugin_tunnel()
+                .call_forward(store, &request.into())
+                .await?
+                .map(Into::into)
+                .map_err(Into::into))
+        })
+    }
+}

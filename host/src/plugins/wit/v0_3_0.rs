@@ -398,3 +398,107 @@ fn truncate(s: &str, max: usize) -> &str {
     }
     &s[..end]
 }
+
+// The host's calls into the worlds (`worlds.rs`): this release's types are
+// the host's API types, so nothing converts.
+
+use super::worlds::{
+    self, Call, ChannelExports, ObserverExports, PluginStore, SkillExports, TunnelExports,
+};
+
+worlds::release_worlds!(
+    Channel => ChannelPluginPre,
+    Skill => SkillPluginPre,
+    Observer => ObserverPluginPre,
+    Tunnel => TunnelPluginPre,
+);
+
+impl ChannelExports for ChannelPlugin {
+    fn handle_webhook<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+        request: &'a WebhookRequest,
+    ) -> Call<'a, Result<WebhookOutcome, ChannelError>> {
+        Box::pin(
+            self.pincer_plugin_channel()
+                .call_handle_webhook(store, request),
+        )
+    }
+
+    fn connect<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+    ) -> Call<'a, Result<Option<ConnectionRequest>, ChannelError>> {
+        Box::pin(self.pincer_plugin_channel().call_connect(store))
+    }
+
+    fn on_frame<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+        frame: &'a Frame,
+    ) -> Call<'a, Result<FrameOutcome, ChannelError>> {
+        Box::pin(self.pincer_plugin_channel().call_on_frame(store, frame))
+    }
+
+    fn send<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+        message: &'a Outbound,
+    ) -> Call<'a, Result<Delivery, ChannelError>> {
+        Box::pin(self.pincer_plugin_channel().call_send(store, message))
+    }
+
+    fn describe<'a>(&'a self, store: &'a mut PluginStore) -> Call<'a, ChannelInfo> {
+        Box::pin(self.pincer_plugin_channel().call_describe(store))
+    }
+
+    fn status<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+        update: &'a StatusUpdate,
+    ) -> Call<'a, Result<Option<String>, ChannelError>> {
+        Box::pin(self.pincer_plugin_channel().call_status(store, update))
+    }
+
+    fn check<'a>(&'a self, store: &'a mut PluginStore) -> Call<'a, Vec<CheckItem>> {
+        Box::pin(self.pincer_plugin_channel().call_check(store))
+    }
+}
+
+impl SkillExports for SkillPlugin {
+    fn tools<'a>(&'a self, store: &'a mut PluginStore) -> Call<'a, Vec<ToolSpec>> {
+        Box::pin(self.pincer_plugin_skill().call_tools(store))
+    }
+
+    fn invoke<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+        tool: &'a str,
+        args_json: &'a str,
+    ) -> Call<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(
+            self.pincer_plugin_skill()
+                .call_invoke(store, tool, args_json),
+        )
+    }
+}
+
+impl ObserverExports for ObserverPlugin {
+    fn on_event<'a>(&'a self, store: &'a mut PluginStore, event: &'a Event) -> Call<'a, ()> {
+        Box::pin(self.pincer_plugin_observer().call_on_event(store, event))
+    }
+}
+
+impl TunnelExports for TunnelPlugin {
+    fn service<'a>(&'a self, store: &'a mut PluginStore) -> Call<'a, String> {
+        Box::pin(self.pincer_plugin_tunnel().call_service(store))
+    }
+
+    fn forward<'a>(
+        &'a self,
+        store: &'a mut PluginStore,
+        request: &'a HttpRequest,
+    ) -> Call<'a, Result<HttpResponse, TunnelError>> {
+        Box::pin(self.pincer_plugin_tunnel().call_forward(store, request))
+    }
+}
