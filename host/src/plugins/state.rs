@@ -15,7 +15,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::capabilities::data::DataQuota;
 use super::capabilities::http::{DenialSink, HttpEgress};
 use super::capabilities::kv::KvNamespace;
-use super::capabilities::secrets::Secrets;
+use super::capabilities::secrets::{SecretError, Secrets};
 use super::scope::Scope;
 
 /// What the host grants one plugin in one scope, fixed at load time.
@@ -75,6 +75,28 @@ impl PluginState {
     /// Logs and audits that `capability` was refused, with why.
     pub fn report_denial(&self, capability: &str, why: &str) {
         (self.grants.on_denied)(&format!("{capability} {why}"));
+    }
+
+    /// The plugin's kv namespace; without a `kv` grant, `None` and the
+    /// denial reported.
+    pub fn kv_grant(&self) -> Option<&KvNamespace> {
+        let grant = self.grants.kv.as_ref();
+        if grant.is_none() {
+            self.report_denial("kv", "is not in this plugin's manifest capabilities");
+        }
+        grant
+    }
+
+    /// Reports a refused use of a secret that is a denial (a name that is
+    /// not the plugin's, a place its binding does not allow).
+    pub fn report_secret_refusal(&self, e: &SecretError) {
+        match e {
+            SecretError::Denied(name) => {
+                self.report_denial("secret", &format!("`{name}`: not a secret of this plugin"));
+            }
+            SecretError::NotBound(why) => self.report_denial("secret", why),
+            SecretError::Unknown(_) | SecretError::Invalid(_) | SecretError::Forged(_) => {}
+        }
     }
 
     /// Records `value`, returned to the component by import `what`, in the

@@ -3,6 +3,7 @@
 
 pub mod binding;
 pub mod data;
+pub mod fetch;
 pub mod http;
 pub mod kv;
 pub mod scrub;

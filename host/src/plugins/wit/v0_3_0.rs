@@ -2,11 +2,12 @@
 //! (`wit/v0.3.0/`), the newest: its types are the host's own API types, and
 //! older releases' imports delegate to the implementations here.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::plugins::capabilities::http::{self as egress, HttpError as EgressError};
+use crate::plugins::capabilities::fetch;
+use crate::plugins::capabilities::http::HttpError as EgressError;
 use crate::plugins::capabilities::kv::KvError as StoreKvError;
 use crate::plugins::capabilities::secrets::{self as store, SecretError as StoreSecretError};
 use crate::plugins::state::PluginState;
@@ -169,16 +170,11 @@ impl secrets::Host for PluginState {
 
 impl PluginState {
     fn secret_error(&self, e: StoreSecretError) -> secrets::SecretError {
+        self.report_secret_refusal(&e);
         match e {
             StoreSecretError::Unknown(name) => secrets::SecretError::Unknown(name),
-            StoreSecretError::Denied(name) => {
-                self.report_denial("secret", &format!("`{name}`: not a secret of this plugin"));
-                secrets::SecretError::Denied(name)
-            }
-            StoreSecretError::NotBound(why) => {
-                self.report_denial("secret", &why);
-                secrets::SecretError::Denied(why)
-            }
+            StoreSecretError::Denied(name) => secrets::SecretError::Denied(name),
+            StoreSecretError::NotBound(why) => secrets::SecretError::Denied(why),
             StoreSecretError::Invalid(m) | StoreSecretError::Forged(m) => {
                 secrets::SecretError::Invalid(m)
             }
@@ -254,10 +250,7 @@ impl kv::Host for PluginState {
 
 impl PluginState {
     fn kv(&self) -> Result<&crate::plugins::capabilities::kv::KvNamespace, kv::KvError> {
-        self.grants.kv.as_ref().ok_or_else(|| {
-            self.report_denial("kv", "is not in this plugin's manifest capabilities");
-            kv::KvError::Denied
-        })
+        self.kv_grant().ok_or(kv::KvError::Denied)
     }
 }
 
@@ -274,93 +267,39 @@ impl http::Host for PluginState {
         &mut self,
         request: types::HttpRequest,
     ) -> wasmtime::Result<Result<types::HttpResponse, types::HttpError>> {
+        let request = fetch::PluginRequest {
+            method: request.method,
+            url: request.url,
+            headers: request
+                .headers
+                .into_iter()
+                .map(|h| (h.name, h.value))
+                .collect(),
+            body: request.body,
+            timeout_ms: request.timeout_ms,
+            secrets: request.secrets.into_iter().map(secret_use).collect(),
+            capture: request.capture.map(|c| store::Capture {
+                pointer: c.pointer,
+                secret: c.secret,
+                expires_in_pointer: c.expires_in_pointer,
+            }),
+        };
         // Not `&self` across the await: the store's state is not `Sync`.
-        let out = fetch_with_secrets(self.grants.clone(), request).await;
+        let out = fetch::fetch(self.grants.clone(), request)
+            .await
+            .map(|response| types::HttpResponse {
+                status: response.status,
+                headers: response
+                    .headers
+                    .into_iter()
+                    .map(|(name, value)| types::Header { name, value })
+                    .collect(),
+                body: response.body,
+            })
+            .map_err(http_error);
         self.traced("http.fetch", &out);
         Ok(out)
     }
-}
-
-async fn fetch_with_secrets(
-    grants: std::sync::Arc<crate::plugins::state::Grants>,
-    request: types::HttpRequest,
-) -> Result<types::HttpResponse, types::HttpError> {
-    let denied = |what: &str| (grants.on_denied)(what);
-    let Some(egress) = grants.http.clone() else {
-        let what = "this plugin's manifest requests no http capability".to_string();
-        let url = url::Url::parse(&request.url)
-            .map(|u| egress::shown(&u))
-            .unwrap_or_else(|_| "an unparsable URL".to_string());
-        denied(&format!("http {url}: {what}"));
-        return Err(types::HttpError::Denied(what));
-    };
-    let secrets = &grants.secrets;
-    let mut headers: Vec<(String, String)> = request
-        .headers
-        .into_iter()
-        .map(|h| (h.name, h.value))
-        .collect();
-    let mut body = request.body;
-    let mut url = request.url;
-    let uses: Vec<store::Use> = request.secrets.into_iter().map(secret_use).collect();
-    secrets
-        .apply(
-            &uses,
-            &request.method,
-            &mut url,
-            &mut headers,
-            &mut body,
-            egress.reach(),
-        )
-        .map_err(|e| types::HttpError::InvalidRequest(secret_refusal(&denied, e)))?;
-    let request_out = egress::Request {
-        method: request.method,
-        url,
-        headers,
-        body,
-        timeout: request
-            .timeout_ms
-            .map(|ms| Duration::from_millis(ms.into())),
-        carries_secrets: !uses.is_empty(),
-    };
-    // A secret in the query may come back quoted in an error message.
-    let mut response = egress
-        .fetch(request_out)
-        .await
-        .map_err(|e| http_error(e, &|m| secrets.scrub_text(&m)))?;
-    if let Some(capture) = request.capture {
-        let capture = store::Capture {
-            pointer: capture.pointer,
-            secret: capture.secret,
-            expires_in_pointer: capture.expires_in_pointer,
-        };
-        if (200..300).contains(&response.status) {
-            secrets
-                .capture(&capture, &mut response.body)
-                .map_err(|e| types::HttpError::Transport(secret_refusal(&denied, e)))?;
-        }
-    }
-    secrets.scrub(&mut response.headers, &mut response.body);
-    Ok(types::HttpResponse {
-        status: response.status,
-        headers: response
-            .headers
-            .into_iter()
-            .map(|(name, value)| types::Header { name, value })
-            .collect(),
-        body: response.body,
-    })
-}
-
-fn secret_refusal(denied: &dyn Fn(&str), e: StoreSecretError) -> String {
-    match &e {
-        StoreSecretError::Denied(name) => {
-            denied(&format!("secret `{name}`: not a secret of this plugin"))
-        }
-        StoreSecretError::NotBound(why) => denied(why),
-        _ => {}
-    }
-    e.to_string()
 }
 
 fn secret_use(u: types::SecretUse) -> store::Use {
@@ -378,11 +317,11 @@ fn secret_use(u: types::SecretUse) -> store::Use {
     }
 }
 
-fn http_error(e: EgressError, scrub: &dyn Fn(String) -> String) -> types::HttpError {
+fn http_error(e: EgressError) -> types::HttpError {
     match e {
-        EgressError::Denied(m) => types::HttpError::Denied(scrub(m)),
-        EgressError::InvalidRequest(m) => types::HttpError::InvalidRequest(scrub(m)),
-        EgressError::Transport(m) => types::HttpError::Transport(scrub(m)),
+        EgressError::Denied(m) => types::HttpError::Denied(m),
+        EgressError::InvalidRequest(m) => types::HttpError::InvalidRequest(m),
+        EgressError::Transport(m) => types::HttpError::Transport(m),
         EgressError::Timeout => types::HttpError::Timeout,
         EgressError::TooLarge => types::HttpError::TooLarge,
     }
