@@ -7,6 +7,7 @@ use wasmtime::component::Linker;
 
 use super::state::PluginState;
 
+mod convert;
 pub mod worlds;
 
 pub mod v0_1_0;
