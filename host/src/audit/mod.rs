@@ -1,6 +1,8 @@
 //! The audit log: denials, faults and policy decisions, stored in the host
 //! database so they survive restarts.
 
+mod event;
+
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -8,6 +10,8 @@ use rusqlite::{Connection, params};
 
 use crate::db::now_ms;
 use serde::Serialize;
+
+pub use event::{Action, Actor};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AuditEvent {
@@ -45,7 +49,9 @@ impl AuditLog {
 
     /// Records an event; failures to record are logged, never raised, so
     /// auditing cannot break the action being audited.
-    pub fn record(&self, actor: &str, workspace: Option<&str>, kind: &str, detail: &str) {
+    pub fn record(&self, actor: Actor<'_>, workspace: Option<&str>, action: Action, detail: &str) {
+        let actor = actor.to_string();
+        let kind = action.as_str();
         let result = self
             .conn
             .lock()
@@ -54,12 +60,12 @@ impl AuditLog {
                 conn.execute(
                     "INSERT INTO audit_events (timestamp_ms, actor, workspace, kind, detail)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![now_ms(), actor, workspace, kind, detail],
+                    params![now_ms(), &actor, workspace, kind, detail],
                 )
                 .map_err(|e| e.to_string())
             });
         if let Err(e) = result {
-            tracing::error!(actor, kind, "cannot record audit event: {e}");
+            tracing::error!(%actor, kind, "cannot record audit event: {e}");
         }
     }
 
@@ -130,9 +136,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.db");
         AuditLog::open(&path).unwrap().record(
-            "plugin:x",
+            Actor::Plugin("x"),
             None,
-            "plugin.denied",
+            Action::PluginDenied,
             "GET http://evil/",
         );
         let log = AuditLog::open(&path).unwrap();

@@ -109,9 +109,9 @@ async fn deliver(host: &ChannelHost, audit: &AuditLog, row: OutboxRow) {
         Verdict::GiveUp(why) => {
             tracing::error!(channel = %row.channel, id = row.id, "delivery given up: {why}");
             audit.record(
-                &format!("channel:{}", row.channel),
+                crate::audit::Actor::Channel(&row.channel),
                 None,
-                "channel.delivery_failed",
+                crate::audit::Action::ChannelDeliveryFailed,
                 &format!(
                     "outbox row {} to conversation {} after {} attempt(s): {why}",
                     row.id,

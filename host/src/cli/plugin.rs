@@ -506,8 +506,12 @@ fn install(
             "{name}: the {source} component (sha256 {old}) replaced by sha256 {} from {from}",
             plugin.sha256,
         );
-        ctx.audit_log()?
-            .record("cli", None, "plugin.replaced", &detail);
+        ctx.audit_log()?.record(
+            crate::audit::Actor::Cli(None),
+            None,
+            crate::audit::Action::PluginReplaced,
+            &detail,
+        );
         println!("  replaced: the {source} `{name}` (sha256 {old}); this was audited");
         println!(
             "  state: this component now uses the kv entries and /data folders of `{name}` in every workspace{}",
@@ -664,9 +668,9 @@ async fn install_from_registry(
                 );
             }
             audit.record(
-                "cli",
+                crate::audit::Actor::Cli(None),
                 None,
-                "plugin.install_untrusted",
+                crate::audit::Action::PluginInstallUntrusted,
                 &format!("{} signed by {key}", pulled.pinned),
             );
             (None, Some(key.clone()))
@@ -678,7 +682,12 @@ async fn install_from_registry(
                     pulled.digest.replace(':', "-")
                 );
             }
-            audit.record("cli", None, "plugin.install_unsigned", &pulled.pinned);
+            audit.record(
+                crate::audit::Actor::Cli(None),
+                None,
+                crate::audit::Action::PluginInstallUnsigned,
+                &pulled.pinned,
+            );
             (None, None)
         }
         Signature::OutOfScope {
@@ -694,9 +703,9 @@ async fn install_from_registry(
                 );
             }
             audit.record(
-                "cli",
+                crate::audit::Actor::Cli(None),
                 None,
-                "plugin.install_untrusted",
+                crate::audit::Action::PluginInstallUntrusted,
                 &format!(
                     "{} signed by {key} ({publisher}, not trusted for `{plugin}`)",
                     pulled.pinned
@@ -790,16 +799,19 @@ async fn install_from_registry(
     )?;
     let (action, was) = match updating {
         Some(old) => (
-            "plugin.updated_from_registry",
+            crate::audit::Action::PluginUpdatedFromRegistry,
             format!(
                 ", replacing {} sha256 {}",
                 old.manifest.plugin.version, old.sha256
             ),
         ),
-        None => ("plugin.installed_from_registry", String::new()),
+        None => (
+            crate::audit::Action::PluginInstalledFromRegistry,
+            String::new(),
+        ),
     };
     audit.record(
-        "cli",
+        crate::audit::Actor::Cli(None),
         None,
         action,
         &format!("{} ({signature}){was}", pulled.pinned),

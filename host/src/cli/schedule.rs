@@ -512,20 +512,23 @@ pub fn decide(
             listed.workspace
         );
     };
-    let by = format!(
-        "cli:{}",
-        std::env::var("USER").unwrap_or_else(|_| "operator".into())
-    );
+    let user = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    let actor = crate::audit::Actor::Cli(Some(&user));
+    let by = actor.to_string();
     let (from, to, event): (&[Status], _, _) = if approve {
         if let Some(problem) = &listed.problem {
             anyhow::bail!("task `{id}` cannot be approved: {problem}");
         }
-        (&[Status::Pending], Status::Active, "schedule.approved")
+        (
+            &[Status::Pending],
+            Status::Active,
+            crate::audit::Action::ScheduleApproved,
+        )
     } else {
         (
             &[Status::Pending, Status::Active],
             Status::Cancelled,
-            "schedule.cancelled",
+            crate::audit::Action::ScheduleCancelled,
         )
     };
     if !store.decide_agent_task(&listed.workspace, id, from, to, &by, crate::db::now_ms())? {
@@ -540,7 +543,7 @@ pub fn decide(
     }
     let audit = ctx.audit_log()?;
     audit.record(
-        &by,
+        actor,
         Some(&listed.workspace),
         event,
         &agent::audit_summary(id, &row.spec),

@@ -470,9 +470,9 @@ impl McpContainers {
         if !problems.is_empty() {
             let _ = remove(docker, &id).await;
             self.audit.record(
-                "host",
+                crate::audit::Actor::Host,
                 None,
-                "mcp.verify_failed",
+                crate::audit::Action::McpVerifyFailed,
                 &format!("{name}: {}", problems.join("; ")),
             );
             return Err(ContainerError::Host(format!(
@@ -551,7 +551,12 @@ impl McpContainers {
                 .first()
                 .map(|n| n.trim_start_matches('/').to_owned())
                 .unwrap_or(id);
-            self.audit.record("host", None, "mcp.orphan_removed", &name);
+            self.audit.record(
+                crate::audit::Actor::Host,
+                None,
+                crate::audit::Action::McpOrphanRemoved,
+                &name,
+            );
             removed.push(name);
         }
         Ok(removed)

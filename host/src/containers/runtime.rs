@@ -186,9 +186,9 @@ impl ContainerRuntime {
                     "the workspace's configuration or policy changed".to_string()
                 };
             self.audit.record(
-                &format!("workspace:{}", spec.workspace),
+                crate::audit::Actor::Workspace(&spec.workspace),
                 Some(&spec.workspace),
-                "container.replaced",
+                crate::audit::Action::ContainerReplaced,
                 &why,
             );
             self.remove(&spec.container_name).await?;
@@ -277,9 +277,9 @@ impl ContainerRuntime {
         let detail = problems.join("; ");
         tracing::debug!(workspace = %spec.workspace, "policy not applied, container removed: {detail}");
         self.audit.record(
-            &format!("workspace:{}", spec.workspace),
+            crate::audit::Actor::Workspace(&spec.workspace),
             Some(&spec.workspace),
-            "container.verify_failed",
+            crate::audit::Action::ContainerVerifyFailed,
             &detail,
         );
         ContainerError::PolicyNotApplied {
@@ -366,9 +366,9 @@ impl ContainerRuntime {
         let pids_limit_hits = after.pids_limit_hits.saturating_sub(before.pids_limit_hits);
         if oom_killed {
             self.audit.record(
-                &format!("workspace:{}", spec.workspace),
+                crate::audit::Actor::Workspace(&spec.workspace),
                 Some(&spec.workspace),
-                "container.oom_kill",
+                crate::audit::Action::ContainerOomKill,
                 &format!(
                     "a process was killed at the memory limit of {} MiB",
                     spec.settings.memory_bytes >> 20
@@ -377,9 +377,9 @@ impl ContainerRuntime {
         }
         if pids_limit_hits > 0 {
             self.audit.record(
-                &format!("workspace:{}", spec.workspace),
+                crate::audit::Actor::Workspace(&spec.workspace),
                 Some(&spec.workspace),
-                "container.pids_limit",
+                crate::audit::Action::ContainerPidsLimit,
                 &format!(
                     "process creation hit the pids limit of {} ({pids_limit_hits} times)",
                     spec.settings.pids_limit
@@ -398,9 +398,9 @@ impl ContainerRuntime {
             Ok(Response::Error { kind, message }) => {
                 if kind == pincer_runner_protocol::ErrorKind::PermissionDenied {
                     self.audit.record(
-                        &format!("workspace:{}", spec.workspace),
+                        crate::audit::Actor::Workspace(&spec.workspace),
                         Some(&spec.workspace),
-                        "container.exec_refused",
+                        crate::audit::Action::ContainerExecRefused,
                         &format!("{program:?}: {message}"),
                     );
                 }
@@ -506,9 +506,9 @@ impl ContainerRuntime {
                 self.remove(&container.id).await?;
                 self.revoke_token(&container.workspace);
                 self.audit.record(
-                    "host",
+                    crate::audit::Actor::Host,
                     Some(&container.workspace),
-                    "container.orphan_removed",
+                    crate::audit::Action::ContainerOrphanRemoved,
                     &container.name,
                 );
                 removed.push(container.name);

@@ -251,7 +251,12 @@ async fn serve(
                     eprintln!(
                         "pincer: the new configuration is not valid, so the running one stays: {e:#}"
                     );
-                    audit.record("pincer", None, "config.reload_refused", &format!("{e:#}"));
+                    audit.record(
+                        crate::audit::Actor::Pincer,
+                        None,
+                        crate::audit::Action::ConfigReloadRefused,
+                        &format!("{e:#}"),
+                    );
                 }
             }
         }

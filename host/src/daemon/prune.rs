@@ -106,7 +106,12 @@ pub async fn prune_daily(
             Ok(Ok(report)) => {
                 let text = lines(&report, &retention, false).join("; ");
                 tracing::info!("state prune: {text}");
-                audit.record("pincer", None, "state.pruned", &text);
+                audit.record(
+                    crate::audit::Actor::Pincer,
+                    None,
+                    crate::audit::Action::StatePruned,
+                    &text,
+                );
             }
             Ok(Err(e)) => tracing::error!("state prune: {e:#}"),
             Err(e) => tracing::error!("state prune: {e}"),
@@ -185,7 +190,12 @@ mod tests {
             .expect("db")
             .expect("new");
         assert!(store.start(running).expect("db"));
-        audit.record("host", None, "test.event", "old");
+        audit.record(
+            crate::audit::Actor::Host,
+            None,
+            crate::audit::Action::StatePruned,
+            "old",
+        );
 
         let retention = Retention::default();
         let now = crate::db::now_ms();

@@ -694,12 +694,18 @@ impl Ledger {
 
     /// Queues an audit event for the writer (the same table as
     /// [`crate::audit::AuditLog`]), for events of answered calls.
-    pub fn audit(&self, actor: &str, workspace: Option<&str>, kind: &str, detail: &str) {
+    pub fn audit(
+        &self,
+        actor: crate::audit::Actor<'_>,
+        workspace: Option<&str>,
+        action: crate::audit::Action,
+        detail: &str,
+    ) {
         self.writer.push(Record::Audit(AuditRecord {
             ts_ms: crate::db::now_ms(),
-            actor: actor.to_owned(),
+            actor: actor.to_string(),
             workspace: workspace.map(str::to_owned),
-            kind: kind.to_owned(),
+            kind: action.as_str().to_owned(),
             detail: detail.to_owned(),
         }));
     }
@@ -1329,9 +1335,9 @@ mod tests {
             a.settle(r, USED, None, "d", false).unwrap();
         }
         a.audit(
-            "workspace:dev",
+            crate::audit::Actor::Workspace("dev"),
             Some("dev"),
-            "gateway.call",
+            crate::audit::Action::GatewayCall,
             "m: 5 + 5 tokens",
         );
         drop(a);

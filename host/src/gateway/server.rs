@@ -335,8 +335,12 @@ impl Gateway {
                  `pincer gateway keys revoke {workspace} {}`",
                 key.name
             );
-            self.audit
-                .record(&actor(&key), Some(workspace), "gateway.denied", &reason);
+            self.audit.record(
+                actor(&key),
+                Some(workspace),
+                crate::audit::Action::GatewayDenied,
+                &reason,
+            );
             return Err(ApiError::new(403, "unconfigured_workspace", reason));
         }
         Ok(key)
@@ -469,8 +473,12 @@ impl Gateway {
             ));
         }
         if let Err(reason) = reach.model(&alias) {
-            self.audit
-                .record(&actor(key), Some(workspace), "gateway.denied", &reason);
+            self.audit.record(
+                actor(key),
+                Some(workspace),
+                crate::audit::Action::GatewayDenied,
+                &reason,
+            );
             return Err(ApiError::new(403, "model_not_allowed", reason).respond(dialect));
         }
         if let Some(cache) = &self.cache
@@ -488,9 +496,9 @@ impl Gateway {
                 tracing::warn!("cannot record a cache hit: {e}");
             }
             self.ledger.audit(
-                &actor(key),
+                actor(key),
                 Some(workspace),
-                "gateway.call",
+                crate::audit::Action::GatewayCall,
                 &format!("{alias}: cache hit"),
             );
             return Ok(Dispatched::Complete {
@@ -507,9 +515,9 @@ impl Gateway {
             .reserve(workspace, &budget, &alias, estimate)
             .map_err(|e| {
                 self.audit.record(
-                    &actor(key),
+                    actor(key),
                     Some(workspace),
-                    "gateway.denied",
+                    crate::audit::Action::GatewayDenied,
                     &e.to_string(),
                 );
                 let (status, body) = e.to_openai_error();
@@ -546,9 +554,9 @@ impl Gateway {
                     tracing::error!("cannot settle a gateway call: {e}");
                 }
                 self.ledger.audit(
-                    &actor(key),
+                    actor(key),
                     Some(workspace),
-                    "gateway.call",
+                    crate::audit::Action::GatewayCall,
                     &format!(
                         "{alias} answered by {deployment}: {} + {} tokens",
                         usage.prompt_tokens, usage.completion_tokens
@@ -582,7 +590,11 @@ impl Gateway {
                 let ledger = self.ledger.clone();
                 let metrics = self.metrics.clone();
                 let price = self.prices.price(&deployment.model);
-                let (who, ws, name) = (actor(key), workspace.to_string(), deployment.to_string());
+                let (who, ws, name) = (
+                    key.workspace.clone(),
+                    workspace.to_string(),
+                    deployment.to_string(),
+                );
                 let model = alias.clone();
                 tokio::spawn(async move {
                     let usage = usage.await.unwrap_or_default();
@@ -598,9 +610,9 @@ impl Gateway {
                         tracing::error!("cannot settle a streamed gateway call: {e}");
                     }
                     ledger.audit(
-                        &who,
+                        crate::audit::Actor::Workspace(&who),
                         Some(&ws),
-                        "gateway.call",
+                        crate::audit::Action::GatewayCall,
                         &format!(
                             "{name} (streamed): {} + {} tokens",
                             usage.prompt_tokens, usage.completion_tokens
@@ -617,9 +629,9 @@ impl Gateway {
                     tracing::error!("cannot release a budget reservation: {release}");
                 }
                 self.audit.record(
-                    &actor(key),
+                    actor(key),
                     Some(workspace),
-                    "gateway.error",
+                    crate::audit::Action::GatewayError,
                     &self.router.redact(&e.to_string()),
                 );
                 Err(llm_error(&e, dialect))
@@ -659,8 +671,8 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn actor(key: &KeyInfo) -> String {
-    format!("workspace:{}", key.workspace)
+fn actor(key: &KeyInfo) -> crate::audit::Actor<'_> {
+    crate::audit::Actor::Workspace(&key.workspace)
 }
 
 async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {

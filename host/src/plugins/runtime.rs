@@ -179,9 +179,9 @@ impl PluginHost {
         let migrated_note = |what: String| {
             tracing::warn!("{what}");
             audit.record(
-                "pincer",
+                crate::audit::Actor::Pincer,
                 Some(LEGACY_WORKSPACE),
-                "plugin.state_migrated",
+                crate::audit::Action::PluginStateMigrated,
                 &what,
             );
         };
@@ -448,14 +448,14 @@ impl PluginHost {
         let caps = &manifest.capabilities;
         let on_denied: DenialSink = {
             let audit = self.audit.clone();
-            let actor = format!("plugin:{name}");
+            let plugin = name.to_string();
             let scope = scope.clone();
             Arc::new(move |what: &str| {
-                tracing::warn!(%actor, %scope, "denied {what}");
+                tracing::warn!(plugin = %plugin, %scope, "denied {what}");
                 audit.record(
-                    &actor,
+                    crate::audit::Actor::Plugin(&plugin),
                     scope.workspace_name(),
-                    "plugin.denied",
+                    crate::audit::Action::PluginDenied,
                     &format!("{what} [{scope}]"),
                 );
             })
@@ -574,9 +574,9 @@ impl PluginHost {
             crate::events::plugin_fault(plugin.name());
             tracing::warn!(plugin = plugin.name(), "{error}");
             self.audit.record(
-                &format!("plugin:{}", plugin.name()),
+                crate::audit::Actor::Plugin(plugin.name()),
                 plugin.scope().workspace_name(),
-                "plugin.fault",
+                crate::audit::Action::PluginFault,
                 &format!("{error} [{}]", plugin.scope()),
             );
         }

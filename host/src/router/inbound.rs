@@ -352,9 +352,9 @@ impl ChannelRouter {
                 String::new()
             };
             self.audit.record(
-                &format!("channel:{channel}"),
+                crate::audit::Actor::Channel(channel),
                 Some(&workspace),
-                "channel.sender_refused",
+                crate::audit::Action::ChannelSenderRefused,
                 &format!(
                     "sender `{}` is not in channels.{channel}.allowed_senders (conversation {}, message {}){since}",
                     received.sender, received.conversation, received.message_id
@@ -393,9 +393,9 @@ impl ChannelRouter {
                 String::new()
             };
             self.audit.record(
-                &format!("channel:{channel}"),
+                crate::audit::Actor::Channel(channel),
                 Some(&workspace),
-                "channel.rate_limited",
+                crate::audit::Action::ChannelRateLimited,
                 &format!(
                     "{who} is over {limit} messages a minute: message {} (sender `{}`, conversation {}) and the next ones this minute are not answered{since}",
                     received.message_id, received.sender, received.conversation

@@ -210,17 +210,21 @@ impl Schedules {
                             "{} is not valid, so workspace `{workspace}` keeps its previous schedule: {e:#}",
                             path.display()
                         ),
-                        "schedule.reload_refused",
+                        crate::audit::Action::ScheduleReloadRefused,
                     )
                 } else {
                     (
                         format!("no schedule for workspace `{workspace}`: {e:#}"),
-                        "schedule.file_refused",
+                        crate::audit::Action::ScheduleFileRefused,
                     )
                 };
                 eprintln!("pincer: {said}");
-                self.audit
-                    .record("pincer", Some(workspace), event, &format!("{e:#}"));
+                self.audit.record(
+                    crate::audit::Actor::Pincer,
+                    Some(workspace),
+                    event,
+                    &format!("{e:#}"),
+                );
                 summary.problem = Some(format!("{e:#}"));
             }
         }
@@ -373,9 +377,9 @@ impl Schedules {
         };
         if let Err(e) = outcome {
             self.audit.record(
-                "scheduler",
+                crate::audit::Actor::Scheduler,
                 Some(&run.workspace),
-                "schedule.run_failed",
+                crate::audit::Action::ScheduleRunFailed,
                 &format!("task `{}` due {}: {e}", task.id, run.due.to_rfc3339()),
             );
         }

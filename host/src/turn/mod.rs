@@ -558,9 +558,9 @@ impl Agent {
             count += 1;
             if let Some(message) = bounds.exceeded(count, stream.received_bytes()) {
                 self.runtime.audit().record(
-                    &format!("workspace:{}", bounds.workspace),
+                    crate::audit::Actor::Workspace(bounds.workspace),
                     Some(bounds.workspace),
-                    "turn.runner_flood",
+                    crate::audit::Action::TurnRunnerFlood,
                     &message,
                 );
                 // Dropping the stream closes the connection: the runner stops.

@@ -156,7 +156,7 @@ impl McpGateway {
         workspace: &str,
         request: CallToolRequestParams,
     ) -> Result<CallToolResult, ErrorData> {
-        let actor = format!("workspace:{workspace}");
+        let actor = crate::audit::Actor::Workspace(workspace);
         let exposed = request.name.to_string();
         let resolved = self
             .reach(workspace)
@@ -164,8 +164,12 @@ impl McpGateway {
         let (source, tool) = match resolved {
             Ok(resolved) => resolved,
             Err(reason) => {
-                self.audit
-                    .record(&actor, Some(workspace), "gateway.denied", &reason);
+                self.audit.record(
+                    actor,
+                    Some(workspace),
+                    crate::audit::Action::GatewayDenied,
+                    &reason,
+                );
                 return Err(ErrorData::invalid_params(reason, None));
             }
         };
@@ -196,8 +200,12 @@ impl McpGateway {
             Ok(_) => format!("{exposed}: ok"),
             Err(e) => format!("{exposed}: {e}"),
         };
-        self.audit
-            .record(&actor, Some(workspace), "gateway.tool_call", &detail);
+        self.audit.record(
+            actor,
+            Some(workspace),
+            crate::audit::Action::GatewayToolCall,
+            &detail,
+        );
         outcome.map_err(|e| ErrorData::internal_error(e, None))
     }
 }

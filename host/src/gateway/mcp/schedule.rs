@@ -163,7 +163,7 @@ fn run_at(
     now_ms: i64,
 ) -> Result<Result<String, String>, String> {
     let db = |e: rusqlite::Error| format!("schedule store: {e}");
-    let actor = format!("agent:{workspace}");
+    let actor = crate::audit::Actor::Agent(workspace);
     match tool {
         "create" => {
             let mut spec = serde_json::Value::Object(arguments.unwrap_or_default());
@@ -204,12 +204,12 @@ fn run_at(
             let what = format!("{} in {}, next {next}", task.trigger, task.zone);
             let (event, text) = if status == Status::Active {
                 (
-                    "schedule.agent_created",
+                    crate::audit::Action::ScheduleAgentCreated,
                     format!("scheduled task `{id}` ({what})"),
                 )
             } else {
                 (
-                    "schedule.agent_proposed",
+                    crate::audit::Action::ScheduleAgentProposed,
                     format!(
                         "proposed task `{id}` ({what}); it runs once a person approves it (pincer schedule approve {id})"
                     ),
@@ -217,7 +217,7 @@ fn run_at(
             };
             // the task is in the store; the log keeps its size, hash and head
             audit.record(
-                &actor,
+                actor,
                 Some(workspace),
                 event,
                 &agent::audit_summary(&id, &spec),
@@ -275,7 +275,7 @@ fn run_at(
                     &id,
                     &[Status::Pending, Status::Active],
                     Status::Cancelled,
-                    &actor,
+                    &actor.to_string(),
                     now_ms,
                 )
                 .map_err(db)?;
@@ -284,7 +284,12 @@ fn run_at(
                     "no task `{id}` to cancel (list shows this agent's tasks)"
                 )));
             }
-            audit.record(&actor, Some(workspace), "schedule.agent_cancelled", &id);
+            audit.record(
+                actor,
+                Some(workspace),
+                crate::audit::Action::ScheduleAgentCancelled,
+                &id,
+            );
             Ok(Ok(format!("cancelled task `{id}`")))
         }
         other => Ok(Err(format!("unknown schedule tool `{other}`"))),

@@ -64,10 +64,13 @@ impl Upstreams {
         }
     }
 
-    fn audit(&self, server: &str, action: &str, detail: &str) {
-        self.containers
-            .audit()
-            .record(&format!("mcp:{server}"), None, action, detail);
+    fn audit(&self, server: &str, action: crate::audit::Action, detail: &str) {
+        self.containers.audit().record(
+            crate::audit::Actor::McpServer(server),
+            None,
+            action,
+            detail,
+        );
     }
 
     /// A live client for `name`, starting (or restarting) it if needed.
@@ -84,7 +87,7 @@ impl Upstreams {
             tracing::warn!(server = name, "MCP server connection closed; restarting it");
             self.audit(
                 name,
-                "mcp.server_restarted",
+                crate::audit::Action::McpServerRestarted,
                 "the server's connection had closed (it exited or crashed); starting it again",
             );
         }
@@ -109,7 +112,7 @@ impl Upstreams {
         let client = match connected {
             Ok(client) => client,
             Err(e) => {
-                self.audit(name, "mcp.server_failed", &e);
+                self.audit(name, crate::audit::Action::McpServerFailed, &e);
                 if server.container.is_some() {
                     let _ = self.containers.stop(name).await;
                 }
@@ -171,7 +174,7 @@ impl Upstreams {
             Err(Attempt::Closed(why)) => {
                 self.audit(
                     name,
-                    "mcp.server_restarted",
+                    crate::audit::Action::McpServerRestarted,
                     &format!("the connection was closed ({why}); starting the server again"),
                 );
                 match self.call_once(name, server, tool, arguments).await {
@@ -206,7 +209,7 @@ impl Upstreams {
                 let message = format!(
                     "MCP server `{name}` did not answer `{tool}` within {timeout:?} (mcp_servers.{name}.call_timeout_secs)"
                 );
-                self.audit(name, "mcp.call_timeout", &message);
+                self.audit(name, crate::audit::Action::McpCallTimeout, &message);
                 if server.container.is_some() {
                     // A hung server would hold every later call: replace it.
                     self.drop_client(name, &client).await;
@@ -240,7 +243,7 @@ impl Upstreams {
                 .map_err(|e| format!("MCP server `{name}`: {e}"))?;
             self.audit(
                 name,
-                "mcp.server_started",
+                crate::audit::Action::McpServerStarted,
                 &format!(
                     "container {}",
                     &attached.container_id[..12.min(attached.container_id.len())]
