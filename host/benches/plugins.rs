@@ -5,8 +5,10 @@
 //!
 //! Prints median and p99 of each; nothing is asserted here.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pincer::audit::AuditLog;
 use pincer::plugins::CompileSource;
 use pincer::plugins::{CallLimits, HostPaths, PluginHost, PluginPackage};
 
@@ -29,10 +31,14 @@ async fn run() -> anyhow::Result<()> {
         package.wasm.len() / 1024
     );
 
-    let uncached = PluginHost::new(HostPaths {
-        cache_dir: None,
-        ..HostPaths::under(dir.path())
-    })?;
+    let audit = Arc::new(AuditLog::open(&HostPaths::under(dir.path()).database)?);
+    let uncached = PluginHost::new(
+        HostPaths {
+            cache_dir: None,
+            ..HostPaths::under(dir.path())
+        },
+        audit.clone(),
+    )?;
     let cold = measure(10, || async {
         uncached.load(&package, None, limits)?;
         Ok(())
@@ -40,7 +46,7 @@ async fn run() -> anyhow::Result<()> {
     .await?;
     report("cold load (validate + compile + pre-instantiate)", &cold);
 
-    let cached_host = PluginHost::new(HostPaths::under(dir.path()))?;
+    let cached_host = PluginHost::new(HostPaths::under(dir.path()), audit)?;
     let warmup = cached_host.load(&package, None, limits)?;
     assert_eq!(warmup.compiled, CompileSource::Compiled);
     let cached = measure(50, || async {

@@ -27,8 +27,8 @@ use axum::routing::post;
 use pincer::audit::AuditLog;
 use pincer::config::Config;
 use pincer::containers::ContainerRuntime;
-use pincer::gateway::Gateway;
 use pincer::gateway::WorkspaceSockets;
+use pincer::gateway::{Gateway, KeyStore, Ledger, Services};
 use pincer::memory::MemoryStore;
 use pincer::sessions::{SessionKey, SessionStore, TurnStatus};
 use pincer::turn::{Agent, Inbound};
@@ -69,7 +69,17 @@ async fn run() -> anyhow::Result<()> {
         |_| None,
     )?);
     let audit = Arc::new(AuditLog::open(&home.path().join(pincer::db::FILE_NAME))?);
-    let gateway = Arc::new(Gateway::new(&config, home.path(), audit.clone())?);
+    let database = home.path().join(pincer::db::FILE_NAME);
+    let memory = Arc::new(MemoryStore::open(home.path())?);
+    let services = Services {
+        audit: audit.clone(),
+        keys: Arc::new(KeyStore::open(&database)?),
+        ledger: Ledger::open(&database)?,
+        plugins: None,
+        memory: memory.clone(),
+        schedules: Arc::new(pincer::scheduler::Store::open(&database)?),
+    };
+    let gateway = Arc::new(Gateway::new(&config, home.path(), services)?);
     let containers =
         Arc::new(ContainerRuntime::connect(home.path(), audit, gateway.container_grants()).await?);
     containers
@@ -82,7 +92,7 @@ async fn run() -> anyhow::Result<()> {
         home.path(),
         containers.clone(),
         Arc::new(SessionStore::open(home.path())?),
-        Arc::new(MemoryStore::open(home.path())?),
+        memory,
         gateway,
         sockets,
         Default::default(),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::response::Redirect;
 use axum::routing::{get, post};
+use pincer::audit::AuditLog;
 use pincer::plugins::CompileSource;
 use pincer::plugins::api::{
     ChannelError, Event, EventBody, Frame, Header, HttpRequest, Message, Outbound, ToolError,
@@ -22,7 +23,9 @@ use serde_json::{Value, json};
 use support::staged;
 
 fn host(dir: &std::path::Path) -> PluginHost {
-    PluginHost::new(HostPaths::under(dir)).expect("plugin host")
+    let paths = HostPaths::under(dir);
+    let audit = Arc::new(AuditLog::open(&paths.database).expect("audit log"));
+    PluginHost::new(paths, audit).expect("plugin host")
 }
 
 fn package(name: &str) -> PluginPackage {
@@ -1144,7 +1147,7 @@ async fn state_in_the_old_layout_goes_to_the_default_workspace() {
     assert_eq!(migrated.len(), 2, "{migrated:?}");
     drop(host);
     // Logged once: opening again migrates nothing.
-    let again = PluginHost::new(HostPaths::under(dir.path())).unwrap();
+    let again = self::host(dir.path());
     let records = again.audit().recent(Some("pincer"), 10).unwrap();
     assert_eq!(
         records

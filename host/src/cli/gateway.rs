@@ -6,7 +6,6 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 
 use super::{Context, GatewayCommand, KeysCommand};
-use crate::gateway::Gateway;
 use crate::gateway::KeyStore;
 use crate::gateway::Ledger;
 
@@ -85,7 +84,8 @@ async fn serve(ctx: &Context, listen: Option<std::net::SocketAddr>) -> anyhow::R
     crate::daemon::raise_nofile_limit();
     let addr = listen.unwrap_or(ctx.config.gateway.listen);
     crate::gateway::check_listen(&ctx.config.gateway, addr)?;
-    let gateway = Arc::new(Gateway::new(&ctx.config, &ctx.home, ctx.audit_log()?)?);
+    let memory = Arc::new(crate::memory::MemoryStore::open(&ctx.home)?);
+    let gateway = crate::daemon::build::gateway(ctx, ctx.audit_log()?, None, memory)?;
     let tcp = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} (gateway.listen)"))?;

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use super::Context;
+use crate::audit::AuditLog;
 use crate::containers::ContainerRuntime;
-use crate::gateway::WorkspaceSockets;
-use crate::gateway::{Gateway, Shared};
+use crate::gateway::{Gateway, KeyStore, Ledger, Services, WorkspaceSockets};
+use crate::memory::MemoryStore;
+use crate::plugins::PluginHost;
 use crate::sessions::SessionStore;
 use crate::turn::{Agent, Observers, Recall};
 
@@ -27,17 +29,8 @@ pub async fn agent_with(
         Some(host) => host.audit().clone(),
         None => ctx.audit_log()?,
     };
-    let memory = Arc::new(crate::memory::MemoryStore::open(&ctx.home)?);
-    let shared = Shared {
-        plugins: plugins.clone(),
-        memory: Some(memory.clone()),
-    };
-    let gateway = Arc::new(Gateway::with_shared(
-        &ctx.config,
-        &ctx.home,
-        audit.clone(),
-        shared,
-    )?);
+    let memory = Arc::new(MemoryStore::open(&ctx.home)?);
+    let gateway = gateway(ctx, audit.clone(), plugins.clone(), memory.clone())?;
     let runtime =
         Arc::new(ContainerRuntime::connect(&ctx.home, audit, gateway.container_grants()).await?);
     let sessions = Arc::new(SessionStore::open(&ctx.home)?);
@@ -54,6 +47,30 @@ pub async fn agent_with(
         sockets,
         observers,
     ))
+}
+
+/// The gateway over this home's `pincer.db`: its key store and ledger, the
+/// memory and schedule stores its MCP tools use, the process's audit log
+/// and, when the process has one, its plugin host.
+pub fn gateway(
+    ctx: &Context,
+    audit: Arc<AuditLog>,
+    plugins: Option<Arc<PluginHost>>,
+    memory: Arc<MemoryStore>,
+) -> anyhow::Result<Arc<Gateway>> {
+    let database = ctx.home.join(crate::db::FILE_NAME);
+    let opening = |what: &str| format!("opening {what} in {}", database.display());
+    let services = Services {
+        audit,
+        keys: Arc::new(KeyStore::open(&database).with_context(|| opening("the gateway keys"))?),
+        ledger: Ledger::open(&database).with_context(|| opening("the budget ledger"))?,
+        plugins,
+        memory,
+        schedules: Arc::new(
+            crate::scheduler::Store::open(&database).with_context(|| opening("the schedules"))?,
+        ),
+    };
+    Ok(Arc::new(Gateway::new(&ctx.config, &ctx.home, services)?))
 }
 
 /// Loads each workspace's observer plugins; a plugin that cannot load is an

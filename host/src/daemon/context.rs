@@ -72,9 +72,11 @@ impl Context {
     }
 
     pub fn plugin_host(&self) -> anyhow::Result<PluginHost> {
-        Ok(PluginHost::new(HostPaths::under(&self.home))
-            .context("starting the plugin host")?
-            .with_legacy_secrets(self.config.plugins.legacy_secrets))
+        Ok(
+            PluginHost::new(HostPaths::under(&self.home), self.audit_log()?)
+                .context("starting the plugin host")?
+                .with_legacy_secrets(self.config.plugins.legacy_secrets),
+        )
     }
 
     pub fn audit_log(&self) -> anyhow::Result<Arc<AuditLog>> {

@@ -19,6 +19,6 @@ pub use cost::PriceTable;
 pub use keys::{KeyInfo, KeyKind, KeyStore};
 pub use llm::local::{LocalModel, fetch as model_fetch};
 pub use llm::{check_deployment, default_client};
-pub use server::{Gateway, Shared, check_listen};
+pub use server::{Gateway, Services, check_listen};
 pub use sockets::WorkspaceSockets;
 pub use writer::QUEUE_CAPACITY;

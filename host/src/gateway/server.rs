@@ -144,27 +144,31 @@ pub fn check_listen(
     Ok(())
 }
 
-/// Services the process has already, for the gateway to use rather than
-/// open its own (`None`: it opens one on first use).
-#[derive(Default, Clone)]
-pub struct Shared {
+/// What the gateway works with, opened by the composition root
+/// (`daemon::build::gateway`) on this home's `pincer.db`.
+pub struct Services {
+    pub audit: Arc<AuditLog>,
+    /// Gateway keys, and the containers' tokens it mints.
+    pub keys: Arc<KeyStore>,
+    /// Budgets, usage and the audit events of answered calls.
+    pub ledger: Arc<Ledger>,
+    /// The process's plugin host, for MCP skills; `None` starts one on the
+    /// first skill call (a gateway that may never call one).
     pub plugins: Option<Arc<crate::plugins::PluginHost>>,
-    pub memory: Option<Arc<crate::memory::MemoryStore>>,
+    pub memory: Arc<crate::memory::MemoryStore>,
+    pub schedules: Arc<crate::scheduler::Store>,
 }
 
 impl Gateway {
-    pub fn new(config: &Config, home: &Path, audit: Arc<AuditLog>) -> anyhow::Result<Self> {
-        Self::with_shared(config, home, audit, Shared::default())
-    }
-
-    /// [`Self::new`] using the process's own plugin host and memory store
-    /// for its MCP skills and memory tools.
-    pub fn with_shared(
-        config: &Config,
-        home: &Path,
-        audit: Arc<AuditLog>,
-        shared: Shared,
-    ) -> anyhow::Result<Self> {
+    pub fn new(config: &Config, home: &Path, services: Services) -> anyhow::Result<Self> {
+        let Services {
+            audit,
+            keys,
+            ledger,
+            plugins,
+            memory,
+            schedules,
+        } = services;
         let database = home.join(crate::db::FILE_NAME);
         let reaches = Arc::new(Reaches::compute(config));
         for (workspace, reach) in reaches.iter() {
@@ -177,7 +181,11 @@ impl Gateway {
             home,
             audit.clone(),
             reaches.clone(),
-            shared,
+            super::mcp::Stores {
+                plugins,
+                memory,
+                schedules,
+            },
         ));
         Ok(Self {
             router: LlmRouter::new(&config.gateway, llm::default_client()?)?.with_local(
@@ -186,8 +194,8 @@ impl Gateway {
                     ..Default::default()
                 },
             ),
-            keys: Arc::new(KeyStore::open(&database)?),
-            ledger: Ledger::open(&database)?,
+            keys,
+            ledger,
             prices: PriceTable::new(&config.gateway.prices),
             cache: ResponseCache::from_config(&config.gateway.cache),
             audit,

@@ -166,7 +166,9 @@ impl LoadedPlugin {
 }
 
 impl PluginHost {
-    pub fn new(paths: HostPaths) -> anyhow::Result<Self> {
+    /// A plugin host over `paths`, recording denials, faults and state
+    /// migrations to `audit`.
+    pub fn new(paths: HostPaths, audit: Arc<AuditLog>) -> anyhow::Result<Self> {
         let engine = PluginEngine::new(paths.cache_dir.clone())?;
         let mut linker = Linker::new(engine.engine());
         wit::add_to_linker(&mut linker)?;
@@ -175,7 +177,6 @@ impl PluginHost {
         }
         let legacy = Scope::workspace(LEGACY_WORKSPACE);
         let (kv, migrated) = KvStore::open_migrating(&paths.database, &legacy.key())?;
-        let audit = Arc::new(AuditLog::open(&paths.database)?);
         let migrated_note = |what: String| {
             tracing::warn!("{what}");
             audit.record(

@@ -2,12 +2,10 @@
 //! `memory__recall` and `memory__forget`. The store is opened on first use
 //! (the jieba dictionary loads then, off the async threads).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use serde::Deserialize;
-use tokio::sync::OnceCell;
 
 use super::text_result;
 use crate::memory::{MemoryError, MemoryKind, MemoryStore, Recalled};
@@ -17,8 +15,7 @@ const MAX_RECALL: usize = 20;
 const DEFAULT_RECALL: usize = 5;
 
 pub struct MemoryTools {
-    home: PathBuf,
-    store: OnceCell<Arc<MemoryStore>>,
+    store: Arc<MemoryStore>,
 }
 
 #[derive(Deserialize)]
@@ -152,30 +149,8 @@ enum Outcome {
 }
 
 impl MemoryTools {
-    /// `store`: the process's memory store; `None` opens one on first use.
-    pub fn new(home: PathBuf, store: Option<Arc<MemoryStore>>) -> Self {
-        Self {
-            home,
-            store: OnceCell::new_with(store),
-        }
-    }
-
-    async fn store(&self) -> Result<Arc<MemoryStore>, String> {
-        self.store
-            .get_or_try_init(|| async {
-                let home = self.home.clone();
-                tokio::task::spawn_blocking(move || {
-                    let store = MemoryStore::open(&home)?;
-                    // Load the dictionary now rather than in the first call.
-                    crate::memory::segment::jieba();
-                    Ok::<_, MemoryError>(Arc::new(store))
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())
-            })
-            .await
-            .cloned()
+    pub fn new(store: Arc<MemoryStore>) -> Self {
+        Self { store }
     }
 
     pub async fn call(
@@ -184,7 +159,7 @@ impl MemoryTools {
         tool: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, String> {
-        let store = self.store().await?;
+        let store = self.store.clone();
         let (workspace, tool) = (workspace.to_string(), tool.to_string());
         let outcome =
             tokio::task::spawn_blocking(move || run(&store, &workspace, &tool, arguments))

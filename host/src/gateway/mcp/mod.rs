@@ -60,28 +60,32 @@ pub struct McpGateway {
     audit: Arc<AuditLog>,
 }
 
+/// The stores the MCP tools work on, handed in by the gateway's builder.
+pub struct Stores {
+    /// `None`: a plugin host is started on the first skill call.
+    pub plugins: Option<Arc<crate::plugins::PluginHost>>,
+    pub memory: Arc<crate::memory::MemoryStore>,
+    pub schedules: Arc<crate::scheduler::Store>,
+}
+
 impl McpGateway {
     pub fn new(
         config: &Config,
         home: &Path,
         audit: Arc<AuditLog>,
         reaches: Arc<Reaches>,
-        shared: crate::gateway::server::Shared,
+        stores: Stores,
     ) -> Self {
         Self {
             config: Arc::new(config.clone()),
             reaches,
-            skills: Skills::new(config, home, shared.plugins),
+            skills: Skills::new(config, home, stores.plugins, audit.clone()),
             upstreams: Upstreams::new(
                 Arc::new(config.clone()),
                 crate::containers::McpContainers::new(home, audit.clone()),
             ),
-            memory: MemoryTools::new(home.to_path_buf(), shared.memory),
-            schedule: ScheduleTools::new(
-                home.to_path_buf(),
-                Arc::new(config.clone()),
-                audit.clone(),
-            ),
+            memory: MemoryTools::new(stores.memory),
+            schedule: ScheduleTools::new(stores.schedules, Arc::new(config.clone()), audit.clone()),
             audit,
         }
     }

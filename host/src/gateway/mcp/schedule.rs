@@ -4,13 +4,11 @@
 //! decides). The rules are [`crate::scheduler::agent`]'s; this is the tool
 //! surface. The running daemon sees changes within a second.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use chrono::Utc;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use serde::Deserialize;
-use tokio::sync::OnceCell;
 
 use super::text_result;
 use crate::audit::AuditLog;
@@ -19,10 +17,9 @@ use crate::scheduler::agent::{self, Status};
 use crate::scheduler::{Action, Store, plan};
 
 pub struct ScheduleTools {
-    home: PathBuf,
+    store: Arc<Store>,
     config: Arc<Config>,
     audit: Arc<AuditLog>,
-    store: OnceCell<Arc<Store>>,
 }
 
 #[derive(Deserialize)]
@@ -87,26 +84,12 @@ pub fn tools() -> Vec<Tool> {
 }
 
 impl ScheduleTools {
-    pub fn new(home: PathBuf, config: Arc<Config>, audit: Arc<AuditLog>) -> Self {
+    pub fn new(store: Arc<Store>, config: Arc<Config>, audit: Arc<AuditLog>) -> Self {
         Self {
-            home,
+            store,
             config,
             audit,
-            store: OnceCell::new(),
         }
-    }
-
-    async fn store(&self) -> Result<Arc<Store>, String> {
-        self.store
-            .get_or_try_init(|| async {
-                let path = self.home.join(crate::db::FILE_NAME);
-                tokio::task::spawn_blocking(move || Store::open(&path).map(Arc::new))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())
-            })
-            .await
-            .cloned()
     }
 
     pub async fn call(
@@ -115,7 +98,7 @@ impl ScheduleTools {
         tool: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, String> {
-        let store = self.store().await?;
+        let store = self.store.clone();
         let config = self.config.clone();
         let audit = self.audit.clone();
         let (workspace, tool) = (workspace.to_owned(), tool.to_owned());

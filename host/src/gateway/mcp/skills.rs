@@ -12,6 +12,7 @@ use rmcp::model::{CallToolResult, JsonObject, Tool};
 use tokio::sync::{Mutex, OnceCell};
 
 use super::text_result;
+use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::plugins::api::ToolError;
 use crate::plugins::{
@@ -20,6 +21,7 @@ use crate::plugins::{
 
 pub struct Skills {
     home: PathBuf,
+    audit: Arc<AuditLog>,
     config: Arc<Config>,
     limits: CallLimits,
     host: OnceCell<Arc<PluginHost>>,
@@ -30,11 +32,18 @@ pub struct Skills {
 }
 
 impl Skills {
-    /// `host`: the process's plugin host; `None` starts one on first use.
-    pub fn new(config: &Config, home: &Path, host: Option<Arc<PluginHost>>) -> Self {
+    /// `host`: the process's plugin host; `None` starts one (recording to
+    /// `audit`) on first use.
+    pub fn new(
+        config: &Config,
+        home: &Path,
+        host: Option<Arc<PluginHost>>,
+        audit: Arc<AuditLog>,
+    ) -> Self {
         let limits = &config.plugins.limits;
         Self {
             home: home.to_path_buf(),
+            audit,
             config: Arc::new(config.clone()),
             limits: CallLimits {
                 memory_bytes: (limits.memory_mb as usize) << 20,
@@ -52,7 +61,8 @@ impl Skills {
             .get_or_try_init(|| async {
                 let paths = HostPaths::under(&self.home);
                 let legacy = self.config.plugins.legacy_secrets;
-                tokio::task::spawn_blocking(move || PluginHost::new(paths))
+                let audit = self.audit.clone();
+                tokio::task::spawn_blocking(move || PluginHost::new(paths, audit))
                     .await
                     .map_err(|e| e.to_string())?
                     .map(|host| Arc::new(host.with_legacy_secrets(legacy)))
