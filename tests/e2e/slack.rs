@@ -6,14 +6,14 @@
 
 use crate::support;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::daemon::Daemon;
 use support::fake_llm::{Behaviour, FakeUpstream};
+use support::pyfake::PyFake;
 use support::{DockerCleanup, Sandbox, ok, unique};
 
 const BOT_TOKEN: &str = "xoxb-fake-bot-token";
@@ -23,10 +23,8 @@ const ALLOWED: &str = "U0ALLOWED";
 
 /// The fake Slack, killed on drop.
 struct FakeSlack {
-    child: Child,
+    fake: PyFake,
     api_base: String,
-    control: String,
-    http: reqwest::Client,
 }
 
 impl FakeSlack {
@@ -36,51 +34,26 @@ impl FakeSlack {
 
     /// With extra flags, e.g. `--scopes chat:write`.
     fn start_with(flags: &[&str]) -> Self {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::new();
-        let mut child = Command::new(support::gateway::python())
-            .arg(support::gateway::python_script("fake_slack.py"))
-            .args(["--bot-token", BOT_TOKEN, "--app-token", APP_TOKEN])
-            .args(["--signing-secret", SIGNING_SECRET])
-            .args(flags)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start fake_slack.py");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: Value = serde_json::from_str(&line).expect("fake_slack ready line");
-        Self {
-            child,
-            api_base: ready["api_base"].as_str().unwrap().to_string(),
-            control: ready["control"].as_str().unwrap().to_string(),
-            http,
-        }
+        let mut args = vec![
+            "--bot-token",
+            BOT_TOKEN,
+            "--app-token",
+            APP_TOKEN,
+            "--signing-secret",
+            SIGNING_SECRET,
+        ];
+        args.extend_from_slice(flags);
+        let fake = PyFake::start("fake_slack.py", &args);
+        let api_base = fake.ready["api_base"].as_str().unwrap().to_string();
+        Self { fake, api_base }
     }
 
     async fn post(&self, path: &str, body: Value) -> Value {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.control))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        response.json().await.unwrap()
+        self.fake.post(path, body).await
     }
 
     async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.control))
-            .timeout(Duration::from_secs(120))
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
+        self.fake.get(path).await
     }
 
     /// Waits until `count` Socket Mode connections were opened.
@@ -125,13 +98,6 @@ impl FakeSlack {
             .into_iter()
             .filter(|c| c["status"] == 200 && c["response"]["ok"] == true)
             .collect()
-    }
-}
-
-impl Drop for FakeSlack {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

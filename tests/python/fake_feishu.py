@@ -93,13 +93,15 @@ import hashlib
 import json
 import os
 import secrets
-import signal
 import sys
 import time
 import uuid
 
 import aiohttp
 from aiohttp import web
+
+import fake_control
+from fake_control import json_body
 from Crypto.Cipher import AES
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 
@@ -979,23 +981,14 @@ class Fake:
         q = request.query
         what = q.get("what", "calls")
         count = int(q.get("count", "1"))
-        deadline = time.monotonic() + float(q.get("timeout", "5"))
+        timeout = float(q.get("timeout", "5"))
         try:
             self.items(what, q.get("path"))
         except KeyError:
             return web.json_response({"error": f"unknown what={what!r}"}, status=400)
-        async with self.changed:
-            while True:
-                items = self.items(what, q.get("path"))
-                if len(items) >= count:
-                    return web.json_response({"count": len(items), "items": items})
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return web.json_response({"count": len(items), "items": items}, status=408)
-                try:
-                    await asyncio.wait_for(self.changed.wait(), timeout=left)
-                except asyncio.TimeoutError:
-                    pass
+        return await fake_control.wait_for(
+            self.changed, lambda: self.items(what, q.get("path")), count, timeout
+        )
 
     async def ctl_reset(self, request):
         body = await json_body(request)
@@ -1020,19 +1013,6 @@ class Fake:
             except (asyncio.TimeoutError, ConnectionError, RuntimeError):
                 if conn.request.transport is not None:
                     conn.request.transport.abort()
-
-
-async def json_body(request):
-    raw = await request.read()
-    if not raw:
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise web.HTTPBadRequest(text=json.dumps({"error": "body is not JSON"}), content_type="application/json")
-    if not isinstance(body, dict):
-        raise web.HTTPBadRequest(text=json.dumps({"error": "body is not an object"}), content_type="application/json")
-    return body
 
 
 def build_app(fake: Fake) -> web.Application:
@@ -1091,22 +1071,12 @@ def parse_args(argv=None):
 
 async def serve(cfg):
     fake = Fake(cfg)
-    runner = web.AppRunner(build_app(fake), handle_signals=False, shutdown_timeout=0.5)
-    await runner.setup()
-    site = web.TCPSite(runner, cfg.host, cfg.port)
-    await site.start()
-    fake.port = runner.addresses[0][1]
-    host = cfg.host if ":" not in cfg.host else f"[{cfg.host}]"
-    fake.host = host
-    base = f"http://{host}:{fake.port}"
-    print(json.dumps({"port": fake.port, "base": base, "control": f"{base}/_test"}), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await fake.shutdown()
-    await runner.cleanup()
+
+    def ready(port, host, base):
+        fake.port, fake.host = port, host
+        return {"port": port, "base": base, "control": f"{base}/_test"}
+
+    await fake_control.serve(build_app(fake), cfg.host, cfg.port, ready, fake.shutdown)
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 //! A local fake platform from `tests/python/` (fake_slack.py,
 //! fake_feishu.py) as a child process: started with its flags, its ready
 //! line read, its control API (`…/_test`) driven over loopback, killed on
-//! drop.
+//! drop. Its log goes to the test's stderr when `PINCER_TEST_FAKE_LOGS` is
+//! set.
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -24,7 +25,11 @@ impl PyFake {
             .arg(super::gateway::python_script(script))
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(if std::env::var_os("PINCER_TEST_FAKE_LOGS").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .unwrap_or_else(|e| panic!("start {script}: {e}"));
         let mut line = String::new();
