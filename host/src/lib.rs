@@ -2,6 +2,7 @@
 //!
 //! One folder per subsystem; each exposes a small typed API (see docs/architecture.md).
 
+pub mod approvals;
 pub mod audit;
 pub mod channels;
 pub mod cli;

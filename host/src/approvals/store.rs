@@ -1,0 +1,581 @@
+//! Approval requests and "always" rules in `pincer.db`. A request is a row
+//! written before anything is shown to a person, so a restart (even
+//! `kill -9`) loses none; a decision is one conditional update, so two
+//! clicks, a click after the timeout, or a click by someone else each get
+//! a clear answer and change nothing.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::rules::{Rule, RuleError};
+
+/// Who may decide a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approvers {
+    /// Only the person whose message started the turn.
+    Originator,
+    /// These senders (platform ids).
+    Listed(Vec<String>),
+}
+
+/// Who is deciding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decider<'a> {
+    /// A platform user, by the verified id of their click.
+    Sender(&'a str),
+    /// An operator: the CLI on this `PINCER_HOME` (`operator:cli`) or a
+    /// signed-in web session (`operator:web`); may decide any request.
+    Operator(&'a str),
+}
+
+impl Decider<'_> {
+    fn recorded(&self) -> String {
+        match self {
+            Self::Sender(id) => (*id).to_owned(),
+            Self::Operator(how) => format!("operator:{how}"),
+        }
+    }
+}
+
+/// A decision on a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Once,
+    /// The same call shape for the rest of the session.
+    Session,
+    /// A rule for the workspace from now on.
+    Always(Rule),
+    Deny {
+        reason: Option<String>,
+    },
+}
+
+impl Decision {
+    fn stored(&self) -> &'static str {
+        match self {
+            Self::Once => "once",
+            Self::Session => "session",
+            Self::Always(_) => "always",
+            Self::Deny { .. } => "deny",
+        }
+    }
+}
+
+/// A request as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub id: String,
+    pub workspace: String,
+    pub session: String,
+    pub originator: Option<String>,
+    pub tool: String,
+    pub fingerprint: String,
+    pub shape: Option<String>,
+    pub preview: String,
+    pub created_ms: i64,
+    pub expires_ms: i64,
+    pub state: State,
+    pub decision: Option<String>,
+    pub decided_by: Option<String>,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Pending,
+    Granted,
+    Denied,
+    Expired,
+}
+
+impl State {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Granted => "granted",
+            Self::Denied => "denied",
+            Self::Expired => "expired",
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        match text {
+            "granted" => Self::Granted,
+            "denied" => Self::Denied,
+            "expired" => Self::Expired,
+            _ => Self::Pending,
+        }
+    }
+}
+
+/// What to ask about.
+pub struct NewRequest<'a> {
+    pub workspace: &'a str,
+    pub session: &'a str,
+    pub originator: Option<&'a str>,
+    pub tool: &'a str,
+    pub fingerprint: &'a str,
+    pub shape: Option<&'a str>,
+    pub preview: &'a str,
+    pub now_ms: i64,
+    pub timeout_ms: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalError {
+    #[error("no approval request `{0}`")]
+    Unknown(String),
+    #[error("approval request `{0}` expired; the call was denied")]
+    Expired(String),
+    #[error("approval request `{id}` was already {state} by {by}")]
+    AlreadyDecided {
+        id: String,
+        state: String,
+        by: String,
+    },
+    #[error("only {allowed} can decide approval request `{id}`")]
+    NotAnApprover { id: String, allowed: String },
+    #[error("a session decision cannot cover `{0}` (not one simple command); decide once instead")]
+    NoShape(String),
+    #[error(transparent)]
+    Rule(#[from] RuleError),
+    #[error("approvals in pincer.db: {0}")]
+    Db(#[from] rusqlite::Error),
+    #[error("approvals in pincer.db: lock poisoned")]
+    Poisoned,
+}
+
+pub struct ApprovalStore {
+    conn: Mutex<Connection>,
+}
+
+const COLUMNS: &str = "id, workspace, session, originator, tool, fingerprint, shape, preview, \
+                       created_ms, expires_ms, state, decision, decided_by, reason";
+
+impl ApprovalStore {
+    pub fn open(path: &Path) -> Result<Self, ApprovalError> {
+        let conn = crate::db::open(path)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS approval_requests (
+                id TEXT PRIMARY KEY,
+                workspace TEXT NOT NULL,
+                session TEXT NOT NULL,
+                originator TEXT,
+                tool TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                shape TEXT,
+                preview TEXT NOT NULL,
+                created_ms INTEGER NOT NULL,
+                expires_ms INTEGER NOT NULL,
+                state TEXT NOT NULL DEFAULT 'pending',
+                decision TEXT,
+                decided_by TEXT,
+                decided_ms INTEGER,
+                reason TEXT
+            );
+            CREATE INDEX IF NOT EXISTS approval_requests_pending
+                ON approval_requests (state, expires_ms);
+            CREATE TABLE IF NOT EXISTS approval_rules (
+                workspace TEXT NOT NULL,
+                rule TEXT NOT NULL,
+                created_by TEXT NOT NULL,
+                created_ms INTEGER NOT NULL,
+                PRIMARY KEY (workspace, rule)
+            );",
+        )?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, ApprovalError> {
+        self.conn.lock().map_err(|_| ApprovalError::Poisoned)
+    }
+
+    /// Stores a pending request and returns its id; nothing may be shown
+    /// before this returns.
+    pub fn request(&self, new: &NewRequest<'_>) -> Result<String, ApprovalError> {
+        let id = format!("apr_{}", uuid::Uuid::new_v4().simple());
+        self.conn()?.execute(
+            "INSERT INTO approval_requests (id, workspace, session, originator, tool, fingerprint,
+                 shape, preview, created_ms, expires_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                id,
+                new.workspace,
+                new.session,
+                new.originator,
+                new.tool,
+                new.fingerprint,
+                new.shape,
+                new.preview,
+                new.now_ms,
+                new.now_ms.saturating_add(new.timeout_ms),
+            ],
+        )?;
+        Ok(id)
+    }
+
+    pub fn get(&self, id: &str) -> Result<Option<Request>, ApprovalError> {
+        Ok(self
+            .conn()?
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM approval_requests WHERE id = ?1"),
+                [id],
+                request_row,
+            )
+            .optional()?)
+    }
+
+    /// Requests still waiting, oldest first (expired ones are marked first).
+    pub fn pending(&self, now_ms: i64) -> Result<Vec<Request>, ApprovalError> {
+        self.expire_due(now_ms)?;
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {COLUMNS} FROM approval_requests WHERE state = 'pending' ORDER BY created_ms, id"
+        ))?;
+        let rows = stmt.query_map([], request_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Marks every request past its deadline expired (a denial); returns
+    /// them, so each can be told and audited once.
+    pub fn expire_due(&self, now_ms: i64) -> Result<Vec<String>, ApprovalError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(
+            "UPDATE approval_requests SET state = 'expired', decided_ms = ?1
+             WHERE state = 'pending' AND expires_ms <= ?1 RETURNING id",
+        )?;
+        let ids = stmt.query_map([now_ms], |row| row.get(0))?;
+        Ok(ids.collect::<Result<_, _>>()?)
+    }
+
+    /// Decides request `id`, if `decider` may and it is still pending. An
+    /// "always" decision stores its rule for the workspace in the same
+    /// transaction.
+    pub fn decide(
+        &self,
+        id: &str,
+        decider: Decider<'_>,
+        approvers: &Approvers,
+        decision: &Decision,
+        now_ms: i64,
+    ) -> Result<Request, ApprovalError> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction()?;
+        let request = tx
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM approval_requests WHERE id = ?1"),
+                [id],
+                request_row,
+            )
+            .optional()?
+            .ok_or_else(|| ApprovalError::Unknown(id.to_owned()))?;
+        if let Decider::Sender(sender) = decider {
+            let allowed = match approvers {
+                Approvers::Originator => request.originator.iter().any(|o| o == sender),
+                Approvers::Listed(ids) => ids.iter().any(|i| i == sender),
+            };
+            if !allowed {
+                let allowed = match approvers {
+                    Approvers::Originator => request
+                        .originator
+                        .clone()
+                        .unwrap_or_else(|| "an operator".into()),
+                    Approvers::Listed(ids) => ids.join(", "),
+                };
+                return Err(ApprovalError::NotAnApprover {
+                    id: id.to_owned(),
+                    allowed,
+                });
+            }
+        }
+        match request.state {
+            State::Pending if request.expires_ms <= now_ms => {
+                tx.execute(
+                    "UPDATE approval_requests SET state = 'expired', decided_ms = ?2
+                     WHERE id = ?1 AND state = 'pending'",
+                    params![id, now_ms],
+                )?;
+                tx.commit()?;
+                return Err(ApprovalError::Expired(id.to_owned()));
+            }
+            State::Pending => {}
+            State::Expired => return Err(ApprovalError::Expired(id.to_owned())),
+            State::Granted | State::Denied => {
+                return Err(ApprovalError::AlreadyDecided {
+                    id: id.to_owned(),
+                    state: request.state.as_str().to_owned(),
+                    by: request.decided_by.clone().unwrap_or_default(),
+                });
+            }
+        }
+        if matches!(decision, Decision::Session) && request.shape.is_none() {
+            return Err(ApprovalError::NoShape(request.preview.clone()));
+        }
+        let (state, reason) = match decision {
+            Decision::Deny { reason } => (State::Denied, reason.clone()),
+            _ => (State::Granted, None),
+        };
+        let by = decider.recorded();
+        tx.execute(
+            "UPDATE approval_requests SET state = ?2, decision = ?3, decided_by = ?4,
+                 decided_ms = ?5, reason = ?6
+             WHERE id = ?1 AND state = 'pending'",
+            params![id, state.as_str(), decision.stored(), by, now_ms, reason],
+        )?;
+        if let Decision::Always(rule) = decision {
+            tx.execute(
+                "INSERT OR IGNORE INTO approval_rules (workspace, rule, created_by, created_ms)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![request.workspace, rule.to_string(), by, now_ms],
+            )?;
+        }
+        tx.commit()?;
+        Ok(Request {
+            state,
+            decision: Some(decision.stored().to_owned()),
+            decided_by: Some(by),
+            reason,
+            ..request
+        })
+    }
+
+    /// Whether the session holds a granted "session" decision of `shape`.
+    pub fn session_allows(
+        &self,
+        workspace: &str,
+        session: &str,
+        shape: &str,
+    ) -> Result<bool, ApprovalError> {
+        Ok(self.conn()?.query_row(
+            "SELECT EXISTS (SELECT 1 FROM approval_requests
+                WHERE workspace = ?1 AND session = ?2 AND shape = ?3
+                  AND state = 'granted' AND decision = 'session')",
+            params![workspace, session, shape],
+            |row| row.get(0),
+        )?)
+    }
+
+    /// The workspace's "always" rules, as stored (each re-checked: a rule
+    /// that no longer parses is left out).
+    pub fn rules(&self, workspace: &str) -> Result<Vec<Rule>, ApprovalError> {
+        let conn = self.conn()?;
+        let mut stmt =
+            conn.prepare("SELECT rule FROM approval_rules WHERE workspace = ?1 ORDER BY rule")?;
+        let texts = stmt.query_map([workspace], |row| row.get::<_, String>(0))?;
+        Ok(texts
+            .filter_map(|t| t.ok().and_then(|t| Rule::parse(&t).ok()))
+            .collect())
+    }
+
+    /// Removes a rule; `false` when the workspace had none such.
+    pub fn revoke(&self, workspace: &str, rule: &Rule) -> Result<bool, ApprovalError> {
+        Ok(self.conn()?.execute(
+            "DELETE FROM approval_rules WHERE workspace = ?1 AND rule = ?2",
+            params![workspace, rule.to_string()],
+        )? == 1)
+    }
+}
+
+fn request_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Request> {
+    Ok(Request {
+        id: row.get(0)?,
+        workspace: row.get(1)?,
+        session: row.get(2)?,
+        originator: row.get(3)?,
+        tool: row.get(4)?,
+        fingerprint: row.get(5)?,
+        shape: row.get(6)?,
+        preview: row.get(7)?,
+        created_ms: row.get(8)?,
+        expires_ms: row.get(9)?,
+        state: State::parse(&row.get::<_, String>(10)?),
+        decision: row.get(11)?,
+        decided_by: row.get(12)?,
+        reason: row.get(13)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINUTE: i64 = 60_000;
+
+    fn store() -> (tempfile::TempDir, std::path::PathBuf, ApprovalStore) {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("pincer.db");
+        let store = ApprovalStore::open(&path).expect("open");
+        (dir, path, store)
+    }
+
+    fn ask(store: &ApprovalStore, shape: Option<&str>) -> String {
+        store
+            .request(&NewRequest {
+                workspace: "team",
+                session: "slack/D1",
+                originator: Some("U0ALICE"),
+                tool: "bash",
+                fingerprint: "f00d",
+                shape,
+                preview: "rm -rf /workspace/x",
+                now_ms: 0,
+                timeout_ms: 5 * MINUTE,
+            })
+            .expect("request")
+    }
+
+    #[test]
+    fn only_the_originator_decides_and_only_once() {
+        let (_dir, _path, store) = store();
+        let id = ask(&store, Some("bash: rm"));
+        let stranger = store.decide(
+            &id,
+            Decider::Sender("U0MALLORY"),
+            &Approvers::Originator,
+            &Decision::Once,
+            MINUTE,
+        );
+        assert!(
+            matches!(&stranger, Err(ApprovalError::NotAnApprover { allowed, .. }) if allowed == "U0ALICE"),
+            "{stranger:?}"
+        );
+        assert_eq!(
+            store.get(&id).expect("db").expect("row").state,
+            State::Pending
+        );
+        let granted = store
+            .decide(
+                &id,
+                Decider::Sender("U0ALICE"),
+                &Approvers::Originator,
+                &Decision::Once,
+                MINUTE,
+            )
+            .expect("the originator decides");
+        assert_eq!(granted.state, State::Granted);
+        let again = store.decide(
+            &id,
+            Decider::Sender("U0ALICE"),
+            &Approvers::Originator,
+            &Decision::Deny { reason: None },
+            MINUTE,
+        );
+        let err = again.expect_err("decided already").to_string();
+        assert_eq!(
+            err,
+            format!("approval request `{id}` was already granted by U0ALICE")
+        );
+    }
+
+    #[test]
+    fn a_request_survives_reopening_and_expires_into_a_denial() {
+        let (_dir, path, store) = store();
+        let id = ask(&store, None);
+        drop(store);
+        let store = ApprovalStore::open(&path).expect("reopen");
+        assert_eq!(store.pending(MINUTE).expect("db").len(), 1);
+        assert_eq!(store.pending(5 * MINUTE).expect("db").len(), 0);
+        let late = store.decide(
+            &id,
+            Decider::Operator("cli"),
+            &Approvers::Originator,
+            &Decision::Once,
+            6 * MINUTE,
+        );
+        assert_eq!(
+            late.expect_err("expired").to_string(),
+            format!("approval request `{id}` expired; the call was denied")
+        );
+        assert_eq!(
+            store.get(&id).expect("db").expect("row").state,
+            State::Expired
+        );
+    }
+
+    #[test]
+    fn operators_and_listed_approvers_may_decide() {
+        let (_dir, _path, store) = store();
+        let listed = Approvers::Listed(vec!["U0BOB".into()]);
+        let first = ask(&store, Some("bash: rm"));
+        assert!(
+            store
+                .decide(
+                    &first,
+                    Decider::Sender("U0ALICE"),
+                    &listed,
+                    &Decision::Once,
+                    1
+                )
+                .is_err()
+        );
+        let by_bob = store
+            .decide(
+                &first,
+                Decider::Sender("U0BOB"),
+                &listed,
+                &Decision::Session,
+                1,
+            )
+            .expect("listed");
+        assert_eq!(by_bob.decision.as_deref(), Some("session"));
+        assert!(
+            store
+                .session_allows("team", "slack/D1", "bash: rm")
+                .expect("db")
+        );
+        assert!(
+            !store
+                .session_allows("team", "slack/D2", "bash: rm")
+                .expect("db")
+        );
+        let second = ask(&store, None);
+        let by_cli = store
+            .decide(
+                &second,
+                Decider::Operator("cli"),
+                &listed,
+                &Decision::Deny {
+                    reason: Some("no".into()),
+                },
+                1,
+            )
+            .expect("operators decide any request");
+        assert_eq!(by_cli.decided_by.as_deref(), Some("operator:cli"));
+        assert_eq!(by_cli.reason.as_deref(), Some("no"));
+    }
+
+    #[test]
+    fn a_session_decision_needs_a_shape_and_always_stores_a_rule() {
+        let (_dir, _path, store) = store();
+        let shapeless = ask(&store, None);
+        assert!(matches!(
+            store.decide(
+                &shapeless,
+                Decider::Sender("U0ALICE"),
+                &Approvers::Originator,
+                &Decision::Session,
+                1
+            ),
+            Err(ApprovalError::NoShape(_))
+        ));
+        let id = ask(&store, Some("bash: git status"));
+        let rule = Rule::parse("bash: git status").expect("rule");
+        store
+            .decide(
+                &id,
+                Decider::Sender("U0ALICE"),
+                &Approvers::Originator,
+                &Decision::Always(rule.clone()),
+                1,
+            )
+            .expect("always");
+        assert_eq!(store.rules("team").expect("db"), vec![rule.clone()]);
+        assert!(store.revoke("team", &rule).expect("db"));
+        assert!(!store.revoke("team", &rule).expect("db"));
+        assert!(store.rules("team").expect("db").is_empty());
+    }
+}
