@@ -5,6 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+/// Why a policy setting or group is not valid, said for a person (the
+/// catalog adds where it was written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct InvalidSetting(pub(crate) String);
+
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::{MessageFormatter, UserMessageFormatter};
@@ -171,49 +177,60 @@ impl GroupSpec {
 
     /// Checks what a single field cannot: consistency inside the group and
     /// syscall names against those pincer knows (`known_syscalls`).
-    pub(crate) fn check(&self, known_syscalls: &BTreeSet<String>) -> Result<(), String> {
+    pub(crate) fn check(&self, known_syscalls: &BTreeSet<String>) -> Result<(), InvalidSetting> {
         if self.description.trim().is_empty() {
-            return Err("`description` must not be empty".into());
+            return Err(InvalidSetting("`description` must not be empty".into()));
         }
         if let Some(both) = self
             .cap_add
             .iter()
             .find(|cap| self.cap_drop.iter().any(|d| d.0 == cap.0))
         {
-            return Err(format!(
+            return Err(InvalidSetting(format!(
                 "capability {} is both in cap_add and cap_drop",
                 both.0
-            ));
+            )));
         }
         if self.cap_add.iter().any(|cap| cap.0 == "ALL") {
-            return Err("cap_add: ALL is not allowed; name the capabilities".into());
+            return Err(InvalidSetting(
+                "cap_add: ALL is not allowed; name the capabilities".into(),
+            ));
         }
         let seccomp = &self.seccomp;
         for name in seccomp.deny.iter().chain(&seccomp.enosys) {
             if UNDENIABLE.contains(&name.0.as_str()) {
-                return Err(format!(
+                return Err(InvalidSetting(format!(
                     "seccomp cannot deny `{}`: runc starts the container with it after installing \
                      the filter; use `runner: {{no_exec_after_start: true}}`",
                     name.0
-                ));
+                )));
             }
             if !known_syscalls.contains(&name.0) {
-                return Err(format!("seccomp: unknown syscall `{}`", name.0));
+                return Err(InvalidSetting(format!(
+                    "seccomp: unknown syscall `{}`",
+                    name.0
+                )));
             }
         }
         if let Some(both) = seccomp.deny.iter().find(|d| seccomp.enosys.contains(d)) {
-            return Err(format!("seccomp: `{}` is both in deny and enosys", both.0));
+            return Err(InvalidSetting(format!(
+                "seccomp: `{}` is both in deny and enosys",
+                both.0
+            )));
         }
         if self.allowed_executables.as_ref().is_some_and(Vec::is_empty) {
-            return Err(
+            return Err(InvalidSetting(
                 "allowed_executables must not be empty (use no_process_creation to forbid \
                  starting programs)"
                     .into(),
-            );
+            ));
         }
         for path in self.tmpfs.keys() {
             if path.0 == "/" || path.0 == "/workspace" {
-                return Err(format!("tmpfs cannot be mounted at {}", path.0));
+                return Err(InvalidSetting(format!(
+                    "tmpfs cannot be mounted at {}",
+                    path.0
+                )));
             }
         }
         Ok(())
@@ -235,7 +252,7 @@ impl GroupSpec {
 }
 
 /// The group a `{allowed_executables: [...]}` policy entry stands for.
-pub(crate) fn allowed_executables_group(paths: &[String]) -> Result<GroupSpec, String> {
+pub(crate) fn allowed_executables_group(paths: &[String]) -> Result<GroupSpec, InvalidSetting> {
     let paths = paths
         .iter()
         .map(|p| AbsPath::try_from(p.clone()))
@@ -251,7 +268,7 @@ pub(crate) fn allowed_executables_group(paths: &[String]) -> Result<GroupSpec, S
 /// `max_memory_<N>gb`, `max_cpus_<N>` (N may be decimal), `max_pids_<N>`.
 /// `None` when the name has none of these shapes; `Some(Err)` when it has
 /// but the value is out of range.
-pub(crate) fn parametric(name: &str) -> Option<Result<GroupSpec, String>> {
+pub(crate) fn parametric(name: &str) -> Option<Result<GroupSpec, InvalidSetting>> {
     if let Some(rest) = name.strip_prefix("max_memory_") {
         let (digits, unit) = if let Some(d) = rest.strip_suffix("mb") {
             (d, MIB)
@@ -262,7 +279,7 @@ pub(crate) fn parametric(name: &str) -> Option<Result<GroupSpec, String>> {
         let spec = n
             .checked_mul(unit)
             .filter(|b| i64::try_from(*b).is_ok())
-            .ok_or_else(|| "memory limit too large".to_owned())
+            .ok_or_else(|| InvalidSetting("memory limit too large".into()))
             .and_then(Bytes::checked)
             .map(|bytes| GroupSpec {
                 description: format!("At most {} of memory, no swap.", human_bytes(bytes.0)),
@@ -283,7 +300,7 @@ pub(crate) fn parametric(name: &str) -> Option<Result<GroupSpec, String>> {
     if let Some(rest) = name.strip_prefix("max_pids_") {
         let n = canonical_integer(rest)?;
         let spec = u32::try_from(n)
-            .map_err(|_| "pids limit too large".to_owned())
+            .map_err(|_| InvalidSetting("pids limit too large".into()))
             .and_then(Pids::checked)
             .map(|pids| GroupSpec {
                 description: format!("At most {} processes and threads.", pids.0),
@@ -355,20 +372,20 @@ pub(crate) fn format_cpus(nano: u64) -> String {
 pub(crate) struct Bytes(pub u64);
 
 impl Bytes {
-    fn checked(bytes: u64) -> Result<Bytes, String> {
+    fn checked(bytes: u64) -> Result<Bytes, InvalidSetting> {
         if bytes < MIN_MEMORY_BYTES {
-            return Err(format!(
+            return Err(InvalidSetting(format!(
                 "memory limit {} is below Docker's minimum of 6 MiB",
                 human_bytes(bytes)
-            ));
+            )));
         }
         if i64::try_from(bytes).is_err() {
-            return Err("memory limit too large".into());
+            return Err(InvalidSetting("memory limit too large".into()));
         }
         Ok(Bytes(bytes))
     }
 
-    fn parse(text: &str) -> Result<Bytes, String> {
+    fn parse(text: &str) -> Result<Bytes, InvalidSetting> {
         let lower = text.trim().to_ascii_lowercase();
         let split = lower
             .find(|c: char| !c.is_ascii_digit())
@@ -380,17 +397,19 @@ impl Bytes {
             "m" | "mb" | "mib" => MIB,
             "g" | "gb" | "gib" => GIB,
             _ => {
-                return Err(format!(
+                return Err(InvalidSetting(format!(
                     "invalid memory size `{text}` (write e.g. 512mb or 1gb)"
-                ));
+                )));
             }
         };
-        let n: u64 = digits
-            .parse()
-            .map_err(|_| format!("invalid memory size `{text}` (write e.g. 512mb or 1gb)"))?;
+        let n: u64 = digits.parse().map_err(|_| {
+            InvalidSetting(format!(
+                "invalid memory size `{text}` (write e.g. 512mb or 1gb)"
+            ))
+        })?;
         let bytes = n
             .checked_mul(unit_bytes)
-            .ok_or_else(|| "memory limit too large".to_owned())?;
+            .ok_or_else(|| InvalidSetting("memory limit too large".into()))?;
         Bytes::checked(bytes)
     }
 }
@@ -423,14 +442,14 @@ impl<'de> Deserialize<'de> for Bytes {
 pub(crate) struct Cpus(pub u64);
 
 impl Cpus {
-    fn checked(nano: u64) -> Result<Cpus, String> {
+    fn checked(nano: u64) -> Result<Cpus, InvalidSetting> {
         if (MIN_NANO_CPUS..=MAX_NANO_CPUS).contains(&nano) {
             Ok(Cpus(nano))
         } else {
-            Err(format!(
+            Err(InvalidSetting(format!(
                 "cpus must be between 0.01 and 1024, not {}",
                 format_cpus(nano)
-            ))
+            )))
         }
     }
 }
@@ -478,9 +497,9 @@ impl<'de> Deserialize<'de> for Cpus {
 pub(crate) struct Pids(pub u32);
 
 impl Pids {
-    fn checked(n: u32) -> Result<Pids, String> {
+    fn checked(n: u32) -> Result<Pids, InvalidSetting> {
         if n == 0 {
-            Err("pids must be at least 1".into())
+            Err(InvalidSetting("pids must be at least 1".into()))
         } else {
             Ok(Pids(n))
         }
@@ -488,8 +507,8 @@ impl Pids {
 }
 
 impl TryFrom<u32> for Pids {
-    type Error = String;
-    fn try_from(n: u32) -> Result<Pids, String> {
+    type Error = InvalidSetting;
+    fn try_from(n: u32) -> Result<Pids, InvalidSetting> {
         Pids::checked(n)
     }
 }
@@ -500,8 +519,8 @@ impl TryFrom<u32> for Pids {
 pub(crate) struct Capability(pub String);
 
 impl TryFrom<String> for Capability {
-    type Error = String;
-    fn try_from(name: String) -> Result<Capability, String> {
+    type Error = InvalidSetting;
+    fn try_from(name: String) -> Result<Capability, InvalidSetting> {
         let upper = name.trim().to_ascii_uppercase();
         if upper == "ALL" {
             return Ok(Capability(upper));
@@ -510,7 +529,7 @@ impl TryFrom<String> for Capability {
         if CAPABILITIES.contains(&bare) {
             Ok(Capability(format!("CAP_{bare}")))
         } else {
-            Err(format!("unknown capability `{name}`"))
+            Err(InvalidSetting(format!("unknown capability `{name}`")))
         }
     }
 }
@@ -521,12 +540,14 @@ impl TryFrom<String> for Capability {
 pub(crate) struct User(pub String);
 
 impl TryFrom<String> for User {
-    type Error = String;
-    fn try_from(text: String) -> Result<User, String> {
+    type Error = InvalidSetting;
+    fn try_from(text: String) -> Result<User, InvalidSetting> {
         let numeric = |s: &str| !s.is_empty() && s.len() <= 10 && s.parse::<u32>().is_ok();
         match text.split_once(':') {
             Some((uid, gid)) if numeric(uid) && numeric(gid) => Ok(User(text)),
-            _ => Err(format!("user must be numeric `uid:gid`, not `{text}`")),
+            _ => Err(InvalidSetting(format!(
+                "user must be numeric `uid:gid`, not `{text}`"
+            ))),
         }
     }
 }
@@ -538,15 +559,15 @@ impl TryFrom<String> for User {
 pub(crate) struct AbsPath(pub String);
 
 impl TryFrom<String> for AbsPath {
-    type Error = String;
-    fn try_from(path: String) -> Result<AbsPath, String> {
+    type Error = InvalidSetting;
+    fn try_from(path: String) -> Result<AbsPath, InvalidSetting> {
         let bad = !path.starts_with('/')
             || path.split('/').any(|part| part == "..")
             || path.chars().any(|c| c == ',' || c == ':' || c.is_control());
         if bad {
-            Err(format!(
+            Err(InvalidSetting(format!(
                 "`{path}` must be an absolute container path without `..`, `,` or `:`"
-            ))
+            )))
         } else {
             Ok(AbsPath(path))
         }
@@ -559,15 +580,15 @@ impl TryFrom<String> for AbsPath {
 pub(crate) struct TmpfsOptions(pub String);
 
 impl TryFrom<String> for TmpfsOptions {
-    type Error = String;
-    fn try_from(options: String) -> Result<TmpfsOptions, String> {
+    type Error = InvalidSetting;
+    fn try_from(options: String) -> Result<TmpfsOptions, InvalidSetting> {
         let ok = options
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "=,_.-".contains(c));
         if ok {
             Ok(TmpfsOptions(options))
         } else {
-            Err(format!("invalid tmpfs options `{options}`"))
+            Err(InvalidSetting(format!("invalid tmpfs options `{options}`")))
         }
     }
 }
@@ -578,15 +599,15 @@ impl TryFrom<String> for TmpfsOptions {
 pub(crate) struct Name(pub String);
 
 impl TryFrom<String> for Name {
-    type Error = String;
-    fn try_from(name: String) -> Result<Name, String> {
+    type Error = InvalidSetting;
+    fn try_from(name: String) -> Result<Name, InvalidSetting> {
         let ok = !name.is_empty()
             && name.len() <= 128
             && !name.chars().any(|c| c.is_whitespace() || c.is_control());
         if ok {
             Ok(Name(name))
         } else {
-            Err(format!("invalid name `{name}`"))
+            Err(InvalidSetting(format!("invalid name `{name}`")))
         }
     }
 }
@@ -597,8 +618,8 @@ impl TryFrom<String> for Name {
 pub(crate) struct Syscall(pub String);
 
 impl TryFrom<String> for Syscall {
-    type Error = String;
-    fn try_from(name: String) -> Result<Syscall, String> {
+    type Error = InvalidSetting;
+    fn try_from(name: String) -> Result<Syscall, InvalidSetting> {
         let ok = !name.is_empty()
             && name
                 .bytes()
@@ -606,7 +627,7 @@ impl TryFrom<String> for Syscall {
         if ok {
             Ok(Syscall(name))
         } else {
-            Err(format!("invalid syscall name `{name}`"))
+            Err(InvalidSetting(format!("invalid syscall name `{name}`")))
         }
     }
 }

@@ -298,7 +298,7 @@ impl PolicyCatalog {
                 PolicyEntry::AllowedExecutables(paths) => {
                     let spec = group::allowed_executables_group(paths)
                         .and_then(|spec| spec.check(&self.known_syscalls).map(|()| spec))
-                        .map_err(|message| invalid(name, message))?;
+                        .map_err(|e| invalid(name, e.0))?;
                     (Arc::new(spec.with_implied()), ORIGIN_ENTRY.to_owned())
                 }
                 PolicyEntry::Group(name) => self.resolve(workspace, name)?,
@@ -344,7 +344,7 @@ impl PolicyCatalog {
             return Ok((Arc::clone(&group.spec), group.origin.clone()));
         }
         if let Some(spec) = group::parametric(name) {
-            let spec = spec.map_err(invalid)?;
+            let spec = spec.map_err(|e| invalid(e.0))?;
             return Ok((Arc::new(spec), ORIGIN_PARAMETRIC.to_owned()));
         }
         Err(self.unknown(workspace, name))
