@@ -36,6 +36,12 @@ use crate::config::{
     ConfigError, Document, Seg, SkillReference, ToolName, is_valid_name, parse_located,
 };
 
+/// Why a value in a task is not valid, said for a person (the loader adds
+/// where it was written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
 /// The file name looked up in each workspace's configuration folder.
 pub const FILE_NAME: &str = "schedules.yaml";
 
@@ -389,14 +395,14 @@ fn check_task(
 
     let trigger = match (&raw.schedule, &raw.every, &raw.at) {
         (Some(expr), None, None) => Trigger::Cron {
-            cron: Box::new(parse_cron(expr).map_err(|m| at.invalid("schedule", &m))?),
+            cron: Box::new(parse_cron(expr).map_err(|m| at.invalid("schedule", &m.0))?),
             expr: expr.clone(),
         },
         (None, Some(every), None) => {
-            Trigger::Every(parse_every(every).map_err(|m| at.invalid("every", &m))?)
+            Trigger::Every(parse_every(every).map_err(|m| at.invalid("every", &m.0))?)
         }
         (None, None, Some(when)) => {
-            Trigger::At(parse_at(when, zone).map_err(|m| at.invalid("at", &m))?)
+            Trigger::At(parse_at(when, zone).map_err(|m| at.invalid("at", &m.0))?)
         }
         (None, None, None) => {
             return Err(at.task("a task needs one of `schedule`, `every` or `at`"));
@@ -447,7 +453,7 @@ fn check_task(
                 check(&name).map_err(|m| at.invalid(key, &m))?;
             }
             let tool =
-                resolve_tool(&skill, raw.tool, checks.tools).map_err(|m| at.invalid(key, &m))?;
+                resolve_tool(&skill, raw.tool, checks.tools).map_err(|m| at.invalid(key, &m.0))?;
             Action::Skill {
                 skill,
                 tool,
@@ -514,7 +520,7 @@ fn check_task(
     }
 
     let timeout = match &raw.timeout {
-        Some(text) => parse_duration(text).map_err(|m| at.invalid("timeout", &m))?,
+        Some(text) => parse_duration(text).map_err(|m| at.invalid("timeout", &m.0))?,
         None => DEFAULT_TIMEOUT,
     };
 
@@ -539,40 +545,44 @@ fn resolve_tool(
     skill: &str,
     tool: Option<String>,
     tools: Option<&BTreeMap<String, Result<Vec<String>, String>>>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, Invalid> {
     let reference = SkillReference::parse(skill);
     let (plugin, named) = (reference.plugin, reference.tool.or(tool.as_deref()));
     let listed = match tools.and_then(|tools| tools.get(plugin)) {
         None => return Ok(tool),
-        Some(Err(why)) => return Err(format!("cannot list the tools of skill `{plugin}`: {why}")),
+        Some(Err(why)) => {
+            return Err(Invalid(format!(
+                "cannot list the tools of skill `{plugin}`: {why}"
+            )));
+        }
         Some(Ok(listed)) => listed,
     };
     let names = listed.join(", ");
     match named {
         Some(named) if listed.iter().any(|t| t == named) => Ok(tool),
-        Some(named) => Err(format!(
+        Some(named) => Err(Invalid(format!(
             "skill `{plugin}` has no tool `{named}` (its tools: {names})"
-        )),
+        ))),
         None => match listed.as_slice() {
             [only] => Ok(Some(only.clone())),
-            [] => Err(format!("skill `{plugin}` offers no tools")),
-            _ => Err(format!(
+            [] => Err(Invalid(format!("skill `{plugin}` offers no tools"))),
+            _ => Err(Invalid(format!(
                 "skill `{plugin}` has several tools ({names}): name one with `tool:` or write `skill: {plugin}__TOOL`"
-            )),
+            ))),
         },
     }
 }
 
 /// A cron expression: 5 fields (minute first), 6 (second first), or a
 /// nickname (`@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`).
-pub fn parse_cron(expr: &str) -> Result<Cron, String> {
+pub fn parse_cron(expr: &str) -> Result<Cron, Invalid> {
     let trimmed = expr.trim();
     let fields = trimmed.split_whitespace().count();
     if !trimmed.starts_with('@') && !(5..=6).contains(&fields) {
-        return Err(format!(
+        return Err(Invalid(format!(
             "invalid cron expression `{expr}`: expected 5 fields (minute hour day month weekday) \
              or 6 (with seconds first), found {fields}"
-        ));
+        )));
     }
     CronParser::builder()
         .seconds(Seconds::Optional)
@@ -590,32 +600,34 @@ pub fn parse_cron(expr: &str) -> Result<Cron, String> {
                 .next()
                 .map(|first| first.to_lowercase().chain(chars).collect::<String>())
                 .unwrap_or_default();
-            format!(
+            Invalid(format!(
                 "invalid cron expression `{expr}`: {why} (the fields: [second 0-59] minute 0-59, \
                  hour 0-23, day 1-31, month 1-12 or JAN-DEC, weekday 0-7 or SUN-SAT)"
-            )
+            ))
         })
 }
 
 /// A positive duration such as `30s`, `10m`, `2h`, `1d` or `1h 30m`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, Invalid> {
     let duration = humantime::parse_duration(text.trim()).map_err(|_| {
-        format!(
+        Invalid(format!(
             "invalid duration `{text}`: write a number and a unit, e.g. 30s, 10m, 2h, 1d or 1h 30m"
-        )
+        ))
     })?;
     if duration.is_zero() {
-        return Err(format!("invalid duration `{text}`: must be more than zero"));
+        return Err(Invalid(format!(
+            "invalid duration `{text}`: must be more than zero"
+        )));
     }
     Ok(duration)
 }
 
-fn parse_every(text: &str) -> Result<Duration, String> {
+fn parse_every(text: &str) -> Result<Duration, Invalid> {
     let every = parse_duration(text)?;
     if every < Duration::from_secs(1) || every.subsec_nanos() != 0 {
-        return Err(format!(
+        return Err(Invalid(format!(
             "invalid interval `{text}`: use whole seconds, at least 1s"
-        ));
+        )));
     }
     Ok(every)
 }
@@ -624,7 +636,7 @@ fn parse_every(text: &str) -> Result<Duration, String> {
 /// (`2026-12-24T09:00`, seconds optional, `T` or a space). A local time that
 /// the zone repeats (fall back) is its first instant; one it skips (spring
 /// forward) is an error.
-pub fn parse_at(text: &str, zone: Tz) -> Result<DateTime<Utc>, String> {
+pub fn parse_at(text: &str, zone: Tz) -> Result<DateTime<Utc>, Invalid> {
     let text = text.trim();
     if let Ok(instant) = DateTime::parse_from_rfc3339(text) {
         return Ok(instant.with_timezone(&Utc));
@@ -638,17 +650,17 @@ pub fn parse_at(text: &str, zone: Tz) -> Result<DateTime<Utc>, String> {
     .iter()
     .find_map(|format| NaiveDateTime::parse_from_str(text, format).ok())
     .ok_or_else(|| {
-        format!(
+        Invalid(format!(
             "invalid date-time `{text}`: expected e.g. 2026-12-24T09:00 (in the task's zone) \
                  or 2026-12-24T09:00:00+08:00"
-        )
+        ))
     })?;
     match zone.from_local_datetime(&local) {
         chrono::LocalResult::Single(t) => Ok(t.with_timezone(&Utc)),
         chrono::LocalResult::Ambiguous(first, _) => Ok(first.with_timezone(&Utc)),
-        chrono::LocalResult::None => Err(format!(
+        chrono::LocalResult::None => Err(Invalid(format!(
             "`{text}` does not exist in {zone} (the clocks skip it)"
-        )),
+        ))),
     }
 }
 
