@@ -118,7 +118,7 @@ pub fn problems(config: &Config, home: &Path) -> Vec<Problem> {
             if let Err(why) = crate::plugins::resolve_enabled(name, &catalog) {
                 out.push(Problem::at(
                     vec![key("plugins"), key("enabled"), PathPart::Index(i)],
-                    why,
+                    why.0,
                 ));
             }
         }
@@ -147,7 +147,7 @@ fn plugin_configs(config: &Config, catalog: &Catalog, out: &mut Vec<Problem>) {
             )),
             Some(m) => {
                 if let Err(why) = m.check_config(&as_value(&channel.config)) {
-                    out.push(Problem::at(at("config"), why));
+                    out.push(Problem::at(at("config"), why.0));
                 }
             }
         }
@@ -158,7 +158,7 @@ fn plugin_configs(config: &Config, catalog: &Catalog, out: &mut Vec<Problem>) {
         {
             out.push(Problem::at(
                 vec![key("plugins"), key("config"), key(plugin)],
-                why,
+                why.0,
             ));
         }
     }

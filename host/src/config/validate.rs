@@ -540,14 +540,14 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace, out: Out<'a,
         let mut p = base();
         p.extend([Key("plugin_http"), Key(plugin.as_str())]);
         if let Err(reason) = crate::plugins::check_name(plugin) {
-            out.push(at_key(p, reason));
+            out.push(at_key(p, reason.0));
             continue;
         }
         for (i, host) in hosts.iter().enumerate() {
             if let Err(reason) = crate::plugins::HostPattern::parse(host) {
                 let mut p = p.clone();
                 p.push(Index(i));
-                out.push(at(p, reason));
+                out.push(at(p, reason.0));
                 continue;
             }
         }
@@ -693,7 +693,7 @@ fn plugins<'a>(plugins: &'a Plugins, out: Out<'a, '_>) {
                         Key("plugins"),
                         Index(j),
                     ],
-                    why,
+                    why.0,
                 ));
             }
         }
@@ -793,7 +793,7 @@ fn channels<'a>(cfg: &'a Config, out: Out<'a, '_>) {
             if let Err(why) = crate::plugins::HostPattern::parse(pattern) {
                 let mut p = field("http");
                 p.push(Index(i));
-                out.push(at(p, why));
+                out.push(at(p, why.0));
                 continue;
             }
         }

@@ -22,7 +22,7 @@ const KINDS: [(&str, &str); 4] = [
 /// # Errors
 /// What to write instead: a did-you-mean for a near miss, or that a Python
 /// plugin is not available in pincer.
-pub fn resolve(written: &str, catalog: &Catalog) -> Result<String, String> {
+pub fn resolve(written: &str, catalog: &Catalog) -> Result<String, super::Invalid> {
     let name = written.trim();
     if catalog.plugins.contains_key(name) {
         return Ok(name.to_owned());
@@ -32,18 +32,18 @@ pub fn resolve(written: &str, catalog: &Catalog) -> Result<String, String> {
         && let Some((kind, plugin)) = rest.split_once('.')
     {
         let Some((_, prefix)) = KINDS.iter().find(|(k, _)| *k == kind) else {
-            return Err(format!(
+            return Err(super::Invalid::from(format!(
                 "`{name}` is a Pynchy entry point of kind `{kind}`, which pincer does not have (it loads channels, skills, observers and tunnels): not available in pincer"
-            ));
+            )));
         };
         let mapped = format!("{prefix}-{}", plugin.replace('_', "-"));
         if catalog.plugins.contains_key(&mapped) {
             return Ok(mapped);
         }
-        return Err(format!(
+        return Err(super::Invalid::from(format!(
             "`{name}` is Pynchy's built-in {prefix} `{plugin}`; pincer has no plugin `{mapped}`: not available in pincer (plugins here: {})",
             known.join(", ")
-        ));
+        )));
     }
     let hint = crate::suggest::closest(name, known.iter().copied())
         .or_else(|| crate::suggest::closest(&name.replace('_', "-"), known.iter().copied()))
@@ -54,10 +54,10 @@ pub fn resolve(written: &str, catalog: &Catalog) -> Result<String, String> {
     } else {
         ""
     };
-    Err(format!(
+    Err(super::Invalid::from(format!(
         "no plugin named `{name}`{hint} (installed or built-in: {}).{python}",
         known.join(", ")
-    ))
+    )))
 }
 
 /// Plugins the configuration names outside `plugins.enabled`.

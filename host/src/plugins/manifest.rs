@@ -113,9 +113,11 @@ pub struct Binding {
 }
 
 impl Binding {
-    fn check(&self, secret: &str) -> Result<(), String> {
-        let bad = |why: String| format!("config.{secret}.bind (host `{}`): {why}", self.host);
-        HostPattern::parse(&self.host).map_err(&bad)?;
+    fn check(&self, secret: &str) -> Result<(), super::Invalid> {
+        let bad = |why: String| -> super::Invalid {
+            format!("config.{secret}.bind (host `{}`): {why}", self.host).into()
+        };
+        HostPattern::parse(&self.host).map_err(|e| bad(e.0))?;
         let places = [&self.header, &self.json, &self.form, &self.query]
             .iter()
             .filter(|p| p.is_some())
@@ -319,7 +321,7 @@ impl Manifest {
         })?;
         manifest.check().map_err(|reason| PluginError::Manifest {
             plugin: origin.to_string(),
-            reason,
+            reason: reason.0,
         })?;
         Ok(manifest)
     }
@@ -341,7 +343,7 @@ impl Manifest {
         self.plugin.kind
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), super::Invalid> {
         check_name(&self.plugin.name)?;
         let component = &self.plugin.component;
         if component.is_empty()
@@ -350,9 +352,9 @@ impl Manifest {
             || component.starts_with('.')
             || !component.ends_with(".wasm")
         {
-            return Err(format!(
+            return Err(super::Invalid::from(format!(
                 "component `{component}` must be a plain `.wasm` file name beside plugin.toml"
-            ));
+            )));
         }
         for pattern in &self.capabilities.http {
             HostPattern::parse(pattern)?;
@@ -360,19 +362,21 @@ impl Manifest {
         if let Some(mb) = self.limits.memory_mb
             && !(1..=ManifestLimits::MAX_MEMORY_MB).contains(&mb)
         {
-            return Err(format!(
+            return Err(super::Invalid::from(format!(
                 "limits.memory_mb = {mb}: must be between 1 and {}",
                 ManifestLimits::MAX_MEMORY_MB
-            ));
+            )));
         }
         for (key, spec) in &self.config {
             if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(format!("config key `{key}` must be [A-Za-z0-9_]+"));
+                return Err(super::Invalid::from(format!(
+                    "config key `{key}` must be [A-Za-z0-9_]+"
+                )));
             }
             if !spec.bind.is_empty() && !spec.secret {
-                return Err(format!(
+                return Err(super::Invalid::from(format!(
                     "config.{key}.bind: only a `secret = true` key has bindings"
-                ));
+                )));
             }
             for binding in &spec.bind {
                 binding.check(key)?;
@@ -380,9 +384,9 @@ impl Manifest {
         }
         for (name, capture) in &self.captures {
             if self.config.contains_key(name) {
-                return Err(format!(
+                return Err(super::Invalid::from(format!(
                     "captures.{name}: a capture cannot share its name with a config key"
-                ));
+                )));
             }
             for binding in &capture.bind {
                 binding.check(name)?;
@@ -390,23 +394,23 @@ impl Manifest {
         }
         for token in &self.webhook.verify {
             if !self.config.get(&token.secret).is_some_and(|k| k.secret) {
-                return Err(format!(
+                return Err(super::Invalid::from(format!(
                     "webhook.verify: `{}` is not a `secret = true` config key",
                     token.secret
-                ));
+                )));
             }
             if token.json.is_empty() {
-                return Err(format!(
+                return Err(super::Invalid::from(format!(
                     "webhook.verify `{}`: `json` names no member",
                     token.secret
-                ));
+                )));
             }
             for pointer in token.json.iter().chain(&token.encrypted) {
                 if !pointer.starts_with('/') {
-                    return Err(format!(
+                    return Err(super::Invalid::from(format!(
                         "webhook.verify `{}`: `{pointer}` is not a JSON Pointer (it starts with `/`)",
                         token.secret
-                    ));
+                    )));
                 }
             }
         }
@@ -429,51 +433,60 @@ impl Manifest {
     }
 
     /// Checks a plugin's configured values against its declared config schema.
-    pub fn check_config(&self, config: &serde_json::Value) -> Result<(), String> {
+    pub fn check_config(&self, config: &serde_json::Value) -> Result<(), super::Invalid> {
         let empty = serde_json::Map::new();
         let values = match config {
             serde_json::Value::Object(map) => map,
             serde_json::Value::Null => &empty,
-            _ => return Err("plugin config must be a map of keys to values".to_string()),
+            _ => {
+                return Err(super::Invalid::from(
+                    "plugin config must be a map of keys to values",
+                ));
+            }
         };
         for key in values.keys() {
             if !self.config.contains_key(key) {
                 let known: Vec<&str> = self.config.keys().map(String::as_str).collect();
-                return Err(if known.is_empty() {
+                return Err(super::Invalid::from(if known.is_empty() {
                     format!("unknown config key `{key}`: this plugin takes no configuration")
                 } else {
                     format!(
                         "unknown config key `{key}`; expected one of: {}",
                         known.join(", ")
                     )
-                });
+                }));
             }
         }
         for (key, spec) in &self.config {
             match values.get(key) {
                 None if spec.required => {
-                    return Err(format!("config key `{key}` is required"));
+                    return Err(super::Invalid::from(format!(
+                        "config key `{key}` is required"
+                    )));
                 }
                 Some(value) if !spec.ty.accepts(value) => {
-                    return Err(format!("config key `{key}` must be a {}", spec.ty.as_str()));
+                    return Err(super::Invalid::from(format!(
+                        "config key `{key}` must be a {}",
+                        spec.ty.as_str()
+                    )));
                 }
                 // An empty secret reads as unset to the plugin (`is-set`),
                 // which a plugin may take as "unsigned is fine": refuse it.
                 Some(serde_json::Value::String(value)) if spec.secret && value.is_empty() => {
-                    return Err(format!(
+                    return Err(super::Invalid::from(format!(
                         "config key `{key}` is a secret and is empty: give it a value, or leave the key out"
-                    ));
+                    )));
                 }
                 // Shorter values cannot be told from ordinary text, so the
                 // host could not keep them out of what the plugin reads.
                 Some(serde_json::Value::String(value))
                     if spec.secret && value.len() < crate::plugins::MIN_SECRET_BYTES =>
                 {
-                    return Err(format!(
+                    return Err(super::Invalid::from(format!(
                         "config key `{key}` is a secret of {} bytes; secrets must be at least {} bytes (a real token or key is longer)",
                         value.len(),
                         crate::plugins::MIN_SECRET_BYTES
-                    ));
+                    )));
                 }
                 _ => {}
             }
@@ -496,7 +509,7 @@ impl Manifest {
 }
 
 /// Plugin names: `[a-z0-9][a-z0-9-]{0,63}`.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), super::Invalid> {
     let valid = !name.is_empty()
         && name.len() <= 64
         && name
@@ -506,9 +519,9 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if valid {
         Ok(())
     } else {
-        Err(format!(
+        Err(super::Invalid::from(format!(
             "plugin name `{name}` must be 1-64 characters of a-z, 0-9 and `-`, not starting with `-`"
-        ))
+        )))
     }
 }
 
@@ -538,8 +551,8 @@ enum PortMatch {
 }
 
 impl HostPattern {
-    pub fn parse(pattern: &str) -> Result<Self, String> {
-        let bad = |why: &str| format!("http capability `{pattern}`: {why}");
+    pub fn parse(pattern: &str) -> Result<Self, super::Invalid> {
+        let bad = |why: &str| super::Invalid(format!("http capability `{pattern}`: {why}"));
         if pattern.contains("://") || pattern.contains('/') {
             return Err(bad("give a host, host:port or host:*, not a URL"));
         }
@@ -691,14 +704,16 @@ secret = true
         let err = m
             .check_config(&serde_json::json!({"token": ""}))
             .unwrap_err();
-        assert!(err.contains("`token` is a secret and is empty"), "{err}");
+        assert!(err.0.contains("`token` is a secret and is empty"), "{err}");
         m.check_config(&serde_json::json!({"token": "t0k3n-of-8+"}))
             .unwrap();
         let short = m
             .check_config(&serde_json::json!({"token": "1234567"}))
             .unwrap_err();
         assert!(
-            short.contains("`token` is a secret of 7 bytes; secrets must be at least 8 bytes"),
+            short
+                .0
+                .contains("`token` is a secret of 7 bytes; secrets must be at least 8 bytes"),
             "{short}"
         );
     }
@@ -815,15 +830,15 @@ secret = true
                 .is_ok()
         );
         let missing = m.check_config(&serde_json::json!({})).unwrap_err();
-        assert!(missing.contains("`token` is required"));
+        assert!(missing.0.contains("`token` is required"));
         let unknown = m
             .check_config(&serde_json::json!({"token": "t", "x": 1}))
             .unwrap_err();
-        assert!(unknown.contains("unknown config key `x`"));
+        assert!(unknown.0.contains("unknown config key `x`"));
         let typed = m
             .check_config(&serde_json::json!({"token": 5}))
             .unwrap_err();
-        assert!(typed.contains("must be a string"));
+        assert!(typed.0.contains("must be a string"));
         let shown = m.redact_config(&serde_json::json!({"token": "secret"}));
         assert_eq!(shown["token"], "[redacted]");
     }

@@ -31,7 +31,7 @@ pub use catalog::{
 };
 pub use enabled::{resolve as resolve_enabled, restrict as restrict_to_enabled};
 pub use engine::CompileSource;
-pub use error::PluginError;
+pub use error::{Invalid, PluginError};
 pub use escalation::{Escalation, compare as compare_replacement, readable_secret_keys};
 pub use manifest::{HostPattern, Manifest, PluginKind, check_name};
 pub use registry::signing::parse_public as parse_publisher_key;

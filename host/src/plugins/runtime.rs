@@ -276,7 +276,7 @@ impl PluginHost {
         })?;
         check_component_header(&package.wasm).map_err(|reason| PluginError::InvalidComponent {
             plugin: name.clone(),
-            reason,
+            reason: reason.0,
         })?;
         let (component, compiled) = self.engine.load(&package.wasm, &sha256).map_err(|e| {
             PluginError::InvalidComponent {
@@ -308,7 +308,7 @@ impl PluginHost {
                     .check_config(config)
                     .map_err(|reason| PluginError::Config {
                         plugin: name.clone(),
-                        reason,
+                        reason: reason.0,
                     })?;
                 config
             }
@@ -882,22 +882,26 @@ fn classify(plugin: &LoadedPlugin, state: &PluginState, error: wasmtime::Error) 
 }
 
 /// Tells a component from a core module, a non-wasm file and a truncated one.
-fn check_component_header(bytes: &[u8]) -> Result<(), String> {
+fn check_component_header(bytes: &[u8]) -> Result<(), super::Invalid> {
     const MAGIC: &[u8] = b"\0asm";
     if bytes.len() < 8 {
-        return Err(format!(
+        return Err(super::Invalid::from(format!(
             "not a WebAssembly component: the file is {} bytes (truncated?)",
             bytes.len()
-        ));
+        )));
     }
     if &bytes[..4] != MAGIC {
-        return Err("not a WebAssembly file (no `\\0asm` header)".into());
+        return Err(super::Invalid::from(
+            "not a WebAssembly file (no `\\0asm` header)",
+        ));
     }
     match bytes[4..8] {
         [0x0d, 0x00, 0x01, 0x00] => Ok(()),
-        [0x01, 0x00, 0x00, 0x00] => Err(
-            "is a core WebAssembly module, not a component; build it for wasm32-wasip2 (cargo build --target wasm32-wasip2)".into(),
-        ),
-        _ => Err("unsupported WebAssembly version or layer".into()),
+        [0x01, 0x00, 0x00, 0x00] => Err(super::Invalid::from(
+            "is a core WebAssembly module, not a component; build it for wasm32-wasip2 (cargo build --target wasm32-wasip2)",
+        )),
+        _ => Err(super::Invalid::from(
+            "unsupported WebAssembly version or layer",
+        )),
     }
 }

@@ -73,7 +73,7 @@ pub fn check(
     place: &Place,
     to: &Destination<'_>,
     reach: &HttpReach,
-) -> Result<(), String> {
+) -> Result<(), crate::plugins::Invalid> {
     if bindings.iter().any(|b| permits(b, place, to, reach)) {
         return Ok(());
     }
@@ -95,9 +95,9 @@ pub fn check(
                 .join("; ")
         )
     };
-    Err(format!(
+    Err(crate::plugins::Invalid::from(format!(
         "secret `{secret}` may not go into {asked}: {allowed}"
-    ))
+    )))
 }
 
 fn describe_place(place: &Place) -> String {
@@ -143,7 +143,10 @@ mod tests {
         }
     }
 
-    fn to(url: &str, f: impl FnOnce(&Destination<'_>) -> Result<(), String>) -> Result<(), String> {
+    fn to(
+        url: &str,
+        f: impl FnOnce(&Destination<'_>) -> Result<(), crate::plugins::Invalid>,
+    ) -> Result<(), crate::plugins::Invalid> {
         let url = Url::parse(url).unwrap();
         f(&Destination {
             method: "POST",
@@ -162,8 +165,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            json.contains("JSON member `/text`")
-                && json.contains(
+            json.0.contains("JSON member `/text`")
+                && json.0.contains(
                     "binds it only to header `Authorization` after `Bearer ` of slack.com/api/"
                 ),
             "{json}"
@@ -208,6 +211,6 @@ mod tests {
             check("signing_secret", &[], &bearer(), d, &reach(&[]))
         })
         .unwrap_err();
-        assert!(err.contains("binds it nowhere"), "{err}");
+        assert!(err.0.contains("binds it nowhere"), "{err}");
     }
 }

@@ -285,7 +285,7 @@ impl Secrets {
                 .get(&one.secret)
                 .map_or(&[][..], Vec::as_slice);
             binding::check(&one.secret, bindings, &one.place, &to, reach)
-                .map_err(SecretError::NotBound)?;
+                .map_err(|why| SecretError::NotBound(why.0))?;
             match &one.place {
                 Place::QueryParam(name) => set_query_param(url, name, &value)?,
                 Place::Header { name, prefix } => {

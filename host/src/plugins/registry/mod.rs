@@ -174,7 +174,7 @@ pub fn name_matches(glob: &str, name: &str) -> bool {
 ///
 /// # Errors
 /// What is wrong with it.
-pub fn check_name_glob(glob: &str) -> Result<(), String> {
+pub fn check_name_glob(glob: &str) -> Result<(), crate::plugins::Invalid> {
     let ok = !glob.is_empty()
         && glob.len() <= 64
         && glob
@@ -183,9 +183,9 @@ pub fn check_name_glob(glob: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
+        Err(crate::plugins::Invalid::from(format!(
             "`{glob}` is not a plugin name pattern: use a-z, 0-9, `-` and `*` (any run of characters), e.g. \"acme-*\""
-        ))
+        )))
     }
 }
 
