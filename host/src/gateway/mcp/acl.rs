@@ -4,6 +4,7 @@
 //! or an MCP server, exactly as the workspace's [`WorkspaceReach`] (computed
 //! once per configuration load, `crate::policy::reach`) says it may use.
 
+use super::McpError;
 use crate::config::{Config, McpServer, ToolName};
 use crate::policy::{SourceKind, WorkspaceReach};
 
@@ -91,25 +92,27 @@ pub fn resolve(
     config: &Config,
     reach: &WorkspaceReach,
     exposed: &str,
-) -> Result<(Source, String), String> {
+) -> Result<(Source, String), McpError> {
     let workspace = &reach.workspace;
     let Some(ToolName {
         plugin: prefix,
         tool,
     }) = ToolName::parse(exposed)
     else {
-        return Err(format!(
+        return Err(McpError::Refused(format!(
             "unknown tool `{exposed}`: tools are named `<server or skill>{}<tool>`",
             ToolName::SEPARATOR
-        ));
+        )));
     };
     let (kind, reachable) = reach.source(&prefix).map_err(|why| {
-        format!("tool `{exposed}` is not available to workspace `{workspace}`: {why}")
+        McpError::Refused(format!(
+            "tool `{exposed}` is not available to workspace `{workspace}`: {why}"
+        ))
     })?;
     let Some(source) = source(config, kind, &reachable.name, &reachable.tools) else {
-        return Err(format!(
+        return Err(McpError::Refused(format!(
             "tool `{exposed}` is not available to workspace `{workspace}`: MCP server `{prefix}` is not defined under mcp_servers"
-        ));
+        )));
     };
     let builtin = match source {
         Source::Memory => Some((MEMORY, MEMORY_TOOLS)),
@@ -119,15 +122,15 @@ pub fn resolve(
     if let Some((name, tools)) = builtin
         && !source.allows_tool(&tool)
     {
-        return Err(format!(
+        return Err(McpError::Refused(format!(
             "unknown tool `{exposed}`: {name} offers {}",
             tools.map(|t| ToolName::new(name, t).to_string()).join(", ")
-        ));
+        )));
     }
     if !source.allows_tool(&tool) {
-        return Err(format!(
+        return Err(McpError::Refused(format!(
             "tool `{exposed}` is not available to workspace `{workspace}`: `{tool}` is filtered out by the `tools` list of `{prefix}`"
-        ));
+        )));
     }
     Ok((source, tool))
 }
@@ -199,7 +202,9 @@ mod tests {
         let mut config = config();
         let refused = resolve(&config, &reach(&config, "main"), "schedule__create").unwrap_err();
         assert!(
-            refused.contains("workspaces.main.agent_schedules is none"),
+            refused
+                .to_string()
+                .contains("workspaces.main.agent_schedules is none"),
             "{refused}"
         );
         assert!(!sources(&config, &reach(&config, "main")).contains(&Source::Schedule));
@@ -210,7 +215,9 @@ mod tests {
         assert_eq!((source, tool.as_str()), (Source::Schedule, "create"));
         let unknown = resolve(&config, &reach(&config, "main"), "schedule__drop").unwrap_err();
         assert!(
-            unknown.contains("schedule__create, schedule__list, schedule__cancel"),
+            unknown
+                .to_string()
+                .contains("schedule__create, schedule__list, schedule__cancel"),
             "{unknown}"
         );
         assert!(
@@ -226,7 +233,9 @@ mod tests {
         assert_eq!((source, tool.as_str()), (Source::Memory, "recall"));
         let unknown = resolve(&config, &reach(&config, "main"), "memory__drop_all").unwrap_err();
         assert!(
-            unknown.contains("memory__memorize, memory__recall, memory__forget"),
+            unknown
+                .to_string()
+                .contains("memory__memorize, memory__recall, memory__forget"),
             "{unknown}"
         );
 
@@ -236,7 +245,9 @@ mod tests {
         assert!(!sources(&config, &reach(&config, "main")).contains(&Source::Memory));
         let refused = resolve(&config, &reach(&config, "main"), "memory__recall").unwrap_err();
         assert!(
-            refused.contains("not available to workspace `main`"),
+            refused
+                .to_string()
+                .contains("not available to workspace `main`"),
             "{refused}"
         );
         assert!(resolve(&config, &reach(&config, "other"), "memory__recall").is_ok());
@@ -284,6 +295,7 @@ mod tests {
         assert!(
             resolve(&config, &reach(&config, "main"), "files__write")
                 .unwrap_err()
+                .to_string()
                 .contains("filtered")
         );
         assert!(resolve(&config, &reach(&config, "main"), "locked__x").is_err());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use serde::Deserialize;
 
-use super::text_result;
+use super::{McpError, Reply};
 use crate::memory::{MemoryError, MemoryKind, MemoryStore, Recalled};
 
 /// Results of one recall call, at most.
@@ -136,16 +136,10 @@ pub fn numbered(found: &[Recalled]) -> String {
         .join("\n")
 }
 
-fn args<T: for<'de> Deserialize<'de>>(arguments: Option<JsonObject>) -> Result<T, String> {
+/// The call's arguments as `T`, or the refusal to answer with.
+fn args<T: for<'de> Deserialize<'de>>(arguments: Option<JsonObject>) -> Result<T, Reply> {
     let value = serde_json::Value::Object(arguments.unwrap_or_default());
-    serde_json::from_value(value).map_err(|e| format!("invalid arguments: {e}"))
-}
-
-/// What a tool call produced: a result for the agent, or a gateway failure.
-enum Outcome {
-    Done(String),
-    /// The agent can fix this (bad arguments, empty text, unknown id).
-    Refused(String),
+    serde_json::from_value(value).map_err(|e| Reply::Refused(format!("invalid arguments: {e}")))
 }
 
 impl MemoryTools {
@@ -158,29 +152,25 @@ impl MemoryTools {
         workspace: &str,
         tool: &str,
         arguments: Option<JsonObject>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, McpError> {
         let store = self.store.clone();
         let (workspace, tool) = (workspace.to_string(), tool.to_string());
-        let outcome =
-            tokio::task::spawn_blocking(move || run(&store, &workspace, &tool, arguments))
-                .await
-                .map_err(|e| e.to_string())??;
-        Ok(match outcome {
-            Outcome::Done(text) => text_result(text, false),
-            Outcome::Refused(text) => text_result(text, true),
-        })
+        let reply = tokio::task::spawn_blocking(move || run(&store, &workspace, &tool, arguments))
+            .await
+            .map_err(|e| McpError::Failed(e.to_string()))??;
+        Ok(reply.into_result())
     }
 }
 
 /// Store errors the agent caused become tool errors; database trouble is the
 /// gateway's.
-fn refused_or_failed(error: MemoryError) -> Result<Outcome, String> {
+fn refused_or_failed(error: MemoryError) -> Result<Reply, McpError> {
     match error {
         MemoryError::EmptyText
         | MemoryError::TooLong { .. }
         | MemoryError::EmptyQuery
-        | MemoryError::UnknownKind(_) => Ok(Outcome::Refused(error.to_string())),
-        other => Err(other.to_string()),
+        | MemoryError::UnknownKind(_) => Ok(Reply::Refused(error.to_string())),
+        other => Err(McpError::Failed(other.to_string())),
     }
 }
 
@@ -189,15 +179,15 @@ fn run(
     workspace: &str,
     tool: &str,
     arguments: Option<JsonObject>,
-) -> Result<Outcome, String> {
+) -> Result<Reply, McpError> {
     match tool {
         "memorize" => {
             let Memorize { text, kind } = match args(arguments) {
                 Ok(a) => a,
-                Err(e) => return Ok(Outcome::Refused(e)),
+                Err(refused) => return Ok(refused),
             };
             match store.add(workspace, kind.unwrap_or(MemoryKind::Fact), &text) {
-                Ok(m) => Ok(Outcome::Done(format!(
+                Ok(m) => Ok(Reply::Done(format!(
                     "memorized #{} [{}] {}",
                     m.id, m.kind, m.text
                 ))),
@@ -207,28 +197,28 @@ fn run(
         "recall" => {
             let Recall { query, limit } = match args(arguments) {
                 Ok(a) => a,
-                Err(e) => return Ok(Outcome::Refused(e)),
+                Err(refused) => return Ok(refused),
             };
             let limit = limit.unwrap_or(DEFAULT_RECALL).clamp(1, MAX_RECALL);
             match store.recall(workspace, &query, limit) {
-                Ok(found) => Ok(Outcome::Done(numbered(&found))),
+                Ok(found) => Ok(Reply::Done(numbered(&found))),
                 Err(e) => refused_or_failed(e),
             }
         }
         "forget" => {
             let Forget { id } = match args(arguments) {
                 Ok(a) => a,
-                Err(e) => return Ok(Outcome::Refused(e)),
+                Err(refused) => return Ok(refused),
             };
             match store.forget(workspace, id) {
-                Ok(true) => Ok(Outcome::Done(format!("forgot memory #{id}"))),
-                Ok(false) => Ok(Outcome::Refused(format!(
+                Ok(true) => Ok(Reply::Done(format!("forgot memory #{id}"))),
+                Ok(false) => Ok(Reply::Refused(format!(
                     "no memory #{id} in this workspace (recall shows the ids)"
                 ))),
                 Err(e) => refused_or_failed(e),
             }
         }
-        other => Ok(Outcome::Refused(format!("unknown memory tool `{other}`"))),
+        other => Ok(Reply::Refused(format!("unknown memory tool `{other}`"))),
     }
 }
 
@@ -240,10 +230,10 @@ mod tests {
         Some(schema(value))
     }
 
-    fn text(outcome: Result<Outcome, String>) -> (bool, String) {
+    fn text(outcome: Result<Reply, McpError>) -> (bool, String) {
         match outcome {
-            Ok(Outcome::Done(t)) => (true, t),
-            Ok(Outcome::Refused(t)) => (false, t),
+            Ok(Reply::Done(t)) => (true, t),
+            Ok(Reply::Refused(t)) => (false, t),
             Err(e) => panic!("gateway failure: {e}"),
         }
     }

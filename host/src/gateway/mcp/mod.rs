@@ -120,11 +120,11 @@ impl McpGateway {
             ))
     }
 
-    fn reach(&self, workspace: &str) -> Result<&WorkspaceReach, String> {
+    fn reach(&self, workspace: &str) -> Result<&WorkspaceReach, McpError> {
         self.reaches.get(workspace).map(|r| &**r).ok_or_else(|| {
-            format!(
+            McpError::Refused(format!(
                 "workspace `{workspace}` is not in the configuration (workspaces.{workspace}): it reaches nothing"
-            )
+            ))
         })
     }
 
@@ -168,6 +168,7 @@ impl McpGateway {
         let (source, tool) = match resolved {
             Ok(resolved) => resolved,
             Err(reason) => {
+                let reason = reason.to_string();
                 self.audit.record(
                     actor,
                     Some(workspace),
@@ -210,7 +211,7 @@ impl McpGateway {
             crate::audit::Action::GatewayToolCall,
             &detail,
         );
-        outcome.map_err(|e| ErrorData::internal_error(e, None))
+        outcome.map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 }
 
@@ -275,6 +276,42 @@ impl ServerHandler for Handler {
 }
 
 /// A tool result carrying one text block.
+/// Why a tool call did not reach its tool, or its tool could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum McpError {
+    /// The workspace may not call it (or does not exist); audited as a
+    /// denial and answered as invalid parameters.
+    #[error("{0}")]
+    Refused(String),
+    /// The tool's source failed: the plugin host, an MCP server, a store.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What a skill's or server's plumbing reports in words is a failure of
+/// that source (never a refusal: those come from the reach alone).
+impl From<String> for McpError {
+    fn from(why: String) -> Self {
+        Self::Failed(why)
+    }
+}
+
+/// A built-in tool's answer for the agent.
+pub enum Reply {
+    Done(String),
+    /// The agent can fix this (bad arguments, empty text, unknown id).
+    Refused(String),
+}
+
+impl Reply {
+    fn into_result(self) -> CallToolResult {
+        match self {
+            Self::Done(text) => text_result(text, false),
+            Self::Refused(text) => text_result(text, true),
+        }
+    }
+}
+
 fn text_result(text: String, is_error: bool) -> CallToolResult {
     if is_error {
         CallToolResult::error(vec![ContentBlock::text(text)])

@@ -10,7 +10,7 @@ use chrono::Utc;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use serde::Deserialize;
 
-use super::text_result;
+use super::{McpError, Reply};
 use crate::audit::AuditLog;
 use crate::config::{AgentSchedules, Config};
 use crate::scheduler::agent::{self, Status};
@@ -97,7 +97,7 @@ impl ScheduleTools {
         workspace: &str,
         tool: &str,
         arguments: Option<JsonObject>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, McpError> {
         let store = self.store.clone();
         let config = self.config.clone();
         let audit = self.audit.clone();
@@ -106,16 +106,12 @@ impl ScheduleTools {
             run(&store, &config, &audit, &workspace, &tool, arguments)
         })
         .await
-        .map_err(|e| e.to_string())??;
-        Ok(match outcome {
-            Ok(text) => text_result(text, false),
-            Err(text) => text_result(text, true),
-        })
+        .map_err(|e| McpError::Failed(e.to_string()))??;
+        Ok(outcome.into_result())
     }
 }
 
-/// `Ok(Ok(text))` done, `Ok(Err(text))` refused (the agent can fix it),
-/// `Err` the gateway's trouble.
+/// The answer for the agent, or `Err` for the gateway's own trouble.
 fn run(
     store: &Store,
     config: &Config,
@@ -123,7 +119,7 @@ fn run(
     workspace: &str,
     tool: &str,
     arguments: Option<JsonObject>,
-) -> Result<Result<String, String>, String> {
+) -> Result<Reply, McpError> {
     run_at(
         store,
         config,
@@ -144,19 +140,19 @@ fn run_at(
     tool: &str,
     arguments: Option<JsonObject>,
     now_ms: i64,
-) -> Result<Result<String, String>, String> {
-    let db = |e: rusqlite::Error| format!("schedule store: {e}");
+) -> Result<Reply, McpError> {
+    let db = |e: rusqlite::Error| McpError::Failed(format!("schedule store: {e}"));
     let actor = crate::audit::Actor::Agent(workspace);
     match tool {
         "create" => {
             let mut spec = serde_json::Value::Object(arguments.unwrap_or_default());
             let Some(id) = spec.get("id").and_then(|v| v.as_str()).map(agent::prefixed) else {
-                return Ok(Err("`id` is required (a short name)".into()));
+                return Ok(Reply::Refused("`id` is required (a short name)".into()));
             };
             spec["id"] = serde_json::Value::String(id.clone());
             let task = match agent::check(config, workspace, &spec) {
                 Ok(task) => task,
-                Err(e) => return Ok(Err(e.to_string())),
+                Err(e) => return Ok(Reply::Refused(e.to_string())),
             };
             let mode = config
                 .workspaces
@@ -166,7 +162,7 @@ fn run_at(
                 AgentSchedules::Auto => Status::Active,
                 AgentSchedules::Propose => Status::Pending,
                 AgentSchedules::None => {
-                    return Ok(Err(format!(
+                    return Ok(Reply::Refused(format!(
                         "workspaces.{workspace}.agent_schedules is none: this workspace cannot schedule tasks"
                     )));
                 }
@@ -175,7 +171,7 @@ fn run_at(
                 .add_agent_task(workspace, &id, &spec, status, now_ms)
                 .map_err(db)?
             {
-                return Ok(Err(e.to_string()));
+                return Ok(Reply::Refused(e.to_string()));
             }
             let next = plan::next_after(&task, Utc::now())
                 .map(|t| {
@@ -205,12 +201,12 @@ fn run_at(
                 event,
                 &agent::audit_summary(&id, &spec),
             );
-            Ok(Ok(text))
+            Ok(Reply::Done(text))
         }
         "list" => {
             let tasks = store.agent_tasks(Some(workspace), false).map_err(db)?;
             if tasks.is_empty() {
-                return Ok(Ok("no scheduled tasks".into()));
+                return Ok(Reply::Done("no scheduled tasks".into()));
             }
             let lines: Vec<String> = tasks
                 .iter()
@@ -240,7 +236,7 @@ fn run_at(
                     format!("- {} [{state}] {detail}", t.id)
                 })
                 .collect();
-            Ok(Ok(lines.join("\n")))
+            Ok(Reply::Done(lines.join("\n")))
         }
         "cancel" => {
             let Cancel { id } = match arguments
@@ -248,8 +244,8 @@ fn run_at(
                 .map(serde_json::from_value::<Cancel>)
             {
                 Some(Ok(args)) => args,
-                Some(Err(e)) => return Ok(Err(format!("invalid arguments: {e}"))),
-                None => return Ok(Err("`id` is required".into())),
+                Some(Err(e)) => return Ok(Reply::Refused(format!("invalid arguments: {e}"))),
+                None => return Ok(Reply::Refused("`id` is required".into())),
             };
             let id = agent::prefixed(&id);
             let cancelled = store
@@ -263,7 +259,7 @@ fn run_at(
                 )
                 .map_err(db)?;
             if !cancelled {
-                return Ok(Err(format!(
+                return Ok(Reply::Refused(format!(
                     "no task `{id}` to cancel (list shows this agent's tasks)"
                 )));
             }
@@ -273,9 +269,9 @@ fn run_at(
                 crate::audit::Action::ScheduleAgentCancelled,
                 &id,
             );
-            Ok(Ok(format!("cancelled task `{id}`")))
+            Ok(Reply::Done(format!("cancelled task `{id}`")))
         }
-        other => Ok(Err(format!("unknown schedule tool `{other}`"))),
+        other => Ok(Reply::Refused(format!("unknown schedule tool `{other}`"))),
     }
 }
 
@@ -327,7 +323,12 @@ channels:
             serde_json::Value::Object(o) => Some(o),
             _ => None,
         };
-        run(&env.store, &env.config, &env.audit, workspace, tool, args).expect("no store trouble")
+        match run(&env.store, &env.config, &env.audit, workspace, tool, args)
+            .expect("no store trouble")
+        {
+            Reply::Done(text) => Ok(text),
+            Reply::Refused(text) => Err(text),
+        }
     }
 
     /// (actor, workspace, kind, detail) of each audited event, oldest first.
@@ -351,7 +352,7 @@ channels:
             serde_json::Value::Object(o) => Some(o),
             _ => None,
         };
-        run_at(
+        match run_at(
             &env.store,
             &env.config,
             &env.audit,
@@ -361,6 +362,10 @@ channels:
             now_ms,
         )
         .expect("no store trouble")
+        {
+            Reply::Done(text) => Ok(text),
+            Reply::Refused(text) => Err(text),
+        }
     }
 
     /// `pincer.db` and its WAL after a checkpoint, in bytes.

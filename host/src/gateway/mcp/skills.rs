@@ -11,6 +11,7 @@ use std::time::Duration;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use tokio::sync::{Mutex, OnceCell};
 
+use super::McpError;
 use super::text_result;
 use crate::audit::AuditLog;
 use crate::config::Config;
@@ -56,7 +57,7 @@ impl Skills {
         }
     }
 
-    async fn host(&self) -> Result<Arc<PluginHost>, String> {
+    async fn host(&self) -> Result<Arc<PluginHost>, McpError> {
         self.host
             .get_or_try_init(|| async {
                 let paths = HostPaths::under(&self.home);
@@ -70,6 +71,7 @@ impl Skills {
             })
             .await
             .cloned()
+            .map_err(McpError::Failed)
     }
 
     /// `name` bound to `workspace`'s state and HTTP grant.
@@ -77,7 +79,7 @@ impl Skills {
         &self,
         workspace: &str,
         name: &str,
-    ) -> Result<(Arc<PluginHost>, Arc<LoadedPlugin>), String> {
+    ) -> Result<(Arc<PluginHost>, Arc<LoadedPlugin>), McpError> {
         let key = (workspace.to_string(), name.to_string());
         if let Some(plugin) = self.scoped.lock().await.get(&key) {
             return Ok((self.host().await?, plugin.clone()));
@@ -92,7 +94,7 @@ impl Skills {
         Ok((host, plugin))
     }
 
-    async fn template(&self, name: &str) -> Result<(Arc<PluginHost>, Arc<LoadedPlugin>), String> {
+    async fn template(&self, name: &str) -> Result<(Arc<PluginHost>, Arc<LoadedPlugin>), McpError> {
         let host = self.host().await?;
         let mut loaded = self.loaded.lock().await;
         if let Some(plugin) = loaded.get(name) {
@@ -125,7 +127,7 @@ impl Skills {
         Ok((host, plugin))
     }
 
-    pub async fn tools(&self, workspace: &str, name: &str) -> Result<Vec<Tool>, String> {
+    pub async fn tools(&self, workspace: &str, name: &str) -> Result<Vec<Tool>, McpError> {
         let (host, plugin) = self.plugin(workspace, name).await?;
         let specs = host
             .skill_tools(&plugin)
@@ -151,12 +153,12 @@ impl Skills {
         name: &str,
         tool: &str,
         args_json: &str,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, McpError> {
         let (host, plugin) = self.plugin(workspace, name).await?;
         match host.skill_invoke(&plugin, tool, args_json).await {
             Ok(Ok(output)) => Ok(text_result(output.json, false)),
             Ok(Err(e)) => Ok(text_result(describe(&e), true)),
-            Err(e) => Err(format!("skill `{name}`: {e}")),
+            Err(e) => Err(McpError::Failed(format!("skill `{name}`: {e}"))),
         }
     }
 }

@@ -20,6 +20,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::Mutex;
 
+use super::McpError;
 use crate::config::{Config, McpServer};
 use crate::containers::McpContainers;
 
@@ -74,7 +75,7 @@ impl Upstreams {
     }
 
     /// A live client for `name`, starting (or restarting) it if needed.
-    async fn client(&self, name: &str, server: &McpServer) -> Result<Arc<Client>, String> {
+    async fn client(&self, name: &str, server: &McpServer) -> Result<Arc<Client>, McpError> {
         let slot = self
             .slots
             .get(name)
@@ -107,12 +108,16 @@ impl Upstreams {
         }
         let connected = tokio::time::timeout(START_TIMEOUT, self.connect(name, server))
             .await
-            .map_err(|_| format!("MCP server `{name}` did not start within {START_TIMEOUT:?}"))
+            .map_err(|_| {
+                McpError::Failed(format!(
+                    "MCP server `{name}` did not start within {START_TIMEOUT:?}"
+                ))
+            })
             .and_then(|r| r);
         let client = match connected {
             Ok(client) => client,
             Err(e) => {
-                self.audit(name, crate::audit::Action::McpServerFailed, &e);
+                self.audit(name, crate::audit::Action::McpServerFailed, &e.to_string());
                 if server.container.is_some() {
                     let _ = self.containers.stop(name).await;
                 }
@@ -144,19 +149,21 @@ impl Upstreams {
         }
     }
 
-    pub async fn list_tools(&self, name: &str, server: &McpServer) -> Result<Vec<Tool>, String> {
+    pub async fn list_tools(&self, name: &str, server: &McpServer) -> Result<Vec<Tool>, McpError> {
         let client = self.client(name, server).await?;
         match tokio::time::timeout(START_TIMEOUT, client.list_all_tools()).await {
             Ok(Ok(tools)) => Ok(tools),
             Err(_) => {
                 self.drop_client(name, &client).await;
-                Err(format!(
+                Err(McpError::Failed(format!(
                     "MCP server `{name}` did not list its tools within {START_TIMEOUT:?}"
-                ))
+                )))
             }
             Ok(Err(e)) => {
                 self.drop_client(name, &client).await;
-                Err(format!("MCP server `{name}` failed to list its tools: {e}"))
+                Err(McpError::Failed(format!(
+                    "MCP server `{name}` failed to list its tools: {e}"
+                )))
             }
         }
     }
@@ -167,7 +174,7 @@ impl Upstreams {
         server: &McpServer,
         tool: &str,
         arguments: Option<JsonObject>,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, McpError> {
         match self.call_once(name, server, tool, arguments.clone()).await {
             // The connection was found closed (typically the server died
             // since the last call): once more, on a fresh server.
@@ -179,10 +186,10 @@ impl Upstreams {
                 );
                 match self.call_once(name, server, tool, arguments).await {
                     Ok(result) => Ok(result),
-                    Err(Attempt::Closed(e) | Attempt::Failed(e)) => Err(e),
+                    Err(Attempt::Closed(e) | Attempt::Failed(e)) => Err(McpError::Failed(e)),
                 }
             }
-            Err(Attempt::Failed(e)) => Err(e),
+            Err(Attempt::Failed(e)) => Err(McpError::Failed(e)),
             Ok(result) => Ok(result),
         }
     }
@@ -194,7 +201,10 @@ impl Upstreams {
         tool: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, Attempt> {
-        let client = self.client(name, server).await.map_err(Attempt::Failed)?;
+        let client = self
+            .client(name, server)
+            .await
+            .map_err(|e| Attempt::Failed(e.to_string()))?;
         let mut params = CallToolRequestParams::new(tool.to_string());
         params.arguments = arguments;
         let timeout = Duration::from_secs(server.call_timeout_secs);
@@ -234,7 +244,7 @@ impl Upstreams {
         }
     }
 
-    async fn connect(&self, name: &str, server: &McpServer) -> Result<Client, String> {
+    async fn connect(&self, name: &str, server: &McpServer) -> Result<Client, McpError> {
         if server.container.is_some() {
             let attached = self
                 .containers
@@ -249,19 +259,20 @@ impl Upstreams {
                     &attached.container_id[..12.min(attached.container_id.len())]
                 ),
             );
-            return ()
-                .serve((attached.output, attached.input))
-                .await
-                .map_err(|e| format!("MCP server `{name}`: handshake failed: {e}"));
+            return ().serve((attached.output, attached.input)).await.map_err(|e| {
+                McpError::Failed(format!("MCP server `{name}`: handshake failed: {e}"))
+            });
         }
         connect(name, server).await
     }
 }
 
-async fn connect(name: &str, server: &McpServer) -> Result<Client, String> {
+async fn connect(name: &str, server: &McpServer) -> Result<Client, McpError> {
     if let Some(command) = &server.command {
         let Some((program, args)) = command.split_first() else {
-            return Err(format!("MCP server `{name}`: `command` is empty"));
+            return Err(McpError::Failed(format!(
+                "MCP server `{name}`: `command` is empty"
+            )));
         };
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args).env_clear();
@@ -287,7 +298,7 @@ async fn connect(name: &str, server: &McpServer) -> Result<Client, String> {
         return ()
             .serve(process)
             .await
-            .map_err(|e| format!("MCP server `{name}`: handshake failed: {e}"));
+            .map_err(|e| McpError::Failed(format!("MCP server `{name}`: handshake failed: {e}")));
     }
     if let Some(url) = &server.url {
         let http = crate::gateway::llm::default_client()
@@ -296,12 +307,13 @@ async fn connect(name: &str, server: &McpServer) -> Result<Client, String> {
             http,
             StreamableHttpClientTransportConfig::with_uri(url.clone()),
         );
-        return ()
-            .serve(transport)
-            .await
-            .map_err(|e| format!("MCP server `{name}` ({url}): handshake failed: {e}"));
+        return ().serve(transport).await.map_err(|e| {
+            McpError::Failed(format!(
+                "MCP server `{name}` ({url}): handshake failed: {e}"
+            ))
+        });
     }
-    Err(format!(
+    Err(McpError::Failed(format!(
         "MCP server `{name}` has none of `command`, `url` or `container`"
-    ))
+    )))
 }
