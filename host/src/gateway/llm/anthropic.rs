@@ -304,13 +304,15 @@ pub(crate) fn response_to_openai(
     response: &Value,
     alias: &str,
     prompt_estimate: u32,
-) -> Result<(Value, Usage), String> {
+) -> Result<(Value, Usage), super::Malformed> {
     if response.get("type").and_then(Value::as_str) == Some("error") {
         let message = response.get("error").map(error_message).unwrap_or_default();
-        return Err(format!("error in a 200 response: {message}"));
+        return Err(super::Malformed::from(format!(
+            "error in a 200 response: {message}"
+        )));
     }
     let Some(Value::Array(blocks)) = response.get("content") else {
-        return Err("the response has no `content`".into());
+        return Err(super::Malformed::from("the response has no `content`"));
     };
     let mut text = String::new();
     let mut calls = Vec::new();
@@ -419,7 +421,7 @@ impl AnthropicStream {
         })
     }
 
-    pub fn on_event(&mut self, event: &SseEvent) -> Result<StreamStep, String> {
+    pub fn on_event(&mut self, event: &SseEvent) -> Result<StreamStep, super::Malformed> {
         let data: Value = serde_json::from_str(&event.data)
             .map_err(|_| "an Anthropic stream event is not JSON".to_owned())?;
         let kind = event

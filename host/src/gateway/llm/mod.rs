@@ -37,7 +37,7 @@ mod types;
 #[cfg(test)]
 mod tests;
 
-pub use error::LlmError;
+pub use error::{LlmError, Malformed, TemplateError};
 pub use router::LlmRouter;
 pub use sse::OPENAI_SSE_DONE;
 pub use translate::{

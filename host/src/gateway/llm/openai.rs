@@ -207,15 +207,18 @@ pub(crate) fn finish_response(
     response: Value,
     alias: &str,
     prompt_estimate: u32,
-) -> Result<(Value, Usage), String> {
+) -> Result<(Value, Usage), super::Malformed> {
     let Value::Object(mut obj) = response else {
-        return Err("the response is not a JSON object".into());
+        return Err(super::Malformed::from("the response is not a JSON object"));
     };
     if let Some(err) = obj.get("error").filter(|e| !e.is_null()) {
-        return Err(format!("error in a 200 response: {}", error_message(err)));
+        return Err(super::Malformed::from(format!(
+            "error in a 200 response: {}",
+            error_message(err)
+        )));
     }
     let Some(Value::Array(choices)) = obj.get("choices") else {
-        return Err("the response has no `choices`".into());
+        return Err(super::Malformed::from("the response has no `choices`"));
     };
     let completion_estimate: usize = choices
         .iter()
@@ -326,7 +329,7 @@ impl OpenAiStream {
         })
     }
 
-    pub fn on_data(&mut self, data: &str) -> Result<StreamStep, String> {
+    pub fn on_data(&mut self, data: &str) -> Result<StreamStep, super::Malformed> {
         let data = data.trim();
         if data == "[DONE]" {
             self.done = true;
@@ -338,7 +341,9 @@ impl OpenAiStream {
         let mut chunk: Value =
             serde_json::from_str(data).map_err(|_| "a stream chunk is not JSON".to_owned())?;
         let Some(obj) = chunk.as_object_mut() else {
-            return Err("a stream chunk is not a JSON object".into());
+            return Err(super::Malformed::from(
+                "a stream chunk is not a JSON object",
+            ));
         };
         if let Some(err) = obj.get("error").filter(|e| !e.is_null()) {
             let status = err

@@ -459,7 +459,7 @@ impl LlmRouter {
         } else {
             anthropic::response_to_openai(&json, &request.alias, request.prompt_estimate)
         };
-        let (response, usage) = translated.map_err(Failure::Invalid)?;
+        let (response, usage) = translated.map_err(|e| Failure::Invalid(e.0))?;
         state.record_latency(started.elapsed());
         drop(in_flight);
         Ok(ChatOutcome::Complete {

@@ -25,7 +25,7 @@ pub(crate) struct SseParser {
 }
 
 impl SseParser {
-    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, String> {
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, super::Malformed> {
         self.buf.extend_from_slice(bytes);
         let mut events = Vec::new();
         let mut start = 0;
@@ -43,7 +43,7 @@ impl SseParser {
         }
         self.buf.drain(..start);
         if self.buf.len() > MAX_LINE {
-            return Err("an event line is too long".into());
+            return Err(super::Malformed::from("an event line is too long"));
         }
         Ok(events)
     }

@@ -118,7 +118,7 @@ impl UpstreamStream {
                 step
             }
         };
-        match step.map_err(StreamFailure::Invalid)? {
+        match step.map_err(|e| StreamFailure::Invalid(e.0))? {
             StreamStep::Chunks(chunks) => {
                 self.pending.extend(chunks);
                 Ok(())
@@ -153,7 +153,10 @@ impl UpstreamStream {
                     return Err(StreamFailure::Connection);
                 }
                 Ok(Ok(Some(bytes))) => {
-                    let events = self.parser.push(&bytes).map_err(StreamFailure::Invalid)?;
+                    let events = self
+                        .parser
+                        .push(&bytes)
+                        .map_err(|e| StreamFailure::Invalid(e.0))?;
                     for event in &events {
                         self.handle(event)?;
                         if self.ended {

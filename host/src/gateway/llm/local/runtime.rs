@@ -90,7 +90,7 @@ impl LocalModel {
         let source = file.meta("tokenizer.chat_template").and_then(Meta::as_str);
         let template = ChatTemplate::new(source).map_err(|reason| LocalError::Template {
             path: path.to_owned(),
-            reason,
+            reason: reason.0,
         })?;
         Ok(LocalModel {
             path: path.to_owned(),
@@ -120,7 +120,7 @@ impl LocalModel {
             )
             .map_err(|reason| LocalError::Template {
                 path: self.path.clone(),
-                reason,
+                reason: reason.0,
             })
     }
 

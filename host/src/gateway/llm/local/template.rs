@@ -28,7 +28,7 @@ fn raise_exception(message: String) -> Result<String, Error> {
 impl ChatTemplate {
     /// `source`: the GGUF's template, if any. Errors describe a template that
     /// does not parse.
-    pub fn new(source: Option<&str>) -> Result<Self, String> {
+    pub fn new(source: Option<&str>) -> Result<Self, crate::gateway::llm::TemplateError> {
         let mut env = Environment::new();
         let syntax = minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)
@@ -55,7 +55,7 @@ impl ChatTemplate {
         tools: Option<&Value>,
         bos: &str,
         eos: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, crate::gateway::llm::TemplateError> {
         let template = self
             .env
             .get_template("chat")
@@ -68,7 +68,7 @@ impl ChatTemplate {
                 bos_token => bos,
                 eos_token => eos,
             })
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| crate::gateway::llm::TemplateError(format!("{e:#}")))
     }
 }
 
@@ -122,7 +122,7 @@ mod tests {
         let err = t
             .render(&[json!({"role": "x", "content": ""})], None, "", "")
             .unwrap_err();
-        assert!(err.contains("no x"), "{err}");
+        assert!(err.0.contains("no x"), "{err}");
     }
 
     #[test]
