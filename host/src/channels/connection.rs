@@ -192,21 +192,43 @@ pub fn reconnect_delay(policy: &api::ReconnectPolicy, failures: u32) -> Duration
     Duration::from_millis(base + jitter)
 }
 
+/// Why the host will not open the connection a channel plugin asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+struct Refusal(String);
+
+impl From<String> for Refusal {
+    fn from(why: String) -> Self {
+        Self(why)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(why: &str) -> Self {
+        Self(why.to_owned())
+    }
+}
+
+/// The TLS client could not be set up (no usable root certificates).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+struct TlsSetup(String);
+
 /// Checks the URL the plugin asks for: `wss://`, or `ws://` to loopback
 /// only, to a host the plugin may reach.
-fn check_url(plugin: &crate::plugins::LoadedPlugin, raw: &str) -> Result<url::Url, String> {
+fn check_url(plugin: &crate::plugins::LoadedPlugin, raw: &str) -> Result<url::Url, Refusal> {
     let (url, host, port, default_port) = websocket_target(raw)?;
     if !plugin.reaches(&host, port, default_port) {
-        return Err(format!(
+        return Err(Refusal::from(format!(
             "{host}:{port} is not among the hosts this channel's plugin may reach (its manifest's http capability and channels.NAME.http)"
-        ));
+        )));
     }
     Ok(url)
 }
 
 /// The URL, host (lower-case, IPv6 bracketed), port and default port of a
 /// WebSocket URL the host will open: `wss://`, or `ws://` to loopback.
-fn websocket_target(raw: &str) -> Result<(url::Url, String, u16, u16), String> {
+fn websocket_target(raw: &str) -> Result<(url::Url, String, u16, u16), Refusal> {
     let url = url::Url::parse(raw).map_err(|e| format!("bad connection URL: {e}"))?;
     let host = url.host().ok_or("the connection URL has no host")?;
     let loopback = match &host {
@@ -217,8 +239,16 @@ fn websocket_target(raw: &str) -> Result<(url::Url, String, u16, u16), String> {
     match url.scheme() {
         "wss" => {}
         "ws" if loopback => {}
-        "ws" => return Err("ws:// (unencrypted) is accepted only to loopback; use wss://".into()),
-        other => return Err(format!("scheme `{other}` is not a WebSocket scheme")),
+        "ws" => {
+            return Err(Refusal::from(
+                "ws:// (unencrypted) is accepted only to loopback; use wss://",
+            ));
+        }
+        other => {
+            return Err(Refusal::from(format!(
+                "scheme `{other}` is not a WebSocket scheme"
+            )));
+        }
     }
     let host_text = match host {
         url::Host::Domain(d) => d.to_ascii_lowercase(),
@@ -242,7 +272,7 @@ async fn session(
 ) -> Dropped {
     let url = match check_url(plugin, &request.url) {
         Ok(url) => url,
-        Err(m) => return Dropped::Refused(m),
+        Err(m) => return Dropped::Refused(m.0),
     };
     let mut ws_request =
         match tungstenite::client::IntoClientRequest::into_client_request(url.as_str()) {
@@ -263,7 +293,7 @@ async fn session(
         .max_frame_size(Some(MAX_FRAME_BYTES));
     let connector = match tls_connector() {
         Ok(c) => c,
-        Err(e) => return Dropped::Transport(e),
+        Err(e) => return Dropped::Transport(e.0),
     };
     // Resolved by the same checking resolver as the plugin's HTTP, and
     // connected to exactly the addresses it kept: a name that resolves to
@@ -434,11 +464,11 @@ fn to_ws(frame: &api::Frame) -> WsMessage {
     }
 }
 
-fn tls_connector() -> Result<tokio_tungstenite::Connector, String> {
+fn tls_connector() -> Result<tokio_tungstenite::Connector, TlsSetup> {
     use rustls_platform_verifier::ConfigVerifierExt as _;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = rustls::ClientConfig::with_platform_verifier()
-        .map_err(|e| format!("cannot set up TLS: {e}"))?;
+        .map_err(|e| TlsSetup(format!("cannot set up TLS: {e}")))?;
     Ok(tokio_tungstenite::Connector::Rustls(Arc::new(config)))
 }
 
@@ -464,7 +494,7 @@ mod tests {
             ("not a url", "bad connection URL"),
         ] {
             let err = websocket_target(bad).unwrap_err();
-            assert!(err.contains(says), "{bad}: {err}");
+            assert!(err.0.contains(says), "{bad}: {err}");
         }
         let (_, host, port, default) = websocket_target("wss://Example.COM/x").unwrap();
         assert_eq!((host.as_str(), port, default), ("example.com", 443, 443));
