@@ -70,7 +70,7 @@ pub struct ResolvedModel {
 ///
 /// # Errors
 /// A bare name pincer has no provider for, saying what to write.
-pub fn resolve_model(name: &str) -> Result<ResolvedModel, String> {
+pub fn resolve_model(name: &str) -> Result<ResolvedModel, super::Invalid> {
     let name = name.trim();
     if let Some((prefix, _)) = name.split_once('/') {
         let key_env = match prefix {
@@ -105,11 +105,11 @@ pub fn resolve_model(name: &str) -> Result<ResolvedModel, String> {
             key_env: Some("GEMINI_API_KEY"),
         })
     } else {
-        Err(format!(
+        Err(super::Invalid::from(format!(
             "no provider for this model: `{name}` is not a name pincer resolves (claude-* is \
              Anthropic, gpt-*/o1*/o3*/o4* OpenAI, gemini-* Google); write it as provider/model, \
              e.g. ollama/{name}, or openai_compatible/{name} with api_base"
-        ))
+        )))
     }
 }
 
@@ -330,7 +330,7 @@ impl Rewriter<'_> {
         let resolved = match resolve_model(&name) {
             Ok(resolved) => resolved,
             Err(message) => {
-                self.error(model.pos, &message);
+                self.error(model.pos, &message.0);
                 return;
             }
         };
@@ -456,7 +456,7 @@ impl Rewriter<'_> {
         let resolved = match resolve_model(&name) {
             Ok(resolved) => resolved,
             Err(message) => {
-                self.error(pos, &message);
+                self.error(pos, &message.0);
                 return None;
             }
         };
@@ -717,7 +717,7 @@ fn child_seq<'n>(node: &'n mut Node, key: &str, pos: (usize, usize)) -> Option<&
 }
 
 /// `[/a, "/b c"]` → the paths; quotes allowed, nothing else.
-pub(crate) fn parse_path_list(written: &str) -> Result<Vec<String>, String> {
+pub(crate) fn parse_path_list(written: &str) -> Result<Vec<String>, super::Invalid> {
     let inner = written
         .trim()
         .strip_prefix('[')
@@ -735,12 +735,12 @@ pub(crate) fn parse_path_list(written: &str) -> Result<Vec<String>, String> {
             .or_else(|| part.strip_prefix('\'').and_then(|p| p.strip_suffix('\'')))
             .unwrap_or(part);
         if unquoted.contains(['"', '\'', '[', ']']) {
-            return Err(format!("`{part}` is not a path"));
+            return Err(super::Invalid::from(format!("`{part}` is not a path")));
         }
         out.push(unquoted.to_owned());
     }
     if out.is_empty() {
-        return Err("the list is empty".to_owned());
+        return Err(super::Invalid::from("the list is empty"));
     }
     Ok(out)
 }
@@ -792,7 +792,7 @@ mod tests {
             "ollama/llama3"
         );
         assert_eq!(
-            resolve_model("mistral-large").unwrap_err(),
+            resolve_model("mistral-large").unwrap_err().0,
             "no provider for this model: `mistral-large` is not a name pincer resolves (claude-* is \
              Anthropic, gpt-*/o1*/o3*/o4* OpenAI, gemini-* Google); write it as provider/model, \
              e.g. ollama/mistral-large, or openai_compatible/mistral-large with api_base"

@@ -56,7 +56,7 @@ struct Reference<'a> {
 }
 
 /// Parses the reference whose `${` starts at `rest[0]`.
-fn parse_reference(rest: &str) -> Result<Reference<'_>, String> {
+fn parse_reference(rest: &str) -> Result<Reference<'_>, super::Invalid> {
     let bytes = rest.as_bytes();
     let mut end = 2;
     if bytes.get(end).copied().is_some_and(is_name_start) {
@@ -68,11 +68,11 @@ fn parse_reference(rest: &str) -> Result<Reference<'_>, String> {
     let name = rest.get(2..end).unwrap_or("");
     let after = rest.get(end..).unwrap_or("");
     if name.is_empty() {
-        return Err(format!(
+        return Err(super::Invalid::from(format!(
             "invalid reference `{}`: the variable name must match [A-Za-z_][A-Za-z0-9_]* \
              (write `$${{` for a literal `${{`)",
             excerpt(rest)
-        ));
+        )));
     }
     if after.starts_with('}') {
         return Ok(Reference {
@@ -83,17 +83,17 @@ fn parse_reference(rest: &str) -> Result<Reference<'_>, String> {
     }
     if let Some(tail) = after.strip_prefix(":-") {
         let Some(close) = tail.find('}') else {
-            return Err(format!(
+            return Err(super::Invalid(format!(
                 "unterminated reference `{}`: missing `}}`",
                 excerpt(rest)
-            ));
+            )));
         };
         let default = tail.get(..close).unwrap_or("");
         if default.contains("${") {
-            return Err(format!(
+            return Err(super::Invalid(format!(
                 "invalid reference `{}`: a default cannot contain another `${{`",
                 excerpt(rest)
-            ));
+            )));
         }
         return Ok(Reference {
             name,
@@ -102,15 +102,15 @@ fn parse_reference(rest: &str) -> Result<Reference<'_>, String> {
         });
     }
     if after.is_empty() || !after.contains('}') {
-        return Err(format!(
+        return Err(super::Invalid(format!(
             "unterminated reference `{}`: missing `}}` (write `$${{` for a literal `${{`)",
             excerpt(rest)
-        ));
+        )));
     }
-    Err(format!(
+    Err(super::Invalid(format!(
         "invalid reference `{}`: expected `${{{name}}}` or `${{{name}:-default}}`",
         excerpt(rest)
-    ))
+    )))
 }
 
 /// The start of a malformed reference, short enough for a message.
@@ -168,7 +168,7 @@ pub(crate) fn expand(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Ex
         } else if rest.starts_with("${") {
             let reference = parse_reference(rest).map_err(|message| RefError {
                 offset: at,
-                kind: RefErrorKind::Malformed(message),
+                kind: RefErrorKind::Malformed(message.0),
             })?;
             let value = match (env(reference.name), reference.default) {
                 (Some(value), Some(default)) if value.is_empty() => default.to_owned(),

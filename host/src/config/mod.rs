@@ -37,7 +37,7 @@ pub use contract::{
     DEFAULT_MODEL_ALIAS, MAX_MESSAGE_BYTES, MEMORY_SOURCE, SCHEDULE_SOURCE, SkillReference,
     ToolName, with_fallbacks,
 };
-pub use error::{ConfigError, Position};
+pub use error::{ConfigError, Invalid, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
     AgentLimits, AgentSchedules, Budget, Channel, Channels, Config, ContainerRuntime, Containers,

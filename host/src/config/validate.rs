@@ -954,7 +954,7 @@ fn mcp_container<'a>(name: &'a str, container: &'a McpContainer, out: Out<'a, '_
                     ));
                 }
             }
-            Err(why) => out.push(at(p, why)),
+            Err(why) => out.push(at(p, why.0)),
         }
     }
 }
@@ -972,30 +972,32 @@ pub struct Volume {
 ///
 /// # Errors
 /// What is wrong and how to write it.
-pub fn parse_volume(volume: &str) -> Result<Volume, String> {
+pub fn parse_volume(volume: &str) -> Result<Volume, super::Invalid> {
     let parts: Vec<&str> = volume.split(':').collect();
     let (source, target, read_only) = match parts.as_slice() {
         [source, target] => (*source, *target, true),
         [source, target, "ro"] => (*source, *target, true),
         [source, target, "rw"] => (*source, *target, false),
         [_, _, mode] => {
-            return Err(format!(
+            return Err(super::Invalid::from(format!(
                 "volume `{volume}`: unknown mode `{mode}` (write :ro or :rw)"
-            ));
+            )));
         }
         _ => {
-            return Err(format!(
+            return Err(super::Invalid::from(format!(
                 "volume `{volume}` must be HOST_PATH:CONTAINER_PATH[:ro|rw], e.g. /srv/data.db:/data.db:ro"
-            ));
+            )));
         }
     };
     if !(source.starts_with('/') || source.starts_with('~')) {
-        return Err(format!(
+        return Err(super::Invalid::from(format!(
             "volume `{volume}`: the host path must be absolute or start with ~ (pincer mounts host paths only, not named volumes)"
-        ));
+        )));
     }
     if let Some(problem) = mcp_target_problem(target) {
-        return Err(format!("volume `{volume}`: {problem}"));
+        return Err(super::Invalid::from(format!(
+            "volume `{volume}`: {problem}"
+        )));
     }
     Ok(Volume {
         source: source.into(),

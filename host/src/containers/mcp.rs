@@ -276,7 +276,7 @@ pub fn plan(
     let protected = protected(config, home);
     let mut bind = Vec::new();
     for written in &container.volumes {
-        let volume = parse_volume(written).map_err(ContainerError::Host)?;
+        let volume = parse_volume(written).map_err(|e| ContainerError::Host(e.0))?;
         let source = mounts::check_source(&volume.source, &protected)
             .map_err(|e| ContainerError::Host(format!("volume `{written}`: {e}")))?;
         bind.push(BindMount {
