@@ -208,6 +208,8 @@ fn shown_even_if_refused(
 
 /// A skill is known when `skills:` or a workspace's `skills` names its
 /// plugin, and, for `plugin__tool`, the tool passes that skill's filter.
+// String: this is a `scheduler::Checks::skill` callback; its error is the
+// text the located `schedules.yaml` error shows.
 fn skill_known(config: &Config, name: &str) -> Result<(), String> {
     let SkillReference { plugin, tool } = SkillReference::parse(name);
     let in_workspace = config

@@ -57,6 +57,7 @@ impl WorkspaceSockets {
     }
 
     /// `Ok` when `workspace`'s socket answers; else why not.
+    // String: the reason is the text of the turn's `GatewayUnreachable` event.
     pub fn check(&self, workspace: &str) -> Result<(), String> {
         match self.sockets.get(workspace) {
             Some(Serving::Here(task)) if !task.is_finished() => Ok(()),

@@ -138,6 +138,8 @@ impl LoadedPlugin {
 
     /// The addresses of `host` this instance may connect to: its HTTP
     /// reach's address rule applied to the resolution (refusals audited).
+    // String: the refusal is already audited; the text is the connection's
+    // `Dropped::Refused` reason.
     pub async fn resolve(
         &self,
         host: &str,

@@ -271,6 +271,7 @@ impl WorkspaceReach {
 
     /// The source named `prefix` if it is reachable, else why not (which
     /// key refuses it and what to change).
+    // String: the reason is the sentence the gateway answers and audits.
     pub fn source(&self, prefix: &str) -> Result<(SourceKind, &ToolSource), String> {
         let workspace = &self.workspace;
         let named = self.all_sources().find(|(_, s)| s.name == prefix);
@@ -288,6 +289,7 @@ impl WorkspaceReach {
 
     /// `Ok` when `alias` is one of the workspace's model aliases, else why
     /// not and what to change.
+    // String: the reason is the sentence the gateway answers (403) and audits.
     pub fn model(&self, alias: &str) -> Result<(), String> {
         if self.models.aliases.iter().any(|a| a == alias) {
             return Ok(());

@@ -102,6 +102,8 @@ pub(crate) struct SeccompBase {
 }
 
 impl SeccompBase {
+    // String: fails only on a broken embedded profile (a test loads it),
+    // reported as `PolicyError::Builtin`.
     pub(crate) fn builtin() -> Result<SeccompBase, String> {
         let file: AllowFile = serde_json::from_str(DEFAULT_ALLOW_JSON)
             .map_err(|e| format!("policies/seccomp/default-allow.json: {e}"))?;

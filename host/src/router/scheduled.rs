@@ -392,6 +392,8 @@ impl Schedules {
     }
 
     /// Does what the task says; the output as text.
+    // String: a failed run's error is the text `schedule history` shows and
+    // the outbox delivers.
     async fn perform(&self, run: &DueRun) -> Result<String, String> {
         match &run.task.action {
             Action::Prompt(prompt) => {
@@ -421,6 +423,7 @@ impl Schedules {
         }
     }
 
+    // String: as `perform`, whose error this becomes.
     async fn call_skill(
         &self,
         workspace: &str,

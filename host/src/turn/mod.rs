@@ -120,7 +120,7 @@ pub trait Recall: Send + Sync {
         workspace: &str,
         query: &str,
         limit: usize,
-    ) -> Result<Vec<(i64, String, String)>, String>;
+    ) -> Result<Vec<(i64, String, String)>, crate::memory::MemoryError>;
 }
 
 /// Runs turns for the workspaces of one configuration.
@@ -718,14 +718,12 @@ impl Recall for crate::memory::MemoryStore {
         workspace: &str,
         query: &str,
         limit: usize,
-    ) -> Result<Vec<(i64, String, String)>, String> {
-        crate::memory::MemoryStore::recall(self, workspace, query, limit)
-            .map(|found| {
-                found
-                    .into_iter()
-                    .map(|r| (r.memory.id, r.memory.kind.to_string(), r.memory.text))
-                    .collect()
-            })
-            .map_err(|e| e.to_string())
+    ) -> Result<Vec<(i64, String, String)>, crate::memory::MemoryError> {
+        crate::memory::MemoryStore::recall(self, workspace, query, limit).map(|found| {
+            found
+                .into_iter()
+                .map(|r| (r.memory.id, r.memory.kind.to_string(), r.memory.text))
+                .collect()
+        })
     }
 }

@@ -31,6 +31,7 @@ pub enum ModelSpec {
 
 impl ModelSpec {
     /// `name` is what follows `local/`.
+    // String: the text becomes `LlmError::LocalModel`, itself a sentence.
     pub fn parse(name: &str) -> Result<Self, String> {
         if name.starts_with('/')
             || name.starts_with("./")
