@@ -14,7 +14,7 @@ pub async fn start(
 pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()> {
     let ctx = super::Context::load(config_flag)?;
     let snapshot = crate::daemon::status::read(&ctx.home);
-    let store = crate::channels::ChannelStore::open(&ctx.home.join(crate::db::FILE_NAME))?;
+    let store = ctx.channel_store()?;
     let depth = store.outbox_depth()?;
     let containers = match ctx.container_runtime().await {
         Ok(runtime) => Some(runtime.list().await.unwrap_or_default()),

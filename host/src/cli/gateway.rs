@@ -6,17 +6,14 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 
 use super::{Context, GatewayCommand, KeysCommand};
-use crate::gateway::KeyStore;
-use crate::gateway::Ledger;
 
 pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow::Result<()> {
     let ctx = Context::load(config_flag)?;
-    let database = ctx.home.join(crate::db::FILE_NAME);
     match command {
         GatewayCommand::Serve { listen } => serve(&ctx, listen).await,
         GatewayCommand::Keys(KeysCommand::Create { workspace, name }) => {
             ctx.check_workspace(&workspace)?;
-            let key = KeyStore::open(&database)?.mint(&workspace, &name)?;
+            let key = ctx.key_store()?.mint(&workspace, &name)?;
             println!("{}", key.token);
             eprintln!(
                 "created key `{}` for workspace {workspace}; it is shown only this once. Use it as the OpenAI API key (base URL http://{}/v1).",
@@ -26,7 +23,7 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
         }
         GatewayCommand::Keys(KeysCommand::List { workspace }) => {
             ctx.check_workspace(&workspace)?;
-            let keys = KeyStore::open(&database)?.list(&workspace)?;
+            let keys = ctx.key_store()?.list(&workspace)?;
             println!(
                 "{:<20} {:<10} {:<10} {:<8} CREATED",
                 "NAME", "PREFIX", "KIND", "STATE"
@@ -46,7 +43,7 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
         GatewayCommand::Keys(KeysCommand::Revoke { workspace, name }) => {
             // Revoking is always safe, also for a workspace that is no
             // longer configured (whose keys the gateway refuses anyway).
-            if KeyStore::open(&database)?.revoke(&workspace, &name)? {
+            if ctx.key_store()?.revoke(&workspace, &name)? {
                 println!("revoked key `{name}` of workspace {workspace}");
                 Ok(())
             } else {
@@ -54,7 +51,7 @@ pub async fn run(config_flag: Option<&Path>, command: GatewayCommand) -> anyhow:
             }
         }
         GatewayCommand::Usage { workspace } => {
-            let rows = Ledger::open(&database)?.usage(workspace.as_deref())?;
+            let rows = ctx.ledger()?.usage(workspace.as_deref())?;
             println!(
                 "{:<16} {:<10} {:<24} {:>6} {:>10} {:>10} {:>10} {:>7}",
                 "WORKSPACE", "DAY", "MODEL", "CALLS", "PROMPT", "COMPLETION", "COST USD", "CACHED"
@@ -84,7 +81,7 @@ async fn serve(ctx: &Context, listen: Option<std::net::SocketAddr>) -> anyhow::R
     crate::daemon::raise_nofile_limit();
     let addr = listen.unwrap_or(ctx.config.gateway.listen);
     crate::gateway::check_listen(&ctx.config.gateway, addr)?;
-    let memory = Arc::new(crate::memory::MemoryStore::open(&ctx.home)?);
+    let memory = Arc::new(ctx.memory_store()?);
     let gateway = crate::daemon::build::gateway(ctx, ctx.audit_log()?, None, memory)?;
     let tcp = tokio::net::TcpListener::bind(addr)
         .await

@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::{Context as _, bail};
 
 use super::{Context, MemoryCommand};
-use crate::memory::{MemoryKind, MemoryStore};
+use crate::memory::MemoryKind;
 
 pub fn run(config_flag: Option<&Path>, command: MemoryCommand) -> anyhow::Result<()> {
     let ctx = Context::load(config_flag)?;
@@ -16,7 +16,7 @@ pub fn run(config_flag: Option<&Path>, command: MemoryCommand) -> anyhow::Result
         | MemoryCommand::Forget { workspace, .. } => workspace.clone(),
     };
     ctx.check_workspace(&workspace)?;
-    let store = MemoryStore::open(&ctx.home)?;
+    let store = ctx.memory_store()?;
     match command {
         MemoryCommand::Add { kind, text, .. } => {
             let kind: MemoryKind = kind.parse()?;

@@ -334,7 +334,7 @@ fn tasks_of(
 }
 
 fn open_store(ctx: &super::Context) -> anyhow::Result<Store> {
-    Ok(Store::open(&ctx.home.join(crate::db::FILE_NAME))?)
+    ctx.schedule_store()
 }
 
 /// The workspace that has task `id` (`flag` if given), and the task.
@@ -617,7 +617,7 @@ pub async fn run_now(
             }
             RunStatus::Done => {
                 println!("{}", run.output.unwrap_or_default());
-                let outbox = ChannelStore::open(&ctx.home.join(crate::db::FILE_NAME))?;
+                let outbox = ctx.channel_store()?;
                 for to in delivery(run.receipts.as_deref(), &outbox) {
                     println!("→ {}", delivery_line(&to));
                 }
@@ -714,7 +714,7 @@ pub fn history(
 ) -> anyhow::Result<()> {
     let ctx = super::Context::load(config_flag)?;
     let store = open_store(&ctx)?;
-    let outbox = ChannelStore::open(&ctx.home.join(crate::db::FILE_NAME))?;
+    let outbox = ctx.channel_store()?;
     let workspace = find_task(&ctx, &store, id, workspace)?.workspace;
     let runs = store.history(&workspace, id, limit)?;
     if json {

@@ -79,20 +79,51 @@ impl Context {
         )
     }
 
+    /// This home's `pincer.db`.
+    pub fn database(&self) -> std::path::PathBuf {
+        self.home.join(crate::db::FILE_NAME)
+    }
+
+    /// Opens one of `pincer.db`'s services with `open`, saying which file
+    /// when it fails.
+    fn open<T, E>(&self, open: impl FnOnce(&Path) -> Result<T, E>) -> anyhow::Result<T>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let path = self.database();
+        open(&path).with_context(|| format!("opening {}", path.display()))
+    }
+
     pub fn audit_log(&self) -> anyhow::Result<Arc<AuditLog>> {
-        let path = self.home.join(crate::db::FILE_NAME);
-        Ok(Arc::new(
-            AuditLog::open(&path).with_context(|| format!("opening {}", path.display()))?,
-        ))
+        Ok(Arc::new(self.open(AuditLog::open)?))
+    }
+
+    pub fn key_store(&self) -> anyhow::Result<KeyStore> {
+        self.open(KeyStore::open)
+    }
+
+    pub fn ledger(&self) -> anyhow::Result<Arc<crate::gateway::Ledger>> {
+        self.open(crate::gateway::Ledger::open)
+    }
+
+    pub fn schedule_store(&self) -> anyhow::Result<crate::scheduler::Store> {
+        self.open(crate::scheduler::Store::open)
+    }
+
+    pub fn channel_store(&self) -> anyhow::Result<crate::channels::ChannelStore> {
+        self.open(crate::channels::ChannelStore::open)
+    }
+
+    pub fn memory_store(&self) -> anyhow::Result<crate::memory::MemoryStore> {
+        crate::memory::MemoryStore::open(&self.home)
+            .with_context(|| format!("opening {}", self.database().display()))
     }
 
     /// The container runtime for a one-shot command: containers' tokens
     /// are minted in this home's key store.
     pub async fn container_runtime(&self) -> anyhow::Result<ContainerRuntime> {
-        let database = self.home.join(crate::db::FILE_NAME);
-        let keys =
-            KeyStore::open(&database).with_context(|| format!("opening {}", database.display()))?;
-        Ok(ContainerRuntime::connect(&self.home, self.audit_log()?, Arc::new(keys)).await?)
+        let keys = Arc::new(self.key_store()?);
+        Ok(ContainerRuntime::connect(&self.home, self.audit_log()?, keys).await?)
     }
 
     /// The plugins this configuration may load (`plugins.enabled`).
