@@ -2,6 +2,30 @@
 //!
 //! One folder per subsystem; each exposes a small typed API (see docs/architecture.md).
 
+/// A typed error that is one sentence for a person (what is wrong and what
+/// to write instead); the caller adds where. `From<String>` and `From<&str>`
+/// let the function that finds the problem say it with `?`.
+macro_rules! sentence_error {
+    ($(#[$doc:meta])* $vis:vis struct $name:ident;) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+        #[error("{0}")]
+        $vis struct $name(pub String);
+
+        impl From<String> for $name {
+            fn from(why: String) -> Self {
+                Self(why)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(why: &str) -> Self {
+                Self(why.to_owned())
+            }
+        }
+    };
+}
+
 pub mod approvals;
 pub mod audit;
 pub mod channels;

@@ -192,27 +192,15 @@ pub fn reconnect_delay(policy: &api::ReconnectPolicy, failures: u32) -> Duration
     Duration::from_millis(base + jitter)
 }
 
-/// Why the host will not open the connection a channel plugin asked for.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-struct Refusal(String);
-
-impl From<String> for Refusal {
-    fn from(why: String) -> Self {
-        Self(why)
-    }
+sentence_error! {
+    /// Why the host will not open the connection a channel plugin asked for.
+    struct Refusal;
 }
 
-impl From<&str> for Refusal {
-    fn from(why: &str) -> Self {
-        Self(why.to_owned())
-    }
+sentence_error! {
+    /// The TLS client could not be set up (no usable root certificates).
+    struct TlsSetup;
 }
-
-/// The TLS client could not be set up (no usable root certificates).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-struct TlsSetup(String);
 
 /// Checks the URL the plugin asks for: `wss://`, or `ws://` to loopback
 /// only, to a host the plugin may reach.

@@ -164,20 +164,8 @@ impl Site {
     }
 }
 
-/// Why a value is not valid, said for a person; the loader adds where it
-/// was written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Invalid(pub String);
-
-impl From<String> for Invalid {
-    fn from(why: String) -> Self {
-        Self(why)
-    }
-}
-
-impl From<&str> for Invalid {
-    fn from(why: &str) -> Self {
-        Self(why.to_owned())
-    }
+sentence_error! {
+    /// Why a value is not valid, said for a person; the loader adds where it
+    /// was written.
+    pub struct Invalid;
 }

@@ -2,22 +2,10 @@ use std::path::PathBuf;
 
 use super::PluginKind;
 
-/// Why a manifest value, a name, a host pattern or a component is not
-/// valid, said for a person; the caller adds which plugin and where.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Invalid(pub String);
-
-impl From<String> for Invalid {
-    fn from(why: String) -> Self {
-        Self(why)
-    }
-}
-
-impl From<&str> for Invalid {
-    fn from(why: &str) -> Self {
-        Self(why.to_owned())
-    }
+sentence_error! {
+    /// Why a manifest value, a name, a host pattern or a component is not
+    /// valid, said for a person; the caller adds which plugin and where.
+    pub struct Invalid;
 }
 
 /// Everything that can go wrong loading or calling a plugin. Every variant

@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-/// Why a policy setting or group is not valid, said for a person (the
-/// catalog adds where it was written).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct InvalidSetting(pub(crate) String);
+sentence_error! {
+    /// Why a policy setting or group is not valid, said for a person (the
+    /// catalog adds where it was written).
+    pub(crate) struct InvalidSetting;
+}
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};

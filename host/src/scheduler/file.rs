@@ -36,11 +36,11 @@ use crate::config::{
     ConfigError, Document, Seg, SkillReference, ToolName, is_valid_name, parse_located,
 };
 
-/// Why a value in a task is not valid, said for a person (the loader adds
-/// where it was written).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Invalid(pub String);
+sentence_error! {
+    /// Why a value in a task is not valid, said for a person (the loader adds
+    /// where it was written).
+    pub struct Invalid;
+}
 
 /// The file name looked up in each workspace's configuration folder.
 pub const FILE_NAME: &str = "schedules.yaml";

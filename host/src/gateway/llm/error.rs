@@ -123,37 +123,13 @@ impl LlmError {
     }
 }
 
-/// What an upstream sent that pincer cannot read as the protocol it speaks
-/// (a body that is not the documented JSON, a stream event out of place).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Malformed(pub String);
-
-impl From<String> for Malformed {
-    fn from(why: String) -> Self {
-        Self(why)
-    }
+sentence_error! {
+    /// What an upstream sent that pincer cannot read as the protocol it speaks
+    /// (a body that is not the documented JSON, a stream event out of place).
+    pub struct Malformed;
 }
 
-impl From<&str> for Malformed {
-    fn from(why: &str) -> Self {
-        Self(why.to_owned())
-    }
-}
-
-/// A chat template that does not parse or render.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct TemplateError(pub String);
-
-impl From<String> for TemplateError {
-    fn from(why: String) -> Self {
-        Self(why)
-    }
-}
-
-impl From<&str> for TemplateError {
-    fn from(why: &str) -> Self {
-        Self(why.to_owned())
-    }
+sentence_error! {
+    /// A chat template that does not parse or render.
+    pub struct TemplateError;
 }
