@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use super::Context;
 use crate::audit::AuditLog;
 use crate::containers::ContainerRuntime;
-use crate::gateway::{Gateway, KeyStore, Ledger, Services, WorkspaceSockets};
+use crate::gateway::{Gateway, Services, WorkspaceSockets};
 use crate::memory::MemoryStore;
 use crate::plugins::PluginHost;
 use crate::sessions::SessionStore;
@@ -29,7 +29,7 @@ pub async fn agent_with(
         Some(host) => host.audit().clone(),
         None => ctx.audit_log()?,
     };
-    let memory = Arc::new(MemoryStore::open(&ctx.home)?);
+    let memory = Arc::new(ctx.memory_store()?);
     let gateway = gateway(ctx, audit.clone(), plugins.clone(), memory.clone())?;
     let runtime =
         Arc::new(ContainerRuntime::connect(&ctx.home, audit, gateway.container_grants()).await?);
@@ -58,17 +58,13 @@ pub fn gateway(
     plugins: Option<Arc<PluginHost>>,
     memory: Arc<MemoryStore>,
 ) -> anyhow::Result<Arc<Gateway>> {
-    let database = ctx.home.join(crate::db::FILE_NAME);
-    let opening = |what: &str| format!("opening {what} in {}", database.display());
     let services = Services {
         audit,
-        keys: Arc::new(KeyStore::open(&database).with_context(|| opening("the gateway keys"))?),
-        ledger: Ledger::open(&database).with_context(|| opening("the budget ledger"))?,
+        keys: Arc::new(ctx.key_store()?),
+        ledger: ctx.ledger()?,
         plugins,
         memory,
-        schedules: Arc::new(
-            crate::scheduler::Store::open(&database).with_context(|| opening("the schedules"))?,
-        ),
+        schedules: Arc::new(ctx.schedule_store()?),
     };
     Ok(Arc::new(Gateway::new(&ctx.config, &ctx.home, services)?))
 }

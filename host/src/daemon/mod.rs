@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 pub use context::Context;
 
-use crate::channels::{ChannelHost, ChannelStore, Inbox};
+use crate::channels::{ChannelHost, Inbox};
 use crate::file_watch::FileWatch;
 use crate::router::inbound::ChannelRouter;
 use crate::router::scheduled::{Runners, Schedules};
@@ -132,7 +132,7 @@ async fn serve(
             .map_err(anyhow::Error::msg)?;
     }
 
-    let store = Arc::new(ChannelStore::open(&ctx.home.join(crate::db::FILE_NAME))?);
+    let store = Arc::new(ctx.channel_store()?);
     let channels = Arc::new(
         ChannelHost::load(
             &ctx.config,
@@ -157,7 +157,7 @@ async fn serve(
     let schedules = Schedules::start(
         Arc::new(ctx.config.clone()),
         ctx.config_path.as_deref(),
-        crate::scheduler::Store::open(&ctx.home.join(crate::db::FILE_NAME))?,
+        ctx.schedule_store()?,
         Runners {
             agent: agent.clone(),
             plugins: plugins.clone(),
@@ -170,7 +170,7 @@ async fn serve(
     .await?;
     tasks.spawn(schedules.clone().run(stop.clone()));
     tasks.spawn(prune::prune_daily(
-        ctx.home.join(crate::db::FILE_NAME),
+        ctx.database(),
         ctx.config.state.retention,
         audit.clone(),
         stop.clone(),

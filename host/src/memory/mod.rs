@@ -27,10 +27,6 @@ use serde::{Deserialize, Serialize};
 
 pub use store::MemoryStore;
 
-/// The prefix of memory's MCP tools (`memory__recall`, …); no skill or MCP
-/// server may take this name.
-pub const TOOL_NAMESPACE: &str = crate::config::MEMORY_SOURCE;
-
 /// Longest memory text, in bytes after trimming.
 pub const MAX_TEXT_BYTES: usize = 8 * 1024;
 

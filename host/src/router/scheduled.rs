@@ -51,13 +51,8 @@ pub struct Schedules {
     summary: Mutex<BTreeMap<String, WorkspaceSchedule>>,
     watch: Mutex<Option<FileWatch<String>>>,
     changed: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
-    agent: Arc<Agent>,
-    plugins: Arc<PluginHost>,
-    channels: Arc<ChannelHost>,
-    audit: Arc<AuditLog>,
     config: Arc<Config>,
-    catalog: crate::plugins::Catalog,
-    limits: crate::plugins::CallLimits,
+    runners: Runners,
 }
 
 /// What scheduled runs run with, handed in by the composition root.
@@ -84,14 +79,6 @@ impl Schedules {
         store: Store,
         runners: Runners,
     ) -> anyhow::Result<Arc<Self>> {
-        let Runners {
-            agent,
-            plugins,
-            catalog,
-            limits,
-            channels,
-            audit,
-        } = runners;
         let owner = format!("pincer-{}-{}", std::process::id(), uuid::Uuid::new_v4());
         let scheduler = Scheduler::new(store, Arc::new(SystemClock), owner)?;
         let expected: BTreeMap<String, PathBuf> = config
@@ -114,13 +101,8 @@ impl Schedules {
             summary: Mutex::new(BTreeMap::new()),
             watch: Mutex::new(watch),
             changed: Mutex::new(Some(rx)),
-            agent,
-            plugins,
-            channels,
-            audit,
             config: config.clone(),
-            catalog,
-            limits,
+            runners,
         });
         for name in config.workspaces.keys() {
             me.watch_file(name);
@@ -179,10 +161,10 @@ impl Schedules {
             .filter(|p| allowed.is_some_and(|skills| skills.contains(p)))
             .collect();
         let tools = list_tools(
-            &self.plugins,
-            &self.catalog,
+            &self.runners.plugins,
+            &self.runners.catalog,
             &self.config,
-            self.limits,
+            self.runners.limits,
             workspace,
             &plugins,
         )
@@ -219,7 +201,7 @@ impl Schedules {
                     )
                 };
                 eprintln!("pincer: {said}");
-                self.audit.record(
+                self.runners.audit.record(
                     crate::audit::Actor::Pincer,
                     Some(workspace),
                     event,
@@ -354,6 +336,7 @@ impl Schedules {
                 reply_to: None,
             };
             match self
+                .runners
                 .channels
                 .reply(None, InboundState::Done, &address, &text)
             {
@@ -376,7 +359,7 @@ impl Schedules {
             },
         };
         if let Err(e) = outcome {
-            self.audit.record(
+            self.runners.audit.record(
                 crate::audit::Actor::Scheduler,
                 Some(&run.workspace),
                 crate::audit::Action::ScheduleRunFailed,
@@ -407,6 +390,7 @@ impl Schedules {
                     origin: None,
                 };
                 let summary = self
+                    .runners
                     .agent
                     .turn(inbound, &|_| {}, std::future::pending())
                     .await
@@ -434,11 +418,12 @@ impl Schedules {
         let reference = SkillReference::parse(skill);
         let (plugin_name, named_tool) = (reference.plugin, reference.tool.or(tool));
         let plugin = self
+            .runners
             .plugins
             .load_for_workspace(
-                &self.catalog,
+                &self.runners.catalog,
                 &self.config,
-                self.limits,
+                self.runners.limits,
                 plugin_name,
                 workspace,
             )
@@ -447,6 +432,7 @@ impl Schedules {
             Some(tool) => tool.to_string(),
             None => {
                 let tools = self
+                    .runners
                     .plugins
                     .skill_tools(&plugin)
                     .await
@@ -466,6 +452,7 @@ impl Schedules {
             }
         };
         match self
+            .runners
             .plugins
             .skill_invoke(&plugin, &tool, &input.to_string())
             .await

@@ -30,7 +30,7 @@ pub use observers::Observers;
 /// The message that starts a fresh session instead of going to the agent.
 pub const NEW_SESSION_COMMAND: &str = "/new";
 
-pub use crate::config::{DEFAULT_MODEL_ALIAS, MAX_MESSAGE_BYTES};
+use crate::config::{DEFAULT_MODEL_ALIAS, MAX_MESSAGE_BYTES};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TurnError {
