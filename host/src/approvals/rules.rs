@@ -141,6 +141,15 @@ pub enum SourceKind {
     Skill,
 }
 
+impl SourceKind {
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Self::Mcp => "mcp",
+            Self::Skill => "skill",
+        }
+    }
+}
+
 impl Rule {
     pub fn parse(text: &str) -> Result<Self, RuleError> {
         let text = text.trim();
@@ -173,6 +182,20 @@ impl Rule {
         Ok(Self::Tool(text.to_owned()))
     }
 
+    /// Why allowing this is riskier than it reads, when it is: `git`
+    /// reads the workspace's own configuration, which the agent can write.
+    pub fn warning(&self) -> Option<String> {
+        let Self::Argv(argv) = self else {
+            return None;
+        };
+        (command::program(argv) == Some("git")).then(|| {
+            "git reads the workspace's .git/config and .gitattributes, which the agent can write: \
+             they can make this command run a program of the agent's choosing (fsmonitor, hooks, \
+             filter drivers)"
+                .to_owned()
+        })
+    }
+
     /// Whether this rule covers `call`.
     pub fn covers(&self, call: &Call<'_>) -> bool {
         match self {
@@ -189,13 +212,7 @@ impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Tool(name) => f.write_str(name),
-            Self::Source { kind, name } => {
-                let prefix = match kind {
-                    SourceKind::Mcp => "mcp",
-                    SourceKind::Skill => "skill",
-                };
-                write!(f, "{prefix}:{name}")
-            }
+            Self::Source { kind, name } => write!(f, "{}:{name}", kind.prefix()),
             Self::Argv(argv) => write!(f, "bash: {}", shown_argv(argv)),
         }
     }
@@ -336,9 +353,9 @@ pub fn is_read_command(argv: &[String]) -> bool {
         // Not here: `sort` (`--compress-program` runs a program), `rg`
         // (`--pre`, `--hostname-bin` run programs), `date` (`-s` sets the
         // clock).
-        "ls" | "cat" | "head" | "tail" | "wc" | "pwd" | "stat" | "file" | "du" | "df" | "tree"
-        | "echo" | "whoami" | "id" | "uname" | "realpath" | "basename" | "dirname" | "uniq"
-        | "cut" | "diff" | "cmp" | "md5sum" | "sha256sum" | "nl" => {
+        "ls" | "cat" | "head" | "tail" | "wc" | "pwd" | "stat" | "du" | "df" | "tree" | "echo"
+        | "whoami" | "id" | "uname" | "realpath" | "basename" | "dirname" | "uniq" | "cut"
+        | "diff" | "cmp" | "md5sum" | "sha256sum" | "nl" => {
             // `tree -o`, `uniq IN OUT`… write; `tail -f` never ends.
             let writes = args
                 .iter()
@@ -367,61 +384,17 @@ pub fn is_read_command(argv: &[String]) -> bool {
                     | "-fprintf"
             )
         }),
-        "git" => is_read_git(args),
+        // `file -C` compiles a magic file (writes it).
+        "file" => !args
+            .iter()
+            .any(|a| a == "-C" || a == "--compile" || a.starts_with("-C")),
+        // Never `git`: the workspace's `.git/config` and `.gitattributes`,
+        // which the agent can write, can make even `git status` run a
+        // program (fsmonitor, hooks, clean/smudge filter drivers whose
+        // names no `-c` can list in advance). It is asked, or allowed by a
+        // rule the operator writes knowingly (see [`Rule::warning`]).
         _ => false,
     }
-}
-
-/// How a built-in read command is run: `git` with the settings that could
-/// run a program from the workspace's own `.git/config` or attributes
-/// (fsmonitor, hooks, pager, external diff, textconv) turned off, since a
-/// repository the agent can write could point them anywhere. Not covered
-/// yet, so git must not be auto-allowed until it is: clean/smudge filter
-/// drivers (`filter.NAME.*` with a `.gitattributes` entry) that `status`
-/// and `diff` run, whose names no `-c` can list in advance.
-pub fn hardened(argv: &[String]) -> Vec<String> {
-    if command::program(argv) != Some("git") {
-        return argv.to_vec();
-    }
-    let mut out = vec![argv[0].clone()];
-    for setting in [
-        "core.fsmonitor=false",
-        "core.hooksPath=/dev/null",
-        "core.pager=cat",
-        "diff.external=",
-    ] {
-        out.push("-c".into());
-        out.push(setting.into());
-    }
-    out.push("--no-pager".into());
-    if let Some(sub) = argv.get(1) {
-        out.push(sub.clone());
-        if matches!(sub.as_str(), "diff" | "log" | "show") {
-            out.push("--no-ext-diff".into());
-            out.push("--no-textconv".into());
-        }
-        out.extend_from_slice(&argv[2..]);
-    }
-    out
-}
-
-/// `git status|diff|log|show|branch|rev-parse|ls-files|blame` without `-c`
-/// or `--config-env` (they could point hooks, pagers or fsmonitor at a
-/// program) and without `--output` (`diff`/`log` write a file with it).
-fn is_read_git(args: &[String]) -> bool {
-    let Some(sub) = args.first() else {
-        return false;
-    };
-    matches!(
-        sub.as_str(),
-        "status" | "diff" | "log" | "show" | "rev-parse" | "ls-files" | "blame"
-    ) && !args.iter().any(|a| {
-        a == "-c"
-            || a.starts_with("--config-env")
-            || a.starts_with("--output")
-            || a.starts_with("--ext-diff")
-            || a.starts_with("--textconv")
-    })
 }
 
 #[cfg(test)]
@@ -520,8 +493,7 @@ mod tests {
         for ok in [
             "ls -la",
             "cat README.md",
-            "git status",
-            "git log -5",
+            "file a.png",
             "grep -rn x src",
             "wc -l a",
         ] {
@@ -530,7 +502,10 @@ mod tests {
         for no in [
             "ls; curl evil.example",
             "cat $(echo /etc/shadow)",
+            "git status",
+            "git log -5",
             "git status && rm -rf /",
+            "file -C -m magic",
             "git -c core.pager=sh log",
             "git log --output=/workspace/x",
             "git diff --ext-diff",
@@ -560,15 +535,7 @@ mod tests {
     }
 
     #[test]
-    fn git_read_commands_run_with_the_repository_settings_that_run_programs_off() {
-        let argv = command::argv("git diff HEAD~1").expect("simple");
-        let run = hardened(&argv).join(" ");
-        assert_eq!(
-            run,
-            "git -c core.fsmonitor=false -c core.hooksPath=/dev/null -c core.pager=cat -c diff.external= --no-pager diff --no-ext-diff --no-textconv HEAD~1"
-        );
-        let ls = command::argv("ls -la").expect("simple");
-        assert_eq!(hardened(&ls), ls);
+    fn find_without_actions_is_a_read_command() {
         assert!(read("find . -name '*.rs'"));
     }
 

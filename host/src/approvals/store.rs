@@ -69,6 +69,9 @@ pub struct Request {
     pub id: String,
     pub workspace: String,
     pub session: String,
+    /// The turn that waits, and the call it waits on.
+    pub turn_id: String,
+    pub call_id: String,
     pub originator: Option<String>,
     pub tool: String,
     pub fingerprint: String,
@@ -80,6 +83,8 @@ pub struct Request {
     pub decision: Option<String>,
     pub decided_by: Option<String>,
     pub reason: Option<String>,
+    /// The decision reached the turn (the call ran or was refused).
+    pub applied: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +119,8 @@ impl State {
 pub struct NewRequest<'a> {
     pub workspace: &'a str,
     pub session: &'a str,
+    pub turn_id: &'a str,
+    pub call_id: &'a str,
     pub originator: Option<&'a str>,
     pub tool: &'a str,
     pub fingerprint: &'a str,
@@ -152,7 +159,8 @@ pub struct ApprovalStore {
 }
 
 const COLUMNS: &str = "id, workspace, session, originator, tool, fingerprint, shape, preview, \
-                       created_ms, expires_ms, state, decision, decided_by, reason";
+                       created_ms, expires_ms, state, decision, decided_by, reason, turn_id, \
+                       call_id, applied";
 
 impl ApprovalStore {
     pub fn open(path: &Path) -> Result<Self, ApprovalError> {
@@ -173,7 +181,10 @@ impl ApprovalStore {
                 decision TEXT,
                 decided_by TEXT,
                 decided_ms INTEGER,
-                reason TEXT
+                reason TEXT,
+                turn_id TEXT NOT NULL DEFAULT '',
+                call_id TEXT NOT NULL DEFAULT '',
+                applied INTEGER NOT NULL DEFAULT 0
             );
             CREATE INDEX IF NOT EXISTS approval_requests_pending
                 ON approval_requests (state, expires_ms);
@@ -184,6 +195,26 @@ impl ApprovalStore {
                 created_ms INTEGER NOT NULL,
                 PRIMARY KEY (workspace, rule)
             );",
+        )?;
+        // Tables of the release before approvals were wired lack these.
+        for (column, declared) in [
+            ("turn_id", "TEXT NOT NULL DEFAULT ''"),
+            ("call_id", "TEXT NOT NULL DEFAULT ''"),
+            ("applied", "INTEGER NOT NULL DEFAULT 0"),
+        ] {
+            let present: bool = conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM pragma_table_info('approval_requests') WHERE name = ?1)",
+                [column],
+                |row| row.get(0),
+            )?;
+            if !present {
+                conn.execute_batch(&format!(
+                    "ALTER TABLE approval_requests ADD COLUMN {column} {declared}"
+                ))?;
+            }
+        }
+        conn.execute_batch(
+            "CREATE INDEX IF NOT EXISTS approval_requests_turn ON approval_requests (turn_id);",
         )?;
         Ok(Self {
             conn: Mutex::new(conn),
@@ -200,8 +231,8 @@ impl ApprovalStore {
         let id = format!("apr_{}", uuid::Uuid::new_v4().simple());
         self.conn()?.execute(
             "INSERT INTO approval_requests (id, workspace, session, originator, tool, fingerprint,
-                 shape, preview, created_ms, expires_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                 shape, preview, created_ms, expires_ms, turn_id, call_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 id,
                 new.workspace,
@@ -213,6 +244,8 @@ impl ApprovalStore {
                 new.preview,
                 new.now_ms,
                 new.now_ms.saturating_add(new.timeout_ms),
+                new.turn_id,
+                new.call_id,
             ],
         )?;
         Ok(id)
@@ -343,6 +376,31 @@ impl ApprovalStore {
         })
     }
 
+    /// Records that request `id`'s decision reached its turn.
+    pub fn mark_applied(&self, id: &str) -> Result<(), ApprovalError> {
+        self.conn()?.execute(
+            "UPDATE approval_requests SET applied = 1 WHERE id = ?1",
+            [id],
+        )?;
+        Ok(())
+    }
+
+    /// The request turn `turn_id` waits on (its decision not yet applied),
+    /// if any: what a restart resumes.
+    pub fn open_for_turn(&self, turn_id: &str) -> Result<Option<Request>, ApprovalError> {
+        Ok(self
+            .conn()?
+            .query_row(
+                &format!(
+                    "SELECT {COLUMNS} FROM approval_requests WHERE turn_id = ?1 AND applied = 0
+                     ORDER BY created_ms DESC LIMIT 1"
+                ),
+                [turn_id],
+                request_row,
+            )
+            .optional()?)
+    }
+
     /// Whether the session holds a granted "session" decision of `shape`.
     pub fn session_allows(
         &self,
@@ -396,6 +454,9 @@ fn request_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Request> {
         decision: row.get(11)?,
         decided_by: row.get(12)?,
         reason: row.get(13)?,
+        turn_id: row.get(14)?,
+        call_id: row.get(15)?,
+        applied: row.get(16)?,
     })
 }
 
@@ -422,6 +483,8 @@ mod tests {
                 fingerprint: "f00d",
                 shape,
                 preview: "rm -rf /workspace/x",
+                turn_id: "turn-1",
+                call_id: "call-1",
                 now_ms: 0,
                 timeout_ms: 5 * MINUTE,
             })

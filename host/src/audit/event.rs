@@ -68,6 +68,13 @@ macro_rules! actions {
 }
 
 actions! {
+    ApprovalDenied => "approval.denied",
+    ApprovalExpired => "approval.expired",
+    ApprovalGranted => "approval.granted",
+    ApprovalRefusedApprover => "approval.refused_approver",
+    ApprovalRefusedUnapproved => "approval.refused_unapproved",
+    ApprovalRequested => "approval.requested",
+    ApprovalRuleRevoked => "approval.rule_revoked",
     ChannelDeliveryFailed => "channel.delivery_failed",
     ChannelRateLimited => "channel.rate_limited",
     ChannelSenderRefused => "channel.sender_refused",

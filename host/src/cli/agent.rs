@@ -95,6 +95,7 @@ pub async fn message(config_flag: Option<&Path>, args: MessageArgs) -> anyhow::R
         },
         text: args.text,
         origin: None,
+        unattended: false,
     };
     let summary = runner.turn(&ctx, inbound, &printer).await?;
     printer.finish();
@@ -154,6 +155,7 @@ pub async fn chat(
             key: key.clone(),
             text: text.to_string(),
             origin: None,
+            unattended: false,
         };
         match runner.turn(&ctx, inbound, &printer).await {
             Ok(summary) => {

@@ -40,11 +40,11 @@ pub use contract::{
 pub use error::{ConfigError, Invalid, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
-    AgentLimits, AgentSchedules, Budget, Channel, Channels, Config, ContainerRuntime, Containers,
-    Gateway, GatewayCache, GatewayLimits, LegacySecrets, ListenerLimits, LitellmParams,
-    McpContainer, McpServer, ModelDeployment, ModelPrice, Mount, PluginLimits, Plugins,
-    PolicyEntry, Refusal, Retention, RetentionPeriod, RoutingStrategy, Skill, State,
-    TrustedPublisher, Workspace, WorkspaceMemory,
+    AgentLimits, AgentSchedules, ApprovalTimeout, Budget, Channel, Channels, Config,
+    ContainerRuntime, Containers, Gateway, GatewayCache, GatewayLimits, LegacySecrets,
+    ListenerLimits, LitellmParams, McpContainer, McpServer, ModelDeployment, ModelPrice, Mount,
+    PluginLimits, Plugins, PolicyEntry, Refusal, Retention, RetentionPeriod, RoutingStrategy,
+    Skill, State, TierSetting, TrustedPublisher, Workspace, WorkspaceApprovals, WorkspaceMemory,
 };
 pub use validate::{Volume, is_loopback, metrics_key_refusal, parse_volume, remote_refusal};
 
@@ -53,6 +53,55 @@ pub(crate) use node::Seg;
 pub(crate) use validate::is_valid_name;
 
 impl Config {
+    /// Whether a channel serves workspace `name` (its `workspace`, one of
+    /// its `conversations`, or listed in the workspace's `channels`).
+    pub fn served_by_a_channel(&self, name: &str) -> bool {
+        self.channels
+            .values()
+            .any(|c| c.workspace == name || c.conversations.values().any(|w| w == name))
+            || self
+                .workspaces
+                .get(name)
+                .is_some_and(|ws| !ws.channels.is_empty())
+    }
+
+    /// Workspace `name`'s approvals for a call asked through `channel` by
+    /// `sender`: the workspace's tier (default `approval` when a channel
+    /// serves it, `yolo` otherwise), tightened by the channel's and the
+    /// sender's. `None`: no such workspace.
+    pub fn approval_policy(
+        &self,
+        name: &str,
+        channel: Option<&str>,
+        sender: Option<&str>,
+    ) -> Option<crate::approvals::Policy> {
+        use crate::approvals::Tier;
+        let ws = self.workspaces.get(name)?;
+        let a = &ws.approvals;
+        let mut tier = a.tier.unwrap_or(if self.served_by_a_channel(name) {
+            Tier::Approval
+        } else {
+            Tier::Yolo
+        });
+        if let Some(c) = channel.and_then(|c| self.channels.get(c)) {
+            if let Some(setting) = c.approvals {
+                tier = tier.tightened_by(setting.tier);
+            }
+            if let Some(setting) = sender.and_then(|s| c.senders.get(s)) {
+                tier = tier.tightened_by(setting.tier);
+            }
+        }
+        Some(crate::approvals::Policy {
+            tier,
+            ask: a.ask.clone(),
+            allow: a.allow.clone(),
+            read_commands: a.read_commands,
+            timeout: a.timeout.0,
+            approvers: a.approvers.clone(),
+            unattended: a.unattended,
+        })
+    }
+
     /// The host folder of workspace `name` (mounted at `/workspace`):
     /// `workspaces.NAME.path`, else `containers.workspace_base_path/NAME`;
     /// `~` expanded.

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 
+use crate::approvals::{Approvers, Rule, Selector, Tier, Unattended};
+
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -422,6 +424,80 @@ pub struct Workspace {
     /// Whether the agent may schedule its own tasks (the `schedule__*`
     /// tools). Default `none`.
     pub agent_schedules: AgentSchedules,
+    /// Which tool calls wait for a person's decision.
+    pub approvals: WorkspaceApprovals,
+}
+
+/// `workspaces.NAME.approvals`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkspaceApprovals {
+    /// `read-only`, `approval` or `yolo`. Default: `approval` when a
+    /// channel serves the workspace, `yolo` otherwise.
+    pub tier: Option<Tier>,
+    /// What waits for a decision in tier `approval`: tool names, `mcp:NAME`,
+    /// `skill:NAME` (`*` for every source). Default: the write-class tools.
+    pub ask: Vec<Selector>,
+    /// Auto-allow rules: tool names, sources, or `bash: PROGRAM ARGS…` argv
+    /// prefixes (never a shell or an interpreter).
+    pub allow: Vec<Rule>,
+    /// Allow the built-in read commands (`ls`, `cat`, `grep` … as one simple
+    /// command) unasked. Default true.
+    pub read_commands: bool,
+    /// How long a request waits; then it is denied. Default `5m`.
+    pub timeout: ApprovalTimeout,
+    /// Who may decide: `originator` (default) or a list of sender ids.
+    pub approvers: Approvers,
+    /// Scheduled runs (nobody to ask): `deny` (default) or `allow`.
+    pub unattended: Unattended,
+}
+
+impl Default for WorkspaceApprovals {
+    fn default() -> Self {
+        WorkspaceApprovals {
+            tier: None,
+            ask: crate::approvals::default_ask(),
+            allow: Vec::new(),
+            read_commands: true,
+            timeout: ApprovalTimeout(crate::approvals::DEFAULT_TIMEOUT),
+            approvers: Approvers::Originator,
+            unattended: Unattended::Deny,
+        }
+    }
+}
+
+/// `approvals.timeout` as written (`5m`, `90s`), from 10 s to a day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApprovalTimeout(pub std::time::Duration);
+
+impl ApprovalTimeout {
+    pub const MIN: std::time::Duration = std::time::Duration::from_secs(10);
+    pub const MAX: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+}
+
+impl<'de> Deserialize<'de> for ApprovalTimeout {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let period = humantime::parse_duration(text.trim()).map_err(|e| {
+            de::Error::custom(format!(
+                "invalid timeout `{text}` ({e}): write e.g. `5m` or `90s`"
+            ))
+        })?;
+        if !(Self::MIN..=Self::MAX).contains(&period) {
+            return Err(de::Error::custom(format!(
+                "timeout `{text}` is outside 10s to 24h"
+            )));
+        }
+        Ok(ApprovalTimeout(period))
+    }
+}
+
+/// A tier that tightens the workspace's: `channels.NAME.approvals` and
+/// `channels.NAME.senders.ID`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierSetting {
+    pub tier: Tier,
 }
 
 /// `workspaces.NAME.agent_schedules`.
@@ -878,6 +954,12 @@ pub struct Channel {
     /// platform conversation id).
     #[serde(default)]
     pub default_conversation: Option<String>,
+    /// A stricter approvals tier for everything this channel serves.
+    #[serde(default)]
+    pub approvals: Option<TierSetting>,
+    /// Stricter approvals tiers per sender id.
+    #[serde(default)]
+    pub senders: BTreeMap<String, TierSetting>,
 }
 
 impl fmt::Debug for Channel {
@@ -891,6 +973,8 @@ impl fmt::Debug for Channel {
             .field("conversations", &self.conversations)
             .field("refusal", &self.refusal)
             .field("default_conversation", &self.default_conversation)
+            .field("approvals", &self.approvals)
+            .field("senders", &self.senders)
             .finish()
     }
 }

@@ -162,7 +162,7 @@ pub async fn wait_ready(
 pub struct TurnStream {
     reader: BufReader<tokio::net::unix::OwnedReadHalf>,
     // Kept open for the whole turn: dropping it tells the runner to stop.
-    _write: tokio::net::unix::OwnedWriteHalf,
+    write: tokio::net::unix::OwnedWriteHalf,
     finished: bool,
     received: u64,
 }
@@ -175,13 +175,25 @@ pub async fn turn(
     let (read, write) = send(socket, &Request::Turn(request)).await?;
     Ok(TurnStream {
         reader: BufReader::new(read),
-        _write: write,
+        write,
         finished: false,
         received: 0,
     })
 }
 
 impl TurnStream {
+    /// Answers the runner's `Check` event.
+    pub async fn answer(
+        &mut self,
+        verdict: &pincer_runner_protocol::Verdict,
+    ) -> Result<(), RunnerError> {
+        self.write
+            .write_all(&pincer_runner_protocol::encode_line(verdict))
+            .await?;
+        self.write.flush().await?;
+        Ok(())
+    }
+
     /// Bytes read from the runner so far.
     pub fn received_bytes(&self) -> u64 {
         self.received

@@ -65,6 +65,7 @@ pub fn gateway(
         plugins,
         memory,
         schedules: Arc::new(ctx.schedule_store()?),
+        approvals: Arc::new(ctx.approvals()?),
     };
     Ok(Arc::new(Gateway::new(&ctx.config, &ctx.home, services)?))
 }

@@ -110,6 +110,13 @@ impl Context {
         self.open(crate::scheduler::Store::open)
     }
 
+    /// Approval requests, decisions and "always" rules.
+    pub fn approvals(&self) -> anyhow::Result<crate::approvals::Approvals> {
+        Ok(crate::approvals::Approvals::new(
+            self.open(crate::approvals::ApprovalStore::open)?,
+        ))
+    }
+
     pub fn channel_store(&self) -> anyhow::Result<crate::channels::ChannelStore> {
         self.open(crate::channels::ChannelStore::open)
     }

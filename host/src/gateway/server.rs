@@ -39,6 +39,7 @@ pub struct Gateway {
     router: LlmRouter,
     keys: Arc<KeyStore>,
     ledger: Arc<Ledger>,
+    approvals: Arc<crate::approvals::Approvals>,
     prices: PriceTable,
     cache: Option<ResponseCache>,
     audit: Arc<AuditLog>,
@@ -157,6 +158,8 @@ pub struct Services {
     pub plugins: Option<Arc<crate::plugins::PluginHost>>,
     pub memory: Arc<crate::memory::MemoryStore>,
     pub schedules: Arc<crate::scheduler::Store>,
+    /// The permits a skill or MCP call needs where approvals are in force.
+    pub approvals: Arc<crate::approvals::Approvals>,
 }
 
 impl Gateway {
@@ -168,6 +171,7 @@ impl Gateway {
             plugins,
             memory,
             schedules,
+            approvals,
         } = services;
         let database = home.join(crate::db::FILE_NAME);
         let reaches = Arc::new(Reaches::compute(config));
@@ -185,6 +189,7 @@ impl Gateway {
                 plugins,
                 memory,
                 schedules,
+                approvals: approvals.clone(),
             },
         ));
         Ok(Self {
@@ -196,6 +201,7 @@ impl Gateway {
             ),
             keys,
             ledger,
+            approvals,
             prices: PriceTable::new(&config.gateway.prices),
             cache: ResponseCache::from_config(&config.gateway.cache),
             audit,
@@ -218,6 +224,32 @@ impl Gateway {
     /// process's budget leases back: for a normal stop and SIGTERM.
     pub fn shutdown(&self) {
         self.ledger.shutdown();
+    }
+
+    /// The skill or MCP server an exposed tool (`PREFIX__TOOL`) of
+    /// `workspace` comes from; `None` for the built-in sources and names
+    /// the workspace cannot reach.
+    pub fn tool_source(
+        &self,
+        workspace: &str,
+        exposed: &str,
+    ) -> Option<(crate::approvals::SourceKind, String)> {
+        let name = crate::config::ToolName::parse(exposed)?;
+        let (kind, _) = self.reaches.get(workspace)?.source(&name.plugin).ok()?;
+        match kind {
+            crate::policy::SourceKind::Skill => {
+                Some((crate::approvals::SourceKind::Skill, name.plugin))
+            }
+            crate::policy::SourceKind::Server => {
+                Some((crate::approvals::SourceKind::Mcp, name.plugin))
+            }
+            crate::policy::SourceKind::Memory | crate::policy::SourceKind::Schedule => None,
+        }
+    }
+
+    /// The process's approvals (requests, decisions, the gateway's permits).
+    pub fn approvals(&self) -> &Arc<crate::approvals::Approvals> {
+        &self.approvals
     }
 
     pub fn keys(&self) -> &KeyStore {

@@ -502,6 +502,7 @@ impl ChannelRouter {
                 thread: row.thread.clone(),
                 timestamp_ms: u64::try_from(row.received_ms).unwrap_or(0),
             }),
+            unattended: false,
         };
         let events = |event: AgentEvent| {
             if let AgentEvent::Host(HostEvent::Session { turn_id, .. }) = &event

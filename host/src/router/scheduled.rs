@@ -388,6 +388,7 @@ impl Schedules {
                     },
                     text: prompt.clone(),
                     origin: None,
+                    unattended: true,
                 };
                 let summary = self
                     .runners

@@ -217,3 +217,94 @@ mod tests {
         assert!(text.contains("- [fact #1] a"));
     }
 }
+
+/// What the model reads for a call whose turn stopped before it ran.
+pub const UNANSWERED_CALL: &str = "error: this call was not run (its turn stopped before it could: a restart, a failure, or \
+     an approval that was never applied)";
+
+/// Gives every tool call in `messages` a result: a call no `tool` message
+/// answers gets [`UNANSWERED_CALL`] right after its message's other
+/// results. Model APIs refuse a history with a call left unanswered; a
+/// turn that stopped mid-call (a restart, an approval request superseded by
+/// a newer message) leaves one. `keep_last`: the last assistant message's
+/// calls are left alone (a resumed turn answers them).
+pub fn close_unanswered(messages: &mut Vec<Value>, keep_last: bool) {
+    let last_assistant = messages.iter().rposition(|m| m["role"] == "assistant");
+    let mut i = 0;
+    while i < messages.len() {
+        let ids: Vec<String> = match messages[i]["tool_calls"].as_array() {
+            Some(calls) if messages[i]["role"] == "assistant" => calls
+                .iter()
+                .filter_map(|c| c["id"].as_str().map(str::to_string))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if ids.is_empty() || (keep_last && Some(i) == last_assistant) {
+            i += 1;
+            continue;
+        }
+        let mut end = i + 1;
+        while end < messages.len() && messages[end]["role"] == "tool" {
+            end += 1;
+        }
+        let answered: Vec<&str> = messages[i + 1..end]
+            .iter()
+            .filter_map(|m| m["tool_call_id"].as_str())
+            .collect();
+        let missing: Vec<Value> = ids
+            .iter()
+            .filter(|id| !answered.contains(&id.as_str()))
+            .map(|id| json!({"role": "tool", "tool_call_id": id, "content": UNANSWERED_CALL}))
+            .collect();
+        let added = missing.len();
+        messages.splice(end..end, missing);
+        i = end + added;
+    }
+}
+
+#[cfg(test)]
+mod unanswered_tests {
+    use super::*;
+
+    #[test]
+    fn every_call_gets_a_result_in_place_except_the_resumed_ones() {
+        let call = |id: &str| json!({"id": id, "type": "function", "function": {"name": "bash", "arguments": "{}"}});
+        let mut messages = vec![
+            json!({"role": "user", "content": "a"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [call("c1"), call("c2")]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "ok"}),
+            json!({"role": "user", "content": "b"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [call("c3")]}),
+        ];
+        let mut resumed = messages.clone();
+        close_unanswered(&mut messages, false);
+        let ids: Vec<(&str, &str)> = messages
+            .iter()
+            .map(|m| {
+                (
+                    m["role"].as_str().unwrap_or(""),
+                    m["tool_call_id"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("user", ""),
+                ("assistant", ""),
+                ("tool", "c1"),
+                ("tool", "c2"),
+                ("user", ""),
+                ("assistant", ""),
+                ("tool", "c3")
+            ]
+        );
+        assert_eq!(messages[3]["content"], UNANSWERED_CALL);
+        close_unanswered(&mut resumed, true);
+        assert_eq!(
+            resumed.len(),
+            6,
+            "the last message's call is left to the resumed turn"
+        );
+    }
+}

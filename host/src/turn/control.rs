@@ -132,6 +132,7 @@ async fn handle(stream: UnixStream, agent: &Agent) -> std::io::Result<()> {
         },
         text: request.text,
         origin: None,
+        unattended: false,
     };
     let reply = match agent
         .turn(

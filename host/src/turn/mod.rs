@@ -14,10 +14,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pincer_runner_protocol::{StopReason, TurnErrorKind, TurnEvent, TurnLimits, TurnRequest};
+use pincer_runner_protocol::{
+    Resume, StopReason, TurnErrorKind, TurnEvent, TurnLimits, TurnRequest, Verdict,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::approvals::{self, Judgement};
 use crate::config::Config;
 use crate::containers::{self, ContainerRuntime, RunnerAddr, RunnerError};
 use crate::gateway::Gateway;
@@ -55,6 +58,9 @@ pub struct Inbound {
     pub text: String,
     /// Who sent it on which platform message, for channel messages.
     pub origin: Option<Origin>,
+    /// Nobody is there to decide an approval (a scheduled run):
+    /// `approvals.unattended` says what happens to a call that needs one.
+    pub unattended: bool,
 }
 
 /// The platform's view of an inbound message.
@@ -93,6 +99,20 @@ pub enum HostEvent {
         memories_recalled: usize,
         estimated_tokens: u64,
     },
+    /// A call waits for a person's decision; the request is stored
+    /// already. Ask whoever `approvers` names, show `preview`.
+    Approval {
+        request: String,
+        tool: String,
+        preview: String,
+        /// Who may decide, in words (`the originator U…`, `U1, U2`).
+        approvers: String,
+        /// A "for this session" decision can cover this call.
+        session: bool,
+        expires_ms: i64,
+    },
+    /// The request was decided (or expired) and the turn goes on.
+    Decided { request: String, outcome: String },
     /// The workspace's container is ready.
     Container {
         name: String,
@@ -286,13 +306,142 @@ impl Agent {
             ),
         }));
 
-        let run = self.run(&key, session.id, &turn_id, &model, text, events, &observe);
+        let scope = Scope {
+            key: &key,
+            session_id: session.id,
+            turn_id: &turn_id,
+            model: &model,
+            text,
+            gate: self.gate(&key, origin, inbound.unattended),
+            resume: None,
+        };
+        let run = self.run(&scope, events, &observe);
         let outcome = tokio::select! {
             outcome = run => outcome,
             () = cancel => Outcome::Cancelled,
         };
+        self.finish(&scope, origin, outcome, events, &observe)
+    }
+
+    /// Continues turn `turn_id`, which stopped (a restart) while `request`
+    /// waited: the decided call runs (or is refused) first, without asking
+    /// the model again, then the turn goes on from the stored session.
+    pub async fn resume(
+        &self,
+        key: SessionKey,
+        origin: Option<Origin>,
+        request: &approvals::Request,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+        cancel: impl Future<Output = ()>,
+    ) -> Result<TurnSummary, TurnError> {
+        let workspace = self
+            .config
+            .workspaces
+            .get(&key.workspace)
+            .ok_or_else(|| TurnError::UnknownWorkspace(key.workspace.clone()))?;
+        let turn_id = request.turn_id.clone();
+        let turn = self.sessions.turn(&turn_id)?.ok_or_else(|| {
+            TurnError::BadMessage(format!(
+                "turn {turn_id} of approval request {} is not stored",
+                request.id
+            ))
+        })?;
+        let model = workspace
+            .model
+            .clone()
+            .unwrap_or_else(|| DEFAULT_MODEL_ALIAS.to_string());
+        self.check_model(&key.workspace, &model)?;
+        let stored = self.sessions.messages(turn.session_id)?;
+        let text = stored
+            .iter()
+            .rev()
+            .filter(|m| m.turn_id == turn_id && m.message["role"] == "user")
+            .find_map(|m| m.message["content"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        events(AgentEvent::Host(HostEvent::Session {
+            session_id: turn.session_id,
+            turn_id: turn_id.clone(),
+            workspace: key.workspace.clone(),
+            new_session: false,
+        }));
+        let (verdict, outcome) = verdict_of(request, workspace.approvals.timeout.0);
+        if verdict == Verdict::Run
+            && self
+                .gateway
+                .tool_source(&key.workspace, &request.tool)
+                .is_some()
+        {
+            self.gateway.approvals().permit(
+                &key.workspace,
+                &request.fingerprint,
+                permit_ttl(workspace.agent.tool_timeout_secs),
+            );
+        }
+        events(AgentEvent::Host(HostEvent::Decided {
+            request: request.id.clone(),
+            outcome,
+        }));
+        let scope = Scope {
+            key: &key,
+            session_id: turn.session_id,
+            turn_id: &turn_id,
+            model: &model,
+            text: &text,
+            gate: self.gate(&key, origin.as_ref(), false),
+            resume: Some((
+                request.id.clone(),
+                Resume {
+                    call_id: request.call_id.clone(),
+                    verdict,
+                },
+            )),
+        };
+        let observers = self.observers.get(&key.workspace);
+        let observe = |body: api::EventBody| {
+            if let Some(o) = observers {
+                o.emit(api::Event {
+                    timestamp_ms: u64::try_from(crate::db::now_ms()).unwrap_or(0),
+                    workspace: Some(key.workspace.clone()),
+                    session: Some(turn.session_id.to_string()),
+                    body,
+                });
+            }
+        };
+        let run = self.run(&scope, events, &observe);
+        let outcome = tokio::select! {
+            outcome = run => outcome,
+            () = cancel => Outcome::Cancelled,
+        };
+        self.finish(&scope, origin.as_ref(), outcome, events, &observe)
+    }
+
+    /// The approvals in force for a turn of `key` from `origin`; `None`
+    /// where nothing is asked (tier yolo): its calls are not checked.
+    fn gate(&self, key: &SessionKey, origin: Option<&Origin>, unattended: bool) -> Option<Gate> {
+        let sender = origin.map(|o| o.sender.as_str());
+        let policy = self
+            .config
+            .approval_policy(&key.workspace, Some(&key.channel), sender)?;
+        (policy.tier != approvals::Tier::Yolo).then(|| Gate {
+            policy,
+            originator: sender.map(str::to_string),
+            unattended,
+        })
+    }
+
+    /// Records how the turn ended and tells the observers.
+    fn finish(
+        &self,
+        scope: &Scope<'_>,
+        origin: Option<&Origin>,
+        outcome: Outcome,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+        observe: &(dyn Fn(api::EventBody) + Send + Sync),
+    ) -> Result<TurnSummary, TurnError> {
+        let key = scope.key;
+        let turn_id = scope.turn_id.to_string();
         let summary = |status, reply, stop, error| TurnSummary {
-            session_id: session.id,
+            session_id: scope.session_id,
             turn_id: turn_id.clone(),
             status,
             reply,
@@ -357,18 +506,13 @@ impl Agent {
         )))
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn run(
         &self,
-        key: &SessionKey,
-        session_id: i64,
-        turn_id: &str,
-        model: &str,
-        text: &str,
+        scope: &Scope<'_>,
         events: &(dyn Fn(AgentEvent) + Send + Sync),
         observe: &(dyn Fn(api::EventBody) + Send + Sync),
     ) -> Outcome {
-        let workspace = &key.workspace;
+        let (workspace, session_id, text) = (&scope.key.workspace, scope.session_id, scope.text);
         let Some(ws) = self.config.workspaces.get(workspace) else {
             return Outcome::Failed(format!("no workspace named `{workspace}`"));
         };
@@ -449,6 +593,7 @@ impl Agent {
             &memory_lines,
         )];
         messages.extend(history.messages);
+        context::close_unanswered(&mut messages, scope.resume.is_some());
         events(AgentEvent::Host(HostEvent::Context {
             messages: messages.len(),
             history_dropped_turns: history.dropped_turns,
@@ -472,8 +617,8 @@ impl Agent {
         }));
 
         let request = TurnRequest {
-            turn_id: turn_id.to_string(),
-            model: model.to_string(),
+            turn_id: scope.turn_id.to_string(),
+            model: scope.model.to_string(),
             messages,
             limits: TurnLimits {
                 max_steps: limits.max_steps,
@@ -483,28 +628,36 @@ impl Agent {
                 max_completion_tokens: None,
             },
             gateway_tools: true,
+            checked: scope.gate.is_some(),
+            resume: scope.resume.as_ref().map(|(_, resume)| resume.clone()),
         };
         let socket = containers::runner_addr(&spec, &ensured.id);
-        let deadline = Duration::from_secs(limits.turn_timeout_secs);
+        // Time spent waiting for a person's decision does not count.
+        let mut deadline =
+            tokio::time::Instant::now() + Duration::from_secs(limits.turn_timeout_secs);
         let bounds = RelayBounds {
             workspace,
             max_events: limits.max_turn_events,
             max_bytes: limits.max_turn_stored_bytes,
         };
-        let streamed = tokio::time::timeout(
-            deadline,
-            self.relay(
-                &socket, request, session_id, turn_id, &bounds, events, observe,
-            ),
-        )
-        .await;
+        let streamed = self
+            .relay(
+                &socket,
+                request,
+                scope,
+                &bounds,
+                &mut deadline,
+                events,
+                observe,
+            )
+            .await;
         match streamed {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(RunnerGone)) => {
+            Ok(outcome) => outcome,
+            Err(RelayEnd::RunnerGone) => {
                 let message = self.container_gone(workspace).await;
                 fail(events, TurnErrorKind::Internal, message)
             }
-            Err(_) => fail(
+            Err(RelayEnd::TimedOut) => fail(
                 events,
                 TurnErrorKind::Internal,
                 format!(
@@ -513,6 +666,199 @@ impl Agent {
                 ),
             ),
         }
+    }
+
+    /// The host's verdict on a call the runner checks, and the request it
+    /// waited on if a person was asked.
+    async fn check(
+        &self,
+        scope: &Scope<'_>,
+        call_id: &str,
+        name: &str,
+        arguments: &serde_json::Value,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+    ) -> (Verdict, Option<String>) {
+        let Some(gate) = &scope.gate else {
+            return (
+                Verdict::Refuse {
+                    message: "this turn's calls are not checked, yet the runner asked".into(),
+                },
+                None,
+            );
+        };
+        let ws = scope.key.workspace.as_str();
+        let store = self.gateway.approvals().store();
+        let source = self.gateway.tool_source(ws, name);
+        let call = approvals::Call {
+            tool: name,
+            source: source.as_ref().map(|(kind, name)| (*kind, name.as_str())),
+            arguments,
+        };
+        let class = approvals::builtin_class(name).unwrap_or(approvals::ToolClass::Write);
+        let session = scope.session_id.to_string();
+        let stored = store.rules(ws).unwrap_or_else(|e| {
+            tracing::warn!(workspace = ws, "the approval rules cannot be read: {e}");
+            Vec::new()
+        });
+        let session_allows =
+            |shape: &str| store.session_allows(ws, &session, shape).unwrap_or(false);
+        let judgement = if arguments.is_object() {
+            gate.policy
+                .judge(ws, &call, class, &stored, &session_allows)
+        } else {
+            Judgement::Refuse(format!("the arguments of `{name}` must be a JSON object"))
+        };
+        let refuse = |message: String| {
+            self.audit(
+                ws,
+                crate::audit::Action::ApprovalDenied,
+                &format!("`{name}` in session {session}: {message}"),
+            );
+            (Verdict::Refuse { message }, None)
+        };
+        match judgement {
+            Judgement::Run(_) => {
+                self.permit(scope, source.is_some(), &call);
+                (Verdict::Run, None)
+            }
+            Judgement::Refuse(message) => refuse(message),
+            Judgement::Ask if gate.unattended => match gate.policy.unattended {
+                approvals::Unattended::Allow => {
+                    self.permit(scope, source.is_some(), &call);
+                    (Verdict::Run, None)
+                }
+                approvals::Unattended::Deny => refuse(format!(
+                    "`{name}` needs a person's approval in workspace `{ws}`, and nobody can be \
+                     asked in a scheduled run (approvals.unattended: deny), so it was not run"
+                )),
+            },
+            Judgement::Ask => {
+                self.ask(scope, gate, &call, call_id, source.is_some(), events)
+                    .await
+            }
+        }
+    }
+
+    /// Stores a request for `call`, shows it, and waits for its decision.
+    async fn ask(
+        &self,
+        scope: &Scope<'_>,
+        gate: &Gate,
+        call: &approvals::Call<'_>,
+        call_id: &str,
+        through_gateway: bool,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+    ) -> (Verdict, Option<String>) {
+        let ws = scope.key.workspace.as_str();
+        let approvals = self.gateway.approvals();
+        let session = scope.session_id.to_string();
+        let preview = approvals::preview(call);
+        let shape = call.shape();
+        let fingerprint = call.fingerprint();
+        let new = approvals::NewRequest {
+            workspace: ws,
+            session: &session,
+            turn_id: scope.turn_id,
+            call_id,
+            originator: gate.originator.as_deref(),
+            tool: call.tool,
+            fingerprint: &fingerprint,
+            shape: shape.as_deref(),
+            preview: &preview,
+            now_ms: crate::db::now_ms(),
+            timeout_ms: i64::try_from(gate.policy.timeout.as_millis()).unwrap_or(i64::MAX),
+        };
+        let id = match approvals.store().request(&new) {
+            Ok(id) => id,
+            Err(e) => {
+                let message = format!(
+                    "`{}` needs a person's approval, and the request could not be stored ({e}), so it was not run",
+                    call.tool
+                );
+                return (Verdict::Refuse { message }, None);
+            }
+        };
+        let approvers = approvers_text(&gate.policy, gate.originator.as_deref());
+        self.audit(
+            ws,
+            crate::audit::Action::ApprovalRequested,
+            &format!(
+                "request {id}: `{}` in session {session}, for {approvers}: {}",
+                call.tool,
+                approvals::shown_preview(&preview)
+            ),
+        );
+        events(AgentEvent::Host(HostEvent::Approval {
+            request: id.clone(),
+            tool: call.tool.to_string(),
+            preview: preview.clone(),
+            approvers,
+            session: shape.is_some(),
+            expires_ms: new.now_ms.saturating_add(new.timeout_ms),
+        }));
+        let (verdict, outcome) = match approvals.settled(&id).await {
+            Ok(request) => {
+                if request.state == approvals::State::Expired {
+                    self.audit(
+                        ws,
+                        crate::audit::Action::ApprovalExpired,
+                        &format!(
+                            "request {id}: `{}` was denied, nobody decided in time",
+                            call.tool
+                        ),
+                    );
+                }
+                verdict_of(&request, gate.policy.timeout)
+            }
+            Err(e) => {
+                let outcome = format!("the request could not be read back ({e})");
+                (
+                    Verdict::Refuse {
+                        message: format!("{outcome}; the call was not run"),
+                    },
+                    outcome,
+                )
+            }
+        };
+        if verdict == Verdict::Run {
+            self.permit(scope, through_gateway, call);
+        }
+        events(AgentEvent::Host(HostEvent::Decided {
+            request: id.clone(),
+            outcome,
+        }));
+        (verdict, Some(id))
+    }
+
+    /// Lets the gateway run `call` once, when it goes through the gateway.
+    fn permit(&self, scope: &Scope<'_>, through_gateway: bool, call: &approvals::Call<'_>) {
+        if !through_gateway {
+            return;
+        }
+        let ttl = self
+            .config
+            .workspaces
+            .get(&scope.key.workspace)
+            .map_or(permit_ttl(60), |ws| permit_ttl(ws.agent.tool_timeout_secs));
+        self.gateway
+            .approvals()
+            .permit(&scope.key.workspace, &call.fingerprint(), ttl);
+    }
+
+    /// Records that request `id`'s decision reached the runner.
+    fn applied(&self, id: &str) {
+        if let Err(e) = self.gateway.approvals().store().mark_applied(id) {
+            tracing::warn!(request = id, "cannot record an applied decision: {e}");
+        }
+    }
+
+    fn audit(&self, workspace: &str, action: crate::audit::Action, detail: &str) {
+        self.runtime.audit().record(
+            crate::audit::Actor::Workspace(workspace),
+            Some(workspace),
+            action,
+            detail,
+        );
     }
 
     /// Explains a runner that vanished mid-turn from its container's state.
@@ -535,24 +881,31 @@ impl Agent {
         &self,
         socket: &RunnerAddr,
         request: TurnRequest,
-        session_id: i64,
-        turn_id: &str,
+        scope: &Scope<'_>,
         bounds: &RelayBounds<'_>,
+        deadline: &mut tokio::time::Instant,
         events: &(dyn Fn(AgentEvent) + Send + Sync),
         observe: &(dyn Fn(api::EventBody) + Send + Sync),
-    ) -> Result<Outcome, RunnerGone> {
+    ) -> Result<Outcome, RelayEnd> {
+        let (session_id, turn_id) = (scope.session_id, scope.turn_id);
         let model = request.model.clone();
         let mut stream = match containers::runner_turn(socket, request).await {
             Ok(stream) => stream,
             Err(e) => return Ok(fail(events, TurnErrorKind::Internal, e.to_string())),
         };
+        if let Some((id, _)) = &scope.resume {
+            self.applied(id);
+        }
         let mut pending: HashMap<String, (String, String)> = HashMap::new();
         let mut count: u64 = 0;
         loop {
-            let event = match stream.next().await {
+            let next = tokio::time::timeout_at(*deadline, stream.next())
+                .await
+                .map_err(|_| RelayEnd::TimedOut)?;
+            let event = match next {
                 Ok(Some(event)) => event,
                 Ok(None) => return Ok(Outcome::Failed("the turn ended without an outcome".into())),
-                Err(RunnerError::Closed) => return Err(RunnerGone),
+                Err(RunnerError::Closed) => return Err(RelayEnd::RunnerGone),
                 Err(e) => return Ok(fail(events, TurnErrorKind::Internal, e.to_string())),
             };
             count += 1;
@@ -570,6 +923,23 @@ impl Agent {
                 // The stored record is the source of truth: without it the
                 // turn must not go on.
                 return Ok(fail(events, TurnErrorKind::Internal, e.to_string()));
+            }
+            if let TurnEvent::Check {
+                call_id,
+                name,
+                arguments,
+            } = &event
+            {
+                let asked = tokio::time::Instant::now();
+                let (verdict, request) = self.check(scope, call_id, name, arguments, events).await;
+                *deadline += asked.elapsed();
+                if stream.answer(&verdict).await.is_err() {
+                    return Err(RelayEnd::RunnerGone);
+                }
+                if let Some(id) = request {
+                    self.applied(&id);
+                }
+                continue;
             }
             let outcome = match &event {
                 TurnEvent::Done { reply, stop, .. } => Some(Outcome::Done {
@@ -667,8 +1037,91 @@ enum Outcome {
     Cancelled,
 }
 
-/// The runner's connection closed mid-turn (its container stopped).
-struct RunnerGone;
+/// Why a turn's stream ended without an outcome.
+enum RelayEnd {
+    /// The runner's connection closed mid-turn (its container stopped).
+    RunnerGone,
+    /// `agent.turn_timeout_secs` passed (waits for a decision not counted).
+    TimedOut,
+}
+
+/// One turn as `run` runs it.
+struct Scope<'a> {
+    key: &'a SessionKey,
+    session_id: i64,
+    turn_id: &'a str,
+    model: &'a str,
+    /// The message memories are recalled for.
+    text: &'a str,
+    /// `None`: nothing is asked (tier yolo), calls are not checked.
+    gate: Option<Gate>,
+    /// A resumed turn: the request decided and the call it starts with.
+    resume: Option<(String, Resume)>,
+}
+
+/// The approvals in force for one turn.
+struct Gate {
+    policy: approvals::Policy,
+    /// The sender whose message started the turn (`None`: the CLI).
+    originator: Option<String>,
+    /// Nobody can be asked (a scheduled run).
+    unattended: bool,
+}
+
+/// How long a permit for a skill or MCP call the turn let through lasts.
+fn permit_ttl(tool_timeout_secs: u64) -> Duration {
+    Duration::from_secs(tool_timeout_secs.saturating_add(60))
+}
+
+/// What the runner does with a decided request, and the words for it.
+fn verdict_of(request: &approvals::Request, timeout: Duration) -> (Verdict, String) {
+    let by = request.decided_by.as_deref().unwrap_or("someone");
+    match request.state {
+        approvals::State::Granted => {
+            let how = match request.decision.as_deref() {
+                Some("session") => "for this session",
+                Some("always") => "always",
+                _ => "once",
+            };
+            (Verdict::Run, format!("approved {how} by {by}"))
+        }
+        approvals::State::Denied => {
+            let outcome = match &request.reason {
+                Some(reason) => format!("denied by {by}: {reason}"),
+                None => format!("denied by {by}"),
+            };
+            (
+                Verdict::Refuse {
+                    message: format!("a person {outcome}; the call was not run"),
+                },
+                outcome,
+            )
+        }
+        approvals::State::Expired | approvals::State::Pending => {
+            let outcome = format!(
+                "nobody decided within {}; the call was denied",
+                humantime::format_duration(timeout)
+            );
+            (
+                Verdict::Refuse {
+                    message: format!("the approval request expired: {outcome}"),
+                },
+                outcome,
+            )
+        }
+    }
+}
+
+/// Who may decide, in words.
+fn approvers_text(policy: &approvals::Policy, originator: Option<&str>) -> String {
+    match (&policy.approvers, originator) {
+        (approvals::Approvers::Listed(ids), _) => format!("{} (or an operator)", ids.join(", ")),
+        (approvals::Approvers::Originator, Some(sender)) => {
+            format!("{sender}, who sent the message (or an operator)")
+        }
+        (approvals::Approvers::Originator, None) => "an operator (`pincer approvals`)".to_string(),
+    }
+}
 
 /// How much one turn's runner may stream (`agent.max_turn_events`,
 /// `agent.max_turn_stored_bytes`).

@@ -67,6 +67,33 @@ impl<'a> Cancel<'a> {
     }
 }
 
+/// Waits until `conn` has something to read (or its peer closed it, which
+/// reads as the end), checking `cancel` every [`CHECK_INTERVAL`]; `false`
+/// once cancelled.
+pub fn wait_readable(conn: BorrowedFd<'_>, cancel: &Cancel<'_>) -> bool {
+    let interval = i32::try_from(CHECK_INTERVAL.as_millis()).unwrap_or(100);
+    loop {
+        let mut fds = [libc::pollfd {
+            fd: conn.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: a valid array of one pollfd.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 1, interval) };
+        if ready > 0 && fds[0].revents & libc::POLLIN != 0 {
+            return true;
+        }
+        if cancel.is_cancelled() {
+            return false;
+        }
+        if ready > 0 {
+            // POLLHUP/POLLERR without data: the peer is gone.
+            cancel.cancel();
+            return false;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

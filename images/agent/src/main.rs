@@ -148,6 +148,8 @@ fn parse(args: Vec<String>) -> Result<Cli, String> {
                 messages: vec![serde_json::json!({"role": "user", "content": text})],
                 limits: TurnLimits::default(),
                 gateway_tools,
+                checked: false,
+                resume: None,
             };
             Ok(Cli::Turn { socket, request })
         }

@@ -13,11 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pincer_runner_protocol::{
-    ErrorKind, MAX_REQUEST_BYTES, ProtocolError, Request, Response, Status, TurnEvent, TurnRequest,
-    decode_line, encode_line, read_line,
+    ErrorKind, MAX_REQUEST_BYTES, MAX_VERDICT_BYTES, ProtocolError, Request, Response, Status,
+    TurnEvent, TurnRequest, Verdict, decode_line, encode_line, read_line,
 };
 
-use crate::cancel::Cancel;
+use crate::cancel::{self, Cancel};
 use crate::exec;
 use crate::policy::{Enforcer, PolicyError, policy_from_env};
 use crate::reap::{self, Children};
@@ -254,7 +254,7 @@ fn handle(stream: &UnixStream, shared: &Shared) {
                 exec::run(&req, &shared.enforcer, &shared.children),
             ),
             Ok(Request::Turn(req)) => {
-                serve_turn(stream, &req, shared, started);
+                serve_turn(stream, &mut reader, &req, shared, started);
                 return;
             }
         },
@@ -292,7 +292,13 @@ fn handle(stream: &UnixStream, shared: &Shared) {
 /// Runs a turn on this connection's thread, writing each event as it
 /// happens. When the host closes the connection (or a write fails), the turn
 /// is cancelled: a running tool is killed, a model call abandoned.
-fn serve_turn(stream: &UnixStream, req: &TurnRequest, shared: &Shared, started: Instant) {
+fn serve_turn(
+    stream: &UnixStream,
+    reader: &mut BufReader<&UnixStream>,
+    req: &TurnRequest,
+    shared: &Shared,
+    started: Instant,
+) {
     let cancel = Cancel::on_hangup(stream.as_fd());
     let env = TurnEnv {
         gateway: Gateway::from_env(shared.grant.lock().ok().and_then(|g| g.clone())),
@@ -315,7 +321,25 @@ fn serve_turn(stream: &UnixStream, req: &TurnRequest, shared: &Shared, started: 
             false
         }
     };
-    let summary = turn::run(req, &env, &mut emit);
+    // A person may take minutes to decide: wait without the request's read
+    // timeout, until a verdict line arrives or the host goes away.
+    let mut verdict = || {
+        if reader.buffer().is_empty() && !cancel::wait_readable(stream.as_fd(), &cancel) {
+            return None;
+        }
+        let line = read_line(reader, MAX_VERDICT_BYTES).ok()?;
+        match decode_line::<Verdict>(&line, MAX_VERDICT_BYTES) {
+            Ok(verdict) => {
+                shared.touch();
+                Some(verdict)
+            }
+            Err(e) => {
+                log(&format!("unreadable verdict: {e}"));
+                None
+            }
+        }
+    };
+    let summary = turn::run(req, &env, &mut emit, &mut verdict);
     let outcome = match &summary.end {
         Some(TurnEvent::Done { stop, .. }) => format!("done ({stop:?})"),
         Some(TurnEvent::Failed { kind, message }) => format!("failed ({kind:?}): {message}"),

@@ -25,6 +25,8 @@ fn turn_request(id: &str) -> TurnRequest {
         messages: vec![json!({"role": "user", "content": "hello"})],
         limits: TurnLimits::default(),
         gateway_tools: false,
+        checked: false,
+        resume: None,
     }
 }
 

@@ -24,8 +24,8 @@ pub mod mounts;
 pub mod turn;
 
 pub use turn::{
-    GATEWAY_SOCKET_PATH, GATEWAY_URL_ENV, StopReason, TurnErrorKind, TurnEvent, TurnLimits,
-    TurnRequest,
+    GATEWAY_SOCKET_PATH, GATEWAY_URL_ENV, Resume, StopReason, TurnErrorKind, TurnEvent, TurnLimits,
+    TurnRequest, Verdict,
 };
 
 /// Where the runner listens inside the container: in its own folder
@@ -42,6 +42,10 @@ pub const IDLE_ENV: &str = "PINCER_RUNNER_IDLE_SECS";
 
 /// Largest request line (without its newline) the runner accepts: 1 MiB.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+
+/// Largest [`Verdict`] line the runner accepts (a refusal's message is
+/// short).
+pub const MAX_VERDICT_BYTES: usize = 64 * 1024;
 
 /// Cap on each captured output stream (stdout, stderr) of an Exec: 4 MiB.
 /// A request's `max_output_bytes` is lowered to this.
@@ -274,11 +278,13 @@ impl RunnerPolicy {
 pub trait Message: Serialize + DeserializeOwned + sealed::Sealed {}
 impl Message for Request {}
 impl Message for Response {}
+impl Message for Verdict {}
 
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::Request {}
     impl Sealed for super::Response {}
+    impl Sealed for super::Verdict {}
 }
 
 /// Errors of [`decode_line`] and [`read_line`].

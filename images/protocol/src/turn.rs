@@ -53,6 +53,34 @@ pub struct TurnRequest {
     /// (skills, memory, MCP servers) besides the built-in ones.
     #[serde(default = "yes")]
     pub gateway_tools: bool,
+    /// Ask the host before every tool call ([`TurnEvent::Check`], answered
+    /// with one [`Verdict`] line on the same connection). Off: every call
+    /// runs (hosts before approvals).
+    #[serde(default)]
+    pub checked: bool,
+    /// Continue a turn that stopped at a check: `messages` end with the
+    /// assistant message whose calls are unanswered; the call `call_id`
+    /// was decided already (its verdict is here, it is not checked again),
+    /// the others are checked as usual, then the turn goes on.
+    #[serde(default)]
+    pub resume: Option<Resume>,
+}
+
+/// What the host says of one checked tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Run the call exactly as it was checked.
+    Run,
+    /// Do not run it; the model reads `message` as the call's (failed) result.
+    Refuse { message: String },
+}
+
+/// The decided call a resumed turn starts with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resume {
+    pub call_id: String,
+    pub verdict: Verdict,
 }
 
 fn yes() -> bool {
@@ -108,6 +136,15 @@ pub enum TurnEvent {
         call_id: String,
         name: String,
         arguments: String,
+    },
+    /// The runner asks whether it may run this call (only when the request
+    /// is [`TurnRequest::checked`]) and waits for one [`Verdict`] line.
+    /// `arguments` is the parsed JSON object that runs if the verdict is
+    /// [`Verdict::Run`].
+    Check {
+        call_id: String,
+        name: String,
+        arguments: Value,
     },
     /// A tool call ended; its (capped) output is in the following
     /// [`TurnEvent::Message`].

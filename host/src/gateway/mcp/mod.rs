@@ -57,6 +57,7 @@ pub struct McpGateway {
     upstreams: Upstreams,
     memory: MemoryTools,
     schedule: ScheduleTools,
+    approvals: Arc<crate::approvals::Approvals>,
     audit: Arc<AuditLog>,
 }
 
@@ -66,6 +67,7 @@ pub struct Stores {
     pub plugins: Option<Arc<crate::plugins::PluginHost>>,
     pub memory: Arc<crate::memory::MemoryStore>,
     pub schedules: Arc<crate::scheduler::Store>,
+    pub approvals: Arc<crate::approvals::Approvals>,
 }
 
 impl McpGateway {
@@ -86,6 +88,7 @@ impl McpGateway {
             ),
             memory: MemoryTools::new(stores.memory),
             schedule: ScheduleTools::new(stores.schedules, Arc::new(config.clone()), audit.clone()),
+            approvals: stores.approvals,
             audit,
         }
     }
@@ -155,6 +158,43 @@ impl McpGateway {
         out
     }
 
+    /// Where approvals are in force (any tier but `yolo`), a skill or MCP
+    /// call runs only on a permit the turn engine gave for exactly these
+    /// arguments, whatever the container sends.
+    fn approved(
+        &self,
+        workspace: &str,
+        exposed: &str,
+        source: &Source,
+        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<(), String> {
+        let kind = match source {
+            Source::Skill { name, .. } => (crate::approvals::SourceKind::Skill, name.as_str()),
+            Source::Server { name, .. } => (crate::approvals::SourceKind::Mcp, name.as_str()),
+            Source::Memory | Source::Schedule => return Ok(()),
+        };
+        let Some(policy) = self.config.approval_policy(workspace, None, None) else {
+            return Ok(());
+        };
+        if policy.tier == crate::approvals::Tier::Yolo {
+            return Ok(());
+        }
+        let arguments = serde_json::Value::Object(arguments.cloned().unwrap_or_default());
+        let call = crate::approvals::Call {
+            tool: exposed,
+            source: Some(kind),
+            arguments: &arguments,
+        };
+        if self.approvals.take_permit(workspace, &call.fingerprint()) {
+            return Ok(());
+        }
+        Err(format!(
+            "`{exposed}` was refused: workspace `{workspace}` runs a skill or MCP tool only when \
+             its turn let exactly this call through (approvals are in force), and no such \
+             permission is held for these arguments"
+        ))
+    }
+
     async fn call(
         &self,
         workspace: &str,
@@ -178,6 +218,16 @@ impl McpGateway {
                 return Err(ErrorData::invalid_params(reason, None));
             }
         };
+        if let Err(reason) = self.approved(workspace, &exposed, &source, request.arguments.as_ref())
+        {
+            self.audit.record(
+                actor,
+                Some(workspace),
+                crate::audit::Action::ApprovalRefusedUnapproved,
+                &reason,
+            );
+            return Err(ErrorData::invalid_request(reason, None));
+        }
         let outcome = match &source {
             Source::Skill { name, .. } => {
                 let args = request

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pincer_runner_protocol::{StopReason, TurnErrorKind, TurnEvent, TurnRequest};
+use pincer_runner_protocol::{StopReason, TurnErrorKind, TurnEvent, TurnRequest, Verdict};
 use serde_json::{Value, json};
 
 pub use gateway::Gateway;
@@ -70,9 +70,11 @@ impl From<LlmError> for Stop {
     }
 }
 
-/// Sends events; remembers when the host stopped listening.
+/// Sends events and reads the host's verdicts; remembers when the host
+/// stopped listening.
 struct Events<'e> {
     emit: &'e mut dyn FnMut(TurnEvent) -> bool,
+    verdict: &'e mut dyn FnMut() -> Option<Verdict>,
     cancel: &'e Cancel<'e>,
 }
 
@@ -83,6 +85,22 @@ impl Events<'_> {
         } else {
             self.cancel.cancel();
             Err(Stop::Gone)
+        }
+    }
+
+    /// Asks the host whether `call` may run with `arguments`, and waits.
+    fn check(&mut self, call: &ToolCall, arguments: &Value) -> Result<Verdict, Stop> {
+        self.send(TurnEvent::Check {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: arguments.clone(),
+        })?;
+        match (self.verdict)() {
+            Some(verdict) => Ok(verdict),
+            None => {
+                self.cancel.cancel();
+                Err(Stop::Gone)
+            }
         }
     }
 }
@@ -118,7 +136,14 @@ impl Toolbox {
 
 /// Runs the turn, handing each event to `emit` (which returns false once
 /// the host cannot be reached any more; the turn then stops at once).
-pub fn run(req: &TurnRequest, env: &TurnEnv, emit: &mut dyn FnMut(TurnEvent) -> bool) -> Summary {
+/// `verdict` waits for the host's answer to a [`TurnEvent::Check`] (`None`:
+/// the host is gone).
+pub fn run(
+    req: &TurnRequest,
+    env: &TurnEnv,
+    emit: &mut dyn FnMut(TurnEvent) -> bool,
+    verdict: &mut dyn FnMut() -> Option<Verdict>,
+) -> Summary {
     let mut summary = Summary {
         end: None,
         steps: 0,
@@ -126,6 +151,7 @@ pub fn run(req: &TurnRequest, env: &TurnEnv, emit: &mut dyn FnMut(TurnEvent) -> 
     };
     let mut events = Events {
         emit,
+        verdict,
         cancel: env.cancel,
     };
     let end = match drive(req, env, &mut events, &mut summary) {
@@ -212,6 +238,29 @@ fn drive(
     }
 
     let mut messages = req.messages.clone();
+    if let Some(resume) = &req.resume {
+        let unanswered = unanswered_calls(&messages).map_err(|e| {
+            Stop::Failed(
+                TurnErrorKind::BadRequest,
+                format!("cannot resume the turn: {e}"),
+            )
+        })?;
+        if !unanswered.iter().any(|call| call.id == resume.call_id) {
+            return Err(Stop::Failed(
+                TurnErrorKind::BadRequest,
+                format!(
+                    "cannot resume the turn: call {:?} is not an unanswered call of the last assistant message",
+                    resume.call_id
+                ),
+            ));
+        }
+        for call in &unanswered {
+            let decided = (call.id == resume.call_id).then_some(&resume.verdict);
+            let result = run_tool(call, decided, req, env, &runtime, &toolbox, events)?;
+            summary.tool_calls += 1;
+            messages.push(result);
+        }
+    }
     let mut tokens: u64 = 0;
     let mut last_text = String::new();
     loop {
@@ -296,16 +345,53 @@ fn drive(
             return Ok((completion.text, StopReason::Finished));
         }
         for call in &completion.tool_calls {
-            let result = run_tool(call, req, env, &runtime, &toolbox, events)?;
+            let result = run_tool(call, None, req, env, &runtime, &toolbox, events)?;
             summary.tool_calls += 1;
             messages.push(result);
         }
     }
 }
 
+/// The calls of the last assistant message that no `tool` message after
+/// it answers, in order.
+fn unanswered_calls(messages: &[Value]) -> Result<Vec<ToolCall>, String> {
+    let last = messages
+        .iter()
+        .rposition(|m| m["role"] == "assistant")
+        .ok_or("the messages hold no assistant message")?;
+    let answered: BTreeSet<&str> = messages[last + 1..]
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["tool_call_id"].as_str())
+        .collect();
+    let calls = messages[last]["tool_calls"]
+        .as_array()
+        .ok_or("the last assistant message asks for no tool")?;
+    let mut unanswered = Vec::new();
+    for call in calls {
+        let (Some(id), Some(name)) = (call["id"].as_str(), call["function"]["name"].as_str())
+        else {
+            return Err(format!("a tool call without id or name: {call}"));
+        };
+        if !answered.contains(id) {
+            unanswered.push(ToolCall {
+                id: id.to_string(),
+                name: name.to_string(),
+                arguments: call["function"]["arguments"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            });
+        }
+    }
+    Ok(unanswered)
+}
+
 /// Runs one tool call and reports it; returns the `tool` message.
+/// `decided`: the host's verdict on it, given already (a resumed turn).
 fn run_tool(
     call: &ToolCall,
+    decided: Option<&Verdict>,
     req: &TurnRequest,
     env: &TurnEnv,
     runtime: &tokio::runtime::Runtime,
@@ -321,7 +407,7 @@ fn run_tool(
         arguments: call.arguments.clone(),
     })?;
     let started = Instant::now();
-    let output = execute(call, req, env, runtime, toolbox, started)?;
+    let output = execute(call, decided, req, env, runtime, toolbox, events, started)?;
     let (content, truncated) = truncate::head_tail(&output.text, req.limits.max_tool_output_bytes);
     events.send(TurnEvent::ToolEnd {
         call_id: call.id.clone(),
@@ -340,12 +426,15 @@ fn run_tool(
 
 /// The output of one tool call; bad calls are outputs too (the model reads
 /// what was wrong and may try again).
+#[allow(clippy::too_many_arguments)]
 fn execute(
     call: &ToolCall,
+    decided: Option<&Verdict>,
     req: &TurnRequest,
     env: &TurnEnv,
     runtime: &tokio::runtime::Runtime,
     toolbox: &Toolbox,
+    events: &mut Events,
     started: Instant,
 ) -> Result<ToolOutput, Stop> {
     let builtin = tools::NAMES.contains(&call.name.as_str());
@@ -377,6 +466,17 @@ fn execute(
             call.name, arguments
         )));
     }
+    let verdict = match decided {
+        Some(verdict) => verdict.clone(),
+        None if req.checked => events.check(call, &arguments)?,
+        None => Verdict::Run,
+    };
+    if let Verdict::Refuse { message } = verdict {
+        return Ok(ToolOutput::error(message));
+    }
+    // The check may have waited long for a person: the call's own time
+    // starts now.
+    let started = Instant::now().max(started);
     let timeout_ms = req.limits.tool_timeout_ms;
     if builtin {
         let ctx = ToolContext {

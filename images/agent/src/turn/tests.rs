@@ -56,6 +56,8 @@ fn request(text: &str) -> TurnRequest {
         ],
         limits: TurnLimits::default(),
         gateway_tools: false,
+        checked: false,
+        resume: None,
     }
 }
 
@@ -92,16 +94,40 @@ fn run_with(
     workspace: &Path,
     model_idle: Duration,
 ) -> Vec<TurnEvent> {
+    run_judged(gateway, req, workspace, model_idle, &mut |_| {
+        panic!("an unchecked turn asked for a verdict")
+    })
+}
+
+/// Runs `req`, answering each check with `judge(its name and arguments)`.
+fn run_judged(
+    gateway: Result<Gateway, String>,
+    req: &TurnRequest,
+    workspace: &Path,
+    model_idle: Duration,
+    judge: &mut dyn FnMut(&TurnEvent) -> Verdict,
+) -> Vec<TurnEvent> {
     let enforcer = Enforcer::unrestricted();
     let children = Children::default();
     let cancel = Cancel::never();
     let mut env = env(gateway, workspace, &enforcer, &children, &cancel);
     env.model_idle = model_idle;
-    let mut events = Vec::new();
-    let summary = run(req, &env, &mut |event| {
-        events.push(event);
-        true
-    });
+    let events = std::cell::RefCell::new(Vec::new());
+    let summary = run(
+        req,
+        &env,
+        &mut |event| {
+            events.borrow_mut().push(event);
+            true
+        },
+        &mut || {
+            let events = events.borrow();
+            let check = events.last().expect("a check before the verdict");
+            assert!(matches!(check, TurnEvent::Check { .. }), "{check:?}");
+            Some(judge(check))
+        },
+    );
+    let events = events.into_inner();
     let last = events.last().expect("some event");
     assert!(last.is_terminal(), "{events:#?}");
     assert_eq!(summary.end.as_ref(), Some(last));
@@ -266,6 +292,7 @@ fn bash_writes_a_file_and_read_reads_it_back() {
             TurnEvent::Message { .. } => "assistant-message",
             TurnEvent::ToolStart { .. } => "tool-start",
             TurnEvent::ToolEnd { .. } => "tool-end",
+            TurnEvent::Check { .. } => "check",
             TurnEvent::Usage { .. } => "usage",
             TurnEvent::Notice { .. } => "notice",
             TurnEvent::Done { .. } => "done",
@@ -967,12 +994,17 @@ fn host_disconnect_aborts_a_running_tool() {
     );
     let started = Instant::now();
     let mut writer = &ours;
-    let summary = run(&request("sleep"), &env, &mut |event| {
-        use std::io::Write;
-        writer
-            .write_all(&encode_line(&Response::Event(event)))
-            .is_ok()
-    });
+    let summary = run(
+        &request("sleep"),
+        &env,
+        &mut |event| {
+            use std::io::Write;
+            writer
+                .write_all(&encode_line(&Response::Event(event)))
+                .is_ok()
+        },
+        &mut || None,
+    );
     host.join().unwrap();
     assert!(
         started.elapsed() < Duration::from_secs(10),
@@ -983,4 +1015,134 @@ fn host_disconnect_aborts_a_running_tool() {
     std::thread::sleep(Duration::from_millis(200));
     assert!(!ws.path().join("after.txt").exists());
     assert_eq!(gateway.chat_requests().len(), 1);
+}
+
+/// A checked turn asks before each call and runs exactly the arguments it
+/// showed; a refused call does not run and the model reads why.
+#[test]
+fn a_checked_turn_asks_before_each_call_and_a_refusal_does_not_run() {
+    let gateway = FakeGateway::start(
+        vec![
+            tool_calls(
+                &[
+                    ("call_1", "bash", r#"{"command":"echo yes > ran.txt"}"#),
+                    ("call_2", "write", r#"{"path":"no.txt","content":"x"}"#),
+                ],
+                (20, 10),
+            ),
+            text(&["Done."], (30, 5)),
+        ],
+        None,
+    );
+    let ws = Workspace::new();
+    let mut req = request("do two things");
+    req.checked = true;
+    let mut asked = Vec::new();
+    let events = run_judged(
+        Gateway::new(&gateway.url(), TOKEN.into()),
+        &req,
+        ws.path(),
+        Duration::from_secs(10),
+        &mut |check| {
+            let TurnEvent::Check {
+                call_id,
+                name,
+                arguments,
+            } = check
+            else {
+                unreachable!()
+            };
+            asked.push((call_id.clone(), name.clone(), arguments.clone()));
+            if name == "bash" {
+                Verdict::Run
+            } else {
+                Verdict::Refuse {
+                    message: "denied by U1: not now".into(),
+                }
+            }
+        },
+    );
+    assert_eq!(done(&events).0, "Done.");
+    assert_eq!(
+        asked,
+        [
+            (
+                "call_1".to_string(),
+                "bash".to_string(),
+                json!({"command": "echo yes > ran.txt"})
+            ),
+            (
+                "call_2".to_string(),
+                "write".to_string(),
+                json!({"path": "no.txt", "content": "x"})
+            ),
+        ]
+    );
+    assert!(ws.path().join("ran.txt").exists());
+    assert!(!ws.path().join("no.txt").exists());
+    assert_eq!(
+        tool_results(&events),
+        ["[exit status 0]", "error: denied by U1: not now"]
+    );
+}
+
+/// A resumed turn runs the decided call first without asking again, checks
+/// the other unanswered calls of the same message, and goes on.
+#[test]
+fn a_resumed_turn_runs_the_decided_call_then_checks_the_rest() {
+    let gateway = FakeGateway::start(vec![text(&["All done."], (30, 5))], None);
+    let ws = Workspace::new();
+    let mut req = request("two files");
+    req.checked = true;
+    req.messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "write", "arguments": r#"{"path":"a.txt","content":"A"}"#}},
+        {"id": "c2", "type": "function", "function": {"name": "write", "arguments": r#"{"path":"b.txt","content":"B"}"#}},
+    ]}));
+    req.resume = Some(pincer_runner_protocol::Resume {
+        call_id: "c1".into(),
+        verdict: Verdict::Run,
+    });
+    let mut asked = Vec::new();
+    let events = run_judged(
+        Gateway::new(&gateway.url(), TOKEN.into()),
+        &req,
+        ws.path(),
+        Duration::from_secs(10),
+        &mut |check| {
+            if let TurnEvent::Check { call_id, .. } = check {
+                asked.push(call_id.clone());
+            }
+            Verdict::Refuse {
+                message: "no".into(),
+            }
+        },
+    );
+    assert_eq!(done(&events).0, "All done.");
+    assert_eq!(asked, ["c2"]);
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "A"
+    );
+    assert!(!ws.path().join("b.txt").exists());
+    // the model saw both results, in order
+    let history = gateway.chat_requests()[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let ids: Vec<&str> = history
+        .iter()
+        .filter_map(|m| m["tool_call_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["c1", "c2"]);
+
+    // a resume naming a call that is not pending fails cleanly
+    let mut bad = req.clone();
+    bad.resume = Some(pincer_runner_protocol::Resume {
+        call_id: "c9".into(),
+        verdict: Verdict::Run,
+    });
+    let events = run_turn(&gateway, &bad, ws.path());
+    let (kind, message) = failed(&events);
+    assert_eq!(kind, TurnErrorKind::BadRequest);
+    assert!(message.contains("c9"), "{message}");
 }
