@@ -16,12 +16,14 @@
 //!   and the one-use permits the gateway checks before a skill or MCP call.
 
 mod command;
+mod decide;
 mod policy;
 mod rules;
 mod service;
 mod store;
 
 pub use command::{NotSimple, argv, program};
+pub use decide::{ChatDecision, Wanted, parse_chat};
 pub use policy::{
     Allowed, DEFAULT_TIMEOUT, Judgement, MAX_SHOWN_PREVIEW, Policy, Selector, Unattended,
     default_ask, preview, shown_preview,

@@ -72,6 +72,10 @@ pub struct Request {
     /// The turn that waits, and the call it waits on.
     pub turn_id: String,
     pub call_id: String,
+    /// Where the turn's session is: a decision from a chat must come from
+    /// the same channel and conversation.
+    pub channel: String,
+    pub conversation: String,
     pub originator: Option<String>,
     pub tool: String,
     pub fingerprint: String,
@@ -121,6 +125,8 @@ pub struct NewRequest<'a> {
     pub session: &'a str,
     pub turn_id: &'a str,
     pub call_id: &'a str,
+    pub channel: &'a str,
+    pub conversation: &'a str,
     pub originator: Option<&'a str>,
     pub tool: &'a str,
     pub fingerprint: &'a str,
@@ -160,7 +166,7 @@ pub struct ApprovalStore {
 
 const COLUMNS: &str = "id, workspace, session, originator, tool, fingerprint, shape, preview, \
                        created_ms, expires_ms, state, decision, decided_by, reason, turn_id, \
-                       call_id, applied";
+                       call_id, applied, channel, conversation";
 
 impl ApprovalStore {
     pub fn open(path: &Path) -> Result<Self, ApprovalError> {
@@ -184,7 +190,9 @@ impl ApprovalStore {
                 reason TEXT,
                 turn_id TEXT NOT NULL DEFAULT '',
                 call_id TEXT NOT NULL DEFAULT '',
-                applied INTEGER NOT NULL DEFAULT 0
+                applied INTEGER NOT NULL DEFAULT 0,
+                channel TEXT NOT NULL DEFAULT '',
+                conversation TEXT NOT NULL DEFAULT ''
             );
             CREATE INDEX IF NOT EXISTS approval_requests_pending
                 ON approval_requests (state, expires_ms);
@@ -201,6 +209,8 @@ impl ApprovalStore {
             ("turn_id", "TEXT NOT NULL DEFAULT ''"),
             ("call_id", "TEXT NOT NULL DEFAULT ''"),
             ("applied", "INTEGER NOT NULL DEFAULT 0"),
+            ("channel", "TEXT NOT NULL DEFAULT ''"),
+            ("conversation", "TEXT NOT NULL DEFAULT ''"),
         ] {
             let present: bool = conn.query_row(
                 "SELECT EXISTS (SELECT 1 FROM pragma_table_info('approval_requests') WHERE name = ?1)",
@@ -231,8 +241,8 @@ impl ApprovalStore {
         let id = format!("apr_{}", uuid::Uuid::new_v4().simple());
         self.conn()?.execute(
             "INSERT INTO approval_requests (id, workspace, session, originator, tool, fingerprint,
-                 shape, preview, created_ms, expires_ms, turn_id, call_id)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                 shape, preview, created_ms, expires_ms, turn_id, call_id, channel, conversation)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             params![
                 id,
                 new.workspace,
@@ -246,6 +256,8 @@ impl ApprovalStore {
                 new.now_ms.saturating_add(new.timeout_ms),
                 new.turn_id,
                 new.call_id,
+                new.channel,
+                new.conversation,
             ],
         )?;
         Ok(id)
@@ -457,6 +469,8 @@ fn request_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Request> {
         turn_id: row.get(14)?,
         call_id: row.get(15)?,
         applied: row.get(16)?,
+        channel: row.get(17)?,
+        conversation: row.get(18)?,
     })
 }
 
@@ -485,6 +499,8 @@ mod tests {
                 preview: "rm -rf /workspace/x",
                 turn_id: "turn-1",
                 call_id: "call-1",
+                channel: "slack",
+                conversation: "D1",
                 now_ms: 0,
                 timeout_ms: 5 * MINUTE,
             })

@@ -7,10 +7,14 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 
 use pincer_runner_protocol::TurnEvent;
 
+use super::approvals::{Inline, answer_inline};
 use super::{Context, ExitStatus};
+use crate::approvals::Approvals;
+use crate::audit::AuditLog;
 use crate::sessions::{SessionKey, TurnStatus};
 use crate::turn::control::{self, ControlRequest};
 use crate::turn::{Agent, AgentEvent, HostEvent, Inbound, TurnSummary};
@@ -23,6 +27,8 @@ pub struct MessageArgs {
     pub text: String,
     pub conversation: String,
     pub json: bool,
+    /// How a request this turn asks is decided.
+    pub approve: super::approvals::Inline,
 }
 
 /// How long a finishing command waits for its observers.
@@ -42,6 +48,16 @@ impl Runner {
         Ok(Runner::Local(Box::new(
             crate::daemon::build::agent(ctx).await?,
         )))
+    }
+
+    /// Where this command decides the requests its turns ask: the turn
+    /// engine's own approvals (which wake the waiting turn at once), or
+    /// pincer.db's (which the daemon reads).
+    fn approvals(&self, ctx: &Context) -> anyhow::Result<Arc<Approvals>> {
+        Ok(match self {
+            Runner::Local(agent) => agent.gateway().approvals().clone(),
+            Runner::Daemon => Arc::new(ctx.approvals()?),
+        })
     }
 
     /// Gives this process's observers a moment to deliver queued events.
@@ -86,7 +102,16 @@ pub async fn message(config_flag: Option<&Path>, args: MessageArgs) -> anyhow::R
     let ctx = Context::load(config_flag)?;
     ctx.check_workspace(&args.workspace)?;
     let runner = Runner::new(&ctx).await?;
-    let printer = Printer::new(args.json);
+    let decider = InlineDecider {
+        approvals: runner.approvals(&ctx)?,
+        audit: ctx.audit_log()?,
+        how: if args.json && args.approve == Inline::Ask {
+            Inline::Deny
+        } else {
+            args.approve
+        },
+    };
+    let printer = Printer::new(args.json, decider);
     let inbound = Inbound {
         key: SessionKey {
             channel: CLI_CHANNEL.into(),
@@ -126,6 +151,8 @@ pub async fn chat(
     let ctx = Context::load(config_flag)?;
     ctx.check_workspace(&workspace)?;
     let runner = Runner::new(&ctx).await?;
+    let approvals = runner.approvals(&ctx)?;
+    let audit = ctx.audit_log()?;
     let key = SessionKey {
         channel: CLI_CHANNEL.into(),
         conversation,
@@ -150,7 +177,14 @@ pub async fn chat(
             runner.close().await;
             return Ok(());
         }
-        let printer = Printer::new(false);
+        let printer = Printer::new(
+            false,
+            InlineDecider {
+                approvals: approvals.clone(),
+                audit: audit.clone(),
+                how: Inline::or_default(None),
+            },
+        );
         let inbound = Inbound {
             key: key.clone(),
             text: text.to_string(),
@@ -181,18 +215,44 @@ async fn cancelled() {
 struct Printer {
     json: bool,
     streamed: std::sync::atomic::AtomicBool,
+    decider: InlineDecider,
+}
+
+/// How the CLI answers the approval requests of its own turns.
+struct InlineDecider {
+    approvals: Arc<Approvals>,
+    audit: Arc<AuditLog>,
+    how: Inline,
 }
 
 impl Printer {
-    fn new(json: bool) -> Self {
+    fn new(json: bool, decider: InlineDecider) -> Self {
         Printer {
             json,
             streamed: Default::default(),
+            decider,
         }
     }
 
     fn show(&self, event: &AgentEvent) {
         use std::sync::atomic::Ordering;
+        if let AgentEvent::Host(HostEvent::Approval {
+            request,
+            preview,
+            session,
+            ..
+        }) = event
+        {
+            self.end_line();
+            answer_inline(
+                self.decider.approvals.clone(),
+                self.decider.audit.clone(),
+                self.decider.how,
+                request.clone(),
+                preview.clone(),
+                *session,
+            );
+        }
         if self.json {
             if let Ok(line) = serde_json::to_string(event) {
                 println!("{line}");
@@ -223,6 +283,9 @@ impl Printer {
                 if *ok { "✓" } else { "✗" },
                 if *truncated { " (truncated)" } else { "" }
             ),
+            AgentEvent::Host(HostEvent::Decided { request, outcome }) => {
+                eprintln!("  {request}: {outcome}");
+            }
             AgentEvent::Turn(TurnEvent::Notice { message }) => {
                 self.end_line();
                 eprintln!("  note: {message}");

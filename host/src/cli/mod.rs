@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 mod agent;
+mod approvals;
 mod channel;
 mod config_cmd;
 mod daemon;
@@ -69,6 +70,9 @@ pub enum Command {
     /// Long-term memory of a workspace: add, search, list, forget
     #[command(subcommand)]
     Memory(MemoryCommand),
+    /// Tool calls waiting for a person: list, show, approve, deny; "always" rules
+    #[command(subcommand)]
+    Approvals(approvals::ApprovalsCommand),
     /// Local GGUF models for `local/…` deployments: fetch, list
     #[command(subcommand)]
     Model(ModelCommand),
@@ -96,6 +100,11 @@ pub enum Command {
         /// Print every event of the turn as one JSON line
         #[arg(long)]
         json: bool,
+        /// How a call that needs approval is decided: ask (on a terminal),
+        /// once, session, always or deny [default: ask on a terminal, deny
+        /// without one]
+        #[arg(long, value_enum)]
+        approve: Option<approvals::Inline>,
     },
     /// Talk with a workspace's agent in the terminal
     Chat {
@@ -528,6 +537,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Gateway(command) => gateway::run(cli.config.as_deref(), command).await,
         Command::Memory(command) => memory::run(cli.config.as_deref(), command),
+        Command::Approvals(command) => approvals::run(cli.config.as_deref(), command),
         Command::Channel(ChannelCommand::Test { name }) => {
             channel::test(cli.config.as_deref(), &name).await
         }
@@ -589,12 +599,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             text,
             conversation,
             json,
+            approve,
         } => {
             let args = agent::MessageArgs {
                 workspace,
                 text,
                 conversation,
                 json,
+                approve: approvals::Inline::or_default(approve),
             };
             agent::message(cli.config.as_deref(), args).await
         }

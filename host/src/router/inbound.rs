@@ -24,6 +24,18 @@ use crate::turn::{Agent, AgentEvent, HostEvent, Inbound, Origin};
 /// A session's worker ends after this long without messages.
 const IDLE_WORKER: Duration = Duration::from_secs(600);
 
+/// What a session's worker does next, one at a time.
+enum Job {
+    /// Run the turn of stored message `id`.
+    Message(i64),
+    /// Continue `row`'s turn, which a restart stopped while `request`
+    /// waited for a decision, once it is decided.
+    Resume {
+        row: InboundRow,
+        request: crate::approvals::Request,
+    },
+}
+
 /// What a turn that pincer's restart interrupted answers.
 pub const INTERRUPTED_REPLY: &str = "pincer was restarted while it worked on this message, so it has no answer for it. Send the message again if you still need one.";
 
@@ -33,7 +45,7 @@ pub struct ChannelRouter {
     channels: Arc<ChannelHost>,
     audit: Arc<AuditLog>,
     config: Arc<Config>,
-    queues: Mutex<HashMap<SessionKey, mpsc::UnboundedSender<i64>>>,
+    queues: Mutex<HashMap<SessionKey, mpsc::UnboundedSender<Job>>>,
     refusals: Mutex<RefusalGate>,
     rates: Mutex<RateGate>,
     /// Turns in progress (to wait for at shutdown).
@@ -259,12 +271,31 @@ impl ChannelRouter {
                     .answer_quietly(&row, InboundState::Done, &reply)?;
                 continue;
             }
+            let waiting = row.turn_id.as_deref().and_then(|turn| {
+                self.agent
+                    .gateway()
+                    .approvals()
+                    .store()
+                    .open_for_turn(turn)
+                    .unwrap_or_else(|e| {
+                        tracing::error!(
+                            id = row.id,
+                            "cannot read the turn's approval request: {e}"
+                        );
+                        None
+                    })
+            });
+            if let Some(request) = waiting {
+                tracing::info!(channel = %row.channel, id = row.id, request = %request.id, "a turn waits for an approval across the restart: it resumes once decided");
+                self.enqueue(session_key(&row), Job::Resume { row, request });
+                continue;
+            }
             tracing::warn!(channel = %row.channel, id = row.id, "a turn was interrupted by a restart");
             self.channels
                 .answer_quietly(&row, InboundState::Interrupted, INTERRUPTED_REPLY)?;
         }
         for row in unfinished.queued {
-            self.enqueue(session_key(&row), row.id);
+            self.enqueue(session_key(&row), Job::Message(row.id));
         }
         Ok(())
     }
@@ -417,8 +448,122 @@ impl ChannelRouter {
             conversation: session_conversation(&received.conversation, received.thread.as_deref()),
             workspace,
         };
-        self.enqueue(key, id);
+        if let Some(command) = crate::approvals::parse_chat(&received.text) {
+            // Decided here, never a turn: the session's worker may be the
+            // very turn waiting on it.
+            let answer = self.decide_from_chat(&key, &received, command);
+            self.notify(channel, id, &received, InboundState::Done, &answer);
+            return Ok(());
+        }
+        self.enqueue(key, Job::Message(id));
         Ok(())
+    }
+
+    /// Carries out an approval command sent by `received.sender` in the
+    /// conversation of `key`; what to answer them.
+    fn decide_from_chat(
+        &self,
+        key: &SessionKey,
+        received: &Received,
+        command: Result<crate::approvals::ChatDecision, String>,
+    ) -> String {
+        use crate::approvals::{ApprovalError, Decider, Decision};
+        let command = match command {
+            Ok(command) => command,
+            Err(how) => return format!("⚠️ {how}"),
+        };
+        let approvals = self.agent.gateway().approvals();
+        let request = match approvals.store().get(&command.id) {
+            Ok(Some(request)) => request,
+            Ok(None) => return format!("⚠️ There is no approval request `{}`.", command.id),
+            Err(e) => return format!("⚠️ The approval request cannot be read: {e}"),
+        };
+        // Only where it was asked: a decision in another conversation (or
+        // channel) is refused, whoever sends it.
+        if request.channel != key.channel || request.conversation != key.conversation {
+            return format!(
+                "⚠️ Approval request `{}` was not asked in this conversation; decide it where it was asked. Nothing changed.",
+                request.id
+            );
+        }
+        let Some(policy) =
+            self.config
+                .approval_policy(&request.workspace, Some(&key.channel), None)
+        else {
+            return format!(
+                "⚠️ Workspace `{}` is not configured any more.",
+                request.workspace
+            );
+        };
+        let decision = match command.wanted.decision(&request) {
+            Ok(decision) => decision,
+            Err(why) => return format!("⚠️ {why}"),
+        };
+        let decided = approvals.decide(
+            &request.id,
+            Decider::Sender(&received.sender),
+            &policy.approvers,
+            &decision,
+            crate::db::now_ms(),
+        );
+        let actor = crate::audit::Actor::Channel(&key.channel);
+        match decided {
+            Ok(done) => {
+                let (action, what) = match &decision {
+                    Decision::Deny { .. } => {
+                        (crate::audit::Action::ApprovalDenied, "denied".to_string())
+                    }
+                    Decision::Always(rule) => (
+                        crate::audit::Action::ApprovalGranted,
+                        format!("approved always (rule `{rule}`)"),
+                    ),
+                    Decision::Session => (
+                        crate::audit::Action::ApprovalGranted,
+                        format!(
+                            "approved for this session (`{}`)",
+                            done.shape.as_deref().unwrap_or("")
+                        ),
+                    ),
+                    Decision::Once => (
+                        crate::audit::Action::ApprovalGranted,
+                        "approved once".to_string(),
+                    ),
+                };
+                self.audit.record(
+                    actor,
+                    Some(&request.workspace),
+                    action,
+                    &format!(
+                        "request {}: `{}` {what} by {}",
+                        request.id, request.tool, received.sender
+                    ),
+                );
+                let warning = match &decision {
+                    Decision::Always(rule) => rule
+                        .warning()
+                        .map(|w| format!("\n⚠️ {w}"))
+                        .unwrap_or_default(),
+                    _ => String::new(),
+                };
+                format!(
+                    "✅ `{}` {what} by {}.{warning}",
+                    request.tool, received.sender
+                )
+            }
+            Err(e @ ApprovalError::NotAnApprover { .. }) => {
+                self.audit.record(
+                    actor,
+                    Some(&request.workspace),
+                    crate::audit::Action::ApprovalRefusedApprover,
+                    &format!(
+                        "request {}: {} tried to decide: {e}",
+                        request.id, received.sender
+                    ),
+                );
+                format!("⛔ {e}; nothing changed.")
+            }
+            Err(e) => format!("⚠️ {e}."),
+        }
     }
 
     /// Queues `text` as the answer to stored message `id`, which ends in
@@ -436,17 +581,19 @@ impl ChannelRouter {
         }
     }
 
-    fn enqueue(&self, key: SessionKey, id: i64) {
+    fn enqueue(&self, key: SessionKey, job: Job) {
         let Ok(mut queues) = self.queues.lock() else {
             return;
         };
-        if let Some(tx) = queues.get(&key)
-            && tx.send(id).is_ok()
-        {
-            return;
-        }
+        let job = match queues.get(&key) {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(job)) => job,
+            },
+            None => job,
+        };
         let (tx, rx) = mpsc::unbounded_channel();
-        let _ = tx.send(id);
+        let _ = tx.send(job);
         queues.insert(key.clone(), tx);
         if let Some(me) = self.me.upgrade() {
             tokio::spawn(async move { me.work(key, rx).await });
@@ -454,10 +601,10 @@ impl ChannelRouter {
     }
 
     /// Runs the session's messages one after the other.
-    async fn work(self: Arc<Self>, key: SessionKey, mut rx: mpsc::UnboundedReceiver<i64>) {
+    async fn work(self: Arc<Self>, key: SessionKey, mut rx: mpsc::UnboundedReceiver<Job>) {
         loop {
-            let id = match tokio::time::timeout(IDLE_WORKER, rx.recv()).await {
-                Ok(Some(id)) => id,
+            let job = match tokio::time::timeout(IDLE_WORKER, rx.recv()).await {
+                Ok(Some(job)) => job,
                 Ok(None) => return,
                 Err(_) => {
                     // Leave only if nothing arrived meanwhile (senders send
@@ -476,8 +623,12 @@ impl ChannelRouter {
                 // Stays queued: the next start runs it.
                 continue;
             }
-            if let Err(e) = self.run_one(&key, id).await {
-                tracing::error!(channel = %key.channel, id, "cannot record a channel turn: {e}");
+            let done = match job {
+                Job::Message(id) => self.run_one(&key, id).await,
+                Job::Resume { row, request } => self.resume_one(&key, row, request).await,
+            };
+            if let Err(e) = done {
+                tracing::error!(channel = %key.channel, "cannot record a channel turn: {e}");
             }
         }
     }
@@ -495,21 +646,85 @@ impl ChannelRouter {
         let inbound = Inbound {
             key: key.clone(),
             text: row.text.clone(),
-            origin: Some(Origin {
-                sender: row.sender.clone(),
-                sender_name: row.sender_name.clone(),
-                message_id: row.message_id.clone(),
-                thread: row.thread.clone(),
-                timestamp_ms: u64::try_from(row.received_ms).unwrap_or(0),
-            }),
+            origin: Some(origin_of(&row)),
             unattended: false,
         };
-        let events = |event: AgentEvent| {
-            if let AgentEvent::Host(HostEvent::Session { turn_id, .. }) = &event
-                && let Err(e) = self.channels.record_turn(id, turn_id)
-            {
-                tracing::warn!(id, "cannot record the turn id: {e}");
+        self.drive(&row, Start::New(inbound)).await
+    }
+
+    /// Waits for `request`'s decision, then continues `row`'s turn with it.
+    async fn resume_one(
+        &self,
+        key: &SessionKey,
+        row: InboundRow,
+        request: crate::approvals::Request,
+    ) -> Result<(), StoreError> {
+        let settled = {
+            let mut stop = self.stop.clone();
+            tokio::select! {
+                settled = self.agent.gateway().approvals().settled(&request.id) => settled,
+                _ = stop.wait_for(|s| *s) => return Ok(()),
             }
+        };
+        let request = match settled {
+            Ok(request) => request,
+            Err(e) => {
+                let text = failure_text(&format!("its approval request could not be read ({e})"));
+                return self
+                    .channels
+                    .answer(&row, InboundState::Failed, &text)
+                    .await;
+            }
+        };
+        let Some(_permit) = self.running.take().await else {
+            return Ok(());
+        };
+        self.drive(
+            &row,
+            Start::Resume {
+                key: key.clone(),
+                origin: origin_of(&row),
+                request,
+            },
+        )
+        .await
+    }
+
+    /// Runs (or resumes) `row`'s turn and answers it.
+    async fn drive(&self, row: &InboundRow, start: Start) -> Result<(), StoreError> {
+        let id = row.id;
+        let events = |event: AgentEvent| match &event {
+            AgentEvent::Host(HostEvent::Session { turn_id, .. }) => {
+                if let Err(e) = self.channels.record_turn(id, turn_id) {
+                    tracing::warn!(id, "cannot record the turn id: {e}");
+                }
+            }
+            AgentEvent::Host(HostEvent::Approval {
+                request,
+                tool,
+                preview,
+                approvers,
+                session,
+                expires_ms,
+            }) => {
+                let text = approval_text(request, tool, preview, approvers, *session, *expires_ms);
+                if let Err(e) =
+                    self.channels
+                        .reply(None, InboundState::Running, &Address::of(row), &text)
+                {
+                    tracing::error!(id, %request, "cannot post the approval request: {e}");
+                }
+            }
+            AgentEvent::Host(HostEvent::Decided { request, outcome }) => {
+                let text = format!("🔐 `{request}`: {outcome}.");
+                if let Err(e) =
+                    self.channels
+                        .reply(None, InboundState::Running, &Address::of(row), &text)
+                {
+                    tracing::warn!(id, %request, "cannot post the decision: {e}");
+                }
+            }
+            _ => {}
         };
         let mut stop = self.stop.clone();
         let grace = self.grace;
@@ -517,10 +732,24 @@ impl ChannelRouter {
             let _ = stop.wait_for(|s| *s).await;
             tokio::time::sleep(grace).await;
         };
+        let turn = async {
+            match start {
+                Start::New(inbound) => self.agent.turn(inbound, &events, cancel).await,
+                Start::Resume {
+                    key,
+                    origin,
+                    request,
+                } => {
+                    self.agent
+                        .resume(key, Some(origin), &request, &events, cancel)
+                        .await
+                }
+            }
+        };
         // The working sign goes up while the turn runs, not before it.
         let (_, outcome) = tokio::join!(
-            self.channels.show_status(&row, api::TurnState::Working),
-            self.agent.turn(inbound, &events, cancel)
+            self.channels.show_status(row, api::TurnState::Working),
+            turn
         );
         let (state, text) = match outcome {
             Ok(summary) => match summary.status {
@@ -538,8 +767,50 @@ impl ChannelRouter {
             },
             Err(e) => (InboundState::Failed, failure_text(&e.to_string())),
         };
-        self.channels.answer(&row, state, &text).await
+        self.channels.answer(row, state, &text).await
     }
+}
+
+/// How a session's worker starts a turn.
+enum Start {
+    New(Inbound),
+    Resume {
+        key: SessionKey,
+        origin: Origin,
+        request: crate::approvals::Request,
+    },
+}
+
+fn origin_of(row: &InboundRow) -> Origin {
+    Origin {
+        sender: row.sender.clone(),
+        sender_name: row.sender_name.clone(),
+        message_id: row.message_id.clone(),
+        thread: row.thread.clone(),
+        timestamp_ms: u64::try_from(row.received_ms).unwrap_or(0),
+    }
+}
+
+/// The message that asks for a decision in the conversation.
+fn approval_text(
+    request: &str,
+    tool: &str,
+    preview: &str,
+    approvers: &str,
+    session: bool,
+    expires_ms: i64,
+) -> String {
+    let minutes = (expires_ms - crate::db::now_ms()).max(0) / 60_000;
+    let session = if session {
+        format!("\n• `/approve {request} session`: calls like it, for the rest of this session")
+    } else {
+        String::new()
+    };
+    format!(
+        "🔐 Approval needed (`{request}`): the assistant wants to run `{tool}`:\n```\n{}\n```\nOnly {approvers} can decide. Reply with:\n• `/approve {request}`: this call, once{session}\n• `/approve {request} always`: from now on (a rule you can revoke)\n• `/deny {request} [reason]`\nNobody deciding within {} min denies it.",
+        crate::approvals::shown_preview(preview).replace("```", "`\u{200b}``"),
+        minutes.max(1)
+    )
 }
 
 impl Inbox for ChannelRouter {

@@ -229,7 +229,6 @@ pub const UNANSWERED_CALL: &str = "error: this call was not run (its turn stoppe
 /// a newer message) leaves one. `keep_last`: the last assistant message's
 /// calls are left alone (a resumed turn answers them).
 pub fn close_unanswered(messages: &mut Vec<Value>, keep_last: bool) {
-    let last_assistant = messages.iter().rposition(|m| m["role"] == "assistant");
     let mut i = 0;
     while i < messages.len() {
         let ids: Vec<String> = match messages[i]["tool_calls"].as_array() {
@@ -239,7 +238,8 @@ pub fn close_unanswered(messages: &mut Vec<Value>, keep_last: bool) {
                 .collect(),
             _ => Vec::new(),
         };
-        if ids.is_empty() || (keep_last && Some(i) == last_assistant) {
+        let is_last = !messages[i + 1..].iter().any(|m| m["role"] == "assistant");
+        if ids.is_empty() || (keep_last && is_last) {
             i += 1;
             continue;
         }

@@ -760,6 +760,8 @@ impl Agent {
             session: &session,
             turn_id: scope.turn_id,
             call_id,
+            channel: &scope.key.channel,
+            conversation: &scope.key.conversation,
             originator: gate.originator.as_deref(),
             tool: call.tool,
             fingerprint: &fingerprint,
