@@ -20,6 +20,9 @@ const BOT_TOKEN: &str = "xoxb-fake-bot-token";
 const APP_TOKEN: &str = "xapp-1-fake-app-token";
 const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 const ALLOWED: &str = "U0ALLOWED";
+/// Allowed to talk to the assistant too, but not the originator of
+/// `ALLOWED`'s turns.
+const COLLEAGUE: &str = "U0COLLEAGUE";
 
 /// The fake Slack, killed on drop.
 struct FakeSlack {
@@ -145,7 +148,7 @@ channels:
   slack:
     plugin: channel-slack
     workspace: team
-    allowed_senders: [{ALLOWED}]
+    allowed_senders: [{ALLOWED}, {COLLEAGUE}]
     refusal: reply
     default_conversation: C0SCHED
     http: ["127.0.0.1:*"]
@@ -903,8 +906,8 @@ async fn an_edited_config_is_reloaded_and_an_invalid_one_is_refused() {
     std::fs::write(
         &env.config,
         original.replace(
-            &format!("allowed_senders: [{ALLOWED}]"),
-            &format!("allowed_senders: [{ALLOWED}, U0NEWCOMER]"),
+            &format!("allowed_senders: [{ALLOWED}, {COLLEAGUE}]"),
+            &format!("allowed_senders: [{ALLOWED}, {COLLEAGUE}, U0NEWCOMER]"),
         ),
     )
     .unwrap();
@@ -1694,4 +1697,203 @@ async fn a_task_the_agent_proposes_runs_only_once_a_person_approves_it() {
     let list = ok(env.cli(&["schedule", "list"]));
     assert!(!list.contains("agent-standup"), "{list}");
     assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// The `apr_…` id of the approval request in a posted message.
+fn request_id(posted: &Value) -> String {
+    let text = posted["args"]["text"].as_str().unwrap_or_default();
+    let start = text
+        .find("apr_")
+        .unwrap_or_else(|| panic!("no request id in {posted:#}"));
+    text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The texts posted so far, waiting for at least `count`.
+async fn texts(env: &Env, count: usize) -> Vec<String> {
+    env.slack
+        .posted(count)
+        .await
+        .iter()
+        .map(|p| p["args"]["text"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Issue 27: a DM asks for `bash rm -rf /workspace/x` in tier approval.
+/// The request is posted before anything runs; a colleague's approval is
+/// refused (nothing runs, audited); the originator's "once" runs exactly
+/// that call; the same call in the next turn asks again, and a denial
+/// reaches the model with its reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slack_turn_waits_for_its_originator_and_runs_exactly_what_was_approved() {
+    let rm = r#"{"command":"rm -rf /workspace/x"}"#;
+    let env = Env::with_workspace(
+        vec![
+            Behaviour::tool("bash", rm),
+            Behaviour::answer("x is gone"),
+            Behaviour::tool("bash", rm),
+            Behaviour::answer("I was not allowed to"),
+        ],
+        FakeSlack::start(),
+        "{approvals: {tier: approval}}",
+    )
+    .await;
+    // Made by the container's own user, so its `rm` may remove it.
+    let x = env.sandbox.dir.path().join("ws/team/x");
+    let make_x = || {
+        ok(env.cli(&[
+            "workspace",
+            "exec",
+            "team",
+            "--",
+            "mkdir",
+            "-p",
+            "/workspace/x",
+        ]));
+        assert!(x.exists());
+    };
+    make_x();
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    env.slack.dm("please remove x", ALLOWED, "D0DM").await;
+    let posted = env.slack.posted(1).await;
+    let text = posted[0]["args"]["text"].as_str().unwrap();
+    assert!(
+        text.contains("rm -rf /workspace/x") && text.contains(ALLOWED),
+        "{text}"
+    );
+    let id = request_id(&posted[0]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(x.exists(), "nothing runs before a decision");
+
+    // A colleague is refused and nothing changes.
+    env.slack
+        .dm(&format!("/approve {id}"), COLLEAGUE, "D0DM")
+        .await;
+    let texts_now = texts(&env, 2).await;
+    assert!(
+        texts_now[1].contains(&format!("only {ALLOWED} can decide")),
+        "{texts_now:#?}"
+    );
+    assert!(x.exists());
+    assert_eq!(
+        env.sandbox.audited("approval.refused_approver").len(),
+        1,
+        "{}",
+        daemon.log()
+    );
+
+    // The originator's "once" runs it, and the turn answers.
+    env.slack
+        .dm(&format!("/approve {id}"), ALLOWED, "D0DM")
+        .await;
+    let texts_now = texts(&env, 4).await;
+    assert!(
+        texts_now[2].contains("approved once by U0ALLOWED"),
+        "{texts_now:#?}"
+    );
+    assert_eq!(texts_now[3], "x is gone");
+    assert!(!x.exists());
+    assert_eq!(env.sandbox.audited("approval.requested").len(), 1);
+    assert_eq!(env.sandbox.audited("approval.granted").len(), 1);
+
+    // The same call again is asked again; a denial reaches the model.
+    make_x();
+    env.slack.dm("and again", ALLOWED, "D0DM").await;
+    let texts_now = texts(&env, 5).await;
+    let again = request_id(&env.slack.posted(5).await[4]);
+    assert_ne!(again, id, "once is once: {texts_now:#?}");
+    env.slack
+        .dm(&format!("/deny {again} not twice"), ALLOWED, "D0DM")
+        .await;
+    let texts_now = texts(&env, 7).await;
+    assert!(
+        texts_now[5].contains("denied by U0ALLOWED: not twice"),
+        "{texts_now:#?}"
+    );
+    assert_eq!(texts_now[6], "I was not allowed to");
+    assert!(x.exists(), "a denied call does not run");
+    let requests = env._model.received();
+    let last = requests.last().unwrap();
+    let tool_result = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert!(
+        tool_result["content"]
+            .as_str()
+            .unwrap()
+            .contains("denied by U0ALLOWED: not twice"),
+        "{tool_result:#}"
+    );
+    // A click on a request already decided says so.
+    env.slack
+        .dm(&format!("/approve {id}"), ALLOWED, "D0DM")
+        .await;
+    let texts_now = texts(&env, 8).await;
+    assert!(
+        texts_now[7].contains("already granted by U0ALLOWED"),
+        "{texts_now:#?}"
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// Issue 27: `kill -9` while a request is pending loses nothing. After the
+/// restart the request is still listed; the originator's approval resumes
+/// the turn from the stored session with the approved call (the model is
+/// not asked for it again) and the reply arrives once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_pending_across_kill_9_resumes_its_turn_once_decided() {
+    let env = Env::with_workspace(
+        vec![
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/approved"}"#),
+            Behaviour::answer("touched after the restart"),
+        ],
+        FakeSlack::start(),
+        "{approvals: {tier: approval}}",
+    )
+    .await;
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    env.slack.dm("touch it", ALLOWED, "D0DM").await;
+    let posted = env.slack.posted(1).await;
+    let id = request_id(&posted[0]);
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+
+    let listed = ok(env.cli(&["approvals", "list", "--json"]));
+    assert!(listed.contains(&id), "{listed}");
+    let mut again = env.start();
+    env.slack.connections(2).await;
+    env.slack
+        .dm(&format!("/approve {id}"), ALLOWED, "D0DM")
+        .await;
+    let texts_now = texts(&env, 3).await;
+    assert!(texts_now[1].contains("approved once"), "{texts_now:#?}");
+    assert_eq!(texts_now[2], "touched after the restart");
+    assert!(env.sandbox.dir.path().join("ws/team/approved").exists());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    assert_eq!(
+        calls["calls"].as_array().unwrap().len(),
+        3,
+        "the reply arrives once"
+    );
+    assert_eq!(
+        env._model.received().len(),
+        2,
+        "the model was not asked again for the decided call"
+    );
+    assert_eq!(
+        env.inbound().iter().filter(|(_, s)| s == "done").count(),
+        2,
+        "{:?}",
+        env.inbound()
+    );
+    assert!(again.stop().success(), "{}", again.log());
 }

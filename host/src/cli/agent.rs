@@ -283,7 +283,9 @@ impl Printer {
                 if *ok { "✓" } else { "✗" },
                 if *truncated { " (truncated)" } else { "" }
             ),
-            AgentEvent::Host(HostEvent::Decided { request, outcome }) => {
+            AgentEvent::Host(HostEvent::Decided {
+                request, outcome, ..
+            }) => {
                 eprintln!("  {request}: {outcome}");
             }
             AgentEvent::Turn(TurnEvent::Notice { message }) => {

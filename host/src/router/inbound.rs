@@ -538,15 +538,21 @@ impl ChannelRouter {
                         request.id, request.tool, received.sender
                     ),
                 );
-                let warning = match &decision {
-                    Decision::Always(rule) => rule
-                        .warning()
-                        .map(|w| format!("\n⚠️ {w}"))
-                        .unwrap_or_default(),
-                    _ => String::new(),
+                let (mark, tail) = match &decision {
+                    Decision::Always(rule) => (
+                        "✅",
+                        rule.warning()
+                            .map(|w| format!("\n⚠️ {w}"))
+                            .unwrap_or_default(),
+                    ),
+                    Decision::Deny {
+                        reason: Some(reason),
+                    } => ("🚫", format!(": {reason}")),
+                    Decision::Deny { reason: None } => ("🚫", String::new()),
+                    _ => ("✅", String::new()),
                 };
                 format!(
-                    "✅ `{}` {what} by {}.{warning}",
+                    "{mark} `{}` {what} by {}{tail}",
                     request.tool, received.sender
                 )
             }
@@ -715,7 +721,12 @@ impl ChannelRouter {
                     tracing::error!(id, %request, "cannot post the approval request: {e}");
                 }
             }
-            AgentEvent::Host(HostEvent::Decided { request, outcome }) => {
+            // A person who decided in the chat was answered already.
+            AgentEvent::Host(HostEvent::Decided {
+                request,
+                outcome,
+                announce: true,
+            }) => {
                 let text = format!("🔐 `{request}`: {outcome}.");
                 if let Err(e) =
                     self.channels

@@ -30,8 +30,14 @@ pub fn estimate_tokens(message: &Value) -> u64 {
 }
 
 /// Keeps the newest whole turns whose estimated size fits `budget_tokens`.
-/// The newest turn is always kept, whatever its size.
-pub fn trim_to_budget(stored: &[StoredMessage], budget_tokens: u64) -> Trimmed {
+/// The newest turn is always kept, whatever its size. `open_turn`: a turn
+/// being resumed, whose last assistant message's calls are left without a
+/// result (the resumed runner runs them).
+pub fn trim_to_budget(
+    stored: &[StoredMessage],
+    budget_tokens: u64,
+    open_turn: Option<&str>,
+) -> Trimmed {
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
     for m in stored {
         match turns.last_mut() {
@@ -41,8 +47,8 @@ pub fn trim_to_budget(stored: &[StoredMessage], budget_tokens: u64) -> Trimmed {
     }
     let mut kept: Vec<Vec<Value>> = Vec::new();
     let mut used = 0u64;
-    for (_, messages) in turns.iter().rev() {
-        let repaired = answer_dangling_tool_calls(messages);
+    for (id, messages) in turns.iter().rev() {
+        let repaired = answer_dangling_tool_calls(messages, open_turn == Some(*id));
         let cost: u64 = repaired.iter().map(estimate_tokens).sum();
         if !kept.is_empty() && used + cost > budget_tokens {
             break;
@@ -60,8 +66,11 @@ pub fn trim_to_budget(stored: &[StoredMessage], budget_tokens: u64) -> Trimmed {
 }
 
 /// Adds a result after every assistant tool call that has none (its turn
-/// was killed) and drops tool results whose call is unknown.
-fn answer_dangling_tool_calls(messages: &[Value]) -> Vec<Value> {
+/// was killed) and drops tool results whose call is unknown; with
+/// `keep_last_open`, the calls of the last assistant message are left as
+/// they are.
+fn answer_dangling_tool_calls(messages: &[Value], keep_last_open: bool) -> Vec<Value> {
+    let last_assistant = messages.iter().rposition(|m| m["role"] == "assistant");
     let answered: HashSet<&str> = messages
         .iter()
         .filter(|m| m["role"] == "tool")
@@ -69,7 +78,7 @@ fn answer_dangling_tool_calls(messages: &[Value]) -> Vec<Value> {
         .collect();
     let mut asked = HashSet::new();
     let mut out = Vec::with_capacity(messages.len());
-    for m in messages {
+    for (i, m) in messages.iter().enumerate() {
         if m["role"] == "tool" {
             if m["tool_call_id"]
                 .as_str()
@@ -83,7 +92,7 @@ fn answer_dangling_tool_calls(messages: &[Value]) -> Vec<Value> {
         let calls = m["tool_calls"].as_array().map(Vec::as_slice).unwrap_or(&[]);
         for id in calls.iter().filter_map(|c| c["id"].as_str()) {
             asked.insert(id.to_string());
-            if !answered.contains(id) {
+            if !answered.contains(id) && !(keep_last_open && Some(i) == last_assistant) {
                 out.push(json!({
                     "role": "tool",
                     "tool_call_id": id,

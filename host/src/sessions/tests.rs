@@ -83,15 +83,15 @@ fn trimming_keeps_whole_newest_turns_within_the_budget() {
         stored("t2", user("short")),
         stored("t2", json!({"role": "assistant", "content": "a2"})),
     ];
-    let all = trim_to_budget(&history, 10_000);
+    let all = trim_to_budget(&history, 10_000, None);
     assert_eq!(all.messages.len(), 4);
     assert_eq!(all.dropped_turns, 0);
-    let newest = trim_to_budget(&history, 100);
+    let newest = trim_to_budget(&history, 100, None);
     assert_eq!(newest.dropped_turns, 1);
     assert_eq!(newest.messages.len(), 2);
     assert_eq!(newest.messages[0]["content"], "short");
     // The newest turn is kept even when it alone exceeds the budget.
-    let tiny = trim_to_budget(&history, 1);
+    let tiny = trim_to_budget(&history, 1, None);
     assert_eq!(tiny.messages.len(), 2);
     assert!(tiny.estimated_tokens >= estimate_tokens(&history[3].message));
 }
@@ -117,7 +117,7 @@ fn tool_calls_of_a_killed_turn_get_a_stated_result() {
             json!({"role": "tool", "tool_call_id": "zz", "content": "stray"}),
         ),
     ];
-    let trimmed = trim_to_budget(&history, 10_000);
+    let trimmed = trim_to_budget(&history, 10_000, None);
     let roles: Vec<_> = trimmed
         .messages
         .iter()
@@ -131,6 +131,15 @@ fn tool_calls_of_a_killed_turn_get_a_stated_result() {
         .collect();
     assert_eq!(roles, ["user:", "assistant:", "tool:c2", "tool:c1"]);
     assert_eq!(trimmed.messages[2]["content"], INTERRUPTED_TOOL_RESULT);
+
+    // A turn being resumed keeps its last calls open for the runner.
+    let resumed = trim_to_budget(&history, 10_000, Some("t1"));
+    let ids: Vec<_> = resumed
+        .messages
+        .iter()
+        .filter_map(|m| m["tool_call_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["c1"]);
 }
 
 #[test]

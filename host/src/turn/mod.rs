@@ -112,7 +112,13 @@ pub enum HostEvent {
         expires_ms: i64,
     },
     /// The request was decided (or expired) and the turn goes on.
-    Decided { request: String, outcome: String },
+    /// `announce`: nobody was told in the conversation yet (it expired, or
+    /// an operator decided it elsewhere).
+    Decided {
+        request: String,
+        outcome: String,
+        announce: bool,
+    },
     /// The workspace's container is ready.
     Container {
         name: String,
@@ -365,6 +371,7 @@ impl Agent {
             new_session: false,
         }));
         let (verdict, outcome) = verdict_of(request, workspace.approvals.timeout.0);
+        let announce = announced(request);
         if verdict == Verdict::Run
             && self
                 .gateway
@@ -380,6 +387,7 @@ impl Agent {
         events(AgentEvent::Host(HostEvent::Decided {
             request: request.id.clone(),
             outcome,
+            announce,
         }));
         let scope = Scope {
             key: &key,
@@ -578,7 +586,9 @@ impl Agent {
             Ok(stored) => stored,
             Err(e) => return fail(events, TurnErrorKind::Internal, e.to_string()),
         };
-        let history = crate::sessions::trim_to_budget(&stored, limits.history_tokens);
+        // A resumed turn's last calls stay open: the runner answers them.
+        let open = scope.resume.as_ref().map(|_| scope.turn_id);
+        let history = crate::sessions::trim_to_budget(&stored, limits.history_tokens, open);
         if history.dropped_turns > 0 {
             events(AgentEvent::Turn(TurnEvent::Notice {
                 message: format!(
@@ -593,7 +603,6 @@ impl Agent {
             &memory_lines,
         )];
         messages.extend(history.messages);
-        context::close_unanswered(&mut messages, scope.resume.is_some());
         events(AgentEvent::Host(HostEvent::Context {
             messages: messages.len(),
             history_dropped_turns: history.dropped_turns,
@@ -798,8 +807,10 @@ impl Agent {
             session: shape.is_some(),
             expires_ms: new.now_ms.saturating_add(new.timeout_ms),
         }));
+        let mut announce = true;
         let (verdict, outcome) = match approvals.settled(&id).await {
             Ok(request) => {
+                announce = announced(&request);
                 if request.state == approvals::State::Expired {
                     self.audit(
                         ws,
@@ -828,6 +839,7 @@ impl Agent {
         events(AgentEvent::Host(HostEvent::Decided {
             request: id.clone(),
             outcome,
+            announce,
         }));
         (verdict, Some(id))
     }
@@ -1112,6 +1124,16 @@ fn verdict_of(request: &approvals::Request, timeout: Duration) -> (Verdict, Stri
             )
         }
     }
+}
+
+/// Whether the conversation still has to be told how `request` ended: a
+/// sender who decided in the chat was answered there already.
+fn announced(request: &approvals::Request) -> bool {
+    request.state == approvals::State::Expired
+        || !request
+            .decided_by
+            .as_deref()
+            .is_some_and(|by| !by.starts_with("operator:"))
 }
 
 /// Who may decide, in words.
