@@ -18,10 +18,10 @@ use support::{
 
 const PROVIDER_KEY: &str = "sk-agent-test-provider-key-4f1c";
 
-struct Env {
+pub(crate) struct Env {
     // Dropped first: it reads the instance id from the sandbox's home.
     _cleanup: DockerCleanup,
-    sandbox: Sandbox,
+    pub(crate) sandbox: Sandbox,
     config: PathBuf,
     upstream: FakeUpstream,
 }
@@ -30,7 +30,7 @@ impl Env {
     /// A sandbox whose model `default` is the fake provider scripted with
     /// `script`, and whose workspaces are `workspaces` (YAML under
     /// `workspaces:`).
-    async fn new(script: Vec<Behaviour>, workspaces: &str) -> Self {
+    pub(crate) async fn new(script: Vec<Behaviour>, workspaces: &str) -> Self {
         let upstream = FakeUpstream::spawn(Behaviour::Script(script)).await;
         let sandbox = Sandbox::new();
         let base = sandbox.dir.path().join("ws");
@@ -56,7 +56,7 @@ impl Env {
         env
     }
 
-    fn pincer(&self, args: &[&str]) -> Output {
+    pub(crate) fn pincer(&self, args: &[&str]) -> Output {
         let mut all = vec!["--config", self.config.to_str().unwrap()];
         all.extend_from_slice(args);
         self.sandbox.pincer(&all)
@@ -68,7 +68,7 @@ impl Env {
         (events(&out), out)
     }
 
-    fn workspace_dir(&self, name: &str) -> PathBuf {
+    pub(crate) fn workspace_dir(&self, name: &str) -> PathBuf {
         self.sandbox.dir.path().join("ws").join(name)
     }
 
@@ -96,14 +96,14 @@ impl Env {
     }
 }
 
-fn events(out: &Output) -> Vec<Value> {
+pub(crate) fn events(out: &Output) -> Vec<Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect()
 }
 
-fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub(crate) fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["event"] == kind).collect()
 }
 
@@ -111,7 +111,7 @@ fn last(events: &[Value]) -> &Value {
     events.last().expect("no events")
 }
 
-fn tool_results(events: &[Value]) -> Vec<String> {
+pub(crate) fn tool_results(events: &[Value]) -> Vec<String> {
     of_kind(events, "message")
         .into_iter()
         .filter(|e| e["message"]["role"] == "tool")

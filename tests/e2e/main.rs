@@ -9,6 +9,7 @@
 mod support;
 
 mod agent;
+mod approvals;
 mod budget;
 mod cli;
 mod containers;

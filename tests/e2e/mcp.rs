@@ -264,3 +264,30 @@ fn skill_state_is_private_to_each_workspace() {
         "{mine}"
     );
 }
+
+/// Issue 27: where approvals are in force, the gateway runs a skill or MCP
+/// call only on a permit its turn engine gave for exactly those arguments.
+/// A client holding the workspace's key (what a container could send
+/// directly, bypassing its runner) is refused and audited; the built-in
+/// memory tools are not gated.
+#[test]
+fn a_skill_or_mcp_call_no_turn_let_through_is_refused_where_approvals_are_in_force() {
+    let config = config().replace(
+        "  main:\n    skills: [skill-calc]\n",
+        "  main:\n    approvals: {tier: approval}\n    skills: [skill-calc]\n",
+    );
+    assert!(config.contains("approvals"), "{config}");
+    let served = Served::start(&config, &[]);
+    let main = client(&served, &served.key("main"));
+    for step in ["calc", "echo"] {
+        let why = refused(&main[step]);
+        assert!(why.contains("no such permission"), "{step}: {why}");
+    }
+    assert_eq!(
+        served.audited("main", "approval.refused_unapproved").len(),
+        2,
+        "{main}"
+    );
+    // A workspace without approvals (tier yolo: no channel serves it) is
+    // not affected: see `official_mcp_client_sees_and_calls_exactly_its_workspace_tools`.
+}

@@ -108,3 +108,25 @@ impl Approvals {
             .is_some_and(|until| until > Instant::now())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A permit covers exactly one call of one fingerprint in one workspace:
+    /// a runner that was let through for A and sends B is refused, and A
+    /// cannot be replayed.
+    #[test]
+    fn a_permit_is_one_use_of_exactly_its_call() {
+        let dir = tempfile::tempdir().expect("dir");
+        let approvals =
+            Approvals::new(ApprovalStore::open(&dir.path().join("pincer.db")).expect("store"));
+        approvals.permit("team", "fingerprint-a", Duration::from_secs(60));
+        assert!(!approvals.take_permit("team", "fingerprint-b"));
+        assert!(!approvals.take_permit("other", "fingerprint-a"));
+        assert!(approvals.take_permit("team", "fingerprint-a"));
+        assert!(!approvals.take_permit("team", "fingerprint-a"), "one use");
+        approvals.permit("team", "fingerprint-c", Duration::ZERO);
+        assert!(!approvals.take_permit("team", "fingerprint-c"), "lapsed");
+    }
+}
