@@ -73,6 +73,7 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
             runner_binary: &crate::containers::runner_path(&ctx.home),
             plugin_http: &plugin_http,
             mcp_containers: &mcp_containers,
+            approval_rules: &ctx.approvals()?.store().rules(name)?,
         },
     );
     report.denials = ctx.audit_log()?.for_workspace(name, 50)?;

@@ -35,6 +35,8 @@ pub struct ReportInput<'a> {
     /// The containers of the MCP servers in their own container that the
     /// workspace lists (from `containers::mcp`, which starts them).
     pub mcp_containers: &'a [McpContainerSummary],
+    /// The workspace's "always" rules stored in `pincer.db`.
+    pub approval_rules: &'a [crate::approvals::Rule],
 }
 
 /// One MCP server's own container, as `pincer policy audit` shows it.
@@ -64,6 +66,9 @@ pub struct PolicyReport {
     pub reach: Reach,
     pub enforcement: Vec<String>,
     pub trifecta: Trifecta,
+    /// Which calls wait for a person (the workspace's own tier, before a
+    /// channel or sender tightens it).
+    pub approvals: Option<ApprovalsLine>,
     /// The containers of the workspace's MCP servers that run in one.
     pub mcp_containers: Vec<McpContainerSummary>,
     /// Recorded denials, newest first; filled by the caller from the audit log.
@@ -180,7 +185,10 @@ pub struct ModelsLine {
 pub struct Trifecta {
     pub private_data: Vec<String>,
     pub untrusted_input: Vec<String>,
+    /// Ways out a call can take without a person's decision.
     pub exfiltration: Vec<String>,
+    /// Ways out every use of which waits for approval (or is refused).
+    pub gated: Vec<String>,
     /// `LETHAL: all three present` or `ok: no ...`.
     pub verdict: String,
 }
@@ -193,11 +201,101 @@ impl Trifecta {
     }
 }
 
+/// A workspace's approvals as the audit shows them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApprovalsLine {
+    pub tier: String,
+    pub ask: Vec<String>,
+    /// Configured rules, then the "always" rules in `pincer.db`.
+    pub allow: Vec<String>,
+    pub read_commands: bool,
+    pub approvers: String,
+    pub unattended: String,
+    pub timeout_secs: u64,
+}
+
+fn approvals_line(
+    p: &crate::approvals::Policy,
+    stored: &[crate::approvals::Rule],
+) -> ApprovalsLine {
+    use crate::approvals::{Approvers, Tier, Unattended};
+    ApprovalsLine {
+        tier: match p.tier {
+            Tier::ReadOnly => "read-only",
+            Tier::Approval => "approval",
+            Tier::Yolo => "yolo",
+        }
+        .to_owned(),
+        ask: p.ask.iter().map(ToString::to_string).collect(),
+        allow: p
+            .allow
+            .iter()
+            .chain(stored)
+            .map(ToString::to_string)
+            .collect(),
+        read_commands: p.read_commands,
+        approvers: match &p.approvers {
+            Approvers::Originator => "originator".to_owned(),
+            Approvers::Listed(ids) => ids.join(", "),
+        },
+        unattended: match p.unattended {
+            Unattended::Deny => "deny",
+            Unattended::Allow => "allow",
+        }
+        .to_owned(),
+        timeout_secs: p.timeout.as_secs(),
+    }
+}
+
+/// Whether every call through a skill or MCP server (`source`; `None`:
+/// `bash`) waits for a person or is refused under `policy`.
+fn gated(
+    policy: &crate::approvals::Policy,
+    stored: &[crate::approvals::Rule],
+    workspace: &str,
+    source: Option<(crate::approvals::SourceKind, &str)>,
+) -> bool {
+    use crate::approvals::{Call, Judgement, Rule, ToolClass};
+    let (tool, arguments) = match source {
+        Some((_, name)) => (format!("{name}__"), serde_json::json!({})),
+        None => (
+            "bash".to_owned(),
+            serde_json::json!({"command": "a-program-no-rule-names"}),
+        ),
+    };
+    let call = Call {
+        tool: &tool,
+        source,
+        arguments: &arguments,
+    };
+    if matches!(
+        policy.judge(workspace, &call, ToolClass::Write, &[], &|_| false),
+        Judgement::Run(_)
+    ) {
+        return false;
+    }
+    // A rule opens what it covers (for bash, any argv rule opens some
+    // program): not gated then.
+    !policy
+        .allow
+        .iter()
+        .chain(stored)
+        .any(|rule| match (rule, source) {
+            (Rule::Argv(_), None) => true,
+            (Rule::Tool(t), Some((_, name))) => t.starts_with(&tool) && !name.is_empty(),
+            (Rule::Source { kind, name: n }, Some((k, name))) => {
+                *kind == k && (n == "*" || n == name)
+            }
+            _ => false,
+        })
+}
+
 /// Builds the audit report of `policy` (denials left empty for the caller).
 pub fn report(policy: &EffectivePolicy, input: &ReportInput<'_>) -> PolicyReport {
     let computed = WorkspaceReach::compute(input.config, &policy.workspace, Ok(policy));
     let reach = reach(policy, input, &computed);
-    let trifecta = trifecta(policy, input, &reach);
+    let approvals = input.config.approval_policy(&policy.workspace, None, None);
+    let trifecta = trifecta(policy, input, &reach, approvals.as_ref());
     PolicyReport {
         workspace: policy.workspace.clone(),
         groups: policy.groups.clone(),
@@ -207,6 +305,9 @@ pub fn report(policy: &EffectivePolicy, input: &ReportInput<'_>) -> PolicyReport
         reach,
         enforcement: enforcement_notes(policy),
         trifecta,
+        approvals: approvals
+            .as_ref()
+            .map(|a| approvals_line(a, input.approval_rules)),
         mcp_containers: input.mcp_containers.to_vec(),
         denials: Vec::new(),
     }
@@ -645,7 +746,17 @@ fn declared(setting: &Setting<bool>, what: &str) -> Vec<String> {
         .collect()
 }
 
-fn trifecta(p: &EffectivePolicy, input: &ReportInput<'_>, reach: &Reach) -> Trifecta {
+fn trifecta(
+    p: &EffectivePolicy,
+    input: &ReportInput<'_>,
+    reach: &Reach,
+    approvals: Option<&crate::approvals::Policy>,
+) -> Trifecta {
+    use crate::approvals::SourceKind;
+    let is_gated = |source: Option<(SourceKind, &str)>| {
+        approvals.is_some_and(|a| gated(a, input.approval_rules, &p.workspace, source))
+    };
+    let mut gated_ways = Vec::new();
     let mut private_data: Vec<String> = input
         .workspace
         .mounts
@@ -688,17 +799,30 @@ fn trifecta(p: &EffectivePolicy, input: &ReportInput<'_>, reach: &Reach) -> Trif
         }
     }
     if p.network.value == NetworkMode::Bridge {
-        exfiltration.push("network bridge: outbound internet allowed".to_owned());
+        let way = "network bridge: outbound internet allowed".to_owned();
+        if is_gated(None) {
+            gated_ways.push(format!("{way} (every bash call waits for approval)"));
+        } else {
+            exfiltration.push(way);
+        }
     }
     for item in reach.mcp_servers.iter().filter(|i| i.reachable) {
         match input.config.mcp_servers.get(&item.name) {
-            Some(server) if server.url.is_some() => {
-                exfiltration.push(format!("MCP server {} is {}", item.name, mcp_kind(server)))
+            Some(server) if server.url.is_some() || server.command.is_some() => {
+                let way = if server.url.is_some() {
+                    format!("MCP server {} is {}", item.name, mcp_kind(server))
+                } else {
+                    format!(
+                        "MCP server {} runs on the host (stdio); its network is not restricted",
+                        item.name
+                    )
+                };
+                if is_gated(Some((SourceKind::Mcp, &item.name))) {
+                    gated_ways.push(format!("{way} (each call waits for approval)"));
+                } else {
+                    exfiltration.push(way);
+                }
             }
-            Some(server) if server.command.is_some() => exfiltration.push(format!(
-                "MCP server {} runs on the host (stdio); its network is not restricted",
-                item.name
-            )),
             _ => {}
         }
         // A server in its own container reaches what its container does.
@@ -724,11 +848,16 @@ fn trifecta(p: &EffectivePolicy, input: &ReportInput<'_>, reach: &Reach) -> Trif
     }
     for item in reach.skills.iter().filter(|i| i.reachable) {
         if let Some(hosts) = input.plugin_http.get(&item.name) {
-            exfiltration.push(format!(
+            let way = format!(
                 "skill {} makes HTTP requests to {}",
                 item.name,
                 hosts.join(", ")
-            ));
+            );
+            if is_gated(Some((SourceKind::Skill, &item.name))) {
+                gated_ways.push(format!("{way} (each call waits for approval)"));
+            } else {
+                exfiltration.push(way);
+            }
         }
     }
 
@@ -742,13 +871,20 @@ fn trifecta(p: &EffectivePolicy, input: &ReportInput<'_>, reach: &Reach) -> Trif
     .collect();
     let verdict = if missing.is_empty() {
         "LETHAL: all three present".to_owned()
-    } else {
+    } else if gated_ways.is_empty() || !exfiltration.is_empty() {
         format!("ok: {}", missing.join(", "))
+    } else {
+        format!(
+            "ok: {} (ways out gated by approvals: {})",
+            missing.join(", "),
+            gated_ways.len()
+        )
     };
     Trifecta {
         private_data,
         untrusted_input,
         exfiltration,
+        gated: gated_ways,
         verdict,
     }
 }
@@ -988,6 +1124,25 @@ pub fn render_text(report: &PolicyReport) -> String {
         let _ = writeln!(out, "  - {note}");
     }
 
+    if let Some(a) = &report.approvals {
+        out.push_str("\napprovals\n");
+        table(
+            &mut out,
+            &[
+                ("tier".to_owned(), a.tier.clone()),
+                ("ask".to_owned(), list_or_none(&a.ask)),
+                ("allow".to_owned(), list_or_none(&a.allow)),
+                (
+                    "read commands".to_owned(),
+                    yes_no(a.read_commands).to_owned(),
+                ),
+                ("approvers".to_owned(), a.approvers.clone()),
+                ("unattended".to_owned(), a.unattended.clone()),
+                ("timeout".to_owned(), format!("{} s", a.timeout_secs)),
+            ],
+        );
+    }
+
     let t = &report.trifecta;
     let _ = writeln!(out, "\nlethal trifecta: {}", t.verdict);
     table(
@@ -999,6 +1154,7 @@ pub fn render_text(report: &PolicyReport) -> String {
                 list_or_none(&t.untrusted_input),
             ),
             ("way out".to_owned(), list_or_none(&t.exfiltration)),
+            ("gated way out".to_owned(), list_or_none(&t.gated)),
         ],
     );
 

@@ -705,7 +705,12 @@ workspaces:
     mounts: [{source: "~/notes", target: /notes}]
     channels: [webhook]
     skills: [web-search]
+    approvals: {tier: yolo}
+  gated:
+    mounts: [{source: "~/notes", target: /notes}]
+    skills: [web-search]
   isolated:
+    approvals: {tier: yolo}
     policies: [no_internet_access, read_only_mounts, {allowed_executables: [/bin/busybox]}]
     mounts: [{source: "~/code", target: /code, read_only: false}]
     skills: [web-search, notes]
@@ -716,6 +721,7 @@ workspaces:
 channels:
   webhook: {plugin: channel-webhook, workspace: lethal}
   isolated-hook: {plugin: channel-webhook, workspace: isolated}
+  gated-hook: {plugin: channel-webhook, workspace: gated}
 mcp_servers:
   files: {command: [/usr/local/bin/mcp-files, --token, "t0ps3cret"]}
   docs: {url: "https://user:pw@docs.example.com/mcp?key=abc"}
@@ -743,6 +749,7 @@ fn audit(cfg: &Config, workspace: &str, catalog: &PolicyCatalog) -> PolicyReport
             runner_binary: Path::new("/home/u/.pincer/bin/pincer-agent-0"),
             plugin_http: &egress,
             mcp_containers: &[],
+            approval_rules: &[],
         },
     )
 }
@@ -781,6 +788,36 @@ fn config_accepts_the_allowed_executables_mapping() {
 fn trifecta_verdicts() {
     let cfg = config();
     let c = catalog();
+
+    // The same three, each way out waiting for a person (tier approval,
+    // the default of a workspace a channel serves): gated, not open.
+    let gated = audit(&cfg, "gated", &c);
+    assert_eq!(gated.trifecta.exfiltration, Vec::<String>::new());
+    assert_eq!(
+        gated.trifecta.gated,
+        [
+            "network bridge: outbound internet allowed (every bash call waits for approval)",
+            "skill web-search makes HTTP requests to api.search.example (each call waits for approval)"
+        ]
+    );
+    assert_eq!(
+        gated.trifecta.verdict,
+        "ok: no way out (ways out gated by approvals: 2)"
+    );
+    assert_eq!(
+        gated.approvals.as_ref().map(|a| a.tier.as_str()),
+        Some("approval")
+    );
+    // An argv rule opens bash to some program: the network is open again.
+    let mut opened = cfg.clone();
+    if let Some(ws) = opened.workspaces.get_mut("gated") {
+        ws.approvals.allow = vec![crate::approvals::Rule::parse("bash: curl").unwrap()];
+    }
+    let opened = audit(&opened, "gated", &c).trifecta;
+    assert_eq!(
+        opened.exfiltration,
+        ["network bridge: outbound internet allowed"]
+    );
 
     let lethal = audit(&cfg, "lethal", &c).trifecta;
     assert_eq!(lethal.verdict, "LETHAL: all three present");
