@@ -287,17 +287,7 @@ impl Agent {
         self.sessions.begin_turn(session.id, &turn_id)?;
         let user = json!({"role": "user", "content": text});
         self.sessions.append(session.id, &turn_id, &user)?;
-        let observers = self.observers.get(&key.workspace);
-        let observe = |body: api::EventBody| {
-            if let Some(o) = observers {
-                o.emit(api::Event {
-                    timestamp_ms: u64::try_from(crate::db::now_ms()).unwrap_or(0),
-                    workspace: Some(key.workspace.clone()),
-                    session: Some(session.id.to_string()),
-                    body,
-                });
-            }
-        };
+        let observe = self.observer(&key.workspace, session.id);
         let origin = inbound.origin.as_ref();
         observe(api::EventBody::MessageIn(api::Message {
             id: origin.map_or_else(|| turn_id.clone(), |o| o.message_id.clone()),
@@ -404,23 +394,33 @@ impl Agent {
                 },
             )),
         };
-        let observers = self.observers.get(&key.workspace);
-        let observe = |body: api::EventBody| {
-            if let Some(o) = observers {
-                o.emit(api::Event {
-                    timestamp_ms: u64::try_from(crate::db::now_ms()).unwrap_or(0),
-                    workspace: Some(key.workspace.clone()),
-                    session: Some(turn.session_id.to_string()),
-                    body,
-                });
-            }
-        };
+        let observe = self.observer(&key.workspace, turn.session_id);
         let run = self.run(&scope, events, &observe);
         let outcome = tokio::select! {
             outcome = run => outcome,
             () = cancel => Outcome::Cancelled,
         };
         self.finish(&scope, origin.as_ref(), outcome, events, &observe)
+    }
+
+    /// Hands a turn's events to the workspace's observers.
+    fn observer(
+        &self,
+        workspace: &str,
+        session_id: i64,
+    ) -> impl Fn(api::EventBody) + Send + Sync + '_ {
+        let observers = self.observers.get(workspace);
+        let workspace = workspace.to_string();
+        move |body: api::EventBody| {
+            if let Some(o) = observers {
+                o.emit(api::Event {
+                    timestamp_ms: u64::try_from(crate::db::now_ms()).unwrap_or(0),
+                    workspace: Some(workspace.clone()),
+                    session: Some(session_id.to_string()),
+                    body,
+                });
+            }
+        }
     }
 
     /// The approvals in force for a turn of `key` from `origin`; `None`
