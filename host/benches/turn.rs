@@ -78,6 +78,9 @@ async fn run() -> anyhow::Result<()> {
         plugins: None,
         memory: memory.clone(),
         schedules: Arc::new(pincer::scheduler::Store::open(&database)?),
+        approvals: Arc::new(pincer::approvals::Approvals::new(
+            pincer::approvals::ApprovalStore::open(&database)?,
+        )),
     };
     let gateway = Arc::new(Gateway::new(&config, home.path(), services)?);
     let containers =
@@ -148,6 +151,7 @@ async fn turn(agent: &Agent, text: &str) -> anyhow::Result<()> {
                     conversation: "bench".into(),
                     workspace: "bench".into(),
                 },
+                unattended: false,
                 // A fresh session each time keeps the context the same size.
                 text: format!("/new {text}"),
                 origin: None,

@@ -31,8 +31,8 @@ enum Job {
     /// Continue `row`'s turn, which a restart stopped while `request`
     /// waited for a decision, once it is decided.
     Resume {
-        row: InboundRow,
-        request: crate::approvals::Request,
+        row: Box<InboundRow>,
+        request: Box<crate::approvals::Request>,
     },
 }
 
@@ -287,7 +287,13 @@ impl ChannelRouter {
             });
             if let Some(request) = waiting {
                 tracing::info!(channel = %row.channel, id = row.id, request = %request.id, "a turn waits for an approval across the restart: it resumes once decided");
-                self.enqueue(session_key(&row), Job::Resume { row, request });
+                self.enqueue(
+                    session_key(&row),
+                    Job::Resume {
+                        row: Box::new(row),
+                        request: Box::new(request),
+                    },
+                );
                 continue;
             }
             tracing::warn!(channel = %row.channel, id = row.id, "a turn was interrupted by a restart");
@@ -631,7 +637,7 @@ impl ChannelRouter {
             }
             let done = match job {
                 Job::Message(id) => self.run_one(&key, id).await,
-                Job::Resume { row, request } => self.resume_one(&key, row, request).await,
+                Job::Resume { row, request } => self.resume_one(&key, *row, *request).await,
             };
             if let Err(e) = done {
                 tracing::error!(channel = %key.channel, "cannot record a channel turn: {e}");
@@ -690,7 +696,7 @@ impl ChannelRouter {
             Start::Resume {
                 key: key.clone(),
                 origin: origin_of(&row),
-                request,
+                request: Box::new(request),
             },
         )
         .await
@@ -788,7 +794,7 @@ enum Start {
     Resume {
         key: SessionKey,
         origin: Origin,
-        request: crate::approvals::Request,
+        request: Box<crate::approvals::Request>,
     },
 }
 

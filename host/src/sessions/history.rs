@@ -92,7 +92,7 @@ fn answer_dangling_tool_calls(messages: &[Value], keep_last_open: bool) -> Vec<V
         let calls = m["tool_calls"].as_array().map(Vec::as_slice).unwrap_or(&[]);
         for id in calls.iter().filter_map(|c| c["id"].as_str()) {
             asked.insert(id.to_string());
-            if !answered.contains(id) && !(keep_last_open && Some(i) == last_assistant) {
+            if !answered.contains(id) && (!keep_last_open || Some(i) != last_assistant) {
                 out.push(json!({
                     "role": "tool",
                     "tool_call_id": id,

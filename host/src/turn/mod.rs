@@ -1130,10 +1130,10 @@ fn verdict_of(request: &approvals::Request, timeout: Duration) -> (Verdict, Stri
 /// sender who decided in the chat was answered there already.
 fn announced(request: &approvals::Request) -> bool {
     request.state == approvals::State::Expired
-        || !request
+        || request
             .decided_by
             .as_deref()
-            .is_some_and(|by| !by.starts_with("operator:"))
+            .is_none_or(|by| by.starts_with("operator:"))
 }
 
 /// Who may decide, in words.
