@@ -17,6 +17,28 @@ pub fn open(path: &Path) -> rusqlite::Result<Connection> {
     Ok(conn)
 }
 
+/// Adds the `columns` (name, declaration) `table` lacks: tables written by
+/// an older release gain what a newer one stores, keeping their rows.
+pub fn add_missing_columns(
+    conn: &Connection,
+    table: &str,
+    columns: &[(&str, &str)],
+) -> rusqlite::Result<()> {
+    for (column, declared) in columns {
+        let present: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2)",
+            [table, column],
+            |row| row.get(0),
+        )?;
+        if !present {
+            conn.execute_batch(&format!(
+                "ALTER TABLE {table} ADD COLUMN {column} {declared}"
+            ))?;
+        }
+    }
+    Ok(())
+}
+
 /// Milliseconds since the Unix epoch, as stored in every table.
 pub fn now_ms() -> i64 {
     SystemTime::now()

@@ -529,7 +529,7 @@ fn variant(sandbox: &Sandbox, src: &str, dir: &str, edit: impl Fn(String) -> Str
     to
 }
 
-/// acme-calc 0.1.0 on WIT 0.3.0 with kv and a secret key `api_key`.
+/// acme-calc 0.1.0 on WIT 0.4.0 with kv and a secret key `api_key`.
 const SECRET_KEY: &str =
     "\n[capabilities]\nkv = true\n\n[config.api_key]\ntype = \"string\"\nsecret = true\n";
 

@@ -79,6 +79,30 @@ impl FakeSlack {
         .await
     }
 
+    /// Pushes a click by `user` on button `action` of message `ts` in
+    /// `channel` over Socket Mode (`action_ts`: the click's own id, fresh
+    /// unless given); returns the click's `action_ts`.
+    async fn click(
+        &self,
+        action: &str,
+        ts: &str,
+        user: &str,
+        channel: &str,
+        action_ts: Option<&str>,
+    ) -> String {
+        let fresh = format!("1800000000.{:06}", rand_micros());
+        let action_ts = action_ts.unwrap_or(&fresh);
+        let pushed = self
+            .post(
+                "/socket/push",
+                json!({"kind": "interactive", "action_id": action, "ts": ts, "user": user,
+                       "channel": channel, "action_ts": action_ts}),
+            )
+            .await;
+        assert!(pushed["envelope_id"].is_string(), "{pushed}");
+        action_ts.to_string()
+    }
+
     /// Waits until `count` calls of `method` are recorded; returns them all.
     async fn calls(&self, method: &str, count: usize) -> Vec<Value> {
         let (status, _) = self
@@ -1699,6 +1723,24 @@ async fn a_task_the_agent_proposes_runs_only_once_a_person_approves_it() {
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
 
+fn rand_micros() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The button ids of a posted message's actions block.
+fn buttons(posted: &Value) -> Vec<String> {
+    posted["args"]["blocks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["type"] == "actions")
+        .flat_map(|b| b["elements"].as_array().cloned().unwrap_or_default())
+        .filter_map(|e| e["action_id"].as_str().map(str::to_string))
+        .collect()
+}
+
 /// The `apr_…` id of the approval request in a posted message.
 fn request_id(posted: &Value) -> String {
     let text = posted["args"]["text"].as_str().unwrap_or_default();
@@ -1896,4 +1938,219 @@ async fn a_request_pending_across_kill_9_resumes_its_turn_once_decided() {
         env.inbound()
     );
     assert!(again.stop().success(), "{}", again.log());
+}
+
+/// Issue 27, Slack's buttons. The request arrives as Block Kit (checked by
+/// slack_sdk's models in the fake) with *Approve once / This session /
+/// Always / Deny*. A colleague's click is refused with a message only they
+/// see (audited, nothing runs); a click carrying the request's button on
+/// another message is refused (audited); the originator's click runs
+/// exactly the call, and the message is replaced by the outcome without
+/// buttons. A redelivered click does nothing; a fresh click on a decided
+/// request is told so. "This session" covers the same program for the rest
+/// of the session; "Always", clicked through the Events API's signed form
+/// POST, stores a rule the CLI lists; "Deny" reaches the model.
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_buttons_decide_for_the_originator_on_the_request_message_only() {
+    let env = Env::with_workspace(
+        vec![
+            Behaviour::tool("bash", r#"{"command":"rm -rf /workspace/x"}"#),
+            Behaviour::answer("x is gone"),
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/a"}"#),
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/b"}"#),
+            Behaviour::answer("touched"),
+            Behaviour::tool("bash", r#"{"command":"mkdir /workspace/m"}"#),
+            Behaviour::answer("made"),
+            Behaviour::tool("bash", r#"{"command":"rm -rf /workspace/m"}"#),
+            Behaviour::answer("not allowed"),
+        ],
+        FakeSlack::start(),
+        "{approvals: {tier: approval}}",
+    )
+    .await;
+    let ws = env.sandbox.dir.path().join("ws/team");
+    ok(env.cli(&[
+        "workspace",
+        "exec",
+        "team",
+        "--",
+        "mkdir",
+        "-p",
+        "/workspace/x",
+    ]));
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+
+    // 1. The request, with its four buttons, before anything runs.
+    env.slack.dm("please remove x", ALLOWED, "D0DM").await;
+    let asked = env.slack.posted(1).await.remove(0);
+    let ts = asked["response"]["ts"].as_str().unwrap().to_string();
+    let id = request_id(&asked);
+    let ids = buttons(&asked);
+    let button = |choice: &str| format!("pincer-approval:{id}:{choice}");
+    assert_eq!(
+        ids,
+        ["once", "session", "always", "deny"].map(button),
+        "{asked:#}"
+    );
+    let section = asked["args"]["blocks"][0]["text"]["text"].as_str().unwrap();
+    assert!(
+        section.contains("rm -rf /workspace/x") && section.contains(ALLOWED),
+        "{section}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(ws.join("x").exists(), "nothing runs before a decision");
+
+    // A colleague's click: refused, told to them alone, nothing runs.
+    env.slack
+        .click(&button("once"), &ts, COLLEAGUE, "D0DM", None)
+        .await;
+    let only = env.slack.calls("chat.postEphemeral", 1).await;
+    assert_eq!(only[0]["args"]["user"], COLLEAGUE, "{only:#?}");
+    assert!(
+        only[0]["args"]["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("only {ALLOWED}")),
+        "{only:#?}"
+    );
+    assert_eq!(env.sandbox.audited("approval.refused_approver").len(), 1);
+    // The originator clicking the request's button on another message.
+    env.slack
+        .click(&button("once"), "1700000000.999900", ALLOWED, "D0DM", None)
+        .await;
+    let forged = wait_audited(&env, "approval.refused_click", 1).await;
+    assert!(forged[0].contains("1700000000.999900"), "{forged:?}");
+    assert!(ws.join("x").exists(), "{}", daemon.log());
+
+    // The originator's click runs it; the message shows who decided, no buttons.
+    let action_ts = env
+        .slack
+        .click(&button("once"), &ts, ALLOWED, "D0DM", None)
+        .await;
+    let updated = env.slack.calls("chat.update", 1).await;
+    let update = &updated[0];
+    assert_eq!(update["response"]["ok"], true, "{update:#}");
+    assert_eq!(update["args"]["ts"], ts);
+    assert!(
+        update["args"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Approved once by U0ALLOWED"),
+        "{update:#}"
+    );
+    assert!(buttons(update).is_empty(), "buttons removed: {update:#}");
+    assert_eq!(texts(&env, 2).await[1], "x is gone");
+    assert!(!ws.join("x").exists());
+    // The same click delivered again changes and says nothing.
+    env.slack
+        .click(&button("once"), &ts, ALLOWED, "D0DM", Some(&action_ts))
+        .await;
+    // A fresh click on the decided request is told so, to the clicker.
+    env.slack
+        .click(&button("deny"), &ts, ALLOWED, "D0DM", None)
+        .await;
+    let only = env.slack.calls("chat.postEphemeral", 2).await;
+    assert!(
+        only[1]["args"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("already granted by U0ALLOWED"),
+        "{only:#?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, calls) = env.slack.get("/calls?method=chat.postEphemeral").await;
+    assert_eq!(calls["calls"].as_array().unwrap().len(), 2, "{calls:#}");
+    assert_eq!(env.sandbox.audited("approval.granted").len(), 1);
+
+    // 2. "This session": the next `touch` of the session is not asked.
+    env.slack.dm("touch two files", ALLOWED, "D0DM").await;
+    let asked = env.slack.posted(3).await.remove(2);
+    let second = request_id(&asked);
+    env.slack
+        .click(
+            &format!("pincer-approval:{second}:session"),
+            asked["response"]["ts"].as_str().unwrap(),
+            ALLOWED,
+            "D0DM",
+            None,
+        )
+        .await;
+    assert_eq!(texts(&env, 4).await[3], "touched");
+    assert!(ws.join("a").exists() && ws.join("b").exists());
+    assert_eq!(env.sandbox.audited("approval.requested").len(), 2);
+    let updated = env.slack.calls("chat.update", 2).await;
+    assert!(
+        updated[1]["args"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("for this session"),
+        "{updated:#?}"
+    );
+
+    // 3. "Always", clicked through the Events API (a signed form POST).
+    env.slack.dm("make m", ALLOWED, "D0DM").await;
+    let asked = env.slack.posted(5).await.remove(4);
+    let third = request_id(&asked);
+    let url = format!("http://{}/channels/slack/interactive", daemon.webhooks);
+    let sent = env
+        .slack
+        .post(
+            "/events/send",
+            json!({"url": url, "kind": "interactive", "user": ALLOWED, "channel": "D0DM",
+                   "ts": asked["response"]["ts"], "action_id": format!("pincer-approval:{third}:always")}),
+        )
+        .await;
+    assert_eq!(sent["status"], 200, "{sent}");
+    assert!(sent["elapsed_ms"].as_f64().unwrap() < 3000.0, "{sent}");
+    assert_eq!(texts(&env, 6).await[5], "made");
+    let rules = ok(env.cli(&["approvals", "rules", "--workspace", "team"]));
+    assert!(rules.contains("bash: mkdir /workspace/m"), "{rules}");
+    // A forged interactivity request is refused before the plugin reads it.
+    let forged = env
+        .slack
+        .post(
+            "/events/send",
+            json!({"url": url, "kind": "interactive", "user": ALLOWED, "channel": "D0DM",
+                   "ts": asked["response"]["ts"], "bad_signature": true,
+                   "action_id": format!("pincer-approval:{third}:deny")}),
+        )
+        .await;
+    assert_eq!(forged["status"], 401, "{forged}");
+
+    // 4. "Deny" reaches the model; nothing runs.
+    env.slack.dm("remove m", ALLOWED, "D0DM").await;
+    let asked = env.slack.posted(7).await.remove(6);
+    let fourth = request_id(&asked);
+    env.slack
+        .click(
+            &format!("pincer-approval:{fourth}:deny"),
+            asked["response"]["ts"].as_str().unwrap(),
+            ALLOWED,
+            "D0DM",
+            None,
+        )
+        .await;
+    assert_eq!(texts(&env, 8).await[7], "not allowed");
+    assert!(ws.join("m").exists(), "a denied call does not run");
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    for call in calls["calls"].as_array().unwrap() {
+        assert_eq!(
+            call["response"]["ok"], true,
+            "Slack accepted every message: {call:#}"
+        );
+    }
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// Waits until `count` audit events of `kind` are recorded; returns them.
+async fn wait_audited(env: &Env, kind: &str, count: usize) -> Vec<String> {
+    for _ in 0..100 {
+        let found = env.sandbox.audited(kind);
+        if found.len() >= count {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("fewer than {count} `{kind}` audit events");
 }

@@ -18,7 +18,12 @@ Web API, `POST|GET /api/<method>`, form-encoded or JSON bodies; the token is rea
 `invalid_auth`, none: `not_authed`, wrong kind: `not_allowed_token_type`, all HTTP 200.
   auth.test                bot token (an app-level token is accepted too)
   apps.connections.open    app-level token, header only -> ws://HOST:N/link/?ticket=<uuid>&app_id=A0APP
-  chat.postMessage         bot token; channel_not_found, no_text, msg_too_long (> 40 000 chars)
+  chat.postMessage         bot token; channel_not_found, no_text, msg_too_long (> 40 000 chars),
+                           invalid_blocks (blocks slack_sdk's Block Kit models refuse)
+  chat.update              bot token; channel + ts of a message the bot posted, else
+                           message_not_found / cant_update_message; invalid_blocks as above
+  chat.postEphemeral       bot token; channel + user -> {"message_ts"}; user_not_in_channel
+                           when the user is "U0NOTHERE"
   reactions.add / .remove  bot token; already_reacted / no_reaction, invalid_name, no_item_specified
   anything else            {"ok": false, "error": "unknown_method"}
 Every call is recorded (headers, raw body, parsed arguments, answer, arrival time).
@@ -33,7 +38,10 @@ Control API, JSON in and out (POST bodies may be empty; `connection` defaults to
 open connection):
   POST /_test/socket/push        {"kind": "dm"|"mention"|"slash"|"interactive", "text", "user",
                                   "channel", "thread_ts", "event_id", "ts", "command",
-                                  "action_id", "value", "connection"}
+                                  "action_id", "value", "action_ts", "connection"}
+                                 (interactive: a click on the button `action_id` of message
+                                  `ts`, a `block_actions` payload; `action_ts` new each time
+                                  unless given)
                                  -> {"envelope_id", "event_id", "ts", "delivered_to"}
                                  (a mention's text gets "<@BOT> " prepended unless it has it)
   POST /_test/socket/disconnect  {"reason": "warning"|"refresh_requested"|"link_disabled",
@@ -48,7 +56,8 @@ open connection):
   POST /_test/ratelimit          {"method", "count": K, "retry_after": S} : the next K calls of
                                   method get HTTP 429, Retry-After: S, {"ok":false,"error":"ratelimited"}
   POST /_test/channels           {"channels": [ids] | null} : known channels (null: any C/D/G id)
-  POST /_test/events/send        {"url", "kind": "dm"|"mention"|"url_verification", "text", "user",
+  POST /_test/events/send        {"url", "kind": "dm"|"mention"|"url_verification"|"interactive",
+                                  "text", "user", "action_id", "action_ts",
                                   "channel", "thread_ts", "event_id", "ts", "challenge", "body"
                                   (raw string sent as is), "stale": bool (timestamp 6 min old,
                                   correctly signed), "bad_signature": bool, "no_signature": bool,
@@ -73,13 +82,14 @@ import struct
 import sys
 import time
 import uuid
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 import aiohttp
 from aiohttp import web
 
 import fake_control
 from fake_control import json_body
+from slack_sdk.models.blocks import Block
 from slack_sdk.signature import SignatureVerifier
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -90,6 +100,35 @@ MAX_TEXT = 40_000
 
 def now() -> float:
     return time.time()
+
+
+def parsed_blocks(args):
+    """The `blocks` argument (a JSON string in a form, a list in JSON), checked by slack_sdk's
+    Block Kit models as Slack checks them: (blocks, None), or (None, why) when Slack would answer
+    invalid_blocks. Validation covers the limits the models know (section text 3000, button
+    text 75 and action_id 255 characters, at most 25 elements in an actions block, styles)."""
+    value = args.get("blocks")
+    if value is None:
+        return None, None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as error:
+            return None, f"blocks is not JSON: {error}"
+    if not isinstance(value, list):
+        return None, "blocks must be an array"
+    try:
+        parsed = Block.parse_all(value)
+        for block, raw in zip(parsed, value):
+            if block is None or type(block) is Block:
+                return None, f"unknown block type {raw.get('type')!r}"
+            block.validate_json()
+            # to_dict() validates too and must give the block back as sent.
+            if block.to_dict() != raw:
+                return None, f"block {raw.get('type')!r} does not round-trip: {block.to_dict()} != {raw}"
+    except Exception as error:  # slack_sdk raises SlackObjectFormationError and friends
+        return None, f"{type(error).__name__}: {error}"
+    return value, None
 
 
 class Conn:
@@ -154,6 +193,7 @@ class Fake:
         self.envelopes = {}
         self.pending = []  # envelope ids waiting for a live connection
         self.reactions = set()
+        self.messages = {}  # (channel, ts) -> what the bot posted (text, blocks, thread_ts)
         self.ratelimits = {}
         self.events_sent = []
 
@@ -288,46 +328,7 @@ class Fake:
             }
             return env, None, None
         if kind == "interactive":
-            # https://docs.slack.dev/apis/events-api/using-socket-mode ("Block Kit buttons"), the
-            # message's "..." left out, ids made the fake's.
-            ts = body.get("ts") or self.next_ts()
-            channel = body.get("channel") or "C0CHAN"
-            user = body.get("user") or "U0USER"
-            payload = {
-                "type": "block_actions",
-                "team": {"id": self.cfg.team_id, "domain": "Duino"},
-                "user": {"id": user, "username": "RMR", "team_id": self.cfg.team_id},
-                "api_app_id": self.cfg.app_id,
-                "token": "9s8d9as89d8as9d8as989",
-                "container": {
-                    "type": "message_attachment",
-                    "message_ts": ts,
-                    "attachment_id": 1,
-                    "channel_id": channel,
-                    "is_ephemeral": False,
-                    "is_app_unfurl": False,
-                },
-                "trigger_id": "12321423423.333649436676.d8c1bb837935619ccad0f624c448ffb3",
-                "channel": {"id": channel, "name": "review-updates"},
-                "message": {
-                    "bot_id": self.cfg.bot_id,
-                    "type": "message",
-                    "text": body.get("text", "Who if I cried out would hear me."),
-                    "user": self.cfg.bot_user_id,
-                    "ts": ts,
-                },
-                "response_url": "https://hooks.slack.com/actions/AABA1ABCD/1232321423432/D09sSasdasdAS9091209",
-                "actions": [
-                    {
-                        "action_id": body.get("action_id") or "WaXA",
-                        "block_id": "=qXel",
-                        "text": {"type": "plain_text", "text": "View", "emoji": True},
-                        "value": body.get("value") or "click_me_123",
-                        "type": "button",
-                        "action_ts": "1548426417.840180",
-                    }
-                ],
-            }
+            payload, ts = self.block_actions(body)
             env = {
                 "payload": payload,
                 "envelope_id": envelope_id,
@@ -336,6 +337,62 @@ class Fake:
             }
             return env, None, ts
         raise ValueError(f"unknown envelope kind {kind!r}")
+
+    def block_actions(self, body):
+        """A `block_actions` payload for a click on button `action_id` of message `ts`, and ts.
+
+        https://docs.slack.dev/reference/interaction-payloads/block_actions-payload, its example
+        with the fake's ids: `container` of a message (with `thread_ts` when the message is in a
+        thread), `message` as the bot posted it (its blocks, when the fake has it), `actions`
+        with the clicked button's `action_id`, `value` and a fresh `action_ts`.
+        """
+        ts = body.get("ts") or self.next_ts()
+        channel = body.get("channel") or "C0CHAN"
+        user = body.get("user") or "U0USER"
+        posted = self.messages.get((channel, ts), {})
+        thread_ts = body.get("thread_ts") or posted.get("thread_ts")
+        container = {
+            "type": "message",
+            "message_ts": ts,
+            "channel_id": channel,
+            "is_ephemeral": False,
+        }
+        message = {
+            "bot_id": self.cfg.bot_id,
+            "type": "message",
+            "text": posted.get("text", body.get("text", "Who if I cried out would hear me.")),
+            "user": self.cfg.bot_user_id,
+            "ts": ts,
+        }
+        if posted.get("blocks"):
+            message["blocks"] = posted["blocks"]
+        if thread_ts:
+            container["thread_ts"] = thread_ts
+            message["thread_ts"] = thread_ts
+        action_id = body.get("action_id") or "WaXA"
+        payload = {
+            "type": "block_actions",
+            "team": {"id": self.cfg.team_id, "domain": "Duino"},
+            "user": {"id": user, "username": "RMR", "name": "rmr", "team_id": self.cfg.team_id},
+            "api_app_id": self.cfg.app_id,
+            "token": "9s8d9as89d8as9d8as989",
+            "container": container,
+            "trigger_id": "12321423423.333649436676.d8c1bb837935619ccad0f624c448ffb3",
+            "channel": {"id": channel, "name": "review-updates"},
+            "message": message,
+            "response_url": "https://hooks.slack.com/actions/AABA1ABCD/1232321423432/D09sSasdasdAS9091209",
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": "pincer_actions",
+                    "text": {"type": "plain_text", "text": "Button", "emoji": True},
+                    "value": body.get("value") or action_id,
+                    "type": "button",
+                    "action_ts": body.get("action_ts") or self.next_ts(),
+                }
+            ],
+        }
+        return payload, ts
 
     # ---- Web API ---------------------------------------------------------------------------------
 
@@ -431,6 +488,8 @@ class Fake:
             "auth.test": self.auth_test,
             "apps.connections.open": self.connections_open,
             "chat.postMessage": self.post_message,
+            "chat.update": self.update_message,
+            "chat.postEphemeral": self.post_ephemeral,
             "reactions.add": self.reactions_add,
             "reactions.remove": self.reactions_remove,
         }.get(method)
@@ -501,7 +560,15 @@ class Fake:
             # containing more than 40,000 characters"; the error `msg_too_long` is what Slack's
             # older reference listed for them, kept here so tests see over-long text at once.
             return {"ok": False, "error": "msg_too_long"}
+        blocks, error = parsed_blocks(args)
+        if error:
+            return {"ok": False, "error": "invalid_blocks", "errors": [error]}
         ts = self.next_ts()
+        self.messages[(channel, ts)] = {
+            "text": text or "",
+            "blocks": blocks,
+            "thread_ts": args.get("thread_ts"),
+        }
         # https://docs.slack.dev/reference/methods/chat.postMessage, "Response":
         #   {"ok": true, "channel": "C123ABC456", "ts": "1503435956.000247",
         #    "message": {"text": "Here's a message for you", "username": "ecto1",
@@ -531,6 +598,59 @@ class Fake:
         if args.get("thread_ts"):
             message["thread_ts"] = args["thread_ts"]
         return {"ok": True, "channel": channel, "ts": ts, "message": message}
+
+    def update_message(self, args, token, _header):
+        # https://docs.slack.dev/reference/methods/chat.update: channel + ts of a message; errors
+        # message_not_found, cant_update_message (not the caller's), no_text, invalid_blocks.
+        # "If you don't include [blocks], the message's previous blocks will be retained."
+        error = self.auth(token, ("bot",))
+        if error:
+            return error
+        channel, ts = args.get("channel"), args.get("ts")
+        if not self.check_channel(channel):
+            return {"ok": False, "error": "channel_not_found"}
+        posted = self.messages.get((channel, ts))
+        if posted is None:
+            return {"ok": False, "error": "message_not_found"}
+        text = args.get("text")
+        if not text and not args.get("blocks"):
+            return {"ok": False, "error": "no_text"}
+        blocks, error = parsed_blocks(args)
+        if error:
+            return {"ok": False, "error": "invalid_blocks", "errors": [error]}
+        posted["text"] = text or ""
+        if "blocks" in args:
+            posted["blocks"] = blocks
+        # "Response": {"ok": true, "channel": "C123ABC456", "ts": "1401383885.000061",
+        #              "text": "Updated text you carefully authored", "message": {...}}
+        return {
+            "ok": True,
+            "channel": channel,
+            "ts": ts,
+            "text": posted["text"],
+            "message": {"text": posted["text"], "user": self.cfg.bot_user_id, "blocks": posted["blocks"]},
+        }
+
+    def post_ephemeral(self, args, token, _header):
+        # https://docs.slack.dev/reference/methods/chat.postEphemeral: channel, user, text or
+        # blocks; "Response": {"ok": true, "message_ts": "1502210682.580145"};
+        # user_not_in_channel when the user is not a member.
+        error = self.auth(token, ("bot",))
+        if error:
+            return error
+        channel, user = args.get("channel"), args.get("user")
+        if not self.check_channel(channel):
+            return {"ok": False, "error": "channel_not_found"}
+        if not user:
+            return {"ok": False, "error": "user_not_found"}
+        if user == "U0NOTHERE":
+            return {"ok": False, "error": "user_not_in_channel"}
+        if not args.get("text") and not args.get("blocks"):
+            return {"ok": False, "error": "no_text"}
+        _, error = parsed_blocks(args)
+        if error:
+            return {"ok": False, "error": "invalid_blocks", "errors": [error]}
+        return {"ok": True, "message_ts": self.next_ts()}
 
     def reaction_args(self, args, token):
         error = self.auth(token, ("bot",))
@@ -922,8 +1042,16 @@ class Fake:
             return web.json_response({"error": "url is required"}, status=400)
         kind = body.get("kind", "dm")
         event_id = ts = None
+        content_type = "application/json"
         if body.get("body") is not None:
             payload_text = body["body"]
+        elif kind == "interactive":
+            # https://docs.slack.dev/interactivity/handling-user-interaction: "The request will be
+            # made to your specified Request URL in an HTTP POST. The body of that request will
+            # contain a payload parameter", form-encoded, signed as every request.
+            payload, ts = self.block_actions(body)
+            payload_text = urlencode({"payload": json.dumps(payload)})
+            content_type = "application/x-www-form-urlencoded"
         elif kind == "url_verification":
             # https://docs.slack.dev/reference/events/url_verification:
             #   {"token": "Jhj5dZrVaK7ZwHHjRyZWjbDl",
@@ -954,7 +1082,7 @@ class Fake:
         signature = SignatureVerifier(secret).generate_signature(
             timestamp=str(timestamp), body=payload_text
         )
-        headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": str(timestamp)}
+        headers = {"Content-Type": content_type, "X-Slack-Request-Timestamp": str(timestamp)}
         if not body.get("no_signature"):
             headers["X-Slack-Signature"] = signature
         if body.get("retry_num") is not None:

@@ -115,6 +115,35 @@ def web_api(api_base, control):
         check("apps.connections.open with a bot token -> not_allowed_token_type",
               e.response["error"] == "not_allowed_token_type", e.response.data)
 
+    # Block Kit, built with slack_sdk's own models: posted, replaced, refused when Slack would.
+    from slack_sdk.models.blocks import ActionsBlock, ButtonElement, SectionBlock
+    blocks = [SectionBlock(text="approve *this*?"),
+              ActionsBlock(block_id="b", elements=[ButtonElement(text="Approve", action_id="a:once",
+                                                                 value="a:once", style="primary")])]
+    asked = client.chat_postMessage(channel="C0CHAN", text="approve this?", blocks=blocks)
+    check("chat.postMessage keeps the blocks", asked["message"]["blocks"][1]["elements"][0]["action_id"]
+          == "a:once", asked.data)
+    updated = client.chat_update(channel="C0CHAN", ts=asked["ts"], text="approved",
+                                 blocks=[SectionBlock(text="approved")])
+    check("chat.update replaces text and blocks", updated["ts"] == asked["ts"]
+          and updated["text"] == "approved" and len(updated["message"]["blocks"]) == 1, updated.data)
+    kept = client.chat_update(channel="C0CHAN", ts=asked["ts"], text="again")
+    check("chat.update without blocks keeps the old ones", len(kept["message"]["blocks"]) == 1, kept.data)
+    for call, kwargs, error in (
+            (client.chat_update, {"channel": "C0CHAN", "ts": "1.000001", "text": "x"}, "message_not_found"),
+            (client.chat_postMessage, {"channel": "C0CHAN", "text": "x",
+                                       "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "y" * 3001}}]},
+             "invalid_blocks"),
+            (client.chat_postEphemeral, {"channel": "C0CHAN", "user": "U0NOTHERE", "text": "x"},
+             "user_not_in_channel")):
+        try:
+            call(**kwargs)
+            check(f"{call.__name__} -> {error}", False, "no SlackApiError")
+        except SlackApiError as e:
+            check(f"{call.__name__} -> {error}", e.response["error"] == error, e.response.data)
+    only = client.chat_postEphemeral(channel="C0CHAN", user="U0USER", text="only you")
+    check("chat.postEphemeral answers a message_ts", only["message_ts"].startswith("17"), only.data)
+
     client.reactions_add(channel="C0CHAN", timestamp=first["ts"], name="eyes")
     results = []
     for call in (client.reactions_add, client.reactions_remove, client.reactions_remove):
@@ -178,6 +207,12 @@ async def socket_mode(api_base, control):
             expected = {"slash": "slash_commands", "interactive": "interactive"}[kind]
             check(f"{expected} envelope received", req is not None and req.type == expected
                   and req.accepts_response_payload, req and req.to_dict())
+            if kind == "interactive" and req is not None:
+                click = req.payload
+                check("a click is a block_actions payload on a message", click["type"] == "block_actions"
+                      and click["container"]["type"] == "message" and click["user"]["id"]
+                      and click["actions"][0]["type"] == "button" and click["actions"][0]["action_ts"],
+                      click)
 
         # Deaf: the socket stays open but nothing comes through and pings go unanswered; the
         # SDK's heartbeat notices, reconnects, and the envelope pushed meanwhile is redelivered.

@@ -23,7 +23,10 @@ mod service;
 mod store;
 
 pub use command::{NotSimple, argv, program};
-pub use decide::{ChatDecision, Wanted, parse_chat};
+pub use decide::{
+    ChatDecision, Choice, Wanted, button_prefix, buttons, default_always_rule, parse_button,
+    parse_chat,
+};
 pub use policy::{
     Allowed, DEFAULT_TIMEOUT, Judgement, MAX_SHOWN_PREVIEW, Policy, Selector, Unattended,
     default_ask, preview, shown_preview,

@@ -205,24 +205,17 @@ impl ApprovalStore {
             );",
         )?;
         // Tables of the release before approvals were wired lack these.
-        for (column, declared) in [
-            ("turn_id", "TEXT NOT NULL DEFAULT ''"),
-            ("call_id", "TEXT NOT NULL DEFAULT ''"),
-            ("applied", "INTEGER NOT NULL DEFAULT 0"),
-            ("channel", "TEXT NOT NULL DEFAULT ''"),
-            ("conversation", "TEXT NOT NULL DEFAULT ''"),
-        ] {
-            let present: bool = conn.query_row(
-                "SELECT EXISTS (SELECT 1 FROM pragma_table_info('approval_requests') WHERE name = ?1)",
-                [column],
-                |row| row.get(0),
-            )?;
-            if !present {
-                conn.execute_batch(&format!(
-                    "ALTER TABLE approval_requests ADD COLUMN {column} {declared}"
-                ))?;
-            }
-        }
+        crate::db::add_missing_columns(
+            &conn,
+            "approval_requests",
+            &[
+                ("turn_id", "TEXT NOT NULL DEFAULT ''"),
+                ("call_id", "TEXT NOT NULL DEFAULT ''"),
+                ("applied", "INTEGER NOT NULL DEFAULT 0"),
+                ("channel", "TEXT NOT NULL DEFAULT ''"),
+                ("conversation", "TEXT NOT NULL DEFAULT ''"),
+            ],
+        )?;
         conn.execute_batch(
             "CREATE INDEX IF NOT EXISTS approval_requests_turn ON approval_requests (turn_id);",
         )?;

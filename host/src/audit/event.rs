@@ -72,6 +72,7 @@ actions! {
     ApprovalExpired => "approval.expired",
     ApprovalGranted => "approval.granted",
     ApprovalRefusedApprover => "approval.refused_approver",
+    ApprovalRefusedClick => "approval.refused_click",
     ApprovalRefusedUnapproved => "approval.refused_unapproved",
     ApprovalRequested => "approval.requested",
     ApprovalRuleRevoked => "approval.rule_revoked",

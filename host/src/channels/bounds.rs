@@ -64,6 +64,55 @@ pub fn bounded(channel: &str, messages: Vec<api::Message>) -> Vec<api::Message> 
         .collect()
 }
 
+/// Clicks one delivery may carry.
+pub const MAX_INTERACTIONS: usize = 20;
+
+/// `interactions` within the bounds of ids: at most [`MAX_INTERACTIONS`],
+/// and none whose id, action, conversation, thread, message or user is
+/// empty or longer than [`MAX_ID_BYTES`] (an action id pincer wrote is far
+/// shorter, so nothing real is dropped).
+pub fn bounded_interactions(
+    channel: &str,
+    interactions: Vec<api::Interaction>,
+) -> Vec<api::Interaction> {
+    if interactions.len() > MAX_INTERACTIONS {
+        tracing::warn!(
+            %channel,
+            "the channel plugin returned {} clicks in one delivery; the ones past {MAX_INTERACTIONS} were dropped",
+            interactions.len()
+        );
+    }
+    interactions
+        .into_iter()
+        .take(MAX_INTERACTIONS)
+        .filter_map(|mut click| {
+            let ids = [
+                Some(&click.id),
+                Some(&click.action),
+                Some(&click.conversation),
+                Some(&click.message),
+                Some(&click.user),
+                click.thread.as_ref(),
+            ];
+            if ids
+                .iter()
+                .flatten()
+                .any(|id| id.is_empty() || id.len() > MAX_ID_BYTES)
+            {
+                tracing::warn!(
+                    %channel,
+                    "a click with an empty id or one over {MAX_ID_BYTES} bytes was dropped"
+                );
+                return None;
+            }
+            if let Some(name) = &mut click.user_name {
+                cut(name, MAX_ID_BYTES, "");
+            }
+            Some(click)
+        })
+        .collect()
+}
+
 /// Cuts `text` to at most `max` bytes (at a character boundary), then
 /// appends `note`.
 fn cut(text: &mut String, max: usize, note: &str) {
@@ -123,5 +172,41 @@ mod tests {
         );
         assert_eq!(kept.len(), 1);
         assert_eq!(kept[0].id, "ok");
+    }
+
+    fn click(id: &str, action: &str) -> api::Interaction {
+        api::Interaction {
+            id: id.into(),
+            action: action.into(),
+            conversation: "C1".into(),
+            thread: None,
+            message: "1.2".into(),
+            user: "U1".into(),
+            user_name: Some("n".repeat(MAX_ID_BYTES * 2)),
+            timestamp_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_flood_of_clicks_and_bad_ids_are_bounded() {
+        let flood: Vec<_> = (0..500).map(|i| click(&i.to_string(), "a")).collect();
+        assert_eq!(bounded_interactions("c", flood).len(), MAX_INTERACTIONS);
+        let kept = bounded_interactions(
+            "c",
+            vec![
+                click("1", ""),
+                click("2", &"a".repeat(MAX_ID_BYTES + 1)),
+                click("", "a"),
+                click("3", "pincer:apr_1:once"),
+            ],
+        );
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].id, "3");
+        assert!(
+            kept[0]
+                .user_name
+                .as_ref()
+                .is_some_and(|n| n.len() == MAX_ID_BYTES)
+        );
     }
 }

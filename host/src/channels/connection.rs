@@ -395,8 +395,14 @@ async fn session(
         };
         // Stored first, acked after: a frame whose messages could not be
         // stored gets none of its replies, so the platform sends it again.
-        let messages = super::bounds::bounded(channel, outcome.messages);
-        if super::store_inbound(host, inbox.as_ref(), channel, messages).is_ok() {
+        let stored = super::store_inbound(
+            host,
+            inbox.as_ref(),
+            channel,
+            outcome.messages,
+            outcome.interactions,
+        );
+        if stored.is_ok() {
             for reply in &outcome.replies {
                 if let Err(e) = socket.send(to_ws(reply)).await {
                     return Dropped::Transport(format!("cannot send an ack: {e}"));

@@ -24,8 +24,8 @@ pub use connection::hold as hold_connection;
 pub use inbound::Unfinished;
 pub use outbox::{deliver_due, run as run_outbox};
 pub use store::{
-    ChannelStore, InboundRow, InboundState, OutboxState, Pruned, Received, Reply, StoreError,
-    refused_text,
+    Button, ButtonStyle, ChannelStore, InboundRow, InboundState, OutboxState, Pruned, Received,
+    Reply, StoreError, refused_text,
 };
 pub use webhook::routes as webhook_routes;
 
@@ -38,6 +38,11 @@ pub trait Inbox: Send + Sync {
     /// arrived, so that it delivers it again. The messages after it are not
     /// stored either (the redelivery brings them back in their order).
     fn accept(&self, channel: &str, messages: Vec<api::Message>) -> Result<(), AcceptError>;
+
+    /// Handles clicks on buttons of `channel`'s messages. Returns once each
+    /// is recorded (a redelivered click is recognised and does nothing); an
+    /// error means one was not, so the platform must not be told it arrived.
+    fn clicked(&self, channel: &str, clicks: Vec<api::Interaction>) -> Result<(), AcceptError>;
 }
 
 /// Why [`Inbox::accept`] did not take a message.
@@ -52,25 +57,41 @@ pub enum AcceptError {
         #[source]
         source: store::StoreError,
     },
+    #[error(
+        "click {click_id} of channel `{channel}` was not recorded, so the platform is not told it arrived and will deliver it again: {source}"
+    )]
+    ClickNotStored {
+        channel: String,
+        click_id: String,
+        #[source]
+        source: store::StoreError,
+    },
 }
 
-/// Hands `messages` of `channel` (already bounded) to `inbox`; a failure is
-/// logged and counted (`pincer_channel_store_failures_total`). `Ok` means
-/// the platform may be acked / answered 2xx.
+/// Hands the messages and clicks of `channel` to `inbox`, bounded; a
+/// failure is logged and counted (`pincer_channel_store_failures_total`).
+/// `Ok` means the platform may be acked / answered 2xx.
 pub(crate) fn store_inbound(
     host: &ChannelHost,
     inbox: &dyn Inbox,
     channel: &str,
     messages: Vec<api::Message>,
+    clicks: Vec<api::Interaction>,
 ) -> Result<(), AcceptError> {
-    if messages.is_empty() {
-        return Ok(());
-    }
-    host.update_status(channel, |s| s.messages_in += messages.len() as u64);
-    inbox.accept(channel, messages).inspect_err(|e| {
+    let messages = bounds::bounded(channel, messages);
+    let clicks = bounds::bounded_interactions(channel, clicks);
+    let failed = |e: &AcceptError| {
         tracing::error!(%channel, "{e}");
         crate::events::channel_store_failed(channel);
-    })
+    };
+    if !messages.is_empty() {
+        host.update_status(channel, |s| s.messages_in += messages.len() as u64);
+        inbox.accept(channel, messages).inspect_err(failed)?;
+    }
+    if !clicks.is_empty() {
+        inbox.clicked(channel, clicks).inspect_err(failed)?;
+    }
+    Ok(())
 }
 
 /// Where a reply goes.
@@ -93,6 +114,18 @@ impl<'a> Address<'a> {
             reply_to: Some(&row.message_id),
         }
     }
+}
+
+/// What a posted message has besides its text.
+#[derive(Debug, Clone, Default)]
+pub struct Post {
+    /// Buttons under it (only for an [`ChannelHost::interactive`] channel).
+    pub actions: Vec<Button>,
+    /// Shown to this platform user only (best effort: a channel that
+    /// cannot gives up on it).
+    pub visible_to: Option<String>,
+    /// The outbox row whose message it replaces.
+    pub replaces: Option<i64>,
 }
 
 /// One configured channel, loaded.
@@ -222,18 +255,54 @@ impl ChannelHost {
         to: &Address<'_>,
         text: &str,
     ) -> Result<Vec<i64>, store::StoreError> {
+        self.queue(inbound_id, state, to, text, Post::default())
+    }
+
+    /// Queues `text` with what [`Post`] adds (buttons, one reader, the
+    /// message it replaces); the outbox rows of its parts.
+    pub fn post(
+        &self,
+        to: &Address<'_>,
+        text: &str,
+        post: Post,
+    ) -> Result<Vec<i64>, store::StoreError> {
+        self.queue(None, InboundState::Running, to, text, post)
+    }
+
+    /// Whether channel `name` shows buttons, reports clicks and replaces
+    /// sent messages (WIT 0.4.0 `channel-info.interactive`).
+    pub fn interactive(&self, name: &str) -> bool {
+        self.channels.get(name).is_some_and(|c| c.info.interactive)
+    }
+
+    fn queue(
+        &self,
+        inbound_id: Option<i64>,
+        state: InboundState,
+        to: &Address<'_>,
+        text: &str,
+        post: Post,
+    ) -> Result<Vec<i64>, store::StoreError> {
         let max = self
             .channels
             .get(to.channel)
             .map_or(crate::plugins::V1_CHANNEL_MAX_TEXT_BYTES, |c| {
                 c.info.max_text_bytes
             });
+        let mut parts = split::split(text, max as usize);
+        if post.replaces.is_some() {
+            // One message replaces one: what does not fit in it is cut.
+            parts.truncate(1);
+        }
         let reply = Reply {
             channel: to.channel.to_string(),
             conversation: to.conversation.to_string(),
             thread: to.thread.map(str::to_string),
             reply_to: to.reply_to.map(str::to_string),
-            parts: split::split(text, max as usize),
+            parts,
+            actions: post.actions,
+            visible_to: post.visible_to,
+            replaces: post.replaces,
         };
         let ids = self.store.finish(inbound_id, state, &reply)?;
         self.outbox_wake.notify_one();

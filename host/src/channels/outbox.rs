@@ -92,11 +92,24 @@ async fn deliver(host: &ChannelHost, audit: &AuditLog, row: OutboxRow) {
                 thread: row.thread.clone(),
                 text: row.text.clone(),
                 reply_to: row.reply_to.clone(),
+                actions: row.actions.iter().map(action).collect(),
+                visible_to: row.visible_to.clone(),
             };
-            judge(
-                host.plugins.channel_send(&channel.plugin, &message).await,
-                row.attempts,
-            )
+            match row.replaces {
+                None => judge(
+                    host.plugins.channel_send(&channel.plugin, &message).await,
+                    row.attempts,
+                ),
+                Some(original) => match replaced_receipt(host, original) {
+                    Ok(receipt) => judge(
+                        host.plugins
+                            .channel_update(&channel.plugin, &receipt, &message)
+                            .await,
+                        row.attempts,
+                    ),
+                    Err(verdict) => verdict,
+                },
+            }
         }
     };
     let stored = match &verdict {
@@ -124,6 +137,44 @@ async fn deliver(host: &ChannelHost, audit: &AuditLog, row: OutboxRow) {
     };
     if let Err(e) = stored {
         tracing::error!(channel = %row.channel, id = row.id, "outbox: cannot record the outcome: {e}");
+    }
+}
+
+fn action(button: &super::Button) -> api::Action {
+    api::Action {
+        id: button.id.clone(),
+        label: button.label.clone(),
+        style: match button.style {
+            super::ButtonStyle::Plain => api::ActionStyle::Plain,
+            super::ButtonStyle::Primary => api::ActionStyle::Primary,
+            super::ButtonStyle::Danger => api::ActionStyle::Danger,
+        },
+    }
+}
+
+/// The platform id of the message outbox row `original` became; rows of
+/// one conversation go out in order, so it was delivered (or given up)
+/// before a row replacing it is claimed.
+fn replaced_receipt(host: &ChannelHost, original: i64) -> Result<String, Verdict> {
+    let rows = host
+        .store
+        .outbox_rows(&[original])
+        .map_err(|e| Verdict::Retry {
+            after: Duration::from_secs(1),
+            why: format!("the message to replace cannot be read: {e}"),
+        })?;
+    match rows.into_iter().next() {
+        Some(OutboxRow {
+            receipt: Some(receipt),
+            ..
+        }) if !receipt.is_empty() => Ok(receipt),
+        Some(row) if row.state == super::OutboxState::Pending => Err(Verdict::Retry {
+            after: Duration::from_secs(1),
+            why: format!("the message to replace (outbox row {original}) is not delivered yet"),
+        }),
+        _ => Err(Verdict::GiveUp(format!(
+            "the message to replace (outbox row {original}) was never delivered or is gone"
+        ))),
     }
 }
 

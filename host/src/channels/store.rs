@@ -111,6 +111,29 @@ pub struct OutboxRow {
     pub state: OutboxState,
     pub receipt: Option<String>,
     pub last_error: Option<String>,
+    /// Buttons under the text (interactive channels only).
+    pub actions: Vec<Button>,
+    /// Shown to this platform user only.
+    pub visible_to: Option<String>,
+    /// This row replaces the message outbox row `replaces` became.
+    pub replaces: Option<i64>,
+}
+
+/// A button on an outbound message, as stored with its row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Button {
+    /// What a click on it reports (`interaction.action`).
+    pub id: String,
+    pub label: String,
+    pub style: ButtonStyle,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ButtonStyle {
+    Plain,
+    Primary,
+    Danger,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -132,13 +155,18 @@ impl OutboxState {
 }
 
 /// A reply to put in the outbox: its parts, in order.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Reply {
     pub channel: String,
     pub conversation: String,
     pub thread: Option<String>,
     pub reply_to: Option<String>,
     pub parts: Vec<String>,
+    /// Under the last part.
+    pub actions: Vec<Button>,
+    pub visible_to: Option<String>,
+    /// The outbox row whose message this one replaces (one part only).
+    pub replaces: Option<i64>,
 }
 
 pub struct ChannelStore {
@@ -146,8 +174,8 @@ pub struct ChannelStore {
 }
 
 const INBOUND_COLUMNS: &str = "id, channel, conversation, thread, message_id, sender, sender_name, text, workspace, state, received_ms, turn_id, status_handle";
-const OUTBOX_COLUMNS: &str =
-    "id, channel, conversation, thread, reply_to, text, attempts, state, receipt, last_error";
+const OUTBOX_COLUMNS: &str = "id, channel, conversation, thread, reply_to, text, attempts, state, \
+                              receipt, last_error, actions, visible_to, replaces";
 
 impl ChannelStore {
     pub fn open(db: &Path) -> Result<Self, StoreError> {
@@ -190,7 +218,23 @@ impl ChannelStore {
                 sent_ms INTEGER
             );
             CREATE INDEX IF NOT EXISTS channel_outbox_pending
-                ON channel_outbox (state, channel, conversation, id);",
+                ON channel_outbox (state, channel, conversation, id);
+            CREATE TABLE IF NOT EXISTS channel_clicks (
+                channel TEXT NOT NULL,
+                click_id TEXT NOT NULL,
+                received_ms INTEGER NOT NULL,
+                PRIMARY KEY (channel, click_id)
+            );",
+        )?;
+        // Outboxes of releases before interactive messages lack these.
+        crate::db::add_missing_columns(
+            &conn,
+            "channel_outbox",
+            &[
+                ("actions", "TEXT"),
+                ("visible_to", "TEXT"),
+                ("replaces", "INTEGER"),
+            ],
         )?;
         Ok(Self {
             conn: Mutex::new(conn),
@@ -305,12 +349,17 @@ impl ChannelStore {
         let tx = conn.transaction()?;
         let now = now_ms();
         let mut ids = Vec::with_capacity(reply.parts.len());
-        for part in &reply.parts {
+        let actions = (!reply.actions.is_empty())
+            .then(|| serde_json::to_string(&reply.actions))
+            .transpose()
+            .map_err(|e| StoreError::Db(rusqlite::Error::ToSqlConversionFailure(Box::new(e))))?;
+        let last = reply.parts.len().saturating_sub(1);
+        for (i, part) in reply.parts.iter().enumerate() {
             tx.execute(
                 "INSERT INTO channel_outbox
                     (channel, conversation, thread, reply_to, text, inbound_id,
-                     next_attempt_ms, created_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                     next_attempt_ms, created_ms, actions, visible_to, replaces)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10)",
                 params![
                     reply.channel,
                     reply.conversation,
@@ -318,7 +367,10 @@ impl ChannelStore {
                     reply.reply_to,
                     part,
                     inbound_id,
-                    now
+                    now,
+                    if i == last { actions.as_deref() } else { None },
+                    reply.visible_to,
+                    reply.replaces,
                 ],
             )?;
             ids.push(tx.last_insert_rowid());
@@ -457,6 +509,67 @@ impl ChannelStore {
         Ok(out)
     }
 
+    /// The sent row of `channel` in `conversation` whose platform id is
+    /// `receipt` and that carried a button `action`: a click counts only
+    /// on a message pincer sent with that very button.
+    pub fn sent_with_action(
+        &self,
+        channel: &str,
+        conversation: &str,
+        receipt: &str,
+        action: &str,
+    ) -> Result<Option<OutboxRow>, StoreError> {
+        let conn = self.conn()?;
+        Ok(conn
+            .query_row(
+                &format!(
+                    "SELECT {OUTBOX_COLUMNS} FROM channel_outbox o
+                     WHERE channel = ?1 AND conversation = ?2 AND receipt = ?3
+                       AND actions IS NOT NULL AND replaces IS NULL
+                       AND EXISTS (SELECT 1 FROM json_each(o.actions)
+                                   WHERE json_extract(value, '$.id') = ?4)
+                     ORDER BY id DESC LIMIT 1"
+                ),
+                params![channel, conversation, receipt, action],
+                outbox_row,
+            )
+            .optional()?)
+    }
+
+    /// The newest row of `channel` with a button whose id starts with
+    /// `prefix` (the message asking for a decision, to replace once it is
+    /// decided).
+    pub fn with_action_prefix(
+        &self,
+        channel: &str,
+        prefix: &str,
+    ) -> Result<Option<OutboxRow>, StoreError> {
+        let conn = self.conn()?;
+        Ok(conn
+            .query_row(
+                &format!(
+                    "SELECT {OUTBOX_COLUMNS} FROM channel_outbox o
+                     WHERE channel = ?1 AND actions IS NOT NULL AND replaces IS NULL
+                       AND EXISTS (SELECT 1 FROM json_each(o.actions)
+                                   WHERE substr(json_extract(value, '$.id'), 1, length(?2)) = ?2)
+                     ORDER BY id DESC LIMIT 1"
+                ),
+                params![channel, prefix],
+                outbox_row,
+            )
+            .optional()?)
+    }
+
+    /// Records click `click_id` of `channel`: `false` when it was recorded
+    /// already (the platform delivered it again).
+    pub fn first_click(&self, channel: &str, click_id: &str) -> Result<bool, StoreError> {
+        Ok(self.conn()?.execute(
+            "INSERT OR IGNORE INTO channel_clicks (channel, click_id, received_ms)
+             VALUES (?1, ?2, ?3)",
+            params![channel, click_id, now_ms()],
+        )? == 1)
+    }
+
     /// Rows waiting to be delivered, per channel.
     pub fn outbox_depth(&self) -> Result<Vec<(String, u64)>, StoreError> {
         let conn = self.conn()?;
@@ -544,6 +657,11 @@ impl ChannelStore {
                 &format!("DELETE FROM channel_outbox WHERE {PRUNABLE_OUTBOX}"),
                 [outbox_before_ms],
             )?;
+            // A click redelivered after this long finds its request decided.
+            tx.execute(
+                "DELETE FROM channel_clicks WHERE received_ms < ?1",
+                [outbox_before_ms],
+            )?;
             (inbound, outbox)
         };
         tx.commit()?;
@@ -586,6 +704,14 @@ fn outbox_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OutboxRow> {
         state: OutboxState::parse(&r.get::<_, String>(7)?),
         receipt: r.get(8)?,
         last_error: r.get(9)?,
+        // Written by this store from `Button`s; a row it cannot read back
+        // shows no buttons.
+        actions: r
+            .get::<_, Option<String>>(10)?
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default(),
+        visible_to: r.get(11)?,
+        replaces: r.get(12)?,
     })
 }
 
@@ -613,6 +739,7 @@ mod tests {
             thread: None,
             reply_to: None,
             parts: parts.iter().map(|s| s.to_string()).collect(),
+            ..Reply::default()
         }
     }
 

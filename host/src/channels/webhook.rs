@@ -103,8 +103,14 @@ async fn serve(
     use api::ChannelError as E;
     match outcome {
         Ok(Ok(outcome)) => {
-            let messages = super::bounds::bounded(&name, outcome.messages);
-            if super::store_inbound(&served.host, served.inbox.as_ref(), &name, messages).is_err() {
+            let stored = super::store_inbound(
+                &served.host,
+                served.inbox.as_ref(),
+                &name,
+                outcome.messages,
+                outcome.interactions,
+            );
+            if stored.is_err() {
                 return plain(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the message could not be stored, so it was not accepted; send it again (the pincer log says why)\n",

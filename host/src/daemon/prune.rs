@@ -150,6 +150,7 @@ mod tests {
             thread: None,
             reply_to: None,
             parts: vec![part.into()],
+            ..Reply::default()
         }
     }
 

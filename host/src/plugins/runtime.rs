@@ -718,6 +718,22 @@ impl PluginHost {
         .await
     }
 
+    /// Replaces message `id` by `message` (an interactive channel's
+    /// `update`: WIT 0.4.0 and later).
+    pub async fn channel_update(
+        &self,
+        plugin: &LoadedPlugin,
+        id: &str,
+        message: &latest::Outbound,
+    ) -> Result<Result<latest::Delivery, latest::ChannelError>, PluginError> {
+        expect_kind(plugin, PluginKind::Channel)?;
+        self.traced(plugin, "→ channel.update", &(id, message));
+        self.call_traced(plugin, "channel.update", async |store, instance| {
+            instance.channel()?.update(store, id, message).await
+        })
+        .await
+    }
+
     /// The channel's limits (WIT 0.1.0 channels: [`V1_CHANNEL_MAX_TEXT_BYTES`]).
     pub async fn channel_describe(
         &self,
@@ -727,6 +743,7 @@ impl PluginHost {
         if !plugin.wit.channel_can_describe() {
             return Ok(latest::ChannelInfo {
                 max_text_bytes: V1_CHANNEL_MAX_TEXT_BYTES,
+                interactive: false,
             });
         }
         self.call_traced(plugin, "channel.describe", async |store, instance| {

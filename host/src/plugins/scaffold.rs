@@ -348,6 +348,7 @@ impl Guest for Plugin {
         Ok(WebhookOutcome {
             response: HttpResponse { status: 200, headers: vec![], body: b"ok".to_vec() },
             messages: vec![message],
+            interactions: vec![],
         })
     }
 
@@ -364,7 +365,11 @@ impl Guest for Plugin {
     }
 
     fn describe() -> ChannelInfo {
-        ChannelInfo { max_text_bytes: 4000 }
+        ChannelInfo { max_text_bytes: 4000, interactive: false }
+    }
+
+    fn update(_id: String, _message: Outbound) -> Result<Delivery, ChannelError> {
+        Err(ChannelError::Unsupported("buttons and updates are not implemented yet".into()))
     }
 
     fn status(_update: StatusUpdate) -> Result<Option<String>, ChannelError> {

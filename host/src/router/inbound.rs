@@ -457,62 +457,79 @@ impl ChannelRouter {
         if let Some(command) = crate::approvals::parse_chat(&received.text) {
             // Decided here, never a turn: the session's worker may be the
             // very turn waiting on it.
-            let answer = self.decide_from_chat(&key, &received, command);
-            self.notify(channel, id, &received, InboundState::Done, &answer);
+            let answer = self.decide(
+                channel,
+                Venue::Chat(&key.conversation),
+                &received.sender,
+                command,
+            );
+            self.notify(channel, id, &received, InboundState::Done, &answer.text);
             return Ok(());
         }
         self.enqueue(key, Job::Message(id));
         Ok(())
     }
 
-    /// Carries out an approval command sent by `received.sender` in the
-    /// conversation of `key`; what to answer them.
-    fn decide_from_chat(
+    /// Carries out a decision `sender` asked for on `channel`, from a chat
+    /// command or a button; what to tell them and whether it was decided.
+    fn decide(
         &self,
-        key: &SessionKey,
-        received: &Received,
+        channel: &str,
+        venue: Venue<'_>,
+        sender: &str,
         command: Result<crate::approvals::ChatDecision, String>,
-    ) -> String {
+    ) -> Answer {
         use crate::approvals::{ApprovalError, Decider, Decision};
+        let refused = |text: String| Answer {
+            text,
+            decided: false,
+        };
         let command = match command {
             Ok(command) => command,
-            Err(how) => return format!("⚠️ {how}"),
+            Err(how) => return refused(format!("⚠️ {how}")),
         };
         let approvals = self.agent.gateway().approvals();
         let request = match approvals.store().get(&command.id) {
             Ok(Some(request)) => request,
-            Ok(None) => return format!("⚠️ There is no approval request `{}`.", command.id),
-            Err(e) => return format!("⚠️ The approval request cannot be read: {e}"),
+            Ok(None) => {
+                return refused(format!("⚠️ There is no approval request `{}`.", command.id));
+            }
+            Err(e) => return refused(format!("⚠️ The approval request cannot be read: {e}")),
         };
         // Only where it was asked: a decision in another conversation (or
-        // channel) is refused, whoever sends it.
-        if request.channel != key.channel || request.conversation != key.conversation {
-            return format!(
+        // channel) is refused, whoever sends it. A click is on the
+        // request's own message (checked before).
+        let elsewhere = match venue {
+            Venue::Chat(conversation) => request.conversation != conversation,
+            Venue::Button => false,
+        };
+        if request.channel != channel || elsewhere {
+            return refused(format!(
                 "⚠️ Approval request `{}` was not asked in this conversation; decide it where it was asked. Nothing changed.",
                 request.id
-            );
+            ));
         }
-        let Some(policy) =
-            self.config
-                .approval_policy(&request.workspace, Some(&key.channel), None)
+        let Some(policy) = self
+            .config
+            .approval_policy(&request.workspace, Some(channel), None)
         else {
-            return format!(
+            return refused(format!(
                 "⚠️ Workspace `{}` is not configured any more.",
                 request.workspace
-            );
+            ));
         };
         let decision = match command.wanted.decision(&request) {
             Ok(decision) => decision,
-            Err(why) => return format!("⚠️ {why}"),
+            Err(why) => return refused(format!("⚠️ {why}")),
         };
         let decided = approvals.decide(
             &request.id,
-            Decider::Sender(&received.sender),
+            Decider::Sender(sender),
             &policy.approvers,
             &decision,
             crate::db::now_ms(),
         );
-        let actor = crate::audit::Actor::Channel(&key.channel);
+        let actor = crate::audit::Actor::Channel(channel);
         match decided {
             Ok(done) => {
                 let (action, what) = match &decision {
@@ -540,8 +557,10 @@ impl ChannelRouter {
                     Some(&request.workspace),
                     action,
                     &format!(
-                        "request {}: `{}` {what} by {}",
-                        request.id, request.tool, received.sender
+                        "request {}: `{}` {what} by {sender}{}",
+                        request.id,
+                        request.tool,
+                        venue.described()
                     ),
                 );
                 let (mark, tail) = match &decision {
@@ -557,10 +576,10 @@ impl ChannelRouter {
                     Decision::Deny { reason: None } => ("🚫", String::new()),
                     _ => ("✅", String::new()),
                 };
-                format!(
-                    "{mark} `{}` {what} by {}{tail}",
-                    request.tool, received.sender
-                )
+                Answer {
+                    text: format!("{mark} `{}` {what} by {sender}{tail}", request.tool),
+                    decided: true,
+                }
             }
             Err(e @ ApprovalError::NotAnApprover { .. }) => {
                 self.audit.record(
@@ -568,13 +587,76 @@ impl ChannelRouter {
                     Some(&request.workspace),
                     crate::audit::Action::ApprovalRefusedApprover,
                     &format!(
-                        "request {}: {} tried to decide: {e}",
-                        request.id, received.sender
+                        "request {}: {sender} tried to decide{}: {e}",
+                        request.id,
+                        venue.described()
                     ),
                 );
-                format!("⛔ {e}; nothing changed.")
+                refused(format!("⛔ {e}; nothing changed."))
             }
-            Err(e) => format!("⚠️ {e}."),
+            Err(e) => refused(format!("⚠️ {e}.")),
+        }
+    }
+
+    /// Carries out one click on a button of `channel` (recorded already as
+    /// not seen before). A click counts only on the very message pincer
+    /// sent with that button; whoever may not decide is told so, to them
+    /// alone (best effort), and nothing changes.
+    fn click(&self, channel: &str, click: &api::Interaction) {
+        let Some(command) = crate::approvals::parse_button(&click.action) else {
+            tracing::debug!(%channel, action = %click.action, "a click on a button pincer did not make was ignored");
+            return;
+        };
+        match self.channels.store().sent_with_action(
+            channel,
+            &click.conversation,
+            &click.message,
+            &click.action,
+        ) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                let workspace = self
+                    .agent
+                    .gateway()
+                    .approvals()
+                    .store()
+                    .get(&command.id)
+                    .ok()
+                    .flatten()
+                    .map(|r| r.workspace);
+                self.audit.record(
+                    crate::audit::Actor::Channel(channel),
+                    workspace.as_deref(),
+                    crate::audit::Action::ApprovalRefusedClick,
+                    &format!(
+                        "request {}: a click by {} on message {} in {}, which is not the request's message with that button; nothing changed",
+                        command.id, click.user, click.message, click.conversation
+                    ),
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::error!(%channel, "cannot check the clicked message: {e}");
+                return;
+            }
+        }
+        let answer = self.decide(channel, Venue::Button, &click.user, Ok(command));
+        if answer.decided {
+            // The turn replaces the request's message with the outcome.
+            return;
+        }
+        let to = Address {
+            channel,
+            conversation: &click.conversation,
+            thread: click.thread.as_deref(),
+            reply_to: None,
+        };
+        let only_them = crate::channels::Post {
+            visible_to: Some(click.user.clone()),
+            ..Default::default()
+        };
+        if let Err(e) = self.channels.post(&to, &answer.text, only_them) {
+            tracing::warn!(%channel, "cannot queue the answer to a click: {e}");
         }
     }
 
@@ -718,29 +800,20 @@ impl ChannelRouter {
                 approvers,
                 session,
                 expires_ms,
-            }) => {
-                let text = approval_text(request, tool, preview, approvers, *session, *expires_ms);
-                if let Err(e) =
-                    self.channels
-                        .reply(None, InboundState::Running, &Address::of(row), &text)
-                {
-                    tracing::error!(id, %request, "cannot post the approval request: {e}");
-                }
-            }
-            // A person who decided in the chat was answered already.
+            }) => self.ask(
+                row,
+                request,
+                tool,
+                preview,
+                approvers,
+                *session,
+                *expires_ms,
+            ),
             AgentEvent::Host(HostEvent::Decided {
                 request,
                 outcome,
-                announce: true,
-            }) => {
-                let text = format!("🔐 `{request}`: {outcome}.");
-                if let Err(e) =
-                    self.channels
-                        .reply(None, InboundState::Running, &Address::of(row), &text)
-                {
-                    tracing::warn!(id, %request, "cannot post the decision: {e}");
-                }
-            }
+                announce,
+            }) => self.tell_decided(row, request, outcome, *announce),
             _ => {}
         };
         let mut stop = self.stop.clone();
@@ -788,6 +861,160 @@ impl ChannelRouter {
     }
 }
 
+/// Where a decision comes from.
+#[derive(Clone, Copy)]
+enum Venue<'a> {
+    /// A chat command in this (session) conversation.
+    Chat(&'a str),
+    /// A button of the request's own message.
+    Button,
+}
+
+impl Venue<'_> {
+    fn described(self) -> &'static str {
+        match self {
+            Self::Chat(_) => "",
+            Self::Button => " (button)",
+        }
+    }
+}
+
+/// What a person who decided is told.
+struct Answer {
+    text: String,
+    decided: bool,
+}
+
+impl ChannelRouter {
+    /// Posts the request for a decision in `row`'s conversation: with
+    /// buttons where the channel shows them, else the chat commands.
+    #[allow(clippy::too_many_arguments)]
+    fn ask(
+        &self,
+        row: &InboundRow,
+        request: &str,
+        tool: &str,
+        preview: &str,
+        approvers: &str,
+        session: bool,
+        expires_ms: i64,
+    ) {
+        let stored = self
+            .channels
+            .interactive(&row.channel)
+            .then(|| self.agent.gateway().approvals().store().get(request))
+            .and_then(|read| {
+                read.inspect_err(|e| tracing::warn!(%request, "cannot read the request back: {e}"))
+                    .ok()
+                    .flatten()
+            });
+        let minutes = ((expires_ms - crate::db::now_ms()).max(0) / 60_000).max(1);
+        let shown = crate::approvals::shown_preview(preview).replace("```", "`\u{200b}``");
+        let head = format!(
+            "🔐 Approval needed (`{request}`): the assistant wants to run `{tool}`:\n```\n{shown}\n```\nOnly {approvers} can decide."
+        );
+        let (text, post) = match stored {
+            Some(stored) => {
+                let always = crate::approvals::default_always_rule(&stored)
+                    .map(|rule| format!(" *Always* adds the rule `{rule}` (`pincer approvals revoke` takes it back)."))
+                    .unwrap_or_default();
+                let actions = crate::approvals::buttons(&stored)
+                    .into_iter()
+                    .map(|(choice, id)| crate::channels::Button {
+                        id,
+                        label: choice.label().to_string(),
+                        style: match choice {
+                            crate::approvals::Choice::Once => crate::channels::ButtonStyle::Primary,
+                            crate::approvals::Choice::Deny => crate::channels::ButtonStyle::Danger,
+                            _ => crate::channels::ButtonStyle::Plain,
+                        },
+                    })
+                    .collect();
+                (
+                    format!(
+                        "{head}{always} Nobody deciding within {minutes} min denies it; `/deny {request} REASON` tells the assistant why."
+                    ),
+                    crate::channels::Post {
+                        actions,
+                        ..Default::default()
+                    },
+                )
+            }
+            None => {
+                let session = if session {
+                    format!(
+                        "\n• `/approve {request} session`: calls like it, for the rest of this session"
+                    )
+                } else {
+                    String::new()
+                };
+                (
+                    format!(
+                        "{head} Reply with:\n• `/approve {request}`: this call, once{session}\n• `/approve {request} always`: from now on (a rule you can revoke)\n• `/deny {request} [reason]`\nNobody deciding within {minutes} min denies it."
+                    ),
+                    crate::channels::Post::default(),
+                )
+            }
+        };
+        if let Err(e) = self.channels.post(&Address::of(row), &text, post) {
+            tracing::error!(id = row.id, %request, "cannot post the approval request: {e}");
+        }
+    }
+
+    /// Tells `row`'s conversation how `request` ended: its message with
+    /// buttons is replaced by the outcome (buttons gone); without one, a
+    /// message says it, unless the person who decided was answered already.
+    fn tell_decided(&self, row: &InboundRow, request: &str, outcome: &str, announce: bool) {
+        let asked = if self.channels.interactive(&row.channel) {
+            self.channels
+                .store()
+                .with_action_prefix(&row.channel, &crate::approvals::button_prefix(request))
+                .unwrap_or_else(|e| {
+                    tracing::warn!(%request, "cannot find the request's message: {e}");
+                    None
+                })
+        } else {
+            None
+        };
+        let (text, post) = match asked {
+            Some(message) => {
+                let what = match self.agent.gateway().approvals().store().get(request) {
+                    Ok(Some(stored)) => format!(
+                        "`{}`:\n```\n{}\n```",
+                        stored.tool,
+                        crate::approvals::shown_preview(&stored.preview)
+                            .replace("```", "`\u{200b}``")
+                    ),
+                    _ => "the call".to_string(),
+                };
+                (
+                    format!("🔐 `{request}` {what}\n{}.", capitalized(outcome)),
+                    crate::channels::Post {
+                        replaces: Some(message.id),
+                        ..Default::default()
+                    },
+                )
+            }
+            None if announce => (
+                format!("🔐 `{request}`: {outcome}."),
+                crate::channels::Post::default(),
+            ),
+            None => return,
+        };
+        if let Err(e) = self.channels.post(&Address::of(row), &text, post) {
+            tracing::warn!(id = row.id, %request, "cannot post the decision: {e}");
+        }
+    }
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
 /// How a session's worker starts a turn.
 enum Start {
     New(Inbound),
@@ -808,28 +1035,6 @@ fn origin_of(row: &InboundRow) -> Origin {
     }
 }
 
-/// The message that asks for a decision in the conversation.
-fn approval_text(
-    request: &str,
-    tool: &str,
-    preview: &str,
-    approvers: &str,
-    session: bool,
-    expires_ms: i64,
-) -> String {
-    let minutes = (expires_ms - crate::db::now_ms()).max(0) / 60_000;
-    let session = if session {
-        format!("\n• `/approve {request} session`: calls like it, for the rest of this session")
-    } else {
-        String::new()
-    };
-    format!(
-        "🔐 Approval needed (`{request}`): the assistant wants to run `{tool}`:\n```\n{}\n```\nOnly {approvers} can decide. Reply with:\n• `/approve {request}`: this call, once{session}\n• `/approve {request} always`: from now on (a rule you can revoke)\n• `/deny {request} [reason]`\nNobody deciding within {} min denies it.",
-        crate::approvals::shown_preview(preview).replace("```", "`\u{200b}``"),
-        minutes.max(1)
-    )
-}
-
 impl Inbox for ChannelRouter {
     fn accept(&self, channel: &str, messages: Vec<api::Message>) -> Result<(), AcceptError> {
         for message in messages {
@@ -843,6 +1048,26 @@ impl Inbox for ChannelRouter {
                     message_id,
                     source,
                 })?;
+        }
+        Ok(())
+    }
+
+    fn clicked(&self, channel: &str, clicks: Vec<api::Interaction>) -> Result<(), AcceptError> {
+        for click in clicks {
+            let first = self
+                .channels
+                .store()
+                .first_click(channel, &click.id)
+                .map_err(|source| AcceptError::ClickNotStored {
+                    channel: channel.to_string(),
+                    click_id: click.id.clone(),
+                    source,
+                })?;
+            if first {
+                self.click(channel, &click);
+            } else {
+                tracing::debug!(%channel, id = %click.id, "a click delivered again was ignored");
+            }
         }
         Ok(())
     }

@@ -467,6 +467,8 @@ impl Agent {
                     reply_to: Some(
                         origin.map_or_else(|| turn_id.clone(), |o| o.message_id.clone()),
                     ),
+                    actions: Vec::new(),
+                    visible_to: None,
                 }));
                 summary(TurnStatus::Done, Some(reply), Some(stop), None)
             }

@@ -76,7 +76,14 @@ impl Guest for FeishuChannel {
     fn describe() -> ChannelInfo {
         ChannelInfo {
             max_text_bytes: MAX_TEXT_BYTES,
+            interactive: false,
         }
+    }
+
+    fn update(_id: String, _message: Outbound) -> Result<Delivery, ChannelError> {
+        Err(ChannelError::Unsupported(
+            "Feishu cards are not supported yet: approvals use the chat commands".into(),
+        ))
     }
 
     fn handle_webhook(request: WebhookRequest) -> Result<WebhookOutcome, ChannelError> {
@@ -202,6 +209,7 @@ impl Guest for FeishuChannel {
         let mut outcome = FrameOutcome {
             replies: Vec::new(),
             messages: Vec::new(),
+            interactions: Vec::new(),
             reconnect: false,
             keepalive: None,
             reconnect_policy: None,
@@ -964,6 +972,7 @@ fn webhook_reply(status: u16, body: Value) -> WebhookOutcome {
             body: body.to_string().into_bytes(),
         },
         messages: Vec::new(),
+        interactions: Vec::new(),
     }
 }
 
@@ -977,6 +986,8 @@ mod tests {
             thread: thread.map(str::to_string),
             text: "hi".into(),
             reply_to: reply_to.map(str::to_string),
+            actions: Vec::new(),
+            visible_to: None,
         }
     }
 

@@ -13,6 +13,7 @@
 
 mod api;
 mod inbound;
+mod interactive;
 mod mrkdwn;
 mod signature;
 mod socket;
@@ -62,6 +63,7 @@ impl Guest for SlackChannel {
     fn describe() -> ChannelInfo {
         ChannelInfo {
             max_text_bytes: MAX_TEXT_BYTES,
+            interactive: true,
         }
     }
 
@@ -106,7 +108,11 @@ impl Guest for SlackChannel {
                 )));
             }
         }
-        let (outcome, notes) = events_outcome(&request.body, now_ms)?;
+        let (outcome, notes) = if is_interactivity(&request.path) {
+            interactivity_outcome(&request.body, now_ms)?
+        } else {
+            events_outcome(&request.body, now_ms)?
+        };
         for note in notes {
             log(logging::Level::Debug, &note);
         }
@@ -160,17 +166,20 @@ impl Guest for SlackChannel {
     fn send(message: Outbound) -> Result<Delivery, ChannelError> {
         require_bot_token()?;
         let body = post_message_body(&message, config::get("unfurl").as_deref() == Some("true"));
-        let value = call_json(BOT_TOKEN, "chat.postMessage", &body).map_err(ChannelError::from)?;
-        match delivery_id(&value) {
-            Some(id) => Ok(Delivery { id }),
-            None => {
-                log(
-                    logging::Level::Warn,
-                    "chat.postMessage answered ok without a `ts`",
-                );
-                Ok(Delivery { id: String::new() })
-            }
-        }
+        let method = if message.visible_to.is_some() {
+            "chat.postEphemeral"
+        } else {
+            "chat.postMessage"
+        };
+        let value = call_json(BOT_TOKEN, method, &body).map_err(ChannelError::from)?;
+        Ok(delivered(method, &value))
+    }
+
+    fn update(id: String, message: Outbound) -> Result<Delivery, ChannelError> {
+        require_bot_token()?;
+        let body = update_body(&id, &message);
+        let value = call_json(BOT_TOKEN, "chat.update", &body).map_err(ChannelError::from)?;
+        Ok(delivered("chat.update", &value))
     }
 
     fn check() -> Vec<CheckItem> {
@@ -562,6 +571,7 @@ fn frame_outcome(outcome: socket::Outcome) -> FrameOutcome {
     FrameOutcome {
         replies: outcome.replies.into_iter().map(Frame::Text).collect(),
         messages: outcome.messages,
+        interactions: outcome.interactions,
         reconnect: outcome.reconnect,
         keepalive: None,
         reconnect_policy: None,
@@ -582,7 +592,39 @@ fn post_message_body(message: &Outbound, unfurl: bool) -> Value {
     if let Some(thread) = message.thread.as_deref().filter(|t| !t.is_empty()) {
         body["thread_ts"] = json!(thread);
     }
+    if !message.actions.is_empty() {
+        body["blocks"] = interactive::blocks(&message.text, &message.actions);
+    }
+    if let Some(user) = &message.visible_to {
+        body["user"] = json!(user);
+    }
     body
+}
+
+/// `chat.update` of message `ts`: the new text, and blocks always, since
+/// Slack keeps the old blocks (and their buttons) of an update without.
+fn update_body(ts: &str, message: &Outbound) -> Value {
+    json!({
+        "channel": message.conversation,
+        "ts": ts,
+        "text": mrkdwn::to_mrkdwn(&message.text),
+        "blocks": interactive::blocks(&message.text, &message.actions),
+    })
+}
+
+/// The receipt of a posted message: `ts` (`message_ts` for an ephemeral
+/// one).
+fn delivered(method: &str, value: &Value) -> Delivery {
+    match delivery_id(value) {
+        Some(id) => Delivery { id },
+        None => {
+            log(
+                logging::Level::Warn,
+                &format!("{method} answered ok without a `ts`"),
+            );
+            Delivery { id: String::new() }
+        }
+    }
 }
 
 fn reaction_body(channel: &str, timestamp: &str, name: &str) -> Value {
@@ -592,18 +634,28 @@ fn reaction_body(channel: &str, timestamp: &str, name: &str) -> Value {
 fn delivery_id(value: &Value) -> Option<String> {
     value
         .get("ts")
+        .or_else(|| value.get("message_ts"))
         .and_then(Value::as_str)
         .filter(|ts| !ts.is_empty())
         .map(str::to_string)
 }
 
-/// The answer to a request outside `POST /events`, if it is one.
+fn bare_path(path: &str) -> &str {
+    path.split('?').next().unwrap_or(path).trim_end_matches('/')
+}
+
+/// Whether `path` is the Interactivity Request URL (`<mount>/interactive`).
+fn is_interactivity(path: &str) -> bool {
+    bare_path(path) == "/interactive"
+}
+
+/// The answer to a request outside `POST /events` and `POST /interactive`,
+/// if it is one.
 fn route(method: &str, path: &str) -> Option<WebhookOutcome> {
-    let path = path.split('?').next().unwrap_or(path);
-    if path.trim_end_matches('/') != "/events" {
+    if bare_path(path) != "/events" && !is_interactivity(path) {
         return Some(webhook_reply(
             404,
-            json!({ "ok": false, "error": "not found; Slack's Request URL is <mount>/events" }),
+            json!({ "ok": false, "error": "not found; Slack's Request URL is <mount>/events, its Interactivity Request URL <mount>/interactive" }),
         ));
     }
     if !method.eq_ignore_ascii_case("POST") {
@@ -622,7 +674,37 @@ fn webhook_reply(status: u16, body: Value) -> WebhookOutcome {
             body: body.to_string().into_bytes(),
         },
         messages: Vec::new(),
+        interactions: Vec::new(),
     }
+}
+
+/// An empty 200: the request arrived.
+fn acknowledged() -> WebhookOutcome {
+    WebhookOutcome {
+        response: HttpResponse {
+            status: 200,
+            headers: Vec::new(),
+            body: Vec::new(),
+        },
+        messages: Vec::new(),
+        interactions: Vec::new(),
+    }
+}
+
+/// A verified interactivity request: acknowledged with an empty 200 (Slack
+/// wants it within 3 s; the host replaces the message afterwards).
+fn interactivity_outcome(
+    body: &[u8],
+    now_ms: u64,
+) -> Result<(WebhookOutcome, Vec<String>), ChannelError> {
+    let payload = interactive::form_payload(body).map_err(ChannelError::BadRequest)?;
+    let mut outcome = acknowledged();
+    let mut notes = Vec::new();
+    match interactive::clicks(&payload, now_ms) {
+        Ok(clicks) => outcome.interactions = clicks,
+        Err(why) => notes.push(why),
+    }
+    Ok((outcome, notes))
 }
 
 /// A verified Events API request: the answer, its messages, and notes on
@@ -632,14 +714,7 @@ fn events_outcome(body: &[u8], now_ms: u64) -> Result<(WebhookOutcome, Vec<Strin
         ChannelError::BadRequest(format!("the Events API body is not JSON: {err}"))
     })?;
     let kind = value.get("type").and_then(Value::as_str).unwrap_or("");
-    let empty = || WebhookOutcome {
-        response: HttpResponse {
-            status: 200,
-            headers: Vec::new(),
-            body: Vec::new(),
-        },
-        messages: Vec::new(),
-    };
+    let empty = acknowledged;
     let mut notes = Vec::new();
     let outcome = match kind {
         "url_verification" => {
@@ -695,12 +770,51 @@ mod tests {
             thread: thread.map(str::to_string),
             text: text.into(),
             reply_to: Some("1.2".into()),
+            actions: Vec::new(),
+            visible_to: None,
         }
     }
 
     #[test]
     fn describe_leaves_headroom() {
         assert_eq!(SlackChannel::describe().max_text_bytes, 3500);
+        assert!(SlackChannel::describe().interactive);
+    }
+
+    #[test]
+    fn buttons_ephemeral_messages_and_updates() {
+        let mut message = outbound("run `ls`?", Some("1.1"));
+        message.actions = vec![pincer_plugin_sdk::types::Action {
+            id: "pincer-approval:apr_1:once".into(),
+            label: "Approve once".into(),
+            style: pincer_plugin_sdk::types::ActionStyle::Primary,
+        }];
+        let body = post_message_body(&message, false);
+        assert_eq!(body["text"], "run `ls`?", "the notification text stays");
+        assert_eq!(
+            body["blocks"][1]["elements"][0]["action_id"],
+            "pincer-approval:apr_1:once"
+        );
+        assert!(body.get("user").is_none());
+
+        let mut only = outbound("only U1 can decide", Some("1.1"));
+        only.visible_to = Some("U2".into());
+        let body = post_message_body(&only, false);
+        assert_eq!(body["user"], "U2");
+        assert!(body.get("blocks").is_none());
+
+        let body = update_body("1.5", &outbound("Approved once by U1.", None));
+        assert_eq!(body["channel"], "C123");
+        assert_eq!(body["ts"], "1.5");
+        assert_eq!(
+            body["blocks"].as_array().map(Vec::len),
+            Some(1),
+            "buttons gone"
+        );
+        assert_eq!(
+            delivery_id(&json!({ "ok": true, "message_ts": "1.6" })).as_deref(),
+            Some("1.6")
+        );
     }
 
     #[test]
@@ -897,6 +1011,11 @@ mod tests {
         );
         assert!(route("post", "/events").is_none());
         assert!(route("POST", "/events/").is_none());
+        assert!(route("POST", "/interactive").is_none());
+        assert_eq!(
+            route("GET", "/interactive").map(|o| o.response.status),
+            Some(405)
+        );
         assert!(matches!(
             SlackChannel::on_frame(Frame::Binary(vec![1, 2])),
             Err(ChannelError::BadRequest(_))

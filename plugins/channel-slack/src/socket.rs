@@ -2,7 +2,8 @@
 //! (https://docs.slack.dev/apis/events-api/using-socket-mode).
 
 use crate::inbound::{self, Callback};
-use pincer_plugin_sdk::types::Message;
+use crate::interactive;
+use pincer_plugin_sdk::types::{Interaction, Message};
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,8 @@ pub struct Outcome {
     /// Text frames to send back (acks).
     pub replies: Vec<String>,
     pub messages: Vec<Message>,
+    /// Clicks on the channel's buttons.
+    pub interactions: Vec<Interaction>,
     pub reconnect: bool,
     /// Lines for the plugin's log.
     pub logs: Vec<(Level, String)>,
@@ -89,10 +92,11 @@ pub fn frame(text: &str, now_ms: u64) -> Result<Outcome, String> {
             Some(Err(why)) => outcome.log(Level::Warn, format!("slash command ignored: {why}")),
             None => outcome.log(Level::Warn, "slash_commands envelope without a payload"),
         },
-        "interactive" => outcome.log(
-            Level::Debug,
-            "interactive payload acknowledged, not handled",
-        ),
+        "interactive" => match payload.map(|p| interactive::clicks(p, now_ms)) {
+            Some(Ok(clicks)) => outcome.interactions.extend(clicks),
+            Some(Err(why)) => outcome.log(Level::Debug, why),
+            None => outcome.log(Level::Warn, "interactive envelope without a payload"),
+        },
         other => outcome.log(
             Level::Debug,
             format!("Socket Mode envelope of type {other:?} ignored"),

@@ -69,6 +69,7 @@ impl Guest for WebhookChannel {
         let mut outcome = FrameOutcome {
             replies: Vec::new(),
             messages: Vec::new(),
+            interactions: Vec::new(),
             reconnect: false,
             keepalive: None,
             reconnect_policy: None,
@@ -123,7 +124,14 @@ impl Guest for WebhookChannel {
     fn describe() -> ChannelInfo {
         ChannelInfo {
             max_text_bytes: MAX_TEXT_BYTES,
+            interactive: false,
         }
+    }
+
+    fn update(_id: String, _message: Outbound) -> Result<Delivery, ChannelError> {
+        Err(ChannelError::Unsupported(
+            "the webhook channel cannot replace a sent message".into(),
+        ))
     }
 
     fn status(_update: StatusUpdate) -> Result<Option<String>, ChannelError> {
@@ -217,6 +225,7 @@ fn reply(status: u16, body: Value) -> WebhookOutcome {
             body: body.to_string().into_bytes(),
         },
         messages: Vec::new(),
+        interactions: Vec::new(),
     }
 }
 

@@ -13,25 +13,33 @@ pub mod worlds;
 pub mod v0_1_0;
 pub mod v0_2_0;
 pub mod v0_3_0;
+pub mod v0_4_0;
 
 /// The newest release; its types are the host's API types.
-pub use v0_3_0 as latest;
+pub use v0_4_0 as latest;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum WitRelease {
     V0_1_0,
     V0_2_0,
     V0_3_0,
+    V0_4_0,
 }
 
 impl WitRelease {
-    pub const ALL: [WitRelease; 3] = [WitRelease::V0_1_0, WitRelease::V0_2_0, WitRelease::V0_3_0];
+    pub const ALL: [WitRelease; 4] = [
+        WitRelease::V0_1_0,
+        WitRelease::V0_2_0,
+        WitRelease::V0_3_0,
+        WitRelease::V0_4_0,
+    ];
 
     pub fn version(self) -> Version {
         match self {
             Self::V0_1_0 => Version::new(0, 1, 0),
             Self::V0_2_0 => Version::new(0, 2, 0),
             Self::V0_3_0 => Version::new(0, 3, 0),
+            Self::V0_4_0 => Version::new(0, 4, 0),
         }
     }
 
@@ -59,6 +67,7 @@ impl WitRelease {
             Self::V0_1_0 => v0_1_0::prepare(kind, pre),
             Self::V0_2_0 => v0_2_0::prepare(kind, pre),
             Self::V0_3_0 => v0_3_0::prepare(kind, pre),
+            Self::V0_4_0 => v0_4_0::prepare(kind, pre),
         }
     }
 
@@ -84,7 +93,8 @@ pub fn add_to_linker(linker: &mut Linker<PluginState>) -> wasmtime::Result<()> {
     super::capabilities::data::add_to_linker(linker)?;
     v0_1_0::add_to_linker(linker)?;
     v0_2_0::add_to_linker(linker)?;
-    v0_3_0::add_to_linker(linker)
+    v0_3_0::add_to_linker(linker)?;
+    v0_4_0::add_to_linker(linker)
 }
 
 #[cfg(test)]
@@ -106,7 +116,11 @@ mod tests {
             WitRelease::for_plugin(&v("0.3.0")),
             Some(WitRelease::V0_3_0)
         );
-        assert_eq!(WitRelease::for_plugin(&v("0.4.0")), None);
+        assert_eq!(
+            WitRelease::for_plugin(&v("0.4.0")),
+            Some(WitRelease::V0_4_0)
+        );
+        assert_eq!(WitRelease::for_plugin(&v("0.5.0")), None);
         assert_eq!(WitRelease::for_plugin(&v("1.0.0")), None);
         assert_eq!(
             WitRelease::for_plugin(&v("0.1.1")),

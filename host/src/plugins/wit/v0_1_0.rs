@@ -132,6 +132,7 @@ impl From<ch::FrameOutcome> for new::FrameOutcome {
         Self {
             replies: o.replies.into_iter().map(Into::into).collect(),
             messages: o.messages.into_iter().map(Into::into).collect(),
+            interactions: Vec::new(),
             reconnect: o.reconnect,
             keepalive: None,
             reconnect_policy: None,

@@ -60,6 +60,20 @@ pub trait ChannelExports: Send + Sync {
     fn check<'a>(&'a self, _store: &'a mut PluginStore) -> Call<'a, Vec<api::CheckItem>> {
         Box::pin(async { Err(before_0_2("check")) })
     }
+
+    /// From 0.4.0 (for channels whose `describe` says `interactive`).
+    fn update<'a>(
+        &'a self,
+        _store: &'a mut PluginStore,
+        _id: &'a str,
+        _message: &'a api::Outbound,
+    ) -> Call<'a, Result<api::Delivery, api::ChannelError>> {
+        Box::pin(async {
+            Err(wasmtime::format_err!(
+                "not a channel of WIT 0.4 or later (no `update`)"
+            ))
+        })
+    }
 }
 
 pub trait SkillExports: Send + Sync {
