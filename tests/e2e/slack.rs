@@ -2154,3 +2154,62 @@ async fn wait_audited(env: &Env, kind: &str, count: usize) -> Vec<String> {
     }
     panic!("fewer than {count} `{kind}` audit events");
 }
+
+/// Issue 27: a scheduled prompt has nobody to ask. Its agent's `bash` call
+/// in a workspace where approvals are in force is refused under
+/// `unattended: deny` without a request; the model reads why, the refusal
+/// is audited, nothing runs, and the run's reply is delivered as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scheduled_run_that_needs_an_approval_is_denied_unattended_and_says_why() {
+    let env = Env::with_workspace(
+        vec![
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/unattended"}"#),
+            Behaviour::answer("I could not touch it"),
+        ],
+        FakeSlack::start(),
+        "{approvals: {tier: approval, unattended: deny}}",
+    )
+    .await;
+    env.sandbox.write(
+        "workspaces/team/schedules.yaml",
+        r#"tasks:
+  - id: nightly_touch
+    every: 1h
+    prompt: "touch the file"
+    deliver_to: [{channel: slack, conversation: C0NIGHT}]
+"#,
+    );
+    let mut daemon = env.start();
+    let run = ok(env.cli(&["schedule", "run", "nightly_touch"]));
+    assert!(run.contains("queued run #"), "{run}");
+    let posted = env.slack.posted(1).await;
+    assert_eq!(posted[0]["args"]["channel"], "C0NIGHT", "{posted:#?}");
+    assert_eq!(posted[0]["args"]["text"], "I could not touch it");
+    assert!(!env.sandbox.dir.path().join("ws/team/unattended").exists());
+    let denied = env.sandbox.audited("approval.denied");
+    assert!(
+        denied.len() == 1 && denied[0].contains("approvals.unattended: deny"),
+        "{denied:?}"
+    );
+    assert!(env.sandbox.audited("approval.requested").is_empty());
+    let requests = env._model.received();
+    let told = requests.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    assert!(
+        told.contains("nobody can be asked in a scheduled run"),
+        "{told}"
+    );
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    assert_eq!(
+        calls["calls"].as_array().unwrap().len(),
+        1,
+        "no request was posted"
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
