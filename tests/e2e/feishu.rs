@@ -1516,3 +1516,177 @@ fn the_fake_feishu_agrees_with_lark_oapi() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The buttons of the last interactive card the bot sent (their callback
+/// values' `pincer_action`), and its message id.
+fn card_buttons(message: &Value) -> Vec<String> {
+    let content: Value = serde_json::from_str(message["content"].as_str().unwrap_or("{}")).unwrap();
+    let mut found = Vec::new();
+    let mut stack = vec![content];
+    while let Some(node) = stack.pop() {
+        match node {
+            Value::Object(map) => {
+                if map.get("tag").and_then(Value::as_str) == Some("button") {
+                    if let Some(id) = map["behaviors"][0]["value"]["pincer_action"].as_str() {
+                        found.push(id.to_string());
+                    }
+                }
+                stack.extend(map.into_iter().map(|(_, v)| v));
+            }
+            Value::Array(items) => stack.extend(items.into_iter().rev()),
+            _ => {}
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Waits until the bot sent a message matching `found`; returns it.
+async fn sent_where(feishu: &FakeFeishu, found: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..300 {
+        if let Some(m) = feishu.messages().await.into_iter().find(|m| found(m)) {
+            return m;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no such message: {:#?}", feishu.messages().await)
+}
+
+/// Issue 27 on Feishu: a `bash` call in a p2p chat asks with an interactive
+/// card (card JSON 2.0, checked by the fake) whose buttons call back. A
+/// click by someone else, over the long connection, is answered with a toast
+/// lark-oapi reads, refused (a card only they see says who may decide,
+/// audited) and runs nothing; the originator's click, by `open_id`, runs the
+/// call and the card is replaced by the outcome without buttons. A click
+/// arriving as an encrypted, signed webhook decides the next request (deny).
+#[tokio::test(flavor = "multi_thread")]
+async fn feishu_cards_decide_for_the_originator_over_the_long_connection_and_webhooks() {
+    let env = Env::new(vec![
+        Behaviour::tool("bash", r#"{"command":"touch /workspace/carded"}"#),
+        Behaviour::answer("touched"),
+        Behaviour::tool("bash", r#"{"command":"touch /workspace/refused"}"#),
+        Behaviour::answer("I was told no"),
+    ])
+    .await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    let ws = env.sandbox.dir.path().join("ws/team");
+    let chat = "oc_p2p_user1";
+    let asker = "ou_user1";
+    let push = |body: Value| env.feishu.post("/ws/push", body);
+    push(json!({"kind": "p2p", "text": "touch it", "user": asker, "chat_id": chat})).await;
+
+    let card = sent_where(&env.feishu, |m| m["msg_type"] == "interactive").await;
+    let message_id = card["message_id"].as_str().unwrap().to_string();
+    let buttons = card_buttons(&card);
+    assert_eq!(buttons.len(), 4, "{card:#}");
+    let button = |choice: &str| {
+        buttons
+            .iter()
+            .find(|b| b.ends_with(&format!(":{choice}")))
+            .cloned()
+            .unwrap()
+    };
+    assert!(
+        card["content"]
+            .as_str()
+            .unwrap()
+            .contains("touch /workspace/carded")
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !ws.join("carded").exists(),
+        "nothing runs before a decision"
+    );
+
+    // Someone else clicks: a toast, a card only they see, nothing runs.
+    let clicked = push(
+        json!({"kind": "card_action", "user": "ou_other", "chat_id": chat,
+                              "message_id": message_id,
+                              "value": {"pincer_action": button("once")}}),
+    )
+    .await;
+    let acks = env.feishu.wait("acks", 2).await;
+    let ack = acks["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["event_id"] == clicked["event_id"])
+        .cloned()
+        .unwrap();
+    assert_eq!(ack["code"], 200, "{ack:#}");
+    assert_eq!(ack["answer_ok"], true, "lark-oapi reads the toast: {ack:#}");
+    let only = sent_where(&env.feishu, |m| m["kind"] == "ephemeral").await;
+    assert_eq!(only["open_id"], "ou_other");
+    assert!(
+        only["content"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("only {asker}")),
+        "{only:#}"
+    );
+    assert_eq!(env.sandbox.audited("approval.refused_approver").len(), 1);
+    assert!(!ws.join("carded").exists());
+
+    // The originator's click runs it; the card shows the outcome.
+    push(
+        json!({"kind": "card_action", "user": asker, "chat_id": chat, "message_id": message_id,
+                "value": {"pincer_action": button("once")}}),
+    )
+    .await;
+    let patched = sent_where(&env.feishu, |m| m["kind"] == "patch").await;
+    assert_eq!(patched["message_id"], message_id.as_str());
+    assert!(
+        patched["content"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Approved once by {asker}")),
+        "{patched:#}"
+    );
+    assert!(
+        card_buttons(&patched).is_empty(),
+        "buttons gone: {patched:#}"
+    );
+    sent_where(&env.feishu, |m| {
+        m["msg_type"] == "post" && m["content"].as_str().unwrap_or("").contains("touched")
+    })
+    .await;
+    assert!(ws.join("carded").exists());
+
+    // The next request, denied by a click sent as an encrypted webhook.
+    push(json!({"kind": "p2p", "text": "touch another", "user": asker, "chat_id": chat})).await;
+    let second = sent_where(&env.feishu, |m| {
+        m["msg_type"] == "interactive"
+            && m["kind"] != "ephemeral"
+            && m["kind"] != "patch"
+            && m["message_id"] != message_id.as_str()
+    })
+    .await;
+    let deny = card_buttons(&second)
+        .into_iter()
+        .find(|b| b.ends_with(":deny"))
+        .unwrap();
+    let url = format!("http://{}/channels/feishu/events", daemon.webhooks);
+    let sent = env
+        .feishu
+        .post(
+            "/webhook/send",
+            json!({"url": url, "kind": "card_action", "user": asker, "chat_id": chat,
+                   "message_id": second["message_id"], "value": {"pincer_action": deny}}),
+        )
+        .await;
+    assert_eq!(sent["status"], 200, "{sent:#}");
+    assert_eq!(sent["attempts"][0]["answer_ok"], true, "{sent:#}");
+    assert!(sent["elapsed_ms"].as_f64().unwrap() < 3000.0, "{sent:#}");
+    sent_where(&env.feishu, |m| {
+        m["msg_type"] == "post"
+            && m["content"]
+                .as_str()
+                .unwrap_or("")
+                .contains("I was told no")
+    })
+    .await;
+    assert!(!ws.join("refused").exists(), "a denied call does not run");
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}

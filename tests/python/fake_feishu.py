@@ -29,6 +29,12 @@ Open API (JSON; every call recorded: method, path, query, headers, body, answer,
   GET  /open-apis/bot/v3/info                       -> {"code":0,"msg":"ok","bot":{...}}
   POST /open-apis/im/v1/messages?receive_id_type=chat_id|open_id|user_id|union_id|email
   POST /open-apis/im/v1/messages/{message_id}/reply
+       msg_type "interactive": the content must be a card JSON 2.0 whose elements and buttons
+       are of the documented shape (else code 230099); a post or text as before
+  PATCH /open-apis/im/v1/messages/{message_id}     {"content": card} : replaces a card the bot
+       sent (unknown or not a card: code 230001)
+  POST /open-apis/ephemeral/v1/send  {"chat_id", "open_id", "msg_type": "interactive", "card"}
+       -> {"code":0,"data":{"message_id"}} : a card one member sees
   POST /open-apis/im/v1/messages/{message_id}/reactions
   DELETE /open-apis/im/v1/messages/{message_id}/reactions/{reaction_id}
        The im and bot calls need `Authorization: Bearer <tenant token>`: none -> HTTP 400
@@ -45,9 +51,13 @@ Long connection, `GET /ws?device_id=&service_id=&ticket=` (WebSocket, binary pro
   IM message_id but a new frame message_id, on the newest live connection, at most 3 times.
 
 Control API, JSON in and out (POST bodies may be empty; `connection` = the newest open one):
-  POST /_test/ws/push      {"kind": "p2p"|"group_mention"|"post", "text", "user" (open_id),
+  POST /_test/ws/push      {"kind": "p2p"|"group_mention"|"post"|"card_action", "text", "user" (open_id),
                             "chat_id", "split": bool or "token" (cut in the verification token), "message_id", "event_id", "connection",
-                            "root_id", "parent_id"}
+                            "root_id", "parent_id", card_action: "message_id" (the card's),
+                            "value" (the button's callback value)}
+                           (a card_action is answered with a toast; the ack's `answer` is the
+                            decoded data, `answer_ok` whether lark-oapi's
+                            P2CardActionTriggerResponse reads a toast from it)
                            -> {"event_id", "message_id", "frame_message_id", "delivered_to"}
                            (no open connection: delivered_to null, sent when one opens)
   POST /_test/ws/close     {"connection", "all": bool, "code": 1000, "config": {ClientConfig
@@ -65,7 +75,7 @@ Control API, JSON in and out (POST bodies may be empty; `connection` = the newes
                             : the next K sends (create/reply) are rate limited
   POST /_test/slow         {"path": P (exact, or a prefix ending in *), "seconds": S}
                             : Open API calls to P answer S seconds late (S 0: no longer)
-  POST /_test/webhook/send {"url", "kind": "p2p"|"group_mention"|"post"|"url_verification",
+  POST /_test/webhook/send {"url", "kind": "p2p"|"group_mention"|"post"|"url_verification"|"card_action",
                             "text", "user", "chat_id", "event_id", "message_id", "challenge",
                             "encrypted": bool (default: an encrypt key is set), "bad_signature",
                             "wrong_token", "stale" (timestamp 6 min old, correctly signed),
@@ -103,6 +113,8 @@ from aiohttp import web
 import fake_control
 from fake_control import json_body
 from Crypto.Cipher import AES
+from lark_oapi.core.json import JSON
+from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTriggerResponse
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -138,6 +150,54 @@ CODE_RATE_LIMIT = 99991400
 CODE_BAD_SECRET = 10014
 CODE_BAD_PARAM = 10003
 RECEIVE_ID_TYPES = {"open_id", "user_id", "union_id", "email", "chat_id"}
+
+
+CARD_BUTTON_TYPES = {"default", "primary", "danger", "text", "primary_text", "danger_text",
+                     "primary_filled", "danger_filled", "laser"}
+
+
+def card_problem(card):
+    """Why Feishu would refuse `card` (a dict) as card JSON 2.0, or None: the structure of
+    https://open.feishu.cn/document/feishu-cards/card-json-v2-structure (schema "2.0", body
+    elements), markdown components with content, column sets of columns, and buttons with plain
+    text, a documented type and callback behaviors
+    (https://open.feishu.cn/document/feishu-cards/card-json-v2-components/interactive-components/button)."""
+    if not isinstance(card, dict) or card.get("schema") != "2.0":
+        return "schema must be 2.0"
+    elements = (card.get("body") or {}).get("elements")
+    if not isinstance(elements, list) or not elements:
+        return "body.elements must be a non-empty list"
+
+    def check(element):
+        tag = element.get("tag") if isinstance(element, dict) else None
+        if tag == "markdown":
+            return None if isinstance(element.get("content"), str) else "markdown without content"
+        if tag == "column_set":
+            for column in element.get("columns") or []:
+                if column.get("tag") != "column":
+                    return "a column_set holds columns"
+                for inner in column.get("elements") or []:
+                    why = check(inner)
+                    if why:
+                        return why
+            return None
+        if tag == "button":
+            text = element.get("text") or {}
+            if text.get("tag") != "plain_text" or not text.get("content"):
+                return "a button needs plain_text text"
+            if element.get("type", "default") not in CARD_BUTTON_TYPES:
+                return f"unknown button type {element.get('type')!r}"
+            for behavior in element.get("behaviors") or []:
+                if behavior.get("type") != "callback" or not isinstance(behavior.get("value"), dict):
+                    return "a button's behavior must be a callback with a value object"
+            return None
+        return f"unknown component {tag!r}"
+
+    for element in elements:
+        why = check(element)
+        if why:
+            return why
+    return None
 
 
 def now() -> float:
@@ -319,6 +379,8 @@ class Fake:
             content = {"title": body.get("title", ""),
                        "content": [[{"tag": "text", "text": text, "style": []}],
                                    [{"tag": "a", "href": "https://example.com", "text": "link", "style": []}]]}
+        elif kind == "card_action":
+            return self.card_action_body(body, user, event_id, token)
         else:
             raise ValueError(f"unknown kind {kind!r}")
         message = {
@@ -354,6 +416,46 @@ class Fake:
                 "message": message,
             },
         }
+
+    def card_action_body(self, body, user, event_id, token):
+        """A card.action.trigger callback (schema 2.0), from the docs' example:
+        https://open.feishu.cn/document/feishu-cards/card-callback-communication
+        (operator, the callback token, the button's action with its value, the message's
+        context)."""
+        message_id = body.get("message_id") or self.next_id("om_")
+        chat_id = body.get("chat_id") or "oc_p2p_" + user[3:19]
+        return {
+            "schema": "2.0",
+            "header": {
+                "event_id": event_id,
+                "token": self.cfg.verification_token if token is None else token,
+                "create_time": ms(),
+                "event_type": "card.action.trigger",
+                "tenant_key": self.cfg.tenant_key,
+                "app_id": self.cfg.app_id,
+            },
+            "event": {
+                "operator": {"tenant_key": self.cfg.tenant_key, "user_id": "u" + user[3:11],
+                             "open_id": user, "union_id": "on_" + user[3:]},
+                "token": "c-" + secrets.token_hex(20),
+                "action": {"value": body.get("value") or {}, "tag": "button"},
+                "host": "im_message",
+                "context": {"open_message_id": message_id, "open_chat_id": chat_id},
+            },
+        }
+
+    @staticmethod
+    def card_answer(data):
+        """A card callback's answer read by lark-oapi's P2CardActionTriggerResponse: (answer
+        dict, whether it carries a toast of a documented type)."""
+        try:
+            answer = json.loads(data) if isinstance(data, (str, bytes)) else data
+            parsed = JSON.unmarshal(json.dumps(answer), P2CardActionTriggerResponse)
+            ok = parsed.toast is not None and parsed.toast.type in ("info", "success", "error", "warning") \
+                and bool(parsed.toast.content)
+            return answer, ok
+        except (ValueError, TypeError, AttributeError):
+            return None, False
 
     # ---- Open API --------------------------------------------------------------------------------
 
@@ -413,6 +515,11 @@ class Fake:
                 "open_id": self.cfg.bot_open_id}}, None
         if path == "/open-apis/im/v1/messages" and request.method == "POST":
             return self.limited() or self.create_message(request, body)
+        if path == "/open-apis/ephemeral/v1/send" and request.method == "POST":
+            return self.send_ephemeral(body)
+        if len(parts) == 6 and parts[:5] == ["", "open-apis", "im", "v1", "messages"] \
+                and request.method == "PATCH":
+            return self.patch_card(parts[5], body)
         if len(parts) == 7 and parts[:5] == ["", "open-apis", "im", "v1", "messages"]:
             if parts[6] == "reply" and request.method == "POST":
                 return self.limited() or self.reply_message(parts[5], body)
@@ -483,10 +590,42 @@ class Fake:
         if not msg_type or not isinstance(content, str):
             return 400, {"code": 99992402, "msg": "field validation failed"}, None
         try:
-            json.loads(content)
+            parsed = json.loads(content)
         except ValueError:
             return 400, {"code": 230001, "msg": "Your request contains an invalid request parameter, ext=invalid message content."}, None
+        if msg_type == "interactive":
+            why = card_problem(parsed)
+            if why:
+                return 400, {"code": 230099, "msg": f"Failed to create card content, ext={why}"}, None
         return None
+
+    def patch_card(self, message_id, body):
+        # https://open.feishu.cn/document/server-docs/im-v1/message-card/patch: replaces the
+        # content of a card the app sent ("update_multi" cards for every reader).
+        content = body.get("content")
+        sent = next((m for m in self.messages if m.get("message_id") == message_id), None)
+        if sent is None or sent.get("msg_type") != "interactive":
+            return 400, {"code": 230001, "msg": "Your request contains an invalid request parameter, ext=not a card the app sent."}, None
+        bad = self.check_content({"msg_type": "interactive", "content": content})
+        if bad:
+            return bad
+        sent["content"] = content
+        self.messages.append({"kind": "patch", "message_id": message_id, "msg_type": "interactive",
+                              "content": content, "at": now()})
+        return 200, {"code": 0, "msg": "success", "data": {}}, None
+
+    def send_ephemeral(self, body):
+        # https://open.feishu.cn/document/server-docs/im-v1/message-card/send-message-cards-that-are-only-visible-to-certain-people
+        if not body.get("chat_id") or not body.get("open_id") or body.get("msg_type") != "interactive":
+            return 400, {"code": 99992402, "msg": "field validation failed"}, None
+        why = card_problem(body.get("card"))
+        if why:
+            return 400, {"code": 230099, "msg": f"Failed to create card content, ext={why}"}, None
+        message_id = self.next_id("om_")
+        self.messages.append({"kind": "ephemeral", "message_id": message_id, "chat_id": body["chat_id"],
+                              "open_id": body["open_id"], "msg_type": "interactive",
+                              "content": json.dumps(body["card"], ensure_ascii=False), "at": now()})
+        return 200, {"code": 0, "msg": "ok", "data": {"message_id": message_id}}, None
 
     def create_message(self, request, body):
         rtype = request.query.get("receive_id_type")
@@ -680,6 +819,8 @@ class Fake:
             "headers": hs, "payload": payload, "attempt": attempt["attempt"] if attempt else None,
             "delay_ms": round((now() - sent_at) * 1000, 1), "at": now(),
         }
+        if ev["kind"] == "card_action" and isinstance(payload, dict) and payload.get("data"):
+            ack["answer"], ack["answer_ok"] = self.card_answer(base64.b64decode(payload["data"]))
         self.acks.append(ack)
         if code == 200 and not ev["acked"]:
             ev["acked"] = True
@@ -776,7 +917,8 @@ class Fake:
         except ValueError as e:
             return web.json_response({"error": str(e)}, status=400)
         event_id = event["header"]["event_id"]
-        message_id = event["event"]["message"]["message_id"]
+        message = event["event"].get("message") or {}
+        message_id = message.get("message_id") or event["event"]["context"]["open_message_id"]
         ev = {"event_id": event_id, "message_id": message_id, "kind": body.get("kind") or "p2p",
               "payload": json.dumps(event, ensure_ascii=False).encode("utf-8"), "event": event,
               "split": "token" if body.get("split") == "token" else bool(body.get("split")),
@@ -923,6 +1065,10 @@ class Fake:
                                      "elapsed_ms": round((time.monotonic() - t0) * 1000, 1)})
                 if body.get("until_ok") and attempts[-1]["status"] == 200:
                     break
+        if body.get("kind") == "card_action":
+            for attempt in attempts:
+                if attempt["status"] == 200:
+                    attempt["answer"], attempt["answer_ok"] = self.card_answer(attempt["body"])
         sent = {"url": url, "headers": headers, "body": raw.decode("utf-8"), "plaintext": plain,
                 "attempts": attempts, "at": now()}
         self.webhooks.append(sent)

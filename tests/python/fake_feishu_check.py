@@ -19,8 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import lark_oapi as lark
 import lark_oapi.ws.client as lark_ws_client
-from lark_oapi.api.im.v1 import (CreateMessageRequest, CreateMessageRequestBody, ReplyMessageRequest,
-                                 ReplyMessageRequestBody)
+from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTriggerResponse
+from lark_oapi.api.im.v1 import (CreateMessageRequest, CreateMessageRequestBody, PatchMessageRequest,
+                                 PatchMessageRequestBody, ReplyMessageRequest, ReplyMessageRequestBody)
 from lark_oapi.core.model import RawRequest
 from lark_oapi.core.utils import AESCipher
 from requests.structures import CaseInsensitiveDict
@@ -102,6 +103,33 @@ def open_api(base, control):
     check("the reply is recorded with reply_in_thread", last["kind"] == "reply" and last["reply_in_thread"] is True
           and last["parent_id"] == mid, last)
 
+    def card(buttons):
+        return json.dumps({"schema": "2.0", "config": {"update_multi": True}, "body": {"elements": [
+            {"tag": "markdown", "content": "**批准**?"}] + [
+            {"tag": "button", "text": {"tag": "plain_text", "content": b}, "type": "primary",
+             "behaviors": [{"type": "callback", "value": {"pincer_action": b}}]} for b in buttons]}},
+            ensure_ascii=False)
+
+    creq = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(
+        CreateMessageRequestBody.builder().receive_id("oc_group1").msg_type("interactive")
+        .content(card(["once", "deny"])).build()).build()
+    cresp = client.im.v1.message.create(creq)
+    check("SDK creates an interactive card (JSON 2.0)", cresp.success(), f"{cresp.code} {cresp.msg}")
+    cmid = cresp.data.message_id if cresp.success() else "om_x"
+    presp = client.im.v1.message.patch(PatchMessageRequest.builder().message_id(cmid).request_body(
+        PatchMessageRequestBody.builder().content(card([])).build()).build())
+    check("SDK im.v1.message.patch replaces the card", presp.success(), f"{presp.code} {presp.msg}")
+    presp = client.im.v1.message.patch(PatchMessageRequest.builder().message_id(mid).request_body(
+        PatchMessageRequestBody.builder().content(card([])).build()).build())
+    check("... and refuses to patch a message that is not a card (230001)", presp.code == 230001,
+          f"{presp.code} {presp.msg}")
+    bad = json.dumps({"schema": "2.0", "body": {"elements": [{"tag": "button", "text": {"tag": "plain_text",
+                      "content": "x"}, "type": "rainbow"}]}})
+    bresp = client.im.v1.message.create(CreateMessageRequest.builder().receive_id_type("chat_id").request_body(
+        CreateMessageRequestBody.builder().receive_id("oc_group1").msg_type("interactive").content(bad)
+        .build()).build())
+    check("a card Feishu would refuse gets 230099", bresp.code == 230099, f"{bresp.code} {bresp.msg}")
+
     bearer = {"Authorization": "Bearer " + tok.get("tenant_access_token", "")}
     st, _, r = http(base + f"/open-apis/im/v1/messages/{mid}/reactions", {"reaction_type": {"emoji_type": "SMILE"}},
                     headers=bearer)
@@ -149,7 +177,15 @@ def long_connection(base, control):
                     "mentions": [(m.key, m.id.open_id) for m in (msg.mentions or [])],
                     "sender": data.event.sender.sender_id.open_id})
 
-    handler = lark.EventDispatcherHandler.builder("", "").register_p2_im_message_receive_v1(on_message).build()
+    clicks = []
+
+    def on_click(data):
+        clicks.append({"event_id": data.header.event_id, "open_id": data.event.operator.open_id,
+                       "value": data.event.action.value, "message_id": data.event.context.open_message_id})
+        return P2CardActionTriggerResponse({"toast": {"type": "info", "content": "收到"}})
+
+    handler = lark.EventDispatcherHandler.builder("", "").register_p2_im_message_receive_v1(on_message) \
+        .register_p2_card_action_trigger(on_click).build()
     cli = lark.ws.Client(APP_ID, SECRET, event_handler=handler, domain=base, log_level=lark.LogLevel.ERROR)
 
     def run():
@@ -190,6 +226,18 @@ def long_connection(base, control):
     a = acks["items"][-1]
     check("... and acked once, on the last fragment's frame", len(acks["items"]) == 2
           and a["event_id"] == p["event_id"] and a["code"] == 200 and a["headers"]["sum"] == "3", acks["items"])
+
+    _, _, p = http(control + "/ws/push", {"kind": "card_action", "user": "ou_user1", "message_id": "om_card1",
+                                          "value": {"pincer_action": "a:once"}})
+    ok = wait_until(lambda: any(c["event_id"] == p["event_id"] for c in clicks))
+    c = next((c for c in clicks if c["event_id"] == p["event_id"]), {})
+    check("a card_action reaches the SDK's card.action.trigger handler",
+          ok and c["open_id"] == "ou_user1" and c["value"] == {"pincer_action": "a:once"}
+          and c["message_id"] == "om_card1", (p, clicks))
+    wait_until(lambda: any(a["event_id"] == p["event_id"] for a in http(control + "/acks")[2]["acks"]))
+    a = next(a for a in http(control + "/acks")[2]["acks"] if a["event_id"] == p["event_id"])
+    check("... and the SDK's answer (a toast, base64 in the ack's data) is what the fake reads back",
+          a["code"] == 200 and a.get("answer_ok") is True and a["answer"]["toast"]["content"] == "收到", a)
 
     _, _, p = http(control + "/ws/push", {"kind": "post", "text": "富文本"})
     ok = wait_until(lambda: any(g["message_id"] == p["message_id"] for g in got))

@@ -39,6 +39,9 @@ pub struct EventHeader {
     pub event_type: String,
     #[serde(default)]
     pub token: String,
+    /// Milliseconds since the epoch, as a string.
+    #[serde(default)]
+    pub create_time: String,
 }
 
 impl Envelope {

@@ -142,10 +142,18 @@ pub fn ping(service: i32) -> Frame {
 /// `lark_oapi/ws/client.py`): the same frame, with header `biz_rt` (the
 /// processing time in ms) added and the payload replaced by the JSON of the
 /// SDK's `Response` (`{"code": 200, "headers": null, "data": null}` there; the
-/// server reads `code`).
-pub fn response(mut frame: Frame, code: u16, biz_rt_ms: u64) -> Frame {
+/// server reads `code`), carrying the handler's answer `data` (a card
+/// callback's toast) base64 in `data`, as the SDK's client sends it.
+pub fn response(mut frame: Frame, code: u16, biz_rt_ms: u64, data: Option<&[u8]>) -> Frame {
+    use base64::Engine as _;
     frame.set_header("biz_rt", &biz_rt_ms.to_string());
-    frame.payload = Some(format!("{{\"code\":{code}}}").into_bytes());
+    let mut payload = serde_json::json!({ "code": code });
+    if let Some(data) = data {
+        payload["data"] = base64::engine::general_purpose::STANDARD
+            .encode(data)
+            .into();
+    }
+    frame.payload = Some(payload.to_string().into_bytes());
     frame
 }
 
@@ -348,10 +356,15 @@ mod tests {
         frame.set_header("type", "event");
         frame.set_header("type", "event");
         assert_eq!(frame.headers.len(), 1);
-        let answer = response(frame, 200, 12);
+        let answer = response(frame, 200, 12, None);
         assert_eq!(answer.seq_id, 9);
         assert_eq!(answer.header("biz_rt"), Some("12"));
         assert_eq!(answer.header("type"), Some("event"));
         assert_eq!(answer.payload.as_deref(), Some(&br#"{"code":200}"#[..]));
+        let toast = response(answer, 200, 3, Some(br#"{"toast":{}}"#));
+        let payload: serde_json::Value =
+            serde_json::from_slice(toast.payload.as_deref().unwrap_or_default()).expect("json");
+        assert_eq!(payload["code"], 200);
+        assert_eq!(payload["data"], "eyJ0b2FzdCI6e319", "base64 of the answer");
     }
 }

@@ -14,6 +14,7 @@
 //! long connection's service id, parts of a split event) lives in `kv`.
 
 mod api;
+mod card;
 mod event;
 mod frame;
 mod post;
@@ -76,14 +77,26 @@ impl Guest for FeishuChannel {
     fn describe() -> ChannelInfo {
         ChannelInfo {
             max_text_bytes: MAX_TEXT_BYTES,
-            interactive: false,
+            interactive: true,
         }
     }
 
-    fn update(_id: String, _message: Outbound) -> Result<Delivery, ChannelError> {
-        Err(ChannelError::Unsupported(
-            "Feishu cards are not supported yet: approvals use the chat commands".into(),
-        ))
+    /// Replaces a card the bot sent
+    /// (https://open.feishu.cn/document/server-docs/im-v1/message-card/patch).
+    fn update(id: String, message: Outbound) -> Result<Delivery, ChannelError> {
+        if !id.starts_with("om_") {
+            return Err(ChannelError::Rejected(format!(
+                "`{id}` is not a Feishu message id (om_…)"
+            )));
+        }
+        let content = card::card(&message.text, &message.actions).to_string();
+        call(
+            "PATCH",
+            &format!("/open-apis/im/v1/messages/{id}"),
+            Some(json!({ "content": content })),
+        )
+        .map_err(ChannelError::from)?;
+        Ok(Delivery { id })
     }
 
     fn handle_webhook(request: WebhookRequest) -> Result<WebhookOutcome, ChannelError> {
@@ -118,6 +131,11 @@ impl Guest for FeishuChannel {
             )));
         }
         check_token(envelope.token(), tokened)?;
+        if envelope.event_type() == card::ACTION_TRIGGER {
+            let mut outcome = webhook_reply(200, card::received());
+            outcome.interactions.extend(click_of(&envelope));
+            return Ok(outcome);
+        }
         let mut outcome = webhook_reply(200, json!({}));
         outcome.messages.extend(messages_of(&envelope));
         Ok(outcome)
@@ -244,7 +262,13 @@ impl Guest for FeishuChannel {
             // More parts to come; the SDK answers only the whole event.
             None => return Ok(outcome),
         };
+        let mut answer = None;
         let code = match event::envelope(&payload) {
+            Ok(envelope) if envelope.event_type() == card::ACTION_TRIGGER => {
+                outcome.interactions.extend(click_of(&envelope));
+                answer = Some(card::received().to_string());
+                200
+            }
             Ok(envelope) => {
                 outcome.messages.extend(messages_of(&envelope));
                 200
@@ -256,14 +280,21 @@ impl Guest for FeishuChannel {
         };
         let elapsed = clock::now_ms().saturating_sub(started);
         outcome.replies.push(Frame::Binary(
-            frame::response(frame, code, elapsed).encode(),
+            frame::response(frame, code, elapsed, answer.as_deref().map(str::as_bytes)).encode(),
         ));
         Ok(outcome)
     }
 
     fn send(message: Outbound) -> Result<Delivery, ChannelError> {
-        let content = post::post_content(&message.text).to_string();
-        let (path, body) = send_request(&message, &content);
+        let (path, body) = if message.visible_to.is_some() {
+            ephemeral_request(&message)?
+        } else if message.actions.is_empty() {
+            let content = post::post_content(&message.text).to_string();
+            send_request(&message, "post", &content)
+        } else {
+            let content = card::card(&message.text, &message.actions).to_string();
+            send_request(&message, "interactive", &content)
+        };
         let value = call("POST", &path, Some(body)).map_err(ChannelError::from)?;
         match value["data"]["message_id"]
             .as_str()
@@ -849,14 +880,14 @@ fn policy(timing: &ws::Timing) -> ReconnectPolicy {
 /// (https://open.feishu.cn/document/server-docs/im-v1/message/reply), in its
 /// thread when the outbound has one, or a new message in the chat
 /// (https://open.feishu.cn/document/server-docs/im-v1/message/create).
-fn send_request(message: &Outbound, content: &str) -> (String, Value) {
+fn send_request(message: &Outbound, msg_type: &str, content: &str) -> (String, Value) {
     match message
         .reply_to
         .as_deref()
         .filter(|id| id.starts_with("om_"))
     {
         Some(id) => {
-            let mut body = json!({ "msg_type": "post", "content": content });
+            let mut body = json!({ "msg_type": msg_type, "content": content });
             if message.thread.as_deref().is_some_and(|t| !t.is_empty()) {
                 body["reply_in_thread"] = json!(true);
             }
@@ -864,9 +895,42 @@ fn send_request(message: &Outbound, content: &str) -> (String, Value) {
         }
         None => (
             "/open-apis/im/v1/messages?receive_id_type=chat_id".into(),
-            json!({ "receive_id": message.conversation, "msg_type": "post", "content": content }),
+            json!({ "receive_id": message.conversation, "msg_type": msg_type, "content": content }),
         ),
     }
+}
+
+/// A card only `visible_to` sees in the chat
+/// (https://open.feishu.cn/document/server-docs/im-v1/message-card/send-message-cards-that-are-only-visible-to-certain-people).
+fn ephemeral_request(message: &Outbound) -> Result<(String, Value), ChannelError> {
+    let user = message.visible_to.as_deref().unwrap_or_default();
+    if !user.starts_with("ou_") {
+        return Err(ChannelError::Rejected(format!(
+            "a card for one reader needs their open_id (ou_…), not `{user}`"
+        )));
+    }
+    Ok((
+        "/open-apis/ephemeral/v1/send".into(),
+        json!({
+            "chat_id": message.conversation,
+            "open_id": user,
+            "msg_type": "interactive",
+            "card": card::card(&message.text, &message.actions),
+        }),
+    ))
+}
+
+/// The click of a verified card callback (none when it is not one of
+/// pincer's buttons).
+fn click_of(envelope: &event::Envelope) -> Option<pincer_plugin_sdk::types::Interaction> {
+    card::click(envelope, clock::now_ms())
+        .inspect_err(|why| {
+            log(
+                logging::Level::Debug,
+                &format!("card callback ignored: {why}"),
+            )
+        })
+        .ok()
 }
 
 /// What to fix when `tenant_access_token/internal` refuses: 10014 "app
@@ -1005,15 +1069,35 @@ mod tests {
 
     #[test]
     fn send_requests() {
-        let (path, body) = send_request(&outbound(Some("om_9"), None), "{}");
+        let (path, body) = send_request(&outbound(Some("om_9"), None), "post", "{}");
         assert_eq!(path, "/open-apis/im/v1/messages/om_9/reply");
         assert_eq!(body, json!({ "msg_type": "post", "content": "{}" }));
-        let (_, body) = send_request(&outbound(Some("om_9"), Some("om_9")), "{}");
+        let (_, body) = send_request(&outbound(Some("om_9"), Some("om_9")), "post", "{}");
         assert_eq!(body["reply_in_thread"], true);
-        let (path, body) = send_request(&outbound(None, None), "{}");
+        let (path, body) = send_request(&outbound(None, None), "post", "{}");
         assert_eq!(path, "/open-apis/im/v1/messages?receive_id_type=chat_id");
         assert_eq!(body["receive_id"], "oc_1");
         assert_eq!(body["msg_type"], "post");
+        let (_, body) = send_request(&outbound(None, None), "interactive", "{}");
+        assert_eq!(body["msg_type"], "interactive");
+    }
+
+    #[test]
+    fn a_card_for_one_reader_goes_to_the_ephemeral_api_by_open_id() {
+        let mut only = outbound(None, None);
+        only.visible_to = Some("ou_1".into());
+        let (path, body) = ephemeral_request(&only).expect("ephemeral");
+        assert_eq!(path, "/open-apis/ephemeral/v1/send");
+        assert_eq!(
+            (&body["chat_id"], &body["open_id"], &body["msg_type"]),
+            (&json!("oc_1"), &json!("ou_1"), &json!("interactive"))
+        );
+        assert_eq!(body["card"]["schema"], "2.0");
+        only.visible_to = Some("U123".into());
+        assert!(matches!(
+            ephemeral_request(&only),
+            Err(ChannelError::Rejected(_))
+        ));
     }
 
     #[test]
