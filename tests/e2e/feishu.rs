@@ -1517,8 +1517,8 @@ fn the_fake_feishu_agrees_with_lark_oapi() {
     );
 }
 
-/// The buttons of the last interactive card the bot sent (their callback
-/// values' `pincer_action`), and its message id.
+/// The buttons of a card the bot sent: their callback values'
+/// `pincer_action`, sorted.
 fn card_buttons(message: &Value) -> Vec<String> {
     let content: Value = serde_json::from_str(message["content"].as_str().unwrap_or("{}")).unwrap();
     let mut found = Vec::new();
@@ -1526,10 +1526,10 @@ fn card_buttons(message: &Value) -> Vec<String> {
     while let Some(node) = stack.pop() {
         match node {
             Value::Object(map) => {
-                if map.get("tag").and_then(Value::as_str) == Some("button") {
-                    if let Some(id) = map["behaviors"][0]["value"]["pincer_action"].as_str() {
-                        found.push(id.to_string());
-                    }
+                if map.get("tag").and_then(Value::as_str) == Some("button")
+                    && let Some(id) = map["behaviors"][0]["value"]["pincer_action"].as_str()
+                {
+                    found.push(id.to_string());
                 }
                 stack.extend(map.into_iter().map(|(_, v)| v));
             }
