@@ -31,12 +31,10 @@
 //! Loopback only; removes the containers of its own pincer instance.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use axum::Router;
@@ -46,9 +44,10 @@ use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
 
-const BOT_TOKEN: &str = "xoxb-fake-bot-token";
-const APP_TOKEN: &str = "xapp-1-fake-app-token";
-const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+#[path = "support/slack_daemon.rs"]
+mod slack_daemon;
+
+use slack_daemon::{DockerCleanup, FakeSlack, Scratch, quantile, serve, start_daemon, unix_now};
 /// How long replies may take after the last message was sent.
 const DRAIN: Duration = Duration::from_secs(30);
 
@@ -95,13 +94,6 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(run(params))
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }
 
 fn conversation_id(i: usize) -> String {
@@ -202,155 +194,23 @@ async fn model(State(log): State<ModelLog>, body: String) -> Response {
     response
 }
 
-// ---- the fake Slack ----------------------------------------------------------------------------
-
-/// `tests/python/fake_slack.py`, killed on drop.
-struct FakeSlack {
-    child: Child,
-    api_base: String,
-    control: String,
-    http: reqwest::Client,
-}
-
-impl FakeSlack {
-    fn start(log: &Path) -> anyhow::Result<Self> {
-        let python = std::env::var("PINCER_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/fake_slack.py");
-        let mut child = Command::new(&python)
-            .arg(script)
-            .args(["--bot-token", BOT_TOKEN, "--app-token", APP_TOKEN])
-            .args(["--signing-secret", SIGNING_SECRET])
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log)?)
-            .spawn()
-            .with_context(|| format!("start fake_slack.py with {python}"))?;
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().context("fake_slack stdout")?).read_line(&mut line)?;
-        let ready: Value = serde_json::from_str(&line).with_context(|| {
-            format!(
-                "fake_slack.py did not start (set PINCER_TEST_PYTHON to a python with \
-                 tests/python/requirements.txt): {}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            )
-        })?;
-        Ok(Self {
-            child,
-            api_base: ready["api_base"].as_str().context("api_base")?.to_string(),
-            control: ready["control"].as_str().context("control")?.to_string(),
-            http: reqwest::Client::builder().no_proxy().build()?,
+/// Successful `chat.postMessage` calls as (marker, channel, received_at).
+async fn posted_replies(slack: &FakeSlack) -> anyhow::Result<Vec<(String, String, f64)>> {
+    let (_, calls) = slack.get("/calls?method=chat.postMessage").await?;
+    Ok(calls["calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["status"] == 200 && c["response"]["ok"] == true)
+        .filter_map(|c| {
+            let text = c["args"]["text"].as_str().unwrap_or("");
+            Some((
+                find_marker(text)?,
+                c["args"]["channel"].as_str().unwrap_or("").to_string(),
+                c["received_at"].as_f64()?,
+            ))
         })
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.control))
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await?;
-        Ok(serde_json::from_slice(&response.bytes().await?)?)
-    }
-
-    async fn get(&self, path: &str) -> anyhow::Result<(u16, Value)> {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.control))
-            .timeout(Duration::from_secs(120))
-            .send()
-            .await?;
-        let status = response.status().as_u16();
-        let body = serde_json::from_slice(&response.bytes().await?).unwrap_or(Value::Null);
-        Ok((status, body))
-    }
-
-    /// Successful `chat.postMessage` calls as (marker, channel, received_at).
-    async fn replies(&self) -> anyhow::Result<Vec<(String, String, f64)>> {
-        let (_, calls) = self.get("/calls?method=chat.postMessage").await?;
-        Ok(calls["calls"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|c| c["status"] == 200 && c["response"]["ok"] == true)
-            .filter_map(|c| {
-                let text = c["args"]["text"].as_str().unwrap_or("");
-                Some((
-                    find_marker(text)?,
-                    c["args"]["channel"].as_str().unwrap_or("").to_string(),
-                    c["received_at"].as_f64()?,
-                ))
-            })
-            .collect())
-    }
-}
-
-impl Drop for FakeSlack {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-// ---- the daemon --------------------------------------------------------------------------------
-
-/// Removes, on drop, every container of the bench's pincer instance.
-struct DockerCleanup {
-    home: PathBuf,
-}
-
-impl Drop for DockerCleanup {
-    fn drop(&mut self) {
-        let Ok(id) = std::fs::read_to_string(self.home.join("instance-id")) else {
-            return;
-        };
-        let filter = format!("label=pincer.instance={}", id.trim());
-        if let Ok(ids) = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &filter])
-            .output()
-        {
-            for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
-                let _ = Command::new("docker").args(["rm", "-f", id]).output();
-            }
-        }
-    }
-}
-
-/// `pincer start`, killed on drop (stopped with SIGTERM by `stop`).
-struct Daemon {
-    child: Child,
-}
-
-impl Daemon {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn stop(&mut self) -> anyhow::Result<std::process::ExitStatus> {
-        // SAFETY: signalling our own child by its pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        Ok(self.child.wait()?)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn pincer(config: &Path, home: &Path, work: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_pincer"));
-    command
-        .arg("--config")
-        .arg(config)
-        .current_dir(work)
-        .env("PINCER_HOME", home)
-        .env_remove("PINCER_CONFIG")
-        .env("SLACK_BOT_TOKEN", BOT_TOKEN)
-        .env("SLACK_APP_TOKEN", APP_TOKEN)
-        .env("SLACK_SIGNING_SECRET", SIGNING_SECRET);
-    command
+        .collect())
 }
 
 fn config_yaml(p: &Params, model: &str, base: &Path, api: &str) -> String {
@@ -467,7 +327,7 @@ async fn push(slack: &FakeSlack, c: usize, seq: usize) -> anyhow::Result<Sent> {
 /// Polls until every message in `sent` has a reply or `deadline` passes.
 async fn drain(slack: &FakeSlack, sent: &[Sent], deadline: Instant) -> anyhow::Result<()> {
     loop {
-        let replies = slack.replies().await?;
+        let replies = posted_replies(slack).await?;
         let answered: std::collections::HashSet<&str> =
             replies.iter().map(|(m, _, _)| m.as_str()).collect();
         if sent.iter().all(|s| answered.contains(s.marker.as_str())) || Instant::now() > deadline {
@@ -522,7 +382,7 @@ async fn analyse(slack: &FakeSlack, sent: &[Sent], models: &ModelLog) -> anyhow:
         }
     }
     let mut replies: HashMap<String, Vec<(String, f64)>> = HashMap::new();
-    for (marker, channel, at) in slack.replies().await? {
+    for (marker, channel, at) in posted_replies(slack).await? {
         replies.entry(marker).or_default().push((channel, at));
     }
     let (_, reactions) = slack.get("/calls?method=reactions.add").await?;
@@ -593,13 +453,6 @@ async fn analyse(slack: &FakeSlack, sent: &[Sent], models: &ModelLog) -> anyhow:
     Ok(analysis)
 }
 
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
 fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
     let mut v: Vec<f64> = values.collect();
     v.sort_by(f64::total_cmp);
@@ -618,67 +471,24 @@ fn row(label: &str, values: &[f64]) {
 }
 
 async fn run(p: Params) -> anyhow::Result<()> {
-    let scratch = tempfile::tempdir()?;
-    let home = scratch.path().join("home");
-    let work = scratch.path().join("work");
-    let base = scratch.path().join("ws");
-    for dir in [&home, &work, &base] {
-        std::fs::create_dir_all(dir)?;
-    }
+    let scratch = Scratch::new()?;
+    let (home, work, base) = (&scratch.home, &scratch.work, &scratch.base);
     let _cleanup = DockerCleanup { home: home.clone() };
 
     let models: ModelLog = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let model_base = format!("http://{}/v1", listener.local_addr()?);
     let app = Router::new()
         .route("/v1/chat/completions", post(model))
         .with_state(models.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let model_base = format!("{}/v1", serve(app).await?);
 
-    let slack = FakeSlack::start(&scratch.path().join("fake_slack.log"))?;
+    let slack = FakeSlack::start(&scratch.dir.path().join("fake_slack.log"))?;
     let config = work.join("pincer.yaml");
-    std::fs::write(
-        &config,
-        config_yaml(&p, &model_base, &base, &slack.api_base),
-    )?;
+    std::fs::write(&config, config_yaml(&p, &model_base, base, &slack.api_base))?;
 
-    let built = pincer(&config, &home, &work)
-        .args(["image", "build"])
-        .output()?;
-    if !built.status.success() {
-        bail!(
-            "pincer image build failed: {}",
-            String::from_utf8_lossy(&built.stderr)
-        );
-    }
-
-    let log = scratch.path().join("daemon.log");
+    let log = scratch.dir.path().join("daemon.log");
     let started = Instant::now();
-    let mut child = pincer(&config, &home, &work)
-        .args(["start", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()?;
-    let stdout = child.stdout.take().context("daemon stdout")?;
-    let mut daemon = Daemon { child };
-    let mut banner = String::new();
-    BufReader::new(stdout).read_line(&mut banner)?;
-    if !banner.contains("pincer is running") {
-        bail!(
-            "the daemon did not start: {banner}\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-    }
+    let mut daemon = start_daemon(&config, home, work, &slack, &log).await?;
     let rss = RssSampler::start(daemon.pid());
-    let (status, _) = slack
-        .get("/wait?what=connections&count=1&timeout=60")
-        .await?;
-    if status != 200 {
-        bail!(
-            "no Socket Mode connection: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-    }
     let ready = started.elapsed();
     let rss_idle = rss_kib(daemon.pid()).unwrap_or(0);
 

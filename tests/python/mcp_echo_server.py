@@ -3,18 +3,19 @@ gateway uses in the MCP tests: over stdio as a configured `command` server, or
 (`mcp_echo_server.py http PORT`) as a remote streamable-HTTP `url` server on
 127.0.0.1.
 
-Tools: `echo` (harmless) and `secret_admin` (must stay hidden behind the
+Tools: `echo` (harmless, annotated read-only) and `secret_admin` (must stay hidden behind the
 gateway's `tools: [echo]` filter).
 """
 
 import sys
 
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
 
 server = MCPServer("echo-server")
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def echo(text: str) -> str:
     """Returns the text it was given."""
     return f"echo: {text}"

@@ -2,7 +2,7 @@
 //! decision, and the permits the gateway checks before a skill or MCP
 //! call runs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -17,11 +17,24 @@ const POLL: Duration = Duration::from_millis(250);
 /// Permits held at once per process; past it the oldest are dropped.
 const MAX_PERMITS: usize = 10_000;
 
+/// Requests one workspace may ask per [`REQUEST_WINDOW`]: each session
+/// waits on its one request, but many sessions (or a looping agent in
+/// each) could otherwise flood a channel with requests.
+pub const MAX_REQUESTS_PER_WINDOW: usize = 20;
+pub const REQUEST_WINDOW: Duration = Duration::from_secs(60);
+
+/// Largest preview a person is asked to approve (the whole arguments of
+/// the call); a call beyond it is refused without asking, since nobody
+/// reviews a megabyte of shell.
+pub const MAX_PREVIEW_BYTES: usize = 64 * 1024;
+
 pub struct Approvals {
     store: ApprovalStore,
     decided: Notify,
     /// (workspace, fingerprint) → when the permit lapses. One use each.
     permits: Mutex<HashMap<(String, String), Instant>>,
+    /// workspace → when its recent requests were asked.
+    asked: Mutex<HashMap<String, VecDeque<Instant>>>,
 }
 
 impl Approvals {
@@ -30,7 +43,32 @@ impl Approvals {
             store,
             decided: Notify::new(),
             permits: Mutex::new(HashMap::new()),
+            asked: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Counts a request about to be asked in `workspace` at `now`; `Err`
+    /// says why it may not be (over [`MAX_REQUESTS_PER_WINDOW`] in the last
+    /// [`REQUEST_WINDOW`]), and then it is not counted.
+    pub fn admit_request(&self, workspace: &str, now: Instant) -> Result<(), String> {
+        let Ok(mut asked) = self.asked.lock() else {
+            return Err("the approvals' request counter is broken (a panicked thread)".into());
+        };
+        let recent = asked.entry(workspace.to_owned()).or_default();
+        while recent
+            .front()
+            .is_some_and(|at| now.saturating_duration_since(*at) >= REQUEST_WINDOW)
+        {
+            recent.pop_front();
+        }
+        if recent.len() >= MAX_REQUESTS_PER_WINDOW {
+            return Err(format!(
+                "workspace `{workspace}` asked for {MAX_REQUESTS_PER_WINDOW} approvals in the last {} s, as many as it may",
+                REQUEST_WINDOW.as_secs()
+            ));
+        }
+        recent.push_back(now);
+        Ok(())
     }
 
     pub fn store(&self) -> &ApprovalStore {
@@ -128,5 +166,31 @@ mod tests {
         assert!(!approvals.take_permit("team", "fingerprint-a"), "one use");
         approvals.permit("team", "fingerprint-c", Duration::ZERO);
         assert!(!approvals.take_permit("team", "fingerprint-c"), "lapsed");
+    }
+
+    /// A workspace asks at most MAX_REQUESTS_PER_WINDOW a window; others
+    /// are not held back, and the window slides.
+    #[test]
+    fn requests_are_rate_limited_per_workspace() {
+        let dir = tempfile::tempdir().expect("dir");
+        let approvals =
+            Approvals::new(ApprovalStore::open(&dir.path().join("pincer.db")).expect("store"));
+        let start = Instant::now();
+        for _ in 0..MAX_REQUESTS_PER_WINDOW {
+            approvals
+                .admit_request("team", start)
+                .expect("within the rate");
+        }
+        let refused = approvals.admit_request("team", start).unwrap_err();
+        assert!(
+            refused.contains("asked for 20 approvals in the last 60 s"),
+            "{refused}"
+        );
+        approvals
+            .admit_request("other", start)
+            .expect("another workspace");
+        approvals
+            .admit_request("team", start + REQUEST_WINDOW)
+            .expect("the window slid");
     }
 }

@@ -30,17 +30,12 @@ pub fn bounded(channel: &str, messages: Vec<api::Message>) -> Vec<api::Message> 
         .into_iter()
         .take(MAX_MESSAGES)
         .filter_map(|mut message| {
-            let ids = [
+            if bad_ids(&[
                 Some(&message.id),
                 Some(&message.conversation),
                 Some(&message.sender),
                 message.thread.as_ref(),
-            ];
-            if ids
-                .iter()
-                .flatten()
-                .any(|id| id.is_empty() || id.len() > MAX_ID_BYTES)
-            {
+            ]) {
                 tracing::warn!(
                     %channel,
                     "a message with an empty id or one over {MAX_ID_BYTES} bytes was dropped"
@@ -86,19 +81,14 @@ pub fn bounded_interactions(
         .into_iter()
         .take(MAX_INTERACTIONS)
         .filter_map(|mut click| {
-            let ids = [
+            if bad_ids(&[
                 Some(&click.id),
                 Some(&click.action),
                 Some(&click.conversation),
                 Some(&click.message),
                 Some(&click.user),
                 click.thread.as_ref(),
-            ];
-            if ids
-                .iter()
-                .flatten()
-                .any(|id| id.is_empty() || id.len() > MAX_ID_BYTES)
-            {
+            ]) {
                 tracing::warn!(
                     %channel,
                     "a click with an empty id or one over {MAX_ID_BYTES} bytes was dropped"
@@ -111,6 +101,13 @@ pub fn bounded_interactions(
             Some(click)
         })
         .collect()
+}
+
+/// Whether one of `ids` (absent ones aside) is empty or over [`MAX_ID_BYTES`].
+fn bad_ids(ids: &[Option<&String>]) -> bool {
+    ids.iter()
+        .flatten()
+        .any(|id| id.is_empty() || id.len() > MAX_ID_BYTES)
 }
 
 /// Cuts `text` to at most `max` bytes (at a character boundary), then

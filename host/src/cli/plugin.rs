@@ -577,6 +577,23 @@ fn requests(ctx: &Context, plugin: &LoadedPlugin) -> Vec<String> {
     if !keys.is_empty() {
         lines.push(format!("config keys: {}", keys.join(", ")));
     }
+    let reads: Vec<&str> = plugin.manifest.read_tools().collect();
+    if !reads.is_empty() {
+        let trusted = ctx
+            .config
+            .skills
+            .get(plugin.name())
+            .is_some_and(|s| s.trust_effects);
+        lines.push(format!(
+            "says these tools only read: {} ({})",
+            reads.join(", "),
+            if trusted {
+                "believed: skills.NAME.trust_effects is true, so they run unasked in tier approval"
+            } else {
+                "not believed unless skills.NAME.trust_effects: true; until then they are asked like any write"
+            }
+        ));
+    }
     lines
 }
 

@@ -1019,6 +1019,11 @@ pub struct Skill {
     pub allowed_workspaces: Vec<String>,
     /// Tool filter; empty = all tools.
     pub tools: Vec<String>,
+    /// Believe the skill's `plugin.toml` where it says a tool only reads
+    /// (`[tools.NAME] effect = "read"`): such a tool then runs without
+    /// asking in tier `approval`. Default false: every skill tool is
+    /// write-class.
+    pub trust_effects: bool,
 }
 
 impl Default for Skill {
@@ -1026,6 +1031,7 @@ impl Default for Skill {
         Skill {
             allowed_workspaces: vec!["*".to_owned()],
             tools: Vec::new(),
+            trust_effects: false,
         }
     }
 }
@@ -1049,6 +1055,10 @@ pub struct McpServer {
     /// Seconds one tool call may take (a hung server is given up on, and a
     /// container server is replaced on next use). Default 300.
     pub call_timeout_secs: u64,
+    /// Believe the server's tool annotations: a tool it marks
+    /// `readOnlyHint` (and not `destructiveHint`) then runs without asking
+    /// in tier `approval`. Default false: every tool of it is write-class.
+    pub trust_annotations: bool,
 }
 
 impl McpServer {
@@ -1066,6 +1076,7 @@ impl Default for McpServer {
             tools: Vec::new(),
             allowed_workspaces: vec!["*".to_owned()],
             call_timeout_secs: Self::DEFAULT_CALL_TIMEOUT_SECS,
+            trust_annotations: false,
         }
     }
 }
@@ -1080,6 +1091,7 @@ impl fmt::Debug for McpServer {
             .field("tools", &self.tools)
             .field("allowed_workspaces", &self.allowed_workspaces)
             .field("call_timeout_secs", &self.call_timeout_secs)
+            .field("trust_annotations", &self.trust_annotations)
             .finish()
     }
 }

@@ -247,6 +247,12 @@ impl Gateway {
         }
     }
 
+    /// Whether the skill or MCP tool `exposed` is read-class in
+    /// `workspace` ([`super::mcp::McpGateway::tool_class`]).
+    pub fn tool_class(&self, workspace: &str, exposed: &str) -> crate::approvals::ToolClass {
+        self.mcp.tool_class(workspace, exposed)
+    }
+
     /// The process's approvals (requests, decisions, the gateway's permits).
     pub fn approvals(&self) -> &Arc<crate::approvals::Approvals> {
         &self.approvals

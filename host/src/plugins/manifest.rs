@@ -76,6 +76,29 @@ pub struct Manifest {
     /// plugin sees it.
     #[serde(default)]
     pub webhook: WebhookSection,
+    /// A skill's word on its tools, by tool name (`[tools.NAME]`).
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolDecl>,
+}
+
+/// What a skill says of one of its tools. A claim, not a fact: the host
+/// honours `effect = "read"` only where the operator trusts the skill
+/// (`skills.NAME.trust_effects: true`).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolDecl {
+    #[serde(default)]
+    pub effect: Effect,
+}
+
+/// Whether a tool only reads (`read`) or may change something (`write`,
+/// the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Effect {
+    Read,
+    #[default]
+    Write,
 }
 
 /// `[captures.NAME]`: a value the host keeps from a response.
@@ -414,7 +437,32 @@ impl Manifest {
                 }
             }
         }
+        if !self.tools.is_empty() && self.plugin.kind != PluginKind::Skill {
+            return Err(super::Invalid::from(format!(
+                "[tools] declares tool effects, which only a skill has (this is a {})",
+                self.plugin.kind
+            )));
+        }
+        for name in self.tools.keys() {
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+            {
+                return Err(super::Invalid::from(format!(
+                    "[tools.{name}]: a tool name is [a-z0-9_-]+"
+                )));
+            }
+        }
         Ok(())
+    }
+
+    /// The tools this skill declares read-only (`effect = "read"`).
+    pub fn read_tools(&self) -> impl Iterator<Item = &str> {
+        self.tools
+            .iter()
+            .filter(|(_, d)| d.effect == Effect::Read)
+            .map(|(name, _)| name.as_str())
     }
 
     /// Where each secret the host holds for this plugin may be placed:
@@ -676,6 +724,36 @@ secret = true
         assert_eq!(m.plugin.component, "plugin.wasm");
         assert!(m.capabilities.kv);
         assert!(!m.capabilities.data_dir);
+    }
+
+    #[test]
+    fn a_skill_may_say_which_tools_only_read() {
+        let with = |extra: &str| Manifest::parse(&format!("{GOOD}{extra}"), "skill-x");
+        let m = with(
+            "\n[tools.list]\neffect = \"read\"\n\n[tools.put]\neffect = \"write\"\n\n[tools.get]\n",
+        )
+        .expect("effects");
+        assert_eq!(
+            m.read_tools().collect::<Vec<_>>(),
+            ["list"],
+            "write is the default"
+        );
+        let err = with("\n[tools.list]\neffect = \"harmless\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown variant `harmless`"), "{err}");
+        let err = with("\n[tools.List]\neffect = \"read\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a tool name is [a-z0-9_-]+"), "{err}");
+        let channel = GOOD.replace("kind = \"skill\"", "kind = \"channel\"");
+        let err = Manifest::parse(
+            &format!("{channel}\n[tools.list]\neffect = \"read\"\n"),
+            "x",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("only a skill has"), "{err}");
     }
 
     #[test]

@@ -705,7 +705,8 @@ impl Agent {
             source: source.as_ref().map(|(kind, name)| (*kind, name.as_str())),
             arguments,
         };
-        let class = approvals::builtin_class(name).unwrap_or(approvals::ToolClass::Write);
+        let class =
+            approvals::builtin_class(name).unwrap_or_else(|| self.gateway.tool_class(ws, name));
         let session = scope.session_id.to_string();
         let stored = store.rules(ws).unwrap_or_else(|e| {
             tracing::warn!(workspace = ws, "the approval rules cannot be read: {e}");
@@ -764,6 +765,28 @@ impl Agent {
         let approvals = self.gateway.approvals();
         let session = scope.session_id.to_string();
         let preview = approvals::preview(call);
+        let refused = |why: String| {
+            let message = format!(
+                "`{}` needs a person's approval, but {why}; it was not run",
+                call.tool
+            );
+            self.audit(
+                ws,
+                crate::audit::Action::ApprovalDenied,
+                &format!("`{}` in session {session}: {message}", call.tool),
+            );
+            (Verdict::Refuse { message }, None)
+        };
+        if preview.len() > approvals::MAX_PREVIEW_BYTES {
+            return refused(format!(
+                "its arguments are {} bytes, more than the {} a person is asked to review",
+                preview.len(),
+                approvals::MAX_PREVIEW_BYTES
+            ));
+        }
+        if let Err(why) = approvals.admit_request(ws, std::time::Instant::now()) {
+            return refused(format!("{why}; nobody was asked"));
+        }
         let shape = call.shape();
         let fingerprint = call.fingerprint();
         let new = approvals::NewRequest {

@@ -30,7 +30,7 @@ pub enum Source {
     },
     Server {
         name: String,
-        server: McpServer,
+        server: Box<McpServer>,
     },
     /// The workspace's long-term memory.
     Memory,
@@ -69,10 +69,10 @@ fn source(config: &Config, kind: SourceKind, name: &str, tools: &[String]) -> Op
         }),
         SourceKind::Server => config.mcp_servers.get(name).map(|server| Source::Server {
             name: name.to_owned(),
-            server: McpServer {
+            server: Box::new(McpServer {
                 tools: tools.to_vec(),
                 ..server.clone()
-            },
+            }),
         }),
     }
 }
@@ -163,7 +163,7 @@ mod tests {
             "skill-notes".into(),
             Skill {
                 allowed_workspaces: vec!["other".into()],
-                tools: vec![],
+                ..Skill::default()
             },
         );
         config.mcp_servers.insert(

@@ -13,6 +13,7 @@ mod schedule;
 mod skills;
 mod upstream;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -59,6 +60,9 @@ pub struct McpGateway {
     schedule: ScheduleTools,
     approvals: Arc<crate::approvals::Approvals>,
     audit: Arc<AuditLog>,
+    /// By workspace: its tools (as exposed) that are read-class, from the
+    /// last listing: annotated read-only by a source the operator trusts.
+    read_only: std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>,
 }
 
 /// The stores the MCP tools work on, handed in by the gateway's builder.
@@ -90,6 +94,24 @@ impl McpGateway {
             schedule: ScheduleTools::new(stores.schedules, Arc::new(config.clone()), audit.clone()),
             approvals: stores.approvals,
             audit,
+            read_only: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Whether `exposed` is a read-class tool of `workspace`: one whose
+    /// source the operator trusts (`skills.NAME.trust_effects`,
+    /// `mcp_servers.NAME.trust_annotations`) marked it read-only and not
+    /// destructive when the workspace last listed its tools. Anything else,
+    /// unlisted tools included, is write-class.
+    pub fn tool_class(&self, workspace: &str, exposed: &str) -> crate::approvals::ToolClass {
+        let read = self.read_only.lock().is_ok_and(|r| {
+            r.get(workspace)
+                .is_some_and(|tools| tools.contains(exposed))
+        });
+        if read {
+            crate::approvals::ToolClass::Read
+        } else {
+            crate::approvals::ToolClass::Write
         }
     }
 
@@ -137,6 +159,7 @@ impl McpGateway {
         let Ok(reach) = self.reach(workspace) else {
             return out;
         };
+        let mut read_only = BTreeSet::new();
         for source in acl::sources(&self.config, reach) {
             let listed = match &source {
                 Source::Skill { name, .. } => self.skills.tools(workspace, name).await,
@@ -144,16 +167,31 @@ impl McpGateway {
                 Source::Memory => Ok(memory::tools()),
                 Source::Schedule => Ok(schedule::tools()),
             };
+            let trusted = match &source {
+                Source::Skill { name, .. } => self
+                    .config
+                    .skills
+                    .get(name)
+                    .is_some_and(|s| s.trust_effects),
+                Source::Server { server, .. } => server.trust_annotations,
+                Source::Memory | Source::Schedule => false,
+            };
             match listed {
                 Ok(tools) => out.extend(tools.into_iter().filter_map(|mut tool| {
                     if !source.allows_tool(&tool.name) {
                         return None;
                     }
                     tool.name = ToolName::new(source.name(), tool.name).to_string().into();
+                    if trusted && reads_only(&tool) {
+                        read_only.insert(tool.name.to_string());
+                    }
                     Some(tool)
                 })),
                 Err(e) => tracing::warn!(workspace, source = source.name(), "{e}"),
             }
+        }
+        if let Ok(mut known) = self.read_only.lock() {
+            known.insert(workspace.to_string(), read_only);
         }
         out
     }
@@ -368,4 +406,13 @@ fn text_result(text: String, is_error: bool) -> CallToolResult {
     } else {
         CallToolResult::success(vec![ContentBlock::text(text)])
     }
+}
+
+/// A tool annotated read-only (MCP's `readOnlyHint`, default false) and
+/// not also destructive (`destructiveHint`, which the spec makes meaningful
+/// only for tools that write; a server saying both is not believed).
+fn reads_only(tool: &Tool) -> bool {
+    tool.annotations
+        .as_ref()
+        .is_some_and(|a| a.read_only_hint == Some(true) && a.destructive_hint != Some(true))
 }

@@ -133,6 +133,7 @@ impl Skills {
             .skill_tools(&plugin)
             .await
             .map_err(|e| format!("skill `{name}`: {e}"))?;
+        let reads: std::collections::BTreeSet<&str> = plugin.manifest.read_tools().collect();
         Ok(specs
             .into_iter()
             .map(|spec| {
@@ -142,7 +143,13 @@ impl Skills {
                         object.insert("type".into(), "object".into());
                         object
                     });
-                Tool::new(spec.name, spec.description, schema)
+                // What the manifest says, as MCP annotations; whether it is
+                // believed is the operator's (`skills.NAME.trust_effects`).
+                let read = reads.contains(spec.name.as_str());
+                let mut annotations = rmcp::model::ToolAnnotations::new();
+                annotations.read_only_hint = Some(read);
+                annotations.destructive_hint = Some(!read);
+                Tool::new(spec.name, spec.description, schema).annotate(annotations)
             })
             .collect())
     }
