@@ -5,7 +5,8 @@
 //!
 //!     cargo bench -p pincer --bench approvals [-- N]
 //!
-//! N turns (default 30) in one DM, each approved once by a button click.
+//! N turns (default and at most 19: with the warm-up, the 20 requests a
+//! workspace may ask a minute) in one DM, each approved once by a click.
 //! Per turn, on one wall clock (the bench and the fake run on this machine):
 //!
 //! - **request → posted**: from the fake model's answer with the tool call
@@ -55,7 +56,17 @@ fn main() -> anyhow::Result<()> {
         .find(|a| !a.starts_with('-'))
         .map(|a| a.parse::<usize>().context("N: a number of turns"))
         .transpose()?
-        .unwrap_or(30);
+        .unwrap_or(19);
+    // Turn 0 warms up; a workspace may ask 20 approvals a minute.
+    if turns + 1 > pincer::approvals::MAX_REQUESTS_PER_WINDOW {
+        bail!(
+            "N at most {}: a workspace asks at most {} approvals a minute",
+            pincer::approvals::MAX_REQUESTS_PER_WINDOW - 1,
+            pincer::approvals::MAX_REQUESTS_PER_WINDOW
+        );
+    }
+    // The fake Slack's client (reqwest) needs rustls's process-wide provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?

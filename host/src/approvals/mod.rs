@@ -34,7 +34,7 @@ pub use policy::{
 pub use rules::{
     Call, Rule, RuleError, SourceKind, Tier, ToolClass, builtin_class, is_read_command, shown_argv,
 };
-pub use service::{Approvals, MAX_PREVIEW_BYTES};
+pub use service::{Approvals, MAX_PREVIEW_BYTES, MAX_REQUESTS_PER_WINDOW};
 pub use store::{
     ApprovalError, ApprovalStore, Approvers, Decider, Decision, NewRequest, Request, State,
 };
