@@ -2213,3 +2213,59 @@ async fn a_scheduled_run_that_needs_an_approval_is_denied_unattended_and_says_wh
     );
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
+
+/// Issue 27: `/tier` in a conversation tightens its approvals from the next
+/// message on, and never loosens them: `/tier read-only` makes the next
+/// `bash` refused without asking; `/tier yolo` is refused (the workspace
+/// says approval); `/tier` shows where it stands; `/tier approval` goes
+/// back, and the next `bash` is asked again.
+#[tokio::test(flavor = "multi_thread")]
+async fn tier_commands_tighten_a_conversation_and_never_loosen_it() {
+    let env = Env::with_workspace(
+        vec![
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/ro"}"#),
+            Behaviour::answer("not allowed here"),
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/asked"}"#),
+            Behaviour::answer("asked"),
+        ],
+        FakeSlack::start(),
+        "{approvals: {tier: approval}}",
+    )
+    .await;
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    env.slack.dm("/tier read-only", ALLOWED, "D0DM").await;
+    assert!(texts(&env, 1).await[0].contains("tier `read-only` from the next message on"));
+    env.slack.dm("touch it", ALLOWED, "D0DM").await;
+    assert_eq!(texts(&env, 2).await[1], "not allowed here");
+    assert!(!env.sandbox.dir.path().join("ws/team/ro").exists());
+    assert!(
+        env.sandbox.audited("approval.requested").is_empty(),
+        "nobody was asked"
+    );
+    let told = env._model.received().last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    assert!(told.contains("read-only"), "{told}");
+
+    env.slack.dm("/tier yolo", COLLEAGUE, "D0DM").await;
+    let now = texts(&env, 3).await;
+    assert!(
+        now[2].contains("would loosen") && now[2].contains("Nothing changed"),
+        "{now:#?}"
+    );
+    env.slack.dm("/tier", ALLOWED, "D0DM").await;
+    assert!(texts(&env, 4).await[3].contains("tier `read-only`"));
+    env.slack.dm("/tier approval", ALLOWED, "D0DM").await;
+    assert!(texts(&env, 5).await[4].contains("tier `approval`"));
+    env.slack.dm("touch another", ALLOWED, "D0DM").await;
+    let asked = env.slack.posted(6).await.remove(5);
+    assert!(!buttons(&asked).is_empty(), "asked again: {asked:#}");
+    assert_eq!(env.sandbox.audited("approval.tier_set").len(), 2);
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}

@@ -3,7 +3,7 @@
 //! button of the request's message, or the CLI, turned into a [`Decision`]
 //! on a stored request.
 
-use super::rules::Rule;
+use super::rules::{Rule, Tier};
 use super::store::{Decision, Request};
 
 /// A decision as asked for, before it meets its request.
@@ -65,6 +65,26 @@ pub fn parse_chat(text: &str) -> Option<Result<ChatDecision, String>> {
     Some(Ok(ChatDecision {
         id: id.to_owned(),
         wanted,
+    }))
+}
+
+/// `text` as a `/tier` command: `None` when it is not one, `Some(Ok(None))`
+/// to show the tier, `Some(Ok(Some(tier)))` to set it, `Err` with what to
+/// write.
+pub fn parse_tier(text: &str) -> Option<Result<Option<Tier>, String>> {
+    let text = text.trim();
+    let rest = text.strip_prefix("/tier")?;
+    if !rest.is_empty() && !rest.starts_with(char::is_whitespace) {
+        return None;
+    }
+    let wanted = rest.trim();
+    if wanted.is_empty() {
+        return Some(Ok(None));
+    }
+    Some(Tier::parse(wanted).map(Some).ok_or_else(|| {
+        format!(
+            "`{wanted}` is not a tier: write `/tier read-only`, `/tier approval` or `/tier yolo`"
+        )
     }))
 }
 
@@ -209,6 +229,22 @@ mod tests {
             reason: None,
             applied: false,
         }
+    }
+
+    #[test]
+    fn tier_commands_parse_or_say_what_to_write() {
+        assert_eq!(parse_tier("hello"), None);
+        assert_eq!(parse_tier("/tiers"), None);
+        assert_eq!(parse_tier("/tier"), Some(Ok(None)));
+        assert_eq!(
+            parse_tier(" /tier read-only "),
+            Some(Ok(Some(Tier::ReadOnly)))
+        );
+        assert_eq!(parse_tier("/tier yolo"), Some(Ok(Some(Tier::Yolo))));
+        let err = parse_tier("/tier off")
+            .and_then(Result::err)
+            .unwrap_or_default();
+        assert!(err.contains("`off` is not a tier"), "{err}");
     }
 
     #[test]

@@ -25,7 +25,7 @@ mod store;
 pub use command::{NotSimple, argv, program};
 pub use decide::{
     ChatDecision, Choice, Wanted, button_prefix, buttons, default_always_rule, parse_button,
-    parse_chat,
+    parse_chat, parse_tier,
 };
 pub use policy::{
     Allowed, DEFAULT_TIMEOUT, Judgement, MAX_SHOWN_PREVIEW, Policy, Selector, Unattended,

@@ -32,6 +32,14 @@ impl Tier {
         }
     }
 
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadOnly => "read-only",
+            Self::Approval => "approval",
+            Self::Yolo => "yolo",
+        }
+    }
+
     /// The tier of a level below `self` that says `wanted`: it may only
     /// tighten.
     pub fn tightened_by(self, wanted: Tier) -> Tier {

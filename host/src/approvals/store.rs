@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::rules::{Rule, RuleError};
+use super::rules::{Rule, RuleError, Tier};
 
 /// Who may decide a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,6 +202,15 @@ impl ApprovalStore {
                 created_by TEXT NOT NULL,
                 created_ms INTEGER NOT NULL,
                 PRIMARY KEY (workspace, rule)
+            );
+            CREATE TABLE IF NOT EXISTS approval_session_tiers (
+                workspace TEXT NOT NULL,
+                channel TEXT NOT NULL,
+                conversation TEXT NOT NULL,
+                tier TEXT NOT NULL,
+                set_by TEXT NOT NULL,
+                set_ms INTEGER NOT NULL,
+                PRIMARY KEY (workspace, channel, conversation)
             );",
         )?;
         // Tables of the release before approvals were wired lack these.
@@ -420,6 +429,60 @@ impl ApprovalStore {
             params![workspace, session, shape],
             |row| row.get(0),
         )?)
+    }
+
+    /// The tier a conversation chose for itself (`/tier`), if any.
+    pub fn session_tier(
+        &self,
+        workspace: &str,
+        channel: &str,
+        conversation: &str,
+    ) -> Result<Option<Tier>, ApprovalError> {
+        let text: Option<String> = self
+            .conn()?
+            .query_row(
+                "SELECT tier FROM approval_session_tiers
+                 WHERE workspace = ?1 AND channel = ?2 AND conversation = ?3",
+                params![workspace, channel, conversation],
+                |row| row.get(0),
+            )
+            .optional()?;
+        Ok(text.as_deref().and_then(Tier::parse))
+    }
+
+    /// Sets (`Some`) or clears (`None`) the tier of a conversation.
+    pub fn set_session_tier(
+        &self,
+        workspace: &str,
+        channel: &str,
+        conversation: &str,
+        tier: Option<Tier>,
+        by: &str,
+    ) -> Result<(), ApprovalError> {
+        let conn = self.conn()?;
+        match tier {
+            Some(tier) => conn.execute(
+                "INSERT INTO approval_session_tiers
+                    (workspace, channel, conversation, tier, set_by, set_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (workspace, channel, conversation)
+                 DO UPDATE SET tier = ?4, set_by = ?5, set_ms = ?6",
+                params![
+                    workspace,
+                    channel,
+                    conversation,
+                    tier.as_str(),
+                    by,
+                    crate::db::now_ms()
+                ],
+            )?,
+            None => conn.execute(
+                "DELETE FROM approval_session_tiers
+                 WHERE workspace = ?1 AND channel = ?2 AND conversation = ?3",
+                params![workspace, channel, conversation],
+            )?,
+        };
+        Ok(())
     }
 
     /// The workspace's "always" rules, as stored (each re-checked: a rule

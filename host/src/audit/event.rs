@@ -76,6 +76,7 @@ actions! {
     ApprovalRefusedUnapproved => "approval.refused_unapproved",
     ApprovalRequested => "approval.requested",
     ApprovalRuleRevoked => "approval.rule_revoked",
+    ApprovalTierSet => "approval.tier_set",
     ChannelDeliveryFailed => "channel.delivery_failed",
     ChannelRateLimited => "channel.rate_limited",
     ChannelSenderRefused => "channel.sender_refused",

@@ -218,14 +218,9 @@ fn approvals_line(
     p: &crate::approvals::Policy,
     stored: &[crate::approvals::Rule],
 ) -> ApprovalsLine {
-    use crate::approvals::{Approvers, Tier, Unattended};
+    use crate::approvals::{Approvers, Unattended};
     ApprovalsLine {
-        tier: match p.tier {
-            Tier::ReadOnly => "read-only",
-            Tier::Approval => "approval",
-            Tier::Yolo => "yolo",
-        }
-        .to_owned(),
+        tier: p.tier.as_str().to_owned(),
         ask: p.ask.iter().map(ToString::to_string).collect(),
         allow: p
             .allow

@@ -454,6 +454,12 @@ impl ChannelRouter {
             conversation: session_conversation(&received.conversation, received.thread.as_deref()),
             workspace,
         };
+        if let Some(command) = crate::approvals::parse_tier(&received.text) {
+            // Decided here too: it governs the turns after it, not one turn.
+            let answer = self.set_tier(&key, &received.sender, command);
+            self.notify(channel, id, &received, InboundState::Done, &answer);
+            return Ok(());
+        }
         if let Some(command) = crate::approvals::parse_chat(&received.text) {
             // Decided here, never a turn: the session's worker may be the
             // very turn waiting on it.
@@ -595,6 +601,77 @@ impl ChannelRouter {
                 refused(format!("⛔ {e}; nothing changed."))
             }
             Err(e) => refused(format!("⚠️ {e}.")),
+        }
+    }
+
+    /// Shows or sets the approvals tier of the conversation of `key`
+    /// (`/tier [read-only|approval|yolo]`, by `sender`); what to answer. A
+    /// conversation may tighten what the workspace, channel and sender
+    /// allow, or go back to it, never loosen it.
+    fn set_tier(
+        &self,
+        key: &SessionKey,
+        sender: &str,
+        command: Result<Option<crate::approvals::Tier>, String>,
+    ) -> String {
+        let command = match command {
+            Ok(command) => command,
+            Err(how) => return format!("⚠️ {how}"),
+        };
+        let Some(policy) =
+            self.config
+                .approval_policy(&key.workspace, Some(&key.channel), Some(sender))
+        else {
+            return format!(
+                "⚠️ Workspace `{}` is not configured any more.",
+                key.workspace
+            );
+        };
+        let allowed = policy.tier;
+        let store = self.agent.gateway().approvals().store();
+        let (ws, channel, conversation) = (&key.workspace, &key.channel, &key.conversation);
+        match command {
+            None => match store.session_tier(ws, channel, conversation) {
+                Ok(chosen) => {
+                    let effective = chosen.map_or(allowed, |c| allowed.tightened_by(c));
+                    format!(
+                        "🔐 Approvals in this conversation: tier `{}` (workspace `{ws}` allows `{}` here; `/tier read-only` tightens it).",
+                        effective.as_str(),
+                        allowed.as_str()
+                    )
+                }
+                Err(e) => format!("⚠️ The conversation's tier cannot be read: {e}"),
+            },
+            Some(wanted) if wanted > allowed => format!(
+                "⚠️ `/tier {}` would loosen what workspace `{ws}` allows here (`{}`): a conversation may only tighten it. Nothing changed.",
+                wanted.as_str(),
+                allowed.as_str()
+            ),
+            Some(wanted) => {
+                let stored = (wanted != allowed).then_some(wanted);
+                if let Err(e) = store.set_session_tier(ws, channel, conversation, stored, sender) {
+                    return format!("⚠️ The tier could not be stored ({e}); nothing changed.");
+                }
+                self.audit.record(
+                    crate::audit::Actor::Channel(channel),
+                    Some(ws),
+                    crate::audit::Action::ApprovalTierSet,
+                    &format!(
+                        "conversation {conversation}: tier `{}` (allowed `{}`), set by {sender}",
+                        wanted.as_str(),
+                        allowed.as_str()
+                    ),
+                );
+                format!(
+                    "🔐 Approvals in this conversation: tier `{}` from the next message on{}.",
+                    wanted.as_str(),
+                    if stored.is_some() {
+                        format!(" (`/tier {}` goes back)", allowed.as_str())
+                    } else {
+                        String::new()
+                    }
+                )
+            }
         }
     }
 

@@ -427,9 +427,23 @@ impl Agent {
     /// where nothing is asked (tier yolo): its calls are not checked.
     fn gate(&self, key: &SessionKey, origin: Option<&Origin>, unattended: bool) -> Option<Gate> {
         let sender = origin.map(|o| o.sender.as_str());
-        let policy = self
+        let mut policy = self
             .config
             .approval_policy(&key.workspace, Some(&key.channel), sender)?;
+        // What the conversation chose for itself (`/tier`) can only tighten;
+        // unreadable, it is taken as the strictest.
+        let chosen = self
+            .gateway
+            .approvals()
+            .store()
+            .session_tier(&key.workspace, &key.channel, &key.conversation)
+            .unwrap_or_else(|e| {
+                tracing::warn!(workspace = %key.workspace, "the conversation's tier cannot be read, so read-only holds: {e}");
+                Some(approvals::Tier::ReadOnly)
+            });
+        if let Some(chosen) = chosen {
+            policy.tier = policy.tier.tightened_by(chosen);
+        }
         (policy.tier != approvals::Tier::Yolo).then(|| Gate {
             policy,
             originator: sender.map(str::to_string),
