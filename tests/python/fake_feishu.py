@@ -161,12 +161,14 @@ def card_problem(card):
     https://open.feishu.cn/document/feishu-cards/card-json-v2-structure (schema "2.0", body
     elements), markdown components with content, column sets of columns, and buttons with plain
     text, a documented type and callback behaviors
-    (https://open.feishu.cn/document/feishu-cards/card-json-v2-components/interactive-components/button)."""
+    (https://open.feishu.cn/document/feishu-cards/card-json-v2-components/interactive-components/button),
+    each with a `name` unique in the card (Feishu answers 200340 without one)."""
     if not isinstance(card, dict) or card.get("schema") != "2.0":
         return "schema must be 2.0"
     elements = (card.get("body") or {}).get("elements")
     if not isinstance(elements, list) or not elements:
         return "body.elements must be a non-empty list"
+    names = set()
 
     def check(element):
         tag = element.get("tag") if isinstance(element, dict) else None
@@ -185,6 +187,12 @@ def card_problem(card):
             text = element.get("text") or {}
             if text.get("tag") != "plain_text" or not text.get("content"):
                 return "a button needs plain_text text"
+            name = element.get("name")
+            if not name:
+                return "200340: a button needs a name"
+            if name in names:
+                return f"200340: the button name {name!r} is used twice"
+            names.add(name)
             if element.get("type", "default") not in CARD_BUTTON_TYPES:
                 return f"unknown button type {element.get('type')!r}"
             for behavior in element.get("behaviors") or []:
@@ -198,6 +206,14 @@ def card_problem(card):
         if why:
             return why
     return None
+
+
+def card_error(why):
+    """Feishu's answer to a card it refuses: 200340 for a button without a unique name, else
+    230099 ("Failed to create card content")."""
+    if why.startswith("200340"):
+        return 400, {"code": 200340, "msg": f"card json error, ext={why}"}, None
+    return 400, {"code": 230099, "msg": f"Failed to create card content, ext={why}"}, None
 
 
 def now() -> float:
@@ -596,7 +612,7 @@ class Fake:
         if msg_type == "interactive":
             why = card_problem(parsed)
             if why:
-                return 400, {"code": 230099, "msg": f"Failed to create card content, ext={why}"}, None
+                return card_error(why)
         return None
 
     def patch_card(self, message_id, body):
@@ -620,7 +636,7 @@ class Fake:
             return 400, {"code": 99992402, "msg": "field validation failed"}, None
         why = card_problem(body.get("card"))
         if why:
-            return 400, {"code": 230099, "msg": f"Failed to create card content, ext={why}"}, None
+            return card_error(why)
         message_id = self.next_id("om_")
         self.messages.append({"kind": "ephemeral", "message_id": message_id, "chat_id": body["chat_id"],
                               "open_id": body["open_id"], "msg_type": "interactive",

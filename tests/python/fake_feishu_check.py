@@ -106,7 +106,7 @@ def open_api(base, control):
     def card(buttons):
         return json.dumps({"schema": "2.0", "config": {"update_multi": True}, "body": {"elements": [
             {"tag": "markdown", "content": "**批准**?"}] + [
-            {"tag": "button", "text": {"tag": "plain_text", "content": b}, "type": "primary",
+            {"tag": "button", "name": f"b_{b}", "text": {"tag": "plain_text", "content": b}, "type": "primary",
              "behaviors": [{"type": "callback", "value": {"pincer_action": b}}]} for b in buttons]}},
             ensure_ascii=False)
 
@@ -123,8 +123,14 @@ def open_api(base, control):
         PatchMessageRequestBody.builder().content(card([])).build()).build())
     check("... and refuses to patch a message that is not a card (230001)", presp.code == 230001,
           f"{presp.code} {presp.msg}")
-    bad = json.dumps({"schema": "2.0", "body": {"elements": [{"tag": "button", "text": {"tag": "plain_text",
-                      "content": "x"}, "type": "rainbow"}]}})
+    nameless = json.dumps({"schema": "2.0", "body": {"elements": [{"tag": "button", "text": {"tag": "plain_text",
+                           "content": "x"}}]}})
+    nresp = client.im.v1.message.create(CreateMessageRequest.builder().receive_id_type("chat_id").request_body(
+        CreateMessageRequestBody.builder().receive_id("oc_group1").msg_type("interactive").content(nameless)
+        .build()).build())
+    check("a card 2.0 button without a name gets 200340", nresp.code == 200340, f"{nresp.code} {nresp.msg}")
+    bad = json.dumps({"schema": "2.0", "body": {"elements": [{"tag": "button", "name": "b", "text": {
+                      "tag": "plain_text", "content": "x"}, "type": "rainbow"}]}})
     bresp = client.im.v1.message.create(CreateMessageRequest.builder().receive_id_type("chat_id").request_body(
         CreateMessageRequestBody.builder().receive_id("oc_group1").msg_type("interactive").content(bad)
         .build()).build())

@@ -27,11 +27,12 @@ pub fn card(markdown: &str, actions: &[Action]) -> Value {
     if !actions.is_empty() {
         let columns: Vec<Value> = actions
             .iter()
-            .map(|action| {
+            .enumerate()
+            .map(|(i, action)| {
                 json!({
                     "tag": "column",
                     "width": "auto",
-                    "elements": [button(action)],
+                    "elements": [button(i, action)],
                 })
             })
             .collect();
@@ -44,7 +45,9 @@ pub fn card(markdown: &str, actions: &[Action]) -> Value {
     })
 }
 
-fn button(action: &Action) -> Value {
+/// Button `i` of the card: card JSON 2.0 wants a `name` unique in the card
+/// (Feishu answers 200340 without one).
+fn button(i: usize, action: &Action) -> Value {
     let mut label: String = action.label.chars().take(LABEL_CHARS).collect();
     if label.is_empty() {
         label = action.id.chars().take(LABEL_CHARS).collect();
@@ -56,6 +59,7 @@ fn button(action: &Action) -> Value {
     };
     json!({
         "tag": "button",
+        "name": format!("pincer_button_{i}"),
         "text": { "tag": "plain_text", "content": label },
         "type": kind,
         "behaviors": [{ "type": "callback", "value": { VALUE_KEY: action.id } }],
@@ -237,6 +241,8 @@ mod tests {
         let columns = elements[1]["columns"].as_array().expect("columns");
         let first = &columns[0]["elements"][0];
         assert_eq!(first["type"], "primary");
+        assert_eq!(first["name"], "pincer_button_0");
+        assert_eq!(columns[1]["elements"][0]["name"], "pincer_button_1");
         assert_eq!(first["behaviors"][0]["value"]["pincer_action"], "a:once");
         assert_eq!(columns[1]["elements"][0]["type"], "danger");
         assert_eq!(
