@@ -151,7 +151,7 @@ async fn turn(agent: &Agent, text: &str) -> anyhow::Result<()> {
                     conversation: "bench".into(),
                     workspace: "bench".into(),
                 },
-                unattended: false,
+                presence: pincer::turn::Presence::Person,
                 // A fresh session each time keeps the context the same size.
                 text: format!("/new {text}"),
                 origin: None,

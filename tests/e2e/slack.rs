@@ -2269,3 +2269,83 @@ async fn tier_commands_tighten_a_conversation_and_never_loosen_it() {
     assert_eq!(env.sandbox.audited("approval.tier_set").len(), 2);
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
+
+/// Issue 27: a task the agent scheduled itself never runs a call that
+/// needs a person's approval, even where `approvals.unattended: allow` lets
+/// a person's tasks run theirs: the agent cannot grant itself, through a
+/// task, what nobody was asked for.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_the_agent_made_never_runs_an_approval_tool_unattended() {
+    let create = r#"{"id":"tidy","schedule":"0 9 * * 1-5","prompt":"tidy up","deliver_to":["channel:slack"]}"#;
+    let env = Env::with_workspace(
+        vec![
+            Behaviour::tool("schedule__create", create),
+            Behaviour::answer("scheduled"),
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/agent-made"}"#),
+            Behaviour::answer("could not tidy"),
+        ],
+        FakeSlack::start(),
+        "{agent_schedules: auto, approvals: {tier: approval, unattended: allow}}",
+    )
+    .await;
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    env.slack.dm("tidy up every weekday", ALLOWED, "D0DM").await;
+    assert_eq!(texts(&env, 1).await[0], "scheduled");
+    wait_for_tasks(&env, "team", 1).await;
+    let run = ok(env.cli(&["schedule", "run", "agent-tidy"]));
+    assert!(run.contains("could not tidy"), "{run}");
+    assert!(!env.sandbox.dir.path().join("ws/team/agent-made").exists());
+    let denied = env.sandbox.audited("approval.denied");
+    assert!(
+        denied.len() == 1 && denied[0].contains("a task the agent scheduled itself"),
+        "{denied:?}"
+    );
+    assert!(env.sandbox.audited("approval.requested").is_empty());
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// Issue 27: nobody deciding within `timeout` denies the call; the request's
+/// message is replaced by that outcome (its buttons gone), the model reads
+/// the denial, and a click that arrives afterwards is told "expired" in a
+/// message only the clicker sees.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_request_is_denied_shown_and_a_late_click_told_so() {
+    let env = Env::with_workspace(
+        vec![
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/late"}"#),
+            Behaviour::answer("nobody answered"),
+        ],
+        FakeSlack::start(),
+        "{approvals: {tier: approval, timeout: 10s}}",
+    )
+    .await;
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    env.slack.dm("touch it", ALLOWED, "D0DM").await;
+    let asked = env.slack.posted(1).await.remove(0);
+    let ts = asked["response"]["ts"].as_str().unwrap().to_string();
+    let once = buttons(&asked).remove(0);
+    assert_eq!(texts(&env, 2).await[1], "nobody answered");
+    let updated = env.slack.calls("chat.update", 1).await;
+    assert!(
+        updated[0]["args"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Nobody decided within 10s; the call was denied"),
+        "{updated:#?}"
+    );
+    assert!(buttons(&updated[0]).is_empty());
+    assert!(!env.sandbox.dir.path().join("ws/team/late").exists());
+    assert_eq!(env.sandbox.audited("approval.expired").len(), 1);
+    env.slack.click(&once, &ts, ALLOWED, "D0DM", None).await;
+    let only = env.slack.calls("chat.postEphemeral", 1).await;
+    assert!(
+        only[0]["args"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("expired"),
+        "{only:#?}"
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}

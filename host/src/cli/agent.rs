@@ -120,7 +120,7 @@ pub async fn message(config_flag: Option<&Path>, args: MessageArgs) -> anyhow::R
         },
         text: args.text,
         origin: None,
-        unattended: false,
+        presence: crate::turn::Presence::Person,
     };
     let summary = runner.turn(&ctx, inbound, &printer).await?;
     printer.finish();
@@ -189,7 +189,7 @@ pub async fn chat(
             key: key.clone(),
             text: text.to_string(),
             origin: None,
-            unattended: false,
+            presence: crate::turn::Presence::Person,
         };
         match runner.turn(&ctx, inbound, &printer).await {
             Ok(summary) => {

@@ -818,7 +818,7 @@ impl ChannelRouter {
             key: key.clone(),
             text: row.text.clone(),
             origin: Some(origin_of(&row)),
-            unattended: false,
+            presence: crate::turn::Presence::Person,
         };
         self.drive(&row, Start::New(inbound)).await
     }

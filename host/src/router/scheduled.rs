@@ -20,7 +20,7 @@ use crate::plugins::PluginHost;
 use crate::scheduler::discover::{list_tools, load_tasks, named_plugins, schedule_file};
 use crate::scheduler::{Action, DueRun, Outcome, Scheduler, Store, SystemClock, Task, agent};
 use crate::sessions::{SessionKey, TurnStatus};
-use crate::turn::{Agent, Inbound};
+use crate::turn::{Agent, Inbound, Presence};
 
 /// The channel name of scheduled agent turns' sessions.
 pub const SCHEDULE_CHANNEL: &str = "schedule";
@@ -388,7 +388,11 @@ impl Schedules {
                     },
                     text: prompt.clone(),
                     origin: None,
-                    unattended: true,
+                    presence: if run.task.id.starts_with(crate::scheduler::agent::ID_PREFIX) {
+                        Presence::NobodyForAgentTask
+                    } else {
+                        Presence::Nobody
+                    },
                 };
                 let summary = self
                     .runners

@@ -132,7 +132,7 @@ async fn handle(stream: UnixStream, agent: &Agent) -> std::io::Result<()> {
         },
         text: request.text,
         origin: None,
-        unattended: false,
+        presence: crate::turn::Presence::Person,
     };
     let reply = match agent
         .turn(

@@ -58,9 +58,22 @@ pub struct Inbound {
     pub text: String,
     /// Who sent it on which platform message, for channel messages.
     pub origin: Option<Origin>,
-    /// Nobody is there to decide an approval (a scheduled run):
-    /// `approvals.unattended` says what happens to a call that needs one.
-    pub unattended: bool,
+    /// Who is there to decide a call that needs a person.
+    pub presence: Presence,
+}
+
+/// Who is there to decide a call of a turn that needs a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    /// The sender of the message, or the terminal's user.
+    Person,
+    /// Nobody (a scheduled run of a person's task):
+    /// `approvals.unattended` says what happens.
+    Nobody,
+    /// Nobody, in a run of a task the agent made itself: such a call is
+    /// refused whatever `approvals.unattended` says, so a task cannot grant
+    /// its agent what a person was never asked for.
+    NobodyForAgentTask,
 }
 
 /// The platform's view of an inbound message.
@@ -308,7 +321,7 @@ impl Agent {
             turn_id: &turn_id,
             model: &model,
             text,
-            gate: self.gate(&key, origin, inbound.unattended),
+            gate: self.gate(&key, origin, inbound.presence),
             resume: None,
         };
         let run = self.run(&scope, events, &observe);
@@ -385,7 +398,7 @@ impl Agent {
             turn_id: &turn_id,
             model: &model,
             text: &text,
-            gate: self.gate(&key, origin.as_ref(), false),
+            gate: self.gate(&key, origin.as_ref(), Presence::Person),
             resume: Some((
                 request.id.clone(),
                 Resume {
@@ -425,7 +438,7 @@ impl Agent {
 
     /// The approvals in force for a turn of `key` from `origin`; `None`
     /// where nothing is asked (tier yolo): its calls are not checked.
-    fn gate(&self, key: &SessionKey, origin: Option<&Origin>, unattended: bool) -> Option<Gate> {
+    fn gate(&self, key: &SessionKey, origin: Option<&Origin>, presence: Presence) -> Option<Gate> {
         let sender = origin.map(|o| o.sender.as_str());
         let mut policy = self
             .config
@@ -447,7 +460,7 @@ impl Agent {
         (policy.tier != approvals::Tier::Yolo).then(|| Gate {
             policy,
             originator: sender.map(str::to_string),
-            unattended,
+            presence,
         })
     }
 
@@ -748,7 +761,11 @@ impl Agent {
                 (Verdict::Run, None)
             }
             Judgement::Refuse(message) => refuse(message),
-            Judgement::Ask if gate.unattended => match gate.policy.unattended {
+            Judgement::Ask if gate.presence == Presence::NobodyForAgentTask => refuse(format!(
+                "`{name}` needs a person's approval in workspace `{ws}`, and a task the agent \
+                 scheduled itself never runs such a call unasked, so it was not run"
+            )),
+            Judgement::Ask if gate.presence == Presence::Nobody => match gate.policy.unattended {
                 approvals::Unattended::Allow => {
                     self.permit(scope, source.is_some(), &call);
                     (Verdict::Run, None)
@@ -1117,8 +1134,7 @@ struct Gate {
     policy: approvals::Policy,
     /// The sender whose message started the turn (`None`: the CLI).
     originator: Option<String>,
-    /// Nobody can be asked (a scheduled run).
-    unattended: bool,
+    presence: Presence,
 }
 
 /// How long a permit for a skill or MCP call the turn let through lasts.
