@@ -102,6 +102,21 @@ impl Config {
         })
     }
 
+    /// Whether the operator believes what source `name` says of its tools
+    /// (`skills.NAME.trust_effects`, `mcp_servers.NAME.trust_annotations`):
+    /// its tools it says only read then run unasked in tier `approval`.
+    pub fn trusts_read_claims(&self, kind: crate::approvals::SourceKind, name: &str) -> bool {
+        match kind {
+            crate::approvals::SourceKind::Skill => {
+                self.skills.get(name).is_some_and(|s| s.trust_effects)
+            }
+            crate::approvals::SourceKind::Mcp => self
+                .mcp_servers
+                .get(name)
+                .is_some_and(|s| s.trust_annotations),
+        }
+    }
+
     /// The host folder of workspace `name` (mounted at `/workspace`):
     /// `workspaces.NAME.path`, else `containers.workspace_base_path/NAME`;
     /// `~` expanded.

@@ -212,11 +212,15 @@ pub struct ApprovalsLine {
     pub approvers: String,
     pub unattended: String,
     pub timeout_secs: u64,
+    /// Sources of the workspace whose read-only claims are believed: their
+    /// tools said to only read run unasked.
+    pub trusted_claims: Vec<String>,
 }
 
 fn approvals_line(
     p: &crate::approvals::Policy,
     stored: &[crate::approvals::Rule],
+    input: &ReportInput<'_>,
 ) -> ApprovalsLine {
     use crate::approvals::{Approvers, Unattended};
     ApprovalsLine {
@@ -239,7 +243,27 @@ fn approvals_line(
         }
         .to_owned(),
         timeout_secs: p.timeout.as_secs(),
+        trusted_claims: trusted_sources(input),
     }
+}
+
+/// The workspace's skills and MCP servers whose read-only claims the
+/// operator believes, as `skill NAME (trust_effects)` / `mcp NAME (…)`.
+fn trusted_sources(input: &ReportInput<'_>) -> Vec<String> {
+    use crate::approvals::SourceKind;
+    let skills = input
+        .workspace
+        .skills
+        .iter()
+        .filter(|name| input.config.trusts_read_claims(SourceKind::Skill, name))
+        .map(|name| format!("skill {name} (trust_effects)"));
+    let servers = input
+        .workspace
+        .mcp_servers
+        .iter()
+        .filter(|name| input.config.trusts_read_claims(SourceKind::Mcp, name))
+        .map(|name| format!("mcp {name} (trust_annotations)"));
+    skills.chain(servers).collect()
 }
 
 /// Whether every call through a skill or MCP server (`source`; `None`:
@@ -302,7 +326,7 @@ pub fn report(policy: &EffectivePolicy, input: &ReportInput<'_>) -> PolicyReport
         trifecta,
         approvals: approvals
             .as_ref()
-            .map(|a| approvals_line(a, input.approval_rules)),
+            .map(|a| approvals_line(a, input.approval_rules, input)),
         mcp_containers: input.mcp_containers.to_vec(),
         denials: Vec::new(),
     }
@@ -748,8 +772,11 @@ fn trifecta(
     approvals: Option<&crate::approvals::Policy>,
 ) -> Trifecta {
     use crate::approvals::SourceKind;
+    // A source whose read-only claims are believed runs some tools unasked:
+    // not gated, whatever its other tools wait for.
     let is_gated = |source: Option<(SourceKind, &str)>| {
         approvals.is_some_and(|a| gated(a, input.approval_rules, &p.workspace, source))
+            && source.is_none_or(|(kind, name)| !input.config.trusts_read_claims(kind, name))
     };
     let mut gated_ways = Vec::new();
     let mut private_data: Vec<String> = input
@@ -1134,6 +1161,10 @@ pub fn render_text(report: &PolicyReport) -> String {
                 ("approvers".to_owned(), a.approvers.clone()),
                 ("unattended".to_owned(), a.unattended.clone()),
                 ("timeout".to_owned(), format!("{} s", a.timeout_secs)),
+                (
+                    "read-only claims believed".to_owned(),
+                    list_or_none(&a.trusted_claims),
+                ),
             ],
         );
     }

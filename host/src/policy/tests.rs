@@ -808,6 +808,23 @@ fn trifecta_verdicts() {
         gated.approvals.as_ref().map(|a| a.tier.as_str()),
         Some("approval")
     );
+    // Believing the skill's read-only claims lets some of its tools run
+    // unasked: its way out is open again, and the audit names the trust.
+    let mut trusting = cfg.clone();
+    trusting
+        .skills
+        .entry("web-search".into())
+        .or_default()
+        .trust_effects = true;
+    let trusted = audit(&trusting, "gated", &c);
+    assert_eq!(
+        trusted.trifecta.exfiltration,
+        ["skill web-search makes HTTP requests to api.search.example"]
+    );
+    assert_eq!(
+        trusted.approvals.as_ref().map(|a| a.trusted_claims.clone()),
+        Some(vec!["skill web-search (trust_effects)".to_owned()])
+    );
     // An argv rule opens bash to some program: the network is open again.
     let mut opened = cfg.clone();
     if let Some(ws) = opened.workspaces.get_mut("gated") {

@@ -170,10 +170,10 @@ impl McpGateway {
             let trusted = match &source {
                 Source::Skill { name, .. } => self
                     .config
-                    .skills
-                    .get(name)
-                    .is_some_and(|s| s.trust_effects),
-                Source::Server { server, .. } => server.trust_annotations,
+                    .trusts_read_claims(crate::approvals::SourceKind::Skill, name),
+                Source::Server { name, .. } => self
+                    .config
+                    .trusts_read_claims(crate::approvals::SourceKind::Mcp, name),
                 Source::Memory | Source::Schedule => false,
             };
             match listed {
