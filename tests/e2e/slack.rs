@@ -1753,6 +1753,20 @@ fn request_id(posted: &Value) -> String {
         .collect()
 }
 
+/// The last tool result the model was sent (empty if none).
+fn last_tool_result(env: &Env) -> String {
+    env._model
+        .received()
+        .last()
+        .and_then(|request| request["messages"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// The texts posted so far, waiting for at least `count`.
 async fn texts(env: &Env, count: usize) -> Vec<String> {
     env.slack
@@ -1857,22 +1871,8 @@ async fn a_slack_turn_waits_for_its_originator_and_runs_exactly_what_was_approve
     );
     assert_eq!(texts_now[6], "I was not allowed to");
     assert!(x.exists(), "a denied call does not run");
-    let requests = env._model.received();
-    let last = requests.last().unwrap();
-    let tool_result = last["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .unwrap();
-    assert!(
-        tool_result["content"]
-            .as_str()
-            .unwrap()
-            .contains("denied by U0ALLOWED: not twice"),
-        "{tool_result:#}"
-    );
+    let told = last_tool_result(&env);
+    assert!(told.contains("denied by U0ALLOWED: not twice"), "{told}");
     // A click on a request already decided says so.
     env.slack
         .dm(&format!("/approve {id}"), ALLOWED, "D0DM")
@@ -2192,15 +2192,7 @@ async fn a_scheduled_run_that_needs_an_approval_is_denied_unattended_and_says_wh
         "{denied:?}"
     );
     assert!(env.sandbox.audited("approval.requested").is_empty());
-    let requests = env._model.received();
-    let told = requests.last().unwrap()["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .and_then(|m| m["content"].as_str().map(str::to_string))
-        .unwrap_or_default();
+    let told = last_tool_result(&env);
     assert!(
         told.contains("nobody can be asked in a scheduled run"),
         "{told}"
@@ -2243,14 +2235,7 @@ async fn tier_commands_tighten_a_conversation_and_never_loosen_it() {
         env.sandbox.audited("approval.requested").is_empty(),
         "nobody was asked"
     );
-    let told = env._model.received().last().unwrap()["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .and_then(|m| m["content"].as_str().map(str::to_string))
-        .unwrap_or_default();
+    let told = last_tool_result(&env);
     assert!(told.contains("read-only"), "{told}");
 
     env.slack.dm("/tier yolo", COLLEAGUE, "D0DM").await;
