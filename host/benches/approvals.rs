@@ -6,7 +6,9 @@
 //!     cargo bench -p pincer --bench approvals [-- N]
 //!
 //! N turns (default and at most 19: with the warm-up, the 20 requests a
-//! workspace may ask a minute) in one DM, each approved once by a click.
+//! workspace may ask a minute), each in a DM of its own person (a message
+//! and a click count against their sender's rate as any message does),
+//! each approved once by a click.
 //! Per turn, on one wall clock (the bench and the fake run on this machine):
 //!
 //! - **request → posted**: from the fake model's answer with the tool call
@@ -47,8 +49,10 @@ use axum::routing::post;
 use serde_json::{Value, json};
 use slack_daemon::{DockerCleanup, FakeSlack, Scratch, quantile, serve, start_daemon, unix_now};
 
-const USER: &str = "U0BENCH";
-const DM: &str = "D0BENCH";
+/// The person (and DM) of turn `n`.
+fn person(n: usize) -> (String, String) {
+    (format!("U0BENCH{n:02}"), format!("D0BENCH{n:02}"))
+}
 
 fn main() -> anyhow::Result<()> {
     let turns = std::env::args()
@@ -138,7 +142,7 @@ fn config_yaml(model: &str, base: &std::path::Path, api: &str) -> String {
          containers:\n  workspace_base_path: {}\n\
          workspaces:\n  team: {{approvals: {{tier: approval}}}}\n\
          channels:\n  slack:\n    plugin: channel-slack\n    workspace: team\n    \
-         allowed_senders: [{USER}]\n    http: [\"127.0.0.1:*\"]\n    config:\n      \
+         allowed_senders: [\"*\"]\n    http: [\"127.0.0.1:*\"]\n    config:\n      \
          bot_token: \"${{SLACK_BOT_TOKEN}}\"\n      app_token: \"${{SLACK_APP_TOKEN}}\"\n      \
          api_base: \"{api}\"\n      working_reaction: \"\"\n",
         base.display()
@@ -214,10 +218,11 @@ async fn run(turns: usize) -> anyhow::Result<()> {
     // Turn 0 starts the container and is not counted.
     for turn in 0..=turns {
         let posted_before = turn * 2;
+        let (user, dm) = person(turn);
         slack
             .post(
                 "/socket/push",
-                &json!({"kind": "dm", "text": format!("turn {turn}"), "user": USER, "channel": DM}),
+                &json!({"kind": "dm", "text": format!("turn {turn}"), "user": user, "channel": dm}),
             )
             .await?;
         let request = nth_call(&slack, "chat.postMessage", posted_before).await?;
@@ -235,8 +240,8 @@ async fn run(turns: usize) -> anyhow::Result<()> {
         slack
             .post(
                 "/socket/push",
-                &json!({"kind": "interactive", "action_id": action, "ts": ts, "user": USER,
-                        "channel": DM}),
+                &json!({"kind": "interactive", "action_id": action, "ts": ts, "user": user,
+                        "channel": dm}),
             )
             .await?;
         let update = nth_call(&slack, "chat.update", turn).await?;

@@ -2334,3 +2334,40 @@ async fn an_expired_request_is_denied_shown_and_a_late_click_told_so() {
     );
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
+
+/// A channel member who may not decide cannot flood by pressing buttons:
+/// each refused click is audited and answered (to them alone), so clicks
+/// count against the clicker's rate as messages do (20 a minute) and the
+/// ones past it change, record and post nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn pressing_a_button_over_and_over_is_held_to_the_senders_rate() {
+    let env = Env::with_workspace(
+        vec![
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/x"}"#),
+            Behaviour::answer("done"),
+        ],
+        FakeSlack::start(),
+        "{approvals: {tier: approval}}",
+    )
+    .await;
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    env.slack.dm("touch x", ALLOWED, "D0DM").await;
+    let asked = env.slack.posted(1).await.remove(0);
+    let ts = asked["response"]["ts"].as_str().unwrap().to_string();
+    let once = buttons(&asked).remove(0);
+    for _ in 0..25 {
+        env.slack.click(&once, &ts, COLLEAGUE, "D0DM", None).await;
+    }
+    let answered = env.slack.calls("chat.postEphemeral", 20).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, calls) = env.slack.get("/calls?method=chat.postEphemeral").await;
+    assert_eq!(
+        calls["calls"].as_array().unwrap().len(),
+        20,
+        "{answered:#?}"
+    );
+    assert_eq!(env.sandbox.audited("approval.refused_approver").len(), 20);
+    assert!(!env.sandbox.dir.path().join("ws/team/x").exists());
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}

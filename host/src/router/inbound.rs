@@ -675,15 +675,16 @@ impl ChannelRouter {
         }
     }
 
-    /// Carries out one click on a button of `channel` (recorded already as
-    /// not seen before). A click counts only on the very message pincer
-    /// sent with that button; whoever may not decide is told so, to them
-    /// alone (best effort), and nothing changes.
-    fn click(&self, channel: &str, click: &api::Interaction) {
-        let Some(command) = crate::approvals::parse_button(&click.action) else {
-            tracing::debug!(%channel, action = %click.action, "a click on a button pincer did not make was ignored");
-            return;
-        };
+    /// Carries out `command`, one click on a button of `channel` (recorded
+    /// already as not seen before). A click counts only on the very message
+    /// pincer sent with that button; whoever may not decide is told so, to
+    /// them alone (best effort), and nothing changes.
+    fn click(
+        &self,
+        channel: &str,
+        click: &api::Interaction,
+        command: crate::approvals::ChatDecision,
+    ) {
         match self.channels.store().sent_with_action(
             channel,
             &click.conversation,
@@ -986,7 +987,7 @@ impl ChannelRouter {
                     .flatten()
             });
         let minutes = ((expires_ms - crate::db::now_ms()).max(0) / 60_000).max(1);
-        let shown = crate::approvals::shown_preview(preview).replace("```", "`\u{200b}``");
+        let shown = fenced_preview(preview);
         let head = format!(
             "🔐 Approval needed (`{request}`): the assistant wants to run `{tool}`:\n```\n{shown}\n```\nOnly {approvers} can decide."
         );
@@ -1059,8 +1060,7 @@ impl ChannelRouter {
                     Ok(Some(stored)) => format!(
                         "`{}`:\n```\n{}\n```",
                         stored.tool,
-                        crate::approvals::shown_preview(&stored.preview)
-                            .replace("```", "`\u{200b}``")
+                        fenced_preview(&stored.preview)
                     ),
                     _ => "the call".to_string(),
                 };
@@ -1082,6 +1082,12 @@ impl ChannelRouter {
             tracing::warn!(id = row.id, %request, "cannot post the decision: {e}");
         }
     }
+}
+
+/// A request's preview as chat shows it, safe inside a ``` fence (a fence
+/// in it cannot end the block early).
+fn fenced_preview(preview: &str) -> String {
+    crate::approvals::shown_preview(preview).replace("```", "`\u{200b}``")
 }
 
 fn capitalized(text: &str) -> String {
@@ -1131,6 +1137,27 @@ impl Inbox for ChannelRouter {
 
     fn clicked(&self, channel: &str, clicks: Vec<api::Interaction>) -> Result<(), AcceptError> {
         for click in clicks {
+            let Some(command) = crate::approvals::parse_button(&click.action) else {
+                tracing::debug!(%channel, action = %click.action, "a click on a button pincer did not make was ignored");
+                continue;
+            };
+            // A click counts against its clicker's and conversation's rate,
+            // as a message does: pressing buttons (each answered and
+            // audited) cannot fill the store or the conversation.
+            let rate = self
+                .rates
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .admit(
+                    channel,
+                    &click.user,
+                    &click.conversation,
+                    std::time::Instant::now(),
+                );
+            if rate != Rate::Take {
+                tracing::debug!(%channel, user = %click.user, "a click over the rate was ignored");
+                continue;
+            }
             let first = self
                 .channels
                 .store()
@@ -1141,7 +1168,7 @@ impl Inbox for ChannelRouter {
                     source,
                 })?;
             if first {
-                self.click(channel, &click);
+                self.click(channel, &click, command);
             } else {
                 tracing::debug!(%channel, id = %click.id, "a click delivered again was ignored");
             }
