@@ -100,7 +100,7 @@ async fn deliver(host: &ChannelHost, audit: &AuditLog, row: OutboxRow) {
                     host.plugins.channel_send(&channel.plugin, &message).await,
                     row.attempts,
                 ),
-                Some(original) => match replaced_receipt(host, original) {
+                Some(original) => match replaced_receipt(host, original, row.attempts) {
                     Ok(receipt) => judge(
                         host.plugins
                             .channel_update(&channel.plugin, &receipt, &message)
@@ -155,23 +155,22 @@ fn action(button: &super::Button) -> api::Action {
 /// The platform id of the message outbox row `original` became; rows of
 /// one conversation go out in order, so it was delivered (or given up)
 /// before a row replacing it is claimed.
-fn replaced_receipt(host: &ChannelHost, original: i64) -> Result<String, Verdict> {
-    let rows = host
-        .store
-        .outbox_rows(&[original])
-        .map_err(|e| Verdict::Retry {
-            after: Duration::from_secs(1),
-            why: format!("the message to replace cannot be read: {e}"),
-        })?;
+fn replaced_receipt(host: &ChannelHost, original: i64, attempts: u32) -> Result<String, Verdict> {
+    let rows = host.store.outbox_rows(&[original]).map_err(|e| {
+        transient(
+            format!("the message to replace cannot be read: {e}"),
+            attempts,
+        )
+    })?;
     match rows.into_iter().next() {
         Some(OutboxRow {
             receipt: Some(receipt),
             ..
         }) if !receipt.is_empty() => Ok(receipt),
-        Some(row) if row.state == super::OutboxState::Pending => Err(Verdict::Retry {
-            after: Duration::from_secs(1),
-            why: format!("the message to replace (outbox row {original}) is not delivered yet"),
-        }),
+        Some(row) if row.state == super::OutboxState::Pending => Err(transient(
+            format!("the message to replace (outbox row {original}) is not delivered yet"),
+            attempts,
+        )),
         _ => Err(Verdict::GiveUp(format!(
             "the message to replace (outbox row {original}) was never delivered or is gone"
         ))),
@@ -183,16 +182,7 @@ fn judge(
     attempts: u32,
 ) -> Verdict {
     use api::ChannelError as E;
-    let transient = |why: String| {
-        if attempts + 1 >= MAX_ATTEMPTS {
-            Verdict::GiveUp(format!("{why} (after {MAX_ATTEMPTS} attempts)"))
-        } else {
-            Verdict::Retry {
-                after: backoff(attempts),
-                why,
-            }
-        }
-    };
+    let transient = |why| transient(why, attempts);
     match outcome {
         Ok(Ok(delivery)) => Verdict::Sent(delivery.id),
         Ok(Err(E::RetryLater(r))) => Verdict::Retry {
@@ -205,6 +195,18 @@ fn judge(
         Ok(Err(E::BadRequest(m))) => Verdict::GiveUp(format!("bad request: {m}")),
         Ok(Err(E::Unsupported(m))) => Verdict::GiveUp(format!("unsupported: {m}")),
         Err(e) => transient(e.to_string()),
+    }
+}
+
+/// Another attempt after a backoff, unless this was the last one.
+fn transient(why: String, attempts: u32) -> Verdict {
+    if attempts + 1 >= MAX_ATTEMPTS {
+        Verdict::GiveUp(format!("{why} (after {MAX_ATTEMPTS} attempts)"))
+    } else {
+        Verdict::Retry {
+            after: backoff(attempts),
+            why,
+        }
     }
 }
 

@@ -747,14 +747,7 @@ impl Agent {
         } else {
             Judgement::Refuse(format!("the arguments of `{name}` must be a JSON object"))
         };
-        let refuse = |message: String| {
-            self.audit(
-                ws,
-                crate::audit::Action::ApprovalDenied,
-                &format!("`{name}` in session {session}: {message}"),
-            );
-            (Verdict::Refuse { message }, None)
-        };
+        let refuse = |message: String| self.refuse(ws, &session, name, message);
         match judgement {
             Judgement::Run(_) => {
                 self.permit(scope, source.is_some(), &call);
@@ -782,6 +775,23 @@ impl Agent {
         }
     }
 
+    /// Refuses `tool`'s call with `message` (what the model reads), audited
+    /// as `approval.denied`.
+    fn refuse(
+        &self,
+        ws: &str,
+        session: &str,
+        tool: &str,
+        message: String,
+    ) -> (Verdict, Option<String>) {
+        self.audit(
+            ws,
+            crate::audit::Action::ApprovalDenied,
+            &format!("`{tool}` in session {session}: {message}"),
+        );
+        (Verdict::Refuse { message }, None)
+    }
+
     /// Stores a request for `call`, shows it, and waits for its decision.
     async fn ask(
         &self,
@@ -801,12 +811,7 @@ impl Agent {
                 "`{}` needs a person's approval, but {why}; it was not run",
                 call.tool
             );
-            self.audit(
-                ws,
-                crate::audit::Action::ApprovalDenied,
-                &format!("`{}` in session {session}: {message}", call.tool),
-            );
-            (Verdict::Refuse { message }, None)
+            self.refuse(ws, &session, call.tool, message)
         };
         if preview.len() > approvals::MAX_PREVIEW_BYTES {
             return refused(format!(
