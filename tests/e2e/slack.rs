@@ -2206,6 +2206,114 @@ async fn a_scheduled_run_that_needs_an_approval_is_denied_unattended_and_says_wh
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
 
+/// Issue 27: a schedule may name who decides its run's calls and where they
+/// are asked (`approvals: {ask_in, approvers}`). The request is posted with
+/// buttons in that conversation (not where the output goes); an allowed
+/// sender the task does not name is refused; a named approver's "once"
+/// runs exactly the call and the run's output is delivered. A second task
+/// whose run ends (its timeout) while its request waits leaves the request
+/// expired, its message says so, and a late click is told "expired".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scheduled_run_asks_the_approvers_its_task_names_where_it_says() {
+    let env = Env::with_workspace(
+        vec![
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/scheduled"}"#),
+            Behaviour::answer("touched it"),
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/hasty"}"#),
+            Behaviour::answer("unreachable"),
+        ],
+        FakeSlack::start(),
+        "{approvals: {tier: approval, unattended: deny}}",
+    )
+    .await;
+    env.sandbox.write(
+        "workspaces/team/schedules.yaml",
+        &format!(
+            r#"tasks:
+  - id: nightly_touch
+    every: 1h
+    prompt: "touch the file"
+    deliver_to: [{{channel: slack, conversation: C0NIGHT}}]
+    approvals: {{ask_in: {{channel: slack, conversation: C0OPS}}, approvers: [{COLLEAGUE}]}}
+  - id: hasty
+    every: 1h
+    prompt: "touch another"
+    timeout: 5s
+    approvals: {{ask_in: "channel:slack", approvers: [{COLLEAGUE}]}}
+"#
+        ),
+    );
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    let run = ok(env.cli(&["schedule", "run", "nightly_touch", "--no-wait"]));
+    assert!(run.contains("queued run #"), "{run}");
+    let asked = env.slack.posted(1).await.remove(0);
+    assert_eq!(asked["args"]["channel"], "C0OPS", "{asked:#}");
+    let text = asked["args"]["text"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("Only {COLLEAGUE} (or an operator) can decide")),
+        "{text}"
+    );
+    let ts = asked["response"]["ts"].as_str().unwrap().to_string();
+    let once = buttons(&asked)
+        .into_iter()
+        .find(|b| b.ends_with(":once"))
+        .expect("an Approve once button");
+
+    // An allowed sender the task does not name: refused, told alone.
+    env.slack.click(&once, &ts, ALLOWED, "C0OPS", None).await;
+    let only = env.slack.calls("chat.postEphemeral", 1).await;
+    let told = only[0]["args"]["text"].as_str().unwrap();
+    assert!(told.contains(&format!("only {COLLEAGUE}")), "{told}");
+    assert_eq!(only[0]["args"]["user"], ALLOWED);
+    assert_eq!(env.sandbox.audited("approval.refused_approver").len(), 1);
+    let ws = env.sandbox.dir.path().join("ws/team");
+    assert!(!ws.join("scheduled").exists());
+
+    // The named approver: the call runs, the output goes where it goes.
+    env.slack.click(&once, &ts, COLLEAGUE, "C0OPS", None).await;
+    let posted = env.slack.posted(2).await;
+    assert_eq!(posted[1]["args"]["channel"], "C0NIGHT", "{posted:#?}");
+    assert_eq!(posted[1]["args"]["text"], "touched it");
+    assert!(ws.join("scheduled").exists());
+    let updated = env.slack.calls("chat.update", 1).await;
+    let shown = updated[0]["args"]["text"].as_str().unwrap();
+    assert!(
+        shown.contains(&format!("Approved once by {COLLEAGUE}")),
+        "{shown}"
+    );
+    let granted = env.sandbox.audited("approval.granted");
+    assert!(
+        granted.len() == 1 && granted[0].contains(COLLEAGUE),
+        "{granted:?}"
+    );
+
+    // A run that ends while its request waits leaves it expired.
+    let run = ok(env.cli(&["schedule", "run", "hasty", "--no-wait"]));
+    assert!(run.contains("queued run #"), "{run}");
+    let asked = env.slack.posted(3).await.remove(2);
+    assert_eq!(asked["args"]["channel"], "C0SCHED", "{asked:#}");
+    let ts = asked["response"]["ts"].as_str().unwrap().to_string();
+    let once = buttons(&asked).remove(0);
+    let updated = env.slack.calls("chat.update", 2).await;
+    let shown = updated[1]["args"]["text"].as_str().unwrap();
+    assert!(
+        shown.contains("Expired: the scheduled run ended before anyone decided"),
+        "{shown}"
+    );
+    assert!(buttons(&updated[1]).is_empty());
+    env.slack
+        .click(&once, &ts, COLLEAGUE, "C0SCHED", None)
+        .await;
+    let only = env.slack.calls("chat.postEphemeral", 2).await;
+    let told = only[1]["args"]["text"].as_str().unwrap();
+    assert!(told.contains("expired"), "{told}");
+    assert!(!ws.join("hasty").exists());
+    let history = ok(env.cli(&["schedule", "history", "hasty"]));
+    assert!(history.contains("timeout"), "{history}");
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
 /// Issue 27: `/tier` in a conversation tightens its approvals from the next
 /// message on, and never loosens them: `/tier read-only` makes the next
 /// `bash` refused without asking; `/tier yolo` is refused (the workspace

@@ -217,6 +217,8 @@ mod tests {
             channel: "slack".into(),
             conversation: "D1".into(),
             originator: Some("U1".into()),
+            approvers: None,
+            scheduled_task: None,
             tool: tool.into(),
             fingerprint: "f".into(),
             shape: shape.map(str::to_owned),

@@ -75,6 +75,11 @@ impl Approvals {
         &self.store
     }
 
+    /// Wakes the turns waiting on a decision, to look at their requests.
+    pub fn wake(&self) {
+        self.decided.notify_waiters();
+    }
+
     /// Decides request `id` (see [`ApprovalStore::decide`]) and wakes the
     /// turn waiting on it.
     pub fn decide(
@@ -86,7 +91,7 @@ impl Approvals {
         now_ms: i64,
     ) -> Result<Request, ApprovalError> {
         let decided = self.store.decide(id, decider, approvers, decision, now_ms);
-        self.decided.notify_waiters();
+        self.wake();
         decided
     }
 

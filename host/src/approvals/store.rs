@@ -77,6 +77,12 @@ pub struct Request {
     pub channel: String,
     pub conversation: String,
     pub originator: Option<String>,
+    /// Who may decide, when the request names them itself (a scheduled
+    /// run's `approvals.approvers`); otherwise the workspace's approvers.
+    pub approvers: Option<Vec<String>>,
+    /// The scheduled task whose run waits, if a scheduled run asked: no
+    /// such run outlives the process, so a restart ends its requests.
+    pub scheduled_task: Option<String>,
     pub tool: String,
     pub fingerprint: String,
     pub shape: Option<String>,
@@ -128,6 +134,8 @@ pub struct NewRequest<'a> {
     pub channel: &'a str,
     pub conversation: &'a str,
     pub originator: Option<&'a str>,
+    pub approvers: Option<&'a [String]>,
+    pub scheduled_task: Option<&'a str>,
     pub tool: &'a str,
     pub fingerprint: &'a str,
     pub shape: Option<&'a str>,
@@ -166,7 +174,7 @@ pub struct ApprovalStore {
 
 const COLUMNS: &str = "id, workspace, session, originator, tool, fingerprint, shape, preview, \
                        created_ms, expires_ms, state, decision, decided_by, reason, turn_id, \
-                       call_id, applied, channel, conversation";
+                       call_id, applied, channel, conversation, approvers, scheduled_task";
 
 impl ApprovalStore {
     pub fn open(path: &Path) -> Result<Self, ApprovalError> {
@@ -192,7 +200,9 @@ impl ApprovalStore {
                 call_id TEXT NOT NULL DEFAULT '',
                 applied INTEGER NOT NULL DEFAULT 0,
                 channel TEXT NOT NULL DEFAULT '',
-                conversation TEXT NOT NULL DEFAULT ''
+                conversation TEXT NOT NULL DEFAULT '',
+                approvers TEXT,
+                scheduled_task TEXT
             );
             CREATE INDEX IF NOT EXISTS approval_requests_pending
                 ON approval_requests (state, expires_ms);
@@ -223,6 +233,8 @@ impl ApprovalStore {
                 ("applied", "INTEGER NOT NULL DEFAULT 0"),
                 ("channel", "TEXT NOT NULL DEFAULT ''"),
                 ("conversation", "TEXT NOT NULL DEFAULT ''"),
+                ("approvers", "TEXT"),
+                ("scheduled_task", "TEXT"),
             ],
         )?;
         conn.execute_batch(
@@ -243,8 +255,9 @@ impl ApprovalStore {
         let id = format!("apr_{}", uuid::Uuid::new_v4().simple());
         self.conn()?.execute(
             "INSERT INTO approval_requests (id, workspace, session, originator, tool, fingerprint,
-                 shape, preview, created_ms, expires_ms, turn_id, call_id, channel, conversation)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                 shape, preview, created_ms, expires_ms, turn_id, call_id, channel, conversation,
+                 approvers, scheduled_task)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             params![
                 id,
                 new.workspace,
@@ -260,6 +273,8 @@ impl ApprovalStore {
                 new.call_id,
                 new.channel,
                 new.conversation,
+                new.approvers.map(|ids| serde_json::json!(ids).to_string()),
+                new.scheduled_task,
             ],
         )?;
         Ok(id)
@@ -320,6 +335,8 @@ impl ApprovalStore {
             )
             .optional()?
             .ok_or_else(|| ApprovalError::Unknown(id.to_owned()))?;
+        let named = request.approvers.clone().map(Approvers::Listed);
+        let approvers = named.as_ref().unwrap_or(approvers);
         if let Decider::Sender(sender) = decider {
             let allowed = match approvers {
                 Approvers::Originator => request.originator.iter().any(|o| o == sender),
@@ -388,6 +405,29 @@ impl ApprovalStore {
             reason,
             ..request
         })
+    }
+
+    /// Ends request `id` as expired if it is still pending (its turn went
+    /// away without it); whether it was.
+    pub fn expire(&self, id: &str, now_ms: i64) -> Result<bool, ApprovalError> {
+        let changed = self.conn()?.execute(
+            "UPDATE approval_requests SET state = 'expired', decided_ms = ?2
+             WHERE id = ?1 AND state = 'pending'",
+            params![id, now_ms],
+        )?;
+        Ok(changed > 0)
+    }
+
+    /// Ends every pending request of a scheduled run as expired: at start,
+    /// no run of an earlier process waits on them any more.
+    pub fn expire_scheduled(&self, now_ms: i64) -> Result<Vec<Request>, ApprovalError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(&format!(
+            "UPDATE approval_requests SET state = 'expired', decided_ms = ?1
+             WHERE state = 'pending' AND scheduled_task IS NOT NULL RETURNING {COLUMNS}"
+        ))?;
+        let rows = stmt.query_map([now_ms], request_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Records that request `id`'s decision reached its turn.
@@ -527,6 +567,11 @@ fn request_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Request> {
         applied: row.get(16)?,
         channel: row.get(17)?,
         conversation: row.get(18)?,
+        // Unreadable, nobody but an operator may decide.
+        approvers: row
+            .get::<_, Option<String>>(19)?
+            .map(|text| serde_json::from_str(&text).unwrap_or_default()),
+        scheduled_task: row.get(20)?,
     })
 }
 
@@ -549,6 +594,8 @@ mod tests {
                 workspace: "team",
                 session: "slack/D1",
                 originator: Some("U0ALICE"),
+                approvers: None,
+                scheduled_task: None,
                 tool: "bash",
                 fingerprint: "f00d",
                 shape,
@@ -604,6 +651,76 @@ mod tests {
             err,
             format!("approval request `{id}` was already granted by U0ALICE")
         );
+    }
+
+    /// A scheduled run's request names its approvers: they decide, not the
+    /// workspace's (nor an originator: there is none); a restart ends it.
+    #[test]
+    fn a_request_naming_its_approvers_is_theirs_and_a_restart_ends_it_if_scheduled() {
+        let (_dir, path, store) = store();
+        let named = vec!["U0CAROL".to_string()];
+        let scheduled = |store: &ApprovalStore| {
+            store
+                .request(&NewRequest {
+                    workspace: "team",
+                    session: "7",
+                    originator: None,
+                    approvers: Some(&named),
+                    scheduled_task: Some("nightly"),
+                    tool: "bash",
+                    fingerprint: "f00d",
+                    shape: None,
+                    preview: "touch x",
+                    turn_id: "turn-9",
+                    call_id: "call-1",
+                    channel: "slack",
+                    conversation: "C0OPS",
+                    now_ms: 0,
+                    timeout_ms: 5 * MINUTE,
+                })
+                .expect("request")
+        };
+        let id = scheduled(&store);
+        let workspace_says = Approvers::Listed(vec!["U0ALICE".into()]);
+        let alice = store.decide(
+            &id,
+            Decider::Sender("U0ALICE"),
+            &workspace_says,
+            &Decision::Once,
+            1,
+        );
+        assert!(
+            matches!(&alice, Err(ApprovalError::NotAnApprover { allowed, .. }) if allowed == "U0CAROL"),
+            "{alice:?}"
+        );
+        let carol = store
+            .decide(
+                &id,
+                Decider::Sender("U0CAROL"),
+                &workspace_says,
+                &Decision::Once,
+                1,
+            )
+            .expect("the named approver decides");
+        assert_eq!(carol.approvers, Some(named.clone()));
+
+        let waiting = scheduled(&store);
+        let channel_turn = ask(&store, None);
+        drop(store);
+        let store = ApprovalStore::open(&path).expect("reopen");
+        let ended = store.expire_scheduled(2).expect("db");
+        assert_eq!(
+            ended.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            [waiting.as_str()]
+        );
+        assert_eq!(ended[0].scheduled_task.as_deref(), Some("nightly"));
+        assert_eq!(
+            store.get(&channel_turn).expect("db").expect("row").state,
+            State::Pending,
+            "a channel turn's request is resumed after a restart, not ended"
+        );
+        assert!(!store.expire(&waiting, 3).expect("db"), "ended already");
+        assert!(store.expire(&channel_turn, 3).expect("db"));
     }
 
     #[test]

@@ -21,6 +21,8 @@ use crate::plugins::api;
 use crate::sessions::{SessionKey, TurnStatus};
 use crate::turn::{Agent, AgentEvent, HostEvent, Inbound, Origin};
 
+use super::asking;
+
 /// A session's worker ends after this long without messages.
 const IDLE_WORKER: Duration = Duration::from_secs(600);
 
@@ -470,6 +472,7 @@ impl ChannelRouter {
                 command,
             );
             self.notify(channel, id, &received, InboundState::Done, &answer.text);
+            self.agent.gateway().approvals().wake();
             return Ok(());
         }
         self.enqueue(key, Job::Message(id));
@@ -478,6 +481,8 @@ impl ChannelRouter {
 
     /// Carries out a decision `sender` asked for on `channel`, from a chat
     /// command or a button; what to tell them and whether it was decided.
+    /// The waiting turn is not woken: the caller wakes it
+    /// ([`crate::approvals::Approvals::wake`]) once its answer is queued.
     fn decide(
         &self,
         channel: &str,
@@ -528,7 +533,9 @@ impl ChannelRouter {
             Ok(decision) => decision,
             Err(why) => return refused(format!("⚠️ {why}")),
         };
-        let decided = approvals.decide(
+        // Stored, not yet woken: the caller queues its answer first, so
+        // the answer comes before what the resumed turn says.
+        let decided = approvals.store().decide(
             &request.id,
             Decider::Sender(sender),
             &policy.approvers,
@@ -721,6 +728,7 @@ impl ChannelRouter {
         let answer = self.decide(channel, Venue::Button, &click.user, Ok(command));
         if answer.decided {
             // The turn replaces the request's message with the outcome.
+            self.agent.gateway().approvals().wake();
             return;
         }
         let to = Address {
@@ -878,20 +886,31 @@ impl ChannelRouter {
                 approvers,
                 session,
                 expires_ms,
-            }) => self.ask(
-                row,
-                request,
-                tool,
-                preview,
-                approvers,
-                *session,
-                *expires_ms,
+            }) => asking::post_request(
+                &self.channels,
+                self.agent.gateway().approvals().store(),
+                &Address::of(row),
+                &asking::Asked {
+                    request,
+                    tool,
+                    preview,
+                    approvers,
+                    session: *session,
+                    expires_ms: *expires_ms,
+                },
             ),
             AgentEvent::Host(HostEvent::Decided {
                 request,
                 outcome,
                 announce,
-            }) => self.tell_decided(row, request, outcome, *announce),
+            }) => asking::post_decided(
+                &self.channels,
+                self.agent.gateway().approvals().store(),
+                &Address::of(row),
+                request,
+                outcome,
+                *announce,
+            ),
             _ => {}
         };
         let mut stop = self.stop.clone();
@@ -961,141 +980,6 @@ impl Venue<'_> {
 struct Answer {
     text: String,
     decided: bool,
-}
-
-impl ChannelRouter {
-    /// Posts the request for a decision in `row`'s conversation: with
-    /// buttons where the channel shows them, else the chat commands.
-    #[allow(clippy::too_many_arguments)]
-    fn ask(
-        &self,
-        row: &InboundRow,
-        request: &str,
-        tool: &str,
-        preview: &str,
-        approvers: &str,
-        session: bool,
-        expires_ms: i64,
-    ) {
-        let stored = self
-            .channels
-            .interactive(&row.channel)
-            .then(|| self.agent.gateway().approvals().store().get(request))
-            .and_then(|read| {
-                read.inspect_err(|e| tracing::warn!(%request, "cannot read the request back: {e}"))
-                    .ok()
-                    .flatten()
-            });
-        let minutes = ((expires_ms - crate::db::now_ms()).max(0) / 60_000).max(1);
-        let shown = fenced_preview(preview);
-        let head = format!(
-            "🔐 Approval needed (`{request}`): the assistant wants to run `{tool}`:\n```\n{shown}\n```\nOnly {approvers} can decide."
-        );
-        let (text, post) = match stored {
-            Some(stored) => {
-                let always = crate::approvals::default_always_rule(&stored)
-                    .map(|rule| format!(" *Always* adds the rule `{rule}` (`pincer approvals revoke` takes it back)."))
-                    .unwrap_or_default();
-                let actions = crate::approvals::buttons(&stored)
-                    .into_iter()
-                    .map(|(choice, id)| crate::channels::Button {
-                        id,
-                        label: choice.label().to_string(),
-                        style: match choice {
-                            crate::approvals::Choice::Once => crate::channels::ButtonStyle::Primary,
-                            crate::approvals::Choice::Deny => crate::channels::ButtonStyle::Danger,
-                            _ => crate::channels::ButtonStyle::Plain,
-                        },
-                    })
-                    .collect();
-                (
-                    format!(
-                        "{head}{always} Nobody deciding within {minutes} min denies it; `/deny {request} REASON` tells the assistant why."
-                    ),
-                    crate::channels::Post {
-                        actions,
-                        ..Default::default()
-                    },
-                )
-            }
-            None => {
-                let session = if session {
-                    format!(
-                        "\n• `/approve {request} session`: calls like it, for the rest of this session"
-                    )
-                } else {
-                    String::new()
-                };
-                (
-                    format!(
-                        "{head} Reply with:\n• `/approve {request}`: this call, once{session}\n• `/approve {request} always`: from now on (a rule you can revoke)\n• `/deny {request} [reason]`\nNobody deciding within {minutes} min denies it."
-                    ),
-                    crate::channels::Post::default(),
-                )
-            }
-        };
-        if let Err(e) = self.channels.post(&Address::of(row), &text, post) {
-            tracing::error!(id = row.id, %request, "cannot post the approval request: {e}");
-        }
-    }
-
-    /// Tells `row`'s conversation how `request` ended: its message with
-    /// buttons is replaced by the outcome (buttons gone); without one, a
-    /// message says it, unless the person who decided was answered already.
-    fn tell_decided(&self, row: &InboundRow, request: &str, outcome: &str, announce: bool) {
-        let asked = if self.channels.interactive(&row.channel) {
-            self.channels
-                .store()
-                .with_action_prefix(&row.channel, &crate::approvals::button_prefix(request))
-                .unwrap_or_else(|e| {
-                    tracing::warn!(%request, "cannot find the request's message: {e}");
-                    None
-                })
-        } else {
-            None
-        };
-        let (text, post) = match asked {
-            Some(message) => {
-                let what = match self.agent.gateway().approvals().store().get(request) {
-                    Ok(Some(stored)) => format!(
-                        "`{}`:\n```\n{}\n```",
-                        stored.tool,
-                        fenced_preview(&stored.preview)
-                    ),
-                    _ => "the call".to_string(),
-                };
-                (
-                    format!("🔐 `{request}` {what}\n{}.", capitalized(outcome)),
-                    crate::channels::Post {
-                        replaces: Some(message.id),
-                        ..Default::default()
-                    },
-                )
-            }
-            None if announce => (
-                format!("🔐 `{request}`: {outcome}."),
-                crate::channels::Post::default(),
-            ),
-            None => return,
-        };
-        if let Err(e) = self.channels.post(&Address::of(row), &text, post) {
-            tracing::warn!(id = row.id, %request, "cannot post the decision: {e}");
-        }
-    }
-}
-
-/// A request's preview as chat shows it, safe inside a ``` fence (a fence
-/// in it cannot end the block early).
-fn fenced_preview(preview: &str) -> String {
-    crate::approvals::shown_preview(preview).replace("```", "`\u{200b}``")
-}
-
-fn capitalized(text: &str) -> String {
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect(),
-        None => String::new(),
-    }
 }
 
 /// How a session's worker starts a turn.
@@ -1182,7 +1066,7 @@ fn failure_text(error: &str) -> String {
 }
 
 /// A thread is a conversation of its own.
-fn session_conversation(conversation: &str, thread: Option<&str>) -> String {
+pub(super) fn session_conversation(conversation: &str, thread: Option<&str>) -> String {
     match thread {
         Some(thread) => format!("{conversation}/{thread}"),
         None => conversation.to_string(),

@@ -18,9 +18,14 @@ use crate::config::{Config, SkillReference, ToolName};
 use crate::file_watch::FileWatch;
 use crate::plugins::PluginHost;
 use crate::scheduler::discover::{list_tools, load_tasks, named_plugins, schedule_file};
-use crate::scheduler::{Action, DueRun, Outcome, Scheduler, Store, SystemClock, Task, agent};
+use crate::scheduler::{
+    Action, Delivery, DueRun, Outcome, Scheduler, Store, SystemClock, Task, agent,
+};
 use crate::sessions::{SessionKey, TurnStatus};
-use crate::turn::{Agent, Inbound, Presence};
+use crate::turn::{Agent, AgentEvent, Appointed, HostEvent, Inbound, Presence};
+
+use super::asking;
+use super::inbound::session_conversation;
 
 /// The channel name of scheduled agent turns' sessions.
 pub const SCHEDULE_CHANNEL: &str = "schedule";
@@ -109,7 +114,33 @@ impl Schedules {
             me.load_file(name, false).await;
             me.apply(name)?;
         }
+        me.end_earlier_requests();
         Ok(me)
+    }
+
+    /// Ends the approval requests of scheduled runs an earlier process
+    /// started: those runs are over (recorded `interrupted`), so nothing
+    /// would carry out a decision. A late click is told "expired".
+    fn end_earlier_requests(&self) {
+        let store = self.runners.agent.gateway().approvals().store();
+        match store.expire_scheduled(crate::db::now_ms()) {
+            Ok(ended) => {
+                for request in ended {
+                    self.runners.audit.record(
+                        crate::audit::Actor::Scheduler,
+                        Some(&request.workspace),
+                        crate::audit::Action::ApprovalExpired,
+                        &format!(
+                            "request {}: `{}` of task `{}` was denied: the run that asked ended with the previous pincer process",
+                            request.id,
+                            request.tool,
+                            request.scheduled_task.as_deref().unwrap_or_default()
+                        ),
+                    );
+                }
+            }
+            Err(e) => tracing::error!("cannot end earlier scheduled runs' approval requests: {e}"),
+        }
     }
 
     /// Tasks loaded, over all workspaces.
@@ -306,7 +337,14 @@ impl Schedules {
             return;
         }
         let task = run.task.clone();
-        let outcome = match tokio::time::timeout(task.timeout, self.perform(&run)).await {
+        let turn = Mutex::new(None);
+        let performed = tokio::time::timeout(task.timeout, self.perform(&run, &turn)).await;
+        // A run that ended while its request waited (its timeout) leaves
+        // no request open: a later decision would run nothing.
+        if let Some(turn_id) = lock(&turn).take() {
+            self.end_open_request(&run, &turn_id);
+        }
+        let outcome = match performed {
             Ok(Ok(output)) => Ok(output),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(format!(
@@ -320,13 +358,7 @@ impl Schedules {
         };
         let mut receipts = Vec::new();
         for to in &task.deliver_to {
-            let conversation = to.conversation.clone().or_else(|| {
-                self.config
-                    .channels
-                    .get(&to.channel)
-                    .and_then(|c| c.default_conversation.clone())
-            });
-            let Some(conversation) = conversation else {
+            let Some(conversation) = self.conversation_of(to) else {
                 continue;
             };
             let address = Address {
@@ -374,10 +406,85 @@ impl Schedules {
         }
     }
 
-    /// Does what the task says; the output as text.
+    /// `to`'s conversation: as written, else its channel's default.
+    fn conversation_of(&self, to: &Delivery) -> Option<String> {
+        to.conversation.clone().or_else(|| {
+            self.config
+                .channels
+                .get(&to.channel)
+                .and_then(|c| c.default_conversation.clone())
+        })
+    }
+
+    /// Who decides the calls of `task`'s turn that need a person.
+    fn presence(&self, task: &Task) -> Presence {
+        if task.id.starts_with(crate::scheduler::agent::ID_PREFIX) {
+            return Presence::NobodyForAgentTask;
+        }
+        let Some(asking) = &task.approvals else {
+            return Presence::Nobody;
+        };
+        let Some(conversation) = self.conversation_of(&asking.ask_in) else {
+            // checked at load; a channel changed since asks nobody
+            return Presence::Nobody;
+        };
+        Presence::Appointed(Appointed {
+            task: task.id.clone(),
+            channel: asking.ask_in.channel.clone(),
+            conversation: session_conversation(&conversation, asking.ask_in.thread.as_deref()),
+            approvers: asking.approvers.clone(),
+        })
+    }
+
+    /// Expires the request `turn_id` still waits on, if any, and says so
+    /// where it was asked.
+    fn end_open_request(&self, run: &DueRun, turn_id: &str) {
+        let store = self.runners.agent.gateway().approvals().store();
+        let open = match store.open_for_turn(turn_id) {
+            Ok(open) => open,
+            Err(e) => {
+                tracing::warn!(task = %run.task.id, "cannot read the run's approval request: {e}");
+                return;
+            }
+        };
+        let Some(request) = open else { return };
+        if !matches!(store.expire(&request.id, crate::db::now_ms()), Ok(true)) {
+            return;
+        }
+        self.runners.audit.record(
+            crate::audit::Actor::Scheduler,
+            Some(&run.workspace),
+            crate::audit::Action::ApprovalExpired,
+            &format!(
+                "request {}: `{}` of task `{}` was denied: the run ended (its timeout) before anyone decided",
+                request.id, request.tool, run.task.id
+            ),
+        );
+        if let Some(asking) = &run.task.approvals
+            && let Some(conversation) = self.conversation_of(&asking.ask_in)
+        {
+            let to = Address {
+                channel: &asking.ask_in.channel,
+                conversation: &conversation,
+                thread: asking.ask_in.thread.as_deref(),
+                reply_to: None,
+            };
+            asking::post_decided(
+                &self.runners.channels,
+                store,
+                &to,
+                &request.id,
+                "expired: the scheduled run ended before anyone decided",
+                true,
+            );
+        }
+    }
+
+    /// Does what the task says; the output as text. A turn records its id
+    /// in `turn` as it starts.
     // String: a failed run's error is the text `schedule history` shows and
     // the outbox delivers.
-    async fn perform(&self, run: &DueRun) -> Result<String, String> {
+    async fn perform(&self, run: &DueRun, turn: &Mutex<Option<String>>) -> Result<String, String> {
         match &run.task.action {
             Action::Prompt(prompt) => {
                 let inbound = Inbound {
@@ -388,16 +495,13 @@ impl Schedules {
                     },
                     text: prompt.clone(),
                     origin: None,
-                    presence: if run.task.id.starts_with(crate::scheduler::agent::ID_PREFIX) {
-                        Presence::NobodyForAgentTask
-                    } else {
-                        Presence::Nobody
-                    },
+                    presence: self.presence(&run.task),
                 };
+                let events = |event: AgentEvent| self.on_event(run, turn, &event);
                 let summary = self
                     .runners
                     .agent
-                    .turn(inbound, &|_| {}, std::future::pending())
+                    .turn(inbound, &events, std::future::pending())
                     .await
                     .map_err(|e| e.to_string())?;
                 match summary.status {
@@ -409,6 +513,66 @@ impl Schedules {
                 self.call_skill(&run.workspace, skill, tool.as_deref(), input)
                     .await
             }
+        }
+    }
+
+    /// What a scheduled turn's host events do: its id is kept, and its
+    /// approval requests are posted where the task says.
+    fn on_event(&self, run: &DueRun, turn: &Mutex<Option<String>>, event: &AgentEvent) {
+        let AgentEvent::Host(event) = event else {
+            return;
+        };
+        if let HostEvent::Session { turn_id, .. } = event {
+            *lock(turn) = Some(turn_id.clone());
+            return;
+        }
+        let Some(asking) = &run.task.approvals else {
+            return;
+        };
+        let Some(conversation) = self.conversation_of(&asking.ask_in) else {
+            return;
+        };
+        let to = Address {
+            channel: &asking.ask_in.channel,
+            conversation: &conversation,
+            thread: asking.ask_in.thread.as_deref(),
+            reply_to: None,
+        };
+        let store = self.runners.agent.gateway().approvals().store();
+        match event {
+            HostEvent::Approval {
+                request,
+                tool,
+                preview,
+                approvers,
+                session,
+                expires_ms,
+            } => asking::post_request(
+                &self.runners.channels,
+                store,
+                &to,
+                &asking::Asked {
+                    request,
+                    tool,
+                    preview,
+                    approvers,
+                    session: *session,
+                    expires_ms: *expires_ms,
+                },
+            ),
+            HostEvent::Decided {
+                request,
+                outcome,
+                announce,
+            } => asking::post_decided(
+                &self.runners.channels,
+                store,
+                &to,
+                request,
+                outcome,
+                *announce,
+            ),
+            _ => {}
         }
     }
 

@@ -229,6 +229,12 @@ pub fn check(config: &Config, workspace: &str, spec: &serde_json::Value) -> Resu
             "`overlap: queue`: an agent task's runs never queue; leave `overlap` out (`skip`: a due time that finds the previous run still going is skipped)".into(),
         ));
     }
+    if task.approvals.is_some() {
+        return Err(invalid(
+            "`approvals`: who decides a task's calls is a person's choice, made in schedules.yaml; an agent task's calls that need a person are refused. Leave it out"
+                .into(),
+        ));
+    }
     if task.rerun_interrupted {
         return Err(invalid(
             "`rerun_interrupted`: an agent task's interrupted runs are not run again; leave it out"

@@ -17,6 +17,8 @@
 //!     catch_up: once               # skip | once | all
 //!     overlap: skip                # skip | queue
 //!     timeout: 10m
+//!     # a prompt task may name who decides its calls that need a person:
+//!     # approvals: {ask_in: "channel:team-chat", approvers: [U012ABCDEF]}
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -106,6 +108,17 @@ pub struct Delivery {
     pub thread: Option<String>,
 }
 
+/// Who decides a scheduled turn's calls that need a person, and where
+/// they are asked (`approvals:` of a prompt task). Without it, nobody is
+/// asked and `approvals.unattended` of the workspace decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asking {
+    /// The conversation the request is posted in, and where it is decided.
+    pub ask_in: Delivery,
+    /// The sender ids of that channel who may decide.
+    pub approvers: Vec<String>,
+}
+
 /// One checked task of a `schedules.yaml`.
 #[derive(Debug, Clone)]
 pub struct Task {
@@ -119,6 +132,8 @@ pub struct Task {
     pub overlap: Overlap,
     pub timeout: Duration,
     pub rerun_interrupted: bool,
+    /// Who is asked when the task's turn needs a decision.
+    pub approvals: Option<Asking>,
 }
 
 impl fmt::Display for Trigger {
@@ -290,6 +305,15 @@ struct RawTask {
     timeout: Option<String>,
     #[serde(default)]
     rerun_interrupted: bool,
+    #[serde(default)]
+    approvals: Option<RawAsking>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAsking {
+    ask_in: RawDelivery,
+    approvers: Vec<String>,
 }
 
 /// `channel:NAME` or `{channel, conversation, thread}`.
@@ -490,34 +514,38 @@ fn check_task(
 
     let mut deliver_to = Vec::with_capacity(raw.deliver_to.len());
     for (i, RawDelivery(delivery)) in raw.deliver_to.into_iter().enumerate() {
-        let here = [Seg::Key("deliver_to"), Seg::Index(i)];
-        if let Some(channels) = checks.channels
-            && !channels.contains(&delivery.channel)
-        {
-            return Err(at.invalid_at(
-                &here,
-                false,
-                &format!("unknown channel `{}`", delivery.channel),
-            ));
-        }
-        if delivery.conversation.is_none()
-            && checks
-                .without_default
-                .is_some_and(|without| without.contains(&delivery.channel))
-        {
-            let name = &delivery.channel;
-            return Err(at.invalid_at(
-                &here,
-                false,
-                &format!(
-                    "channel `{name}` has no default conversation: set \
-                     channels.{name}.default_conversation or write \
-                     {{channel: {name}, conversation: ID}}"
-                ),
-            ));
-        }
+        check_destination(&delivery, checks)
+            .map_err(|m| at.invalid_at(&[Seg::Key("deliver_to"), Seg::Index(i)], false, &m.0))?;
         deliver_to.push(delivery);
     }
+
+    let approvals = match raw.approvals {
+        None => None,
+        Some(_) if !matches!(action, Action::Prompt(_)) => {
+            return Err(at.invalid_at(
+                &[Seg::Key("approvals")],
+                true,
+                "`approvals` belongs to a `prompt` task: a skill call asks nobody",
+            ));
+        }
+        Some(RawAsking {
+            ask_in: RawDelivery(ask_in),
+            approvers,
+        }) => {
+            check_destination(&ask_in, checks).map_err(|m| {
+                at.invalid_at(&[Seg::Key("approvals"), Seg::Key("ask_in")], false, &m.0)
+            })?;
+            if approvers.is_empty() || approvers.iter().any(|a| a.trim().is_empty()) {
+                return Err(at.invalid_at(
+                    &[Seg::Key("approvals"), Seg::Key("approvers")],
+                    false,
+                    "`approvers` lists the sender ids (of the `ask_in` channel) who may \
+                     decide: give at least one, none empty",
+                ));
+            }
+            Some(Asking { ask_in, approvers })
+        }
+    };
 
     let timeout = match &raw.timeout {
         Some(text) => parse_duration(text).map_err(|m| at.invalid("timeout", &m.0))?,
@@ -535,7 +563,30 @@ fn check_task(
         overlap: raw.overlap,
         timeout,
         rerun_interrupted: raw.rerun_interrupted,
+        approvals,
     })
+}
+
+/// Whether `to` names a channel the checks know, with a conversation.
+fn check_destination(to: &Delivery, checks: &Checks<'_>) -> Result<(), Invalid> {
+    if let Some(channels) = checks.channels
+        && !channels.contains(&to.channel)
+    {
+        return Err(Invalid(format!("unknown channel `{}`", to.channel)));
+    }
+    if to.conversation.is_none()
+        && checks
+            .without_default
+            .is_some_and(|without| without.contains(&to.channel))
+    {
+        let name = &to.channel;
+        return Err(Invalid(format!(
+            "channel `{name}` has no default conversation: set \
+             channels.{name}.default_conversation or write \
+             {{channel: {name}, conversation: ID}}"
+        )));
+    }
+    Ok(())
 }
 
 /// The tool a skill task calls: as written when `checks` has no tool list
@@ -724,6 +775,28 @@ mod tests {
         assert_eq!(tasks[1].deliver_to[0].conversation.as_deref(), Some("C1"));
     }
 
+    #[test]
+    fn a_prompt_task_names_who_decides_and_where() {
+        let tasks = offline(
+            "tasks:\n  - id: a\n    every: 2h\n    prompt: hi\n    approvals:\n      \
+             ask_in: {channel: slack, conversation: C1, thread: '1.2'}\n      approvers: [U1, U2]\n  \
+             - id: b\n    every: 2h\n    prompt: hi\n",
+        )
+        .expect("parses");
+        assert_eq!(
+            tasks[0].approvals,
+            Some(Asking {
+                ask_in: Delivery {
+                    channel: "slack".into(),
+                    conversation: Some("C1".into()),
+                    thread: Some("1.2".into()),
+                },
+                approvers: vec!["U1".into(), "U2".into()],
+            })
+        );
+        assert_eq!(tasks[1].approvals, None);
+    }
+
     /// The checks a daemon makes, with made-up channels, skills and tools.
     fn online(text: &str) -> String {
         let channels: BTreeSet<String> = ["ops".to_owned(), "chat".to_owned()].into();
@@ -771,7 +844,7 @@ mod tests {
             (
                 "unknown key",
                 format!("{T}    every: 2h\n    prompt: x\n    colour: red\n"),
-                "schedules.yaml:5:5: unknown key `colour` (expected one of `id`, `description`, `schedule`, `every`, `at`, `timezone`, `skill`, `tool`, `skill_input`, `prompt`, `deliver_to`, `catch_up`, `overlap`, `timeout`, `rerun_interrupted`)",
+                "schedules.yaml:5:5: unknown key `colour` (expected one of `id`, `description`, `schedule`, `every`, `at`, `timezone`, `skill`, `tool`, `skill_input`, `prompt`, `deliver_to`, `catch_up`, `overlap`, `timeout`, `rerun_interrupted`, `approvals`)",
             ),
             (
                 "bad cron value",
@@ -925,6 +998,34 @@ mod tests {
                     "{T}    every: 1h\n    prompt: x\n    deliver_to: [\"channel:ops\", \"channel:chat\"]\n"
                 ),
                 "schedules.yaml:5:33: channel `chat` has no default conversation: set channels.chat.default_conversation or write {channel: chat, conversation: ID}",
+            ),
+            (
+                "approvals on a skill task",
+                format!(
+                    "{T}    every: 1h\n    skill: skill-calc\n    approvals: {{ask_in: \"channel:ops\", approvers: [U1]}}\n"
+                ),
+                "schedules.yaml:5:5: `approvals` belongs to a `prompt` task: a skill call asks nobody",
+            ),
+            (
+                "approvals without approvers",
+                format!(
+                    "{T}    every: 1h\n    prompt: x\n    approvals: {{ask_in: \"channel:ops\", approvers: []}}\n"
+                ),
+                "schedules.yaml:5:51: `approvers` lists the sender ids (of the `ask_in` channel) who may decide: give at least one, none empty",
+            ),
+            (
+                "approvals asked in an unknown channel",
+                format!(
+                    "{T}    every: 1h\n    prompt: x\n    approvals: {{ask_in: \"channel:nope\", approvers: [U1]}}\n"
+                ),
+                "schedules.yaml:5:25: unknown channel `nope`",
+            ),
+            (
+                "approvals asked in a channel without a default conversation",
+                format!(
+                    "{T}    every: 1h\n    prompt: x\n    approvals: {{ask_in: \"channel:chat\", approvers: [U1]}}\n"
+                ),
+                "schedules.yaml:5:25: channel `chat` has no default conversation: set channels.chat.default_conversation or write {channel: chat, conversation: ID}",
             ),
             (
                 "skill the workspace may not use",

@@ -52,7 +52,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use file::{Action, CatchUp, Checks, Delivery, Overlap, Task, Trigger};
+pub use file::{Action, Asking, CatchUp, Checks, Delivery, Overlap, Task, Trigger};
 pub use store::{Outcome, RunRecord, RunStatus, Store};
 
 use crate::config::ConfigError;

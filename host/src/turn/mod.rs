@@ -63,7 +63,7 @@ pub struct Inbound {
 }
 
 /// Who is there to decide a call of a turn that needs a person.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Presence {
     /// The sender of the message, or the terminal's user.
     Person,
@@ -74,6 +74,23 @@ pub enum Presence {
     /// refused whatever `approvals.unattended` says, so a task cannot grant
     /// its agent what a person was never asked for.
     NobodyForAgentTask,
+    /// Nobody in the turn's session, but its scheduled task names who
+    /// decides and where they are asked (`approvals:` in `schedules.yaml`).
+    Appointed(Appointed),
+}
+
+/// The people a scheduled task names to decide its calls, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appointed {
+    /// The task whose run asks.
+    pub task: String,
+    /// Where a request is posted and decided: the channel and the session
+    /// conversation (`conversation` or `conversation/thread`) a decision
+    /// must come from.
+    pub channel: String,
+    pub conversation: String,
+    /// Sender ids of that channel.
+    pub approvers: Vec<String>,
 }
 
 /// The platform's view of an inbound message.
@@ -321,7 +338,7 @@ impl Agent {
             turn_id: &turn_id,
             model: &model,
             text,
-            gate: self.gate(&key, origin, inbound.presence),
+            gate: self.gate(&key, origin, inbound.presence.clone()),
             resume: None,
         };
         let run = self.run(&scope, events, &observe);
@@ -456,6 +473,9 @@ impl Agent {
             });
         if let Some(chosen) = chosen {
             policy.tier = policy.tier.tightened_by(chosen);
+        }
+        if let Presence::Appointed(appointed) = &presence {
+            policy.approvers = approvals::Approvers::Listed(appointed.approvers.clone());
         }
         (policy.tier != approvals::Tier::Yolo).then(|| Gate {
             policy,
@@ -825,14 +845,20 @@ impl Agent {
         }
         let shape = call.shape();
         let fingerprint = call.fingerprint();
+        let appointed = match &gate.presence {
+            Presence::Appointed(appointed) => Some(appointed),
+            _ => None,
+        };
         let new = approvals::NewRequest {
             workspace: ws,
             session: &session,
             turn_id: scope.turn_id,
             call_id,
-            channel: &scope.key.channel,
-            conversation: &scope.key.conversation,
+            channel: appointed.map_or(&scope.key.channel, |a| &a.channel),
+            conversation: appointed.map_or(&scope.key.conversation, |a| &a.conversation),
             originator: gate.originator.as_deref(),
+            approvers: appointed.map(|a| a.approvers.as_slice()),
+            scheduled_task: appointed.map(|a| a.task.as_str()),
             tool: call.tool,
             fingerprint: &fingerprint,
             shape: shape.as_deref(),

@@ -469,7 +469,7 @@ channels:
     /// Finding 6 of issue 25: what makes a task fire many times at once is
     /// refused for the agent's tasks, and nothing is stored.
     #[test]
-    fn agent_tasks_asking_to_replay_queue_rerun_or_run_long_are_refused() {
+    fn agent_tasks_asking_to_replay_queue_rerun_run_long_or_name_approvers_are_refused() {
         let env = env();
         for (extra, want) in [
             (
@@ -487,6 +487,10 @@ channels:
             (
                 serde_json::json!({"rerun_interrupted": true}),
                 "`rerun_interrupted`: an agent task's interrupted runs are not run again; leave it out",
+            ),
+            (
+                serde_json::json!({"approvals": {"ask_in": "channel:chat", "approvers": ["U1"]}}),
+                "`approvals`: who decides a task's calls is a person's choice, made in schedules.yaml; an agent task's calls that need a person are refused. Leave it out",
             ),
         ] {
             let mut spec = serde_json::json!({"id": "many", "every": "1h", "prompt": "p"});
