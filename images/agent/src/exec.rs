@@ -118,6 +118,7 @@ fn prepare(req: &ExecRequest, enforcer: &Enforcer) -> Result<Command, Response> 
         .args(&req.argv[1..])
         .env_clear()
         .envs(BASE_ENV)
+        .envs(enforcer.child_env.iter().map(|(k, v)| (k, v)))
         .envs(req.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&cwd)
         .stdin(stdin_for(req))
@@ -536,6 +537,23 @@ mod tests {
         let mut r = ExecRequest::new(["true"]);
         r.cwd = Some("/no/such/dir".into());
         assert_eq!(kind(run(&r, &enforcer, &children)), ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn commands_get_the_child_env_under_their_own() {
+        let mut enforcer = Enforcer::unrestricted();
+        enforcer.child_env = vec![
+            ("HTTP_PROXY".into(), "http://127.0.0.1:9".into()),
+            ("NO_PROXY".into(), "localhost".into()),
+        ];
+        let children = Children::default();
+        let mut req = ExecRequest::new(["/bin/sh", "-c", "echo $HTTP_PROXY $NO_PROXY"]);
+        req.cwd = Some("/".into());
+        req.env.push(("NO_PROXY".into(), "mine".into()));
+        match run(&req, &enforcer, &children) {
+            Response::Exec(result) => assert_eq!(result.stdout, "http://127.0.0.1:9 mine\n"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

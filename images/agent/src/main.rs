@@ -7,6 +7,7 @@
 mod cancel;
 mod capture;
 mod client;
+mod egress;
 mod exec;
 mod policy;
 mod reap;

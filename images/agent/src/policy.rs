@@ -91,6 +91,9 @@ pub struct Enforcer {
     pub enforcement: Enforcement,
     /// The policy asked for no process creation (used to word errors).
     pub no_process_creation: bool,
+    /// Variables every command gets on top of the base environment (a
+    /// request's own win): the egress proxy's, once the relay runs.
+    pub child_env: Vec<(String, String)>,
     allowed: Option<Allowed>,
 }
 
@@ -118,6 +121,7 @@ impl Enforcer {
         Enforcer {
             enforcement: Enforcement::default(),
             no_process_creation: false,
+            child_env: Vec::new(),
             allowed: None,
         }
     }
@@ -159,6 +163,7 @@ impl Enforcer {
         Ok(Enforcer {
             enforcement,
             no_process_creation: policy.no_process_creation,
+            child_env: Vec::new(),
             allowed,
         })
     }

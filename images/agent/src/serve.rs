@@ -18,6 +18,7 @@ use pincer_runner_protocol::{
 };
 
 use crate::cancel::{self, Cancel};
+use crate::egress::Relay;
 use crate::exec;
 use crate::policy::{Enforcer, PolicyError, policy_from_env};
 use crate::reap::{self, Children};
@@ -88,11 +89,17 @@ pub fn serve(socket: &Path) -> Result<(), ServeError> {
         reap::catch_signals().map_err(|e| ServeError::Setup(format!("catching signals: {e}")))?;
     // Before any thread exists: the seccomp filter covers the calling thread
     // and the threads it creates later.
-    let enforcer = Enforcer::enforce(&policy).map_err(ServeError::Policy)?;
+    let mut enforcer = Enforcer::enforce(&policy).map_err(ServeError::Policy)?;
+    // Bound before the runner socket: once the host can reach the runner,
+    // the proxy port takes connections.
+    let relay = Relay::bind_or_warn(policy.egress.as_ref());
     let listener = bind(socket)?;
     let children = Arc::new(Children::default());
     reap::spawn_signal_thread(signals, children.clone(), socket.to_path_buf())
         .map_err(|e| ServeError::Setup(format!("starting the signal thread: {e}")))?;
+    if let Some(proxy_env) = relay.and_then(Relay::start_or_warn) {
+        enforcer.child_env = proxy_env;
+    }
     log(&format!(
         "serving on {} (pid {}, uid {}, enforcement {})",
         socket.display(),
@@ -158,7 +165,7 @@ fn spawn_idle_watchdog(
     Ok(())
 }
 
-fn log(line: &str) {
+pub fn log(line: &str) {
     eprintln!("pincer-agent: {line}");
 }
 

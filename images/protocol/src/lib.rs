@@ -24,8 +24,8 @@ pub mod mounts;
 pub mod turn;
 
 pub use turn::{
-    GATEWAY_SOCKET_PATH, GATEWAY_URL_ENV, Resume, StopReason, TurnErrorKind, TurnEvent, TurnLimits,
-    TurnRequest, Verdict,
+    EGRESS_SOCKET_PATH, GATEWAY_SOCKET_PATH, GATEWAY_URL_ENV, Resume, StopReason, TurnErrorKind,
+    TurnEvent, TurnLimits, TurnRequest, Verdict,
 };
 
 /// Where the runner listens inside the container: in its own folder
@@ -39,6 +39,31 @@ pub const POLICY_ENV: &str = "PINCER_RUNNER_POLICY";
 /// Seconds without a request after which the runner exits, stopping its
 /// container (the host starts a fresh one on the next use). Unset or 0: never.
 pub const IDLE_ENV: &str = "PINCER_RUNNER_IDLE_SECS";
+
+/// The TCP address inside the container where the runner relays to the
+/// egress proxy; every command it starts finds it in [`proxy_environment`].
+pub const PROXY_LISTEN: &str = "127.0.0.1:3128";
+
+/// The proxy variables of every command the runner starts when it relays
+/// egress on `listen` (both spellings: tools read one or the other). Local
+/// addresses bypass the proxy.
+pub fn proxy_environment(listen: &str) -> Vec<(String, String)> {
+    let url = format!("http://{listen}");
+    let no_proxy = "localhost,127.0.0.1,::1";
+    [
+        ("HTTP_PROXY", url.as_str()),
+        ("HTTPS_PROXY", &url),
+        ("ALL_PROXY", &url),
+        ("NO_PROXY", no_proxy),
+        ("http_proxy", &url),
+        ("https_proxy", &url),
+        ("all_proxy", &url),
+        ("no_proxy", no_proxy),
+    ]
+    .into_iter()
+    .map(|(key, value)| (key.to_string(), value.to_string()))
+    .collect()
+}
 
 /// Largest request line (without its newline) the runner accepts: 1 MiB.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
@@ -102,7 +127,8 @@ pub struct ExecRequest {
     #[serde(default)]
     pub cwd: Option<String>,
     /// Added to (and overriding) the fixed base environment
-    /// `PATH=/usr/local/bin:/usr/bin:/bin HOME=/workspace LANG=C.UTF-8`.
+    /// `PATH=/usr/local/bin:/usr/bin:/bin HOME=/workspace LANG=C.UTF-8`
+    /// (plus [`proxy_environment`] when the runner relays egress).
     #[serde(default)]
     pub env: Vec<(String, String)>,
     /// Standard input; `/dev/null` when absent.
@@ -259,6 +285,22 @@ pub struct RunnerPolicy {
     pub no_process_creation: bool,
     /// Absolute paths of the only files commands may execute (Landlock).
     pub allowed_executables: Option<Vec<String>>,
+    /// Relay a local TCP port to the host's egress proxy and point every
+    /// command at it ([`proxy_environment`]). Absent: no relay, no proxy
+    /// variables.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressRelay>,
+}
+
+/// Where the runner listens for proxy clients and where it forwards them.
+/// The host sets `{listen: PROXY_LISTEN, socket: EGRESS_SOCKET_PATH}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressRelay {
+    /// TCP address the runner binds, e.g. [`PROXY_LISTEN`].
+    pub listen: String,
+    /// Unix socket of the host's proxy, e.g. [`EGRESS_SOCKET_PATH`].
+    pub socket: String,
 }
 
 impl RunnerPolicy {
@@ -561,6 +603,7 @@ mod tests {
         let policy = RunnerPolicy {
             no_process_creation: true,
             allowed_executables: Some(vec!["/bin/busybox".into()]),
+            egress: None,
         };
         assert_eq!(
             RunnerPolicy::from_env_value(&policy.to_env_value()).unwrap(),
@@ -572,6 +615,54 @@ mod tests {
         // A misspelt restriction is an error, not a silent no-op.
         assert!(RunnerPolicy::from_env_value(r#"{"no_process_creaton":true}"#).is_err());
         assert!(RunnerPolicy::from_env_value("nope").is_err());
+    }
+
+    #[test]
+    fn policy_egress_round_trip_and_default() {
+        let policy = RunnerPolicy {
+            egress: Some(EgressRelay {
+                listen: PROXY_LISTEN.into(),
+                socket: EGRESS_SOCKET_PATH.into(),
+            }),
+            ..RunnerPolicy::default()
+        };
+        let value = policy.to_env_value();
+        assert!(
+            value.contains(
+                r#""egress":{"listen":"127.0.0.1:3128","socket":"/run/pincer/gateway/egress.sock"}"#
+            ),
+            "{value}"
+        );
+        assert_eq!(RunnerPolicy::from_env_value(&value).unwrap(), policy);
+        // Without egress the field is left out, and an older host's policy
+        // (no field) means no relay.
+        assert!(!RunnerPolicy::default().to_env_value().contains("egress"));
+        let old = RunnerPolicy::from_env_value(r#"{"no_process_creation":true}"#).unwrap();
+        assert_eq!(old.egress, None);
+        assert!(
+            RunnerPolicy::from_env_value(r#"{"egress":{"listen":"127.0.0.1:1","sokcet":"/x"}}"#)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn proxy_environment_points_every_spelling_at_the_relay() {
+        let env = proxy_environment("127.0.0.1:3128");
+        let get = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        for key in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ] {
+            assert_eq!(get(key), Some("http://127.0.0.1:3128"), "{key}");
+        }
+        for key in ["NO_PROXY", "no_proxy"] {
+            assert_eq!(get(key), Some("localhost,127.0.0.1,::1"), "{key}");
+        }
+        assert_eq!(env.len(), 8);
     }
 
     #[test]

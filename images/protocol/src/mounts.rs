@@ -73,10 +73,9 @@ mod tests {
     fn the_sockets_sit_in_their_mounted_folders() {
         let parent = |path: &str| Path::new(path).parent().map(Path::to_path_buf);
         assert_eq!(parent(crate::SOCKET_PATH), Some(PathBuf::from(RUNNER_DIR)));
-        assert_eq!(
-            parent(crate::GATEWAY_SOCKET_PATH),
-            Some(PathBuf::from(GATEWAY_DIR))
-        );
+        for socket in [crate::GATEWAY_SOCKET_PATH, crate::EGRESS_SOCKET_PATH] {
+            assert_eq!(parent(socket), Some(PathBuf::from(GATEWAY_DIR)), "{socket}");
+        }
         for dir in [GATEWAY_DIR, RUNNER_DIR] {
             assert_eq!(parent(dir), Some(PathBuf::from(RUN_DIR)));
         }

@@ -19,6 +19,13 @@ pub const GATEWAY_URL_ENV: &str = "PINCER_GATEWAY_URL";
 /// Where the gateway socket is inside a workspace container.
 pub const GATEWAY_SOCKET_PATH: &str = "/run/pincer/gateway/gateway.sock";
 
+/// Where the host's egress proxy (plain HTTP proxy, `CONNECT` included)
+/// listens inside a workspace container, beside the gateway socket. With
+/// Docker `network: none` it is the container's only way out; the runner
+/// relays [`PROXY_LISTEN`](crate::PROXY_LISTEN) to it (see
+/// [`EgressRelay`](crate::EgressRelay)).
+pub const EGRESS_SOCKET_PATH: &str = "/run/pincer/gateway/egress.sock";
+
 // The container's gateway token is in no environment: the host hands it to
 // the runner with [`Request::Grant`](crate::Request::Grant) over the
 // peer-checked runner socket, and the runner keeps it in memory.

@@ -1,7 +1,8 @@
 //! `bash`: a shell command through the runner's exec machinery, so the
 //! workspace's policy (allowed executables, no process creation, process
 //! group kill on timeout, output caps) applies exactly as to host `Exec`s.
-//! The command gets the fixed base environment only: never the gateway token.
+//! The command gets the fixed base environment (with the egress proxy's
+//! variables when the relay runs) only: never the gateway token.
 
 use std::fmt::Write;
 
