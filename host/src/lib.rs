@@ -37,6 +37,7 @@ pub mod db;
 pub mod events;
 pub mod file_watch;
 pub mod gateway;
+pub mod hosts;
 pub mod listener;
 pub mod memory;
 pub mod plugins;

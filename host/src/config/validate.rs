@@ -544,10 +544,10 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace, out: Out<'a,
             continue;
         }
         for (i, host) in hosts.iter().enumerate() {
-            if let Err(reason) = crate::plugins::HostPattern::parse(host) {
+            if let Err(why) = crate::hosts::HostPattern::parse(host) {
                 let mut p = p.clone();
                 p.push(Index(i));
-                out.push(at(p, reason.0));
+                out.push(at(p, format!("http capability `{host}`: {why}")));
                 continue;
             }
         }
@@ -790,10 +790,10 @@ fn channels<'a>(cfg: &'a Config, out: Out<'a, '_>) {
             }
         }
         for (i, pattern) in channel.http.iter().enumerate() {
-            if let Err(why) = crate::plugins::HostPattern::parse(pattern) {
+            if let Err(why) = crate::hosts::HostPattern::parse(pattern) {
                 let mut p = field("http");
                 p.push(Index(i));
-                out.push(at(p, why.0));
+                out.push(at(p, format!("http capability `{pattern}`: {why}")));
                 continue;
             }
         }

@@ -11,7 +11,8 @@ use std::fmt;
 
 use semver::Version;
 
-use super::manifest::{HostPattern, Manifest, PluginKind};
+use super::manifest::{Manifest, PluginKind};
+use crate::hosts::HostPattern;
 
 /// The first WIT release in which a plugin uses its secrets by name and
 /// never reads their values (`config` leaves secret keys out).

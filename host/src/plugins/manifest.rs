@@ -7,6 +7,7 @@ use semver::Version;
 use serde::Deserialize;
 
 use super::PluginError;
+use crate::hosts::HostPattern;
 
 /// The four plugin kinds; each is one WIT world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
@@ -140,7 +141,8 @@ impl Binding {
         let bad = |why: String| -> super::Invalid {
             format!("config.{secret}.bind (host `{}`): {why}", self.host).into()
         };
-        HostPattern::parse(&self.host).map_err(|e| bad(e.0))?;
+        HostPattern::parse(&self.host)
+            .map_err(|e| bad(format!("http capability `{}`: {e}", self.host)))?;
         let places = [&self.header, &self.json, &self.form, &self.query]
             .iter()
             .filter(|p| p.is_some())
@@ -380,7 +382,8 @@ impl Manifest {
             )));
         }
         for pattern in &self.capabilities.http {
-            HostPattern::parse(pattern)?;
+            HostPattern::parse(pattern)
+                .map_err(|why| super::Invalid(format!("http capability `{pattern}`: {why}")))?;
         }
         if let Some(mb) = self.limits.memory_mb
             && !(1..=ManifestLimits::MAX_MEMORY_MB).contains(&mb)
@@ -573,129 +576,6 @@ pub fn check_name(name: &str) -> Result<(), super::Invalid> {
     }
 }
 
-/// One allowed outbound destination: `host` (the scheme's default port
-/// only), `host:PORT`, or `host:*` (any port). `host` is a name, `*.name`
-/// (any subdomain, not the apex), an IPv4 address or a bracketed IPv6 one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostPattern {
-    host: HostMatch,
-    port: PortMatch,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum HostMatch {
-    Exact(String),
-    /// `*.example.com`: any subdomain, not the apex.
-    Suffix(String),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PortMatch {
-    /// No port given: the URL scheme's default port (80 for http, 443 for https).
-    Default,
-    Exact(u16),
-    /// `:*`
-    Any,
-}
-
-impl HostPattern {
-    pub fn parse(pattern: &str) -> Result<Self, super::Invalid> {
-        let bad = |why: &str| super::Invalid(format!("http capability `{pattern}`: {why}"));
-        if pattern.contains("://") || pattern.contains('/') {
-            return Err(bad("give a host, host:port or host:*, not a URL"));
-        }
-        let (host, port) = split_host_port(pattern).ok_or_else(|| bad("bad port"))?;
-        let host = host.to_ascii_lowercase();
-        if host.is_empty() || host == "*" {
-            return Err(bad("a host is required; `*` (everything) is not allowed"));
-        }
-        if host.starts_with('[') {
-            let inner = host.trim_start_matches('[').trim_end_matches(']');
-            if inner.parse::<std::net::Ipv6Addr>().is_err() {
-                return Err(bad("not an IPv6 address in brackets"));
-            }
-        }
-        let host = match host.strip_prefix("*.") {
-            Some(suffix) if !suffix.is_empty() && !suffix.contains('*') => {
-                HostMatch::Suffix(suffix.to_string())
-            }
-            Some(_) => return Err(bad("wildcards are only allowed as a leading `*.`")),
-            None if host.contains('*') => {
-                return Err(bad("wildcards are only allowed as a leading `*.`"));
-            }
-            None => HostMatch::Exact(host),
-        };
-        Ok(Self { host, port })
-    }
-
-    /// Whether `host` (lower-case, IPv6 in brackets) and `port` match, where
-    /// `default_port` is the port of the URL's scheme.
-    pub fn matches(&self, host: &str, port: u16, default_port: u16) -> bool {
-        let port_ok = match self.port {
-            PortMatch::Default => port == default_port,
-            PortMatch::Exact(p) => p == port,
-            PortMatch::Any => true,
-        };
-        port_ok
-            && match &self.host {
-                HostMatch::Exact(h) => h == host,
-                HostMatch::Suffix(s) => host
-                    .strip_suffix(s.as_str())
-                    .is_some_and(|rest| rest.ends_with('.') && rest.len() > 1),
-            }
-    }
-
-    /// The IP address this pattern names literally (`127.0.0.1`, `[::1]`).
-    pub fn literal_ip(&self) -> Option<std::net::IpAddr> {
-        match &self.host {
-            HostMatch::Exact(h) => h.trim_start_matches('[').trim_end_matches(']').parse().ok(),
-            HostMatch::Suffix(_) => None,
-        }
-    }
-
-    /// Whether every destination `other` allows, this one allows too.
-    pub fn covers(&self, other: &HostPattern) -> bool {
-        let port_ok = match (self.port, other.port) {
-            (PortMatch::Any, _) => true,
-            (a, b) => a == b,
-        };
-        port_ok
-            && match (&self.host, &other.host) {
-                (HostMatch::Exact(a), HostMatch::Exact(b)) => a == b,
-                (HostMatch::Suffix(a), HostMatch::Exact(b)) => b
-                    .strip_suffix(a.as_str())
-                    .is_some_and(|rest| rest.ends_with('.') && rest.len() > 1),
-                (HostMatch::Suffix(a), HostMatch::Suffix(b)) => {
-                    a == b
-                        || b.strip_suffix(a.as_str())
-                            .is_some_and(|rest| rest.ends_with('.') && rest.len() > 1)
-                }
-                (HostMatch::Exact(_), HostMatch::Suffix(_)) => false,
-            }
-    }
-}
-
-/// Splits `host[:port]`, keeping IPv6 brackets on the host.
-fn split_host_port(s: &str) -> Option<(&str, PortMatch)> {
-    let port = |p: &str| match p {
-        "*" => Some(PortMatch::Any),
-        p => p.parse().ok().map(PortMatch::Exact),
-    };
-    if s.starts_with('[') {
-        let end = s.find(']')?;
-        let (host, rest) = s.split_at(end + 1);
-        return match rest.strip_prefix(':') {
-            Some(p) => Some((host, port(p)?)),
-            None if rest.is_empty() => Some((host, PortMatch::Default)),
-            None => None,
-        };
-    }
-    match s.rsplit_once(':') {
-        Some((host, p)) => Some((host, port(p)?)),
-        None => Some((s, PortMatch::Default)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -876,28 +756,6 @@ secret = true
             let err = Manifest::parse(&GOOD.replace(from, to), "p").unwrap_err();
             assert!(err.to_string().contains(why), "{to}: {err}");
         }
-    }
-
-    #[test]
-    fn host_patterns_match_exactly() {
-        let p = HostPattern::parse("*.slack.com").unwrap();
-        assert!(p.matches("hooks.slack.com", 443, 443));
-        assert!(!p.matches("slack.com", 443, 443));
-        assert!(!p.matches("evilslack.com", 443, 443));
-        let p = HostPattern::parse("localhost:8080").unwrap();
-        assert!(p.matches("localhost", 8080, 80));
-        assert!(!p.matches("localhost", 8081, 80));
-        // A bare host allows only the scheme's default port.
-        let p = HostPattern::parse("api.example.com").unwrap();
-        assert!(p.matches("api.example.com", 443, 443));
-        assert!(!p.matches("api.example.com", 8443, 443));
-        let p = HostPattern::parse("[::1]:*").unwrap();
-        assert!(p.matches("[::1]", 1, 80));
-        assert_eq!(p.literal_ip(), Some("::1".parse().unwrap()));
-        assert!(HostPattern::parse("[nonsense]").is_err());
-        let any = HostPattern::parse("*.example.com:*").unwrap();
-        assert!(any.covers(&HostPattern::parse("a.example.com:8080").unwrap()));
-        assert!(!HostPattern::parse("a.example.com").unwrap().covers(&any));
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub use enabled::{resolve as resolve_enabled, restrict as restrict_to_enabled};
 pub use engine::CompileSource;
 pub use error::{Invalid, PluginError};
 pub use escalation::{Escalation, compare as compare_replacement, readable_secret_keys};
-pub use manifest::{HostPattern, Manifest, PluginKind, check_name};
+pub use manifest::{Manifest, PluginKind, check_name};
 pub use registry::signing::parse_public as parse_publisher_key;
 pub use registry::{
     Package as RegistryPackage, PublisherKey, Pulled, Signature, Trusted, check_name_glob, publish,

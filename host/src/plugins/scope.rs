@@ -7,8 +7,9 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use super::manifest::{HostPattern, Manifest};
+use super::manifest::Manifest;
 use crate::config::Config;
+use crate::hosts::{HostPattern, canonical};
 
 /// The workspace that state from before per-workspace state (kept by plugin
 /// name only) is assigned to.
@@ -192,17 +193,6 @@ impl HttpReach {
             }
         }
         out
-    }
-}
-
-/// A v4-mapped IPv6 address as the IPv4 address it is.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
     }
 }
 

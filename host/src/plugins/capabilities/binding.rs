@@ -9,7 +9,8 @@
 use url::Url;
 
 use super::secrets::Place;
-use crate::plugins::manifest::{Binding, HostPattern};
+use crate::hosts::HostPattern;
+use crate::plugins::manifest::Binding;
 use crate::plugins::scope::HttpReach;
 
 /// Where one request goes.

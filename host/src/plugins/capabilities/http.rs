@@ -16,7 +16,8 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use url::Url;
 
-use crate::plugins::scope::{HttpReach, canonical};
+use crate::hosts::address_class;
+use crate::plugins::scope::HttpReach;
 
 pub const MAX_REDIRECTS: usize = 5;
 pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
@@ -241,47 +242,6 @@ pub fn shown(url: &Url) -> String {
         out.push_str("?…");
     }
     out
-}
-
-/// Why `ip` is not a public address, if it is not.
-pub fn address_class(ip: IpAddr) -> Option<&'static str> {
-    match canonical(ip) {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            if v4.is_loopback() {
-                Some("loopback")
-            } else if v4.is_unspecified() || a == 0 {
-                Some("unspecified")
-            } else if v4.is_link_local() {
-                Some("link-local")
-            } else if v4.is_private() || (a == 100 && (64..128).contains(&b)) {
-                Some("private")
-            } else if v4.is_multicast() || v4.is_broadcast() || a >= 240 {
-                Some("multicast or reserved")
-            } else {
-                None
-            }
-        }
-        IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
-            if v6.is_loopback() {
-                Some("loopback")
-            } else if v6.is_unspecified() {
-                Some("unspecified")
-            } else if first & 0xffc0 == 0xfe80 {
-                Some("link-local")
-            } else if first & 0xfe00 == 0xfc00 || first & 0xffc0 == 0xfec0 {
-                Some("unique-local")
-            } else if v6.is_multicast() {
-                Some("multicast")
-            } else if let Some(v4) = v6.to_ipv4().filter(|_| first == 0) {
-                // IPv4-compatible (::a.b.c.d): judged as the IPv4 address.
-                address_class(IpAddr::V4(v4))
-            } else {
-                None
-            }
-        }
-    }
 }
 
 /// Public addresses are allowed; others only when the configuration names
