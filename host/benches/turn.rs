@@ -83,13 +83,20 @@ async fn run() -> anyhow::Result<()> {
         )),
     };
     let gateway = Arc::new(Gateway::new(&config, home.path(), services)?);
-    let containers =
-        Arc::new(ContainerRuntime::connect(home.path(), audit, gateway.container_grants()).await?);
+    let containers = Arc::new(
+        ContainerRuntime::connect(home.path(), audit.clone(), gateway.container_grants()).await?,
+    );
     containers
         .build_image(&config.containers.image, &mut |_| {})
         .await?;
     pincer::containers::install_runner(home.path())?;
     let sockets = WorkspaceSockets::start(&gateway, home.path(), config.workspaces.keys());
+    let egress = pincer::egress::EgressProxies::start(
+        home.path(),
+        gateway.reaches(),
+        &audit,
+        pincer::egress::Limits::default(),
+    );
     let agent = Agent::new(
         config.clone(),
         home.path(),
@@ -98,6 +105,7 @@ async fn run() -> anyhow::Result<()> {
         memory,
         gateway,
         sockets,
+        egress,
         Default::default(),
     );
 

@@ -10,7 +10,11 @@
 //! - `pincer_channel_reconnects_total{channel}`: connections a channel opened
 //!   again after losing one;
 //! - `pincer_channel_store_failures_total{channel}`: inbound messages that
-//!   could not be stored, so they were not acked (the platform redelivers).
+//!   could not be stored, so they were not acked (the platform redelivers);
+//! - `pincer_egress_connections_total{workspace,result}`: connections through
+//!   a workspace's egress proxy, `allowed` or `refused`;
+//! - `pincer_egress_bytes_total{workspace,direction}`: bytes relayed by
+//!   allowed ones, `up` (to the origin) and `down`.
 //!
 //! Counters live for the process (a `prometheus-client` family each, shared
 //! by every gateway the process builds), so the parts that count need no
@@ -39,12 +43,26 @@ struct ChannelLabel {
     channel: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EgressLabel {
+    workspace: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EgressBytesLabel {
+    workspace: String,
+    direction: &'static str,
+}
+
 struct Events {
     container_starts: Family<WorkspaceLabel, Counter>,
     verify_failures: Family<WorkspaceLabel, Counter>,
     plugin_faults: Family<PluginLabel, Counter>,
     channel_reconnects: Family<ChannelLabel, Counter>,
     channel_store_failures: Family<ChannelLabel, Counter>,
+    egress_connections: Family<EgressLabel, Counter>,
+    egress_bytes: Family<EgressBytesLabel, Counter>,
 }
 
 static EVENTS: LazyLock<Events> = LazyLock::new(|| Events {
@@ -53,7 +71,41 @@ static EVENTS: LazyLock<Events> = LazyLock::new(|| Events {
     plugin_faults: Family::default(),
     channel_reconnects: Family::default(),
     channel_store_failures: Family::default(),
+    egress_connections: Family::default(),
+    egress_bytes: Family::default(),
 });
+
+/// A connection through `workspace`'s egress proxy was let through and has
+/// ended, having relayed `up` and `down` bytes.
+pub fn egress_allowed(workspace: &str, up: u64, down: u64) {
+    EVENTS
+        .egress_connections
+        .get_or_create(&EgressLabel {
+            workspace: workspace.to_owned(),
+            result: "allowed",
+        })
+        .inc();
+    for (direction, bytes) in [("up", up), ("down", down)] {
+        EVENTS
+            .egress_bytes
+            .get_or_create(&EgressBytesLabel {
+                workspace: workspace.to_owned(),
+                direction,
+            })
+            .inc_by(bytes);
+    }
+}
+
+/// A connection through `workspace`'s egress proxy was refused.
+pub fn egress_refused(workspace: &str) {
+    EVENTS
+        .egress_connections
+        .get_or_create(&EgressLabel {
+            workspace: workspace.to_owned(),
+            result: "refused",
+        })
+        .inc();
+}
 
 /// A workspace container was created and started.
 pub fn container_started(workspace: &str) {
@@ -127,6 +179,16 @@ pub fn register(registry: &mut Registry) {
         "pincer_channel_reconnects",
         "Channel connections opened again after one was lost, by channel",
         EVENTS.channel_reconnects.clone(),
+    );
+    registry.register(
+        "pincer_egress_connections",
+        "Connections through a workspace's egress proxy, allowed or refused",
+        EVENTS.egress_connections.clone(),
+    );
+    registry.register(
+        "pincer_egress_bytes",
+        "Bytes relayed by a workspace's egress proxy, up (to the origin) and down",
+        EVENTS.egress_bytes.clone(),
     );
     registry.register(
         "pincer_channel_store_failures",

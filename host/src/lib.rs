@@ -34,6 +34,7 @@ pub mod config;
 pub mod containers;
 pub mod daemon;
 pub mod db;
+pub mod egress;
 pub mod events;
 pub mod file_watch;
 pub mod gateway;

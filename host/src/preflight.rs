@@ -80,12 +80,28 @@ pub fn problems(config: &Config, home: &Path) -> Vec<Problem> {
     match PolicyCatalog::load(&config.containers.policy_dirs) {
         Ok(catalog) => {
             for (name, ws) in &config.workspaces {
-                if let Err(e) = catalog.effective(name, &ws.policies) {
-                    let base = vec![key("workspaces"), key(name), key("policies")];
-                    out.push(Problem::at(
-                        entry_path(base, &ws.policies, &e),
-                        e.to_string(),
-                    ));
+                match catalog.effective(name, &ws.policies) {
+                    Err(e) => {
+                        let base = vec![key("workspaces"), key(name), key("policies")];
+                        out.push(Problem::at(
+                            entry_path(base, &ws.policies, &e),
+                            e.to_string(),
+                        ));
+                    }
+                    Ok(policy) => {
+                        let egress = crate::policy::EgressReach::compute(
+                            name,
+                            &policy.egress,
+                            &ws.egress,
+                            policy.network.value,
+                        );
+                        if let Some(why) = egress.refused {
+                            out.push(Problem::at(
+                                vec![key("workspaces"), key(name), key("egress")],
+                                why,
+                            ));
+                        }
+                    }
                 }
             }
             mcp_servers(config, home, &catalog, &mut out);

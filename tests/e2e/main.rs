@@ -13,6 +13,7 @@ mod approvals;
 mod budget;
 mod cli;
 mod containers;
+mod egress;
 mod feishu;
 mod gateway;
 mod listeners;

@@ -44,17 +44,15 @@ fn researcher_is_flagged_as_the_lethal_trifecta() {
         trifecta["untrusted_input"][0],
         "channel team-chat (channel-webhook)"
     );
-    assert!(
-        trifecta["exfiltration"][0]
-            .as_str()
-            .unwrap()
-            .contains("network bridge")
+    assert_eq!(
+        trifecta["exfiltration"][0],
+        "egress proxy to en.wikipedia.org, api.semanticscholar.org"
     );
     assert_eq!(
         setting(&report, "memory"),
         ("1 GiB", vec!["max_memory_1gb"])
     );
-    assert_eq!(setting(&report, "network"), ("bridge", vec!["baseline"]));
+    assert_eq!(setting(&report, "network"), ("none", vec!["baseline"]));
     assert!(
         text.contains("lethal trifecta: LETHAL: all three present"),
         "{text}"
@@ -69,7 +67,7 @@ fn researcher_is_flagged_as_the_lethal_trifecta() {
         (
             "/run/pincer/gateway",
             "ro",
-            "(the gateway socket; host-owned)",
+            "(the gateway and egress proxy sockets; host-owned)",
         ),
         (
             "/run/pincer/runner",
@@ -87,7 +85,13 @@ fn researcher_is_flagged_as_the_lethal_trifecta() {
         );
     }
     assert!(
-        text.contains("network      bridge — outbound internet allowed"),
+        text.contains("network      none — the gateway and egress proxy sockets only"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "egress       en.wikipedia.org (from workspaces.researcher.egress); api.semanticscholar.org (from workspaces.researcher.egress)"
+        ),
         "{text}"
     );
 }
@@ -112,9 +116,16 @@ fn analyst_breaks_the_trifecta_and_forces_mounts_read_only() {
         setting(&report, "read_only_mounts"),
         ("true", vec!["read_only_mounts"])
     );
-    assert_eq!(report["reach"]["network"], "none — only the gateway socket");
+    assert_eq!(
+        report["reach"]["network"],
+        "none — the gateway and egress proxy sockets only"
+    );
     assert!(
-        text.contains("network      none — only the gateway socket"),
+        text.contains("network      none — the gateway and egress proxy sockets only"),
+        "{text}"
+    );
+    assert!(
+        text.contains("egress       nothing (egress: none, from policy group no_internet_access)"),
         "{text}"
     );
 }
@@ -190,7 +201,7 @@ fn contradictory_user_groups_are_refused() {
     let sandbox = Sandbox::new();
     sandbox.write(
         "groups/open_web.yaml",
-        "description: Reach the web.\nnetwork: bridge\n",
+        "description: Reach the web.\nnetwork: bridge_unfiltered\n",
     );
     let groups = sandbox.work().join("groups");
     let config = sandbox.write(

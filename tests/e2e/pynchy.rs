@@ -267,7 +267,12 @@ fn policy_audit_of_each_example_workspace_shows_its_groups_mounts_and_mcp_reach(
     );
     assert_eq!(
         report["container"]["runner"],
-        serde_json::json!({"no_process_creation": true, "allowed_executables": ["/usr/bin/python3"]})
+        serde_json::json!({
+            "no_process_creation": true,
+            "allowed_executables": ["/usr/bin/python3"],
+            // No way out, but the relay answers a client with why (403).
+            "egress": {"listen": "127.0.0.1:3128", "socket": "/run/pincer/gateway/egress.sock"},
+        })
     );
     assert_eq!(report["container"]["memory_bytes"], 512 << 20);
     assert_eq!(report["container"]["mounts_read_only"], true);
@@ -333,7 +338,7 @@ fn a_broken_configuration_gets_every_problem_in_one_run_each_with_its_position()
     let want = [
         "2:12: timeout must be a positive number of seconds",
         "3:3: unknown key `retries` (expected one of `listen`, `allow_remote`, `metrics_key`, `limits`, `model_list`, `fallbacks`, `routing_strategy`, `num_retries`, `timeout`, `prices`, `cache`, `max_request_bytes`)",
-        "6:16: workspace a: unknown policy group `no_internet`, did you mean `no_internet_access`? (known: no_internet_access, no_process_creation, read_only_mounts, read_only_rootfs, max_memory_<N>mb, max_memory_<N>gb, max_cpus_<N>, max_pids_<N>, {allowed_executables: [paths]})",
+        "6:16: workspace a: unknown policy group `no_internet`, did you mean `no_internet_access`? (known: egress_any_public, egress_none, no_internet_access, no_process_creation, read_only_mounts, read_only_rootfs, max_memory_<N>mb, max_memory_<N>gb, max_cpus_<N>, max_pids_<N>, {allowed_executables: [paths]})",
         "6:29: cannot read `allowed_executables: /bin/sh` as a policy entry (expected a [list] after `allowed_executables:`); write allowed_executables: [/usr/bin/python3, ...] with absolute paths, or the mapping {allowed_executables: [...]}",
         "7:23: workspace a: mount source /nonexistent/pincer-pynchy does not exist",
         "8:19: unknown MCP server `ghost` (not defined under mcp_servers)",
@@ -370,7 +375,7 @@ fn check_refuses_what_workspace_up_and_policy_audit_refuse() {
     assert_eq!(
         check.lines().next().unwrap(),
         format!(
-            "{file}:3:16: workspace w: unknown policy group `allowed_executable: [/bin/sh]` (known: no_internet_access, no_process_creation, read_only_mounts, read_only_rootfs, max_memory_<N>mb, max_memory_<N>gb, max_cpus_<N>, max_pids_<N>, {{allowed_executables: [paths]}})"
+            "{file}:3:16: workspace w: unknown policy group `allowed_executable: [/bin/sh]` (known: egress_any_public, egress_none, no_internet_access, no_process_creation, read_only_mounts, read_only_rootfs, max_memory_<N>mb, max_memory_<N>gb, max_cpus_<N>, max_pids_<N>, {{allowed_executables: [paths]}})"
         )
     );
     let audit = fails(home.pincer(&["--config", &file, "policy", "audit", "w"], &[]));

@@ -87,6 +87,8 @@ actions! {
     ContainerPidsLimit => "container.pids_limit",
     ContainerReplaced => "container.replaced",
     ContainerVerifyFailed => "container.verify_failed",
+    EgressAllowed => "egress.allowed",
+    EgressRefused => "egress.refused",
     GatewayCall => "gateway.call",
     GatewayDenied => "gateway.denied",
     GatewayError => "gateway.error",

@@ -90,6 +90,22 @@ impl AuditLog {
         )
     }
 
+    /// The newest events of `kinds`, of one workspace when given.
+    pub fn of_kinds(
+        &self,
+        kinds: &[Action],
+        workspace: Option<&str>,
+        limit: u32,
+    ) -> rusqlite::Result<Vec<AuditEvent>> {
+        let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+        self.query(
+            "SELECT timestamp_ms, actor, workspace, kind, detail FROM audit_events
+             WHERE kind IN (SELECT value FROM json_each(?1)) AND (?2 IS NULL OR workspace = ?2)
+             ORDER BY id DESC LIMIT ?3",
+            params![serde_json::json!(kinds).to_string(), workspace, limit],
+        )
+    }
+
     /// The newest events about one workspace (by it, or recorded for it).
     pub fn for_workspace(&self, workspace: &str, limit: u32) -> rusqlite::Result<Vec<AuditEvent>> {
         self.query(

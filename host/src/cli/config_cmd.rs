@@ -49,6 +49,12 @@ pub fn check(config_flag: Option<&Path>) -> anyhow::Result<()> {
         config.mcp_servers.len(),
         plural(config.mcp_servers.len()),
     );
+    let reaches = crate::policy::Reaches::compute(&config);
+    for (name, reach) in reaches.iter() {
+        if let Some(note) = super::egress::no_way_out_note(name, &reach.egress) {
+            println!("{note}");
+        }
+    }
     Ok(())
 }
 

@@ -12,6 +12,7 @@ mod config_cmd;
 mod daemon;
 mod demo;
 mod doctor;
+mod egress;
 mod gateway;
 mod init;
 mod memory;
@@ -61,6 +62,9 @@ pub enum Command {
     /// Effective policies: what each workspace can and cannot touch
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// A workspace's way out: test a URL against its allowlist, read the log
+    #[command(subcommand)]
+    Egress(egress::EgressCommand),
     /// The LLM gateway: serve it alone, manage its keys, read usage
     #[command(subcommand)]
     Gateway(GatewayCommand),
@@ -538,6 +542,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gateway(command) => gateway::run(cli.config.as_deref(), command).await,
         Command::Memory(command) => memory::run(cli.config.as_deref(), command),
         Command::Approvals(command) => approvals::run(cli.config.as_deref(), command),
+        Command::Egress(command) => egress::run(cli.config.as_deref(), command),
         Command::Channel(ChannelCommand::Test { name }) => {
             channel::test(cli.config.as_deref(), &name).await
         }

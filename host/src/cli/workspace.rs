@@ -59,6 +59,13 @@ pub async fn run(config_flag: Option<&Path>, command: WorkspaceCommand) -> anyho
                 ensured.runner.pid,
                 ensured.runner.uid
             );
+            let reaches = crate::policy::Reaches::compute(&ctx.config);
+            if let Some(note) = reaches
+                .get(&name)
+                .and_then(|r| super::egress::no_way_out_note(&name, &r.egress))
+            {
+                println!("{note}");
+            }
             Ok(())
         }
         WorkspaceCommand::Down { name } => {
@@ -142,6 +149,13 @@ async fn exec(
     ctx.check_workspace(name)?;
     let runtime: ContainerRuntime = ctx.container_runtime().await?;
     let (_, spec) = containers::plan(&ctx.config, &ctx.home, runtime.instance(), name)?;
+    // The command's way out, for as long as it runs (unless the daemon
+    // serves it already).
+    let _egress = crate::daemon::build::egress_proxies(
+        ctx,
+        &crate::policy::Reaches::compute(&ctx.config),
+        &ctx.audit_log()?,
+    );
     let request = ExecRequest {
         argv: command,
         cwd: None,

@@ -349,6 +349,34 @@ pub struct Containers {
     /// The open-file limit (RLIMIT_NOFILE, soft and hard) of every
     /// container pincer starts, well below the daemon's own. Default 1024.
     pub nofile: u64,
+    /// Bounds of each workspace's egress proxy.
+    pub egress: EgressLimits,
+}
+
+/// `containers.egress`: bounds of each workspace's egress proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressLimits {
+    /// Connections through one workspace's proxy at once; one more is
+    /// answered 503. Default 64.
+    pub max_connections: u32,
+    /// A connection with no byte either way for this long is closed.
+    /// Default 300.
+    pub idle_timeout_secs: u64,
+    /// Bytes one workspace's connections may move in a minute, both ways
+    /// together; past it they wait for the next minute. 0: no cap
+    /// (default).
+    pub bytes_per_minute: u64,
+}
+
+impl Default for EgressLimits {
+    fn default() -> Self {
+        EgressLimits {
+            max_connections: 64,
+            idle_timeout_secs: 300,
+            bytes_per_minute: 0,
+        }
+    }
 }
 
 impl Containers {
@@ -366,6 +394,7 @@ impl Default for Containers {
             policy_dirs: Vec::new(),
             idle_timeout_secs: 900,
             nofile: Self::DEFAULT_NOFILE,
+            egress: EgressLimits::default(),
         }
     }
 }
@@ -421,6 +450,11 @@ pub struct Workspace {
     /// (patterns as in a manifest's `[capabilities] http`). A plugin reaches
     /// its manifest's hosts ∩ these; without an entry, its manifest's hosts.
     pub plugin_http: BTreeMap<String, Vec<String>>,
+    /// Where the workspace's container may connect through the egress
+    /// proxy (`pypi.org`, `*.github.com:443`, `10.0.0.5:8080`: patterns as
+    /// in `plugin_http`; a bare host means ports 80 and 443). Joined with
+    /// the `egress:` of its policy groups. Default: none, no way out.
+    pub egress: Vec<String>,
     /// Whether the agent may schedule its own tasks (the `schedule__*`
     /// tools). Default `none`.
     pub agent_schedules: AgentSchedules,

@@ -404,6 +404,19 @@ fn containers<'a>(cfg: &'a Config, out: Out<'a, '_>) {
             ),
         ));
     }
+    let egress = &cfg.containers.egress;
+    if !(1..=4096).contains(&egress.max_connections) {
+        out.push(at(
+            vec![Key("containers"), Key("egress"), Key("max_connections")],
+            "max_connections must be between 1 and 4096".into(),
+        ));
+    }
+    if egress.idle_timeout_secs == 0 {
+        out.push(at(
+            vec![Key("containers"), Key("egress"), Key("idle_timeout_secs")],
+            "idle_timeout_secs must be at least 1".into(),
+        ));
+    }
 }
 
 /// Problem with a container mount target, if any.
@@ -550,6 +563,14 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace, out: Out<'a,
                 out.push(at(p, format!("http capability `{host}`: {why}")));
                 continue;
             }
+        }
+    }
+    for (i, host) in ws.egress.iter().enumerate() {
+        if let Err(why) = crate::hosts::HostPattern::parse(host) {
+            out.push(at(
+                item("egress", i),
+                format!("egress entry `{host}`: {why}"),
+            ));
         }
     }
     for (i, server) in ws.mcp_servers.iter().enumerate() {

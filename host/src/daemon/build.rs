@@ -31,6 +31,7 @@ pub async fn agent_with(
     };
     let memory = Arc::new(ctx.memory_store()?);
     let gateway = gateway(ctx, audit.clone(), plugins.clone(), memory.clone())?;
+    let egress = egress_proxies(ctx, gateway.reaches(), &audit);
     let runtime =
         Arc::new(ContainerRuntime::connect(&ctx.home, audit, gateway.container_grants()).await?);
     let sessions = Arc::new(SessionStore::open(&ctx.home)?);
@@ -45,8 +46,20 @@ pub async fn agent_with(
         memory,
         gateway,
         sockets,
+        egress,
         observers,
     ))
+}
+
+/// The egress proxy of every workspace, over `reaches` (the gateway's,
+/// where there is one: what `policy audit` prints).
+pub fn egress_proxies(
+    ctx: &Context,
+    reaches: &crate::policy::Reaches,
+    audit: &Arc<AuditLog>,
+) -> crate::egress::EgressProxies {
+    let limits = crate::egress::Limits::from(ctx.config.containers.egress);
+    crate::egress::EgressProxies::start(&ctx.home, reaches, audit, limits)
 }
 
 /// The gateway over this home's `pincer.db`: its key store and ledger, the

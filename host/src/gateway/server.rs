@@ -350,6 +350,11 @@ impl Gateway {
             }))
     }
 
+    /// What each workspace may reach, as computed at load.
+    pub fn reaches(&self) -> &Arc<Reaches> {
+        &self.reaches
+    }
+
     fn authenticate(&self, headers: &HeaderMap) -> Result<KeyInfo, ApiError> {
         let bearer = headers
             .get("authorization")

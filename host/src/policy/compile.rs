@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::group::{IMPLIED_BY_ALLOWED_EXECUTABLES, format_cpus, human_bytes};
+use super::group::{IMPLIED_BY_ALLOWED_EXECUTABLES, NetworkMode, format_cpus, human_bytes};
 use super::merge::EffectivePolicy;
 use super::seccomp::{self, Requests};
 
@@ -19,6 +19,10 @@ pub struct RunnerPolicy {
     /// Only these programs may be executed (Landlock execute rules);
     /// `None` = no restriction.
     pub allowed_executables: Option<Vec<String>>,
+    /// Relay `127.0.0.1:3128` to the egress proxy's socket; `None` where
+    /// the container bypasses the proxy (`network: bridge_unfiltered`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<pincer_runner_protocol::EgressRelay>,
 }
 
 /// Container settings of one workspace, as plain data.
@@ -82,7 +86,7 @@ impl EffectivePolicy {
         }
         security_opt.push(format!("seccomp={seccomp_profile}"));
         ContainerSettings {
-            network_mode: self.network.value.as_str().to_owned(),
+            network_mode: self.network.value.docker_mode().to_owned(),
             memory_bytes: memory,
             memory_swap_bytes: memory,
             nano_cpus: to_i64(self.nano_cpus.value),
@@ -104,6 +108,12 @@ impl EffectivePolicy {
             runner: RunnerPolicy {
                 no_process_creation: self.no_exec_after_start.value,
                 allowed_executables: self.allowed_executables.as_ref().map(|s| s.value.clone()),
+                egress: (self.network.value == NetworkMode::None).then(|| {
+                    pincer_runner_protocol::EgressRelay {
+                        listen: pincer_runner_protocol::PROXY_LISTEN.to_owned(),
+                        socket: pincer_runner_protocol::EGRESS_SOCKET_PATH.to_owned(),
+                    }
+                }),
             },
             allowed_skills: self.allowed_skills.as_ref().map(|s| s.value.clone()),
             allowed_mcp_servers: self.allowed_mcp_servers.as_ref().map(|s| s.value.clone()),
@@ -133,10 +143,14 @@ pub fn enforcement_notes(policy: &EffectivePolicy) -> Vec<String> {
     notes.push(match policy.network.value {
         super::NetworkMode::None => "network none: Docker gives the container only a loopback \
             interface; models, skills and MCP servers are reached through the gateway's unix \
-            socket, which authenticates the container by its token"
+            socket, which authenticates the container by its token, and every other connection \
+            through the egress proxy's socket (the runner relays 127.0.0.1:3128 to it), which \
+            lets through only what `egress:` lists, resolving names on the host and refusing \
+            non-public addresses not named literally; no DNS resolver is reachable"
             .to_owned(),
-        super::NetworkMode::Bridge => "network bridge: outbound connections are NOT restricted \
-            by the container; only gateway traffic is checked"
+        super::NetworkMode::BridgeUnfiltered => "network bridge_unfiltered: outbound \
+            connections are NOT restricted and NOT audited (the egress proxy is bypassed); only \
+            gateway traffic is checked"
             .to_owned(),
     });
     notes.push(format!(

@@ -79,21 +79,98 @@ const CAPABILITIES: &[&str] = &[
 ];
 
 /// The container's network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum NetworkMode {
-    /// Loopback only; the gateway is reached over its unix socket.
+    /// Loopback only: the gateway and the egress proxy are reached over
+    /// their unix sockets, and the proxy is the only way out.
     None,
-    /// Docker's default bridge: outbound internet allowed.
-    Bridge,
+    /// Docker's default bridge, past the egress proxy: any address the host
+    /// can reach, unaudited. Only where a group asks for it by this name.
+    BridgeUnfiltered,
 }
 
 impl NetworkMode {
+    /// As written in a group.
     pub fn as_str(self) -> &'static str {
         match self {
             NetworkMode::None => "none",
-            NetworkMode::Bridge => "bridge",
+            NetworkMode::BridgeUnfiltered => "bridge_unfiltered",
         }
+    }
+
+    /// Docker's name for it (`HostConfig.NetworkMode`).
+    pub fn docker_mode(self) -> &'static str {
+        match self {
+            NetworkMode::None => "none",
+            NetworkMode::BridgeUnfiltered => "bridge",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for NetworkMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let written = String::deserialize(d)?;
+        match written.as_str() {
+            "none" => Ok(NetworkMode::None),
+            "bridge_unfiltered" => Ok(NetworkMode::BridgeUnfiltered),
+            "bridge" => Err(serde::de::Error::custom(
+                "`network: bridge` is no longer a setting: containers have no network, and \
+                 their way out is the audited egress proxy. List the hosts the workspace may \
+                 reach in `workspaces.NAME.egress` (or `egress:` in a group), or, to bypass the \
+                 proxy unaudited, write `network: bridge_unfiltered`",
+            )),
+            other => Err(serde::de::Error::custom(format!(
+                "unknown network `{other}`: write `none` or `bridge_unfiltered`"
+            ))),
+        }
+    }
+}
+
+/// A group's `egress:` setting: `none` (no way out at all), `any_public`
+/// (any public address, never a private, loopback or link-local one unless
+/// a list names it literally), or a list of host patterns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GroupEgress {
+    None,
+    AnyPublic,
+    Hosts(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for GroupEgress {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct EgressVisitor;
+        impl<'de> serde::de::Visitor<'de> for EgressVisitor {
+            type Value = GroupEgress;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("`none`, `any_public` or a list of hosts")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<GroupEgress, E> {
+                match v {
+                    "none" => Ok(GroupEgress::None),
+                    "any_public" => Ok(GroupEgress::AnyPublic),
+                    other => Err(E::custom(format!(
+                        "egress `{other}`: write `none`, `any_public` or a list of hosts"
+                    ))),
+                }
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<GroupEgress, A::Error> {
+                let mut hosts = Vec::new();
+                while let Some(host) = seq.next_element::<String>()? {
+                    if let Err(why) = crate::hosts::HostPattern::parse(&host) {
+                        return Err(serde::de::Error::custom(format!(
+                            "egress entry `{host}`: {why}"
+                        )));
+                    }
+                    hosts.push(host);
+                }
+                Ok(GroupEgress::Hosts(hosts))
+            }
+        }
+        d.deserialize_any(EgressVisitor)
     }
 }
 
@@ -109,6 +186,7 @@ impl fmt::Display for NetworkMode {
 pub(crate) struct GroupSpec {
     pub description: String,
     pub network: Option<NetworkMode>,
+    pub egress: Option<GroupEgress>,
     pub memory: Option<Bytes>,
     pub cpus: Option<Cpus>,
     pub pids: Option<Pids>,

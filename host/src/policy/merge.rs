@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::error::PolicyError;
-use super::group::{GroupSpec, NetworkMode};
+use super::group::{GroupEgress, GroupSpec, NetworkMode};
 use super::seccomp::SeccompBase;
 
 /// The name under which the baseline appears in provenance.
@@ -35,6 +35,18 @@ impl<T> Setting<T> {
 /// The items of a list setting, each with the groups that listed it.
 pub type SourcedSet = BTreeMap<String, Vec<String>>;
 
+/// Where the groups let a workspace's egress proxy connect (the
+/// workspace's own `egress:` list joins it in [`super::EgressReach`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GroupsEgress {
+    /// The groups saying `egress: none`.
+    pub none: Vec<String>,
+    /// The groups saying `egress: any_public`.
+    pub any_public: Vec<String>,
+    /// Host patterns, each with the groups that list it.
+    pub hosts: SourcedSet,
+}
+
 /// A group as listed by a workspace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GroupInfo {
@@ -53,6 +65,7 @@ pub struct EffectivePolicy {
     /// The listed groups in order (the baseline is implied, not listed).
     pub groups: Vec<GroupInfo>,
     pub network: Setting<NetworkMode>,
+    pub egress: GroupsEgress,
     pub memory_bytes: Setting<u64>,
     pub nano_cpus: Setting<u64>,
     pub pids: Setting<u32>,
@@ -290,6 +303,44 @@ impl Merger<'_> {
         set
     }
 
+    /// `egress`: host lists are joined; `any_public` opens every public
+    /// address; `none` closes the way out and contradicts either.
+    fn egress(&self, baseline: &GroupSpec) -> Result<GroupsEgress, PolicyError> {
+        let mut egress = GroupsEgress::default();
+        let all = std::iter::once((BASELINE, baseline))
+            .chain(self.listed.iter().map(|g| (g.info.name.as_str(), &*g.spec)));
+        for (name, spec) in all {
+            match &spec.egress {
+                None => {}
+                Some(GroupEgress::None) => egress.none.push(name.to_owned()),
+                Some(GroupEgress::AnyPublic) => egress.any_public.push(name.to_owned()),
+                Some(GroupEgress::Hosts(hosts)) => {
+                    for host in hosts {
+                        let from = egress.hosts.entry(host.clone()).or_default();
+                        if !from.iter().any(|f| f == name) {
+                            from.push(name.to_owned());
+                        }
+                    }
+                }
+            }
+        }
+        let opener = egress
+            .any_public
+            .first()
+            .cloned()
+            .or_else(|| egress.hosts.values().flatten().next().cloned());
+        if let (Some(closed), Some(opener)) = (egress.none.first(), opener) {
+            let (first, second) = in_listed_order(self.listed, closed, &opener);
+            return Err(self.contradiction(
+                first,
+                second,
+                "egress",
+                format!("{closed} says `egress: none`, {opener} opens a way out"),
+            ));
+        }
+        Ok(egress)
+    }
+
     /// Allow-lists: the intersection of every listed one; `None` when no
     /// group restricts. Returns the groups that emptied it, if it is empty.
     #[allow(clippy::type_complexity)]
@@ -336,6 +387,21 @@ pub(crate) fn merge(
     let b = &baseline.spec;
 
     let network = m.agreed("network", baseline.network, |g| g.network)?;
+    let egress = m.egress(b)?;
+    if network.value == NetworkMode::BridgeUnfiltered
+        && let Some(closed) = egress.none.first()
+    {
+        let (first, second) = in_listed_order(listed, &network.from[0], closed);
+        return Err(m.contradiction(
+            first,
+            second,
+            "network",
+            format!(
+                "{} bypasses the egress proxy, {closed} says `egress: none`",
+                network.from[0]
+            ),
+        ));
+    }
     let user = m.agreed("user", baseline.user.clone(), |g| {
         g.user.as_ref().map(|u| u.0.clone())
     })?;
@@ -427,6 +493,7 @@ pub(crate) fn merge(
         workspace: workspace.to_owned(),
         groups: listed.iter().map(|g| g.info.clone()).collect(),
         network,
+        egress,
         memory_bytes: m.tightest(baseline.memory, |g| g.memory.map(|v| v.0)),
         nano_cpus: m.tightest(baseline.nano_cpus, |g| g.cpus.map(|v| v.0)),
         pids: m.tightest(baseline.pids, |g| g.pids.map(|v| v.0)),

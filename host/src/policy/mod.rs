@@ -47,6 +47,7 @@
 //! [`report`] (the audit of `pincer policy audit`) prints it.
 
 mod compile;
+mod egress;
 mod error;
 mod group;
 mod merge;
@@ -62,9 +63,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use compile::{ContainerSettings, RunnerPolicy, enforcement_notes};
+pub use egress::{EgressEntry, EgressReach, EgressRule};
 pub use error::PolicyError;
 pub use group::NetworkMode;
-pub use merge::{BASELINE, EffectivePolicy, GroupInfo, Setting, SourcedSet};
+pub use merge::{BASELINE, EffectivePolicy, GroupInfo, GroupsEgress, Setting, SourcedSet};
 pub use reach::{
     MEMORY, MEMORY_TOOLS, ModelReach, ModelsFrom, Reaches, SCHEDULE, SCHEDULE_TOOLS, SourceKind,
     ToolSource, WorkspaceReach,
@@ -83,6 +85,14 @@ use seccomp::SeccompBase;
 /// The built-in group files, embedded.
 const BUILTIN: &[(&str, &str)] = &[
     (BASELINE, include_str!("../../../policies/baseline.yaml")),
+    (
+        "egress_any_public",
+        include_str!("../../../policies/egress_any_public.yaml"),
+    ),
+    (
+        "egress_none",
+        include_str!("../../../policies/egress_none.yaml"),
+    ),
     (
         "no_internet_access",
         include_str!("../../../policies/no_internet_access.yaml"),

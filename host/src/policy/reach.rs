@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::egress::EgressReach;
 use super::merge::{EffectivePolicy, Setting};
 use super::{PolicyCatalog, PolicyError};
 use crate::config::{AgentSchedules, Config};
@@ -108,6 +109,8 @@ pub struct WorkspaceReach {
     /// Every MCP server `workspaces.NAME.mcp_servers` lists, reachable or not.
     pub mcp_servers: Vec<ToolSource>,
     pub models: ModelReach,
+    /// Where its container may connect through the egress proxy.
+    pub egress: EgressReach,
 }
 
 fn admits(allowed: &[String], workspace: &str) -> bool {
@@ -240,6 +243,16 @@ impl WorkspaceReach {
                 from: ModelsFrom::Unavailable,
             },
         };
+        let egress = match (policy, ws, &unavailable) {
+            (Some(policy), Some(ws), None) => {
+                EgressReach::compute(workspace, &policy.egress, &ws.egress, policy.network.value)
+            }
+            _ => EgressReach::closed(
+                unavailable
+                    .clone()
+                    .unwrap_or_else(|| format!("workspace `{workspace}` reaches nothing")),
+            ),
+        };
         WorkspaceReach {
             workspace: workspace.to_owned(),
             unavailable,
@@ -248,6 +261,7 @@ impl WorkspaceReach {
             skills,
             mcp_servers,
             models,
+            egress,
         }
     }
 

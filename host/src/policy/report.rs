@@ -153,8 +153,11 @@ pub struct Reach {
     /// manifest ∩ `workspaces.NAME.plugin_http`, from
     /// `plugins::plugin_http_reach`, the computation the plugin host enforces.
     pub plugin_http: std::collections::BTreeMap<String, Vec<String>>,
+    /// Where the container may connect through the egress proxy: the very
+    /// value the proxy enforces.
+    pub egress: crate::policy::EgressReach,
     /// pincer's own host listeners this container could connect to: with
-    /// network `bridge`, each one bound beyond loopback (the host answers on
+    /// network `bridge_unfiltered`, each one bound beyond loopback (the host answers on
     /// the bridge's gateway address too); with `none`, none.
     pub host_listeners: Vec<String>,
 }
@@ -557,7 +560,7 @@ fn mounts(p: &EffectivePolicy, input: &ReportInput<'_>) -> Vec<MountLine> {
     let what = |target: &str| match target {
         WORKSPACE_DIR => "the workspace folder",
         RUNNER_PATH => "the agent runner",
-        GATEWAY_DIR => "the gateway socket; host-owned",
+        GATEWAY_DIR => "the gateway and egress proxy sockets; host-owned",
         RUNNER_DIR => "the runner socket; the container's own",
         _ => "",
     };
@@ -632,8 +635,10 @@ fn item(source: &ToolSource, mut notes: Vec<String>) -> ReachItem {
 
 fn reach(p: &EffectivePolicy, input: &ReportInput<'_>, computed: &WorkspaceReach) -> Reach {
     let network = match p.network.value {
-        NetworkMode::None => "none — only the gateway socket",
-        NetworkMode::Bridge => "bridge — outbound internet allowed",
+        NetworkMode::None => "none — the gateway and egress proxy sockets only",
+        NetworkMode::BridgeUnfiltered => {
+            "bridge_unfiltered — any address, past the egress proxy, unaudited"
+        }
     }
     .to_owned();
     let skills = computed
@@ -696,14 +701,52 @@ fn reach(p: &EffectivePolicy, input: &ReportInput<'_>, computed: &WorkspaceReach
             deployments: deployments(input, &computed.models.aliases),
         },
         plugin_http: input.plugin_http.clone(),
+        egress: computed.egress.clone(),
         host_listeners: host_listeners(p.network.value, input.config),
     }
+}
+
+/// The hosts the egress proxy lets through, in a few words.
+fn egress_summary(egress: &crate::policy::EgressReach) -> String {
+    let mut ways: Vec<String> = egress.entries.iter().map(|e| e.host.clone()).collect();
+    if !egress.any_public.is_empty() {
+        ways.push("any public address (ports 80, 443)".to_owned());
+    }
+    ways.join(", ")
+}
+
+/// The `egress` row: each entry with where it was written.
+fn egress_line(egress: &crate::policy::EgressReach) -> String {
+    if egress.unfiltered {
+        return "bypassed: network bridge_unfiltered reaches any address unaudited".to_owned();
+    }
+    if let Some(why) = &egress.refused {
+        return format!("nothing: {why}");
+    }
+    let mut parts: Vec<String> = egress
+        .entries
+        .iter()
+        .map(|e| format!("{} (from {})", e.host, e.from.join(", ")))
+        .collect();
+    if !egress.any_public.is_empty() {
+        parts.push(format!(
+            "any public address on ports 80, 443 (from policy group {})",
+            egress.any_public.join(", ")
+        ));
+    }
+    if parts.is_empty() {
+        return match egress.closed.first() {
+            Some(group) => format!("nothing (egress: none, from policy group {group})"),
+            None => "nothing: no way out (list hosts in workspaces.NAME.egress)".to_owned(),
+        };
+    }
+    parts.join("; ")
 }
 
 /// pincer's listeners on the host that a container on `network` reaches:
 /// a bridge-networked container reaches every host address but loopback.
 fn host_listeners(network: NetworkMode, config: &Config) -> Vec<String> {
-    if network != NetworkMode::Bridge {
+    if network != NetworkMode::BridgeUnfiltered {
         return Vec::new();
     }
     let mut reached = Vec::new();
@@ -820,8 +863,15 @@ fn trifecta(
             ));
         }
     }
-    if p.network.value == NetworkMode::Bridge {
-        let way = "network bridge: outbound internet allowed".to_owned();
+    let egress = &reach.egress;
+    let container_way = if p.network.value == NetworkMode::BridgeUnfiltered {
+        Some("network bridge_unfiltered: any address, unaudited (past the egress proxy)".to_owned())
+    } else if egress.is_open() {
+        Some(format!("egress proxy to {}", egress_summary(egress)))
+    } else {
+        None
+    };
+    if let Some(way) = container_way {
         if is_gated(None) {
             gated_ways.push(format!("{way} (every bash call waits for approval)"));
         } else {
@@ -1082,6 +1132,7 @@ pub fn render_text(report: &PolicyReport) -> String {
     if !http.is_empty() {
         rows.push(("plugin http".to_owned(), http.join("; ")));
     }
+    rows.push(("egress".to_owned(), egress_line(&reach.egress)));
     if reach.network.starts_with("bridge") {
         rows.push((
             // pincer's own listeners on the host (the label no wider than

@@ -56,6 +56,8 @@ fn builtin_catalog_lists_every_group() {
         names,
         [
             "baseline",
+            "egress_any_public",
+            "egress_none",
             "no_internet_access",
             "no_process_creation",
             "read_only_mounts",
@@ -68,7 +70,10 @@ fn builtin_catalog_lists_every_group() {
 #[test]
 fn baseline_alone_compiles_to_the_defaults() {
     let s = effective(&[]).compile();
-    assert_eq!(s.network_mode, "bridge");
+    assert_eq!(
+        s.network_mode, "none",
+        "no network: the egress proxy is the way out"
+    );
     assert_eq!(s.memory_bytes, 1 << 30);
     assert_eq!(s.memory_swap_bytes, 1 << 30);
     assert_eq!(s.nano_cpus, 1_000_000_000);
@@ -89,7 +94,17 @@ fn baseline_alone_compiles_to_the_defaults() {
     assert_eq!(s.security_opt.len(), 2);
     assert_eq!(s.security_opt[0], "no-new-privileges");
     assert!(s.security_opt[1].starts_with("seccomp={"));
-    assert_eq!(s.runner, RunnerPolicy::default());
+    assert_eq!(
+        s.runner,
+        RunnerPolicy {
+            egress: Some(pincer_runner_protocol::EgressRelay {
+                listen: "127.0.0.1:3128".into(),
+                socket: "/run/pincer/gateway/egress.sock".into(),
+            }),
+            ..RunnerPolicy::default()
+        },
+        "the runner relays to the egress proxy"
+    );
     assert_eq!(s.allowed_skills, None);
     assert_eq!(s.allowed_mcp_servers, None);
 }
@@ -117,7 +132,7 @@ fn no_process_creation_compiles_to_seccomp_and_runner_filter() {
     let inline = s.security_opt[1].strip_prefix("seccomp=").unwrap();
     let parsed: Value = serde_json::from_str(inline).unwrap();
     assert_eq!(&parsed, profile, "security_opt carries the profile inline");
-    assert_eq!(s.network_mode, "bridge");
+    assert_eq!(s.network_mode, "none");
 }
 
 #[test]
@@ -135,8 +150,15 @@ fn runner_policy_serialises_like_the_runner_expects() {
     let s = effective(&["no_process_creation"]).compile();
     assert_eq!(
         serde_json::to_string(&s.runner).unwrap(),
-        r#"{"no_process_creation":true,"allowed_executables":null}"#
+        r#"{"no_process_creation":true,"allowed_executables":null,"egress":{"listen":"127.0.0.1:3128","socket":"/run/pincer/gateway/egress.sock"}}"#
     );
+    // The runner refuses fields it does not know: it must read this.
+    let read = pincer_runner_protocol::RunnerPolicy::from_env_value(
+        &serde_json::to_string(&s.runner).unwrap(),
+    )
+    .unwrap();
+    assert!(read.no_process_creation);
+    assert_eq!(read.egress, s.runner.egress);
 }
 
 // ---- parametric groups ----
@@ -308,12 +330,15 @@ fn provenance_is_recorded() {
 #[test]
 fn network_contradiction_names_both_groups() {
     let (_dir, c) = with_user_groups(&[
-        ("open", "description: internet\nnetwork: bridge\n"),
+        (
+            "open",
+            "description: internet\nnetwork: bridge_unfiltered\n",
+        ),
         ("closed", "description: no internet\nnetwork: none\n"),
     ]);
     assert_eq!(
         error(&c, &["open", "closed"]),
-        "workspace main: policy groups `open` and `closed` contradict on network (bridge vs none)"
+        "workspace main: policy groups `open` and `closed` contradict on network (bridge_unfiltered vs none)"
     );
     // a group agreeing with another is fine; `none` beats the baseline
     let p = c
@@ -322,7 +347,59 @@ fn network_contradiction_names_both_groups() {
     assert_eq!(p.network.from, ["closed", "no_internet_access"]);
     assert_eq!(
         error(&c, &["no_internet_access", "open"]),
-        "workspace main: policy groups `no_internet_access` and `open` contradict on network (none vs bridge)"
+        "workspace main: policy groups `no_internet_access` and `open` contradict on network (none vs bridge_unfiltered)"
+    );
+}
+
+#[test]
+fn the_old_bridge_network_is_refused_saying_what_to_write_instead() {
+    let e = load_error(&[("open.yaml", "description: internet\nnetwork: bridge\n")]);
+    assert!(
+        e.contains("open.yaml:2:10")
+            && e.contains("workspaces.NAME.egress")
+            && e.contains("network: bridge_unfiltered"),
+        "{e}"
+    );
+}
+
+#[test]
+fn egress_lists_join_and_none_contradicts_a_way_out() {
+    let (_dir, c) = with_user_groups(&[
+        (
+            "pypi",
+            "description: python\negress: [pypi.org, files.pythonhosted.org]\n",
+        ),
+        (
+            "gh",
+            "description: github\negress: [\"*.github.com:443\", pypi.org]\n",
+        ),
+        (
+            "open",
+            "description: internet\nnetwork: bridge_unfiltered\n",
+        ),
+    ]);
+    let p = c.effective("main", &entries(&["pypi", "gh"])).unwrap();
+    assert_eq!(p.egress.hosts["pypi.org"], ["pypi", "gh"]);
+    assert_eq!(p.egress.hosts["*.github.com:443"], ["gh"]);
+    assert_eq!(
+        error(&c, &["pypi", "egress_none"]),
+        "workspace main: policy groups `pypi` and `egress_none` contradict on egress (egress_none says `egress: none`, pypi opens a way out)"
+    );
+    assert_eq!(
+        error(&c, &["egress_any_public", "no_internet_access"]),
+        "workspace main: policy groups `egress_any_public` and `no_internet_access` contradict on egress (no_internet_access says `egress: none`, egress_any_public opens a way out)"
+    );
+    assert_eq!(
+        error(&c, &["egress_none", "open"]),
+        "workspace main: policy groups `egress_none` and `open` contradict on network (open bypasses the egress proxy, egress_none says `egress: none`)"
+    );
+    let e = load_error(&[(
+        "badhost.yaml",
+        "description: x\negress: [\"https://x.io/\"]\n",
+    )]);
+    assert!(
+        e.contains("egress entry `https://x.io/`: give a host"),
+        "{e}"
     );
 }
 
@@ -456,7 +533,8 @@ fn unknown_group_suggests_the_closest_name() {
     assert!(
         message.starts_with(
             "workspace main: unknown policy group `no_internets`, did you mean `no_internet_access`? \
-             (known: no_internet_access, no_process_creation, read_only_mounts, read_only_rootfs, \
+             (known: egress_any_public, egress_none, no_internet_access, no_process_creation, \
+             read_only_mounts, read_only_rootfs, \
              max_memory_<N>mb"
         ),
         "{message}"
@@ -705,10 +783,12 @@ workspaces:
     mounts: [{source: "~/notes", target: /notes}]
     channels: [webhook]
     skills: [web-search]
+    egress: [pypi.org]
     approvals: {tier: yolo}
   gated:
     mounts: [{source: "~/notes", target: /notes}]
     skills: [web-search]
+    egress: [pypi.org]
   isolated:
     approvals: {tier: yolo}
     policies: [no_internet_access, read_only_mounts, {allowed_executables: [/bin/busybox]}]
@@ -796,7 +876,7 @@ fn trifecta_verdicts() {
     assert_eq!(
         gated.trifecta.gated,
         [
-            "network bridge: outbound internet allowed (every bash call waits for approval)",
+            "egress proxy to pypi.org (every bash call waits for approval)",
             "skill web-search makes HTTP requests to api.search.example (each call waits for approval)"
         ]
     );
@@ -831,10 +911,7 @@ fn trifecta_verdicts() {
         ws.approvals.allow = vec![crate::approvals::Rule::parse("bash: curl").unwrap()];
     }
     let opened = audit(&opened, "gated", &c).trifecta;
-    assert_eq!(
-        opened.exfiltration,
-        ["network bridge: outbound internet allowed"]
-    );
+    assert_eq!(opened.exfiltration, ["egress proxy to pypi.org"]);
 
     let lethal = audit(&cfg, "lethal", &c).trifecta;
     assert_eq!(lethal.verdict, "LETHAL: all three present");
@@ -847,7 +924,7 @@ fn trifecta_verdicts() {
     assert_eq!(
         lethal.exfiltration,
         [
-            "network bridge: outbound internet allowed",
+            "egress proxy to pypi.org",
             "skill web-search makes HTTP requests to api.search.example"
         ]
     );
@@ -905,10 +982,7 @@ fn trifecta_verdicts() {
     assert_eq!(scratch.verdict, "ok: no private data, no untrusted input");
     assert_eq!(
         scratch.exfiltration,
-        [
-            "network bridge: outbound internet allowed",
-            "MCP server docs is remote at https://docs.example.com"
-        ]
+        ["MCP server docs is remote at https://docs.example.com"]
     );
 
     let (_dir, hinted) = with_user_groups(&[(
@@ -959,7 +1033,7 @@ fn report_shows_mounts_reach_and_settings() {
             line(
                 "/home/u/.pincer/run/x/gateway",
                 "/run/pincer/gateway",
-                "ro (the gateway socket; host-owned)"
+                "ro (the gateway and egress proxy sockets; host-owned)"
             ),
             line(
                 "/home/u/.pincer/run/x/runner",
@@ -1005,7 +1079,12 @@ fn report_shows_mounts_reach_and_settings() {
         .map(|m| (m.source.clone(), m.target.clone(), m.mode.starts_with("ro")))
         .collect();
     assert_eq!(from_audit, from_spec);
-    assert_eq!(r.reach.network, "none — only the gateway socket");
+    assert_eq!(
+        r.reach.network,
+        "none — the gateway and egress proxy sockets only"
+    );
+    assert!(!r.reach.egress.is_open());
+    assert_eq!(r.reach.egress.closed, ["no_internet_access"]);
     // No `model`: every alias, by default.
     assert_eq!(r.reach.models.aliases, ["backup", "default"]);
     assert_eq!(r.reach.models.from, ModelsFrom::EveryAlias);
@@ -1078,23 +1157,24 @@ fn render_text_has_the_key_lines() {
         "\ngroups (baseline first, then as listed)\n  baseline             built-in, applies to every workspace\n",
         "  no_process_creation  built-in — No new processes",
         "  max_memory_512mb     parametric — At most 512 MiB of memory, no swap.\n",
-        "  network                     bridge  [baseline]\n",
+        "  network                     none  [baseline]\n",
         "  memory                      512 MiB  [max_memory_512mb]\n",
         "  pids                        256  [baseline]\n",
         "  seccomp.deny                fork, vfork  [no_process_creation]\n",
         "  seccomp.enosys              clone3  [no_process_creation]\n",
         "  memory            536870912 bytes, swap 536870912 bytes (none)\n",
-        "  runner            {\"no_process_creation\":true,\"allowed_executables\":null}\n",
+        "  runner            {\"no_process_creation\":true,\"allowed_executables\":null,\"egress\":{\"listen\":\"127.0.0.1:3128\",\"socket\":\"/run/pincer/gateway/egress.sock\"}}\n",
         "  seccomp           generated: ",
         "    + rule          fork, vfork → SCMP_ACT_ERRNO EPERM (1)  [no_process_creation]\n",
         "    + rule          clone → SCMP_ACT_ALLOW only if (flags & 0x7e030000) == 0x10000 (threads)  [no_process_creation]\n",
         "\nmounts\n  /workspace                rw  /home/u/pincer_workspaces/scratch  (the workspace folder)\n",
-        "  /run/pincer/gateway       ro  /home/u/.pincer/run/x/gateway  (the gateway socket; host-owned)\n",
+        "  /run/pincer/gateway       ro  /home/u/.pincer/run/x/gateway  (the gateway and egress proxy sockets; host-owned)\n",
         "  /run/pincer/runner        rw  /home/u/.pincer/run/x/runner  (the runner socket; the container's own)\n",
-        "  network      bridge — outbound internet allowed\n",
+        "  network      none — the gateway and egress proxy sockets only\n",
+        "  egress       nothing: no way out (list hosts in workspaces.NAME.egress)\n",
         "  mcp servers  docs (remote at https://docs.example.com)\n",
         "\nlethal trifecta: ok: no private data, no untrusted input\n",
-        "  way out          network bridge: outbound internet allowed, MCP server docs is remote at https://docs.example.com\n",
+        "  way out          MCP server docs is remote at https://docs.example.com\n",
         "  - no_process_creation: seccomp denies fork, vfork (EPERM); allows clone only for threads",
         "\ndenials\n  1700000000000  workspace:scratch  mcp.denied  files\n",
     ] {
@@ -1116,14 +1196,39 @@ fn enforcement_notes_explain_each_restriction() {
     let notes = enforcement_notes(&effective(&[])).join("\n");
     assert!(notes.contains("seccomp: pincer's generated profile"));
     assert!(notes.contains("without io_uring"));
-    assert!(notes.contains("network bridge: outbound connections are NOT restricted"));
+    assert!(notes.contains("through the egress proxy's socket"));
+    let (_dir, c) = with_user_groups(&[(
+        "open",
+        "description: internet\nnetwork: bridge_unfiltered\n",
+    )]);
+    let open = c.effective("main", &entries(&["open"])).unwrap();
+    let notes = enforcement_notes(&open).join("\n");
+    assert!(notes.contains("network bridge_unfiltered: outbound connections are NOT restricted"));
+    assert_eq!(open.compile().network_mode, "bridge");
+    assert_eq!(
+        open.compile().runner.egress,
+        None,
+        "no relay past the proxy"
+    );
 }
 
 #[test]
 fn the_audit_names_the_host_listeners_a_bridge_container_reaches() {
     let mut cfg = config();
+    let (_dir, catalog) = with_user_groups(&[(
+        "open",
+        "description: internet\nnetwork: bridge_unfiltered\n",
+    )]);
+    if let Some(ws) = cfg.workspaces.get_mut("lethal") {
+        ws.policies.push(PolicyEntry::from("open"));
+    }
+    let catalog = || catalog.clone();
     // Loopback (the defaults): a bridge container reaches none of them.
     let lethal = audit(&cfg, "lethal", &catalog());
+    assert_eq!(
+        lethal.trifecta.exfiltration[0],
+        "network bridge_unfiltered: any address, unaudited (past the egress proxy)"
+    );
     assert!(lethal.reach.host_listeners.is_empty());
     assert!(
         render_text(&lethal).contains("none: pincer's listeners are on loopback only"),

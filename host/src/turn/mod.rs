@@ -188,6 +188,8 @@ pub struct Agent {
     gateway: Arc<Gateway>,
     /// The workspaces' gateway sockets, started by the composition root.
     sockets: WorkspaceSockets,
+    /// The workspaces' egress proxies, started by the composition root.
+    egress: crate::egress::EgressProxies,
     observers: HashMap<String, Observers>,
     /// Each workspace's container spec (or why it has none), computed once
     /// per configuration load.
@@ -204,6 +206,7 @@ impl Agent {
         memory: Arc<dyn Recall>,
         gateway: Arc<Gateway>,
         sockets: WorkspaceSockets,
+        egress: crate::egress::EgressProxies,
         observers: HashMap<String, Observers>,
     ) -> Self {
         let specs = config
@@ -224,6 +227,7 @@ impl Agent {
             memory,
             gateway,
             sockets,
+            egress,
             observers,
         }
     }
@@ -661,6 +665,11 @@ impl Agent {
 
         if let Err(e) = self.sockets.check(workspace) {
             return fail(events, TurnErrorKind::GatewayUnreachable, e);
+        }
+        if let Err(e) = self.egress.check(workspace) {
+            events(AgentEvent::Turn(TurnEvent::Notice {
+                message: format!("{e}: the container has no way out in this turn"),
+            }));
         }
         let started = Instant::now();
         let ensured = match self.runtime.ensure(&spec).await {

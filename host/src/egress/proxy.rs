@@ -1,0 +1,478 @@
+//! One workspace's proxy: each connection on its socket is one request
+//! (a tunnel or a plain-HTTP exchange), judged by the workspace's
+//! [`EgressReach`], resolved on the host, connected to the address that was
+//! checked (no second lookup), relayed, and audited with its byte counts.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+
+use super::head::{self, Head, MAX_HEAD_BYTES};
+use crate::audit::{Action, Actor, AuditLog};
+use crate::hosts::address_class;
+use crate::policy::{EgressReach, EgressRule};
+
+/// Bounds of one workspace's proxy.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections at once; one more is answered 503 and closed.
+    pub max_connections: usize,
+    /// Time to send the request head.
+    pub head_timeout: Duration,
+    /// Time to resolve a name.
+    pub resolve_timeout: Duration,
+    /// Time to connect to the origin.
+    pub connect_timeout: Duration,
+    /// A connection with no byte either way for this long is closed.
+    pub idle_timeout: Duration,
+    /// Bytes the workspace's connections may move in a minute, both ways
+    /// together; 0: no cap.
+    pub bytes_per_minute: u64,
+}
+
+impl From<crate::config::EgressLimits> for Limits {
+    fn from(configured: crate::config::EgressLimits) -> Self {
+        Limits {
+            max_connections: usize::try_from(configured.max_connections).unwrap_or(usize::MAX),
+            idle_timeout: Duration::from_secs(configured.idle_timeout_secs),
+            bytes_per_minute: configured.bytes_per_minute,
+            ..Limits::default()
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 64,
+            head_timeout: Duration::from_secs(10),
+            resolve_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            bytes_per_minute: 0,
+        }
+    }
+}
+
+/// What one workspace's proxy works with.
+pub(super) struct Proxy {
+    pub workspace: String,
+    pub reach: EgressReach,
+    pub audit: Arc<AuditLog>,
+    pub limits: Limits,
+    /// What the workspace's connections moved this minute.
+    pub budget: Budget,
+}
+
+impl Proxy {
+    /// Serves `listener` until the task is dropped.
+    pub(super) async fn serve(self: Arc<Self>, listener: UnixListener) {
+        let slots = Arc::new(Semaphore::new(self.limits.max_connections));
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(workspace = %self.workspace, "egress proxy: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let me = self.clone();
+            match slots.clone().try_acquire_owned() {
+                Ok(slot) => {
+                    tokio::spawn(async move {
+                        me.handle(stream).await;
+                        drop(slot);
+                    });
+                }
+                Err(_) => {
+                    crate::events::egress_refused(&self.workspace);
+                    tokio::spawn(async move {
+                        let why = format!(
+                            "workspace `{}` has {} connections through the egress proxy already, as many as it may",
+                            me.workspace, me.limits.max_connections
+                        );
+                        answer(stream, 503, "Service Unavailable", &why).await;
+                    });
+                }
+            }
+        }
+    }
+
+    async fn handle(&self, mut client: UnixStream) {
+        let started = Instant::now();
+        let mut buffer = Vec::with_capacity(1024);
+        let read = tokio::time::timeout(
+            self.limits.head_timeout,
+            read_head(&mut client, &mut buffer),
+        )
+        .await;
+        let end = match read {
+            Ok(Ok(end)) => end,
+            Ok(Err(why)) => return self.refuse(client, "(unreadable request)", &why).await,
+            Err(_) => {
+                let why = format!(
+                    "the request head did not arrive within {} s",
+                    self.limits.head_timeout.as_secs()
+                );
+                return self.refuse(client, "(no request)", &why).await;
+            }
+        };
+        let head = match head::parse(&buffer[..end]) {
+            Ok(head) => head,
+            Err(why) => return self.refuse(client, "(malformed request)", &why.0).await,
+        };
+        let target = head.target();
+        let Some(rule) = self.reach.rule(&head.host, head.port) else {
+            let why = self
+                .reach
+                .why_refused(&self.workspace, &head.host, head.port);
+            return self.refuse(client, &target, &why).await;
+        };
+        let addresses = match self.resolve(&head, rule).await {
+            Ok(addresses) => addresses,
+            Err(why) => return self.refuse(client, &target, &why).await,
+        };
+        let (mut origin, address) = match self.connect(&addresses).await {
+            Ok(connected) => connected,
+            Err(why) => {
+                self.record_refused(&target, &why);
+                return answer(client, 502, "Bad Gateway", &why).await;
+            }
+        };
+        let first = match &head.forward {
+            None => {
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                buffer[end..].to_vec()
+            }
+            Some(forward) => {
+                let mut first = forward.clone();
+                first.extend_from_slice(&buffer[end..]);
+                first
+            }
+        };
+        let counts = Counts::new();
+        let outcome = self.relay(&mut client, &mut origin, &first, &counts).await;
+        let (up, down) = (counts.up(), counts.down());
+        crate::events::egress_allowed(&self.workspace, up, down);
+        self.audit.record(
+            Actor::Workspace(&self.workspace),
+            Some(&self.workspace),
+            Action::EgressAllowed,
+            &format!(
+                "{} {target} → {address} by {rule}: {up} bytes up, {down} bytes down, {:.1} s{}",
+                head.method,
+                started.elapsed().as_secs_f64(),
+                match outcome {
+                    Relayed::Closed => String::new(),
+                    Relayed::Idle => format!(
+                        " (closed after {} s without traffic)",
+                        self.limits.idle_timeout.as_secs()
+                    ),
+                }
+            ),
+        );
+    }
+
+    /// The addresses of `head`'s host the rules allow: non-public ones only
+    /// when an entry names them literally.
+    async fn resolve(&self, head: &Head, rule: EgressRule<'_>) -> Result<Vec<SocketAddr>, String> {
+        let bare = head.host.trim_start_matches('[').trim_end_matches(']');
+        let found: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, head.port)],
+            Err(_) => {
+                let lookup = tokio::net::lookup_host((bare, head.port));
+                match tokio::time::timeout(self.limits.resolve_timeout, lookup).await {
+                    Ok(Ok(found)) => found.collect(),
+                    Ok(Err(e)) => return Err(format!("`{}` cannot be resolved: {e}", head.host)),
+                    Err(_) => {
+                        return Err(format!(
+                            "resolving `{}` took longer than {} s",
+                            head.host,
+                            self.limits.resolve_timeout.as_secs()
+                        ));
+                    }
+                }
+            }
+        };
+        let (kept, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
+            found.into_iter().partition(|a| {
+                refused_class(a.ip()).is_none() || self.reach.names_address(a.ip(), a.port())
+            });
+        if !kept.is_empty() {
+            return Ok(kept);
+        }
+        let Some(first) = refused.first() else {
+            return Err(format!("`{}` resolves to no address", head.host));
+        };
+        let class = refused_class(first.ip()).unwrap_or("non-public");
+        let literal = match first.ip() {
+            IpAddr::V6(v6) => format!("[{v6}]:{}", head.port),
+            v4 => format!("{v4}:{}", head.port),
+        };
+        let ws = &self.workspace;
+        let via = match rule {
+            EgressRule::Listed(entry) => format!("allowed by `{}`", entry.host),
+            EgressRule::AnyPublic => "allowed as a public host".to_owned(),
+        };
+        Err(format!(
+            "`{}` ({via}) is a {class} address ({}); a non-public address is reached only when listed literally: add `{literal}` to workspaces.{ws}.egress",
+            head.target(),
+            refused
+                .iter()
+                .map(|a| a.ip().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+
+    /// Connects to the first of `addresses` that answers.
+    async fn connect(&self, addresses: &[SocketAddr]) -> Result<(TcpStream, SocketAddr), String> {
+        let mut last = String::new();
+        for address in addresses {
+            match tokio::time::timeout(self.limits.connect_timeout, TcpStream::connect(address))
+                .await
+            {
+                Ok(Ok(stream)) => return Ok((stream, *address)),
+                Ok(Err(e)) => last = format!("{address}: {e}"),
+                Err(_) => {
+                    last = format!(
+                        "{address}: no answer within {} s",
+                        self.limits.connect_timeout.as_secs()
+                    );
+                }
+            }
+        }
+        Err(format!("cannot connect ({last})"))
+    }
+
+    /// Relays both ways until either side closes or neither sends for
+    /// `idle_timeout`, within the workspace's bytes a minute.
+    async fn relay(
+        &self,
+        client: &mut UnixStream,
+        origin: &mut TcpStream,
+        first: &[u8],
+        counts: &Counts,
+    ) -> Relayed {
+        if !first.is_empty() {
+            self.budget
+                .take(first.len(), self.limits.bytes_per_minute)
+                .await;
+            if origin.write_all(first).await.is_err() {
+                return Relayed::Closed;
+            }
+            counts.add(true, first.len());
+        }
+        let (client_read, client_write) = client.split();
+        let (origin_read, origin_write) = origin.split();
+        let copy = async {
+            tokio::join!(
+                self.pump(client_read, origin_write, counts, true),
+                self.pump(origin_read, client_write, counts, false)
+            );
+        };
+        let idle = async {
+            loop {
+                let quiet = counts.quiet();
+                if quiet >= self.limits.idle_timeout {
+                    return;
+                }
+                tokio::time::sleep(self.limits.idle_timeout - quiet).await;
+            }
+        };
+        tokio::select! {
+            () = copy => Relayed::Closed,
+            () = idle => Relayed::Idle,
+        }
+    }
+
+    /// Copies `from` to `to` until `from` ends, counting each chunk and
+    /// holding it while the minute's bytes are spent.
+    async fn pump(
+        &self,
+        mut from: impl AsyncRead + Unpin,
+        mut to: impl AsyncWrite + Unpin,
+        counts: &Counts,
+        upward: bool,
+    ) {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            counts.add(upward, n);
+            self.budget.take(n, self.limits.bytes_per_minute).await;
+            if to.write_all(&buffer[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown().await;
+    }
+
+    /// Answers 403 with `why`, audited.
+    async fn refuse(&self, client: UnixStream, target: &str, why: &str) {
+        self.record_refused(target, why);
+        answer(client, 403, "Forbidden", why).await;
+    }
+
+    fn record_refused(&self, target: &str, why: &str) {
+        crate::events::egress_refused(&self.workspace);
+        self.audit.record(
+            Actor::Workspace(&self.workspace),
+            Some(&self.workspace),
+            Action::EgressRefused,
+            &format!("{target}: {why}"),
+        );
+    }
+}
+
+/// How a relay ended.
+enum Relayed {
+    Closed,
+    Idle,
+}
+
+/// Reads until the head's blank line; the index after it.
+async fn read_head(client: &mut UnixStream, buffer: &mut Vec<u8>) -> Result<usize, String> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = head::end_of_head(buffer) {
+            return Ok(end);
+        }
+        if buffer.len() > MAX_HEAD_BYTES {
+            return Err(format!(
+                "the request head is larger than {} KiB",
+                MAX_HEAD_BYTES / 1024
+            ));
+        }
+        let n = client
+            .read(&mut chunk)
+            .await
+            .map_err(|e| format!("the request could not be read ({e})"))?;
+        if n == 0 {
+            return Err("the connection closed before the request head ended".to_owned());
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Answers `status` with `why` as a plain-text body and closes.
+async fn answer(mut client: UnixStream, status: u16, reason: &str, why: &str) {
+    let body = format!("pincer egress proxy: {why}\n");
+    let response = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         X-Pincer-Egress: refused\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    if client.write_all(response.as_bytes()).await.is_ok() {
+        let _ = client.shutdown().await;
+    }
+}
+
+/// Bytes each way and when the last one moved.
+struct Counts {
+    up: AtomicU64,
+    down: AtomicU64,
+    /// Milliseconds after `epoch` of the last byte.
+    last_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl Counts {
+    fn new() -> Self {
+        Counts {
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+            last_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn add(&self, upward: bool, bytes: usize) {
+        let total = if upward { &self.up } else { &self.down };
+        total.fetch_add(bytes as u64, Ordering::Relaxed);
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn up(&self) -> u64 {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    fn down(&self) -> u64 {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    /// How long no byte moved.
+    fn quiet(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.epoch.elapsed().saturating_sub(last)
+    }
+}
+
+/// The bytes a workspace's connections moved in the current minute.
+#[derive(Default)]
+pub(super) struct Budget {
+    window: std::sync::Mutex<Option<(tokio::time::Instant, u64)>>,
+}
+
+impl Budget {
+    const WINDOW: Duration = Duration::from_secs(60);
+
+    /// Counts `bytes` against `per_minute` (0: no cap), first waiting for
+    /// the next minute when this one's bytes are spent. A chunk larger than
+    /// the cap passes alone at the start of a minute.
+    pub(super) async fn take(&self, bytes: usize, per_minute: u64) {
+        if per_minute == 0 {
+            return;
+        }
+        let bytes = bytes as u64;
+        loop {
+            let wait = {
+                let mut window = self
+                    .window
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let now = tokio::time::Instant::now();
+                let (start, used) = match *window {
+                    Some((start, used)) if now.duration_since(start) < Self::WINDOW => {
+                        (start, used)
+                    }
+                    _ => (now, 0),
+                };
+                if used == 0 || used.saturating_add(bytes) <= per_minute {
+                    *window = Some((start, used.saturating_add(bytes)));
+                    return;
+                }
+                *window = Some((start, used));
+                Self::WINDOW.saturating_sub(now.duration_since(start))
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// Why `ip` is not reached without a literal grant: a non-public address,
+/// or one of this host's own (a public interface address would otherwise
+/// open the gateway's and the console's ports to `egress_any_public`).
+fn refused_class(ip: IpAddr) -> Option<&'static str> {
+    address_class(ip).or_else(|| is_own_address(ip).then_some("local-interface"))
+}
+
+/// Binding succeeds only for an address one of this host's interfaces has.
+pub(super) fn is_own_address(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
