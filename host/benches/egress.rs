@@ -59,6 +59,7 @@ async fn main() -> anyhow::Result<()> {
             max_connections: 1024,
             ..Limits::default()
         },
+        &Default::default(),
     );
     let socket = socket_path(home.path(), WORKSPACE);
 

@@ -96,6 +96,7 @@ async fn run() -> anyhow::Result<()> {
         gateway.reaches(),
         &audit,
         pincer::egress::Limits::default(),
+        &Default::default(),
     );
     let agent = Agent::new(
         config.clone(),

@@ -93,11 +93,17 @@ pub fn problems(config: &Config, home: &Path) -> Vec<Problem> {
                             name,
                             &policy.egress,
                             &ws.egress,
+                            &ws.tunnels,
                             policy.network.value,
                         );
                         if let Some(why) = egress.refused {
+                            let listed = if ws.egress.is_empty() {
+                                "tunnels"
+                            } else {
+                                "egress"
+                            };
                             out.push(Problem::at(
-                                vec![key("workspaces"), key(name), key("egress")],
+                                vec![key("workspaces"), key(name), key(listed)],
                                 why,
                             ));
                         }
@@ -169,13 +175,26 @@ fn plugin_configs(config: &Config, catalog: &Catalog, out: &mut Vec<Problem>) {
         }
     }
     for (plugin, value) in &config.plugins.config {
-        if let Some(m) = manifest(plugin)
-            && let Err(why) = m.check_config(value)
-        {
+        let Some(m) = manifest(plugin) else { continue };
+        let at = || vec![key("plugins"), key("config"), key(plugin)];
+        if value.is_array() && m.kind() != crate::plugins::PluginKind::Tunnel {
             out.push(Problem::at(
-                vec![key("plugins"), key("config"), key(plugin)],
-                why.0,
+                at(),
+                format!(
+                    "a list of configurations is for a tunnel plugin serving several services; {plugin} is a {} plugin: give one mapping",
+                    m.kind()
+                ),
             ));
+            continue;
+        }
+        for (i, instance) in config.plugins.instances(plugin).into_iter().enumerate() {
+            if let Err(why) = m.check_config(instance) {
+                let mut path = at();
+                if value.is_array() {
+                    path.push(PathPart::Index(i));
+                }
+                out.push(Problem::at(path, why.0));
+            }
         }
     }
 }

@@ -21,12 +21,17 @@ struct Env {
 
 impl Env {
     fn new(label: &str, workspaces: &str) -> Self {
+        Self::with(label, "", workspaces)
+    }
+
+    /// With `top` (more top-level sections) before the workspaces.
+    fn with(label: &str, top: &str, workspaces: &str) -> Self {
         let sandbox = Sandbox::new();
         let base = sandbox.dir.path().join("ws");
         let config = sandbox.write(
             "pincer.yaml",
             &format!(
-                "containers:\n  workspace_base_path: {}\nworkspaces:\n{workspaces}",
+                "{top}containers:\n  workspace_base_path: {}\nworkspaces:\n{workspaces}",
                 base.display()
             ),
         );
@@ -275,4 +280,115 @@ fn a_workspace_that_relied_on_the_bridge_is_told_what_to_write() {
             && refused.contains("network: bridge_unfiltered"),
         "{refused}"
     );
+}
+
+/// Tunnels: a workspace that lists `grafana` reaches the loopback service
+/// a `tunnel-http` instance serves as `http://grafana.tunnel/…`, through
+/// the plugin's `forward`; one that does not is refused 403; neither has
+/// a route to the host.
+#[test]
+fn a_listed_tunnel_reaches_a_host_service_by_name_and_no_other_workspace_does() {
+    let label = unique();
+    let (port, accepted) = loopback_origin();
+    let env = Env::with(
+        &label,
+        &format!(
+            "plugins:\n  config:\n    tunnel-http:\n      - {{service: grafana, target: \"http://127.0.0.1:{port}\"}}\n      \
+             - {{service: wiki, target: \"http://127.0.0.1:9\"}}\n"
+        ),
+        "  dash: {tunnels: [grafana]}\n  other: {tunnels: [wiki]}\n",
+    );
+    assert_eq!(
+        interfaces_and_routes(&env, "dash"),
+        (vec!["lo".to_owned()], 0),
+        "a tunnel opens no route"
+    );
+    let fetched = ok(env.sh("dash", "wget -q -O- http://grafana.tunnel/api/health"));
+    assert_eq!(fetched, "hello from the host\n");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    let allowed = env.sandbox.audited("egress.allowed");
+    assert_eq!(allowed.len(), 1, "{allowed:?}");
+    assert!(
+        allowed[0].starts_with(
+            "GET grafana.tunnel:80/api/health → tunnel-http.forward by tunnel `grafana`: status 200, 0 bytes up, 20 bytes down"
+        ),
+        "{}",
+        allowed[0]
+    );
+
+    let proxy = |workspace: &str, request: &str| {
+        stdout(&env.sh(
+            workspace,
+            &format!("printf '{request}' | nc -w 5 127.0.0.1 3128; true"),
+        ))
+    };
+    for (workspace, request, why) in [
+        (
+            "other",
+            "GET http://grafana.tunnel/api/health HTTP/1.1\\r\\n\\r\\n",
+            "add `grafana` to workspaces.other.tunnels",
+        ),
+        (
+            "dash",
+            "GET http://wiki.tunnel/ HTTP/1.1\\r\\n\\r\\n",
+            "add `wiki` to workspaces.dash.tunnels",
+        ),
+        (
+            "dash",
+            "CONNECT grafana.tunnel:443 HTTP/1.1\\r\\n\\r\\n",
+            "is reached with plain HTTP through the proxy",
+        ),
+    ] {
+        let answer = proxy(workspace, request);
+        assert!(
+            answer.starts_with("HTTP/1.1 403 Forbidden") && answer.contains(why),
+            "{workspace} {request:?}: {answer}"
+        );
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "no refused request reached it"
+    );
+    assert_eq!(env.sandbox.audited("egress.refused").len(), 3);
+
+    let audit = ok(env.pincer(&["policy", "audit", "dash"]));
+    assert!(
+        audit.contains(
+            "tunnels      http://grafana.tunnel/ (served by tunnel-http; from workspaces.dash.tunnels)"
+        ),
+        "{audit}"
+    );
+    let test = ok(env.pincer(&["egress", "test", "dash", "http://grafana.tunnel/x"]));
+    assert!(
+        test.starts_with("allowed: grafana.tunnel:80 by tunnel `grafana`"),
+        "{test}"
+    );
+
+    // A tunnel nobody serves, and one beside no_internet_access, are
+    // refused before anything starts.
+    let config = env.sandbox.write(
+        "pincer-bad.yaml",
+        "workspaces:\n  a: {tunnels: [grafana]}\n  b: {policies: [no_internet_access], tunnels: [grafana]}\n\
+         plugins:\n  config:\n    tunnel-http: {service: grafana, target: \"http://127.0.0.1:9\"}\n",
+    );
+    let refused =
+        fails(
+            env.sandbox
+                .pincer(&["--config", config.to_str().unwrap(), "config", "check"]),
+        );
+    assert!(
+        refused.contains("says `egress: none`, yet workspaces.b.tunnels lists grafana"),
+        "{refused}"
+    );
+    let config = env.sandbox.write(
+        "pincer-unserved.yaml",
+        "workspaces:\n  a: {tunnels: [grafana]}\n",
+    );
+    let refused =
+        fails(
+            env.sandbox
+                .pincer(&["--config", config.to_str().unwrap(), "config", "check"]),
+        );
+    assert!(refused.contains("no tunnel serves `grafana`"), "{refused}");
 }

@@ -155,7 +155,9 @@ async fn exec(
         ctx,
         &crate::policy::Reaches::compute(&ctx.config),
         &ctx.audit_log()?,
-    );
+        None,
+    )
+    .await;
     let request = ExecRequest {
         argv: command,
         cwd: None,

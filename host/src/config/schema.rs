@@ -455,6 +455,10 @@ pub struct Workspace {
     /// in `plugin_http`; a bare host means ports 80 and 443). Joined with
     /// the `egress:` of its policy groups. Default: none, no way out.
     pub egress: Vec<String>,
+    /// The tunnel services its container may reach as
+    /// `http://SERVICE.tunnel/…` through the egress proxy (the `service` of
+    /// a configured tunnel plugin, e.g. `grafana`). Default: none.
+    pub tunnels: Vec<String>,
     /// Whether the agent may schedule its own tasks (the `schedule__*`
     /// tools). Default `none`.
     pub agent_schedules: AgentSchedules,
@@ -777,6 +781,35 @@ pub struct Plugins {
     /// config keys (it reads their values through `config`). Default
     /// `refuse`.
     pub legacy_secrets: LegacySecrets,
+}
+
+impl Plugins {
+    /// Each configured instance of plugin `name`: `plugins.config.NAME` is
+    /// one instance's configuration, or a list of several (one tunnel
+    /// plugin serving several services).
+    pub fn instances(&self, name: &str) -> Vec<&serde_json::Value> {
+        match self.config.get(name) {
+            Some(serde_json::Value::Array(list)) => list.iter().collect(),
+            Some(one) => vec![one],
+            None => Vec::new(),
+        }
+    }
+
+    /// The `service` each instance of each plugin configures, with the
+    /// plugin's name: the tunnels a workspace may list.
+    pub fn configured_services(&self) -> Vec<(&str, &str)> {
+        self.config
+            .keys()
+            .flat_map(|name| {
+                self.instances(name).into_iter().filter_map(move |value| {
+                    value
+                        .get("service")
+                        .and_then(serde_json::Value::as_str)
+                        .map(|service| (service, name.as_str()))
+                })
+            })
+            .collect()
+    }
 }
 
 /// `plugins.trusted_publishers[]`: a name for messages and an `ed25519:`

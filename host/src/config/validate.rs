@@ -454,6 +454,16 @@ fn mount_target_problem(target: &str) -> Option<&'static str> {
         .map(|(_, why)| *why)
 }
 
+/// A tunnel's service is one DNS label: it is reached as `SERVICE.tunnel`.
+fn is_tunnel_service(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
 /// Normalized form of a valid mount target (for duplicate detection).
 fn normalized(target: &str) -> String {
     let parts: Vec<&str> = target.split('/').filter(|p| !p.is_empty()).collect();
@@ -571,6 +581,25 @@ fn workspace<'a>(cfg: &'a Config, name: &'a str, ws: &'a Workspace, out: Out<'a,
                 item("egress", i),
                 format!("egress entry `{host}`: {why}"),
             ));
+        }
+    }
+    let services = cfg.plugins.configured_services();
+    for (i, service) in ws.tunnels.iter().enumerate() {
+        let why = if !is_tunnel_service(service) {
+            Some(format!(
+                "tunnel `{service}`: a service name is 1-63 characters from a-z, 0-9 and `-` (it is reached as http://{service}.tunnel/)"
+            ))
+        } else if ws.tunnels[..i].contains(service) {
+            Some(format!("tunnel `{service}` is listed twice"))
+        } else if !services.iter().any(|(s, _)| s == service) {
+            Some(format!(
+                "no tunnel serves `{service}`: configure one under plugins.config, e.g. plugins.config.tunnel-http: {{service: {service}, target: \"http://127.0.0.1:PORT\"}}"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            out.push(at(item("tunnels", i), why));
         }
     }
     for (i, server) in ws.mcp_servers.iter().enumerate() {

@@ -31,7 +31,7 @@ pub async fn agent_with(
     };
     let memory = Arc::new(ctx.memory_store()?);
     let gateway = gateway(ctx, audit.clone(), plugins.clone(), memory.clone())?;
-    let egress = egress_proxies(ctx, gateway.reaches(), &audit);
+    let egress = egress_proxies(ctx, gateway.reaches(), &audit, plugins.clone()).await;
     let runtime =
         Arc::new(ContainerRuntime::connect(&ctx.home, audit, gateway.container_grants()).await?);
     let sessions = Arc::new(SessionStore::open(&ctx.home)?);
@@ -52,14 +52,46 @@ pub async fn agent_with(
 }
 
 /// The egress proxy of every workspace, over `reaches` (the gateway's,
-/// where there is one: what `policy audit` prints).
-pub fn egress_proxies(
+/// where there is one: what `policy audit` prints), with the tunnel
+/// plugins the workspaces list, loaded on `plugins` (the process's plugin
+/// host, else one of its own). A tunnel that cannot be served is logged;
+/// requests for it are answered 502.
+pub async fn egress_proxies(
     ctx: &Context,
     reaches: &crate::policy::Reaches,
     audit: &Arc<AuditLog>,
+    plugins: Option<Arc<PluginHost>>,
 ) -> crate::egress::EgressProxies {
     let limits = crate::egress::Limits::from(ctx.config.containers.egress);
-    crate::egress::EgressProxies::start(&ctx.home, reaches, audit, limits)
+    let tunnels = if ctx
+        .config
+        .workspaces
+        .values()
+        .all(|ws| ws.tunnels.is_empty())
+    {
+        crate::egress::Tunnels::default()
+    } else {
+        let host = match plugins {
+            Some(host) => Ok(host),
+            None => ctx.plugin_host().map(Arc::new),
+        };
+        match host {
+            Ok(host) => {
+                let (tunnels, problems) =
+                    crate::egress::Tunnels::load(host, &ctx.catalog(), &ctx.config, ctx.limits())
+                        .await;
+                for problem in problems {
+                    tracing::warn!("{problem}");
+                }
+                tunnels
+            }
+            Err(e) => {
+                tracing::warn!("no tunnel is served: the plugin host did not start: {e:#}");
+                crate::egress::Tunnels::default()
+            }
+        }
+    };
+    crate::egress::EgressProxies::start(&ctx.home, reaches, audit, limits, &Arc::new(tunnels))
 }
 
 /// The gateway over this home's `pincer.db`: its key store and ledger, the

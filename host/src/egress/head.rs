@@ -42,6 +42,21 @@ pub struct Head {
     /// For plain HTTP: the head to send the origin server. `None` for a
     /// tunnel.
     pub forward: Option<Vec<u8>>,
+    /// For plain HTTP: the request as a tunnel plugin is handed it.
+    pub plain: Option<Plain>,
+}
+
+/// A plain-HTTP request's parts past its authority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plain {
+    /// Path and query, starting with `/`.
+    pub path: String,
+    /// The end-to-end headers (no `Host`, hop-by-hop ones dropped).
+    pub headers: Vec<(String, String)>,
+    /// `Content-Length`, if given.
+    pub content_length: Option<u64>,
+    /// A `Transfer-Encoding` is given.
+    pub chunked: bool,
 }
 
 impl Head {
@@ -98,6 +113,7 @@ pub fn parse(head: &[u8]) -> Result<Head, BadHead> {
             host,
             port,
             forward: None,
+            plain: None,
         });
     }
     let Some(rest) = target.strip_prefix("http://") else {
@@ -138,22 +154,50 @@ pub fn parse(head: &[u8]) -> Result<Head, BadHead> {
                 .collect::<Vec<_>>()
         })
         .collect();
+    let mut kept = Vec::new();
     for header in request.headers.iter() {
         let name = header.name.to_ascii_lowercase();
         if HOP_BY_HOP.contains(&name.as_str()) || named_by_connection.contains(&name) {
             continue;
         }
+        let value = String::from_utf8_lossy(header.value);
         forward.push_str(header.name);
         forward.push_str(": ");
-        forward.push_str(&String::from_utf8_lossy(header.value));
+        forward.push_str(&value);
         forward.push_str("\r\n");
+        if name != "host" {
+            kept.push((header.name.to_owned(), value.into_owned()));
+        }
     }
     forward.push_str("Connection: close\r\n\r\n");
+    let content_length = match request
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+    {
+        Some(h) => Some(
+            std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| BadHead::from("the Content-Length is not a number"))?,
+        ),
+        None => None,
+    };
+    let chunked = request
+        .headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("transfer-encoding"));
     Ok(Head {
         method: method.to_owned(),
         host,
         port,
         forward: Some(forward.into_bytes()),
+        plain: Some(Plain {
+            path,
+            headers: kept,
+            content_length,
+            chunked,
+        }),
     })
 }
 

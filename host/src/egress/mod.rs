@@ -6,7 +6,9 @@
 //! the workspace's [`crate::policy::EgressReach`] allows, resolves names on
 //! the host, connects to the address it checked and audits every
 //! connection, allowed (`egress.allowed`, with bytes each way) or refused
-//! (`egress.refused`, with the key to change) ([`proxy`]).
+//! (`egress.refused`, with the key to change) ([`proxy`]). A request for
+//! `http://SERVICE.tunnel/…` goes to the tunnel plugin serving SERVICE
+//! instead ([`tunnel`]).
 //!
 //! Whichever pincer process runs a workspace's command serves its proxy:
 //! the daemon, or a one-shot command for its length; a process that finds
@@ -17,6 +19,7 @@ mod head;
 mod proxy;
 #[cfg(test)]
 mod tests;
+mod tunnel;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,7 @@ use crate::policy::Reaches;
 
 pub use head::{BadHead, Head, MAX_HEAD_BYTES, parse as parse_head};
 pub use proxy::Limits;
+pub use tunnel::{Refusal as TunnelRefusal, Tunnels};
 
 /// The host path of `workspace`'s egress socket.
 pub fn socket_path(home: &Path, workspace: &str) -> PathBuf {
@@ -65,7 +69,13 @@ impl EgressProxies {
     /// except where another process answers it already. A socket that
     /// cannot be served leaves that workspace with no way out (its
     /// runner answers 502), said once here.
-    pub fn start(home: &Path, reaches: &Reaches, audit: &Arc<AuditLog>, limits: Limits) -> Self {
+    pub fn start(
+        home: &Path,
+        reaches: &Reaches,
+        audit: &Arc<AuditLog>,
+        limits: Limits,
+        tunnels: &Arc<Tunnels>,
+    ) -> Self {
         let serving = reaches
             .iter()
             .map(|(workspace, reach)| {
@@ -85,6 +95,7 @@ impl EgressProxies {
                         audit: audit.clone(),
                         limits,
                         budget: proxy::Budget::default(),
+                        tunnels: tunnels.clone(),
                     };
                     match bind(&path) {
                         Ok(listener) => {

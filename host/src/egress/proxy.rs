@@ -67,7 +67,12 @@ pub(super) struct Proxy {
     pub limits: Limits,
     /// What the workspace's connections moved this minute.
     pub budget: Budget,
+    /// The tunnel plugins `SERVICE.tunnel` requests are handed to.
+    pub tunnels: Arc<super::Tunnels>,
 }
+
+/// The largest request body handed to a tunnel plugin.
+const MAX_TUNNEL_BODY: u64 = 8 << 20;
 
 impl Proxy {
     /// Serves `listener` until the task is dropped.
@@ -134,6 +139,12 @@ impl Proxy {
                 .why_refused(&self.workspace, &head.host, head.port);
             return self.refuse(client, &target, &why).await;
         };
+        if let EgressRule::Tunnel(service) = rule {
+            let early = buffer[end..].to_vec();
+            return self
+                .tunnel(client, &head, early, service, rule, started)
+                .await;
+        }
         let addresses = match self.resolve(&head, rule).await {
             Ok(addresses) => addresses,
             Err(why) => return self.refuse(client, &target, &why).await,
@@ -225,6 +236,7 @@ impl Proxy {
         let via = match rule {
             EgressRule::Listed(entry) => format!("allowed by `{}`", entry.host),
             EgressRule::AnyPublic => "allowed as a public host".to_owned(),
+            EgressRule::Tunnel(service) => format!("tunnel `{service}`"),
         };
         Err(format!(
             "`{}` ({via}) is a {class} address ({}); a non-public address is reached only when listed literally: add `{literal}` to workspaces.{ws}.egress",
@@ -320,6 +332,125 @@ impl Proxy {
             }
         }
         let _ = to.shutdown().await;
+    }
+
+    /// A `SERVICE.tunnel` request: read whole (bounded), handed to the
+    /// tunnel plugin's `forward`, its response written back and audited.
+    async fn tunnel(
+        &self,
+        mut client: UnixStream,
+        head: &Head,
+        mut body: Vec<u8>,
+        service: &str,
+        rule: EgressRule<'_>,
+        started: Instant,
+    ) {
+        let target = head.target();
+        let Some(plain) = head.plain.as_ref().filter(|_| head.port == 80) else {
+            let why = format!(
+                "tunnel `{service}` is reached with plain HTTP through the proxy: ask for http://{service}.tunnel/… (no CONNECT, no https, no port)"
+            );
+            return self.refuse(client, &target, &why).await;
+        };
+        if plain.chunked {
+            self.record_refused(&target, "a chunked request body");
+            let why = "send a request body to a tunnel with Content-Length, not chunked";
+            return answer(client, 411, "Length Required", why).await;
+        }
+        let length = plain.content_length.unwrap_or(0);
+        if length > MAX_TUNNEL_BODY || (body.len() as u64) > length {
+            let why = format!(
+                "a request body to a tunnel is at most {} MiB and exactly its Content-Length",
+                MAX_TUNNEL_BODY >> 20
+            );
+            self.record_refused(&target, &why);
+            return answer(client, 413, "Content Too Large", &why).await;
+        }
+        let mut rest = vec![0u8; (length - body.len() as u64) as usize];
+        let read = tokio::time::timeout(self.limits.idle_timeout, client.read_exact(&mut rest));
+        if !matches!(read.await, Ok(Ok(_))) {
+            return self.record_refused(&target, "the request body did not arrive whole");
+        }
+        body.extend_from_slice(&rest);
+        let request = crate::plugins::api::HttpRequest {
+            method: head.method.clone(),
+            url: plain.path.clone(),
+            headers: plain
+                .headers
+                .iter()
+                .filter(|(name, _)| !name.eq_ignore_ascii_case("content-length"))
+                .map(|(name, value)| crate::plugins::api::Header {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            body,
+            timeout_ms: None,
+            secrets: Vec::new(),
+            capture: None,
+        };
+        let up = request.body.len() as u64;
+        self.budget
+            .take(request.body.len(), self.limits.bytes_per_minute)
+            .await;
+        let response = match self.tunnels.forward(service, &request).await {
+            Ok(response) => response,
+            Err(refusal) => {
+                self.record_refused(&target, &refusal.why);
+                let reason = if refusal.status == 403 {
+                    "Forbidden"
+                } else if refusal.status == 400 {
+                    "Bad Request"
+                } else {
+                    "Bad Gateway"
+                };
+                return answer(client, refusal.status, reason, &refusal.why).await;
+            }
+        };
+        self.budget
+            .take(response.body.len(), self.limits.bytes_per_minute)
+            .await;
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\n",
+            response.status,
+            hyper::StatusCode::from_u16(response.status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("")
+        );
+        for header in &response.headers {
+            let clean = |t: &str| !t.contains(['\r', '\n']);
+            let framing = ["content-length", "transfer-encoding", "connection"]
+                .iter()
+                .any(|f| header.name.eq_ignore_ascii_case(f));
+            if !framing && clean(&header.name) && clean(&header.value) {
+                out.push_str(&format!("{}: {}\r\n", header.name, header.value));
+            }
+        }
+        out.push_str(&format!(
+            "Content-Length: {}\r\nConnection: close\r\n\r\n",
+            response.body.len()
+        ));
+        let down = response.body.len() as u64;
+        if client.write_all(out.as_bytes()).await.is_ok()
+            && client.write_all(&response.body).await.is_ok()
+        {
+            let _ = client.shutdown().await;
+        }
+        crate::events::egress_allowed(&self.workspace, up, down);
+        let plugin = self.tunnels.plugin_of(service).unwrap_or("?");
+        self.audit.record(
+            Actor::Workspace(&self.workspace),
+            Some(&self.workspace),
+            Action::EgressAllowed,
+            &format!(
+                "{} {target}{} → {plugin}.forward by {rule}: status {}, {up} bytes up, {down} bytes down, {:.1} s",
+                head.method,
+                plain.path,
+                response.status,
+                started.elapsed().as_secs_f64()
+            ),
+        );
     }
 
     /// Answers 403 with `why`, audited.

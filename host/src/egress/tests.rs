@@ -39,13 +39,14 @@ fn start(listed: &[String], any_public: bool, limits: Limits) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("egress.sock");
     let audit = Arc::new(AuditLog::open(&dir.path().join("pincer.db")).unwrap());
-    let reach = EgressReach::compute("w", &groups(any_public), listed, NetworkMode::None);
+    let reach = EgressReach::compute("w", &groups(any_public), listed, &[], NetworkMode::None);
     let proxy = Arc::new(Proxy {
         workspace: "w".into(),
         reach,
         audit: audit.clone(),
         limits,
         budget: super::proxy::Budget::default(),
+        tunnels: Default::default(),
     });
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
     let task = tokio::spawn(proxy.serve(listener));
@@ -307,6 +308,7 @@ async fn a_reload_in_the_same_process_serves_the_new_allowlist() {
             &crate::policy::Reaches::compute(config),
             &audit,
             limits(),
+            &Default::default(),
         )
     };
     let connect = format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n");

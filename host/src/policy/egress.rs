@@ -12,8 +12,12 @@
 //! - a loopback, private, link-local, … address is reached only where an
 //!   entry names that literal address, whatever name led to it;
 //! - `egress: none` (the `egress_none` and `no_internet_access` groups)
-//!   closes the way out, and a workspace list beside it is a conflict:
-//!   nothing leaves, and `config check` and `workspace up` say why.
+//!   closes the way out, and a workspace list or tunnel beside it is a
+//!   conflict: nothing leaves, and `config check` and `workspace up` say
+//!   why;
+//! - `http://SERVICE.tunnel/…` is the tunnel serving SERVICE, for a
+//!   workspace whose `tunnels:` lists it; a `.tunnel` name is never
+//!   resolved or matched by any other rule.
 
 use std::net::IpAddr;
 
@@ -37,7 +41,12 @@ pub struct EgressEntry {
 pub enum EgressRule<'a> {
     Listed(&'a EgressEntry),
     AnyPublic,
+    /// `SERVICE.tunnel`: handed to the tunnel plugin serving it.
+    Tunnel(&'a str),
 }
+
+/// The host suffix that names a tunnel's service.
+pub const TUNNEL_SUFFIX: &str = ".tunnel";
 
 impl std::fmt::Display for EgressRule<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -46,6 +55,7 @@ impl std::fmt::Display for EgressRule<'_> {
                 write!(f, "`{}` (from {})", entry.host, entry.from.join(", "))
             }
             EgressRule::AnyPublic => f.write_str("any public address (egress: any_public)"),
+            EgressRule::Tunnel(service) => write!(f, "tunnel `{service}`"),
         }
     }
 }
@@ -58,6 +68,8 @@ pub struct EgressReach {
     pub any_public: Vec<String>,
     /// The groups that close the way out (`egress: none`).
     pub closed: Vec<String>,
+    /// The tunnel services it may reach (`workspaces.NAME.tunnels`).
+    pub tunnels: Vec<String>,
     /// `network: bridge_unfiltered`: the container bypasses the proxy.
     pub unfiltered: bool,
     /// Why nothing may leave although something is listed, if so.
@@ -76,6 +88,7 @@ impl EgressReach {
             entries: Vec::new(),
             any_public: Vec::new(),
             closed: Vec::new(),
+            tunnels: Vec::new(),
             unfiltered: false,
             refused: Some(why),
             patterns: Vec::new(),
@@ -83,11 +96,13 @@ impl EgressReach {
     }
 
     /// `groups` (from the effective policy) joined with `listed`
-    /// (`workspaces.NAME.egress`), under `network`.
+    /// (`workspaces.NAME.egress`) and `tunnels` (`workspaces.NAME.tunnels`),
+    /// under `network`.
     pub fn compute(
         workspace: &str,
         groups: &GroupsEgress,
         listed: &[String],
+        tunnels: &[String],
         network: NetworkMode,
     ) -> Self {
         let own = format!("workspaces.{workspace}.egress");
@@ -121,12 +136,17 @@ impl EgressReach {
                 "policy group {group} says `egress: none`, yet {own} lists {}: remove one of them",
                 listed.join(", ")
             )),
+            Some(group) if !tunnels.is_empty() => Some(format!(
+                "policy group {group} says `egress: none`, yet workspaces.{workspace}.tunnels lists {}: remove one of them",
+                tunnels.join(", ")
+            )),
             _ => None,
         };
         EgressReach {
             entries,
             any_public: groups.any_public.clone(),
             closed: groups.none.clone(),
+            tunnels: tunnels.to_vec(),
             unfiltered: network == NetworkMode::BridgeUnfiltered,
             refused,
             patterns,
@@ -135,7 +155,8 @@ impl EgressReach {
 
     /// Whether anything may leave through the proxy.
     pub fn is_open(&self) -> bool {
-        self.refused.is_none() && (!self.entries.is_empty() || !self.any_public.is_empty())
+        self.refused.is_none()
+            && (!self.entries.is_empty() || !self.any_public.is_empty() || !self.tunnels.is_empty())
     }
 
     /// The rule that allows `host` (as [`crate::hosts::normalized_host`]
@@ -144,6 +165,13 @@ impl EgressReach {
     pub fn rule(&self, host: &str, port: u16) -> Option<EgressRule<'_>> {
         if self.refused.is_some() {
             return None;
+        }
+        if let Some(service) = host.strip_suffix(TUNNEL_SUFFIX) {
+            return self
+                .tunnels
+                .iter()
+                .find(|t| *t == service)
+                .map(|t| EgressRule::Tunnel(t.as_str()));
         }
         let scheme_port = if DEFAULT_PORTS.contains(&port) {
             port
@@ -170,6 +198,11 @@ impl EgressReach {
         if let Some(group) = self.closed.first() {
             return format!(
                 "workspace `{workspace}` has no way out (egress: none, from policy group {group})"
+            );
+        }
+        if let Some(service) = host.strip_suffix(TUNNEL_SUFFIX) {
+            return format!(
+                "workspace `{workspace}` may not use tunnel `{service}`: add `{service}` to workspaces.{workspace}.tunnels"
             );
         }
         let entry = if DEFAULT_PORTS.contains(&port) {
@@ -209,7 +242,7 @@ mod tests {
 
     fn reach(listed: &[&str], groups: GroupsEgress) -> EgressReach {
         let listed: Vec<String> = listed.iter().map(|s| (*s).to_owned()).collect();
-        EgressReach::compute("w", &groups, &listed, NetworkMode::None)
+        EgressReach::compute("w", &groups, &listed, &[], NetworkMode::None)
     }
 
     #[test]
@@ -276,5 +309,45 @@ mod tests {
             panic!("listed")
         };
         assert_eq!(entry.from, ["workspaces.w.egress", "policy group rust"]);
+    }
+
+    #[test]
+    fn a_tunnel_is_reached_by_its_service_name_only_where_listed() {
+        let tunnels = ["grafana".to_owned()];
+        let public = GroupsEgress {
+            any_public: vec!["egress_any_public".into()],
+            ..GroupsEgress::default()
+        };
+        let r = EgressReach::compute("w", &public, &[], &tunnels, NetworkMode::None);
+        assert!(r.is_open());
+        assert_eq!(
+            r.rule("grafana.tunnel", 80),
+            Some(EgressRule::Tunnel("grafana"))
+        );
+        // Not another service, and never as a public name.
+        assert_eq!(r.rule("wiki.tunnel", 80), None);
+        assert!(
+            r.why_refused("w", "wiki.tunnel", 80)
+                .contains("add `wiki` to workspaces.w.tunnels")
+        );
+        let only = EgressReach::compute(
+            "w",
+            &GroupsEgress::default(),
+            &[],
+            &tunnels,
+            NetworkMode::None,
+        );
+        assert!(only.is_open());
+        let closed = GroupsEgress {
+            none: vec!["no_internet_access".into()],
+            ..GroupsEgress::default()
+        };
+        let r = EgressReach::compute("w", &closed, &[], &tunnels, NetworkMode::None);
+        assert_eq!(r.rule("grafana.tunnel", 80), None);
+        assert!(
+            r.refused
+                .as_deref()
+                .is_some_and(|why| why.contains("workspaces.w.tunnels"))
+        );
     }
 }

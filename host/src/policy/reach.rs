@@ -244,9 +244,13 @@ impl WorkspaceReach {
             },
         };
         let egress = match (policy, ws, &unavailable) {
-            (Some(policy), Some(ws), None) => {
-                EgressReach::compute(workspace, &policy.egress, &ws.egress, policy.network.value)
-            }
+            (Some(policy), Some(ws), None) => EgressReach::compute(
+                workspace,
+                &policy.egress,
+                &ws.egress,
+                &ws.tunnels,
+                policy.network.value,
+            ),
             _ => EgressReach::closed(
                 unavailable
                     .clone()

@@ -156,6 +156,9 @@ pub struct Reach {
     /// Where the container may connect through the egress proxy: the very
     /// value the proxy enforces.
     pub egress: crate::policy::EgressReach,
+    /// The tunnel services it reaches as `http://SERVICE.tunnel/`, each
+    /// with the plugin configured to serve it.
+    pub tunnels: Vec<TunnelReach>,
     /// pincer's own host listeners this container could connect to: with
     /// network `bridge_unfiltered`, each one bound beyond loopback (the host answers on
     /// the bridge's gateway address too); with `none`, none.
@@ -701,9 +704,33 @@ fn reach(p: &EffectivePolicy, input: &ReportInput<'_>, computed: &WorkspaceReach
             deployments: deployments(input, &computed.models.aliases),
         },
         plugin_http: input.plugin_http.clone(),
+        tunnels: tunnels(&computed.egress, input.config),
         egress: computed.egress.clone(),
         host_listeners: host_listeners(p.network.value, input.config),
     }
+}
+
+/// One tunnel a workspace lists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TunnelReach {
+    pub service: String,
+    /// The plugin whose `plugins.config` entry names the service.
+    pub plugin: Option<String>,
+}
+
+fn tunnels(egress: &crate::policy::EgressReach, config: &Config) -> Vec<TunnelReach> {
+    let configured = config.plugins.configured_services();
+    egress
+        .tunnels
+        .iter()
+        .map(|service| TunnelReach {
+            service: service.clone(),
+            plugin: configured
+                .iter()
+                .find(|(s, _)| s == service)
+                .map(|(_, plugin)| (*plugin).to_owned()),
+        })
+        .collect()
 }
 
 /// The hosts the egress proxy lets through, in a few words.
@@ -712,6 +739,7 @@ fn egress_summary(egress: &crate::policy::EgressReach) -> String {
     if !egress.any_public.is_empty() {
         ways.push("any public address (ports 80, 443)".to_owned());
     }
+    ways.extend(egress.tunnels.iter().map(|t| format!("tunnel {t}")));
     ways.join(", ")
 }
 
@@ -1133,6 +1161,23 @@ pub fn render_text(report: &PolicyReport) -> String {
         rows.push(("plugin http".to_owned(), http.join("; ")));
     }
     rows.push(("egress".to_owned(), egress_line(&reach.egress)));
+    if !reach.tunnels.is_empty() {
+        let lines: Vec<String> = reach
+            .tunnels
+            .iter()
+            .map(|t| match &t.plugin {
+                _ if reach.egress.refused.is_some() => {
+                    format!("{} (refused, see egress)", t.service)
+                }
+                Some(plugin) => format!(
+                    "http://{}.tunnel/ (served by {plugin}; from workspaces.{}.tunnels)",
+                    t.service, report.workspace
+                ),
+                None => format!("{} (no plugin configured to serve it)", t.service),
+            })
+            .collect();
+        rows.push(("tunnels".to_owned(), lines.join("; ")));
+    }
     if reach.network.starts_with("bridge") {
         rows.push((
             // pincer's own listeners on the host (the label no wider than
