@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use pincer::audit::AuditLog;
 use pincer::config::Config;
-use pincer::egress::{EgressProxies, Limits, socket_path};
+use pincer::egress::{EgressProxies, Limits, Parts, socket_path};
 use pincer::policy::Reaches;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
@@ -54,12 +54,13 @@ async fn main() -> anyhow::Result<()> {
     let _proxies = EgressProxies::start(
         home.path(),
         &Reaches::compute(&config),
-        &audit,
-        Limits {
-            max_connections: 1024,
-            ..Limits::default()
+        Parts {
+            limits: Limits {
+                max_connections: 1024,
+                ..Limits::default()
+            },
+            ..Parts::new(&audit)
         },
-        &Default::default(),
     );
     let socket = socket_path(home.path(), WORKSPACE);
 

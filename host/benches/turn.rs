@@ -94,9 +94,7 @@ async fn run() -> anyhow::Result<()> {
     let egress = pincer::egress::EgressProxies::start(
         home.path(),
         gateway.reaches(),
-        &audit,
-        pincer::egress::Limits::default(),
-        &Default::default(),
+        pincer::egress::Parts::new(&audit),
     );
     let agent = Agent::new(
         config.clone(),

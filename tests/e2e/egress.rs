@@ -392,3 +392,109 @@ fn a_listed_tunnel_reaches_a_host_service_by_name_and_no_other_workspace_does() 
         );
     assert!(refused.contains("no tunnel serves `grafana`"), "{refused}");
 }
+
+/// `egress_ask`: a connection to an unlisted address waits while the
+/// running turn asks (here the terminal, `--approve`); "once" lets that
+/// connection through, "deny" answers 403, "always" stores an `egress:`
+/// rule that lets later ones through unasked until it is revoked. With no
+/// turn running, nobody is asked and the connection is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unlisted_host_is_asked_about_in_the_running_turn() {
+    use crate::agent::{Env as AgentEnv, of_kind, tool_results};
+    use crate::support::fake_llm::Behaviour;
+
+    let (port, accepted) = loopback_origin();
+    let fetch = |path: &str| {
+        Behaviour::tool(
+            "bash",
+            &serde_json::json!({
+                "command": format!("wget -q -O- http://127.0.0.1:{port}/{path}")
+            })
+            .to_string(),
+        )
+    };
+    let decisions = ["once", "deny", "always", "deny", "deny"];
+    let mut script = Vec::new();
+    for (i, _) in decisions.iter().enumerate() {
+        script.push(fetch(&i.to_string()));
+        script.push(Behaviour::answer("done"));
+    }
+    let env = AgentEnv::new(
+        script,
+        "  asked:\n    egress_ask: true\n    approvals: {tier: approval, allow: [\"bash: wget\"]}\n",
+    )
+    .await;
+    let mut seen = Vec::new();
+    for (i, how) in decisions.iter().enumerate() {
+        if i == 4 {
+            ok(env.pincer(&[
+                "approvals",
+                "revoke",
+                "-w",
+                "asked",
+                &format!("egress: 127.0.0.1:{port}"),
+            ]));
+        }
+        let out = env.pincer(&[
+            "message",
+            "-w",
+            "asked",
+            "--json",
+            "--approve",
+            how,
+            "--text",
+            "fetch",
+        ]);
+        let events = crate::agent::events(&out);
+        let asked: Vec<String> = of_kind(&events, "approval")
+            .iter()
+            .map(|e| e["preview"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        let result = tool_results(&events).first().cloned().unwrap_or_default();
+        seen.push((how, asked, result));
+    }
+    let shown = format!("reach 127.0.0.1:{port} (a loopback address)");
+    let asked: Vec<Vec<String>> = seen.iter().map(|(_, a, _)| a.clone()).collect();
+    assert_eq!(
+        asked,
+        [
+            vec![shown.clone()],
+            vec![shown.clone()],
+            vec![shown.clone()],
+            vec![],
+            vec![shown.clone()]
+        ],
+        "{seen:#?}"
+    );
+    for (i, reached) in [true, false, true, true, false].into_iter().enumerate() {
+        assert_eq!(
+            seen[i].2.contains("hello from the host"),
+            reached,
+            "{i}: {seen:#?}"
+        );
+    }
+    assert!(seen[1].2.contains("403"), "{seen:#?}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    let allowed = env.sandbox.audited("egress.allowed");
+    assert!(
+        allowed[0].contains("(from approved in request apr_")
+            && allowed[2].contains("(from an \"always\" approval (pincer approvals rules))"),
+        "{allowed:#?}"
+    );
+
+    // No turn running: nobody to ask, refused with why.
+    let out = stdout(&env.pincer(&[
+        "workspace",
+        "exec",
+        "asked",
+        "--",
+        "sh",
+        "-c",
+        &format!("printf 'GET http://127.0.0.1:{port}/ HTTP/1.1\\r\\n\\r\\n' | nc -w 5 127.0.0.1 3128; true"),
+    ]));
+    assert!(
+        out.starts_with("HTTP/1.1 403") && out.contains("no turn of workspace `asked` is running"),
+        "{out}"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+}

@@ -196,7 +196,14 @@ impl Wanted {
 }
 
 fn default_rule(request: &Request) -> String {
-    if request.tool == "bash" {
+    if request.tool == super::EGRESS_TOOL {
+        let target = request
+            .preview
+            .strip_prefix(super::policy::EGRESS_PREVIEW)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_default();
+        format!("egress: {target}")
+    } else if request.tool == "bash" {
         format!("bash: {}", request.preview)
     } else {
         request.tool.clone()

@@ -32,7 +32,8 @@ pub use policy::{
     default_ask, preview, shown_preview,
 };
 pub use rules::{
-    Call, Rule, RuleError, SourceKind, Tier, ToolClass, builtin_class, is_read_command, shown_argv,
+    Call, EGRESS_TOOL, Rule, RuleError, SourceKind, Tier, ToolClass, builtin_class,
+    is_read_command, shown_argv,
 };
 pub use service::{Approvals, MAX_PREVIEW_BYTES, MAX_REQUESTS_PER_WINDOW};
 pub use store::{

@@ -198,6 +198,18 @@ pub fn preview(call: &Call<'_>) -> String {
         .get("command")
         .and_then(serde_json::Value::as_str)
     {
+        _ if call.egress_target().is_some() => {
+            let (host, port) = call.egress_target().unwrap_or_default();
+            let written = if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            };
+            match host.parse().ok().and_then(crate::hosts::address_class) {
+                Some(class) => format!("{EGRESS_PREVIEW}{written} (a {class} address)"),
+                None => format!("{EGRESS_PREVIEW}{written}"),
+            }
+        }
         Some(command) if call.tool == "bash" => command.to_owned(),
         _ => format!(
             "{} {}",
@@ -216,6 +228,9 @@ pub fn preview(call: &Call<'_>) -> String {
         })
         .collect()
 }
+
+/// How an egress request's preview starts: `reach HOST:PORT`.
+pub const EGRESS_PREVIEW: &str = "reach ";
 
 /// Longest preview shown in a chat message; a longer one is shown as its
 /// head and tail with its size and SHA-256 (the CLI shows it whole).
@@ -254,7 +269,12 @@ impl<'de> Deserialize<'de> for Tier {
 impl<'de> Deserialize<'de> for Rule {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        Rule::parse(&text).map_err(de::Error::custom)
+        match Rule::parse(&text).map_err(de::Error::custom)? {
+            Rule::Egress(_) => Err(de::Error::custom(format!(
+                "`{text}`: hosts a container may reach are listed in workspaces.NAME.egress, not approvals.allow"
+            ))),
+            rule => Ok(rule),
+        }
     }
 }
 

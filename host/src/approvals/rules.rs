@@ -126,7 +126,13 @@ pub enum RuleError {
     RunsCode(String),
     #[error("`{rule}`: {why}")]
     NotSimple { rule: String, why: NotSimple },
+    #[error("`{rule}`: {why}")]
+    Egress { rule: String, why: String },
 }
+
+/// The tool name of a connection the egress proxy asks about
+/// (`workspaces.NAME.egress_ask`): its arguments are `{host, port}`.
+pub const EGRESS_TOOL: &str = "egress";
 
 /// An auto-allow rule, as written in `approvals.allow` or made by an
 /// "always" decision: a tool name (`write`, `skill-notes__add`), a source
@@ -141,6 +147,9 @@ pub enum Rule {
         name: String,
     },
     Argv(Vec<String>),
+    /// `egress: HOST_PATTERN`: connections the egress proxy lets through
+    /// without asking (an "always" on an egress request).
+    Egress(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +184,14 @@ impl Rule {
                 return Err(RuleError::RunsCode(program.to_owned()));
             }
             return Ok(Self::Argv(argv));
+        }
+        if let Some(pattern) = text.strip_prefix("egress:") {
+            let pattern = pattern.trim();
+            crate::hosts::HostPattern::parse(pattern).map_err(|why| RuleError::Egress {
+                rule: text.to_owned(),
+                why: why.to_string(),
+            })?;
+            return Ok(Self::Egress(pattern.to_owned()));
         }
         for (prefix, kind) in [("mcp:", SourceKind::Mcp), ("skill:", SourceKind::Skill)] {
             if let Some(name) = text.strip_prefix(prefix) {
@@ -212,6 +229,14 @@ impl Rule {
                 .source
                 .is_some_and(|(k, source)| k == *kind && (name == "*" || name == source)),
             Self::Argv(prefix) => call.argv().is_ok_and(|argv| argv.starts_with(prefix)),
+            Self::Egress(pattern) => {
+                call.tool == EGRESS_TOOL
+                    && call.egress_target().is_some_and(|(host, port)| {
+                        crate::hosts::HostPattern::parse(pattern).is_ok_and(|p| {
+                            p.matches(host, port, if matches!(port, 80 | 443) { port } else { 0 })
+                        })
+                    })
+            }
         }
     }
 }
@@ -222,6 +247,7 @@ impl fmt::Display for Rule {
             Self::Tool(name) => f.write_str(name),
             Self::Source { kind, name } => write!(f, "{}:{name}", kind.prefix()),
             Self::Argv(argv) => write!(f, "bash: {}", shown_argv(argv)),
+            Self::Egress(pattern) => write!(f, "egress: {pattern}"),
         }
     }
 }
@@ -250,6 +276,16 @@ impl Call<'_> {
         command::argv(command)
     }
 
+    /// An egress request's host and port.
+    pub fn egress_target(&self) -> Option<(&str, u16)> {
+        if self.tool != EGRESS_TOOL {
+            return None;
+        }
+        let host = self.arguments.get("host")?.as_str()?;
+        let port = u16::try_from(self.arguments.get("port")?.as_u64()?).ok()?;
+        Some((host, port))
+    }
+
     /// SHA-256 of the tool and its exact arguments (keys sorted), hex: what
     /// a decision binds to.
     pub fn fingerprint(&self) -> String {
@@ -266,6 +302,10 @@ impl Call<'_> {
     /// and value types. `None`: a session decision cannot cover it (a bash
     /// command that is not simple).
     pub fn shape(&self) -> Option<String> {
+        if self.tool == EGRESS_TOOL {
+            // Once (this connection) or always (a stored rule), no session.
+            return None;
+        }
         if self.tool == "bash" {
             let argv = self.argv().ok()?;
             let program = command::program(&argv)?;
@@ -595,5 +635,40 @@ mod tests {
             .map(String::from)
             .to_vec();
         assert_eq!(shown_argv(&argv), "rm -rf '/workspace/my dir' 'it'\\''s'");
+    }
+
+    #[test]
+    fn an_egress_rule_covers_its_hosts_and_ports_and_nothing_else() {
+        let call = |tool: &str, host: &str, port: u16| {
+            let arguments = serde_json::json!({"host": host, "port": port});
+            let tool = tool.to_owned();
+            move |rule: &Rule| {
+                rule.covers(&Call {
+                    tool: &tool,
+                    source: None,
+                    arguments: &arguments,
+                })
+            }
+        };
+        let rule = Rule::parse("egress: *.crates.io").expect("rule");
+        assert_eq!(rule.to_string(), "egress: *.crates.io");
+        assert!(call(EGRESS_TOOL, "static.crates.io", 443)(&rule));
+        assert!(!call(EGRESS_TOOL, "static.crates.io", 22)(&rule));
+        assert!(!call(EGRESS_TOOL, "crates.io.evil.org", 443)(&rule));
+        assert!(
+            !call("bash", "static.crates.io", 443)(&rule),
+            "not a tool call"
+        );
+        assert!(matches!(
+            Rule::parse("egress: http://x/"),
+            Err(RuleError::Egress { .. })
+        ));
+        let shape = Call {
+            tool: EGRESS_TOOL,
+            source: None,
+            arguments: &serde_json::json!({"host": "a", "port": 1}),
+        }
+        .shape();
+        assert_eq!(shape, None, "no session decision for a connection");
     }
 }

@@ -156,6 +156,7 @@ async fn exec(
         &crate::policy::Reaches::compute(&ctx.config),
         &ctx.audit_log()?,
         None,
+        Some(std::sync::Arc::new(ctx.approvals()?)),
     )
     .await;
     let request = ExecRequest {

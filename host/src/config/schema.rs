@@ -459,6 +459,12 @@ pub struct Workspace {
     /// `http://SERVICE.tunnel/…` through the egress proxy (the `service` of
     /// a configured tunnel plugin, e.g. `grafana`). Default: none.
     pub tunnels: Vec<String>,
+    /// Ask a person, in the running turn's conversation, before a
+    /// connection to a host `egress` does not list, instead of refusing
+    /// it ("once": this connection; "always": a stored `egress:` rule,
+    /// listed and revoked with `pincer approvals rules|revoke`). Default
+    /// false.
+    pub egress_ask: bool,
     /// Whether the agent may schedule its own tasks (the `schedule__*`
     /// tools). Default `none`.
     pub agent_schedules: AgentSchedules,

@@ -1264,3 +1264,32 @@ fn listeners_beyond_loopback_need_allow_remote() {
     )
     .unwrap();
 }
+
+#[test]
+fn egress_hosts_are_not_approval_rules_and_tunnels_must_be_served() {
+    let shown = error("workspaces:\n  w:\n    approvals: {allow: [\"egress: pypi.org\"]}\n");
+    assert!(
+        shown.contains("listed in workspaces.NAME.egress, not approvals.allow"),
+        "{shown}"
+    );
+    assert_error(
+        "workspaces:\n  w:\n    tunnels: [Grafana]\n",
+        3,
+        15,
+        &["a service name is 1-63 characters"],
+    );
+    assert_error(
+        "workspaces:\n  w:\n    tunnels: [grafana]\n",
+        3,
+        15,
+        &["no tunnel serves `grafana`"],
+    );
+    let cfg = parse(
+        "plugins:\n  config:\n    tunnel-http:\n      - {service: grafana, target: \"http://127.0.0.1:3000\"}\n      - {service: wiki, target: \"http://127.0.0.1:3001\"}\nworkspaces:\n  w: {tunnels: [wiki], egress_ask: true}\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        cfg.plugins.configured_services(),
+        [("grafana", "tunnel-http"), ("wiki", "tunnel-http")]
+    );
+}

@@ -31,7 +31,14 @@ pub async fn agent_with(
     };
     let memory = Arc::new(ctx.memory_store()?);
     let gateway = gateway(ctx, audit.clone(), plugins.clone(), memory.clone())?;
-    let egress = egress_proxies(ctx, gateway.reaches(), &audit, plugins.clone()).await;
+    let egress = egress_proxies(
+        ctx,
+        gateway.reaches(),
+        &audit,
+        plugins.clone(),
+        Some(gateway.approvals().clone()),
+    )
+    .await;
     let runtime =
         Arc::new(ContainerRuntime::connect(&ctx.home, audit, gateway.container_grants()).await?);
     let sessions = Arc::new(SessionStore::open(&ctx.home)?);
@@ -55,14 +62,15 @@ pub async fn agent_with(
 /// where there is one: what `policy audit` prints), with the tunnel
 /// plugins the workspaces list, loaded on `plugins` (the process's plugin
 /// host, else one of its own). A tunnel that cannot be served is logged;
-/// requests for it are answered 502.
+/// requests for it are answered 502. `approvals`: where "always"
+/// decisions on egress are read.
 pub async fn egress_proxies(
     ctx: &Context,
     reaches: &crate::policy::Reaches,
     audit: &Arc<AuditLog>,
     plugins: Option<Arc<PluginHost>>,
+    approvals: Option<Arc<crate::approvals::Approvals>>,
 ) -> crate::egress::EgressProxies {
-    let limits = crate::egress::Limits::from(ctx.config.containers.egress);
     let tunnels = if ctx
         .config
         .workspaces
@@ -91,7 +99,13 @@ pub async fn egress_proxies(
             }
         }
     };
-    crate::egress::EgressProxies::start(&ctx.home, reaches, audit, limits, &Arc::new(tunnels))
+    let parts = crate::egress::Parts {
+        limits: crate::egress::Limits::from(ctx.config.containers.egress),
+        tunnels: Arc::new(tunnels),
+        approvals,
+        ..crate::egress::Parts::new(audit)
+    };
+    crate::egress::EgressProxies::start(&ctx.home, reaches, parts)
 }
 
 /// The gateway over this home's `pincer.db`: its key store and ledger, the

@@ -15,6 +15,7 @@
 //! the socket answered by another leaves it to that one
 //! ([`EgressProxies::start`]).
 
+mod ask;
 mod head;
 mod proxy;
 #[cfg(test)]
@@ -30,6 +31,7 @@ use tokio::task::JoinHandle;
 use crate::audit::AuditLog;
 use crate::policy::Reaches;
 
+pub use ask::{Asking, Listening, Question};
 pub use head::{BadHead, Head, MAX_HEAD_BYTES, parse as parse_head};
 pub use proxy::Limits;
 pub use tunnel::{Refusal as TunnelRefusal, Tunnels};
@@ -62,6 +64,32 @@ enum Serving {
 /// The egress proxies this process serves (or found served).
 pub struct EgressProxies {
     serving: HashMap<String, Serving>,
+    asking: Asking,
+}
+
+/// What every workspace's proxy works with.
+pub struct Parts {
+    pub audit: Arc<AuditLog>,
+    pub limits: Limits,
+    pub tunnels: Arc<Tunnels>,
+    /// The running turns that ask about unlisted hosts.
+    pub asking: Asking,
+    /// Where "always" decisions on egress are stored; `None`: none are
+    /// read.
+    pub approvals: Option<Arc<crate::approvals::Approvals>>,
+}
+
+impl Parts {
+    /// Audit only: default limits, no tunnels, nobody to ask.
+    pub fn new(audit: &Arc<AuditLog>) -> Self {
+        Parts {
+            audit: audit.clone(),
+            limits: Limits::default(),
+            tunnels: Arc::default(),
+            asking: Asking::default(),
+            approvals: None,
+        }
+    }
 }
 
 impl EgressProxies {
@@ -69,13 +97,7 @@ impl EgressProxies {
     /// except where another process answers it already. A socket that
     /// cannot be served leaves that workspace with no way out (its
     /// runner answers 502), said once here.
-    pub fn start(
-        home: &Path,
-        reaches: &Reaches,
-        audit: &Arc<AuditLog>,
-        limits: Limits,
-        tunnels: &Arc<Tunnels>,
-    ) -> Self {
+    pub fn start(home: &Path, reaches: &Reaches, parts: Parts) -> Self {
         let serving = reaches
             .iter()
             .map(|(workspace, reach)| {
@@ -92,10 +114,12 @@ impl EgressProxies {
                     let proxy = proxy::Proxy {
                         workspace: workspace.clone(),
                         reach: reach.egress.clone(),
-                        audit: audit.clone(),
-                        limits,
+                        audit: parts.audit.clone(),
+                        limits: parts.limits,
                         budget: proxy::Budget::default(),
-                        tunnels: tunnels.clone(),
+                        tunnels: parts.tunnels.clone(),
+                        asking: parts.asking.clone(),
+                        approvals: parts.approvals.clone(),
                     };
                     match bind(&path) {
                         Ok(listener) => {
@@ -116,7 +140,16 @@ impl EgressProxies {
                 (workspace.clone(), serving)
             })
             .collect();
-        Self { serving }
+        Self {
+            serving,
+            asking: parts.asking,
+        }
+    }
+
+    /// Where a running turn listens for questions about its workspace's
+    /// connections (`egress_ask`).
+    pub fn asking(&self) -> &Asking {
+        &self.asking
     }
 
     /// `Ok` when this process or another serves `workspace`'s proxy.

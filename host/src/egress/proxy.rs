@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use super::head::{self, Head, MAX_HEAD_BYTES};
 use crate::audit::{Action, Actor, AuditLog};
 use crate::hosts::address_class;
-use crate::policy::{EgressReach, EgressRule};
+use crate::policy::{EgressEntry, EgressReach, EgressRule};
 
 /// Bounds of one workspace's proxy.
 #[derive(Debug, Clone, Copy)]
@@ -69,7 +69,15 @@ pub(super) struct Proxy {
     pub budget: Budget,
     /// The tunnel plugins `SERVICE.tunnel` requests are handed to.
     pub tunnels: Arc<super::Tunnels>,
+    /// The running turns that ask about an unlisted host (`egress_ask`).
+    pub asking: super::Asking,
+    /// Where "always" decisions on egress are stored.
+    pub approvals: Option<Arc<crate::approvals::Approvals>>,
 }
+
+/// Longest a connection waits on a person; the turn's own approval
+/// timeout ends the wait first.
+const ASK_WAIT: Duration = Duration::from_secs(3600);
 
 /// The largest request body handed to a tunnel plugin.
 const MAX_TUNNEL_BODY: u64 = 8 << 20;
@@ -133,11 +141,22 @@ impl Proxy {
             Err(why) => return self.refuse(client, "(malformed request)", &why.0).await,
         };
         let target = head.target();
-        let Some(rule) = self.reach.rule(&head.host, head.port) else {
-            let why = self
-                .reach
-                .why_refused(&self.workspace, &head.host, head.port);
-            return self.refuse(client, &target, &why).await;
+        let approved;
+        let rule = match self.reach.rule(&head.host, head.port) {
+            Some(rule) => rule,
+            None if self.reach.may_ask(&head.host) => match self.ask(&head).await {
+                Ok(entry) => {
+                    approved = entry;
+                    EgressRule::Listed(&approved)
+                }
+                Err(why) => return self.refuse(client, &target, &why).await,
+            },
+            None => {
+                let why = self
+                    .reach
+                    .why_refused(&self.workspace, &head.host, head.port);
+                return self.refuse(client, &target, &why).await;
+            }
         };
         if let EgressRule::Tunnel(service) = rule {
             let early = buffer[end..].to_vec();
@@ -196,6 +215,53 @@ impl Proxy {
         );
     }
 
+    /// For a host no rule allows: a stored "always" rule, else a person's
+    /// decision in the running turn (`egress_ask`). The entry that allows
+    /// it, or why not (naming the key that would).
+    async fn ask(&self, head: &Head) -> Result<EgressEntry, String> {
+        let listed = self
+            .reach
+            .why_refused(&self.workspace, &head.host, head.port);
+        let arguments = serde_json::json!({"host": head.host, "port": head.port});
+        let call = crate::approvals::Call {
+            tool: crate::approvals::EGRESS_TOOL,
+            source: None,
+            arguments: &arguments,
+        };
+        if let Some(approvals) = &self.approvals {
+            let stored = approvals.store().rules(&self.workspace).unwrap_or_else(|e| {
+                tracing::warn!(workspace = %self.workspace, "the approval rules cannot be read: {e}");
+                Vec::new()
+            });
+            if let Some(crate::approvals::Rule::Egress(pattern)) =
+                stored.iter().find(|r| r.covers(&call))
+            {
+                return Ok(EgressEntry {
+                    host: pattern.clone(),
+                    from: vec!["an \"always\" approval (pincer approvals rules)".to_owned()],
+                });
+            }
+        }
+        match self
+            .asking
+            .ask(&self.workspace, &head.host, head.port, ASK_WAIT)
+            .await
+        {
+            Ok(how) => {
+                // A person approved exactly this target, as shown.
+                let written = match head.host.parse::<IpAddr>() {
+                    Ok(IpAddr::V6(v6)) => format!("[{v6}]:{}", head.port),
+                    _ => head.target(),
+                };
+                Ok(EgressEntry {
+                    host: written,
+                    from: vec![how],
+                })
+            }
+            Err(why) => Err(format!("{why}; {listed}")),
+        }
+    }
+
     /// The addresses of `head`'s host the rules allow: non-public ones only
     /// when an entry names them literally.
     async fn resolve(&self, head: &Head, rule: EgressRule<'_>) -> Result<Vec<SocketAddr>, String> {
@@ -219,7 +285,9 @@ impl Proxy {
         };
         let (kept, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
             found.into_iter().partition(|a| {
-                refused_class(a.ip()).is_none() || self.reach.names_address(a.ip(), a.port())
+                refused_class(a.ip()).is_none()
+                    || self.reach.names_address(a.ip(), a.port())
+                    || names_literally(rule, *a)
             });
         if !kept.is_empty() {
             return Ok(kept);
@@ -606,4 +674,28 @@ fn refused_class(ip: IpAddr) -> Option<&'static str> {
 /// Binding succeeds only for an address one of this host's interfaces has.
 pub(super) fn is_own_address(ip: IpAddr) -> bool {
     std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+/// Whether `rule` is an entry naming `address` as a literal address (a
+/// configured one, or one a person approved as shown).
+fn names_literally(rule: EgressRule<'_>, address: SocketAddr) -> bool {
+    let EgressRule::Listed(entry) = rule else {
+        return false;
+    };
+    crate::hosts::HostPattern::parse(&entry.host).is_ok_and(|pattern| {
+        pattern.literal_ip().map(crate::hosts::canonical)
+            == Some(crate::hosts::canonical(address.ip()))
+            && pattern.matches(
+                &match crate::hosts::canonical(address.ip()) {
+                    IpAddr::V6(v6) => format!("[{v6}]"),
+                    v4 => v4.to_string(),
+                },
+                address.port(),
+                if matches!(address.port(), 80 | 443) {
+                    address.port()
+                } else {
+                    0
+                },
+            )
+    })
 }

@@ -47,6 +47,8 @@ fn start(listed: &[String], any_public: bool, limits: Limits) -> Fixture {
         limits,
         budget: super::proxy::Budget::default(),
         tunnels: Default::default(),
+        asking: Default::default(),
+        approvals: None,
     });
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
     let task = tokio::spawn(proxy.serve(listener));
@@ -306,9 +308,10 @@ async fn a_reload_in_the_same_process_serves_the_new_allowlist() {
         super::EgressProxies::start(
             home.path(),
             &crate::policy::Reaches::compute(config),
-            &audit,
-            limits(),
-            &Default::default(),
+            super::Parts {
+                limits: limits(),
+                ..super::Parts::new(&audit)
+            },
         )
     };
     let connect = format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n");

@@ -70,6 +70,9 @@ pub struct EgressReach {
     pub closed: Vec<String>,
     /// The tunnel services it may reach (`workspaces.NAME.tunnels`).
     pub tunnels: Vec<String>,
+    /// An unlisted host is asked about instead of refused
+    /// (`workspaces.NAME.egress_ask`), unless the way out is closed.
+    pub ask: bool,
     /// `network: bridge_unfiltered`: the container bypasses the proxy.
     pub unfiltered: bool,
     /// Why nothing may leave although something is listed, if so.
@@ -89,6 +92,7 @@ impl EgressReach {
             any_public: Vec::new(),
             closed: Vec::new(),
             tunnels: Vec::new(),
+            ask: false,
             unfiltered: false,
             refused: Some(why),
             patterns: Vec::new(),
@@ -147,16 +151,32 @@ impl EgressReach {
             any_public: groups.any_public.clone(),
             closed: groups.none.clone(),
             tunnels: tunnels.to_vec(),
+            ask: false,
             unfiltered: network == NetworkMode::BridgeUnfiltered,
             refused,
             patterns,
         }
     }
 
+    /// With `ask`, an unlisted host is asked about (never where the way
+    /// out is closed or refused, and never a `.tunnel` name).
+    pub fn asking(mut self, ask: bool) -> Self {
+        self.ask = ask && self.closed.is_empty() && self.refused.is_none();
+        self
+    }
+
+    /// Whether `host:port`, which no rule allows, may be asked about.
+    pub fn may_ask(&self, host: &str) -> bool {
+        self.ask && !host.ends_with(TUNNEL_SUFFIX)
+    }
+
     /// Whether anything may leave through the proxy.
     pub fn is_open(&self) -> bool {
         self.refused.is_none()
-            && (!self.entries.is_empty() || !self.any_public.is_empty() || !self.tunnels.is_empty())
+            && (!self.entries.is_empty()
+                || !self.any_public.is_empty()
+                || !self.tunnels.is_empty()
+                || self.ask)
     }
 
     /// The rule that allows `host` (as [`crate::hosts::normalized_host`]

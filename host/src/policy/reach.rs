@@ -250,7 +250,8 @@ impl WorkspaceReach {
                 &ws.egress,
                 &ws.tunnels,
                 policy.network.value,
-            ),
+            )
+            .asking(ws.egress_ask),
             _ => EgressReach::closed(
                 unavailable
                     .clone()

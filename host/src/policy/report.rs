@@ -740,6 +740,9 @@ fn egress_summary(egress: &crate::policy::EgressReach) -> String {
         ways.push("any public address (ports 80, 443)".to_owned());
     }
     ways.extend(egress.tunnels.iter().map(|t| format!("tunnel {t}")));
+    if egress.ask {
+        ways.push("any host a person approves (egress_ask)".to_owned());
+    }
     ways.join(", ")
 }
 
@@ -761,6 +764,12 @@ fn egress_line(egress: &crate::policy::EgressReach) -> String {
             "any public address on ports 80, 443 (from policy group {})",
             egress.any_public.join(", ")
         ));
+    }
+    if egress.ask {
+        parts.push(
+            "any other host a person approves (egress_ask; \"always\" is a stored rule: pincer approvals rules)"
+                .to_owned(),
+        );
     }
     if parts.is_empty() {
         return match egress.closed.first() {

@@ -940,6 +940,47 @@ impl Agent {
         (verdict, Some(id))
     }
 
+    /// Asks, as for a tool call, whether the workspace's container may
+    /// reach a host its egress allowlist does not list (`egress_ask`):
+    /// only where this turn has someone to ask and its tier asks.
+    async fn ask_egress(
+        &self,
+        scope: &Scope<'_>,
+        question: &crate::egress::Question,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+    ) -> Result<String, String> {
+        let Some(gate) = &scope.gate else {
+            return Err("nobody is asked in tier yolo".to_owned());
+        };
+        if gate.policy.tier == approvals::Tier::ReadOnly {
+            return Err("nobody is asked in tier read-only".to_owned());
+        }
+        if matches!(
+            gate.presence,
+            Presence::Nobody | Presence::NobodyForAgentTask
+        ) {
+            return Err("nobody is there to ask in a scheduled run".to_owned());
+        }
+        let arguments = serde_json::json!({"host": question.host, "port": question.port});
+        let call = approvals::Call {
+            tool: approvals::EGRESS_TOOL,
+            source: None,
+            arguments: &arguments,
+        };
+        let call_id = format!("egress-{}", uuid::Uuid::new_v4().simple());
+        let (verdict, request) = self.ask(scope, gate, &call, &call_id, false, events).await;
+        if let Some(id) = &request {
+            self.applied(id);
+        }
+        match verdict {
+            Verdict::Run => Ok(format!(
+                "approved in request {}",
+                request.unwrap_or_default()
+            )),
+            Verdict::Refuse { message } => Err(message),
+        }
+    }
+
     /// Lets the gateway run `call` once, when it goes through the gateway.
     fn permit(&self, scope: &Scope<'_>, through_gateway: bool, call: &approvals::Call<'_>) {
         if !through_gateway {
@@ -1008,10 +1049,31 @@ impl Agent {
         }
         let mut pending: HashMap<String, (String, String)> = HashMap::new();
         let mut count: u64 = 0;
+        let asks = self
+            .config
+            .workspaces
+            .get(&scope.key.workspace)
+            .is_some_and(|ws| ws.egress_ask);
+        let mut listening = asks.then(|| self.egress.asking().listen(&scope.key.workspace));
         loop {
-            let next = tokio::time::timeout_at(*deadline, stream.next())
-                .await
-                .map_err(|_| RelayEnd::TimedOut)?;
+            let question = async {
+                match listening.as_mut() {
+                    Some(listening) => listening.questions.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let next = tokio::select! {
+                next = tokio::time::timeout_at(*deadline, stream.next()) => {
+                    next.map_err(|_| RelayEnd::TimedOut)?
+                }
+                Some(question) = question => {
+                    let asked = tokio::time::Instant::now();
+                    let answer = self.ask_egress(scope, &question, events).await;
+                    *deadline += asked.elapsed();
+                    let _ = question.reply.send(answer);
+                    continue;
+                }
+            };
             let event = match next {
                 Ok(Some(event)) => event,
                 Ok(None) => return Ok(Outcome::Failed("the turn ended without an outcome".into())),
