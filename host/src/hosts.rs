@@ -95,6 +95,20 @@ impl HostPattern {
         }
     }
 
+    /// Whether this pattern names `ip` literally, on `port` (where
+    /// `default_port` is the port of the scheme): only such a grant reaches
+    /// a non-public address.
+    pub fn names_address(&self, ip: IpAddr, port: u16, default_port: u16) -> bool {
+        let ip = canonical(ip);
+        self.literal_ip().map(canonical) == Some(ip) && {
+            let written = match ip {
+                IpAddr::V4(v4) => v4.to_string(),
+                IpAddr::V6(v6) => format!("[{v6}]"),
+            };
+            self.matches(&written, port, default_port)
+        }
+    }
+
     /// Whether every destination `other` allows, this one allows too.
     pub fn covers(&self, other: &HostPattern) -> bool {
         let port_ok = match (self.port, other.port) {
@@ -274,6 +288,13 @@ fn loose_ipv4(text: &str) -> Option<Ipv4Addr> {
         .checked_shl(room)?
         | last;
     u32::try_from(value).ok().map(Ipv4Addr::from)
+}
+
+/// The scheme port a connection on `port` stands for when a pattern has no
+/// port of its own: 80 and 443 (http and https), else none, so a bare
+/// host matches only those two (the egress proxy's rule).
+pub fn web_scheme_port(port: u16) -> u16 {
+    if matches!(port, 80 | 443) { port } else { 0 }
 }
 
 #[cfg(test)]

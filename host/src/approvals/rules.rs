@@ -233,7 +233,7 @@ impl Rule {
                 call.tool == EGRESS_TOOL
                     && call.egress_target().is_some_and(|(host, port)| {
                         crate::hosts::HostPattern::parse(pattern).is_ok_and(|p| {
-                            p.matches(host, port, if matches!(port, 80 | 443) { port } else { 0 })
+                            p.matches(host, port, crate::hosts::web_scheme_port(port))
                         })
                     })
             }

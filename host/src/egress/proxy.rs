@@ -682,20 +682,7 @@ fn names_literally(rule: EgressRule<'_>, address: SocketAddr) -> bool {
     let EgressRule::Listed(entry) = rule else {
         return false;
     };
-    crate::hosts::HostPattern::parse(&entry.host).is_ok_and(|pattern| {
-        pattern.literal_ip().map(crate::hosts::canonical)
-            == Some(crate::hosts::canonical(address.ip()))
-            && pattern.matches(
-                &match crate::hosts::canonical(address.ip()) {
-                    IpAddr::V6(v6) => format!("[{v6}]"),
-                    v4 => v4.to_string(),
-                },
-                address.port(),
-                if matches!(address.port(), 80 | 443) {
-                    address.port()
-                } else {
-                    0
-                },
-            )
-    })
+    let port = address.port();
+    crate::hosts::HostPattern::parse(&entry.host)
+        .is_ok_and(|p| p.names_address(address.ip(), port, crate::hosts::web_scheme_port(port)))
 }

@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use super::group::NetworkMode;
 use super::merge::GroupsEgress;
-use crate::hosts::{HostPattern, canonical};
+use crate::hosts::HostPattern;
 
 /// One allowed destination and where it was written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -193,11 +193,7 @@ impl EgressReach {
                 .find(|t| *t == service)
                 .map(|t| EgressRule::Tunnel(t.as_str()));
         }
-        let scheme_port = if DEFAULT_PORTS.contains(&port) {
-            port
-        } else {
-            0
-        };
+        let scheme_port = crate::hosts::web_scheme_port(port);
         if let Some(i) = self
             .patterns
             .iter()
@@ -238,21 +234,10 @@ impl EgressReach {
     /// Whether an entry names the non-public address `ip` literally, for
     /// `port`: only then may the proxy connect to it.
     pub fn names_address(&self, ip: IpAddr, port: u16) -> bool {
-        let ip = canonical(ip);
-        let scheme_port = if DEFAULT_PORTS.contains(&port) {
-            port
-        } else {
-            0
-        };
-        self.patterns.iter().any(|p| {
-            p.literal_ip().map(canonical) == Some(ip) && {
-                let written = match ip {
-                    IpAddr::V4(v4) => v4.to_string(),
-                    IpAddr::V6(v6) => format!("[{v6}]"),
-                };
-                p.matches(&written, port, scheme_port)
-            }
-        })
+        let scheme_port = crate::hosts::web_scheme_port(port);
+        self.patterns
+            .iter()
+            .any(|p| p.names_address(ip, port, scheme_port))
     }
 }
 
