@@ -33,6 +33,9 @@ pub struct Limits {
     /// Bytes the workspace's connections may move in a minute, both ways
     /// together; 0: no cap.
     pub bytes_per_minute: u64,
+    /// The port whose tunnels to a name have their TLS server name checked
+    /// against that name (443; a test's own origin in tests).
+    pub tls_port: u16,
 }
 
 impl From<crate::config::EgressLimits> for Limits {
@@ -55,6 +58,7 @@ impl Default for Limits {
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             bytes_per_minute: 0,
+            tls_port: 443,
         }
     }
 }
@@ -184,7 +188,23 @@ impl Proxy {
                 {
                     return;
                 }
-                buffer[end..].to_vec()
+                let mut first = buffer[end..].to_vec();
+                if head.port == self.limits.tls_port && head.host.parse::<IpAddr>().is_err() {
+                    let hello =
+                        read_client_hello(&mut client, &mut first, self.limits.head_timeout);
+                    if let Some(name) = hello.await
+                        && crate::hosts::normalized_host(&name).ok().as_deref() != Some(&head.host)
+                    {
+                        // Past the 200 a refusal can only be a closed
+                        // connection; the audit says why.
+                        let why = format!(
+                            "the TLS server name `{name}` is not the CONNECT host `{}` (domain fronting)",
+                            head.host
+                        );
+                        return self.record_refused(&target, &why);
+                    }
+                }
+                first
             }
             Some(forward) => {
                 let mut first = forward.clone();
@@ -685,4 +705,41 @@ fn names_literally(rule: EgressRule<'_>, address: SocketAddr) -> bool {
     let port = address.port();
     crate::hosts::HostPattern::parse(&entry.host)
         .is_ok_and(|p| p.names_address(address.ip(), port, crate::hosts::web_scheme_port(port)))
+}
+
+/// Reads the client's first bytes into `first` until they hold a whole TLS
+/// ClientHello (at most 16 KiB, within `wait`); the server name it asks
+/// for, if it is one and names one. Whatever was read is relayed as is.
+async fn read_client_hello(
+    client: &mut UnixStream,
+    first: &mut Vec<u8>,
+    wait: Duration,
+) -> Option<String> {
+    let read = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let mut acceptor = rustls::server::Acceptor::default();
+            let mut fed = &first[..];
+            while !fed.is_empty() {
+                if acceptor.read_tls(&mut fed).is_err() {
+                    return None;
+                }
+            }
+            match acceptor.accept() {
+                Ok(Some(accepted)) => {
+                    return accepted.client_hello().server_name().map(str::to_owned);
+                }
+                Ok(None) => {}
+                Err(_) => return None,
+            }
+            if first.len() >= MAX_HEAD_BYTES {
+                return None;
+            }
+            match client.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => first.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(wait, read).await.ok().flatten()
 }

@@ -364,3 +364,74 @@ fn the_hosts_own_addresses_are_known_as_such() {
     assert!(super::proxy::is_own_address(own));
     assert!(!super::proxy::is_own_address(documentation));
 }
+
+/// A ClientHello as rustls writes it, asking for `server_name`.
+fn client_hello(server_name: &str) -> Vec<u8> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned()).unwrap();
+    let mut connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut hello = Vec::new();
+    connection.write_tls(&mut hello).unwrap();
+    hello
+}
+
+/// A tunnel to a listed name whose TLS ClientHello asks for another name
+/// (domain fronting) is closed before a byte reaches the origin, and
+/// audited; the same hello for the CONNECT host is relayed.
+#[tokio::test]
+async fn a_tls_server_name_other_than_the_connect_host_is_cut() {
+    let (port, mut seen) = echo_origin().await;
+    let listed = [format!("localhost:{port}"), format!("127.0.0.1:{port}")];
+    let fixture = start(
+        &listed,
+        false,
+        Limits {
+            tls_port: port,
+            ..limits()
+        },
+    );
+    let tunnel = |hello: Vec<u8>| {
+        let socket = fixture.socket.clone();
+        async move {
+            let mut client = UnixStream::connect(&socket).await.unwrap();
+            client
+                .write_all(format!("CONNECT localhost:{port} HTTP/1.1\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut answer = [0u8; 39];
+            client.read_exact(&mut answer).await.unwrap();
+            assert!(answer.starts_with(b"HTTP/1.1 200"));
+            client.write_all(&hello).await.unwrap();
+            let mut back = vec![0u8; hello.len()];
+            let echoed = tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut back))
+                .await
+                .is_ok_and(|r| r.is_ok());
+            echoed.then_some(back)
+        }
+    };
+    let fronted = client_hello("evil.example");
+    assert_eq!(tunnel(fronted).await, None, "closed, nothing echoed");
+    let refused = audited(&fixture, "egress.refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0]
+            .contains("the TLS server name `evil.example` is not the CONNECT host `localhost`"),
+        "{}",
+        refused[0]
+    );
+    let honest = client_hello("localhost");
+    assert_eq!(tunnel(honest.clone()).await, Some(honest.clone()));
+    // The origin saw the fronted connection opened and closed empty, then
+    // the honest hello.
+    assert_eq!(
+        seen.recv().await.unwrap(),
+        Vec::<u8>::new(),
+        "nothing of the fronted hello"
+    );
+    assert_eq!(seen.recv().await.unwrap(), honest);
+}
