@@ -56,6 +56,15 @@ impl Env {
     fn sh(&self, workspace: &str, script: &str) -> std::process::Output {
         self.pincer(&["workspace", "exec", workspace, "--", "sh", "-c", script])
     }
+
+    /// What the proxy answers `request` (printf escapes) sent from inside
+    /// `workspace`'s container.
+    fn ask_proxy(&self, workspace: &str, request: &str) -> String {
+        stdout(&self.sh(
+            workspace,
+            &format!("printf '{request}' | nc -w 5 127.0.0.1 3128; true"),
+        ))
+    }
 }
 
 /// An HTTP origin on the host's loopback that answers every request with
@@ -147,12 +156,6 @@ fn a_container_leaves_only_through_the_proxy_to_what_its_workspace_lists() {
     );
 
     // Refusals, each a 403 the client reads, audited, and nothing reached.
-    let proxy = |workspace: &str, request: &str| {
-        stdout(&env.sh(
-            workspace,
-            &format!("printf '{request}' | nc -w 5 127.0.0.1 3128; true"),
-        ))
-    };
     for (workspace, request, why) in [
         (
             "closed",
@@ -200,7 +203,7 @@ fn a_container_leaves_only_through_the_proxy_to_what_its_workspace_lists() {
             "not valid HTTP".to_owned(),
         ),
     ] {
-        let answer = proxy(workspace, &request);
+        let answer = env.ask_proxy(workspace, &request);
         assert!(
             answer.starts_with("HTTP/1.1 403 Forbidden") && answer.contains(&why),
             "{workspace} {request:?}: {answer}"
@@ -316,12 +319,6 @@ fn a_listed_tunnel_reaches_a_host_service_by_name_and_no_other_workspace_does() 
         allowed[0]
     );
 
-    let proxy = |workspace: &str, request: &str| {
-        stdout(&env.sh(
-            workspace,
-            &format!("printf '{request}' | nc -w 5 127.0.0.1 3128; true"),
-        ))
-    };
     for (workspace, request, why) in [
         (
             "other",
@@ -339,7 +336,7 @@ fn a_listed_tunnel_reaches_a_host_service_by_name_and_no_other_workspace_does() 
             "is reached with plain HTTP through the proxy",
         ),
     ] {
-        let answer = proxy(workspace, request);
+        let answer = env.ask_proxy(workspace, request);
         assert!(
             answer.starts_with("HTTP/1.1 403 Forbidden") && answer.contains(why),
             "{workspace} {request:?}: {answer}"

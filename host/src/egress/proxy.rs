@@ -114,7 +114,7 @@ impl Proxy {
                             "workspace `{}` has {} connections through the egress proxy already, as many as it may",
                             me.workspace, me.limits.max_connections
                         );
-                        answer(stream, 503, "Service Unavailable", &why).await;
+                        answer(stream, 503, &why).await;
                     });
                 }
             }
@@ -176,7 +176,7 @@ impl Proxy {
             Ok(connected) => connected,
             Err(why) => {
                 self.record_refused(&target, &why);
-                return answer(client, 502, "Bad Gateway", &why).await;
+                return answer(client, 502, &why).await;
             }
         };
         let first = match &head.forward {
@@ -215,11 +215,9 @@ impl Proxy {
         let counts = Counts::new();
         let outcome = self.relay(&mut client, &mut origin, &first, &counts).await;
         let (up, down) = (counts.up(), counts.down());
-        crate::events::egress_allowed(&self.workspace, up, down);
-        self.audit.record(
-            Actor::Workspace(&self.workspace),
-            Some(&self.workspace),
-            Action::EgressAllowed,
+        self.record_allowed(
+            up,
+            down,
             &format!(
                 "{} {target} → {address} by {rule}: {up} bytes up, {down} bytes down, {:.1} s{}",
                 head.method,
@@ -443,7 +441,7 @@ impl Proxy {
         if plain.chunked {
             self.record_refused(&target, "a chunked request body");
             let why = "send a request body to a tunnel with Content-Length, not chunked";
-            return answer(client, 411, "Length Required", why).await;
+            return answer(client, 411, why).await;
         }
         let length = plain.content_length.unwrap_or(0);
         if length > MAX_TUNNEL_BODY || (body.len() as u64) > length {
@@ -452,7 +450,7 @@ impl Proxy {
                 MAX_TUNNEL_BODY >> 20
             );
             self.record_refused(&target, &why);
-            return answer(client, 413, "Content Too Large", &why).await;
+            return answer(client, 413, &why).await;
         }
         let mut rest = vec![0u8; (length - body.len() as u64) as usize];
         let read = tokio::time::timeout(self.limits.idle_timeout, client.read_exact(&mut rest));
@@ -485,26 +483,17 @@ impl Proxy {
             Ok(response) => response,
             Err(refusal) => {
                 self.record_refused(&target, &refusal.why);
-                let reason = if refusal.status == 403 {
-                    "Forbidden"
-                } else if refusal.status == 400 {
-                    "Bad Request"
-                } else {
-                    "Bad Gateway"
-                };
-                return answer(client, refusal.status, reason, &refusal.why).await;
+                return answer(client, refusal.status, &refusal.why).await;
             }
         };
         self.budget
             .take(response.body.len(), self.limits.bytes_per_minute)
             .await;
         let mut out = format!(
-            "HTTP/1.1 {} {}\r\n",
+            "HTTP/1.1 {} {}
+",
             response.status,
-            hyper::StatusCode::from_u16(response.status)
-                .ok()
-                .and_then(|s| s.canonical_reason())
-                .unwrap_or("")
+            reason_phrase(response.status)
         );
         for header in &response.headers {
             let clean = |t: &str| !t.contains(['\r', '\n']);
@@ -525,12 +514,10 @@ impl Proxy {
         {
             let _ = client.shutdown().await;
         }
-        crate::events::egress_allowed(&self.workspace, up, down);
         let plugin = self.tunnels.plugin_of(service).unwrap_or("?");
-        self.audit.record(
-            Actor::Workspace(&self.workspace),
-            Some(&self.workspace),
-            Action::EgressAllowed,
+        self.record_allowed(
+            up,
+            down,
             &format!(
                 "{} {target}{} → {plugin}.forward by {rule}: status {}, {up} bytes up, {down} bytes down, {:.1} s",
                 head.method,
@@ -544,7 +531,17 @@ impl Proxy {
     /// Answers 403 with `why`, audited.
     async fn refuse(&self, client: UnixStream, target: &str, why: &str) {
         self.record_refused(target, why);
-        answer(client, 403, "Forbidden", why).await;
+        answer(client, 403, why).await;
+    }
+
+    fn record_allowed(&self, up: u64, down: u64, detail: &str) {
+        crate::events::egress_allowed(&self.workspace, up, down);
+        self.audit.record(
+            Actor::Workspace(&self.workspace),
+            Some(&self.workspace),
+            Action::EgressAllowed,
+            detail,
+        );
     }
 
     fn record_refused(&self, target: &str, why: &str) {
@@ -588,12 +585,21 @@ async fn read_head(client: &mut UnixStream, buffer: &mut Vec<u8>) -> Result<usiz
     }
 }
 
+/// The standard reason phrase of `status` (empty for an unknown one).
+fn reason_phrase(status: u16) -> &'static str {
+    hyper::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("")
+}
+
 /// Answers `status` with `why` as a plain-text body and closes.
-async fn answer(mut client: UnixStream, status: u16, reason: &str, why: &str) {
+async fn answer(mut client: UnixStream, status: u16, why: &str) {
     let body = format!("pincer egress proxy: {why}\n");
     let response = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n\
+        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\n\
          X-Pincer-Egress: refused\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        reason_phrase(status),
         body.len()
     );
     if client.write_all(response.as_bytes()).await.is_ok() {
