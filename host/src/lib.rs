@@ -41,6 +41,7 @@ pub mod gateway;
 pub mod hosts;
 pub mod listener;
 pub mod memory;
+pub mod pairing;
 pub mod plugins;
 pub mod policy;
 pub mod preflight;

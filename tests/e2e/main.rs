@@ -11,6 +11,7 @@ mod support;
 mod agent;
 mod approvals;
 mod budget;
+mod chat;
 mod cli;
 mod containers;
 mod egress;

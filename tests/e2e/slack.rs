@@ -16,27 +16,27 @@ use support::fake_llm::{Behaviour, FakeUpstream};
 use support::pyfake::PyFake;
 use support::{DockerCleanup, Sandbox, ok, unique};
 
-const BOT_TOKEN: &str = "xoxb-fake-bot-token";
+pub(crate) const BOT_TOKEN: &str = "xoxb-fake-bot-token";
 const APP_TOKEN: &str = "xapp-1-fake-app-token";
 const SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
-const ALLOWED: &str = "U0ALLOWED";
+pub(crate) const ALLOWED: &str = "U0ALLOWED";
 /// Allowed to talk to the assistant too, but not the originator of
 /// `ALLOWED`'s turns.
-const COLLEAGUE: &str = "U0COLLEAGUE";
+pub(crate) const COLLEAGUE: &str = "U0COLLEAGUE";
 
 /// The fake Slack, killed on drop.
-struct FakeSlack {
+pub(crate) struct FakeSlack {
     fake: PyFake,
     api_base: String,
 }
 
 impl FakeSlack {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         Self::start_with(&[])
     }
 
     /// With extra flags, e.g. `--scopes chat:write`.
-    fn start_with(flags: &[&str]) -> Self {
+    pub(crate) fn start_with(flags: &[&str]) -> Self {
         let mut args = vec![
             "--bot-token",
             BOT_TOKEN,
@@ -51,16 +51,16 @@ impl FakeSlack {
         Self { fake, api_base }
     }
 
-    async fn post(&self, path: &str, body: Value) -> Value {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Value {
         self.fake.post(path, body).await
     }
 
-    async fn get(&self, path: &str) -> (u16, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, Value) {
         self.fake.get(path).await
     }
 
     /// Waits until `count` Socket Mode connections were opened.
-    async fn connections(&self, count: usize) {
+    pub(crate) async fn connections(&self, count: usize) {
         let (status, seen) = self
             .get(&format!("/wait?what=connections&count={count}&timeout=30"))
             .await;
@@ -71,7 +71,7 @@ impl FakeSlack {
     }
 
     /// Pushes a DM from `user` in `channel` over Socket Mode.
-    async fn dm(&self, text: &str, user: &str, channel: &str) -> Value {
+    pub(crate) async fn dm(&self, text: &str, user: &str, channel: &str) -> Value {
         self.post(
             "/socket/push",
             json!({"kind": "dm", "text": text, "user": user, "channel": channel}),
@@ -104,7 +104,7 @@ impl FakeSlack {
     }
 
     /// Waits until `count` calls of `method` are recorded; returns them all.
-    async fn calls(&self, method: &str, count: usize) -> Vec<Value> {
+    pub(crate) async fn calls(&self, method: &str, count: usize) -> Vec<Value> {
         let (status, _) = self
             .get(&format!(
                 "/wait?what=calls&method={method}&count={count}&timeout=60"
@@ -119,7 +119,7 @@ impl FakeSlack {
         calls
     }
 
-    async fn posted(&self, count: usize) -> Vec<Value> {
+    pub(crate) async fn posted(&self, count: usize) -> Vec<Value> {
         self.calls("chat.postMessage", count)
             .await
             .into_iter()
@@ -128,16 +128,16 @@ impl FakeSlack {
     }
 }
 
-struct Env {
+pub(crate) struct Env {
     _cleanup: DockerCleanup,
-    sandbox: Sandbox,
+    pub(crate) sandbox: Sandbox,
     config: PathBuf,
-    slack: FakeSlack,
-    _model: FakeUpstream,
+    pub(crate) slack: FakeSlack,
+    pub(crate) model: FakeUpstream,
 }
 
 impl Env {
-    async fn new(script: Vec<Behaviour>) -> Self {
+    pub(crate) async fn new(script: Vec<Behaviour>) -> Self {
         Self::with_slack(script, FakeSlack::start()).await
     }
 
@@ -151,7 +151,17 @@ impl Env {
     }
 
     /// `team` configured as `workspace` (YAML flow mapping).
-    async fn with_workspace(script: Vec<Behaviour>, slack: FakeSlack, workspace: &str) -> Self {
+    pub(crate) async fn with_workspace(script: Vec<Behaviour>, slack: FakeSlack, workspace: &str) -> Self {
+        Self::configured(script, slack, workspace, "reply").await
+    }
+
+    /// As [`Env::with_workspace`], strangers answered as `refusal` says.
+    pub(crate) async fn configured(
+        script: Vec<Behaviour>,
+        slack: FakeSlack,
+        workspace: &str,
+        refusal: &str,
+    ) -> Self {
         let model = FakeUpstream::spawn(Behaviour::Script(script)).await;
         let sandbox = Sandbox::new();
         let base = sandbox.dir.path().join("ws");
@@ -173,7 +183,7 @@ channels:
     plugin: channel-slack
     workspace: team
     allowed_senders: [{ALLOWED}, {COLLEAGUE}]
-    refusal: reply
+    refusal: {refusal}
     default_conversation: C0SCHED
     http: ["127.0.0.1:*"]
     config:
@@ -195,7 +205,7 @@ channels:
             sandbox,
             config,
             slack,
-            _model: model,
+            model,
         };
         ok(env.cli(&["image", "build"]));
         env
@@ -214,11 +224,11 @@ channels:
         command
     }
 
-    fn cli(&self, args: &[&str]) -> std::process::Output {
+    pub(crate) fn cli(&self, args: &[&str]) -> std::process::Output {
         self.command().args(args).output().unwrap()
     }
 
-    fn start(&self) -> Daemon {
+    pub(crate) fn start(&self) -> Daemon {
         self.start_with_env(&[])
     }
 
@@ -243,7 +253,7 @@ channels:
     }
 
     /// Inbound messages stored by the daemon, as (message_id, state).
-    fn inbound(&self) -> Vec<(String, String)> {
+    pub(crate) fn inbound(&self) -> Vec<(String, String)> {
         let db = rusqlite::Connection::open(self.sandbox.home().join("pincer.db")).unwrap();
         let mut stmt = db
             .prepare("SELECT message_id, state FROM channel_inbound ORDER BY id")
@@ -679,7 +689,7 @@ async fn messages_sent_during_a_turn_are_answered_in_order_one_at_a_time() {
     assert_eq!(texts, [json!("first"), json!("second"), json!("third")]);
     // Each turn started after the one before ended: its history holds the
     // earlier message and its answer.
-    let requests = env._model.received();
+    let requests = env.model.received();
     assert_eq!(requests.len(), 3);
     let said = |request: &Value| -> Vec<String> {
         request["messages"]
@@ -801,12 +811,12 @@ async fn sigterm_during_a_turn_lets_it_finish_delivers_the_reply_and_exits_0() {
     env.slack.connections(1).await;
     env.slack.dm("take your time", ALLOWED, "D0DM").await;
     for _ in 0..100 {
-        if !env._model.received().is_empty() {
+        if !env.model.received().is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(env._model.received().len(), 1, "the turn reached the model");
+    assert_eq!(env.model.received().len(), 1, "the turn reached the model");
     let status = daemon.stop();
     assert!(status.success(), "{status:?}\n{}", daemon.log());
     let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
@@ -1663,7 +1673,7 @@ async fn a_task_the_agent_proposes_runs_only_once_a_person_approves_it() {
     let posted = env.slack.posted(1).await;
     assert_eq!(posted[0]["args"]["text"], "I proposed a standup task");
     // what the tool told the model
-    let received = env._model.received();
+    let received = env.model.received();
     let tool_result = received
         .iter()
         .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
@@ -1754,8 +1764,8 @@ fn request_id(posted: &Value) -> String {
 }
 
 /// The last tool result the model was sent (empty if none).
-fn last_tool_result(env: &Env) -> String {
-    env._model
+pub(crate) fn last_tool_result(env: &Env) -> String {
+    env.model
         .received()
         .last()
         .and_then(|request| request["messages"].as_array().cloned())
@@ -1768,7 +1778,7 @@ fn last_tool_result(env: &Env) -> String {
 }
 
 /// The texts posted so far, waiting for at least `count`.
-async fn texts(env: &Env, count: usize) -> Vec<String> {
+pub(crate) async fn texts(env: &Env, count: usize) -> Vec<String> {
     env.slack
         .posted(count)
         .await
@@ -1927,7 +1937,7 @@ async fn a_request_pending_across_kill_9_resumes_its_turn_once_decided() {
         "the reply arrives once"
     );
     assert_eq!(
-        env._model.received().len(),
+        env.model.received().len(),
         2,
         "the model was not asked again for the decided call"
     );

@@ -23,6 +23,9 @@ const LEASE_MS: i64 = 2 * 60 * 1000;
 const BATCH: usize = 32;
 /// The longest wait between attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// The longest idle wait: rows another process queues (`pincer pairing
+/// approve` telling the sender) go out within it. One indexed read.
+const IDLE_POLL: Duration = Duration::from_secs(2);
 
 /// Runs until `stop` resolves; then returns after the rows in flight.
 pub async fn run(
@@ -48,13 +51,13 @@ pub async fn run(
         }
         let wait = match host.store.next_due_ms() {
             Ok(Some(due)) => Duration::from_millis(u64::try_from(due - now_ms()).unwrap_or(0)),
-            Ok(None) => Duration::from_secs(60),
+            Ok(None) => IDLE_POLL,
             Err(e) => {
                 tracing::error!("outbox: {e}");
                 Duration::from_secs(5)
             }
         }
-        .min(Duration::from_secs(60));
+        .min(IDLE_POLL);
         tokio::select! {
             () = host.outbox_wake.notified() => {}
             () = tokio::time::sleep(wait) => {}

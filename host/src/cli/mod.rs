@@ -17,6 +17,7 @@ mod gateway;
 mod init;
 mod memory;
 mod model;
+mod pairing;
 mod plugin;
 mod policy;
 mod schedule;
@@ -77,6 +78,9 @@ pub enum Command {
     /// Tool calls waiting for a person: list, show, approve, deny; "always" rules
     #[command(subcommand)]
     Approvals(approvals::ApprovalsCommand),
+    /// People a channel does not allow yet: their pairing codes, approve, deny, remove
+    #[command(subcommand)]
+    Pairing(pairing::PairingCommand),
     /// Local GGUF models for `local/…` deployments: fetch, list
     #[command(subcommand)]
     Model(ModelCommand),
@@ -543,6 +547,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Memory(command) => memory::run(cli.config.as_deref(), command),
         Command::Approvals(command) => approvals::run(cli.config.as_deref(), command),
         Command::Egress(command) => egress::run(cli.config.as_deref(), command),
+        Command::Pairing(command) => pairing::run(cli.config.as_deref(), command),
         Command::Channel(ChannelCommand::Test { name }) => {
             channel::test(cli.config.as_deref(), &name).await
         }

@@ -1082,6 +1082,10 @@ pub enum Refusal {
     /// A short reply saying they are not allowed, with their sender id (so
     /// an operator can add it).
     Reply,
+    /// A pairing code sent to them by direct message; the operator approves
+    /// it with `pincer pairing approve CODE` and they are allowed from their
+    /// next message on.
+    Pair,
 }
 
 /// Access rules for one skill.

@@ -121,6 +121,11 @@ impl Context {
         self.open(crate::channels::ChannelStore::open)
     }
 
+    /// Pairing codes and the senders they allowed.
+    pub fn pairing_store(&self) -> anyhow::Result<crate::pairing::PairingStore> {
+        self.open(crate::pairing::PairingStore::open)
+    }
+
     pub fn memory_store(&self) -> anyhow::Result<crate::memory::MemoryStore> {
         crate::memory::MemoryStore::open(&self.home)
             .with_context(|| format!("opening {}", self.database().display()))

@@ -148,6 +148,7 @@ async fn serve(
         channels.clone(),
         audit.clone(),
         Arc::new(ctx.config.clone()),
+        Arc::new(ctx.pairing_store()?),
         stop.clone(),
         TURN_GRACE,
     );

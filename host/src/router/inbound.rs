@@ -17,6 +17,7 @@ use crate::channels::{
     AcceptError, Address, ChannelHost, InboundRow, InboundState, Inbox, Received, StoreError,
 };
 use crate::config::{Config, Refusal};
+use crate::pairing::PairingStore;
 use crate::plugins::api;
 use crate::sessions::{SessionKey, TurnStatus};
 use crate::turn::{Agent, AgentEvent, HostEvent, Inbound, Origin};
@@ -47,6 +48,8 @@ pub struct ChannelRouter {
     channels: Arc<ChannelHost>,
     audit: Arc<AuditLog>,
     config: Arc<Config>,
+    /// Senders the operator allowed by pairing, beside `allowed_senders`.
+    pairing: Arc<PairingStore>,
     queues: Mutex<HashMap<SessionKey, mpsc::UnboundedSender<Job>>>,
     refusals: Mutex<RefusalGate>,
     rates: Mutex<RateGate>,
@@ -242,6 +245,7 @@ impl ChannelRouter {
         channels: Arc<ChannelHost>,
         audit: Arc<AuditLog>,
         config: Arc<Config>,
+        pairing: Arc<PairingStore>,
         stop: watch::Receiver<bool>,
         grace: Duration,
     ) -> Arc<Self> {
@@ -251,6 +255,7 @@ impl ChannelRouter {
             channels,
             audit,
             config,
+            pairing,
             queues: Mutex::default(),
             refusals: Mutex::default(),
             rates: Mutex::default(),
@@ -340,7 +345,7 @@ impl ChannelRouter {
             return Ok(());
         };
         let workspace = config.workspace_for(&message.conversation).to_string();
-        let allowed = config.allows(&message.sender);
+        let allowed = config.allows(&message.sender) || self.paired(channel, &message.sender);
         let received = Received {
             channel: channel.to_string(),
             conversation: message.conversation,
@@ -399,8 +404,9 @@ impl ChannelRouter {
                     received.sender, received.conversation, received.message_id
                 ),
             );
-            if config.refusal == Refusal::Reply {
-                self.notify(
+            match config.refusal {
+                Refusal::Silent => {}
+                Refusal::Reply => self.notify(
                     channel,
                     id,
                     &received,
@@ -409,7 +415,8 @@ impl ChannelRouter {
                         "You are not allowed to use this assistant. Your id here is `{}`: ask its operator to add it to `channels.{channel}.allowed_senders`.",
                         received.sender
                     ),
-                );
+                ),
+                Refusal::Pair => self.offer_pairing(channel, &workspace, &received),
             }
             return Ok(());
         }
@@ -473,6 +480,32 @@ impl ChannelRouter {
             );
             self.notify(channel, id, &received, InboundState::Done, &answer.text);
             self.agent.gateway().approvals().wake();
+            return Ok(());
+        }
+        if let Some(command) = crate::turn::commands::parse(&received.text) {
+            use crate::turn::commands::{self, ChatCommand};
+            match command {
+                ChatCommand::Help => {
+                    self.notify(channel, id, &received, InboundState::Done, commands::HELP)
+                }
+                ChatCommand::Unknown(word) => self.notify(
+                    channel,
+                    id,
+                    &received,
+                    InboundState::Done,
+                    &commands::unknown(&word),
+                ),
+                ChatCommand::Status => {
+                    // The container's state is Docker's answer: not here,
+                    // where the platform waits for its ack.
+                    if let Some(me) = self.me.upgrade() {
+                        tokio::spawn(async move {
+                            let text = me.status_text(&key, &received.sender).await;
+                            me.notify(&key.channel, id, &received, InboundState::Done, &text);
+                        });
+                    }
+                }
+            }
             return Ok(());
         }
         self.enqueue(key, Job::Message(id));
@@ -682,6 +715,50 @@ impl ChannelRouter {
         }
     }
 
+    /// What `/status` answers in the conversation of `key`: the workspace,
+    /// its model, the approvals tier here, its container and the queue.
+    async fn status_text(&self, key: &SessionKey, sender: &str) -> String {
+        let ws = &key.workspace;
+        let Some(workspace) = self.config.workspaces.get(ws) else {
+            return format!("⚠️ Workspace `{ws}` is not configured any more.");
+        };
+        let model = workspace
+            .model
+            .clone()
+            .unwrap_or_else(|| crate::config::DEFAULT_MODEL_ALIAS.to_string());
+        let tier = match self
+            .config
+            .approval_policy(ws, Some(&key.channel), Some(sender))
+        {
+            Some(policy) => {
+                let chosen = self
+                    .agent
+                    .gateway()
+                    .approvals()
+                    .store()
+                    .session_tier(ws, &key.channel, &key.conversation)
+                    .ok()
+                    .flatten();
+                chosen
+                    .map_or(policy.tier, |c| policy.tier.tightened_by(c))
+                    .as_str()
+            }
+            None => "unknown",
+        };
+        let container = match self.agent.runtime().status(ws).await {
+            Ok(Some(c)) => format!("{} ({})", c.state, c.status),
+            Ok(None) => "not started (the next message starts it)".to_string(),
+            Err(e) => format!("unknown ({e})"),
+        };
+        let waiting = self.channels.store().inbound_in(InboundState::Queued).map_or(0, |rows| {
+            rows.iter().filter(|r| session_key(r) == *key).count()
+        });
+        let running = MAX_RUNNING as usize - self.running.0.available_permits();
+        format!(
+            "📋 Workspace `{ws}`\n• model: `{model}`\n• approvals here: tier `{tier}`\n• container: {container}\n• queue: {waiting} message(s) waiting in this conversation; {running} turn(s) running on this daemon"
+        )
+    }
+
     /// Carries out `command`, one click on a button of `channel` (recorded
     /// already as not seen before). A click counts only on the very message
     /// pincer sent with that button; whoever may not decide is told so, to
@@ -743,6 +820,78 @@ impl ChannelRouter {
         };
         if let Err(e) = self.channels.post(&to, &answer.text, only_them) {
             tracing::warn!(%channel, "cannot queue the answer to a click: {e}");
+        }
+    }
+
+    /// Whether pairing allowed `sender` on `channel` (a store that cannot
+    /// be read allows nobody).
+    fn paired(&self, channel: &str, sender: &str) -> bool {
+        self.pairing.allows(channel, sender).unwrap_or_else(|e| {
+            tracing::error!(%channel, %sender, "cannot read the paired senders: {e}");
+            false
+        })
+    }
+
+    /// Sends a refused sender a pairing code by direct message (never in
+    /// the conversation they wrote in), and audits it.
+    fn offer_pairing(&self, channel: &str, workspace: &str, received: &Received) {
+        use crate::pairing::Asked;
+        let asked = match self.pairing.ask(
+            channel,
+            &received.sender,
+            received.sender_name.as_deref(),
+        ) {
+            Ok(asked) => asked,
+            Err(e) => {
+                tracing::error!(%channel, sender = %received.sender, "cannot make a pairing code: {e}");
+                return;
+            }
+        };
+        let request = match asked {
+            Asked::New(request) | Asked::Pending(request) => request,
+            Asked::Full => {
+                self.audit.record(
+                    crate::audit::Actor::Channel(channel),
+                    Some(workspace),
+                    crate::audit::Action::ChannelPairingAsked,
+                    &format!(
+                        "sender `{}` got no pairing code: channel {channel} holds {} pending codes already",
+                        received.sender,
+                        crate::pairing::MAX_PENDING_PER_CHANNEL
+                    ),
+                );
+                return;
+            }
+        };
+        self.audit.record(
+            crate::audit::Actor::Channel(channel),
+            Some(workspace),
+            crate::audit::Action::ChannelPairingAsked,
+            &format!(
+                "pairing code {} for sender `{}`{} (valid until {}); `pincer pairing approve {}` allows them",
+                request.code,
+                received.sender,
+                received
+                    .sender_name
+                    .as_deref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default(),
+                crate::db::utc_text(request.expires_ms),
+                request.code
+            ),
+        );
+        let to = Address {
+            channel,
+            conversation: &received.sender,
+            thread: None,
+            reply_to: None,
+        };
+        let text = format!(
+            "You are not allowed to use this assistant yet. Your pairing code is `{}` (valid for one hour): give it to the assistant's operator, who can let you in with `pincer pairing approve {}`. You will be told here once it is approved.",
+            request.code, request.code
+        );
+        if let Err(e) = self.channels.post(&to, &text, crate::channels::Post::default()) {
+            tracing::error!(%channel, sender = %received.sender, "cannot queue the pairing code: {e}");
         }
     }
 

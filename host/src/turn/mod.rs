@@ -4,6 +4,7 @@
 //! every event it streams back is stored, shown to the caller and handed to
 //! the workspace's observers.
 
+pub mod commands;
 pub mod context;
 pub mod control;
 pub mod observers;

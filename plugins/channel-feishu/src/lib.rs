@@ -894,9 +894,23 @@ fn send_request(message: &Outbound, msg_type: &str, content: &str) -> (String, V
             (format!("/open-apis/im/v1/messages/{id}/reply"), body)
         }
         None => (
-            "/open-apis/im/v1/messages?receive_id_type=chat_id".into(),
+            format!(
+                "/open-apis/im/v1/messages?receive_id_type={}",
+                receive_id_type(&message.conversation)
+            ),
             json!({ "receive_id": message.conversation, "msg_type": msg_type, "content": content }),
         ),
+    }
+}
+
+/// A conversation is a chat (`oc_…`) or, for a direct message the host
+/// sends a person (a pairing code), their `open_id` (`ou_…`): Feishu then
+/// delivers it in the bot's p2p chat with them.
+fn receive_id_type(conversation: &str) -> &'static str {
+    if conversation.starts_with("ou_") {
+        "open_id"
+    } else {
+        "chat_id"
     }
 }
 
@@ -1077,6 +1091,10 @@ mod tests {
         let (path, body) = send_request(&outbound(None, None), "post", "{}");
         assert_eq!(path, "/open-apis/im/v1/messages?receive_id_type=chat_id");
         assert_eq!(body["receive_id"], "oc_1");
+        let mut to_person = outbound(None, None);
+        to_person.conversation = "ou_7d8a6e6df7621556ce0d21922b676706ccs".into();
+        let (path, _) = send_request(&to_person, "post", "{}");
+        assert_eq!(path, "/open-apis/im/v1/messages?receive_id_type=open_id");
         assert_eq!(body["msg_type"], "post");
         let (_, body) = send_request(&outbound(None, None), "interactive", "{}");
         assert_eq!(body["msg_type"], "interactive");

@@ -172,8 +172,14 @@ struct Command {
     trigger_id: String,
 }
 
+/// The subcommands of the app's command (`/pincer new`) that become
+/// pincer's own `/word` commands; anything else after it is a prompt.
+const SUBCOMMANDS: [&str; 4] = ["new", "status", "tier", "help"];
+
 /// The message a slash command asks the agent; the text is what followed the
-/// command (the command itself when nothing did).
+/// command (the command itself when nothing did). A subcommand (`/pincer
+/// status`) becomes pincer's command (`/status`): Slack reserves `/status`
+/// and friends, so they reach the app only behind its own command.
 pub fn command_message(payload: &Value, now_ms: u64) -> Result<Message, String> {
     let command: Command =
         serde_json::from_value(payload.clone()).map_err(|err| err.to_string())?;
@@ -187,6 +193,10 @@ pub fn command_message(payload: &Value, now_ms: u64) -> Result<Message, String> 
         }
     }
     let mut text = plain_text(command.text.as_deref().unwrap_or(""));
+    let first = text.split_whitespace().next().unwrap_or("");
+    if SUBCOMMANDS.contains(&first.to_ascii_lowercase().as_str()) {
+        text = format!("/{}{}", first.to_ascii_lowercase(), &text.trim_start()[first.len()..]);
+    }
     if text.is_empty() {
         text = command.command.unwrap_or_default().trim().to_string();
     }
@@ -597,5 +607,19 @@ mod tests {
             "what is 2 & 2?"
         );
         assert!(command_message(&json!({ "text": "x" }), 0).is_err());
+
+        // The app's command with a subcommand becomes pincer's command.
+        let sub = |text: &str| {
+            let mut p = payload.clone();
+            p["command"] = json!("/pincer");
+            p["text"] = json!(text);
+            command_message(&p, 0).expect("message").text
+        };
+        assert_eq!(sub("status"), "/status");
+        assert_eq!(sub("  Tier read-only"), "/tier read-only");
+        assert_eq!(sub("new what is new?"), "/new what is new?");
+        assert_eq!(sub("help"), "/help");
+        assert_eq!(sub("newspaper headlines"), "newspaper headlines");
+        assert_eq!(sub("what is the status"), "what is the status");
     }
 }

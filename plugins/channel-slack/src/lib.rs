@@ -108,10 +108,10 @@ impl Guest for SlackChannel {
                 )));
             }
         }
-        let (outcome, notes) = if is_interactivity(&request.path) {
-            interactivity_outcome(&request.body, now_ms)?
-        } else {
-            events_outcome(&request.body, now_ms)?
+        let (outcome, notes) = match bare_path(&request.path) {
+            INTERACTIVE_PATH => interactivity_outcome(&request.body, now_ms)?,
+            COMMANDS_PATH => command_outcome(&request.body, now_ms)?,
+            _ => events_outcome(&request.body, now_ms)?,
         };
         for note in notes {
             log(logging::Level::Debug, &note);
@@ -645,17 +645,18 @@ fn bare_path(path: &str) -> &str {
 }
 
 /// Whether `path` is the Interactivity Request URL (`<mount>/interactive`).
-fn is_interactivity(path: &str) -> bool {
-    bare_path(path) == "/interactive"
-}
+const EVENTS_PATH: &str = "/events";
+const INTERACTIVE_PATH: &str = "/interactive";
+/// The Request URL of the app's slash command (`/pincer`).
+const COMMANDS_PATH: &str = "/commands";
 
-/// The answer to a request outside `POST /events` and `POST /interactive`,
-/// if it is one.
+/// The answer to a request outside `POST /events`, `/interactive` and
+/// `/commands`, if it is one.
 fn route(method: &str, path: &str) -> Option<WebhookOutcome> {
-    if bare_path(path) != "/events" && !is_interactivity(path) {
+    if ![EVENTS_PATH, INTERACTIVE_PATH, COMMANDS_PATH].contains(&bare_path(path)) {
         return Some(webhook_reply(
             404,
-            json!({ "ok": false, "error": "not found; Slack's Request URL is <mount>/events, its Interactivity Request URL <mount>/interactive" }),
+            json!({ "ok": false, "error": "not found; Slack's Request URL is <mount>/events, its Interactivity Request URL <mount>/interactive, its slash command's Request URL <mount>/commands" }),
         ));
     }
     if !method.eq_ignore_ascii_case("POST") {
@@ -705,6 +706,23 @@ fn interactivity_outcome(
         Err(why) => notes.push(why),
     }
     Ok((outcome, notes))
+}
+
+/// A verified slash command (a form-encoded POST to the command's Request
+/// URL, https://docs.slack.dev/interactivity/implementing-slash-commands):
+/// an empty 200 acknowledges it; the answer comes as a message.
+fn command_outcome(
+    body: &[u8],
+    now_ms: u64,
+) -> Result<(WebhookOutcome, Vec<String>), ChannelError> {
+    let fields: serde_json::Map<String, Value> = form_urlencoded::parse(body)
+        .map(|(k, v)| (k.into_owned(), Value::String(v.into_owned())))
+        .collect();
+    let message = inbound::command_message(&Value::Object(fields), now_ms)
+        .map_err(|why| ChannelError::BadRequest(format!("slash command: {why}")))?;
+    let mut outcome = acknowledged();
+    outcome.messages.push(message);
+    Ok((outcome, Vec::new()))
 }
 
 /// A verified Events API request: the answer, its messages, and notes on
