@@ -99,6 +99,7 @@ fn each_served_wit_release_is_listed_and_called() {
         ("wit-v0-1-0", "0.1.0"),
         ("wit-v0-2-0", "0.2.0"),
         ("wit-v0-3-0", "0.3.0"),
+        ("wit-v0-4-0", "0.4.0"),
     ] {
         assert_eq!(wit_of(name), Some(Value::from(wit)), "{out}");
         let out = ok(sandbox.pincer(&[

@@ -188,6 +188,7 @@ async fn observer_world_writes_json_lines() {
         sender_name: Some("Ada".into()),
         text: "你好, pincer".into(),
         timestamp_ms: 1_700_000_000_000,
+        files: Vec::new(),
     };
     for body in [
         EventBody::MessageIn(message),
@@ -824,6 +825,7 @@ async fn each_served_wit_release_loads_and_an_unserved_one_is_refused() {
         ("wit-v0-1-0", "0.1.0"),
         ("wit-v0-2-0", "0.2.0"),
         ("wit-v0-3-0", "0.3.0"),
+        ("wit-v0-4-0", "0.4.0"),
     ] {
         let plugin = load(&host, name, json!({"greeting": "hello"}));
         assert_eq!(plugin.manifest.plugin.wit.to_string(), wit);

@@ -151,7 +151,11 @@ impl Env {
     }
 
     /// `team` configured as `workspace` (YAML flow mapping).
-    pub(crate) async fn with_workspace(script: Vec<Behaviour>, slack: FakeSlack, workspace: &str) -> Self {
+    pub(crate) async fn with_workspace(
+        script: Vec<Behaviour>,
+        slack: FakeSlack,
+        workspace: &str,
+    ) -> Self {
         Self::configured(script, slack, workspace, "reply").await
     }
 

@@ -2,26 +2,36 @@
 
 Usage: fake_feishu_check.py
 Starts the fake as a subprocess, drives it with lark_oapi.Client (tenant token, im.v1.message
-create / reply), lark_oapi.ws.Client (the long connection, through its event dispatcher) and
-lark_oapi's EventDispatcherHandler (webhook decryption, token and signature checks), plus plain
-HTTP for what the SDK hides; prints one line per check and exits 0 only if every check held.
+create / reply / list / patch, im.v1.message_resource.get, im.v1.file.create, im.v1.image.create),
+lark_oapi.ws.Client (the long connection, through its event dispatcher) and lark_oapi's
+EventDispatcherHandler (webhook decryption, token and signature checks), plus plain HTTP for what
+the SDK hides; prints one line per check and exits 0 only if every check held.
 """
 
+import base64
+import hashlib
+import io
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 import traceback
 import urllib.request
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import lark_oapi as lark
 import lark_oapi.ws.client as lark_ws_client
 from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTriggerResponse
-from lark_oapi.api.im.v1 import (CreateMessageRequest, CreateMessageRequestBody, PatchMessageRequest,
+from lark_oapi.api.im.v1 import (CreateFileRequest, CreateFileRequestBody, CreateImageRequest,
+                                 CreateImageRequestBody, CreateMessageRequest, CreateMessageRequestBody,
+                                 GetMessageResourceRequest, ListMessageRequest, PatchMessageRequest,
                                  PatchMessageRequestBody, ReplyMessageRequest, ReplyMessageRequestBody)
+from lark_oapi.core.cache import ICache
 from lark_oapi.core.model import RawRequest
 from lark_oapi.core.utils import AESCipher
 from requests.structures import CaseInsensitiveDict
@@ -68,9 +78,52 @@ def wait_until(pred, timeout=10.0):
     return pred()
 
 
+class TokenCache(ICache):
+    """A token cache of one client's own. lark-oapi's TokenManager keeps tenant tokens in one
+    process-wide cache keyed by app_id, so a client would reuse a token an earlier section expired
+    (or one another fake issued); building a client installs its cache there."""
+
+    def __init__(self):
+        self.values = {}
+
+    def get(self, key):
+        value, expires = self.values.get(key, (None, 0))
+        return value if expires > time.time() else None
+
+    def set(self, key, value, expire):
+        self.values[key] = (value, time.time() + expire)
+
+
+def sdk_client(base):
+    return lark.Client.builder().app_id(APP_ID).app_secret(SECRET).domain(base) \
+        .log_level(lark.LogLevel.ERROR).cache(TokenCache()).build()
+
+
+def tenant_token(base):
+    return http(base + "/open-apis/auth/v3/tenant_access_token/internal",
+                {"app_id": APP_ID, "app_secret": SECRET})[2]["tenant_access_token"]
+
+
+def start_fake(*flags):
+    """The fake as a child process, and its ready line."""
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "fake_feishu.py"), "--app-id", APP_ID, "--app-secret", SECRET,
+         "--encrypt-key", ENCRYPT_KEY, "--verification-token", TOKEN, *flags],
+        stdout=subprocess.PIPE, text=True)
+    return proc, json.loads(proc.stdout.readline())
+
+
+def stop_fake(proc):
+    proc.terminate()
+    try:
+        return proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return None
+
+
 def open_api(base, control):
-    client = lark.Client.builder().app_id(APP_ID).app_secret(SECRET).domain(base) \
-        .log_level(lark.LogLevel.ERROR).build()
+    client = sdk_client(base)
     req = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(
         CreateMessageRequestBody.builder().receive_id("oc_group1").msg_type("text")
         .content(json.dumps({"text": "你好，飞书"}, ensure_ascii=False)).build()).build()
@@ -414,6 +467,329 @@ def webhooks(control):
         server.shutdown()
 
 
+def list_messages(client, container_type, container_id, **params):
+    """im.v1.message.list through the SDK; params are ListMessageRequest builder calls."""
+    builder = ListMessageRequest.builder().container_id_type(container_type).container_id(container_id)
+    for name, value in params.items():
+        builder = getattr(builder, name)(value)
+    return client.im.v1.message.list(builder.build())
+
+
+def ids_of(resp):
+    return [m.message_id for m in (resp.data.items or [])] if resp.success() else None
+
+
+def history(base, control):
+    client = sdk_client(base)
+    chat = "oc_history_group"
+    seed = [{"user": "ou_alice", "text": f"第{i}条"} for i in range(5)] + [{"bot": True, "text": "机器人说过"}]
+    _, _, seeded = http(control + "/history", {"chat_id": chat, "messages": seed})
+    ids = seeded["message_ids"]
+    first = list_messages(client, "chat", chat, page_size=4)
+    check("ListMessageRequest (chat): the first page holds 4 of 6 seeded messages, has_more and a page_token",
+          ids_of(first) == ids[:4] and first.data.has_more is True and bool(first.data.page_token),
+          f"{first.code} {first.msg} {ids_of(first)}")
+    second = list_messages(client, "chat", chat, page_size=4, page_token=first.data.page_token or "")
+    check("... its page_token gives the rest in create order, and nothing more",
+          ids_of(second) == ids[4:] and second.data.has_more is False and not second.data.page_token,
+          f"{second.code} {second.msg} {ids_of(second)}")
+    user_item, bot_item = first.data.items[0], second.data.items[-1]
+    check("items parse as lark-oapi Message: msg_type, body.content JSON, create_time, user / app sender",
+          user_item.msg_type == "text" and json.loads(user_item.body.content) == {"text": "第0条"}
+          and user_item.chat_id == chat and int(user_item.create_time) > 0 and user_item.deleted is False
+          and (user_item.sender.id, user_item.sender.id_type, user_item.sender.sender_type) == ("ou_alice", "open_id", "user")
+          and (bot_item.sender.id, bot_item.sender.id_type, bot_item.sender.sender_type) == (APP_ID, "app_id", "app"),
+          vars(user_item))
+    desc = list_messages(client, "chat", chat, sort_type="ByCreateTimeDesc")
+    check("sort_type ByCreateTimeDesc lists newest first", ids_of(desc) == ids[::-1], ids_of(desc))
+    changed = list_messages(client, "chat", chat, page_size=4, sort_type="ByCreateTimeDesc",
+                            page_token=first.data.page_token or "")
+    check("a page_token used with other parameters -> 230001 (the request parameters have changed)",
+          changed.code == 230001 and "parameters have changed" in changed.msg, f"{changed.code} {changed.msg}")
+    big = list_messages(client, "chat", chat, page_size=51)
+    check("page_size 51 -> 230001 The page_size exceeds the limit",
+          big.code == 230001 and "page_size exceeds" in big.msg, f"{big.code} {big.msg}")
+    bad = list_messages(client, "chat", "chat_42")
+    check("a container_id that is no chat id -> 230001 invalid container_id",
+          bad.code == 230001 and "invalid container_id" in bad.msg, f"{bad.code} {bad.msg}")
+
+    old_ms = int((time.time() - 3600) * 1000)
+    _, _, old = http(control + "/history", {"chat_id": chat, "messages": [{"user": "ou_alice", "text": "一小时前",
+                                                                           "create_time": old_ms}]})
+    recent = list_messages(client, "chat", chat, start_time=str(int(time.time()) - 600))
+    earlier = list_messages(client, "chat", chat, end_time=str(int(time.time()) - 600))
+    check("start_time / end_time (seconds) split the chat's history",
+          old["message_ids"][0] not in (ids_of(recent) or []) and ids_of(earlier) == old["message_ids"],
+          (ids_of(recent), ids_of(earlier)))
+
+    _, _, topic = http(control + "/history", {"chat_id": chat, "messages": [
+        {"user": "ou_alice", "text": "话题开头", "thread_id": "omt_topic1"},
+        {"user": "ou_bob", "text": "话题回复", "thread_id": "omt_topic1"}]})
+    root, reply = topic["message_ids"]
+    bot_reply = client.im.v1.message.reply(ReplyMessageRequest.builder().message_id(reply).request_body(
+        ReplyMessageRequestBody.builder().msg_type("text").content(json.dumps({"text": "机器人在话题里"}))
+        .build()).build())
+    in_thread = list_messages(client, "thread", "omt_topic1")
+    check("ListMessageRequest (thread): root, the user's reply and the bot's reply to it, all in the thread",
+          bot_reply.success() and bot_reply.data.thread_id == "omt_topic1" and bot_reply.data.root_id == root
+          and ids_of(in_thread) == [root, reply, bot_reply.data.message_id]
+          and [m.thread_id for m in in_thread.data.items] == ["omt_topic1"] * 3
+          and in_thread.data.items[1].root_id == root and in_thread.data.items[1].parent_id == root,
+          (ids_of(in_thread), bot_reply.code, bot_reply.msg))
+    whole = ids_of(list_messages(client, "chat", chat, page_size=50)) or []
+    check("... while the chat shows the thread by its root only", root in whole and reply not in whole
+          and bot_reply.data.message_id not in whole, whole)
+    new_thread = client.im.v1.message.reply(ReplyMessageRequest.builder().message_id(ids[0]).request_body(
+        ReplyMessageRequestBody.builder().msg_type("text").content(json.dumps({"text": "开个话题"}))
+        .reply_in_thread(True).build()).build())
+    started = list_messages(client, "thread", new_thread.data.thread_id if new_thread.success() else "omt_x")
+    check("reply_in_thread starts a thread at the replied message (root first, then the reply)",
+          ids_of(started) == [ids[0], new_thread.data.message_id], ids_of(started))
+
+    _, _, p = http(control + "/ws/push", {"kind": "group_mention", "text": "推送的", "user": "ou_carol",
+                                          "chat_id": chat, "thread_id": "omt_topic1"})
+    pushed = list_messages(client, "thread", "omt_topic1").data.items[-1]
+    check("a pushed message is kept too: in its thread, with its mention and root",
+          pushed.message_id == p["message_id"] and p["root_id"] == root and pushed.root_id == root
+          and pushed.mentions and pushed.mentions[0].id == "ou_bot0fake0000000000000000000000"
+          and pushed.mentions[0].id_type == "open_id", vars(pushed))
+
+    sent = client.im.v1.message.create(CreateMessageRequest.builder().receive_id_type("open_id").request_body(
+        CreateMessageRequestBody.builder().receive_id("ou_dave").msg_type("text")
+        .content(json.dumps({"text": "私聊你"}, ensure_ascii=False)).build()).build())
+    _, _, p2p = http(control + "/ws/push", {"kind": "p2p", "text": "回你", "user": "ou_dave"})
+    dm = list_messages(client, "chat", sent.data.chat_id if sent.success() else "oc_x")
+    check("create to an open_id lands in that user's p2p chat (answer's chat_id), shared with the user's pushes",
+          sent.success() and sent.data.chat_id.startswith("oc_") and sent.data.chat_id == p2p["chat_id"]
+          and ids_of(dm) == [sent.data.message_id, p2p["message_id"]], (sent.code, sent.msg, p2p, ids_of(dm)))
+    _, _, msgs = http(control + "/messages")
+    last = [m for m in msgs["messages"] if m["kind"] == "create"][-1]
+    check("... recorded with receive_id_type open_id and the chat_id",
+          last["receive_id_type"] == "open_id" and last["chat_id"] == sent.data.chat_id, last)
+
+    http(control + "/scopes", {"history": False})
+    denied = list_messages(client, "chat", chat)
+    denied_thread = list_messages(client, "thread", "omt_topic1")
+    allowed = list_messages(client, "chat", sent.data.chat_id)
+    http(control + "/scopes", {"history": True})
+    check("without the group history scope: a group chat or thread -> 230027 Lack of necessary permissions, "
+          "parsed by the SDK; p2p history still lists",
+          denied.code == 230027 and denied.msg == "Lack of necessary permissions." and not denied.success()
+          and denied_thread.code == 230027 and allowed.success(),
+          (denied.code, denied.msg, denied_thread.code, allowed.code))
+
+
+def tiny_png():
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)) \
+        + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + chunk(b"IEND", b"")
+
+
+def get_resource(client, message_id, key, kind):
+    return client.im.v1.message_resource.get(GetMessageResourceRequest.builder().message_id(message_id)
+                                             .file_key(key).type(kind).build())
+
+
+def read_and_hang_up(base, path, token, keep):
+    """GETs `path` over a raw socket, reads `keep` bytes and closes the socket."""
+    host, port = base.split("//")[1].rsplit(":", 1)
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=10) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+        got = 0
+        while got < keep:
+            data = sock.recv(65536)
+            if not data:
+                break
+            got += len(data)
+    return got
+
+
+def files_in(base, control):
+    client = sdk_client(base)
+    payload = "季度报告 ✓\n".encode() * 300 + bytes(range(256))
+    _, _, p = http(control + "/ws/push", {"kind": "p2p", "user": "ou_erin", "file": {
+        "name": "报告.pdf", "content_b64": base64.b64encode(payload).decode()}})
+    got = get_resource(client, p["message_id"], p["file_key"] or "", "file")
+    check("a pushed file: GetMessageResourceRequest returns its bytes, name (Content-Disposition) and type",
+          got.success() and got.file.read() == payload and got.file_name == "报告.pdf"
+          and got.raw.headers.get("Content-Type") == "application/pdf" and p["file_key"].startswith("file_v3_"),
+          (got.code, got.msg, got.file_name, got.raw.headers if got.raw else None))
+    acks = http(control + "/acks")[2]
+    event = next(e["event"] for e in acks["events"] if e["event_id"] == p["event_id"])
+    message = event["event"]["message"]
+    check("... the event carried message_type file and content {file_key, file_name}",
+          message["message_type"] == "file"
+          and json.loads(message["content"]) == {"file_key": p["file_key"], "file_name": "报告.pdf"}, message)
+    png = tiny_png()
+    _, _, img = http(control + "/ws/push", {"kind": "group_mention", "user": "ou_erin", "chat_id": "oc_files",
+                                            "file": {"kind": "image", "content_b64": base64.b64encode(png).decode()}})
+    got = get_resource(client, img["message_id"], img["file_key"] or "", "image")
+    check("a pushed image (content {image_key}): type=image returns the PNG as image/png",
+          got.success() and got.file.read() == png and got.raw.headers.get("Content-Type") == "image/png"
+          and img["file_key"].startswith("img_v3_"), (got.code, got.msg))
+    wrong_type = get_resource(client, p["message_id"], p["file_key"], "image")
+    wrong_message = get_resource(client, img["message_id"], p["file_key"], "file")
+    check("type=image for a file key -> 234001; a key of another message -> 234003 File not in msg",
+          wrong_type.code == 234001 and wrong_message.code == 234003 and wrong_message.msg == "File not in msg.",
+          (wrong_type.code, wrong_type.msg, wrong_message.code, wrong_message.msg))
+
+    _, _, small = http(control + "/ws/push", {"kind": "p2p", "user": "ou_erin", "file": {
+        "name": "zeros.bin", "stream_bytes": 300_000}})
+    got = get_resource(client, small["message_id"], small["file_key"], "file")
+    check("stream_bytes: the download is that many zero bytes", got.success() and got.file.read() == bytes(300_000),
+          (got.code, got.msg))
+    _, _, large = http(control + "/ws/push", {"kind": "p2p", "user": "ou_erin", "file": {
+        "name": "huge.bin", "stream_bytes": 64 * 1024 * 1024}})
+    path = f"/open-apis/im/v1/messages/{large['message_id']}/resources/{large['file_key']}?type=file"
+    read = read_and_hang_up(base, path, tenant_token(base), 200_000)
+    wait_until(lambda: sum(1 for d in http(control + "/downloads")[2]["downloads"] if d["finished_at"]) >= 6)
+    downloads = http(control + "/downloads")[2]["downloads"]
+    whole = next(d for d in downloads if d["message_id"] == small["message_id"])
+    cut = next((d for d in downloads if d["message_id"] == large["message_id"]), {})
+    check("/_test/downloads: a whole download (bytes_sent = length) and one the client hung up on",
+          whole["bytes_sent"] == whole["length"] == 300_000 and whole["hung_up"] is False
+          and cut.get("hung_up") is True and read <= cut["bytes_sent"] < cut["length"] == 64 * 1024 * 1024
+          and cut["path"] == path.split("?")[0], (whole, cut, read))
+    failed = [d for d in downloads if d["status"] != 200]
+    check("... refused downloads are recorded with their code", sorted(d["code"] for d in failed) == [234001, 234003],
+          failed)
+
+
+def files_out(base, control):
+    client = sdk_client(base)
+    pdf = b"%PDF-1.4\n" + "结论：通过\n".encode() * 50 + b"%%EOF\n"
+    up = client.im.v1.file.create(CreateFileRequest.builder().request_body(
+        CreateFileRequestBody.builder().file_type("pdf").file_name("结果.pdf").file(io.BytesIO(pdf)).build()).build())
+    check("CreateFileRequest (multipart) -> a file_v3_ file_key", up.success() and up.data.file_key.startswith("file_v3_"),
+          f"{up.code} {up.msg}")
+    png = tiny_png()
+    img = client.im.v1.image.create(CreateImageRequest.builder().request_body(
+        CreateImageRequestBody.builder().image_type("message").image(io.BytesIO(png)).build()).build())
+    check("CreateImageRequest (multipart) -> an img_v3_ image_key",
+          img.success() and img.data.image_key.startswith("img_v3_"), f"{img.code} {img.msg}")
+    file_key = up.data.file_key if up.success() else "file_v3_x"
+    image_key = img.data.image_key if img.success() else "img_v3_x"
+
+    def send(receive_id_type, receive_id, msg_type, content):
+        return client.im.v1.message.create(CreateMessageRequest.builder().receive_id_type(receive_id_type).request_body(
+            CreateMessageRequestBody.builder().receive_id(receive_id).msg_type(msg_type)
+            .content(json.dumps(content)).build()).build())
+
+    file_msg = send("chat_id", "oc_files", "file", {"file_key": file_key})
+    image_msg = send("open_id", "ou_frank", "image", {"image_key": image_key})
+    check("CreateMessageRequest msg_type file to a chat and image to an open_id",
+          file_msg.success() and file_msg.data.msg_type == "file" and file_msg.data.chat_id == "oc_files"
+          and image_msg.success() and image_msg.data.chat_id.startswith("oc_p2p_"),
+          (file_msg.code, file_msg.msg, image_msg.code, image_msg.msg))
+    files = {f["key"]: f for f in http(control + "/files")[2]["files"]}
+    f, i = files.get(file_key, {}), files.get(image_key, {})
+    check("/_test/files: both uploads with kind, name, type, length, bytes, sha256 and the message that sent them",
+          f.get("kind") == "file" and f.get("name") == "结果.pdf" and f.get("file_type") == "pdf"
+          and f.get("length") == len(pdf) and base64.b64decode(f.get("content_b64", "")) == pdf
+          and f.get("sha256") == hashlib.sha256(pdf).hexdigest()
+          and f.get("messages") == [{"message_id": file_msg.data.message_id, "chat_id": "oc_files", "root_id": "",
+                                     "thread_id": ""}]
+          and i.get("kind") == "image" and i.get("image_type") == "message" and i.get("length") == len(png)
+          and [m["chat_id"] for m in i.get("messages", [])] == [image_msg.data.chat_id], (f, i))
+    got = get_resource(client, file_msg.data.message_id, file_key, "file")
+    check("the bot's own file message can be downloaded back", got.success() and got.file.read() == pdf,
+          (got.code, got.msg))
+
+    unknown = send("chat_id", "oc_files", "image", {"image_key": "img_v3_never_uploaded"})
+    swapped = send("chat_id", "oc_files", "file", {"file_key": image_key})
+    _, _, pushed = http(control + "/ws/push", {"kind": "p2p", "user": "ou_frank", "file": {"name": "a.txt",
+                                                                                          "content": "hi"}})
+    theirs = send("chat_id", "oc_files", "file", {"file_key": pushed["file_key"]})
+    check("a key never uploaded -> 230001 invalid image_key; an image key as a file -> invalid file_key; "
+          "a user's key -> 230017",
+          unknown.code == 230001 and "invalid image_key" in unknown.msg and swapped.code == 230001
+          and "invalid file_key" in swapped.msg and theirs.code == 230017,
+          (unknown.code, unknown.msg, swapped.code, swapped.msg, theirs.code, theirs.msg))
+
+    def upload_file(data, file_type="stream"):
+        return client.im.v1.file.create(CreateFileRequest.builder().request_body(
+            CreateFileRequestBody.builder().file_type(file_type).file_name("x.bin").file(io.BytesIO(data))
+            .build()).build())
+
+    def upload_image(data):
+        return client.im.v1.image.create(CreateImageRequest.builder().request_body(
+            CreateImageRequestBody.builder().image_type("message").image(io.BytesIO(data)).build()).build())
+
+    empty, bad_type = upload_file(b""), upload_file(b"x", file_type="exe")
+    too_big = upload_file(bytes(30 * 1024 * 1024 + 1))
+    not_image, big_image = upload_image(b"plain text"), upload_image(png[:8] + bytes(10 * 1024 * 1024))
+    check("uploads refused as documented: empty 234010, bad file_type 234001, file > 30 MB 234006, "
+          "not an image 234011, image > 10 MB 234006",
+          (empty.code, bad_type.code, too_big.code, not_image.code, big_image.code)
+          == (234010, 234001, 234006, 234011, 234006),
+          [(r.code, r.msg) for r in (empty, bad_type, too_big, not_image, big_image)])
+
+
+def card_updates(base, control):
+    client = sdk_client(base)
+
+    def card(text):
+        return json.dumps({"schema": "2.0", "config": {"update_multi": True},
+                           "body": {"elements": [{"tag": "markdown", "content": text}]}}, ensure_ascii=False)
+
+    created = client.im.v1.message.create(CreateMessageRequest.builder().receive_id_type("chat_id").request_body(
+        CreateMessageRequestBody.builder().receive_id("oc_cards").msg_type("interactive").content(card("0"))
+        .build()).build())
+    mid = created.data.message_id if created.success() else "om_x"
+
+    def patch(text):
+        return client.im.v1.message.patch(PatchMessageRequest.builder().message_id(mid).request_body(
+            PatchMessageRequestBody.builder().content(card(text)).build()).build())
+
+    results = []
+    for i in range(3):
+        results.append(patch(f"第{i + 1}版"))
+        time.sleep(0.15)
+    updates = http(control + f"/updates?message_id={mid}")[2]["updates"]
+    check("/_test/updates: each PATCH of the card with its time and the spacing since the previous one",
+          all(r.success() for r in results) and len(updates) == 3 and updates[0]["interval"] is None
+          and all(0.1 < u["interval"] < 1.0 for u in updates[1:]) and all(u["ok"] for u in updates)
+          and json.loads(updates[-1]["content"])["body"]["elements"][0]["content"] == "第3版", updates)
+    listed = list_messages(client, "chat", "oc_cards").data.items[0]
+    check("... and the stored card is the last version, marked updated",
+          listed.updated is True and "第3版" in listed.body.content, vars(listed))
+
+    _, _, armed = http(control + "/ratelimit", {"target": "patch", "count": 1})
+    limited = patch("被限流")
+    after = patch("限流之后")
+    check("/_test/ratelimit target patch: the next PATCH gets 230020 (per-message frequency limit), then none",
+          armed["ratelimit"]["code"] == 230020 and limited.code == 230020 and after.success(),
+          (armed, limited.code, limited.msg, after.code))
+    time.sleep(1.0)  # a quiet second: no accepted PATCH left in the window
+    http(control + "/ratelimit", {"target": "patch", "per_message_qps": 5})
+    started = time.monotonic()
+    burst = [patch(f"连发{i}").code for i in range(7)]
+    took = time.monotonic() - started
+    http(control + "/ratelimit", {"target": "patch", "per_message_qps": 0})
+    check("per_message_qps 5: a burst of 7 PATCHes to one card within a second -> 5 accepted, then 230020",
+          took >= 1.0 or burst == [0] * 5 + [230020] * 2, (burst, took))
+    check("... and per_message_qps 0 lifts it", patch("恢复").success())
+    send_default = http(control + "/ratelimit", {"count": 1})[2]
+    check("... and /_test/ratelimit without a target still arms sends (99991400, HTTP 429)",
+          send_default["target"] == "send" and send_default["ratelimit"]["code"] == 99991400
+          and send_default["ratelimit"]["status"] == 429, send_default)
+    http(control + "/ratelimit", {"count": 0})
+
+
+def no_history_scope_flag():
+    proc, ready = start_fake("--no-history-scope")
+    try:
+        client = sdk_client(ready["base"])
+        http(ready["control"] + "/history", {"chat_id": "oc_team", "messages": [{"user": "ou_a", "text": "hi"}]})
+        denied = list_messages(client, "chat", "oc_team")
+        check("--no-history-scope: listing a group chat answers 230027, which the SDK parses",
+              denied.code == 230027 and denied.msg == "Lack of necessary permissions.", f"{denied.code} {denied.msg}")
+    finally:
+        stop_fake(proc)
+
+
 def crypto_vectors():
     # https://open.feishu.cn/document/ukTMukTMukTM/uYDNxYjL2QTM24iN0EjN/event-subscription-configure-/encrypt-key-encryption-configuration-case
     # ("解密示例"): key "test key", this ciphertext decrypts to "hello world".
@@ -430,32 +806,27 @@ def crypto_vectors():
 
 def main() -> None:
     crypto_vectors()
-    proc = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "fake_feishu.py"), "--app-id", APP_ID, "--app-secret", SECRET,
-         "--encrypt-key", ENCRYPT_KEY, "--verification-token", TOKEN, "--ping-interval", "1",
-         "--reconnect-nonce", "0", "--reconnect-interval", "1", "--ack-timeout", "1.5"],
-        stdout=subprocess.PIPE, text=True)
+    proc, ready = start_fake("--ping-interval", "1", "--reconnect-nonce", "0", "--reconnect-interval", "1",
+                             "--ack-timeout", "1.5")
     try:
-        ready = json.loads(proc.stdout.readline())
         check("ready line has port, base, control", set(ready) == {"port", "base", "control"}, ready)
         base, control = ready["base"], ready["control"]
         for name, fn in (("open_api", lambda: open_api(base, control)),
                          ("long_connection", lambda: long_connection(base, control)),
                          ("raw_socket", lambda: raw_socket(base, control)),
-                         ("webhooks", lambda: webhooks(control))):
+                         ("webhooks", lambda: webhooks(control)),
+                         ("history", lambda: history(base, control)),
+                         ("files_in", lambda: files_in(base, control)),
+                         ("files_out", lambda: files_out(base, control)),
+                         ("card_updates", lambda: card_updates(base, control)),
+                         ("no_history_scope_flag", no_history_scope_flag)):
             try:
                 fn()
             except Exception:  # noqa: BLE001 - a crashed section is a failed check
                 traceback.print_exc()
                 check(f"{name} ran to the end", False, "exception")
     finally:
-        proc.terminate()
-        try:
-            rc = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = None
-        check("SIGTERM -> exit 0", rc == 0, rc)
+        check("SIGTERM -> exit 0", stop_fake(proc) == 0, None)
     print(f"{'FAILED' if failures else 'all checks held'} ({len(failures)} failed)", flush=True)
     sys.stdout.flush()
     # The SDK's ws client thread runs forever on its module-level loop; don't wait for it.

@@ -1,32 +1,87 @@
-"""A local fake of Slack for pincer's end-to-end tests: Web API, Socket Mode, Events API sender.
+"""A local fake of Slack for pincer's end-to-end tests: Web API, Socket Mode, Events API sender,
+files (in and out), message history and AI-app thread status.
 
 Usage: fake_slack.py [--host 127.0.0.1] [--port 0] [--bot-token xoxb-...] [--app-token xapp-...]
                      [--signing-secret S] [--team-id T0TEAM] [--app-id A0APP] [--bot-user-id U0BOT]
                      [--bot-id B0BOT] [--channels C1,D2] [--ack-timeout 3]
-                     [--scopes app_mentions:read,chat:write,...]
+                     [--scopes app_mentions:read,chat:write,...] [--assistant]
 Every flag can also be given by environment: FAKE_SLACK_BOT_TOKEN, FAKE_SLACK_APP_TOKEN,
 FAKE_SLACK_SIGNING_SECRET, FAKE_SLACK_TEAM_ID, FAKE_SLACK_APP_ID, FAKE_SLACK_BOT_USER_ID,
-FAKE_SLACK_BOT_ID, FAKE_SLACK_CHANNELS, FAKE_SLACK_ACK_TIMEOUT, FAKE_SLACK_SCOPES (flags win).
-Web API answers to the bot token carry `x-oauth-scopes` (the --scopes list), as Slack's do.
+FAKE_SLACK_BOT_ID, FAKE_SLACK_CHANNELS, FAKE_SLACK_ACK_TIMEOUT, FAKE_SLACK_SCOPES,
+FAKE_SLACK_ASSISTANT (1/true: the app is an AI app) (flags win).
+Web API answers to the bot token carry `x-oauth-scopes` (the --scopes list), as Slack's do. The
+default scopes lack channels:history, groups:history, files:read and files:write: the methods
+that need them answer missing_scope ({"ok": false, "error": "missing_scope", "needed": S,
+"provided": "<the --scopes list>"}) until --scopes grants them.
 
 Serves on loopback only. When ready it prints one JSON line to stdout,
   {"port": N, "api_base": "http://127.0.0.1:N/api", "control": "http://127.0.0.1:N/_test"}
-and serves until killed (SIGTERM or SIGINT: exit 0).
+and serves until killed (SIGTERM or SIGINT: exit 0). BASE below is http://127.0.0.1:N.
 
-Web API, `POST|GET /api/<method>`, form-encoded or JSON bodies; the token is read from
+Web API, `POST|GET /api/<method>`, form-encoded, query or JSON bodies; the token is read from
 `Authorization: Bearer` or (form and query only, as Slack does) a `token` field. Wrong token:
 `invalid_auth`, none: `not_authed`, wrong kind: `not_allowed_token_type`, all HTTP 200.
+Arguments Slack's schema refuses: {"ok": false, "error": "invalid_arguments",
+"response_metadata": {"messages": ["[ERROR] <why>"]}}.
   auth.test                bot token (an app-level token is accepted too)
   apps.connections.open    app-level token, header only -> ws://HOST:N/link/?ticket=<uuid>&app_id=A0APP
   chat.postMessage         bot token; channel_not_found, no_text, msg_too_long (> 40 000 chars),
-                           invalid_blocks (blocks slack_sdk's Block Kit models refuse)
-  chat.update              bot token; channel + ts of a message the bot posted, else
-                           message_not_found / cant_update_message; invalid_blocks as above
+                           invalid_blocks (blocks slack_sdk's Block Kit models refuse). A user id
+                           (U…/W…) as channel posts into the app's DM with that user: the D… of
+                           the first DM event pushed from that user, else "D" + the id's tail
+                           (U0ALICE -> D0ALICE); the answer's `channel` is that D….
+                           A reply clears the thread's assistant status (see /_test/status).
+  chat.update              bot token; channel + ts: message_not_found (no such message),
+                           cant_update_message (not the bot's); invalid_blocks as above
   chat.postEphemeral       bot token; channel + user -> {"message_ts"}; user_not_in_channel
                            when the user is "U0NOTHERE"
   reactions.add / .remove  bot token; already_reacted / no_reaction, invalid_name, no_item_specified
+  conversations.history    bot token + channels:history (C…) / groups:history (G…) / im:history
+                           (D…); channel, limit (100, at most 999), cursor, latest, oldest,
+                           inclusive -> {"ok", "messages" (top-level only, newest first),
+                           "has_more", "pin_count": 0, "channel_actions_ts": null,
+                           "channel_actions_count": 0, "response_metadata": {"next_cursor"} (only
+                           when has_more), "latest" (when given)}; channel_not_found,
+                           invalid_cursor, invalid_ts_latest, invalid_ts_oldest
+  conversations.replies    same scopes; channel, ts (the parent or any reply), limit (1000, at
+                           most 1000), cursor, latest, oldest, inclusive -> {"ok", "messages"
+                           (parent first, then replies oldest first), "has_more",
+                           "response_metadata"}; thread_not_found, channel_not_found, ...
+                           A parent carries thread_ts, reply_count, reply_users_count,
+                           reply_users, latest_reply; a reply thread_ts and parent_user_id.
+  files.getUploadURLExternal  bot token + files:write; filename, length, alt_txt, snippet_type
+                           -> {"ok": true, "upload_url": "BASE/upload/v1/<opaque>", "file_id": "F…"};
+                           invalid_arguments (filename or length missing, length not an
+                           integer), missing_argument (length 0), alt_txt_too_large (> 1000),
+                           snippet_too_large (snippet_type with length > 1 MB)
+  files.completeUploadExternal  bot token + files:write; files (JSON array [{"id", "title"}]),
+                           channel_id or channels (comma-separated; a user id means the DM),
+                           thread_ts, initial_comment, blocks (ignored with initial_comment)
+                           -> {"ok": true, "files": [file object, …]}; file_not_found (unknown
+                           id, nothing uploaded yet, or completed already), file_update_failed
+                           (the bytes uploaded differ in length from the declared `length`; the
+                           reason in response_metadata.messages), channel_not_found,
+                           invalid_blocks. With a channel, a message carrying the files
+                           (subtype file_share, text = initial_comment) joins its history, in
+                           the thread when thread_ts is given.
+  assistant.threads.setStatus  bot token + chat:write or assistant:write (missing_scope names
+                           chat:write); channel_id, thread_ts, status ("" clears),
+                           loading_messages (1-10 strings of 1-50 chars) -> {"ok": true};
+                           channel_not_found, invalid_thread_ts, invalid_arguments. Without
+                           --assistant, a DM (D…) thread answers access_denied (channels
+                           work: Slack lets any app with chat:write set a status there).
   anything else            {"ok": false, "error": "unknown_method"}
 Every call is recorded (headers, raw body, parsed arguments, answer, arrival time).
+
+Files, outside the Web API:
+  POST BASE/upload/v1/<opaque>   the upload_url: the raw bytes, or multipart/form-data with the
+                                 bytes in a part named `file` or `filename` -> 200 "OK - <length>"
+                                 (text/plain); an unknown upload_url -> 404
+  GET  BASE/files-pri/TEAM-FILEID/NAME (url_private) and …/TEAM-FILEID/download/NAME
+       (url_private_download): with `Authorization: Bearer <bot token>` and files:read, the bytes
+       with the file's mimetype (and Content-Length); otherwise (no token, a wrong one, or no
+       files:read) a 302 to BASE/?redir=<path>, whose page is a 200 text/html sign-in page, as
+       Slack answers an unauthenticated file request. Every GET is recorded (/_test/downloads).
 
 Socket Mode, `GET /link/?ticket=...`: an unknown or used ticket gets HTTP 401; the 11th open
 connection gets a `too_many_websockets` disconnect and is closed. On connect: `hello`. Envelopes
@@ -34,15 +89,39 @@ not acked (`{"envelope_id": ...}`) within --ack-timeout seconds (3, as Slack) or
 dropped are redelivered on the newest live connection (the next one if none) with retry_attempt
 +1 and retry_reason "timeout", at most 3 times. Other frames are recorded as protocol errors.
 
+Messages and history: each channel keeps a log, in ts order, of every dm/mention event pushed
+(/_test/socket/push, /_test/events/send), every message the bot posts (chat.postMessage,
+completed uploads) and every message seeded with /_test/history; chat.update changes it. It is
+what conversations.history and conversations.replies serve. A person's message is stored as
+{"type": "message", "user", "text", "ts", "thread_ts"?} (a mention's text with its "<@BOT>"),
+with files as a file_share message ("subtype": "file_share", "files", "upload": true,
+"display_as_bot": false); the bot's as chat.postMessage answers it (bot_id, user = the bot user,
+subtype bot_message, or file_share for an upload's message).
+
+Files in events: a push (socket or events/send) of kind dm or mention may carry
+  "files": [{"name": "a.txt", "mimetype": "text/plain" (default: guessed from the name),
+             "content_b64": "..." or "content": "text", "title" (default: name),
+             "size": N (what the file object claims; default: the real length),
+             "url": "http://…" (replaces url_private and url_private_download),
+             "stream_bytes": N (the download sends N zero bytes, streamed, whatever the size)}]
+Each gets an id F…, is served at its url_private, and the event carries "files": [file object]
+with {"id", "created", "timestamp", "name", "title", "mimetype", "filetype", "pretty_type",
+"user", "user_team", "editable": false, "size", "mode": "hosted", "is_external": false,
+"external_type": "", "is_public": false, "public_url_shared": false, "display_as_bot": false,
+"username": "", "url_private", "url_private_download", "permalink", "permalink_public",
+"has_rich_preview": false, "file_access": "visible"}. A DM's event then has "subtype":
+"file_share", "upload": true, "display_as_bot": false; a mention (app_mention, which has no
+subtypes) "upload": false, "display_as_bot": false. The push's answer lists the file objects.
+
 Control API, JSON in and out (POST bodies may be empty; `connection` defaults to the newest
 open connection):
   POST /_test/socket/push        {"kind": "dm"|"mention"|"slash"|"interactive", "text", "user",
-                                  "channel", "thread_ts", "event_id", "ts", "command",
-                                  "action_id", "value", "action_ts", "connection"}
+                                  "channel", "thread_ts", "event_id", "ts", "files", "command",
+                                  "trigger_id", "action_id", "value", "action_ts", "connection"}
                                  (interactive: a click on the button `action_id` of message
                                   `ts`, a `block_actions` payload; `action_ts` new each time
-                                  unless given)
-                                 -> {"envelope_id", "event_id", "ts", "delivered_to"}
+                                  unless given; slash: the payload of events/send's slash)
+                                 -> {"envelope_id", "event_id", "ts", "delivered_to", "files"}
                                  (a mention's text gets "<@BOT> " prepended unless it has it)
   POST /_test/socket/disconnect  {"reason": "warning"|"refresh_requested"|"link_disabled",
                                   "connection", "close_after": s (refresh_requested 3,
@@ -54,35 +133,70 @@ open connection):
   POST /_test/socket/deaf        {"on": bool, "connection"} : stop/resume sending anything and
                                   answering pings on that connection ({"on": false} clears all)
   POST /_test/ratelimit          {"method", "count": K, "retry_after": S} : the next K calls of
-                                  method get HTTP 429, Retry-After: S, {"ok":false,"error":"ratelimited"}
+                                  method (any Web API method) get HTTP 429, Retry-After: S,
+                                  {"ok":false,"error":"ratelimited"}
   POST /_test/channels           {"channels": [ids] | null} : known channels (null: any C/D/G id)
-  POST /_test/events/send        {"url", "kind": "dm"|"mention"|"url_verification"|"interactive",
-                                  "text", "user", "action_id", "action_ts",
-                                  "channel", "thread_ts", "event_id", "ts", "challenge", "body"
+  POST /_test/events/send        {"url", "kind": "dm"|"mention"|"slash"|"url_verification"|
+                                  "interactive", "text", "user", "channel", "thread_ts",
+                                  "event_id", "ts", "files", "command" (slash: "/pincer"),
+                                  "trigger_id", "action_id", "action_ts", "challenge", "body"
                                   (raw string sent as is), "stale": bool (timestamp 6 min old,
                                   correctly signed), "bad_signature": bool, "no_signature": bool,
                                   "timestamp": int, "retry_num": n, "retry_reason": "http_timeout",
                                   "timeout": s (10)}
-                                 -> {"status", "headers", "body", "elapsed_ms", "sent": {...}}
+                                 (slash: a form-encoded body token, team_id, team_domain,
+                                  channel_id, channel_name, user_id, user_name, command, text,
+                                  response_url (BASE/commands/…, recorded as calls of method
+                                  "response_url"), trigger_id (new each time), api_app_id)
+                                 -> {"status", "headers", "body", "elapsed_ms", "sent": {...}, "files"}
+  POST /_test/history            {"channel" (or a user id: the DM), "messages": [{"user" (U0USER),
+                                  "text", "ts" (default: a new, increasing one), "thread_ts",
+                                  "bot": bool (posted by the bot), "files": [as in pushes]}]}
+                                 -> {"channel", "ts": [ts, …]} : adds to the log, sends nothing
+  GET  /_test/history?channel=C  -> {"channels": {C: [message as conversations.* show it, oldest
+                                  first]}, "dm_channels": {user: D}} (every channel if none given)
+  GET  /_test/files              -> {"files": [every completed upload: {"file_id", "name",
+                                  "title", "length", "declared_length", "content_b64", "sha256",
+                                  "content_type", "upload_form": "raw"|"multipart", "alt_txt",
+                                  "snippet_type", "channel_id", "thread_ts", "initial_comment",
+                                  "message_ts", "completed_at"}], "pending": [uploads not
+                                  completed: {"file_id", "name", "declared_length", "length"
+                                  (null before any upload), "length_mismatch", "uploaded_at"}]}
+  GET  /_test/downloads          -> {"downloads": [{"path", "file_id", "authorization": bool
+                                  (a Bearer header came), "auth_ok", "refused": why | null,
+                                  "status", "bytes_total", "bytes_sent", "hung_up" (the client
+                                  left before the last byte), "started_at", "finished_at"}]}
+  GET  /_test/status             -> {"statuses": [{"channel_id", "thread_ts", "status",
+                                  "loading_messages", "cleared" (status ""), "by":
+                                  "setStatus"|"reply", "at"}]} in order: every setStatus, and
+                                  the clearing a bot reply in that thread makes
   GET  /_test/calls?method=M     -> {"calls": [...]} every recorded Web API call (429s included)
   GET  /_test/acks               -> {"acks": [...], "envelopes": [...], "protocol_errors": [...]}
   GET  /_test/connections        -> {"open": n, "connections": [...]} with pings, frames, times
   GET  /_test/events/sent        -> {"sent": [...]} every events/send
-  GET  /_test/wait?what=calls|acks|connections|protocol_errors|events_sent&method=M&count=N&timeout=S
+  GET  /_test/wait?what=calls|acks|connections|protocol_errors|events_sent|files|downloads|
+                   statuses&method=M&count=N&timeout=S
                                  -> 200 {"count", "items"} once N are recorded, else 408
   POST /_test/reset              {"close_sockets": bool} : forget calls, acks, envelopes,
-                                  reactions, rate limits, events sent, closed connections
+                                  reactions, rate limits, events sent, closed connections,
+                                  messages, files, uploads, downloads, statuses
 """
 
 import argparse
 import asyncio
+import base64
+import binascii
+import hashlib
 import json
+import mimetypes
 import os
+import secrets
 import struct
 import sys
 import time
 import uuid
-from urllib.parse import parse_qsl, urlencode
+from decimal import Decimal, InvalidOperation
+from urllib.parse import parse_qsl, quote, urlencode
 
 import aiohttp
 from aiohttp import web
@@ -96,10 +210,127 @@ LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 MAX_CONNECTIONS = 10  # https://docs.slack.dev/apis/events-api/using-socket-mode ("up to 10")
 MAX_RETRIES = 3
 MAX_TEXT = 40_000
+# https://docs.slack.dev/reference/methods/conversations.history: limit "Maximum of 999", default
+# 100; .../conversations.replies: limit default 1000, maximum 1000.
+HISTORY_LIMIT, HISTORY_MAX = 100, 999
+REPLIES_LIMIT, REPLIES_MAX = 1000, 1000
+# The *:history scope a conversation's kind needs (.../conversations.history: "Relevant
+# *:history scope"; channels:history for public channels, groups:history for private ones,
+# im:history for DMs).
+HISTORY_SCOPES = {"C": "channels:history", "G": "groups:history", "D": "im:history"}
+# https://docs.slack.dev/reference/methods/files.getUploadURLExternal: alt_txt_too_large "longer
+# than the limit of 1000 character", snippet_too_large "snippets, which are limited to 1MB".
+MAX_ALT_TXT = 1000
+MAX_SNIPPET = 1024 * 1024
+# https://docs.slack.dev/reference/methods/assistant.threads.setStatus: loading_messages
+# "Maximum of 10 messages", each 1 to 50 characters (the method's argument schema).
+MAX_LOADING_MESSAGES, MAX_LOADING_MESSAGE = 10, 50
+DOWNLOAD_CHUNK = 64 * 1024
+# Largest request body taken (aiohttp's default is 1 MiB): Slack's upload limit, 1 GB (slack_sdk's
+# MAX_V2_FILE_SIZE, "Slack files.upload limit").
+MAX_UPLOAD = 1024 ** 3
+# filetype and pretty_type of a file object by extension (as files.info's example says
+# "filetype": "gif", "pretty_type": "GIF"); anything else is "binary".
+FILETYPES = {
+    ".txt": ("text", "Plain Text"),
+    ".md": ("markdown", "Markdown (raw)"),
+    ".csv": ("csv", "CSV"),
+    ".json": ("json", "JSON"),
+    ".py": ("python", "Python"),
+    ".pdf": ("pdf", "PDF"),
+    ".png": ("png", "PNG"),
+    ".jpg": ("jpg", "JPEG"),
+    ".jpeg": ("jpg", "JPEG"),
+    ".gif": ("gif", "GIF"),
+    ".zip": ("zip", "Zip"),
+    ".mp4": ("mp4", "MPEG 4 Video"),
+}
 
 
 def now() -> float:
     return time.time()
+
+
+def ts_value(ts):
+    """A Slack timestamp ("1700000000.000100") as a number to compare, None if it is not one."""
+    try:
+        value = Decimal(str(ts))
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None
+
+
+def ts_order(ts):
+    """Sort key of a message's ts: by value, anything that is no timestamp last."""
+    value = ts_value(ts)
+    return (value is None, value if value is not None else 0)
+
+
+def truthy(value) -> bool:
+    """A boolean argument as Slack reads it from a form, a query or JSON ("true", "1", true)."""
+    return str(value).strip().lower() in ("1", "true")
+
+
+def is_user_id(value) -> bool:
+    """A user id (U… or W…, https://docs.slack.dev/reference/methods/chat.postMessage: a user
+    id as `channel` posts to the app's DM with that user)."""
+    return isinstance(value, str) and len(value) > 1 and value[0] in "UW" and value[1:].isalnum() \
+        and value == value.upper()
+
+
+def cursor_for(ts) -> str:
+    # Slack's cursors are opaque base64; the documented ones decode to the ts to go on from
+    # (conversations.history's "bmV4dF90czoxNTEyMDg1ODYxMDAwNTQz" is "next_ts:1512085861000543").
+    return base64.b64encode(f"next_ts:{ts}".encode()).decode()
+
+
+def ts_from_cursor(cursor):
+    try:
+        decoded = base64.b64decode(cursor, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    prefix, _, ts = decoded.partition(":")
+    return ts if prefix == "next_ts" and ts else None
+
+
+def invalid_arguments(why):
+    """Slack's answer to arguments its schema refuses: `invalid_arguments` ("The method was called
+    with invalid arguments", in every method's error table on docs.slack.dev) with the reason
+    in response_metadata.messages, as Slack words them ("[ERROR] 0 is not a valid thread_ts")."""
+    return {"ok": False, "error": "invalid_arguments", "response_metadata": {"messages": [f"[ERROR] {why}"]}}
+
+
+def event_files(payload):
+    """The file objects an event_callback payload's event carries ([] for anything else)."""
+    event = payload.get("event") if isinstance(payload, dict) else None
+    return event.get("files", []) if isinstance(event, dict) else []
+
+
+def file_share(files):
+    """What a message carrying `files` has (https://docs.slack.dev/reference/events/message/file_share;
+    @slack/types' FileShareMessageEvent: subtype "file_share", files, upload, display_as_bot), as a
+    captured message.im shows it: "files": [...], "upload": true, "display_as_bot": false,
+    "subtype": "file_share" (slack-web's golden message_file_share.json)."""
+    return {"subtype": "file_share", "files": files, "upload": True, "display_as_bot": False}
+
+
+def file_kind(name):
+    """(filetype, pretty_type) of a file named `name`."""
+    return FILETYPES.get(os.path.splitext(name)[1].lower(), ("binary", "Binary"))
+
+
+def zero_chunks(total):
+    """`total` zero bytes in DOWNLOAD_CHUNK pieces, made as they are sent."""
+    chunk = bytes(DOWNLOAD_CHUNK)
+    left = total
+    while left > 0:
+        yield chunk if left >= DOWNLOAD_CHUNK else bytes(left)
+        left -= DOWNLOAD_CHUNK
+
+
+def data_chunks(data):
+    for start in range(0, len(data), DOWNLOAD_CHUNK):
+        yield data[start:start + DOWNLOAD_CHUNK]
 
 
 def parsed_blocks(args):
@@ -178,9 +409,12 @@ class Fake:
         self.port = None
         self.host = cfg.host
         self.channels = set(cfg.channels) if cfg.channels else None
+        self.scopes = {scope.strip() for scope in cfg.scopes.split(",") if scope.strip()}
         self.ts_counter = 0
         self.event_counter = 0
         self.conn_counter = 0
+        self.file_counter = 0
+        self.command_counter = 0
         self.changed = asyncio.Condition()
         self.conns = {}
         self.tickets = {}
@@ -193,9 +427,15 @@ class Fake:
         self.envelopes = {}
         self.pending = []  # envelope ids waiting for a live connection
         self.reactions = set()
-        self.messages = {}  # (channel, ts) -> what the bot posted (text, blocks, thread_ts)
         self.ratelimits = {}
         self.events_sent = []
+        self.channel_logs = {}  # channel -> [message], in ts order: what conversations.* serve
+        self.dm_channels = {}  # user id -> the app's DM channel with that user
+        self.files = {}  # file id -> {"object": file object, "data": bytes, "stream_bytes": n | None}
+        self.uploads = {}  # file id -> an upload begun with files.getUploadURLExternal
+        self.upload_tickets = {}  # the opaque part of an upload_url -> file id
+        self.downloads = []
+        self.statuses = []
 
     # ---- ids -----------------------------------------------------------------------------------
 
@@ -207,6 +447,14 @@ class Fake:
     def next_event_id(self):
         self.event_counter += 1
         return f"Ev0FAKE{self.event_counter:05d}"
+
+    def next_file_id(self):
+        self.file_counter += 1
+        return f"F0FILE{self.file_counter:05d}"
+
+    @property
+    def base_url(self):
+        return f"http://{self.host}:{self.port}"
 
     async def notify(self):
         async with self.changed:
@@ -228,7 +476,8 @@ class Fake:
         ]
 
     def event_callback(self, kind, body):
-        """An Events API `event_callback` for a DM or an app mention, and its (event_id, ts)."""
+        """An Events API `event_callback` for a DM or an app mention, and its (event_id, ts). The
+        message joins its channel's log; files in `body` are registered (see register_files)."""
         ts = body.get("ts") or self.next_ts()
         event_id = body.get("event_id") or self.next_event_id()
         user = body.get("user") or "U0USER"
@@ -237,15 +486,17 @@ class Fake:
             #   "event": {"type": "message", "channel": "D024BE91L", "user": "U2147483697",
             #             "text": "Hello hello can you hear me?", "ts": "1355517523.000005",
             #             "event_ts": "1355517523.000005", "channel_type": "im"}
+            channel = body.get("channel") or "D0DM"
             event = {
                 "type": "message",
-                "channel": body.get("channel") or "D0DM",
+                "channel": channel,
                 "user": user,
                 "text": body.get("text", "Hello hello can you hear me?"),
                 "ts": ts,
                 "event_ts": ts,
                 "channel_type": "im",
             }
+            self.dm_channels.setdefault(user, channel)
         elif kind == "mention":
             # https://docs.slack.dev/reference/events/app_mention
             #   "event": {"type": "app_mention", "user": "U061F7AUR",
@@ -256,18 +507,28 @@ class Fake:
             text = body.get("text", "is it everything a river should be?")
             if mention not in text:
                 text = f"{mention} {text}"
+            channel = body.get("channel") or "C0CHAN"
             event = {
                 "type": "app_mention",
                 "user": user,
                 "text": text,
                 "ts": ts,
-                "channel": body.get("channel") or "C0CHAN",
+                "channel": channel,
                 "event_ts": ts,
             }
         else:
             raise ValueError(f"unknown event kind {kind!r}")
+        files = self.register_files(body.get("files"), user)
+        if files and kind == "dm":
+            event.update(file_share(files))
+        elif files:
+            # app_mention has no subtypes; its files ride on the event itself (@slack/types
+            # AppMentionEvent "files"; a captured one, bolt-js#2057: "files": [{"id": "F111"}],
+            # "upload": false, "display_as_bot": false).
+            event.update(files=files, upload=False, display_as_bot=False)
         if body.get("thread_ts"):
             event["thread_ts"] = body["thread_ts"]
+        self.log_message(channel, self.user_message(user, event["text"], ts, body.get("thread_ts"), files))
         # Wrapper: https://docs.slack.dev/reference/events/app_mention and .../message.im
         #   {"token": "XXYYZZ", "team_id": "T123ABC456", "api_app_id": "A123ABC456",
         #    "event": {...}, "type": "event_callback", "authorizations": [...],
@@ -305,21 +566,9 @@ class Fake:
             }
             return env, event_id, ts
         if kind == "slash":
-            # https://docs.slack.dev/apis/events-api/using-socket-mode ("Slash commands"), byte
-            # for byte but for the ids, command and text.
-            payload = {
-                "token": "bHKJ2n9AW6Ju3MjciOHfbA1b",
-                "team_id": self.cfg.team_id,
-                "team_domain": "maria",
-                "channel_id": body.get("channel") or "C0CHAN",
-                "channel_name": "general",
-                "user_id": body.get("user") or "U0USER",
-                "user_name": "rainer",
-                "command": body.get("command") or "/randorilke",
-                "text": body.get("text", ""),
-                "response_url": "https://rilke.slack.com/commands/T0SNL8S4S/37053613554/YMB2ZESDLNjNLqSFZ1quhNAh",
-                "trigger_id": "37053613634.26768298162.440952c06ef4de2653466a48fe495f93",
-            }
+            # https://docs.slack.dev/apis/events-api/using-socket-mode ("Slash commands"): the
+            # envelope's payload is the command's fields, as an HTTP request would carry them.
+            payload = self.slash_command(body)
             env = {
                 "payload": payload,
                 "envelope_id": envelope_id,
@@ -338,6 +587,35 @@ class Fake:
             return env, None, ts
         raise ValueError(f"unknown envelope kind {kind!r}")
 
+    def slash_command(self, body):
+        """A slash command's fields, for Socket Mode (the envelope's payload) and HTTP (the
+        form-encoded body) alike: https://docs.slack.dev/interactivity/implementing-slash-commands,
+        its example with the fake's ids (the enterprise_id / enterprise_name it shows are left out:
+        the fake's workspace is no Enterprise Grid),
+          token=gIkuvaNzQIHg97ATvDxqgjtO &team_id=T0001 &team_domain=example
+          &channel_id=C2147483705 &channel_name=test &user_id=U2147483697 &user_name=Steve
+          &command=/weather &text=94070 &response_url=https://hooks.slack.com/commands/1234/5678
+          &trigger_id=13345224609.738474920.8088930838d88f008e0 &api_app_id=A123456
+        (the fields @slack/bolt's SlashCommand lists too). trigger_id is new each time (Slack's
+        are single-use) unless given; response_url points back at the fake."""
+        self.command_counter += 1
+        return {
+            "token": "gIkuvaNzQIHg97ATvDxqgjtO",
+            "team_id": self.cfg.team_id,
+            "team_domain": "example",
+            "channel_id": body.get("channel") or "C0CHAN",
+            "channel_name": "test",
+            "user_id": body.get("user") or "U0USER",
+            "user_name": "Steve",
+            "command": body.get("command") or "/pincer",
+            "text": body.get("text", ""),
+            "response_url": f"{self.base_url}/commands/{self.cfg.team_id}/{self.command_counter}/"
+                            f"{secrets.token_urlsafe(18)}",
+            "trigger_id": body.get("trigger_id")
+            or f"13345224609.{738474920 + self.command_counter}.{secrets.token_hex(16)}",
+            "api_app_id": self.cfg.app_id,
+        }
+
     def block_actions(self, body):
         """A `block_actions` payload for a click on button `action_id` of message `ts`, and ts.
 
@@ -349,7 +627,7 @@ class Fake:
         ts = body.get("ts") or self.next_ts()
         channel = body.get("channel") or "C0CHAN"
         user = body.get("user") or "U0USER"
-        posted = self.messages.get((channel, ts), {})
+        posted = self.find_message(channel, ts) or {}
         thread_ts = body.get("thread_ts") or posted.get("thread_ts")
         container = {
             "type": "message",
@@ -394,11 +672,197 @@ class Fake:
         }
         return payload, ts
 
+    # ---- messages and files ----------------------------------------------------------------------
+
+    def log_message(self, channel, message):
+        """Adds `message` to `channel`'s log (in place of one with the same ts), in ts order."""
+        log = [m for m in self.channel_logs.get(channel, []) if m["ts"] != message["ts"]]
+        log.append(message)
+        log.sort(key=lambda m: ts_order(m["ts"]))
+        self.channel_logs[channel] = log
+        return message
+
+    def find_message(self, channel, ts):
+        return next((m for m in self.channel_logs.get(channel, []) if m["ts"] == ts), None)
+
+    def thread_replies(self, channel, thread_ts):
+        """The replies in the thread of `thread_ts`, oldest first (not the parent)."""
+        return [
+            m for m in self.channel_logs.get(channel, [])
+            if m.get("thread_ts") == thread_ts and m["ts"] != thread_ts
+        ]
+
+    def message_view(self, channel, message):
+        """`message` as conversations.history / .replies answer it: a parent with replies gets
+        thread_ts, reply_count, reply_users_count, reply_users, latest_reply (and subscribed),
+        a reply its parent_user_id, as https://docs.slack.dev/reference/methods/conversations.replies
+        shows them:
+          {"type": "message", "user": "U061F7AUR", "text": "island", "thread_ts": "1482960137.003543",
+           "reply_count": 3, "subscribed": true, ..., "ts": "1482960137.003543"},
+          {"type": "message", "user": "U061F7AUR", "text": "one island",
+           "thread_ts": "1482960137.003543", "parent_user_id": "U061F7AUR", "ts": "1483037603.017503"}"""
+        view = dict(message)
+        ts, thread_ts = message["ts"], message.get("thread_ts")
+        if thread_ts and thread_ts != ts:
+            parent = self.find_message(channel, thread_ts)
+            if parent is not None:
+                view["parent_user_id"] = parent.get("user")
+            return view
+        replies = self.thread_replies(channel, ts)
+        if replies:
+            users = list(dict.fromkeys(r.get("user") for r in replies))
+            view.update(
+                thread_ts=ts,
+                reply_count=len(replies),
+                reply_users_count=len(users),
+                reply_users=users,
+                latest_reply=replies[-1]["ts"],
+                subscribed=False,
+            )
+        return view
+
+    def user_message(self, user, text, ts, thread_ts=None, files=None):
+        """A person's message as history stores it (conversations.history's example:
+        {"type": "message", "user": "U123ABC456", "text": "I find you punny...",
+        "ts": "1512085950.000216"}); with files, the file_share message that carries them."""
+        message = {"type": "message", "user": user, "text": text, "ts": ts}
+        if files:
+            message.update(file_share(files))
+        if thread_ts:
+            message["thread_ts"] = thread_ts
+        return message
+
+    def bot_message(self, text, ts, thread_ts=None, extra=None):
+        """A message the bot posts, as chat.postMessage answers it
+        (https://docs.slack.dev/reference/methods/chat.postMessage, "Response"):
+          "message": {"text": "Here's a message for you", "username": "ecto1",
+                      "bot_id": "B123ABC456", "attachments": [...], "type": "message",
+                      "subtype": "bot_message", "ts": "1503435956.000247"}
+        plus user / app_id / team and the thread_ts a bot token's message carries; `extra`
+        (attachments, blocks, files, …) is added as is."""
+        message = {
+            "text": text,
+            "username": "pincer",
+            "bot_id": self.cfg.bot_id,
+            "type": "message",
+            "subtype": "bot_message",
+            "ts": ts,
+            "user": self.cfg.bot_user_id,
+            "app_id": self.cfg.app_id,
+            "team": self.cfg.team_id,
+        }
+        message.update(extra or {})
+        if thread_ts:
+            message["thread_ts"] = thread_ts
+        return message
+
+    def register_files(self, specs, user):
+        """File objects for a push's `files` ([{"name", "mimetype", "content_b64" | "content",
+        "title", "size", "url", "stream_bytes"}]), each kept for its url_private. ValueError
+        when an entry is malformed."""
+        if not specs:
+            return []
+        if not isinstance(specs, list) or not all(isinstance(spec, dict) for spec in specs):
+            raise ValueError("files must be a list of objects")
+        checked = []
+        for spec in specs:
+            if "content_b64" in spec:
+                try:
+                    data = base64.b64decode(spec["content_b64"], validate=True)
+                except (binascii.Error, TypeError, ValueError) as error:
+                    raise ValueError(f"files[].content_b64 is not base64: {error}")
+            else:
+                data = str(spec.get("content", "")).encode()
+            stream = spec.get("stream_bytes")
+            if stream is not None and (not isinstance(stream, int) or stream < 0):
+                raise ValueError("files[].stream_bytes must be a whole number of bytes")
+            checked.append((spec, data, stream))
+        objects = []
+        for spec, data, stream in checked:
+            name = spec.get("name") or "file.bin"
+            obj = self.file_object(
+                self.next_file_id(),
+                name=name,
+                title=spec.get("title") or name,
+                mimetype=spec.get("mimetype"),
+                size=spec.get("size", stream if stream is not None else len(data)),
+                user=user,
+            )
+            if spec.get("url"):
+                obj["url_private"] = obj["url_private_download"] = spec["url"]
+            self.files[obj["id"]] = {"object": obj, "data": data, "stream_bytes": stream}
+            objects.append(obj)
+        return objects
+
+    def file_object(self, file_id, *, name, title, mimetype, size, user):
+        """Slack's file object, as https://docs.slack.dev/reference/methods/files.info shows it:
+          {"id": "F0S43PZDF", "created": 1531763342, "timestamp": 1531763342, "name": "tedair.gif",
+           "title": "tedair.gif", "mimetype": "image/gif", "filetype": "gif", "pretty_type": "GIF",
+           "user": "U061F7AUR", "editable": false, "size": 137531, "mode": "hosted",
+           "is_external": false, "external_type": "", "is_public": true, "public_url_shared": false,
+           "display_as_bot": false, "username": "", "url_private": "https://.../tedair.gif",
+           "url_private_download": "https://.../tedair.gif", ..., "permalink": "https://.../tedair.gif",
+           "permalink_public": "https://.../...", ..., "has_rich_preview": false}
+        with the URLs a shared file has (a captured message.im file_share event, slack-web's
+        golden message_file_share.json): url_private .../files-pri/T043DB835ML-F04EEHX1EES/name,
+        url_private_download .../files-pri/T043DB835ML-F04EEHX1EES/download/name."""
+        created = int(now())
+        filetype, pretty_type = file_kind(name)
+        team_file = f"{self.cfg.team_id}-{file_id}"
+        quoted = quote(name)
+        return {
+            "id": file_id,
+            "created": created,
+            "timestamp": created,
+            "name": name,
+            "title": title,
+            "mimetype": mimetype or mimetypes.guess_type(name)[0] or "application/octet-stream",
+            "filetype": filetype,
+            "pretty_type": pretty_type,
+            "user": user,
+            "user_team": self.cfg.team_id,
+            "editable": False,
+            "size": size,
+            "mode": "hosted",
+            "is_external": False,
+            "external_type": "",
+            "is_public": False,
+            "public_url_shared": False,
+            "display_as_bot": False,
+            "username": "",
+            "url_private": f"{self.base_url}/files-pri/{team_file}/{quoted}",
+            "url_private_download": f"{self.base_url}/files-pri/{team_file}/download/{quoted}",
+            "permalink": f"{self.base_url}/files/{user}/{file_id}/{quoted}",
+            "permalink_public": f"{self.base_url}/{team_file}-{secrets.token_hex(5)}",
+            "has_rich_preview": False,
+            "file_access": "visible",
+        }
+
+    def dm_channel(self, user):
+        """The app's DM with `user`: the channel of the first DM event pushed from them, else
+        "D" + the rest of their id (U0ALICE -> D0ALICE)."""
+        return self.dm_channels.setdefault(user, "D" + user[1:])
+
+    def resolve_channel(self, channel):
+        """`channel`, or for a user id the app's DM with that user."""
+        return self.dm_channel(channel) if is_user_id(channel) else channel
+
+    def missing_scope(self, *accepted):
+        """None if the bot token has one of the `accepted` scopes, else Slack's missing_scope
+        answer, naming the first, as https://docs.slack.dev/reference/methods/admin.apps.requests.list
+        documents it: {"ok": false, "error": "missing_scope", "needed": "admin.apps:read",
+        "provided": "read,client,admin,identify,post,apps"}."""
+        if self.scopes & set(accepted):
+            return None
+        return {"ok": False, "error": "missing_scope", "needed": accepted[0], "provided": self.cfg.scopes}
+
     # ---- Web API ---------------------------------------------------------------------------------
 
     def check_channel(self, channel):
-        if not channel:
+        if not channel or not isinstance(channel, str):
             return False
+        if channel in self.dm_channels.values():
+            return True  # a DM the app has with someone is always there
         if self.channels is not None:
             return channel in self.channels
         return channel[0] in "CDG" and channel[1:].isalnum() and channel == channel.upper()
@@ -445,7 +909,8 @@ class Fake:
             "token_from": "header" if header_token else ("body" if body_token else None),
             "rate_limited": False,
         }
-        for key in ("channel", "text", "thread_ts", "mrkdwn", "name", "timestamp"):
+        for key in ("channel", "channel_id", "text", "thread_ts", "ts", "mrkdwn", "name", "timestamp",
+                    "status", "filename", "length"):
             if key in args:
                 call[key] = args[key]
         limit = self.ratelimits.get(method)
@@ -492,6 +957,11 @@ class Fake:
             "chat.postEphemeral": self.post_ephemeral,
             "reactions.add": self.reactions_add,
             "reactions.remove": self.reactions_remove,
+            "conversations.history": self.conversations_history,
+            "conversations.replies": self.conversations_replies,
+            "files.getUploadURLExternal": self.files_get_upload_url,
+            "files.completeUploadExternal": self.files_complete_upload,
+            "assistant.threads.setStatus": self.assistant_set_status,
         }.get(method)
         if handler is None:
             return {"ok": False, "error": "unknown_method"}, 200, {}
@@ -549,7 +1019,10 @@ class Fake:
         error = self.auth(token, ("bot",))
         if error:
             return error
-        channel = args.get("channel")
+        # https://docs.slack.dev/reference/methods/chat.postMessage: `channel` may be a user id
+        # (U…/W…): the message goes to the app's DM with that user, and the answer's `channel`
+        # is that DM's id (D…).
+        channel = self.resolve_channel(args.get("channel"))
         if not self.check_channel(channel):
             return {"ok": False, "error": "channel_not_found"}
         text = args.get("text")
@@ -563,29 +1036,7 @@ class Fake:
         blocks, error = parsed_blocks(args)
         if error:
             return {"ok": False, "error": "invalid_blocks", "errors": [error]}
-        ts = self.next_ts()
-        self.messages[(channel, ts)] = {
-            "text": text or "",
-            "blocks": blocks,
-            "thread_ts": args.get("thread_ts"),
-        }
-        # https://docs.slack.dev/reference/methods/chat.postMessage, "Response":
-        #   {"ok": true, "channel": "C123ABC456", "ts": "1503435956.000247",
-        #    "message": {"text": "Here's a message for you", "username": "ecto1",
-        #                "bot_id": "B123ABC456", "attachments": [...], "type": "message",
-        #                "subtype": "bot_message", "ts": "1503435956.000247"}}
-        # plus user / app_id / team and the thread_ts a bot token's message carries.
-        message = {
-            "text": text or "",
-            "username": "pincer",
-            "bot_id": self.cfg.bot_id,
-            "type": "message",
-            "subtype": "bot_message",
-            "ts": ts,
-            "user": self.cfg.bot_user_id,
-            "app_id": self.cfg.app_id,
-            "team": self.cfg.team_id,
-        }
+        extra = {}
         for key in ("attachments", "blocks"):
             if args.get(key):
                 value = args[key]
@@ -594,10 +1045,11 @@ class Fake:
                         value = json.loads(value)
                     except ValueError:
                         pass
-                message[key] = value
-        if args.get("thread_ts"):
-            message["thread_ts"] = args["thread_ts"]
-        return {"ok": True, "channel": channel, "ts": ts, "message": message}
+                extra[key] = value
+        message = self.bot_message(text or "", self.next_ts(), args.get("thread_ts"), extra)
+        self.log_message(channel, dict(message))
+        self.clear_status_on_reply(channel, args.get("thread_ts"))
+        return {"ok": True, "channel": channel, "ts": message["ts"], "message": message}
 
     def update_message(self, args, token, _header):
         # https://docs.slack.dev/reference/methods/chat.update: channel + ts of a message; errors
@@ -609,9 +1061,11 @@ class Fake:
         channel, ts = args.get("channel"), args.get("ts")
         if not self.check_channel(channel):
             return {"ok": False, "error": "channel_not_found"}
-        posted = self.messages.get((channel, ts))
+        posted = self.find_message(channel, ts)
         if posted is None:
             return {"ok": False, "error": "message_not_found"}
+        if posted.get("bot_id") != self.cfg.bot_id:
+            return {"ok": False, "error": "cant_update_message"}
         text = args.get("text")
         if not text and not args.get("blocks"):
             return {"ok": False, "error": "no_text"}
@@ -628,7 +1082,7 @@ class Fake:
             "channel": channel,
             "ts": ts,
             "text": posted["text"],
-            "message": {"text": posted["text"], "user": self.cfg.bot_user_id, "blocks": posted["blocks"]},
+            "message": {"text": posted["text"], "user": self.cfg.bot_user_id, "blocks": posted.get("blocks")},
         }
 
     def post_ephemeral(self, args, token, _header):
@@ -688,6 +1142,412 @@ class Fake:
             return {"error": "no_reaction", "ok": False}
         self.reactions.discard(key)
         return {"ok": True}
+
+    def history_access(self, args, token):
+        """(channel, None) if the token may read `channel`'s history, else (None, the error)."""
+        error = self.auth(token, ("bot",))
+        if error:
+            return None, error
+        channel = args.get("channel")
+        if not self.check_channel(channel):
+            return None, {"ok": False, "error": "channel_not_found"}
+        error = self.missing_scope(HISTORY_SCOPES.get(channel[0], HISTORY_SCOPES["C"]))
+        return (None, error) if error else (channel, None)
+
+    def page(self, channel, messages, args, default_limit, max_limit):
+        """The `messages` (in the order served) inside oldest / latest (inclusive or not: "Include
+        messages with oldest or latest timestamps in results. Ignored unless either timestamp is
+        specified"), from `cursor` on, at most `limit` of them; (answer, None) or (None, error).
+        Errors as conversations.history / .replies document them: invalid_ts_oldest,
+        invalid_ts_latest, invalid_cursor."""
+        oldest, latest = args.get("oldest"), args.get("latest")
+        low = ts_value(oldest) if oldest not in (None, "") else Decimal(0)
+        if low is None:
+            return None, {"ok": False, "error": "invalid_ts_oldest"}
+        high = ts_value(latest) if latest not in (None, "") else None
+        if high is None and latest not in (None, ""):
+            return None, {"ok": False, "error": "invalid_ts_latest"}
+        inclusive = truthy(args.get("inclusive"))
+
+        def inside(message):
+            value = ts_value(message["ts"])
+            if value is None:
+                return True
+            above = value >= low if inclusive else value > low
+            below = high is None or (value <= high if inclusive else value < high)
+            return above and below
+
+        window = [m for m in messages if inside(m)]
+        try:
+            limit = int(args.get("limit") or default_limit)
+        except (TypeError, ValueError):
+            limit = default_limit
+        limit = min(max(limit, 1), max_limit)
+        start = 0
+        if args.get("cursor"):
+            after = ts_from_cursor(args["cursor"])
+            start = next((i for i, m in enumerate(window) if m["ts"] == after), None)
+            if start is None:
+                return None, {"ok": False, "error": "invalid_cursor"}
+        shown = window[start:start + limit]
+        more = start + limit < len(window)
+        answer = {"ok": True, "messages": [self.message_view(channel, m) for m in shown], "has_more": more}
+        if more:
+            answer["response_metadata"] = {"next_cursor": cursor_for(window[start + limit]["ts"])}
+        return answer, None
+
+    def conversations_history(self, args, token, _header):
+        # https://docs.slack.dev/reference/methods/conversations.history: channel, cursor, limit
+        # (default 100, "Maximum of 999"), latest, oldest, inclusive; "Typical success response":
+        #   {"ok": true, "messages": [{"type": "message", "user": "U123ABC456",
+        #    "text": "I find you punny and would like to smell your nose letter",
+        #    "ts": "1512085950.000216"}, ...], "has_more": true, "pin_count": 0,
+        #    "response_metadata": {"next_cursor": "bmV4dF90czoxNTEyMDg1ODYxMDAwNTQz"}}
+        # with channel_actions_ts / channel_actions_count (required by its output schema) and
+        # `latest` echoed when given ("success_with_timestamp_inclusive"). Newest first, and
+        # only top-level messages: a thread's replies are conversations.replies' to show.
+        channel, error = self.history_access(args, token)
+        if error:
+            return error
+        top_level = [
+            m for m in reversed(self.channel_logs.get(channel, []))
+            if not m.get("thread_ts") or m["thread_ts"] == m["ts"]
+        ]
+        answer, error = self.page(channel, top_level, args, HISTORY_LIMIT, HISTORY_MAX)
+        if error:
+            return error
+        answer.update(pin_count=0, channel_actions_ts=None, channel_actions_count=0)
+        if args.get("latest"):
+            answer["latest"] = args["latest"]
+        return answer
+
+    def conversations_replies(self, args, token, _header):
+        # https://docs.slack.dev/reference/methods/conversations.replies: channel and ts ("ts
+        # must be the timestamp of an existing message with 0 or more replies. If there are no
+        # replies then just the single message referenced by ts will return"), cursor, limit
+        # (default 1000), latest, oldest, inclusive; "Typical success response": the parent,
+        # then its replies, "has_more": true, "response_metadata": {"next_cursor": ...};
+        # "Typical error response": {"ok": false, "error": "thread_not_found"}.
+        channel, error = self.history_access(args, token)
+        if error:
+            return error
+        message = self.find_message(channel, args.get("ts"))
+        if message is None:
+            return {"ok": False, "error": "thread_not_found"}
+        root = message.get("thread_ts") or message["ts"]
+        parent = self.find_message(channel, root) or message
+        thread = [parent] + self.thread_replies(channel, parent["ts"])
+        answer, error = self.page(channel, thread, args, REPLIES_LIMIT, REPLIES_MAX)
+        return error or answer
+
+    def files_get_upload_url(self, args, token, _header):
+        # https://docs.slack.dev/reference/methods/files.getUploadURLExternal: filename and
+        # length required, alt_txt and snippet_type optional; errors missing_argument ("Typically
+        # only occurs when the length provided is 0"), alt_txt_too_large, snippet_too_large;
+        # "Typical success response":
+        #   {"ok": true, "upload_url": "https://files.slack.com/upload/v1/ABC123...",
+        #    "file_id": "F123ABC456"}
+        error = self.auth(token, ("bot",)) or self.missing_scope("files:write")
+        if error:
+            return error
+        for field in ("filename", "length"):
+            if args.get(field) in (None, ""):
+                return invalid_arguments(f"missing required field: {field}")
+        try:
+            length = int(args["length"])
+        except (TypeError, ValueError):
+            return invalid_arguments(f"{args['length']!r} is not a valid length")
+        if length <= 0:
+            return {"ok": False, "error": "missing_argument"}
+        alt_txt, snippet_type = args.get("alt_txt"), args.get("snippet_type")
+        if alt_txt and len(alt_txt) > MAX_ALT_TXT:
+            return {"ok": False, "error": "alt_txt_too_large"}
+        if snippet_type and length > MAX_SNIPPET:
+            return {"ok": False, "error": "snippet_too_large"}
+        file_id, ticket = self.next_file_id(), secrets.token_urlsafe(24)
+        self.upload_tickets[ticket] = file_id
+        self.uploads[file_id] = {
+            "file_id": file_id,
+            "name": args["filename"],
+            "declared_length": length,
+            "alt_txt": alt_txt,
+            "snippet_type": snippet_type,
+            "data": None,
+            "content_type": None,
+            "upload_form": None,
+            "uploaded_at": None,
+            "completed_at": None,
+        }
+        return {"ok": True, "upload_url": f"{self.base_url}/upload/v1/{ticket}", "file_id": file_id}
+
+    def files_complete_upload(self, args, token, _header):
+        # https://docs.slack.dev/reference/methods/files.completeUploadExternal: files ("Array of
+        # file ids and their corresponding (optional) titles", e.g. [{"id":"F044GKUHN9Z",
+        # "title":"slack-test"}]), channel_id ("If not specified the file will be private"),
+        # channels, thread_ts ("make sure to provide only one channel when using
+        # 'thread_ts'"), initial_comment, blocks ("If the initial_comment field is provided, the
+        # blocks field is ignored"); errors file_not_found ("Could not find the file from the
+        # upload ticket"), file_update_failed, channel_not_found, invalid_blocks; "Typical
+        # success response": {"ok": true, "files": [{"id": "F123ABC456", "title": "slack-test"}]}
+        # (here the whole file object, which has both).
+        error = self.auth(token, ("bot",)) or self.missing_scope("files:write")
+        if error:
+            return error
+        entries = args.get("files")
+        if isinstance(entries, str):
+            try:
+                entries = json.loads(entries)
+            except ValueError:
+                return invalid_arguments("files is not a JSON array")
+        if not isinstance(entries, list) or not entries or not all(
+            isinstance(entry, dict) and entry.get("id") for entry in entries
+        ):
+            return invalid_arguments("files must be a non-empty array of objects with an id")
+        listed = args.get("channels") or []
+        if isinstance(listed, str):
+            listed = listed.split(",")
+        channels = [args["channel_id"]] if args.get("channel_id") else []
+        channels += [c.strip() for c in listed if isinstance(c, str) and c.strip()]
+        channels = [self.resolve_channel(c) for c in dict.fromkeys(channels)]
+        if any(not self.check_channel(c) for c in channels):
+            return {"ok": False, "error": "channel_not_found"}
+        thread_ts = args.get("thread_ts") or None
+        if thread_ts and len(channels) != 1:
+            return invalid_arguments("thread_ts needs exactly one channel")
+        comment = args.get("initial_comment")
+        blocks = None
+        if not comment:
+            blocks, error = parsed_blocks(args)
+            if error:
+                return {"ok": False, "error": "invalid_blocks", "errors": [error]}
+        for entry in entries:
+            upload = self.uploads.get(entry["id"])
+            if upload is None or upload["data"] is None or upload["completed_at"] is not None:
+                why = ("no such upload" if upload is None else "nothing was uploaded to its upload_url"
+                       if upload["data"] is None else "the upload was completed already")
+                return {"ok": False, "error": "file_not_found",
+                        "response_metadata": {"messages": [f"[ERROR] {entry['id']}: {why}"]}}
+            if len(upload["data"]) != upload["declared_length"]:
+                # Not documented: what Slack does with bytes whose length differs from the
+                # declared `length`. The fake refuses to complete such an upload.
+                return {"ok": False, "error": "file_update_failed", "response_metadata": {"messages": [
+                    f"[ERROR] {entry['id']}: {len(upload['data'])} bytes were uploaded, but "
+                    f"files.getUploadURLExternal declared length {upload['declared_length']}"]}}
+        objects = []
+        for entry in entries:
+            upload = self.uploads[entry["id"]]
+            obj = self.file_object(
+                upload["file_id"],
+                name=upload["name"],
+                title=entry.get("title") or upload["name"],
+                mimetype=None,
+                size=len(upload["data"]),
+                user=self.cfg.bot_user_id,
+            )
+            self.files[obj["id"]] = {"object": obj, "data": upload["data"], "stream_bytes": None}
+            objects.append(obj)
+        shared = []
+        for channel in channels:
+            extra = file_share(objects)
+            if blocks:
+                extra["blocks"] = blocks
+            message = self.bot_message(comment or "", self.next_ts(), thread_ts, extra)
+            shared.append(self.log_message(channel, message))
+            self.clear_status_on_reply(channel, thread_ts)
+        for obj in objects:
+            self.uploads[obj["id"]].update(
+                title=obj["title"],
+                completed_at=now(),
+                channel_id=channels[0] if channels else None,
+                thread_ts=thread_ts,
+                initial_comment=comment,
+                message_ts=shared[0]["ts"] if shared else None,
+            )
+        return {"ok": True, "files": objects}
+
+    def assistant_set_status(self, args, token, _header):
+        # https://docs.slack.dev/reference/methods/assistant.threads.setStatus: channel_id,
+        # thread_ts, status ("A two minute timeout applies, which will cause the status to be
+        # removed if no message has been sent"; the fake does not time it out), loading_messages
+        # ("Maximum of 10 messages"); scope chat:write ("accepts either the assistant:write or
+        # chat:write scope for the time being", changelog 2026-03-05 "Set status method scope
+        # update"); errors channel_not_found, invalid_thread_ts; "Typical success response":
+        # {"ok": true}; "Typical error response for invalid channel":
+        #   {"ok": false, "error": "channel_not_found", "detail": "Invalid channel_id"}
+        error = self.auth(token, ("bot",)) or self.missing_scope("chat:write", "assistant:write")
+        if error:
+            return error
+        channel, thread_ts = args.get("channel_id"), args.get("thread_ts")
+        if not self.check_channel(channel):
+            return {"ok": False, "error": "channel_not_found", "detail": "Invalid channel_id"}
+        if ts_value(thread_ts) is None:
+            return {"ok": False, "error": "invalid_thread_ts"}
+        status = args.get("status")
+        if not isinstance(status, str):
+            return invalid_arguments("missing required field: status")
+        loading = args.get("loading_messages")
+        if isinstance(loading, str):
+            try:
+                loading = json.loads(loading)
+            except ValueError:
+                return invalid_arguments("loading_messages is not a JSON array")
+        if loading is not None and not (
+            isinstance(loading, list) and 1 <= len(loading) <= MAX_LOADING_MESSAGES
+            and all(isinstance(m, str) and 1 <= len(m) <= MAX_LOADING_MESSAGE for m in loading)
+        ):
+            return invalid_arguments(
+                f"loading_messages must be 1 to {MAX_LOADING_MESSAGES} strings of 1 to "
+                f"{MAX_LOADING_MESSAGE} characters")
+        if not self.cfg.assistant and channel.startswith("D"):
+            # Not documented: what Slack answers when an app without the Agents & AI Apps
+            # feature sets a status in a DM (an assistant thread lives there). Since 2026-03-05 a
+            # status in a channel needs no AI app ("allows channel-based apps to use AI loading
+            # states in channels, without ... the AI assistant split view"), so only DMs are
+            # refused, with the generic `access_denied` ("Access to a resource specified in the
+            # request is denied", in the method's error table) as the likeliest answer.
+            return {"ok": False, "error": "access_denied"}
+        self.statuses.append({
+            "channel_id": channel,
+            "thread_ts": thread_ts,
+            "status": status,
+            "loading_messages": loading,
+            "cleared": status == "",
+            "by": "setStatus",
+            "at": now(),
+        })
+        return {"ok": True}
+
+    def clear_status_on_reply(self, channel, thread_ts):
+        """A bot reply in a thread ends the thread's status, recorded as a `by: "reply"` entry.
+        Not verified against Slack: setStatus's reference only ties the status to the app's
+        next message ("removed if no message has been sent" within two minutes); Slack's AI-app
+        guides show the status going away when the app replies."""
+        if not thread_ts:
+            return
+        last = next((s for s in reversed(self.statuses)
+                     if s["channel_id"] == channel and s["thread_ts"] == thread_ts), None)
+        if last is not None and not last["cleared"]:
+            self.statuses.append({"channel_id": channel, "thread_ts": thread_ts, "status": "",
+                                  "loading_messages": None, "cleared": True, "by": "reply", "at": now()})
+
+    # ---- files outside the Web API ---------------------------------------------------------------
+
+    async def upload(self, request: web.Request):
+        """POST to an upload_url. https://docs.slack.dev/reference/methods/files.getUploadURLExternal:
+        "Upload a file by making a POST request to the upload URL. Include the filename (e.g., -F
+        filename="@text.txt")... Files can be sent as raw bytes or can be multipart form encoded.
+        Slack will return HTTP 200 if the upload is successful"; its body is "OK - <length>"
+        (what Slack's upload service answers; the docs say only "HTTP 200"). slack_sdk's
+        files_upload_v2 sends the raw bytes labelled with urllib's default Content-Type,
+        application/x-www-form-urlencoded, so only multipart/form-data is read as a form."""
+        file_id = self.upload_tickets.get(request.match_info["ticket"])
+        if file_id is None:
+            return web.Response(status=404, text="Not Found")
+        upload = self.uploads[file_id]
+        if request.content_type == "multipart/form-data":
+            form = await request.post()
+            part = next((form[name] for name in ("file", "filename") if name in form), None)
+            if part is None:
+                return web.Response(status=400, text="no `file` or `filename` part")
+            data = part.file.read() if isinstance(part, web.FileField) else str(part).encode()
+            upload_form = "multipart"
+        else:
+            data = await request.read()
+            upload_form = "raw"
+        upload.update(data=data, content_type=request.content_type, upload_form=upload_form, uploaded_at=now())
+        await self.notify()
+        return web.Response(text=f"OK - {len(data)}", content_type="text/plain")
+
+    def download_refusal(self, request):
+        """Why a file request may not have the file (None: it may). Slack's "Important Changes to
+        Files in the Web API" (2015, linked from the file object's docs): "url_private and
+        url_private_download currently require an authorization header with a token that has
+        either the files:read or read scopes, like: Authorization: Bearer A_VALID_TOKEN"."""
+        auth = request.headers.get("Authorization", "")
+        if not auth.lower().startswith("bearer "):
+            return "no token"
+        if auth[7:].strip() != self.cfg.bot_token:
+            return "invalid token"
+        if "files:read" not in self.scopes:
+            return "missing files:read"
+        return None
+
+    async def download(self, request: web.Request):
+        """GET of a url_private / url_private_download: the bytes (or `stream_bytes` zeros,
+        streamed) when authorized; recorded with what was sent and whether the client stayed."""
+        file_id = request.match_info["team_file"].rpartition("-")[2]
+        stored = self.files.get(file_id)
+        refused = self.download_refusal(request)
+        record = {
+            "path": request.path,
+            "file_id": file_id,
+            "authorization": request.headers.get("Authorization", "").lower().startswith("bearer "),
+            "auth_ok": refused is None,
+            "refused": refused,
+            "status": None,
+            "bytes_total": 0,
+            "bytes_sent": 0,
+            "hung_up": False,
+            "started_at": now(),
+            "finished_at": None,
+        }
+        self.downloads.append(record)
+        try:
+            if refused:
+                # Slack answers a file request without a valid token with its sign-in page, not
+                # an error status: a 302 "Found" to https://TEAM.slack.com/?redir=%2Ffiles-pri%2F…
+                # whose page is HTML with status 200 (slackapi/deno-slack-sdk#285 quotes both; the
+                # docs only say the token is required). The redirect is kept, so that a client
+                # following redirects sees the 200 HTML page and one that does not sees the 302.
+                location = f"{self.base_url}/?redir={quote(request.path, safe='')}"
+                record["status"] = 302
+                return web.Response(status=302, headers={"Location": location},
+                                    text=f'<a href="{location}">Found</a>.', content_type="text/html")
+            if stored is None:
+                record["status"] = 404
+                return web.Response(status=404, text="Not Found")
+            stream = stored["stream_bytes"]
+            total = stream if stream is not None else len(stored["data"])
+            chunks = zero_chunks(total) if stream is not None else data_chunks(stored["data"])
+            record.update(status=200, bytes_total=total)
+            response = web.StreamResponse(headers={
+                "Content-Type": stored["object"]["mimetype"], "Content-Length": str(total)})
+            await response.prepare(request)
+            try:
+                for chunk in chunks:
+                    await response.write(chunk)
+                    record["bytes_sent"] += len(chunk)
+                await response.write_eof()
+            except ConnectionError:
+                record["hung_up"] = True  # the client closed the connection mid-body
+            return response
+        finally:
+            record["hung_up"] = record["hung_up"] or record["bytes_sent"] < record["bytes_total"]
+            record["finished_at"] = now()
+            asyncio.ensure_future(self.notify())
+
+    async def sign_in_page(self, request: web.Request):
+        """Where a refused file request is sent: an HTML page, 200, as Slack's sign-in page."""
+        return web.Response(
+            text=f'<!DOCTYPE html><html lang="en-US"><head><title>Slack</title></head><body>'
+                 f'<h1>Sign in to {self.cfg.team_id}</h1></body></html>',
+            content_type="text/html",
+        )
+
+    async def command_response(self, request: web.Request):
+        """A POST to a slash command's response_url, recorded as a call of method "response_url"."""
+        raw = await request.read()
+        self.calls.append({
+            "method": "response_url",
+            "http_method": request.method,
+            "path": request.path,
+            "received_at": now(),
+            "headers": [[k, v] for k, v in request.headers.items()],
+            "raw_body": raw.decode("utf-8", "replace"),
+            "content_type": request.content_type,
+        })
+        await self.notify()
+        return web.Response(text="ok")
 
     # ---- Socket Mode ----------------------------------------------------------------------------
 
@@ -959,6 +1819,7 @@ class Fake:
             "event_id": event_id,
             "ts": ts,
             "delivered_to": targets[0].id if targets else None,
+            "files": event_files(envelope.get("payload")),
         }
 
     # ---- control API ----------------------------------------------------------------------------
@@ -1042,6 +1903,7 @@ class Fake:
             return web.json_response({"error": "url is required"}, status=400)
         kind = body.get("kind", "dm")
         event_id = ts = None
+        files = []
         content_type = "application/json"
         if body.get("body") is not None:
             payload_text = body["body"]
@@ -1051,6 +1913,12 @@ class Fake:
             # contain a payload parameter", form-encoded, signed as every request.
             payload, ts = self.block_actions(body)
             payload_text = urlencode({"payload": json.dumps(payload)})
+            content_type = "application/x-www-form-urlencoded"
+        elif kind == "slash":
+            # https://docs.slack.dev/interactivity/implementing-slash-commands: "This data will be
+            # sent with a Content-type header set as application/x-www-form-urlencoded", signed
+            # as every request.
+            payload_text = urlencode(self.slash_command(body))
             content_type = "application/x-www-form-urlencoded"
         elif kind == "url_verification":
             # https://docs.slack.dev/reference/events/url_verification:
@@ -1072,6 +1940,7 @@ class Fake:
             except ValueError as error:
                 return web.json_response({"error": str(error)}, status=400)
             payload_text = json.dumps(payload)
+            files = event_files(payload)
         timestamp = int(body.get("timestamp") or now())
         if body.get("stale"):
             timestamp = int(now()) - 6 * 60
@@ -1098,6 +1967,7 @@ class Fake:
             "ts": ts,
             "sent": {"headers": headers, "body": payload_text, "timestamp": timestamp},
             "sent_at": now(),
+            "files": files,
         }
         started = time.monotonic()
         try:
@@ -1116,6 +1986,84 @@ class Fake:
         self.events_sent.append(record)
         await self.notify()
         return web.json_response(record)
+
+    async def ctl_history_seed(self, request):
+        body = await json_body(request)
+        channel = self.resolve_channel(body.get("channel"))
+        specs = body.get("messages") or []
+        if not channel or not isinstance(specs, list) or not all(isinstance(m, dict) for m in specs):
+            return web.json_response({"error": "channel and a list of messages are required"}, status=400)
+        bad = [m["ts"] for m in specs if m.get("ts") is not None and ts_value(m["ts"]) is None]
+        if bad:
+            return web.json_response({"error": f"not Slack timestamps: {bad}"}, status=400)
+        seeded = []
+        for spec in specs:
+            ts = spec.get("ts") or self.next_ts()
+            bot = bool(spec.get("bot"))
+            user = self.cfg.bot_user_id if bot else spec.get("user") or "U0USER"
+            try:
+                files = self.register_files(spec.get("files"), user)
+            except ValueError as error:
+                return web.json_response({"error": str(error), "seeded": seeded}, status=400)
+            text, thread_ts = spec.get("text", ""), spec.get("thread_ts")
+            if bot:
+                message = self.bot_message(text, ts, thread_ts, file_share(files) if files else None)
+            else:
+                message = self.user_message(user, text, ts, thread_ts, files)
+            self.log_message(channel, message)
+            seeded.append(ts)
+        return web.json_response({"channel": channel, "ts": seeded})
+
+    async def ctl_history(self, request):
+        wanted = request.query.get("channel")
+        channels = [wanted] if wanted else sorted(self.channel_logs)
+        return web.json_response({
+            "channels": {c: [self.message_view(c, m) for m in self.channel_logs.get(c, [])] for c in channels},
+            "dm_channels": self.dm_channels,
+        })
+
+    def completed_files(self):
+        return [
+            {
+                "file_id": u["file_id"],
+                "name": u["name"],
+                "title": u["title"],
+                "length": len(u["data"]),
+                "declared_length": u["declared_length"],
+                "content_b64": base64.b64encode(u["data"]).decode(),
+                "sha256": hashlib.sha256(u["data"]).hexdigest(),
+                "content_type": u["content_type"],
+                "upload_form": u["upload_form"],
+                "alt_txt": u["alt_txt"],
+                "snippet_type": u["snippet_type"],
+                "channel_id": u["channel_id"],
+                "thread_ts": u["thread_ts"],
+                "initial_comment": u["initial_comment"],
+                "message_ts": u["message_ts"],
+                "completed_at": u["completed_at"],
+            }
+            for u in self.uploads.values() if u["completed_at"] is not None
+        ]
+
+    async def ctl_files(self, request):
+        pending = [
+            {
+                "file_id": u["file_id"],
+                "name": u["name"],
+                "declared_length": u["declared_length"],
+                "length": None if u["data"] is None else len(u["data"]),
+                "length_mismatch": u["data"] is not None and len(u["data"]) != u["declared_length"],
+                "uploaded_at": u["uploaded_at"],
+            }
+            for u in self.uploads.values() if u["completed_at"] is None
+        ]
+        return web.json_response({"files": self.completed_files(), "pending": pending})
+
+    async def ctl_downloads(self, request):
+        return web.json_response({"downloads": self.downloads})
+
+    async def ctl_status(self, request):
+        return web.json_response({"statuses": self.statuses})
 
     async def ctl_calls(self, request):
         method = request.query.get("method")
@@ -1155,6 +2103,12 @@ class Fake:
             return list(self.protocol_errors)
         if what == "events_sent":
             return list(self.events_sent)
+        if what == "files":
+            return self.completed_files()
+        if what == "downloads":
+            return [d for d in self.downloads if d["finished_at"] is not None]
+        if what == "statuses":
+            return list(self.statuses)
         raise ValueError(what)
 
     async def ctl_wait(self, request):
@@ -1195,7 +2149,7 @@ class Fake:
 
 
 def build_app(fake: Fake) -> web.Application:
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_UPLOAD)
     app.router.add_route("*", "/api/{method}", fake.web_api)
     app.router.add_get("/link/", fake.link)
     app.router.add_get("/link", fake.link)
@@ -1212,6 +2166,16 @@ def build_app(fake: Fake) -> web.Application:
     app.router.add_get("/_test/connections", fake.ctl_connections)
     app.router.add_get("/_test/wait", fake.ctl_wait)
     app.router.add_post("/_test/reset", fake.ctl_reset)
+    app.router.add_post("/_test/history", fake.ctl_history_seed)
+    app.router.add_get("/_test/history", fake.ctl_history)
+    app.router.add_get("/_test/files", fake.ctl_files)
+    app.router.add_get("/_test/downloads", fake.ctl_downloads)
+    app.router.add_get("/_test/status", fake.ctl_status)
+    app.router.add_post("/upload/v1/{ticket}", fake.upload)
+    app.router.add_get("/files-pri/{team_file}/download/{name}", fake.download)
+    app.router.add_get("/files-pri/{team_file}/{name}", fake.download)
+    app.router.add_get("/", fake.sign_in_page)
+    app.router.add_post("/commands/{rest:.*}", fake.command_response)
     return app
 
 
@@ -1241,6 +2205,12 @@ def parse_args(argv=None):
         help="the bot token's scopes, as x-oauth-scopes reports them",
     )
     p.add_argument("--ack-timeout", type=float, default=float(env("FAKE_SLACK_ACK_TIMEOUT", "3")))
+    p.add_argument(
+        "--assistant",
+        action="store_true",
+        default=truthy(env("FAKE_SLACK_ASSISTANT", "")),
+        help="the app is an AI app (Agents & AI Apps): assistant.threads.setStatus works in DMs",
+    )
     args = p.parse_args(argv)
     args.channels = [c for c in args.channels.split(",") if c]
     if args.host not in LOOPBACK:

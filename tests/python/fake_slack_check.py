@@ -1,18 +1,23 @@
 """Checks fake_slack.py against Slack's own client code (the official `slack_sdk`).
 
 Usage: fake_slack_check.py
-Starts the fake as a subprocess, drives it with slack_sdk's WebClient, its aiohttp
-SocketModeClient and SignatureVerifier (plus a raw aiohttp WebSocket for what an SDK hides),
-prints one line per check and exits 0 only if every check held.
+Starts the fake as subprocesses (default flags; every scope the new methods need and
+--assistant; a token with im:history only), drives them with slack_sdk's WebClient (history,
+files_upload_v2, assistant_threads_setStatus, ...), its aiohttp SocketModeClient and
+SignatureVerifier (plus a raw aiohttp WebSocket and plain HTTP for what an SDK hides), prints one
+line per check and exits 0 only if every check held.
 """
 
 import asyncio
+import base64
+import hashlib
 import json
 import os
 import sys
 import time
 import traceback
 import urllib.request
+from urllib.parse import parse_qsl
 
 import aiohttp
 from aiohttp import web
@@ -27,6 +32,13 @@ BOT = "xoxb-fake-bot-token"
 APP = "xapp-1-fake-app-token"
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Every scope the fake's methods ask for (the default list lacks the last four).
+ALL_SCOPES = ("app_mentions:read,chat:write,im:history,im:read,reactions:write,"
+              "channels:history,groups:history,files:read,files:write")
+# A slash command's fields, in order, as https://docs.slack.dev/interactivity/implementing-slash-commands
+# documents them (without a Grid's enterprise_id / enterprise_name).
+SLASH_FIELDS = ["token", "team_id", "team_domain", "channel_id", "channel_name", "user_id", "user_name",
+                "command", "text", "response_url", "trigger_id", "api_app_id"]
 
 failures = []
 
@@ -55,6 +67,40 @@ def ctl(control, path, body=None, method=None):
 
 async def actl(control, path, body=None, method=None):
     return await asyncio.to_thread(ctl, control, path, body, method)
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def http(url, data=None, headers=None, follow=True, read=None):
+    """A plain HTTP request: (status, headers, body); `read` bytes at most, then hang up."""
+    method = "POST" if data is not None else "GET"
+    req = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
+    opener = urllib.request.build_opener() if follow else urllib.request.build_opener(NoRedirect)
+    try:
+        resp = opener.open(req, timeout=60)
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read()
+    with resp:
+        return resp.status, resp.headers, resp.read() if read is None else resp.read(read)
+
+
+def multipart(field, filename, data):
+    """A multipart/form-data body with one file part: (body, content type)."""
+    boundary = "pincer-check-boundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{filename}\"\r\n"
+            f"Content-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+def slack_error(call, **kwargs):
+    """The error code of a call that must fail (the whole answer when it did not)."""
+    try:
+        return call(**kwargs).data
+    except SlackApiError as e:
+        return e.response["error"]
 
 
 def web_api(api_base, control):
@@ -207,6 +253,10 @@ async def socket_mode(api_base, control):
             expected = {"slash": "slash_commands", "interactive": "interactive"}[kind]
             check(f"{expected} envelope received", req is not None and req.type == expected
                   and req.accepts_response_payload, req and req.to_dict())
+            if kind == "slash" and req is not None:
+                check("slash_commands payload has the documented fields", list(req.payload) == SLASH_FIELDS
+                      and req.payload["command"] == "/pincer" and req.payload["text"] == "do it"
+                      and req.payload["trigger_id"], req.payload)
             if kind == "interactive" and req is not None:
                 click = req.payload
                 check("a click is a block_actions payload on a message", click["type"] == "block_actions"
@@ -340,6 +390,9 @@ async def events(control):
         seen.append({"valid": valid, "headers": dict(request.headers), "body": body})
         if not valid:
             return web.Response(status=401, text="bad signature")
+        if request.content_type == "application/x-www-form-urlencoded":
+            seen[-1]["form"] = parse_qsl(body, keep_blank_values=True)
+            return web.Response(text="")
         payload = json.loads(body)
         if payload.get("type") == "url_verification":
             return web.Response(text=payload["challenge"], content_type="text/plain")
@@ -372,24 +425,336 @@ async def events(control):
                   sent.get("status") == 401 and not seen[-1]["valid"], (sent.get("status"), seen[-1]))
         stale_ts = int(seen[-3]["headers"]["X-Slack-Request-Timestamp"])
         check("stale is 6 minutes old", abs(time.time() - 360 - stale_ts) < 5, stale_ts)
+
+        # A slash command over HTTP: the documented form fields, signed like every request.
+        forms = []
+        for text in ("status please", "again"):
+            _, sent = await actl(control, "/events/send", {"url": url, "kind": "slash", "text": text,
+                                                           "user": "U0ALICE", "channel": "C0OPS"})
+            forms.append((sent, seen[-1]))
+        (sent, got), (_, again) = forms
+        fields = got.get("form", [])
+        form = dict(fields)
+        check("events sender: slash command form-encoded, signed, with the documented fields",
+              sent.get("status") == 200 and got["valid"] and [k for k, _ in fields] == SLASH_FIELDS
+              and got["headers"].get("Content-Type") == "application/x-www-form-urlencoded"
+              and form["command"] == "/pincer" and form["text"] == "status please"
+              and form["user_id"] == "U0ALICE" and form["channel_id"] == "C0OPS"
+              and form["team_id"] == "T0TEAM" and form["api_app_id"] == "A0APP", (sent, got))
+        check("events sender: each slash command has its own trigger_id",
+              form.get("trigger_id") and form.get("trigger_id") != dict(again.get("form", [])).get("trigger_id"),
+              (form, again))
+        status, _, _ = await asyncio.to_thread(http, form["response_url"], b'{"text": "done"}',
+                                               {"Content-Type": "application/json"})
+        _, calls = await actl(control, "/calls?method=response_url")
+        check("a slash command's response_url is the fake's, and records what it gets",
+              form["response_url"].startswith("http://127.0.0.1:") and status == 200
+              and calls["calls"][-1]["raw_body"] == '{"text": "done"}', (form["response_url"], calls))
+
+        # Files on events: a DM's event is a file_share message, a mention's carries them.
+        content = base64.b64encode(b"hello").decode()
+        _, sent = await actl(control, "/events/send", {"url": url, "kind": "dm", "text": "see",
+                                                       "files": [{"name": "a.txt", "content_b64": content}]})
+        event = json.loads(seen[-1]["body"])["event"]
+        check("events sender: a DM with files is a file_share message carrying the file objects",
+              event.get("subtype") == "file_share" and event.get("upload") is True
+              and event["files"][0]["name"] == "a.txt" and event["files"][0]["size"] == 5
+              and event["files"][0]["mode"] == "hosted" and event["files"][0]["id"].startswith("F")
+              and sent["files"] == event["files"], event)
+        _, sent = await actl(control, "/events/send", {"url": url, "kind": "mention",
+                                                       "files": [{"name": "b.png", "content": "x"}]})
+        event = json.loads(seen[-1]["body"])["event"]
+        check("events sender: a mention with files carries them, without a subtype",
+              event["type"] == "app_mention" and "subtype" not in event
+              and event["files"][0]["mimetype"] == "image/png" and event["files"][0]["filetype"] == "png", event)
     finally:
         await runner.cleanup()
 
 
-async def main() -> None:
+def all_pages(call, **kwargs):
+    """Every page of a cursor-paginated method: ([messages of each page], [has_more of each])."""
+    pages, more, cursor = [], [], None
+    while True:
+        answer = call(**kwargs, **({"cursor": cursor} if cursor else {}))
+        pages.append(answer["messages"])
+        more.append(answer["has_more"])
+        cursor = (answer.get("response_metadata") or {}).get("next_cursor")
+        if not cursor or len(pages) > 20:
+            return pages, more
+
+
+def history_and_dms(api_base, control):
+    """conversations.replies / .history over what was seeded, pushed and posted; DMs to a user id."""
+    client = WebClient(token=BOT, base_url=api_base + "/")
+    _, seeded = ctl(control, "/history", {"channel": "C0CHAN", "messages": [
+        {"user": "U0ALICE", "text": "the parent"},
+        {"user": "U0ALICE", "text": "a top-level message"},
+    ]})
+    parent, top = seeded["ts"]
+    _, replies = ctl(control, "/history", {"channel": "C0CHAN", "messages": [
+        {"user": "U0BOB", "text": "first reply", "thread_ts": parent},
+        {"bot": True, "text": "a bot reply", "thread_ts": parent},
+    ]})
+    _, pushed = ctl(control, "/socket/push", {"kind": "mention", "channel": "C0CHAN", "user": "U0CAROL",
+                                              "text": "pushed reply", "thread_ts": parent})
+    posted = client.chat_postMessage(channel="C0CHAN", thread_ts=parent, text="posted reply")
+    client.chat_update(channel="C0CHAN", ts=posted["ts"], text="posted reply, edited")
+    latest = client.chat_postMessage(channel="C0CHAN", text="newest top-level")["ts"]
+    thread = replies["ts"] + [pushed["ts"], posted["ts"]]
+
+    pages, more = all_pages(client.conversations_replies, channel="C0CHAN", ts=parent, limit=2)
+    flat = [m for page in pages for m in page]
+    check("conversations.replies: the parent first, then every reply in order, 2 a page",
+          [m["ts"] for m in flat] == [parent] + thread and [len(p) for p in pages] == [2, 2, 1]
+          and more == [True, True, False], ([[m["ts"] for m in p] for p in pages], more))
+    check("conversations.replies: thread fields on the parent and the replies",
+          flat[0]["reply_count"] == 4 and flat[0]["reply_users"] == ["U0BOB", "U0BOT", "U0CAROL"]
+          and flat[0]["latest_reply"] == posted["ts"] and flat[1]["parent_user_id"] == "U0ALICE"
+          and all(m["thread_ts"] == parent for m in flat), flat)
+    check("conversations.replies: pushed events, bot posts and chat.update are in the log",
+          flat[3]["text"] == "<@U0BOT> pushed reply" and flat[3]["user"] == "U0CAROL"
+          and flat[4]["text"] == "posted reply, edited" and flat[4]["bot_id"] == "B0BOT"
+          and flat[2]["user"] == "U0BOT", flat)
+    by_reply = client.conversations_replies(channel="C0CHAN", ts=thread[1])
+    check("conversations.replies: a reply's ts gives its whole thread",
+          [m["ts"] for m in by_reply["messages"]] == [parent] + thread and by_reply["has_more"] is False,
+          by_reply.data)
+    check("conversations.replies: thread_not_found, channel_not_found, invalid_cursor",
+          [slack_error(client.conversations_replies, channel="C0CHAN", ts="1.000001"),
+           slack_error(client.conversations_replies, channel="general", ts=parent),
+           slack_error(client.conversations_replies, channel="C0CHAN", ts=parent, cursor="bm9wZQ==")]
+          == ["thread_not_found", "channel_not_found", "invalid_cursor"])
+
+    pages, more = all_pages(client.conversations_history, channel="C0CHAN", limit=2)
+    check("conversations.history: top-level messages only, newest first, 2 a page",
+          [[m["ts"] for m in p] for p in pages] == [[latest, top], [parent]] and more == [True, False]
+          and pages[1][0]["reply_count"] == 4, ([[m["ts"] for m in p] for p in pages], more))
+    window = client.conversations_history(channel="C0CHAN", latest=top, inclusive=True)
+    check("conversations.history: latest + inclusive bound the window",
+          [m["ts"] for m in window["messages"]] == [top, parent] and window["latest"] == top
+          and window["pin_count"] == 0, window.data)
+
+    alice = client.chat_postMessage(channel="U0ALICE", text="a word in private")
+    again = client.chat_postMessage(channel="U0ALICE", text="and another")
+    ctl(control, "/socket/push", {"kind": "dm", "user": "U0BOB", "channel": "D0BOBDM", "text": "hi bot"})
+    bob = client.chat_postMessage(channel="U0BOB", text="hi Bob")
+    dm = client.conversations_history(channel=alice["channel"])
+    check("chat.postMessage to a user id posts into the app's DM with them, the same D… each time",
+          alice["channel"] == again["channel"] == "D0ALICE" and bob["channel"] == "D0BOBDM"
+          and [m["text"] for m in dm["messages"]] == ["and another", "a word in private"],
+          (alice.data, bob.data, dm.data))
+    dm = client.conversations_history(channel="D0BOBDM")
+    check("conversations.history of a DM (im:history) has the pushed DM and the reply",
+          [m["text"] for m in dm["messages"]] == ["hi Bob", "hi bot"], dm.data)
+
+    ctl(control, "/ratelimit", {"method": "conversations.history", "count": 1, "retry_after": 2})
+    try:
+        client.conversations_history(channel="C0CHAN")
+        check("/_test/ratelimit works for conversations.history", False, "no SlackApiError")
+    except SlackApiError as e:
+        check("/_test/ratelimit works for conversations.history", e.response.status_code == 429
+              and e.response["error"] == "ratelimited", e.response.data)
+
+
+def files_out(api_base, control):
+    """files_upload_v2 end to end, the upload URL's forms, and the errors."""
+    client = WebClient(token=BOT, base_url=api_base + "/")
+    _, seeded = ctl(control, "/history", {"channel": "C0FILES", "messages": [{"text": "send me the report"}]})
+    parent = seeded["ts"][0]
+    data = bytes(range(256)) * 12_000 + b"\x00tail"  # 3 MB: more than aiohttp takes by default
+    sent = client.files_upload_v2(channel="C0FILES", thread_ts=parent, content=data, filename="report.bin",
+                                  title="The report", initial_comment="here it is")
+    file_id = sent["file"]["id"]
+    _, files = ctl(control, "/files")
+    got = next((f for f in files["files"] if f["file_id"] == file_id), {})
+    check("files_upload_v2: getUploadURLExternal -> upload -> completeUploadExternal, the exact bytes kept",
+          base64.b64decode(got.get("content_b64", "")) == data and got["sha256"] == hashlib.sha256(data).hexdigest()
+          and got["length"] == got["declared_length"] == len(data) and got["name"] == "report.bin"
+          and got["title"] == "The report" and got["upload_form"] == "raw", got)
+    check("files_upload_v2: shared into the thread with its comment",
+          got.get("channel_id") == "C0FILES" and got.get("thread_ts") == parent
+          and got.get("initial_comment") == "here it is" and sent["file"]["title"] == "The report", (got, sent.data))
+    thread = client.conversations_replies(channel="C0FILES", ts=parent)["messages"]
+    check("the file share message is in the thread's history",
+          len(thread) == 2 and thread[1]["files"][0]["id"] == file_id and thread[1]["text"] == "here it is"
+          and thread[1]["ts"] == got["message_ts"] and thread[1]["user"] == "U0BOT", thread)
+    status, headers, body = http(sent["file"]["url_private"], headers={"Authorization": f"Bearer {BOT}"})
+    check("an uploaded file is served at its url_private", status == 200 and body == data, (status, len(body)))
+
+    ticket = client.files_getUploadURLExternal(filename="notes.txt", length=5)
+    body, content_type = multipart("filename", "notes.txt", b"notes")
+    status, _, answer = http(ticket["upload_url"], body, {"Content-Type": content_type})
+    done = client.files_completeUploadExternal(files=[{"id": ticket["file_id"]}], channel_id="D0DM")
+    _, files = ctl(control, "/files")
+    got = next((f for f in files["files"] if f["file_id"] == ticket["file_id"]), {})
+    check("upload URL: multipart with a `filename` part -> 200 \"OK - 5\", the bytes kept",
+          status == 200 and answer == b"OK - 5" and got.get("upload_form") == "multipart"
+          and base64.b64decode(got.get("content_b64", "")) == b"notes" and done["files"][0]["title"] == "notes.txt"
+          and got["channel_id"] == "D0DM" and got["thread_ts"] is None, (status, answer, got))
+
+    short = client.files_getUploadURLExternal(filename="short.txt", length=3)
+    status, _, answer = http(short["upload_url"], b"12345")
+    _, files = ctl(control, "/files")
+    pending = next((f for f in files["pending"] if f["file_id"] == short["file_id"]), {})
+    check("upload URL: a length other than the declared one is recorded",
+          status == 200 and answer == b"OK - 5" and pending.get("length_mismatch") is True
+          and pending["length"] == 5 and pending["declared_length"] == 3, pending)
+    unsent = client.files_getUploadURLExternal(filename="never.txt", length=3)
+    check("files.completeUploadExternal: file_update_failed (length), file_not_found (unknown, not uploaded)",
+          [slack_error(client.files_completeUploadExternal, files=[{"id": short["file_id"]}]),
+           slack_error(client.files_completeUploadExternal, files=[{"id": "F0NOSUCH"}]),
+           slack_error(client.files_completeUploadExternal, files=[{"id": unsent["file_id"]}]),
+           slack_error(client.files_completeUploadExternal, files=[{"id": file_id}])]
+          == ["file_update_failed", "file_not_found", "file_not_found", "file_not_found"])
+    try:
+        client.api_call("files.getUploadURLExternal", params={"length": 3})
+        check("files.getUploadURLExternal without filename fails", False, "no SlackApiError")
+    except SlackApiError as e:
+        check("files.getUploadURLExternal without filename -> invalid_arguments",
+              e.response["error"] == "invalid_arguments"
+              and "filename" in e.response["response_metadata"]["messages"][0], e.response.data)
+    check("files.getUploadURLExternal with length 0 -> missing_argument",
+          slack_error(client.files_getUploadURLExternal, filename="x", length=0) == "missing_argument")
+    status, _, _ = http(api_base.replace("/api", "/upload/v1/nosuchticket"), b"x")
+    check("an unknown upload URL -> 404", status == 404, status)
+
+
+def downloads(api_base, control):
+    """A pushed file's url_private with and without the token; a stream the client leaves."""
+    _, before = ctl(control, "/downloads")
+    base = len(before["downloads"])
+    _, pushed = ctl(control, "/socket/push", {"kind": "dm", "text": "two files", "files": [
+        {"name": "hello.txt", "content_b64": base64.b64encode(b"hello, world").decode()},
+        {"name": "big.bin", "mimetype": "application/octet-stream", "size": 1024, "stream_bytes": 20_000_000},
+    ]})
+    small, big = pushed["files"]
+    auth = {"Authorization": f"Bearer {BOT}"}
+    status, headers, body = http(small["url_private"], headers=auth)
+    check("url_private with the bot token: the bytes, with the mimetype",
+          status == 200 and body == b"hello, world" and headers["Content-Type"] == "text/plain", (status, body))
+    status, headers, body = http(small["url_private_download"], follow=False)
+    check("url_private without a token: 302 to the sign-in page",
+          status == 302 and "/?redir=%2Ffiles-pri%2FT0TEAM-" in headers["Location"], (status, dict(headers)))
+    status, headers, body = http(small["url_private"], headers={"Authorization": "Bearer xoxb-wrong"})
+    check("url_private with a wrong token, redirects followed: 200 HTML, not the file",
+          status == 200 and headers["Content-Type"].startswith("text/html") and b"<html" in body, (status, body[:80]))
+    check("a file's size is what the push claims", big["size"] == 1024 and small["size"] == 12, pushed["files"])
+    status, _, body = http(big["url_private"], headers=auth, read=256 * 1024)
+    _, waited = ctl(control, f"/wait?what=downloads&count={base + 4}&timeout=10")
+    left = waited["items"][-1] if waited.get("items") else {}
+    check("stream_bytes: a client that leaves early is recorded as hung up",
+          status == 200 and len(body) == 256 * 1024 and left.get("hung_up") is True
+          and left["bytes_total"] == 20_000_000 and left["bytes_sent"] < 20_000_000, left)
+    status, headers, body = http(big["url_private"], headers=auth)
+    _, waited = ctl(control, f"/wait?what=downloads&count={base + 5}&timeout=10")
+    whole = waited["items"][-1] if waited.get("items") else {}
+    check("stream_bytes: N zero bytes, whatever the claimed size",
+          status == 200 and len(body) == 20_000_000 and body.count(0) == 20_000_000
+          and headers["Content-Length"] == "20000000" and whole.get("hung_up") is False
+          and whole["bytes_sent"] == 20_000_000, (status, len(body), whole))
+    _, recorded = ctl(control, "/downloads")
+    check("downloads are recorded with path, auth and outcome",
+          [(d["auth_ok"], d["refused"], d["status"]) for d in recorded["downloads"][base:]]
+          == [(True, None, 200), (False, "no token", 302), (False, "invalid token", 302), (True, None, 200),
+              (True, None, 200)], recorded)
+
+
+def assistant(default, full, bare):
+    """assistant.threads.setStatus: off (the default), on (--assistant), and without the scope."""
+    off = WebClient(token=BOT, base_url=default["api_base"] + "/")
+    on = WebClient(token=BOT, base_url=full["api_base"] + "/")
+    check("setStatus without --assistant: a channel thread works, a DM answers access_denied",
+          off.assistant_threads_setStatus(channel_id="C0CHAN", thread_ts="1700000000.000100",
+                                          status="is thinking...")["ok"]
+          and slack_error(off.assistant_threads_setStatus, channel_id="D0DM", thread_ts="1700000000.000100",
+                          status="is thinking...") == "access_denied")
+    thread = "1700000001.000100"
+    first = on.assistant_threads_setStatus(channel_id="D0DM", thread_ts=thread, status="is thinking...",
+                                           loading_messages=["Reading the thread…", "Asking the model…"])
+    cleared = on.assistant_threads_setStatus(channel_id="D0DM", thread_ts=thread, status="")
+    on.assistant_threads_setStatus(channel_id="D0DM", thread_ts=thread, status="is writing...")
+    on.chat_postMessage(channel="D0DM", thread_ts=thread, text="the answer")
+    _, statuses = ctl(full["control"], "/status")
+    mine = [(x["status"], x["cleared"], x["by"]) for x in statuses["statuses"] if x["thread_ts"] == thread]
+    check("setStatus with --assistant: set, cleared with \"\", and cleared by the bot's reply",
+          first["ok"] and cleared["ok"] and mine == [("is thinking...", False, "setStatus"),
+                                                     ("", True, "setStatus"), ("is writing...", False, "setStatus"),
+                                                     ("", True, "reply")]
+          and statuses["statuses"][0]["loading_messages"] == ["Reading the thread…", "Asking the model…"], statuses)
+    check("setStatus: channel_not_found, invalid_thread_ts, invalid_arguments (11 loading messages)",
+          [slack_error(on.assistant_threads_setStatus, channel_id="general", thread_ts=thread, status="x"),
+           slack_error(on.assistant_threads_setStatus, channel_id="D0DM", thread_ts="yesterday", status="x"),
+           slack_error(on.assistant_threads_setStatus, channel_id="D0DM", thread_ts=thread, status="x",
+                       loading_messages=["m"] * 11)]
+          == ["channel_not_found", "invalid_thread_ts", "invalid_arguments"])
+    try:
+        WebClient(token=BOT, base_url=bare["api_base"] + "/").assistant_threads_setStatus(
+            channel_id="C0CHAN", thread_ts=thread, status="x")
+        check("setStatus without chat:write or assistant:write fails", False, "no SlackApiError")
+    except SlackApiError as e:
+        check("setStatus without chat:write or assistant:write -> missing_scope",
+              e.response.data == {"ok": False, "error": "missing_scope", "needed": "chat:write",
+                                  "provided": "im:history"}, e.response.data)
+
+
+def scopes(api_base, control):
+    """The default scopes lack channels:history, groups:history, files:read and files:write."""
+    client = WebClient(token=BOT, base_url=api_base + "/")
+    provided = "app_mentions:read,chat:write,im:history,im:read,reactions:write"
+    for call, kwargs, needed in (
+            (client.conversations_history, {"channel": "C0CHAN"}, "channels:history"),
+            (client.conversations_replies, {"channel": "G0PRIV", "ts": "1.000001"}, "groups:history"),
+            (client.files_upload_v2, {"channel": "C0CHAN", "content": b"x", "filename": "x.txt"}, "files:write")):
+        try:
+            call(**kwargs)
+            check(f"{call.__name__} without {needed} fails", False, "no SlackApiError")
+        except SlackApiError as e:
+            check(f"{call.__name__} without {needed} -> missing_scope",
+                  e.response.data == {"ok": False, "error": "missing_scope", "needed": needed, "provided": provided},
+                  e.response.data)
+    _, pushed = ctl(control, "/socket/push", {"kind": "dm", "files": [{"name": "a.txt", "content": "a"}]})
+    status, headers, _ = http(pushed["files"][0]["url_private"], headers={"Authorization": f"Bearer {BOT}"},
+                              follow=False)
+    _, recorded = ctl(control, "/downloads")
+    check("url_private with a token lacking files:read: the sign-in redirect",
+          status == 302 and recorded["downloads"][-1]["refused"] == "missing files:read", recorded)
+
+
+async def start_fake(*args):
+    """fake_slack.py started with `args`: (process, its ready line)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, os.path.join(HERE, "fake_slack.py"), "--port", "0",
+        sys.executable, os.path.join(HERE, "fake_slack.py"), "--port", "0", *args,
         stdout=asyncio.subprocess.PIPE,
     )
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), timeout=20)
-        ready = json.loads(line)
+        return proc, json.loads(line)
+    except BaseException:
+        proc.kill()
+        await proc.wait()
+        raise
+
+
+async def main() -> None:
+    procs = []
+    try:
+        proc, ready = await start_fake()
+        procs.append(proc)
         check("ready line", set(ready) == {"port", "api_base", "control"}, ready)
+        proc, full = await start_fake("--scopes", ALL_SCOPES, "--assistant")
+        procs.append(proc)
+        proc, bare = await start_fake("--scopes", "im:history")
+        procs.append(proc)
         api_base, control = ready["api_base"], ready["control"]
         for name, step in (("web api", lambda: asyncio.to_thread(web_api, api_base, control)),
                            ("socket mode", lambda: socket_mode(api_base, control)),
                            ("raw socket", lambda: raw_socket(api_base, control)),
-                           ("events api", lambda: events(control))):
+                           ("events api", lambda: events(control)),
+                           ("scopes", lambda: asyncio.to_thread(scopes, api_base, control)),
+                           ("history", lambda: asyncio.to_thread(history_and_dms, full["api_base"], full["control"])),
+                           ("files out", lambda: asyncio.to_thread(files_out, full["api_base"], full["control"])),
+                           ("downloads", lambda: asyncio.to_thread(downloads, full["api_base"], full["control"])),
+                           ("assistant", lambda: asyncio.to_thread(assistant, ready, full, bare))):
             try:
                 await step()
             except Exception as error:  # a crash in one part is a failure, not the end of the check
@@ -397,10 +762,12 @@ async def main() -> None:
                 check(f"{name} ran to the end", False,
                       f"{type(error).__name__}: {error} (line {where.lineno}: {where.line})")
     finally:
-        if proc.returncode is None:
-            proc.terminate()
-        rc = await asyncio.wait_for(proc.wait(), timeout=10)
-        check("SIGTERM: exit 0", rc == 0, rc)
+        codes = []
+        for proc in procs:
+            if proc.returncode is None:
+                proc.terminate()
+            codes.append(await asyncio.wait_for(proc.wait(), timeout=10))
+        check("SIGTERM: exit 0", codes and all(rc == 0 for rc in codes), codes)
     if failures:
         print(f"{len(failures)} check(s) failed: " + ", ".join(failures))
         sys.exit(1)

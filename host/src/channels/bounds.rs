@@ -15,6 +15,8 @@ pub const MAX_MESSAGES: usize = 100;
 pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 /// Bytes of a message id, conversation, thread, sender or sender name.
 pub const MAX_ID_BYTES: usize = 256;
+/// Files one message may carry (Slack allows 10 per message).
+pub const MAX_FILES: usize = 10;
 
 /// `messages` within the bounds above.
 pub fn bounded(channel: &str, messages: Vec<api::Message>) -> Vec<api::Message> {
@@ -44,6 +46,10 @@ pub fn bounded(channel: &str, messages: Vec<api::Message>) -> Vec<api::Message> 
             }
             if let Some(name) = &mut message.sender_name {
                 cut(name, MAX_ID_BYTES, "");
+            }
+            if message.files.len() > MAX_FILES {
+                tracing::warn!(%channel, id = %message.id, "a message with {} files kept its first {MAX_FILES}", message.files.len());
+                message.files.truncate(MAX_FILES);
             }
             if message.text.len() > MAX_TEXT_BYTES {
                 let len = message.text.len();
@@ -137,6 +143,7 @@ mod tests {
             sender_name: None,
             text: text.into(),
             timestamp_ms: 0,
+            files: Vec::new(),
         }
     }
 

@@ -8,6 +8,10 @@ use super::store::{InboundRow, StoreError};
 use super::{Address, ChannelHost, InboundState, Received};
 use crate::plugins::api;
 
+/// The longest wait for a platform's `Retry-After` before the end of a
+/// turn is shown once more.
+const END_RETRY_MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Messages a stop left behind, oldest first.
 pub struct Unfinished {
     /// Their turn was under way.
@@ -65,8 +69,21 @@ impl ChannelHost {
         } else {
             api::TurnState::Failed
         };
-        self.show_status(current.as_ref().unwrap_or(row), shown)
-            .await;
+        let row = current.as_ref().unwrap_or(row);
+        // The working sign must come down, after what the platform asked
+        // to wait (once more if it asks again); a wait longer than
+        // END_RETRY_MAX_WAIT is not worth holding the session's next message.
+        let paused = self.status_pause_left(&row.channel);
+        if paused > END_RETRY_MAX_WAIT {
+            return Ok(());
+        }
+        tokio::time::sleep(paused).await;
+        if let Some(wait) = self.show_status(row, shown, None).await
+            && wait <= END_RETRY_MAX_WAIT
+        {
+            tokio::time::sleep(wait).await;
+            self.show_status(row, shown, None).await;
+        }
         Ok(())
     }
 

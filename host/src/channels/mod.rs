@@ -198,12 +198,26 @@ pub struct ConnectionStatus {
     pub messages_in: u64,
 }
 
+/// The shortest time between two progress updates of one turn.
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What a running turn does, for [`ChannelHost::follow_progress`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// One line, e.g. "running `bash` …".
+    Doing(String),
+    Finished,
+}
+
 pub struct ChannelHost {
     plugins: Arc<PluginHost>,
     channels: BTreeMap<String, LoadedChannel>,
     store: Arc<ChannelStore>,
     status: Mutex<BTreeMap<String, ConnectionStatus>>,
     outbox_wake: tokio::sync::Notify,
+    /// Per channel: no status update before this (the platform's last
+    /// `Retry-After` on one).
+    status_pauses: Mutex<BTreeMap<String, tokio::time::Instant>>,
 }
 
 impl ChannelHost {
@@ -226,6 +240,7 @@ impl ChannelHost {
             store,
             status: Mutex::default(),
             outbox_wake: tokio::sync::Notify::new(),
+            status_pauses: Mutex::default(),
         })
     }
 
@@ -310,17 +325,23 @@ impl ChannelHost {
     }
 
     /// Shows the state of the turn answering `row` (a reaction, a typing
-    /// sign). Failures are logged: a missing reaction never stops a turn.
-    pub async fn show_status(&self, row: &store::InboundRow, state: api::TurnState) {
-        let Some(channel) = self.channels.get(&row.channel) else {
-            return;
-        };
+    /// sign, with `detail`: what it does now). Failures are logged: a
+    /// missing reaction never stops a turn. Returns how long the platform
+    /// asked to wait before the next update, if it did.
+    pub async fn show_status(
+        &self,
+        row: &store::InboundRow,
+        state: api::TurnState,
+        detail: Option<String>,
+    ) -> Option<std::time::Duration> {
+        let channel = self.channels.get(&row.channel)?;
         let update = api::StatusUpdate {
             conversation: row.conversation.clone(),
             thread: row.thread.clone(),
             message_id: row.message_id.clone(),
             state,
             handle: row.status_handle.clone(),
+            detail,
         };
         match self.plugins.channel_status(&channel.plugin, &update).await {
             Ok(Ok(handle)) => {
@@ -328,8 +349,88 @@ impl ChannelHost {
                     tracing::warn!(channel = %row.channel, "cannot store the status handle: {e}");
                 }
             }
+            Ok(Err(api::ChannelError::RetryLater(r))) => {
+                tracing::debug!(channel = %row.channel, "status update rate limited: {}", r.reason);
+                let wait = std::time::Duration::from_millis(r.after_ms.into());
+                if let Ok(mut pauses) = self.status_pauses.lock() {
+                    pauses.insert(row.channel.clone(), tokio::time::Instant::now() + wait);
+                }
+                return Some(wait);
+            }
             Ok(Err(e)) => tracing::warn!(channel = %row.channel, "status update refused: {e:?}"),
             Err(e) => tracing::warn!(channel = %row.channel, "status update failed: {e}"),
+        }
+        None
+    }
+
+    /// How long channel `name` asked status updates to wait still.
+    pub fn status_pause_left(&self, name: &str) -> std::time::Duration {
+        self.status_pauses
+            .lock()
+            .ok()
+            .and_then(|p| p.get(name).copied())
+            .map_or_else(Default::default, |until| {
+                until.saturating_duration_since(tokio::time::Instant::now())
+            })
+    }
+
+    /// The earlier messages `request` asks channel `name` for; why not,
+    /// in words, when it cannot give them.
+    pub async fn history(
+        &self,
+        name: &str,
+        request: &api::HistoryRequest,
+    ) -> Result<Vec<api::PastMessage>, String> {
+        let channel = self
+            .channels
+            .get(name)
+            .ok_or_else(|| format!("channel `{name}` is not loaded"))?;
+        match self.plugins.channel_history(&channel.plugin, request).await {
+            Ok(Ok(messages)) => Ok(messages),
+            Ok(Err(e)) => Err(format!("{e:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Shows `row`'s turn working, then (from [`PROGRESS_EVERY`] after its
+    /// start) what it does as `progress` says, at most once every
+    /// [`PROGRESS_EVERY`] (longer when the platform
+    /// asks to slow down); returns once `progress` says the turn finished.
+    pub async fn follow_progress(
+        &self,
+        row: &store::InboundRow,
+        mut progress: tokio::sync::watch::Receiver<Progress>,
+    ) {
+        let started = tokio::time::Instant::now();
+        let pause = self.show_status(row, api::TurnState::Working, None).await;
+        // A short turn shows its working sign only: the first line comes
+        // once the turn has run for PROGRESS_EVERY.
+        let mut not_before =
+            (started + PROGRESS_EVERY).max(tokio::time::Instant::now() + pause.unwrap_or_default());
+        loop {
+            if progress.changed().await.is_err() {
+                return;
+            }
+            // What happens meanwhile is coalesced; the turn's end stops it.
+            let finished = progress.wait_for(|p| *p == Progress::Finished);
+            tokio::select! {
+                _ = finished => return,
+                () = tokio::time::sleep_until(not_before) => {}
+            }
+            let detail = match &*progress.borrow_and_update() {
+                Progress::Finished => return,
+                Progress::Doing(detail) => detail.clone(),
+            };
+            let current = self.store.inbound(row.id).ok().flatten();
+            let pause = self
+                .show_status(
+                    current.as_ref().unwrap_or(row),
+                    api::TurnState::Working,
+                    Some(detail),
+                )
+                .await;
+            not_before =
+                tokio::time::Instant::now() + pause.unwrap_or_default().max(PROGRESS_EVERY);
         }
     }
 

@@ -297,6 +297,23 @@ impl ChannelStore {
             .optional()?)
     }
 
+    /// The platform ids of `conversation`'s messages that ran a turn (so
+    /// the session holds them already).
+    pub fn turned(
+        &self,
+        channel: &str,
+        conversation: &str,
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(
+            "SELECT message_id FROM channel_inbound
+             WHERE channel = ?1 AND conversation = ?2
+               AND state IN ('running', 'done', 'failed', 'interrupted')",
+        )?;
+        let ids = stmt.query_map(params![channel, conversation], |r| r.get(0))?;
+        Ok(ids.collect::<Result<_, _>>()?)
+    }
+
     /// Messages in `state`, oldest first.
     pub fn inbound_in(&self, state: InboundState) -> Result<Vec<InboundRow>, StoreError> {
         let conn = self.conn()?;

@@ -121,6 +121,7 @@ pub async fn message(config_flag: Option<&Path>, args: MessageArgs) -> anyhow::R
         text: args.text,
         origin: None,
         presence: crate::turn::Presence::Person,
+        quoted: None,
     };
     let summary = runner.turn(&ctx, inbound, &printer).await?;
     printer.finish();
@@ -190,6 +191,7 @@ pub async fn chat(
             text: text.to_string(),
             origin: None,
             presence: crate::turn::Presence::Person,
+            quoted: None,
         };
         match runner.turn(&ctx, inbound, &printer).await {
             Ok(summary) => {

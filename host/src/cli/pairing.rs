@@ -132,7 +132,9 @@ pub fn run(config_flag: Option<&std::path::Path>, command: PairingCommand) -> an
             if removed.is_empty() {
                 anyhow::bail!(
                     "sender `{sender}` was not allowed by pairing{} (see `pincer pairing allowed`)",
-                    channel.map(|c| format!(" on channel {c}")).unwrap_or_default()
+                    channel
+                        .map(|c| format!(" on channel {c}"))
+                        .unwrap_or_default()
                 );
             }
             for a in &removed {
@@ -163,7 +165,14 @@ fn decided(
             .find(code)
             .ok()
             .flatten()
-            .map(|r| format!(" (sender {}{} on channel {})", r.sender, named(&r), r.channel))
+            .map(|r| {
+                format!(
+                    " (sender {}{} on channel {})",
+                    r.sender,
+                    named(&r),
+                    r.channel
+                )
+            })
             .unwrap_or_default();
         anyhow::anyhow!("{e}{sender}")
     })

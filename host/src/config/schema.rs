@@ -1033,6 +1033,85 @@ pub struct Channel {
     /// Stricter approvals tiers per sender id.
     #[serde(default)]
     pub senders: BTreeMap<String, TierSetting>,
+    /// Earlier messages of the thread (or channel) given to the model as
+    /// quoted, untrusted context.
+    #[serde(default)]
+    pub context: ChannelContext,
+}
+
+/// `channels.NAME.context`: how much of a conversation's earlier messages
+/// a turn sees, always as quoted content, never as instructions.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelContext {
+    /// Earlier messages of the thread a mention arrives in; 0: none.
+    pub thread: u32,
+    /// Latest messages of the channel for a mention outside a thread; 0: none.
+    pub channel: u32,
+    /// At most this many bytes of quoted text (the newest kept): a number
+    /// or `16k`, `1m`.
+    pub max_bytes: ByteSize,
+    /// Whose messages are quoted: `all` (default; senders outside
+    /// `allowed_senders` marked as such) or `allowed` only.
+    pub senders: ContextSenders,
+}
+
+impl Default for ChannelContext {
+    fn default() -> Self {
+        Self {
+            thread: 30,
+            channel: 0,
+            max_bytes: ByteSize(16 * 1024),
+            senders: ContextSenders::All,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextSenders {
+    #[default]
+    All,
+    Allowed,
+}
+
+/// A size in bytes, written as a number or with a `k`/`m` suffix (1024s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Number(u64),
+            Text(String),
+        }
+        match Written::deserialize(d)? {
+            Written::Number(n) => Ok(ByteSize(n)),
+            Written::Text(text) => parse_byte_size(&text).map(ByteSize).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "`{text}` is not a size: write bytes (16384) or with k or m (16k, 1m)"
+                ))
+            }),
+        }
+    }
+}
+
+fn parse_byte_size(text: &str) -> Option<u64> {
+    let t = text.trim().to_ascii_lowercase();
+    let t = t
+        .strip_suffix("ib")
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(&t);
+    let (digits, unit) = match t.strip_suffix('k') {
+        Some(d) => (d, 1024),
+        None => match t.strip_suffix('m') {
+            Some(d) => (d, 1024 * 1024),
+            None => (t, 1),
+        },
+    };
+    digits.trim().parse::<u64>().ok()?.checked_mul(unit)
 }
 
 impl fmt::Debug for Channel {
@@ -1048,6 +1127,7 @@ impl fmt::Debug for Channel {
             .field("default_conversation", &self.default_conversation)
             .field("approvals", &self.approvals)
             .field("senders", &self.senders)
+            .field("context", &self.context)
             .finish()
     }
 }

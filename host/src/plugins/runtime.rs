@@ -734,6 +734,55 @@ impl PluginHost {
         .await
     }
 
+    /// The earlier messages of a thread or conversation (WIT 0.5.0;
+    /// older channels answer `unsupported`).
+    pub async fn channel_history(
+        &self,
+        plugin: &LoadedPlugin,
+        request: &latest::HistoryRequest,
+    ) -> Result<Result<Vec<latest::PastMessage>, latest::ChannelError>, PluginError> {
+        expect_kind(plugin, PluginKind::Channel)?;
+        self.traced(plugin, "→ channel.history", request);
+        self.call_traced(plugin, "channel.history", async |store, instance| {
+            instance.channel()?.history(store, request).await
+        })
+        .await
+    }
+
+    /// The request that downloads `file` of message `message_id` (WIT 0.5.0).
+    pub async fn channel_file_request(
+        &self,
+        plugin: &LoadedPlugin,
+        message_id: &str,
+        file: &latest::Attachment,
+    ) -> Result<Result<latest::HttpRequest, latest::ChannelError>, PluginError> {
+        expect_kind(plugin, PluginKind::Channel)?;
+        self.traced(plugin, "→ channel.file-request", &(message_id, file));
+        self.call_traced(plugin, "channel.file-request", async |store, instance| {
+            instance
+                .channel()?
+                .file_request(store, message_id, file)
+                .await
+        })
+        .await
+    }
+
+    /// Sends `file` with `bytes` as what `upload.send` sends (WIT 0.5.0).
+    pub async fn channel_send_file(
+        &self,
+        plugin: &LoadedPlugin,
+        file: &latest::OutboundFile,
+        bytes: Arc<crate::plugins::state::UploadFile>,
+    ) -> Result<Result<latest::Delivery, latest::ChannelError>, PluginError> {
+        expect_kind(plugin, PluginKind::Channel)?;
+        self.traced(plugin, "→ channel.send-file", file);
+        self.call_traced(plugin, "channel.send-file", async |store, instance| {
+            store.data_mut().upload = Some(bytes);
+            instance.channel()?.send_file(store, file).await
+        })
+        .await
+    }
+
     /// The channel's limits (WIT 0.1.0 channels: [`V1_CHANNEL_MAX_TEXT_BYTES`]).
     pub async fn channel_describe(
         &self,
@@ -744,6 +793,7 @@ impl PluginHost {
             return Ok(latest::ChannelInfo {
                 max_text_bytes: V1_CHANNEL_MAX_TEXT_BYTES,
                 interactive: false,
+                max_upload_bytes: 0,
             });
         }
         self.call_traced(plugin, "channel.describe", async |store, instance| {

@@ -47,6 +47,8 @@ pub struct PluginState {
     pub grants: Arc<Grants>,
     pub limiter: MemoryLimiter,
     pub stderr: StderrTail,
+    /// The file a `send-file` call sends (the body of `upload.send`).
+    pub upload: Option<Arc<UploadFile>>,
     wasi: WasiCtx,
     table: ResourceTable,
 }
@@ -65,10 +67,20 @@ impl PluginState {
             limiter: MemoryLimiter::new(grants.memory_limit),
             grants,
             stderr,
+            upload: None,
             wasi: wasi.build(),
             table: ResourceTable::new(),
         })
     }
+}
+
+/// A file the host read from a workspace to send: its bytes stay on the
+/// host side of the component boundary.
+#[derive(Debug)]
+pub struct UploadFile {
+    pub name: String,
+    pub media_type: String,
+    pub bytes: Vec<u8>,
 }
 
 impl PluginState {

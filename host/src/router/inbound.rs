@@ -14,7 +14,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::audit::AuditLog;
 use crate::channels::{
-    AcceptError, Address, ChannelHost, InboundRow, InboundState, Inbox, Received, StoreError,
+    AcceptError, Address, ChannelHost, InboundRow, InboundState, Inbox, Progress, Received,
+    StoreError,
 };
 use crate::config::{Config, Refusal};
 use crate::pairing::PairingStore;
@@ -500,7 +501,7 @@ impl ChannelRouter {
                     // where the platform waits for its ack.
                     if let Some(me) = self.me.upgrade() {
                         tokio::spawn(async move {
-                            let text = me.status_text(&key, &received.sender).await;
+                            let text = me.status_text(&key, &received.sender, id).await;
                             me.notify(&key.channel, id, &received, InboundState::Done, &text);
                         });
                     }
@@ -717,7 +718,7 @@ impl ChannelRouter {
 
     /// What `/status` answers in the conversation of `key`: the workspace,
     /// its model, the approvals tier here, its container and the queue.
-    async fn status_text(&self, key: &SessionKey, sender: &str) -> String {
+    async fn status_text(&self, key: &SessionKey, sender: &str, asking: i64) -> String {
         let ws = &key.workspace;
         let Some(workspace) = self.config.workspaces.get(ws) else {
             return format!("⚠️ Workspace `{ws}` is not configured any more.");
@@ -750,9 +751,15 @@ impl ChannelRouter {
             Ok(None) => "not started (the next message starts it)".to_string(),
             Err(e) => format!("unknown ({e})"),
         };
-        let waiting = self.channels.store().inbound_in(InboundState::Queued).map_or(0, |rows| {
-            rows.iter().filter(|r| session_key(r) == *key).count()
-        });
+        let waiting = self
+            .channels
+            .store()
+            .inbound_in(InboundState::Queued)
+            .map_or(0, |rows| {
+                rows.iter()
+                    .filter(|r| r.id != asking && session_key(r) == *key)
+                    .count()
+            });
         let running = MAX_RUNNING as usize - self.running.0.available_permits();
         format!(
             "📋 Workspace `{ws}`\n• model: `{model}`\n• approvals here: tier `{tier}`\n• container: {container}\n• queue: {waiting} message(s) waiting in this conversation; {running} turn(s) running on this daemon"
@@ -890,7 +897,10 @@ impl ChannelRouter {
             "You are not allowed to use this assistant yet. Your pairing code is `{}` (valid for one hour): give it to the assistant's operator, who can let you in with `pincer pairing approve {}`. You will be told here once it is approved.",
             request.code, request.code
         );
-        if let Err(e) = self.channels.post(&to, &text, crate::channels::Post::default()) {
+        if let Err(e) = self
+            .channels
+            .post(&to, &text, crate::channels::Post::default())
+        {
             tracing::error!(%channel, sender = %received.sender, "cannot queue the pairing code: {e}");
         }
     }
@@ -977,8 +987,72 @@ impl ChannelRouter {
             text: row.text.clone(),
             origin: Some(origin_of(&row)),
             presence: crate::turn::Presence::Person,
+            quoted: self.quoted_context(&row).await,
         };
         self.drive(&row, Start::New(inbound)).await
+    }
+
+    /// The earlier messages of `row`'s thread (or, outside a thread, of its
+    /// conversation) as `channels.NAME.context` asks, quoted for the model:
+    /// none that a turn of this conversation answered already (the session
+    /// has those), nor, in a thread, the assistant's own replies.
+    async fn quoted_context(&self, row: &InboundRow) -> Option<serde_json::Value> {
+        use crate::config::ContextSenders;
+        use crate::turn::context::{Quoted, quoted_context};
+        let config = self.config.channels.get(&row.channel)?;
+        let wanted = &config.context;
+        let in_thread = row
+            .thread
+            .as_deref()
+            .filter(|thread| *thread != row.message_id);
+        let limit = if in_thread.is_some() {
+            wanted.thread
+        } else {
+            wanted.channel
+        };
+        if limit == 0 {
+            return None;
+        }
+        let request = api::HistoryRequest {
+            conversation: row.conversation.clone(),
+            thread: in_thread.map(str::to_string),
+            before: row.message_id.clone(),
+            limit,
+        };
+        let past = match self.channels.history(&row.channel, &request).await {
+            Ok(past) => past,
+            Err(why) => {
+                tracing::info!(channel = %row.channel, "no earlier messages for the context: {why}");
+                return None;
+            }
+        };
+        let turned = self
+            .channels
+            .store()
+            .turned(&row.channel, &row.conversation)
+            .unwrap_or_default();
+        let quoted: Vec<Quoted> = past
+            .into_iter()
+            .filter(|p| !turned.contains(&p.message.id) && p.message.id != row.message_id)
+            .filter(|p| !(p.by_app && in_thread.is_some()))
+            .map(|p| Quoted {
+                allowed: p.by_app
+                    || config.allows(&p.message.sender)
+                    || self.paired(&row.channel, &p.message.sender),
+                sender: p.message.sender,
+                sender_name: p.message.sender_name,
+                by_app: p.by_app,
+                text: p.message.text,
+                timestamp_ms: p.message.timestamp_ms,
+            })
+            .filter(|q| q.allowed || wanted.senders == ContextSenders::All)
+            .collect();
+        let fence = format!(
+            "quoted-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
+        let max = usize::try_from(wanted.max_bytes.0).unwrap_or(usize::MAX);
+        quoted_context(&quoted, max, &fence)
     }
 
     /// Waits for `request`'s decision, then continues `row`'s turn with it.
@@ -1022,7 +1096,14 @@ impl ChannelRouter {
     /// Runs (or resumes) `row`'s turn and answers it.
     async fn drive(&self, row: &InboundRow, start: Start) -> Result<(), StoreError> {
         let id = row.id;
+        let progress = watch::Sender::new(Progress::Doing(String::new()));
+        let following = progress.subscribe();
+        let steps = std::sync::atomic::AtomicU32::new(0);
         let events = |event: AgentEvent| match &event {
+            AgentEvent::Turn(pincer_runner_protocol::TurnEvent::ToolStart { name, .. }) => {
+                let step = steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                progress.send_replace(Progress::Doing(format!("step {step}: running `{name}` …")));
+            }
             AgentEvent::Host(HostEvent::Session { turn_id, .. }) => {
                 if let Err(e) = self.channels.record_turn(id, turn_id) {
                     tracing::warn!(id, "cannot record the turn id: {e}");
@@ -1035,19 +1116,24 @@ impl ChannelRouter {
                 approvers,
                 session,
                 expires_ms,
-            }) => asking::post_request(
-                &self.channels,
-                self.agent.gateway().approvals().store(),
-                &Address::of(row),
-                &asking::Asked {
-                    request,
-                    tool,
-                    preview,
-                    approvers,
-                    session: *session,
-                    expires_ms: *expires_ms,
-                },
-            ),
+            }) => {
+                progress.send_replace(Progress::Doing(format!(
+                    "waiting for a person to approve `{tool}` …"
+                )));
+                asking::post_request(
+                    &self.channels,
+                    self.agent.gateway().approvals().store(),
+                    &Address::of(row),
+                    &asking::Asked {
+                        request,
+                        tool,
+                        preview,
+                        approvers,
+                        session: *session,
+                        expires_ms: *expires_ms,
+                    },
+                )
+            }
             AgentEvent::Host(HostEvent::Decided {
                 request,
                 outcome,
@@ -1069,7 +1155,7 @@ impl ChannelRouter {
             tokio::time::sleep(grace).await;
         };
         let turn = async {
-            match start {
+            let outcome = match start {
                 Start::New(inbound) => self.agent.turn(inbound, &events, cancel).await,
                 Start::Resume {
                     key,
@@ -1080,13 +1166,12 @@ impl ChannelRouter {
                         .resume(key, Some(origin), &request, &events, cancel)
                         .await
                 }
-            }
+            };
+            progress.send_replace(Progress::Finished);
+            outcome
         };
         // The working sign goes up while the turn runs, not before it.
-        let (_, outcome) = tokio::join!(
-            self.channels.show_status(row, api::TurnState::Working),
-            turn
-        );
+        let (_, outcome) = tokio::join!(self.channels.follow_progress(row, following), turn);
         let (state, text) = match outcome {
             Ok(summary) => match summary.status {
                 TurnStatus::Done => (

@@ -496,6 +496,7 @@ impl Schedules {
                     text: prompt.clone(),
                     origin: None,
                     presence: self.presence(&run.task),
+                    quoted: None,
                 };
                 let events = |event: AgentEvent| self.on_event(run, turn, &event);
                 let summary = self

@@ -53,7 +53,9 @@ On Slack, type them after the app's command: `/pincer new`, `/pincer status`.";
 
 /// What an unknown command answers.
 pub fn unknown(word: &str) -> String {
-    format!("`/{word}` is not a command here; `/help` lists them. Nothing was sent to the assistant.")
+    format!(
+        "`/{word}` is not a command here; `/help` lists them. Nothing was sent to the assistant."
+    )
 }
 
 #[cfg(test)]

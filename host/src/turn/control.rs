@@ -133,6 +133,7 @@ async fn handle(stream: UnixStream, agent: &Agent) -> std::io::Result<()> {
         text: request.text,
         origin: None,
         presence: crate::turn::Presence::Person,
+        quoted: None,
     };
     let reply = match agent
         .turn(

@@ -61,6 +61,9 @@ pub struct Inbound {
     pub origin: Option<Origin>,
     /// Who is there to decide a call that needs a person.
     pub presence: Presence,
+    /// Earlier messages of the conversation, quoted (one user message
+    /// before this one, for this turn only: not stored in the session).
+    pub quoted: Option<serde_json::Value>,
 }
 
 /// Who is there to decide a call of a turn that needs a person.
@@ -335,6 +338,7 @@ impl Agent {
                 || u64::try_from(crate::db::now_ms()).unwrap_or(0),
                 |o| o.timestamp_ms,
             ),
+            files: Vec::new(),
         }));
 
         let scope = Scope {
@@ -345,6 +349,7 @@ impl Agent {
             text,
             gate: self.gate(&key, origin, inbound.presence.clone()),
             resume: None,
+            quoted: inbound.quoted.as_ref(),
         };
         let run = self.run(&scope, events, &observe);
         let outcome = tokio::select! {
@@ -428,6 +433,7 @@ impl Agent {
                     verdict,
                 },
             )),
+            quoted: None,
         };
         let observe = self.observer(&key.workspace, turn.session_id);
         let run = self.run(&scope, events, &observe);
@@ -657,6 +663,11 @@ impl Agent {
             &memory_lines,
         )];
         messages.extend(history.messages);
+        if let Some(quoted) = scope.quoted {
+            // Before the message being answered, which ends the history.
+            let at = messages.len().saturating_sub(1).max(1);
+            messages.insert(at, quoted.clone());
+        }
         events(AgentEvent::Host(HostEvent::Context {
             messages: messages.len(),
             history_dropped_turns: history.dropped_turns,
@@ -1230,6 +1241,8 @@ struct Scope<'a> {
     gate: Option<Gate>,
     /// A resumed turn: the request decided and the call it starts with.
     resume: Option<(String, Resume)>,
+    /// Quoted earlier messages, just before the new message.
+    quoted: Option<&'a serde_json::Value>,
 }
 
 /// The approvals in force for one turn.

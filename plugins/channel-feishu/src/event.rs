@@ -172,7 +172,19 @@ pub fn message(event: &Value, bot_open_id: Option<&str>) -> Result<Message, Stri
         sender_name: None,
         text,
         timestamp_ms: msg.create_time.parse().unwrap_or(0),
+        files: Vec::new(),
     })
+}
+
+/// The text of a stored message's `body.content` (as the list-messages API
+/// returns it), for the `text` and `post` types; mentions stay as their
+/// placeholders.
+pub fn stored_text(msg_type: &str, content: &str) -> Option<String> {
+    match msg_type {
+        "text" => text_content(content, &[], None).ok(),
+        "post" => post_content(content, &[], None).ok(),
+        _ => None,
+    }
 }
 
 /// The placeholder key (`@_user_N`) of the bot's mention. When the bot's

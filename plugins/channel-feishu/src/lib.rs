@@ -17,6 +17,7 @@ mod api;
 mod card;
 mod event;
 mod frame;
+mod history;
 mod post;
 mod webhook;
 mod ws;
@@ -24,14 +25,14 @@ mod ws;
 use api::Failure;
 use pincer_plugin_sdk::channel::{
     ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest,
-    Keepalive, ReconnectPolicy, RetryAfter, StatusUpdate, TurnState, WebhookOutcome,
-    WebhookRequest,
+    HistoryRequest, Keepalive, OutboundFile, PastMessage, ReconnectPolicy, RetryAfter,
+    StatusUpdate, TurnState, WebhookOutcome, WebhookRequest,
 };
 use pincer_plugin_sdk::log as logging;
 use pincer_plugin_sdk::secrets::{self, Cipher, Digest, Part, SecretError};
 use pincer_plugin_sdk::types::{
-    Capture, Header, HttpError, HttpRequest, HttpResponse, Message, Outbound, SecretHeader,
-    SecretPlace, SecretUse,
+    Attachment, Capture, Header, HttpError, HttpRequest, HttpResponse, Message, Outbound,
+    SecretHeader, SecretPlace, SecretUse,
 };
 use pincer_plugin_sdk::{clock, config, http, kv};
 use serde_json::{Value, json};
@@ -78,7 +79,57 @@ impl Guest for FeishuChannel {
         ChannelInfo {
             max_text_bytes: MAX_TEXT_BYTES,
             interactive: true,
+            // Files are not sent yet: `send-file` answers `unsupported`.
+            max_upload_bytes: 0,
         }
+    }
+
+    /// A thread's messages (its root's `thread_id` when it has one, else
+    /// the chat's page filtered to the root) or the chat's latest.
+    fn history(request: HistoryRequest) -> Result<Vec<PastMessage>, ChannelError> {
+        let bot = kv_string(KV_BOT_OPEN_ID);
+        let (path, in_thread) = match request.thread.as_deref() {
+            Some(thread) if thread.starts_with("omt_") => (
+                history::list_path("thread", thread, request.limit),
+                None,
+            ),
+            Some(root) => {
+                let root_message = call("GET", &format!("/open-apis/im/v1/messages/{root}"), None)
+                    .map_err(ChannelError::from)?;
+                match history::thread_id_of(&root_message) {
+                    Some(thread) => (history::list_path("thread", &thread, request.limit), None),
+                    None => (
+                        history::list_path("chat", &request.conversation, request.limit),
+                        Some(root),
+                    ),
+                }
+            }
+            None => (
+                history::list_path("chat", &request.conversation, request.limit),
+                None,
+            ),
+        };
+        let answer = call("GET", &path, None).map_err(ChannelError::from)?;
+        let app_id = config::get("app_id");
+        Ok(history::messages(
+            &answer,
+            &request,
+            in_thread,
+            bot.as_deref(),
+            app_id.as_deref(),
+        ))
+    }
+
+    fn file_request(_message_id: String, _file: Attachment) -> Result<HttpRequest, ChannelError> {
+        Err(ChannelError::Unsupported(
+            "this channel does not fetch files yet".into(),
+        ))
+    }
+
+    fn send_file(_file: OutboundFile) -> Result<Delivery, ChannelError> {
+        Err(ChannelError::Unsupported(
+            "this channel does not send files yet".into(),
+        ))
     }
 
     /// Replaces a card the bot sent
@@ -311,36 +362,49 @@ impl Guest for FeishuChannel {
         }
     }
 
+    /// The working reaction while a turn runs, and what it does now as a
+    /// card under the message, updated in place
+    /// (https://open.feishu.cn/document/server-docs/im-v1/message-card/patch).
     fn status(update: StatusUpdate) -> Result<Option<String>, ChannelError> {
-        let Some(emoji) = working_reaction(config::get("working_reaction")) else {
-            return Ok(None);
-        };
         if !update.message_id.starts_with("om_") {
             return Ok(None);
         }
+        let mut handle = StatusHandle::parse(update.handle.as_deref());
         let path = format!("/open-apis/im/v1/messages/{}/reactions", update.message_id);
-        match update.state {
-            TurnState::Working => {
-                let body = json!({ "reaction_type": { "emoji_type": emoji } });
-                let value = call("POST", &path, Some(body)).map_err(ChannelError::from)?;
-                Ok(value["data"]["reaction_id"].as_str().map(str::to_string))
+        match (update.state, update.detail.as_deref()) {
+            (TurnState::Working, None) => {
+                if let Some(emoji) = working_reaction(config::get("working_reaction")) {
+                    let body = json!({ "reaction_type": { "emoji_type": emoji } });
+                    let value = call("POST", &path, Some(body)).map_err(ChannelError::from)?;
+                    handle.reaction = value["data"]["reaction_id"].as_str().map(str::to_string);
+                }
             }
-            TurnState::Done | TurnState::Failed => {
-                let Some(reaction) = update.handle.filter(|h| !h.is_empty()) else {
-                    return Ok(None);
-                };
-                match call("DELETE", &format!("{path}/{reaction}"), None) {
-                    Ok(_) => Ok(None),
-                    // Already gone (removed by hand): nothing to do.
-                    Err(CallError::Feishu(Failure::Rejected { code, .. }))
-                        if REACTION_GONE.contains(&code) =>
-                    {
-                        Ok(None)
+            (TurnState::Working, Some(detail)) => {
+                let text = format!("⏳ {detail}");
+                status_card(&update, &mut handle, &text)?;
+            }
+            (TurnState::Done | TurnState::Failed, _) => {
+                if let Some(reaction) = handle.reaction.take() {
+                    match call("DELETE", &format!("{path}/{reaction}"), None) {
+                        Ok(_) => {}
+                        // Already gone (removed by hand): nothing to do.
+                        Err(CallError::Feishu(Failure::Rejected { code, .. }))
+                            if REACTION_GONE.contains(&code) => {}
+                        Err(err) => return Err(err.into()),
                     }
-                    Err(err) => Err(err.into()),
+                }
+                if handle.card.is_some() {
+                    let text = if update.state == TurnState::Done {
+                        "✅ finished; the answer follows"
+                    } else {
+                        "⚠️ stopped; see the message below"
+                    };
+                    status_card(&update, &mut handle, text)?;
+                    handle.card = None;
                 }
             }
         }
+        Ok(handle.stored())
     }
 
     fn check() -> Vec<CheckItem> {
@@ -874,6 +938,67 @@ fn policy(timing: &ws::Timing) -> ReconnectPolicy {
         jitter_ms: timing.jitter_ms,
         max_attempts: timing.max_attempts,
     }
+}
+
+/// What `status` hands back: the reaction to remove, the status card to
+/// update. Stored as JSON; a bare reaction id is what came before cards.
+#[derive(Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct StatusHandle {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reaction: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    card: Option<String>,
+}
+
+impl StatusHandle {
+    fn parse(stored: Option<&str>) -> Self {
+        match stored.map(str::trim).filter(|s| !s.is_empty()) {
+            None => Self::default(),
+            Some(json) if json.starts_with('{') => serde_json::from_str(json).unwrap_or_default(),
+            Some(reaction) => Self {
+                reaction: Some(reaction.to_string()),
+                card: None,
+            },
+        }
+    }
+
+    fn stored(&self) -> Option<String> {
+        (*self != Self::default()).then(|| serde_json::to_string(self).unwrap_or_default())
+    }
+}
+
+/// Shows `text` in the turn's status card: sent as a reply the first
+/// time, then replaced.
+fn status_card(
+    update: &StatusUpdate,
+    handle: &mut StatusHandle,
+    text: &str,
+) -> Result<(), ChannelError> {
+    let content = card::card(text, &[]).to_string();
+    match &handle.card {
+        Some(id) => {
+            call(
+                "PATCH",
+                &format!("/open-apis/im/v1/messages/{id}"),
+                Some(json!({ "content": content })),
+            )
+            .map_err(ChannelError::from)?;
+        }
+        None => {
+            let message = Outbound {
+                conversation: update.conversation.clone(),
+                thread: update.thread.clone(),
+                text: text.to_string(),
+                reply_to: Some(update.message_id.clone()),
+                actions: Vec::new(),
+                visible_to: None,
+            };
+            let (path, body) = send_request(&message, "interactive", &content);
+            let value = call("POST", &path, Some(body)).map_err(ChannelError::from)?;
+            handle.card = value["data"]["message_id"].as_str().map(str::to_string);
+        }
+    }
+    Ok(())
 }
 
 /// Path and body of a send: a reply to the inbound message

@@ -156,6 +156,7 @@ impl Callback {
             sender: user,
             sender_name: None,
             text,
+            files: Vec::new(),
         })
     }
 }
@@ -211,6 +212,7 @@ pub fn command_message(payload: &Value, now_ms: u64) -> Result<Message, String> 
         sender_name: None,
         text,
         timestamp_ms: now_ms,
+        files: Vec::new(),
     })
 }
 

@@ -12,21 +12,25 @@
 //! pure functions, unit-tested natively.
 
 mod api;
+mod history;
 mod inbound;
 mod interactive;
 mod mrkdwn;
+mod progress;
 mod signature;
 mod socket;
 
 use api::Failure;
 use pincer_plugin_sdk::channel::{
     ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest,
-    ReconnectPolicy, RetryAfter, StatusUpdate, TurnState, WebhookOutcome, WebhookRequest,
+    HistoryRequest, OutboundFile, PastMessage, ReconnectPolicy, RetryAfter, StatusUpdate,
+    TurnState, WebhookOutcome, WebhookRequest,
 };
 use pincer_plugin_sdk::log as logging;
 use pincer_plugin_sdk::secrets::{self, Digest, Part, SecretError};
 use pincer_plugin_sdk::types::{
-    Header, HttpError, HttpRequest, HttpResponse, Outbound, SecretHeader, SecretPlace, SecretUse,
+    Attachment, Header, HttpError, HttpRequest, HttpResponse, Outbound, SecretHeader, SecretPlace,
+    SecretUse,
 };
 use pincer_plugin_sdk::{clock, config, http};
 use serde_json::{Value, json};
@@ -64,7 +68,40 @@ impl Guest for SlackChannel {
         ChannelInfo {
             max_text_bytes: MAX_TEXT_BYTES,
             interactive: true,
+            // Files are not sent yet: `send-file` answers `unsupported`.
+            max_upload_bytes: 0,
         }
+    }
+
+    fn history(request: HistoryRequest) -> Result<Vec<PastMessage>, ChannelError> {
+        require_bot_token()?;
+        let own_bot = call_json(BOT_TOKEN, "auth.test", &json!({}))
+            .ok()
+            .and_then(|v| v.get("bot_id").and_then(Value::as_str).map(str::to_string));
+        let (method, fields) = history::call(&request);
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        let answer = call(
+            BOT_TOKEN,
+            method,
+            "application/x-www-form-urlencoded",
+            body.into_bytes(),
+        )
+        .map_err(ChannelError::from)?;
+        Ok(history::messages(&answer, &request, own_bot.as_deref()))
+    }
+
+    fn file_request(_message_id: String, _file: Attachment) -> Result<HttpRequest, ChannelError> {
+        Err(ChannelError::Unsupported(
+            "this channel does not fetch files yet".into(),
+        ))
+    }
+
+    fn send_file(_file: OutboundFile) -> Result<Delivery, ChannelError> {
+        Err(ChannelError::Unsupported(
+            "this channel does not send files yet".into(),
+        ))
     }
 
     fn handle_webhook(request: WebhookRequest) -> Result<WebhookOutcome, ChannelError> {
@@ -249,37 +286,95 @@ impl Guest for SlackChannel {
     }
 
     fn status(update: StatusUpdate) -> Result<Option<String>, ChannelError> {
-        let Some(name) = working_reaction(config::get("working_reaction")) else {
-            return Ok(None);
-        };
+        let mut handle = progress::Handle::parse(update.handle.as_deref());
         // Slash commands have a trigger id, not a message to react to.
         if !inbound::is_ts(&update.message_id) {
             return Ok(None);
         }
-        match update.state {
-            TurnState::Working => {
-                require_bot_token()?;
-                let body = reaction_body(&update.conversation, &update.message_id, &name);
-                match call_json(BOT_TOKEN, "reactions.add", &body) {
-                    Ok(_) => Ok(Some(name)),
-                    Err(err) if err.error_code() == Some("already_reacted") => Ok(Some(name)),
-                    Err(err) => Err(err.into()),
+        require_bot_token()?;
+        match (update.state, update.detail.as_deref()) {
+            (TurnState::Working, None) => {
+                if let Some(name) = working_reaction(config::get("working_reaction")) {
+                    let body = reaction_body(&update.conversation, &update.message_id, &name);
+                    match call_json(BOT_TOKEN, "reactions.add", &body) {
+                        Ok(_) => handle.reaction = Some(name),
+                        Err(err) if err.error_code() == Some("already_reacted") => {
+                            handle.reaction = Some(name)
+                        }
+                        Err(err) => return Err(err.into()),
+                    }
                 }
             }
-            TurnState::Done | TurnState::Failed => {
-                let Some(added) = update.handle.filter(|h| !h.is_empty()) else {
-                    return Ok(None);
-                };
-                require_bot_token()?;
-                let body = reaction_body(&update.conversation, &update.message_id, &added);
-                match call_json(BOT_TOKEN, "reactions.remove", &body) {
-                    Ok(_) => Ok(None),
-                    Err(err) if err.error_code() == Some("no_reaction") => Ok(None),
-                    Err(err) => Err(err.into()),
+            (TurnState::Working, Some(detail)) => show_detail(&update, &mut handle, detail)?,
+            (TurnState::Done | TurnState::Failed, _) => {
+                if let Some(added) = handle.reaction.take() {
+                    let body = reaction_body(&update.conversation, &update.message_id, &added);
+                    match call_json(BOT_TOKEN, "reactions.remove", &body) {
+                        Ok(_) => {}
+                        Err(err) if err.error_code() == Some("no_reaction") => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+                if handle.status {
+                    set_assistant_status(&update, "")?;
+                    handle.status = false;
+                }
+                if let Some(ts) = handle.line.take() {
+                    let text = if update.state == TurnState::Done {
+                        progress::FINISHED_LINE
+                    } else {
+                        progress::FAILED_LINE
+                    };
+                    let body = json!({ "channel": update.conversation, "ts": ts, "text": text });
+                    call_json(BOT_TOKEN, "chat.update", &body).map_err(ChannelError::from)?;
                 }
             }
         }
+        Ok(handle.stored())
     }
+}
+
+/// Shows what the turn does now: the assistant status in an AI app's
+/// thread, else the status line (posted once, then edited).
+fn show_detail(
+    update: &StatusUpdate,
+    handle: &mut progress::Handle,
+    detail: &str,
+) -> Result<(), ChannelError> {
+    if config::get("assistant").as_deref() == Some("true") {
+        set_assistant_status(update, detail)?;
+        handle.status = true;
+        return Ok(());
+    }
+    let text = progress::line(detail);
+    match &handle.line {
+        Some(ts) => {
+            let body = json!({ "channel": update.conversation, "ts": ts, "text": text });
+            call_json(BOT_TOKEN, "chat.update", &body).map_err(ChannelError::from)?;
+        }
+        None => {
+            let mut body = json!({ "channel": update.conversation, "text": text });
+            if let Some(thread) = update.thread.as_deref().filter(|t| !t.is_empty()) {
+                body["thread_ts"] = json!(thread);
+            }
+            let value =
+                call_json(BOT_TOKEN, "chat.postMessage", &body).map_err(ChannelError::from)?;
+            handle.line = delivery_id(&value);
+        }
+    }
+    Ok(())
+}
+
+/// `assistant.threads.setStatus`; an empty status clears it.
+fn set_assistant_status(update: &StatusUpdate, status: &str) -> Result<(), ChannelError> {
+    let thread = update
+        .thread
+        .clone()
+        .unwrap_or_else(|| update.message_id.clone());
+    let body = json!({ "channel_id": update.conversation, "thread_ts": thread, "status": status });
+    call_json(BOT_TOKEN, "assistant.threads.setStatus", &body)
+        .map(drop)
+        .map_err(ChannelError::from)
 }
 
 // ----- The thin layer over the host's imports.

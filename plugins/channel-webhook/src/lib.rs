@@ -10,11 +10,11 @@ mod wire;
 
 use pincer_plugin_sdk::channel::{
     ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome, Guest,
-    StatusUpdate, WebhookOutcome, WebhookRequest,
+    HistoryRequest, OutboundFile, PastMessage, StatusUpdate, WebhookOutcome, WebhookRequest,
 };
 use pincer_plugin_sdk::http::{self, Request};
 use pincer_plugin_sdk::secrets::{self, Digest, Part, SecretError};
-use pincer_plugin_sdk::types::{Header, HttpResponse, Message, Outbound};
+use pincer_plugin_sdk::types::{Attachment, Header, HttpRequest, HttpResponse, Message, Outbound};
 use pincer_plugin_sdk::{clock, config};
 use serde_json::{Value, json};
 
@@ -125,7 +125,26 @@ impl Guest for WebhookChannel {
         ChannelInfo {
             max_text_bytes: MAX_TEXT_BYTES,
             interactive: false,
+            max_upload_bytes: 0,
         }
+    }
+
+    fn history(_request: HistoryRequest) -> Result<Vec<PastMessage>, ChannelError> {
+        Err(ChannelError::Unsupported(
+            "the webhook channel keeps no history".into(),
+        ))
+    }
+
+    fn file_request(_message_id: String, _file: Attachment) -> Result<HttpRequest, ChannelError> {
+        Err(ChannelError::Unsupported(
+            "the webhook channel carries no files".into(),
+        ))
+    }
+
+    fn send_file(_file: OutboundFile) -> Result<Delivery, ChannelError> {
+        Err(ChannelError::Unsupported(
+            "the webhook channel carries no files".into(),
+        ))
     }
 
     fn update(_id: String, _message: Outbound) -> Result<Delivery, ChannelError> {

@@ -44,6 +44,7 @@ impl WireMessage {
             sender_name: self.sender_name,
             text: self.text,
             timestamp_ms: self.timestamp_ms.unwrap_or(now_ms),
+            files: Vec::new(),
         })
     }
 }

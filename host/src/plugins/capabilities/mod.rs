@@ -6,5 +6,6 @@ pub mod data;
 pub mod fetch;
 pub mod http;
 pub mod kv;
+pub mod multipart;
 pub mod scrub;
 pub mod secrets;

@@ -7,7 +7,7 @@
 //! tunnel exports) and `new` (the newest release) in scope, and writes out
 //! only what changed.
 
-macro_rules! unchanged_since_0_1 {
+macro_rules! records_since_0_1 {
     () => {
         impl From<types::Header> for new::Header {
             fn from(h: types::Header) -> Self {
@@ -57,6 +57,7 @@ macro_rules! unchanged_since_0_1 {
                     sender_name: m.sender_name,
                     text: m.text,
                     timestamp_ms: m.timestamp_ms,
+                    files: Vec::new(),
                 }
             }
         }
@@ -75,19 +76,6 @@ macro_rules! unchanged_since_0_1 {
             }
         }
 
-        /// The host sends actions and `visible-to` only to interactive
-        /// channels (0.4.0 and later), so nothing is lost here.
-        impl From<&new::Outbound> for types::Outbound {
-            fn from(o: &new::Outbound) -> Self {
-                Self {
-                    conversation: o.conversation.clone(),
-                    thread: o.thread.clone(),
-                    text: o.text.clone(),
-                    reply_to: o.reply_to.clone(),
-                }
-            }
-        }
-
         impl From<&new::WebhookRequest> for ch::WebhookRequest {
             fn from(r: &new::WebhookRequest) -> Self {
                 Self {
@@ -96,16 +84,6 @@ macro_rules! unchanged_since_0_1 {
                     query: r.query.clone(),
                     headers: r.headers.iter().cloned().map(Into::into).collect(),
                     body: r.body.clone(),
-                }
-            }
-        }
-
-        impl From<ch::WebhookOutcome> for new::WebhookOutcome {
-            fn from(o: ch::WebhookOutcome) -> Self {
-                Self {
-                    response: o.response.into(),
-                    messages: o.messages.into_iter().map(Into::into).collect(),
-                    interactions: Vec::new(),
                 }
             }
         }
@@ -196,6 +174,38 @@ macro_rules! unchanged_since_0_1 {
                     tn::TunnelError::Denied(m) => Self::Denied(m),
                     tn::TunnelError::BadRequest(m) => Self::BadRequest(m),
                     tn::TunnelError::Upstream(m) => Self::Upstream(m),
+                }
+            }
+        }
+    };
+}
+pub(crate) use records_since_0_1;
+
+/// What 0.1.0 to 0.3.0 share: [`records_since_0_1!`] and the outbound
+/// message and webhook outcome before 0.4.0's buttons.
+macro_rules! unchanged_since_0_1 {
+    () => {
+        $crate::plugins::wit::convert::records_since_0_1!();
+
+        /// The host sends actions and `visible-to` only to interactive
+        /// channels (0.4.0 and later), so nothing is lost here.
+        impl From<&new::Outbound> for types::Outbound {
+            fn from(o: &new::Outbound) -> Self {
+                Self {
+                    conversation: o.conversation.clone(),
+                    thread: o.thread.clone(),
+                    text: o.text.clone(),
+                    reply_to: o.reply_to.clone(),
+                }
+            }
+        }
+
+        impl From<ch::WebhookOutcome> for new::WebhookOutcome {
+            fn from(o: ch::WebhookOutcome) -> Self {
+                Self {
+                    response: o.response.into(),
+                    messages: o.messages.into_iter().map(Into::into).collect(),
+                    interactions: Vec::new(),
                 }
             }
         }
@@ -435,13 +445,9 @@ macro_rules! delegating_imports {
 }
 pub(crate) use delegating_imports;
 
-/// What 0.2.0 and 0.3.0 share and the newest release changed only around:
-/// the imports that use secrets by name (`config` without secret keys,
-/// `secrets`, `http`), the requests both ways, and the channel's records
-/// from 0.2.0 on (with the calls `describe`, `status`, `check`). The
-/// release file writes `secret_place` and `secret_place_back`, the one
-/// place 0.2.0 and 0.3.0 differ (`query-param`).
-macro_rules! since_0_2 {
+/// The imports that use secrets by name (`config` without secret keys,
+/// `secrets`, `http`) and the requests both ways, as 0.2.0 to 0.4.0 have them.
+macro_rules! imports_since_0_2 {
     () => {
         impl config::Host for PluginState {
             async fn get_json(&mut self) -> wasmtime::Result<String> {
@@ -499,9 +505,7 @@ macro_rules! since_0_2 {
                 data: Vec<u8>,
             ) -> wasmtime::Result<Result<Vec<u8>, secrets::SecretError>> {
                 let cipher = match cipher {
-                    secrets::Cipher::Aes256CbcSha256Key => {
-                        new::secrets::Cipher::Aes256CbcSha256Key
-                    }
+                    secrets::Cipher::Aes256CbcSha256Key => new::secrets::Cipher::Aes256CbcSha256Key,
                 };
                 Ok(new::secrets::Host::decrypt(self, cipher, key, data)
                     .await?
@@ -586,7 +590,13 @@ macro_rules! since_0_2 {
                 }
             }
         }
+    };
+}
+pub(crate) use imports_since_0_2;
 
+/// The channel's records from 0.2.0 on that 0.4.0 did not change.
+macro_rules! channel_records_since_0_2 {
+    () => {
         // Exported types: the host calls with the newest release's values;
         // these turn them into this release's and the results back.
 
@@ -618,28 +628,6 @@ macro_rules! since_0_2 {
                     idle_timeout_ms: c.idle_timeout_ms,
                     keepalive: c.keepalive.map(Into::into),
                     reconnect: c.reconnect.map(Into::into),
-                }
-            }
-        }
-
-        impl From<ch::FrameOutcome> for new::FrameOutcome {
-            fn from(o: ch::FrameOutcome) -> Self {
-                Self {
-                    replies: o.replies.into_iter().map(Into::into).collect(),
-                    messages: o.messages.into_iter().map(Into::into).collect(),
-                    interactions: Vec::new(),
-                    reconnect: o.reconnect,
-                    keepalive: o.keepalive.map(Into::into),
-                    reconnect_policy: o.reconnect_policy.map(Into::into),
-                }
-            }
-        }
-
-        impl From<ch::ChannelInfo> for new::ChannelInfo {
-            fn from(i: ch::ChannelInfo) -> Self {
-                Self {
-                    max_text_bytes: i.max_text_bytes,
-                    interactive: false,
                 }
             }
         }
@@ -685,10 +673,14 @@ macro_rules! since_0_2 {
                 }
             }
         }
+    };
+}
+pub(crate) use channel_records_since_0_2;
 
-        // Records and enums unchanged since 0.1.0.
-        $crate::plugins::wit::convert::unchanged_since_0_1!();
-
+/// The host's calls into a release of 0.2.0 or later: what `converting_exports!`
+/// has, with `describe`, `status` and `check`, and what the release adds.
+macro_rules! channel_calls_since_0_2 {
+    ($($channel_extra:tt)*) => {
         // The host's calls into the worlds (`worlds.rs`): the host's API
         // values convert to this release's and the results back.
 
@@ -739,7 +731,51 @@ macro_rules! since_0_2 {
                         .collect())
                 })
             }
+
+            $($channel_extra)*
         );
+    };
+}
+pub(crate) use channel_calls_since_0_2;
+
+/// What 0.2.0 and 0.3.0 share and the newest release changed only around:
+/// the imports that use secrets by name (`config` without secret keys,
+/// `secrets`, `http`), the requests both ways, and the channel's records
+/// from 0.2.0 on (with the calls `describe`, `status`, `check`). The
+/// release file writes `secret_place` and `secret_place_back`, the one
+/// place 0.2.0 and 0.3.0 differ (`query-param`).
+macro_rules! since_0_2 {
+    () => {
+        $crate::plugins::wit::convert::imports_since_0_2!();
+        $crate::plugins::wit::convert::channel_records_since_0_2!();
+
+        impl From<ch::FrameOutcome> for new::FrameOutcome {
+            fn from(o: ch::FrameOutcome) -> Self {
+                Self {
+                    replies: o.replies.into_iter().map(Into::into).collect(),
+                    messages: o.messages.into_iter().map(Into::into).collect(),
+                    interactions: Vec::new(),
+                    reconnect: o.reconnect,
+                    keepalive: o.keepalive.map(Into::into),
+                    reconnect_policy: o.reconnect_policy.map(Into::into),
+                }
+            }
+        }
+
+        impl From<ch::ChannelInfo> for new::ChannelInfo {
+            fn from(i: ch::ChannelInfo) -> Self {
+                Self {
+                    max_text_bytes: i.max_text_bytes,
+                    interactive: false,
+                    max_upload_bytes: 0,
+                }
+            }
+        }
+
+        // Records and enums unchanged since 0.1.0.
+        $crate::plugins::wit::convert::unchanged_since_0_1!();
+
+        $crate::plugins::wit::convert::channel_calls_since_0_2!();
     };
 }
 pub(crate) use since_0_2;

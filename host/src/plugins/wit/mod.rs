@@ -14,9 +14,10 @@ pub mod v0_1_0;
 pub mod v0_2_0;
 pub mod v0_3_0;
 pub mod v0_4_0;
+pub mod v0_5_0;
 
 /// The newest release; its types are the host's API types.
-pub use v0_4_0 as latest;
+pub use v0_5_0 as latest;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum WitRelease {
@@ -24,14 +25,16 @@ pub enum WitRelease {
     V0_2_0,
     V0_3_0,
     V0_4_0,
+    V0_5_0,
 }
 
 impl WitRelease {
-    pub const ALL: [WitRelease; 4] = [
+    pub const ALL: [WitRelease; 5] = [
         WitRelease::V0_1_0,
         WitRelease::V0_2_0,
         WitRelease::V0_3_0,
         WitRelease::V0_4_0,
+        WitRelease::V0_5_0,
     ];
 
     pub fn version(self) -> Version {
@@ -40,6 +43,7 @@ impl WitRelease {
             Self::V0_2_0 => Version::new(0, 2, 0),
             Self::V0_3_0 => Version::new(0, 3, 0),
             Self::V0_4_0 => Version::new(0, 4, 0),
+            Self::V0_5_0 => Version::new(0, 5, 0),
         }
     }
 
@@ -68,6 +72,7 @@ impl WitRelease {
             Self::V0_2_0 => v0_2_0::prepare(kind, pre),
             Self::V0_3_0 => v0_3_0::prepare(kind, pre),
             Self::V0_4_0 => v0_4_0::prepare(kind, pre),
+            Self::V0_5_0 => v0_5_0::prepare(kind, pre),
         }
     }
 
@@ -94,7 +99,8 @@ pub fn add_to_linker(linker: &mut Linker<PluginState>) -> wasmtime::Result<()> {
     v0_1_0::add_to_linker(linker)?;
     v0_2_0::add_to_linker(linker)?;
     v0_3_0::add_to_linker(linker)?;
-    v0_4_0::add_to_linker(linker)
+    v0_4_0::add_to_linker(linker)?;
+    v0_5_0::add_to_linker(linker)
 }
 
 #[cfg(test)]
@@ -120,7 +126,11 @@ mod tests {
             WitRelease::for_plugin(&v("0.4.0")),
             Some(WitRelease::V0_4_0)
         );
-        assert_eq!(WitRelease::for_plugin(&v("0.5.0")), None);
+        assert_eq!(
+            WitRelease::for_plugin(&v("0.5.0")),
+            Some(WitRelease::V0_5_0)
+        );
+        assert_eq!(WitRelease::for_plugin(&v("0.6.0")), None);
         assert_eq!(WitRelease::for_plugin(&v("1.0.0")), None);
         assert_eq!(
             WitRelease::for_plugin(&v("0.1.1")),

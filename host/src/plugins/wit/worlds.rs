@@ -74,6 +74,34 @@ pub trait ChannelExports: Send + Sync {
             ))
         })
     }
+
+    /// From 0.5.0; older channels have no history.
+    fn history<'a>(
+        &'a self,
+        _store: &'a mut PluginStore,
+        _request: &'a api::HistoryRequest,
+    ) -> Call<'a, Result<Vec<api::PastMessage>, api::ChannelError>> {
+        Box::pin(async { Ok(Err(before_0_5("history"))) })
+    }
+
+    /// From 0.5.0; older channels report no files.
+    fn file_request<'a>(
+        &'a self,
+        _store: &'a mut PluginStore,
+        _message_id: &'a str,
+        _file: &'a api::Attachment,
+    ) -> Call<'a, Result<api::HttpRequest, api::ChannelError>> {
+        Box::pin(async { Ok(Err(before_0_5("file-request"))) })
+    }
+
+    /// From 0.5.0 (for channels whose `describe` gives a `max-upload-bytes`).
+    fn send_file<'a>(
+        &'a self,
+        _store: &'a mut PluginStore,
+        _file: &'a api::OutboundFile,
+    ) -> Call<'a, Result<api::Delivery, api::ChannelError>> {
+        Box::pin(async { Ok(Err(before_0_5("send-file"))) })
+    }
 }
 
 pub trait SkillExports: Send + Sync {
@@ -177,6 +205,12 @@ pub(crate) use release_worlds;
 
 fn not_a(kind: &str) -> wasmtime::Error {
     wasmtime::format_err!("not a {kind}")
+}
+
+/// What an older channel answers for a call of 0.5.0: not a fault, a
+/// refusal the host reads as "this channel cannot".
+fn before_0_5(export: &str) -> api::ChannelError {
+    api::ChannelError::Unsupported(format!("a channel of WIT 0.4 or older has no `{export}`"))
 }
 
 fn before_0_2(export: &str) -> wasmtime::Error {
