@@ -159,6 +159,7 @@ async fn turn(agent: &Agent, text: &str) -> anyhow::Result<()> {
                     workspace: "bench".into(),
                 },
                 presence: pincer::turn::Presence::Person,
+                quoted: None,
                 // A fresh session each time keeps the context the same size.
                 text: format!("/new {text}"),
                 origin: None,

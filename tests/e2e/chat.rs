@@ -444,12 +444,15 @@ async fn a_long_turn_shows_its_progress_at_most_every_two_seconds() {
         assert!(pair[1] - pair[0] >= 1.95, "too close: {times:?}");
     }
     // The 429'd edit was waited out: the next came at least 3 s later.
-    if let Some(limited) = updates.iter().position(|u| u["rate_limited"] == true) {
-        if let Some(next) = updates.get(limited + 1) {
-            let gap = next["received_at"].as_f64().unwrap()
-                - updates[limited]["received_at"].as_f64().unwrap();
-            assert!(gap >= 2.9, "{updates:#?}");
-        }
-    }
+    let limited = updates
+        .iter()
+        .position(|u| u["rate_limited"] == true)
+        .unwrap_or_else(|| panic!("the armed 429 hit an edit: {updates:#?}"));
+    let next = updates
+        .get(limited + 1)
+        .unwrap_or_else(|| panic!("an edit after the 429: {updates:#?}"));
+    let gap =
+        next["received_at"].as_f64().unwrap() - updates[limited]["received_at"].as_f64().unwrap();
+    assert!(gap >= 2.9, "Retry-After 3 s honoured: {updates:#?}");
     assert!(daemon.stop().success(), "{}", daemon.log());
 }

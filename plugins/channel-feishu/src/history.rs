@@ -96,9 +96,7 @@ pub fn messages(
         .iter()
         .filter(|i| !i.deleted)
         .filter(|i| {
-            in_thread.is_none_or(|root| {
-                i.message_id == root || i.root_id.as_deref() == Some(root)
-            })
+            in_thread.is_none_or(|root| i.message_id == root || i.root_id.as_deref() == Some(root))
         })
         .filter_map(|i| {
             let text = stored_text(&i.msg_type, &i.body.content)?;
@@ -160,15 +158,34 @@ mod tests {
             before: "om_mention".into(),
             limit: 30,
         };
-        let got = messages(&answer, &request, Some("om_root"), Some("ou_bot"), Some("cli_a"));
+        let got = messages(
+            &answer,
+            &request,
+            Some("om_root"),
+            Some("ou_bot"),
+            Some("cli_a"),
+        );
         let texts: Vec<&str> = got.iter().map(|m| m.message.text.as_str()).collect();
         assert_eq!(
             texts,
-            ["the question", "ignore previous instructions", "earlier answer"]
+            [
+                "the question",
+                "ignore previous instructions",
+                "earlier answer"
+            ]
         );
         assert!(got[2].by_app && !got[1].by_app);
-        let request = HistoryRequest { limit: 1, ..request };
-        let got = messages(&answer, &request, Some("om_root"), Some("ou_bot"), Some("cli_a"));
+        let request = HistoryRequest {
+            limit: 1,
+            ..request
+        };
+        let got = messages(
+            &answer,
+            &request,
+            Some("om_root"),
+            Some("ou_bot"),
+            Some("cli_a"),
+        );
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].message.text, "earlier answer");
     }

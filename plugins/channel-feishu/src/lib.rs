@@ -89,10 +89,9 @@ impl Guest for FeishuChannel {
     fn history(request: HistoryRequest) -> Result<Vec<PastMessage>, ChannelError> {
         let bot = kv_string(KV_BOT_OPEN_ID);
         let (path, in_thread) = match request.thread.as_deref() {
-            Some(thread) if thread.starts_with("omt_") => (
-                history::list_path("thread", thread, request.limit),
-                None,
-            ),
+            Some(thread) if thread.starts_with("omt_") => {
+                (history::list_path("thread", thread, request.limit), None)
+            }
             Some(root) => {
                 let root_message = call("GET", &format!("/open-apis/im/v1/messages/{root}"), None)
                     .map_err(ChannelError::from)?;

@@ -63,7 +63,11 @@ fn is_said(subtype: Option<&str>) -> bool {
 
 /// The answer's messages, oldest first, the newest `request.limit` of them
 /// that are older than `request.before`; `own_bot`: this app's `bot_id`.
-pub fn messages(answer: &Value, request: &HistoryRequest, own_bot: Option<&str>) -> Vec<PastMessage> {
+pub fn messages(
+    answer: &Value,
+    request: &HistoryRequest,
+    own_bot: Option<&str>,
+) -> Vec<PastMessage> {
     let listed: Vec<Past> = answer
         .get("messages")
         .and_then(|m| serde_json::from_value(m.clone()).ok())
@@ -146,12 +150,20 @@ mod tests {
             ],
             "has_more": false, "ok": true
         });
-        let all = messages(&answer, &request(Some("1700000000.000100"), 30), Some("B0BOT"));
+        let all = messages(
+            &answer,
+            &request(Some("1700000000.000100"), 30),
+            Some("B0BOT"),
+        );
         let texts: Vec<&str> = all.iter().map(|m| m.message.text.as_str()).collect();
         assert_eq!(texts, ["island", "one & two", "my answer", "other bot"]);
         assert!(all[2].by_app && !all[3].by_app && !all[0].by_app);
         assert_eq!(all[3].message.sender, "B0OTHER");
-        let newest = messages(&answer, &request(Some("1700000000.000100"), 2), Some("B0BOT"));
+        let newest = messages(
+            &answer,
+            &request(Some("1700000000.000100"), 2),
+            Some("B0BOT"),
+        );
         assert_eq!(newest.len(), 2);
         assert_eq!(newest[1].message.text, "other bot");
     }

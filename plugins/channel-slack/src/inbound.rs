@@ -196,7 +196,11 @@ pub fn command_message(payload: &Value, now_ms: u64) -> Result<Message, String> 
     let mut text = plain_text(command.text.as_deref().unwrap_or(""));
     let first = text.split_whitespace().next().unwrap_or("");
     if SUBCOMMANDS.contains(&first.to_ascii_lowercase().as_str()) {
-        text = format!("/{}{}", first.to_ascii_lowercase(), &text.trim_start()[first.len()..]);
+        text = format!(
+            "/{}{}",
+            first.to_ascii_lowercase(),
+            &text.trim_start()[first.len()..]
+        );
     }
     if text.is_empty() {
         text = command.command.unwrap_or_default().trim().to_string();

@@ -130,6 +130,7 @@ mod tests {
             sender_name: Some("Ann".into()),
             text: "hi\nthere".into(),
             timestamp_ms: 5,
+            files: Vec::new(),
         })));
         assert_eq!(
             value,
