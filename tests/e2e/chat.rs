@@ -3,40 +3,13 @@
 //! and `tests/python/fake_slack.py`: commands answered by the host, and
 //! pairing for people not yet allowed.
 
-use crate::slack::{ALLOWED, Env, FakeSlack, last_tool_result};
+use crate::slack::{ALLOWED, Env, FakeSlack, last_tool_result, texts};
 use crate::support::fake_llm::Behaviour;
 use crate::support::ok;
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-
-/// Whether a posted text is a turn's status line (not an answer).
-fn is_status_line(text: &str) -> bool {
-    text.starts_with("⏳") || text.starts_with("✅ finished") || text.starts_with("⚠️ stopped")
-}
-
-/// The texts of the first `count` messages the bot posted that are not
-/// status lines, waiting for them (60 s at most).
-async fn texts(env: &Env, count: usize) -> Vec<String> {
-    for _ in 0..600 {
-        let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
-        let said: Vec<String> = calls["calls"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .filter(|c| c["status"] == 200 && c["response"]["ok"] == true)
-            .filter_map(|c| c["args"]["text"].as_str().map(str::to_string))
-            .filter(|t| !is_status_line(t))
-            .collect();
-        if said.len() >= count {
-            return said;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("fewer than {count} answers were posted");
-}
 
 /// `/help`, an unknown command and `/status` are answered by the host and
 /// reach no model; Slack's `/pincer status|tier|new` work as pincer's
@@ -221,6 +194,15 @@ async fn a_stranger_pairs_with_a_code_the_operator_approves() {
     assert!(
         allowed.contains(STRANGER) && allowed.contains(&format!("pairing {code} approved by")),
         "{allowed}"
+    );
+
+    // `config check` shows the overlay beside the YAML, with its origin.
+    let checked = ok(env.cli(&["config", "check"]));
+    assert!(
+        checked.contains(&format!(
+            "channels.slack: also allows {STRANGER} (pairing {code} approved by"
+        )),
+        "{checked}"
     );
 
     // Removed again: the next message is refused.

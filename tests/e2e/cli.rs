@@ -123,7 +123,7 @@ fn each_served_wit_release_is_listed_and_called() {
         fails(sandbox.pincer(&["--config", config, "skill", "invoke", "wit-future", "tools"]));
     assert!(
         err.contains(
-            "built against pincer:plugin@0.9.0, but this host serves 0.1.0, 0.2.0, 0.3.0, 0.4.0"
+            "built against pincer:plugin@0.9.0, but this host serves 0.1.0, 0.2.0, 0.3.0, 0.4.0, 0.5.0"
         ),
         "{err}"
     );
@@ -226,7 +226,7 @@ fn inspect_and_install_validate_and_pin() {
     let out = ok(sandbox.pincer(&["plugin", "inspect", calc.to_str().unwrap(), "--json"]));
     let report: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(report["kind"], "skill");
-    assert_eq!(report["world"], "pincer:plugin/skill-plugin@0.4.0");
+    assert_eq!(report["world"], "pincer:plugin/skill-plugin@0.5.0");
     assert_eq!(report["sha256"].as_str().unwrap().len(), 64);
     assert_eq!(report["tools"][0]["name"], "evaluate");
 
@@ -288,18 +288,18 @@ fn refusals_name_the_plugin_and_the_reason() {
     );
     assert!(
         err.contains(
-            "plugin.toml says kind `observer`, but the component exports pincer:plugin/skill@0.4.0"
+            "plugin.toml says kind `observer`, but the component exports pincer:plugin/skill@0.5.0"
         ),
         "{err}"
     );
     let err = case(
         "wit",
-        &|m| m.replace("wit = \"0.4.0\"", "wit = \"2.0.0\""),
+        &|m| m.replace("wit = \"0.5.0\"", "wit = \"2.0.0\""),
         &keep,
     );
     assert!(
         err.contains(
-            "pincer:plugin@2.0.0, but this host serves 0.1.0, 0.2.0, 0.3.0, 0.4.0 (WIT major-version mismatch)"
+            "pincer:plugin@2.0.0, but this host serves 0.1.0, 0.2.0, 0.3.0, 0.4.0, 0.5.0 (WIT major-version mismatch)"
         ),
         "{err}"
     );

@@ -71,7 +71,7 @@ fn python_package() -> &'static (PathBuf, String) {
         ));
         assert!(built.contains("with componentize-py"), "{built}");
         assert!(
-            built.contains("(skill, pincer:plugin/skill-plugin@0.4.0)"),
+            built.contains("(skill, pincer:plugin/skill-plugin@0.5.0)"),
             "the world and WIT version checked: {built}"
         );
         let sha = built
@@ -352,7 +352,7 @@ fn build_refuses_what_is_not_a_plugin_project_and_keeps_an_unrelated_out_folder(
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(
         &manifest,
-        text.replacen("wit = \"0.4.0\"", "wit = \"0.9.0\"", 1),
+        text.replacen("wit = \"0.5.0\"", "wit = \"0.9.0\"", 1),
     )
     .unwrap();
     let out = sandbox.work().join("future-dist");
@@ -361,7 +361,7 @@ fn build_refuses_what_is_not_a_plugin_project_and_keeps_an_unrelated_out_folder(
         &[future.to_str().unwrap(), "--out", out.to_str().unwrap()],
     ));
     assert!(
-        err.contains("0.1.0, 0.2.0, 0.3.0, 0.4.0"),
+        err.contains("0.1.0, 0.2.0, 0.3.0, 0.4.0, 0.5.0"),
         "names the versions served: {err}"
     );
     assert!(!out.exists(), "no package is left: {err}");

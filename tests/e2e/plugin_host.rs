@@ -405,7 +405,7 @@ async fn signed_webhooks_are_verified() {
         "{unsigned:?}"
     );
     // Replies carry the secret as a bearer token, put in by the host (the
-    // plugin, on WIT 0.4.0, never sees it).
+    // plugin, on WIT 0.5.0, never sees it).
     let delivery = host
         .channel_send(
             &channel,
@@ -735,24 +735,24 @@ async fn broken_plugins_are_refused_with_a_clear_message() {
                 |m| m.replace("kind = \"skill\"", "kind = \"channel\""),
                 |w| w,
             ),
-            "plugin skill-calc: plugin.toml says kind `channel`, but the component exports pincer:plugin/skill@0.4.0 (the skill-plugin world)",
+            "plugin skill-calc: plugin.toml says kind `channel`, but the component exports pincer:plugin/skill@0.5.0 (the skill-plugin world)",
         ),
         (
             "WIT major",
             doctored(
                 dir.path(),
                 "skill-calc",
-                |m| m.replace("wit = \"0.4.0\"", "wit = \"1.0.0\""),
+                |m| m.replace("wit = \"0.5.0\"", "wit = \"1.0.0\""),
                 |w| w,
             ),
-            "built against pincer:plugin@1.0.0, but this host serves 0.1.0, 0.2.0, 0.3.0, 0.4.0 (WIT major-version mismatch)",
+            "built against pincer:plugin@1.0.0, but this host serves 0.1.0, 0.2.0, 0.3.0, 0.4.0, 0.5.0 (WIT major-version mismatch)",
         ),
         (
             "WIT minor on 0.x",
             doctored(
                 dir.path(),
                 "skill-calc",
-                |m| m.replace("wit = \"0.4.0\"", "wit = \"0.5.0\""),
+                |m| m.replace("wit = \"0.5.0\"", "wit = \"0.6.0\""),
                 |w| w,
             ),
             "WIT major-version mismatch",
@@ -762,10 +762,10 @@ async fn broken_plugins_are_refused_with_a_clear_message() {
             doctored(
                 dir.path(),
                 "skill-calc",
-                |m| m.replace("wit = \"0.4.0\"", "wit = \"0.2.0\""),
+                |m| m.replace("wit = \"0.5.0\"", "wit = \"0.2.0\""),
                 |w| w,
             ),
-            "plugin.toml says wit = \"0.2.0\", but the component was built against pincer:plugin@0.4.0",
+            "plugin.toml says wit = \"0.2.0\", but the component was built against pincer:plugin@0.5.0",
         ),
         (
             "unknown manifest key",
@@ -867,7 +867,7 @@ async fn each_served_wit_release_loads_and_an_unserved_one_is_refused() {
         .expect("a component of an unserved release loads");
     assert!(
         err.to_string().contains(
-            "plugin wit-future: built against pincer:plugin@0.9.0, but this host serves 0.1.0, 0.2.0, 0.3.0, 0.4.0"
+            "plugin wit-future: built against pincer:plugin@0.9.0, but this host serves 0.1.0, 0.2.0, 0.3.0, 0.4.0, 0.5.0"
         ),
         "{err}"
     );

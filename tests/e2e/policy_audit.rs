@@ -42,7 +42,8 @@ fn researcher_is_flagged_as_the_lethal_trifecta() {
     assert_eq!(trifecta["private_data"][0], "mount ~/notes → /notes");
     assert_eq!(
         trifecta["untrusted_input"][0],
-        "channel team-chat (channel-webhook)"
+        "channel team-chat (channel-webhook), whose earlier messages may be quoted into turns \
+         where the plugin reads history (context: thread 30, channel 0; anyone's, strangers' marked)"
     );
     assert_eq!(
         trifecta["exfiltration"][0],

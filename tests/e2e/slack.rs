@@ -1781,14 +1781,31 @@ pub(crate) fn last_tool_result(env: &Env) -> String {
         .unwrap_or_default()
 }
 
-/// The texts posted so far, waiting for at least `count`.
+/// Whether a posted text is a turn's status line (not an answer).
+fn is_status_line(text: &str) -> bool {
+    text.starts_with("⏳") || text.starts_with("✅ finished") || text.starts_with("⚠️ stopped")
+}
+
+/// The texts of the first `count` messages the bot posted that are not
+/// status lines, waiting for them (60 s at most).
 pub(crate) async fn texts(env: &Env, count: usize) -> Vec<String> {
-    env.slack
-        .posted(count)
-        .await
-        .iter()
-        .map(|p| p["args"]["text"].as_str().unwrap_or_default().to_string())
-        .collect()
+    for _ in 0..600 {
+        let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+        let said: Vec<String> = calls["calls"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter(|c| c["status"] == 200 && c["response"]["ok"] == true)
+            .filter_map(|c| c["args"]["text"].as_str().map(str::to_string))
+            .filter(|t| !is_status_line(t))
+            .collect();
+        if said.len() >= count {
+            return said;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("fewer than {count} answers were posted");
 }
 
 /// Issue 27: a DM asks for `bash rm -rf /workspace/x` in tier approval.
@@ -1919,6 +1936,23 @@ async fn a_request_pending_across_kill_9_resumes_its_turn_once_decided() {
     env.slack.dm("touch it", ALLOWED, "D0DM").await;
     let posted = env.slack.posted(1).await;
     let id = request_id(&posted[0]);
+    // Killed once the request's receipt is stored: the reply between
+    // Slack's accept and that write is the one window a message can be
+    // sent twice (docs/slack.md), and this test is about the request.
+    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
+    for _ in 0..100 {
+        let delivered: i64 = db
+            .query_row(
+                "SELECT COUNT(*) FROM channel_outbox WHERE receipt IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        if delivered > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     daemon.child.kill().unwrap();
     daemon.child.wait().unwrap();
 

@@ -55,7 +55,43 @@ pub fn check(config_flag: Option<&Path>) -> anyhow::Result<()> {
             println!("{note}");
         }
     }
+    for line in paired_senders(&config) {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// The senders pairing allowed beside each channel's `allowed_senders`,
+/// with their origin (from `pincer.db`, when this home has one).
+pub fn paired_senders(config: &crate::config::Config) -> Vec<String> {
+    let Ok(home) = crate::config::pincer_home() else {
+        return Vec::new();
+    };
+    let db = home.join(crate::db::FILE_NAME);
+    if !db.exists() {
+        return Vec::new();
+    }
+    let allowed = match crate::pairing::PairingStore::open(&db).and_then(|s| s.allowed()) {
+        Ok(allowed) => allowed,
+        Err(e) => return vec![format!("paired senders cannot be read: {e}")],
+    };
+    allowed
+        .into_iter()
+        .map(|a| {
+            let known = if config.channels.contains_key(&a.channel) {
+                ""
+            } else {
+                " (no such channel in this configuration)"
+            };
+            format!(
+                "channels.{}: also allows {}{} ({}){known}",
+                a.channel,
+                a.sender,
+                a.sender_name.map(|n| format!(" ({n})")).unwrap_or_default(),
+                a.origin
+            )
+        })
+        .collect()
 }
 
 pub fn explain(file: Option<&Path>) -> anyhow::Result<()> {

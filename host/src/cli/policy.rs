@@ -81,6 +81,11 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", policy::render_text(&report));
+        // Who may send this workspace's channels a message beyond the
+        // YAML's allowed_senders: the pairing overlay, with its origin.
+        for line in super::config_cmd::paired_senders(&ctx.config) {
+            println!("{line}");
+        }
     }
     Ok(())
 }

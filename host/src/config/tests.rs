@@ -1165,6 +1165,40 @@ fn bad_channel_settings_are_located() {
 }
 
 #[test]
+fn channel_context_has_defaults_sizes_and_refuses_what_it_cannot_read() {
+    let base = "workspaces:\n  team: {}\nchannels:\n  slack:\n    plugin: channel-slack\n    workspace: team\n";
+    let cfg = parse(base).unwrap();
+    assert_eq!(cfg.channels["slack"].context.thread, 30);
+    assert_eq!(cfg.channels["slack"].context.channel, 0);
+    assert_eq!(cfg.channels["slack"].context.max_bytes.0, 16 * 1024);
+    let cfg = parse(&format!(
+        "{base}    context: {{thread: 5, channel: 10, max_bytes: 2k, senders: allowed}}\n"
+    ))
+    .unwrap();
+    let context = &cfg.channels["slack"].context;
+    assert_eq!(
+        (context.thread, context.channel, context.max_bytes.0),
+        (5, 10, 2048)
+    );
+    assert_eq!(context.senders, crate::config::ContextSenders::Allowed);
+    assert_eq!(
+        parse(&format!("{base}    context: {{max_bytes: 1m}}\n"))
+            .unwrap()
+            .channels["slack"]
+            .context
+            .max_bytes
+            .0,
+        1024 * 1024
+    );
+    assert_error(
+        &format!("{base}    context: {{max_bytes: lots}}\n"),
+        7,
+        14,
+        &["`lots` is not a size"],
+    );
+}
+
+#[test]
 fn listener_limits_and_nofile_have_defaults_and_ranges() {
     let cfg = parse("").unwrap();
     assert_eq!(cfg.gateway.limits.header_read_secs, 10);

@@ -324,10 +324,11 @@ pincer_plugin_sdk::export_observer!(Plugin);
 
 const CHANNEL_RS: &str = r#"use pincer_plugin_sdk::channel::{
     ChannelError, ChannelInfo, CheckItem, ConnectionRequest, Delivery, Frame, FrameOutcome,
-    Guest, StatusUpdate, WebhookOutcome, WebhookRequest,
+    Guest, HistoryRequest, OutboundFile, PastMessage, StatusUpdate, WebhookOutcome,
+    WebhookRequest,
 };
 use pincer_plugin_sdk::clock::now_ms;
-use pincer_plugin_sdk::types::{HttpResponse, Message, Outbound};
+use pincer_plugin_sdk::types::{Attachment, HttpRequest, HttpResponse, Message, Outbound};
 
 struct Plugin;
 
@@ -344,6 +345,7 @@ impl Guest for Plugin {
             sender_name: None,
             text,
             timestamp_ms: now_ms(),
+            files: vec![],
         };
         Ok(WebhookOutcome {
             response: HttpResponse { status: 200, headers: vec![], body: b"ok".to_vec() },
@@ -365,7 +367,19 @@ impl Guest for Plugin {
     }
 
     fn describe() -> ChannelInfo {
-        ChannelInfo { max_text_bytes: 4000, interactive: false }
+        ChannelInfo { max_text_bytes: 4000, interactive: false, max_upload_bytes: 0 }
+    }
+
+    fn history(_request: HistoryRequest) -> Result<Vec<PastMessage>, ChannelError> {
+        Err(ChannelError::Unsupported("history is not implemented yet".into()))
+    }
+
+    fn file_request(_message_id: String, _file: Attachment) -> Result<HttpRequest, ChannelError> {
+        Err(ChannelError::Unsupported("files are not implemented yet".into()))
+    }
+
+    fn send_file(_file: OutboundFile) -> Result<Delivery, ChannelError> {
+        Err(ChannelError::Unsupported("files are not implemented yet".into()))
     }
 
     fn update(_id: String, _message: Outbound) -> Result<Delivery, ChannelError> {

@@ -437,6 +437,23 @@ fn setting_lines(p: &EffectivePolicy) -> Vec<SettingLine> {
     lines
 }
 
+/// What a channel's `context` adds to its untrusted input: earlier
+/// messages quoted into turns, of anyone in the thread unless `senders:
+/// allowed`.
+fn quoted_context_note(context: &crate::config::ChannelContext) -> String {
+    if context.thread == 0 && context.channel == 0 {
+        return String::new();
+    }
+    let whose = match context.senders {
+        crate::config::ContextSenders::All => "anyone's, strangers' marked",
+        crate::config::ContextSenders::Allowed => "allowed senders' only",
+    };
+    format!(
+        ", whose earlier messages may be quoted into turns where the plugin reads history (context: thread {}, channel {}; {whose})",
+        context.thread, context.channel
+    )
+}
+
 fn seccomp_summary(p: &EffectivePolicy, rules: usize) -> SeccompSummary {
     let ruled =
         |name: &str| p.seccomp_deny.contains_key(name) || p.seccomp_enosys.contains_key(name);
@@ -881,7 +898,11 @@ fn trifecta(
     let mut untrusted_input: Vec<String> = channels
         .iter()
         .map(|name| match input.config.channels.get(*name) {
-            Some(channel) => format!("channel {name} ({})", channel.plugin),
+            Some(channel) => format!(
+                "channel {name} ({}){}",
+                channel.plugin,
+                quoted_context_note(&channel.context)
+            ),
             None => format!("channel {name}"),
         })
         .collect();
