@@ -919,7 +919,10 @@ fn trifecta_verdicts() {
     assert_eq!(lethal.private_data, ["mount ~/notes → /notes"]);
     assert_eq!(
         lethal.untrusted_input,
-        ["channel webhook (channel-webhook)"]
+        [
+            "channel webhook (channel-webhook), whose earlier messages may be quoted into turns \
+             where the plugin reads history (context: thread 30, channel 0; anyone's, strangers' marked)"
+        ]
     );
     assert_eq!(
         lethal.exfiltration,
