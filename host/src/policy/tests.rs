@@ -937,7 +937,11 @@ fn trifecta_verdicts() {
     assert_eq!(isolated.verdict, "LETHAL: all three present");
     assert_eq!(
         isolated.untrusted_input,
-        ["channel isolated-hook (channel-webhook)"]
+        [
+            "channel isolated-hook (channel-webhook), whose earlier messages may be quoted into \
+             turns where the plugin reads history (context: thread 30, channel 0; anyone's, \
+             strangers' marked)"
+        ]
     );
     assert_eq!(
         isolated.exfiltration,
