@@ -1008,6 +1008,7 @@ async fn after_a_crash_a_finished_turn_is_delivered_and_a_cut_one_is_told() {
         sender_name: None,
         text: "q".into(),
         timestamp_ms: 1,
+        files: Vec::new(),
     };
     let ended = store
         .receive(

@@ -98,7 +98,7 @@ pub struct Policy {
 
 /// The default of `approvals.ask`: the write-class tools.
 pub fn default_ask() -> Vec<Selector> {
-    ["bash", "write", "edit", "mcp:*", "skill:*"]
+    ["bash", "write", "edit", "send_file", "mcp:*", "skill:*"]
         .into_iter()
         .filter_map(|s| Selector::parse(s).ok())
         .collect()

@@ -59,7 +59,7 @@ pub enum ToolClass {
 pub fn builtin_class(tool: &str) -> Option<ToolClass> {
     match tool {
         "read" | "glob" | "grep" => Some(ToolClass::Read),
-        "bash" | "write" | "edit" => Some(ToolClass::Write),
+        "bash" | "write" | "edit" | "send_file" => Some(ToolClass::Write),
         _ => None,
     }
 }

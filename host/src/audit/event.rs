@@ -78,6 +78,8 @@ actions! {
     ApprovalRuleRevoked => "approval.rule_revoked",
     ApprovalTierSet => "approval.tier_set",
     ChannelDeliveryFailed => "channel.delivery_failed",
+    ChannelFileSent => "channel.file_sent",
+    ChannelFilesTaken => "channel.files_taken",
     ChannelPairingApproved => "channel.pairing_approved",
     ChannelPairingAsked => "channel.pairing_asked",
     ChannelPairingDenied => "channel.pairing_denied",

@@ -6,6 +6,7 @@
 
 mod bounds;
 mod connection;
+pub mod files;
 mod inbound;
 mod outbox;
 mod split;
@@ -24,8 +25,8 @@ pub use connection::hold as hold_connection;
 pub use inbound::Unfinished;
 pub use outbox::{deliver_due, run as run_outbox};
 pub use store::{
-    Button, ButtonStyle, ChannelStore, InboundRow, InboundState, OutboxState, Pruned, Received,
-    Reply, StoreError, refused_text,
+    Button, ButtonStyle, ChannelStore, InboundRow, InboundState, OutboxFile, OutboxState, Pruned,
+    Received, Reply, StoreError, StoredFile, refused_text,
 };
 pub use webhook::routes as webhook_routes;
 
@@ -126,6 +127,8 @@ pub struct Post {
     pub visible_to: Option<String>,
     /// The outbox row whose message it replaces.
     pub replaces: Option<i64>,
+    /// A file sent with it (the text is its comment).
+    pub file: Option<(OutboxFile, Vec<u8>)>,
 }
 
 /// One configured channel, loaded.
@@ -309,6 +312,9 @@ impl ChannelHost {
             // One message replaces one: what does not fit in it is cut.
             parts.truncate(1);
         }
+        if post.file.is_some() && parts.is_empty() {
+            parts.push(String::new());
+        }
         let reply = Reply {
             channel: to.channel.to_string(),
             conversation: to.conversation.to_string(),
@@ -318,6 +324,7 @@ impl ChannelHost {
             actions: post.actions,
             visible_to: post.visible_to,
             replaces: post.replaces,
+            file: post.file,
         };
         let ids = self.store.finish(inbound_id, state, &reply)?;
         self.outbox_wake.notify_one();

@@ -98,12 +98,13 @@ async fn deliver(host: &ChannelHost, audit: &AuditLog, row: OutboxRow) {
                 actions: row.actions.iter().map(action).collect(),
                 visible_to: row.visible_to.clone(),
             };
-            match row.replaces {
-                None => judge(
+            match (&row.file, row.replaces) {
+                (Some(file), _) => send_file(host, channel, &row, file).await,
+                (None, None) => judge(
                     host.plugins.channel_send(&channel.plugin, &message).await,
                     row.attempts,
                 ),
-                Some(original) => match replaced_receipt(host, original, row.attempts) {
+                (None, Some(original)) => match replaced_receipt(host, original, row.attempts) {
                     Ok(receipt) => judge(
                         host.plugins
                             .channel_update(&channel.plugin, &receipt, &message)
@@ -141,6 +142,50 @@ async fn deliver(host: &ChannelHost, audit: &AuditLog, row: OutboxRow) {
     if let Err(e) = stored {
         tracing::error!(channel = %row.channel, id = row.id, "outbox: cannot record the outcome: {e}");
     }
+}
+
+/// Sends the file of `row` (its text is the comment).
+async fn send_file(
+    host: &ChannelHost,
+    channel: &super::LoadedChannel,
+    row: &OutboxRow,
+    file: &super::OutboxFile,
+) -> Verdict {
+    if file.size > channel.info.max_upload_bytes {
+        return Verdict::GiveUp(if channel.info.max_upload_bytes == 0 {
+            format!("channel `{}` sends no files", row.channel)
+        } else {
+            format!(
+                "the file is {} bytes; channel `{}` sends at most {}",
+                file.size, row.channel, channel.info.max_upload_bytes
+            )
+        });
+    }
+    let bytes = match host.store.outbox_file_bytes(row.id) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Verdict::GiveUp("the file's bytes are no longer stored".into()),
+        Err(e) => return transient(format!("the file cannot be read: {e}"), row.attempts),
+    };
+    let outbound = api::OutboundFile {
+        conversation: row.conversation.clone(),
+        thread: row.thread.clone(),
+        reply_to: row.reply_to.clone(),
+        name: file.name.clone(),
+        media_type: file.media_type.clone(),
+        size: file.size,
+        comment: (!row.text.is_empty()).then(|| row.text.clone()),
+    };
+    let upload = Arc::new(crate::plugins::UploadFile {
+        name: file.name.clone(),
+        media_type: file.media_type.clone(),
+        bytes,
+    });
+    judge(
+        host.plugins
+            .channel_send_file(&channel.plugin, &outbound, upload)
+            .await,
+        row.attempts,
+    )
 }
 
 fn action(button: &super::Button) -> api::Action {

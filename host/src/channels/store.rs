@@ -34,6 +34,27 @@ pub struct Received {
     pub sender_name: Option<String>,
     pub text: String,
     pub timestamp_ms: u64,
+    /// The files sent with it, fetched when its turn starts.
+    pub files: Vec<StoredFile>,
+}
+
+/// A file of an inbound message, as stored with it (the channel's
+/// `attachment`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct StoredFile {
+    pub id: String,
+    pub name: String,
+    pub media_type: Option<String>,
+    pub size: Option<u64>,
+    pub locator: String,
+}
+
+/// A file an outbox row sends (its bytes are stored beside the row).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct OutboxFile {
+    pub name: String,
+    pub media_type: String,
+    pub size: u64,
 }
 
 /// Where an inbound message is in its life.
@@ -96,6 +117,7 @@ pub struct InboundRow {
     pub turn_id: Option<String>,
     /// What the channel's `status` call returned for this message.
     pub status_handle: Option<String>,
+    pub files: Vec<StoredFile>,
 }
 
 /// One message to deliver (one part of a reply split to the platform's limit).
@@ -117,6 +139,8 @@ pub struct OutboxRow {
     pub visible_to: Option<String>,
     /// This row replaces the message outbox row `replaces` became.
     pub replaces: Option<i64>,
+    /// The file this row sends (its text is the comment).
+    pub file: Option<OutboxFile>,
 }
 
 /// A button on an outbound message, as stored with its row.
@@ -167,15 +191,17 @@ pub struct Reply {
     pub visible_to: Option<String>,
     /// The outbox row whose message this one replaces (one part only).
     pub replaces: Option<i64>,
+    /// A file sent with the (one) part as its comment.
+    pub file: Option<(OutboxFile, Vec<u8>)>,
 }
 
 pub struct ChannelStore {
     conn: Mutex<Connection>,
 }
 
-const INBOUND_COLUMNS: &str = "id, channel, conversation, thread, message_id, sender, sender_name, text, workspace, state, received_ms, turn_id, status_handle";
+const INBOUND_COLUMNS: &str = "id, channel, conversation, thread, message_id, sender, sender_name, text, workspace, state, received_ms, turn_id, status_handle, files";
 const OUTBOX_COLUMNS: &str = "id, channel, conversation, thread, reply_to, text, attempts, state, \
-                              receipt, last_error, actions, visible_to, replaces";
+                              receipt, last_error, actions, visible_to, replaces, file";
 
 impl ChannelStore {
     pub fn open(db: &Path) -> Result<Self, StoreError> {
@@ -219,6 +245,10 @@ impl ChannelStore {
             );
             CREATE INDEX IF NOT EXISTS channel_outbox_pending
                 ON channel_outbox (state, channel, conversation, id);
+            CREATE TABLE IF NOT EXISTS channel_outbox_files (
+                outbox_id INTEGER PRIMARY KEY,
+                bytes BLOB NOT NULL
+            );
             CREATE TABLE IF NOT EXISTS channel_clicks (
                 channel TEXT NOT NULL,
                 click_id TEXT NOT NULL,
@@ -234,8 +264,10 @@ impl ChannelStore {
                 ("actions", "TEXT"),
                 ("visible_to", "TEXT"),
                 ("replaces", "INTEGER"),
+                ("file", "TEXT"),
             ],
         )?;
+        crate::db::add_missing_columns(&conn, "channel_inbound", &[("files", "TEXT")])?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -262,12 +294,18 @@ impl ChannelStore {
         } else {
             message.text.as_str()
         };
+        // A refused or dropped message's files are not kept either.
+        let kept = !matches!(state, InboundState::Refused | InboundState::Dropped);
+        let files = (kept && !message.files.is_empty())
+            .then(|| serde_json::to_string(&message.files))
+            .transpose()
+            .map_err(|e| StoreError::Db(rusqlite::Error::ToSqlConversionFailure(Box::new(e))))?;
         let conn = self.conn()?;
         let inserted = conn.execute(
             "INSERT INTO channel_inbound
                 (channel, conversation, thread, message_id, sender, sender_name, text,
-                 workspace, state, received_ms, platform_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                 workspace, state, received_ms, platform_ms, files)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
              ON CONFLICT (channel, conversation, message_id) DO NOTHING",
             params![
                 message.channel,
@@ -281,6 +319,7 @@ impl ChannelStore {
                 state.as_str(),
                 now_ms(),
                 i64::try_from(message.timestamp_ms).unwrap_or(i64::MAX),
+                files,
             ],
         )?;
         Ok((inserted == 1).then(|| conn.last_insert_rowid()))
@@ -370,13 +409,19 @@ impl ChannelStore {
             .then(|| serde_json::to_string(&reply.actions))
             .transpose()
             .map_err(|e| StoreError::Db(rusqlite::Error::ToSqlConversionFailure(Box::new(e))))?;
+        let file = reply
+            .file
+            .as_ref()
+            .map(|(file, _)| serde_json::to_string(file))
+            .transpose()
+            .map_err(|e| StoreError::Db(rusqlite::Error::ToSqlConversionFailure(Box::new(e))))?;
         let last = reply.parts.len().saturating_sub(1);
         for (i, part) in reply.parts.iter().enumerate() {
             tx.execute(
                 "INSERT INTO channel_outbox
                     (channel, conversation, thread, reply_to, text, inbound_id,
-                     next_attempt_ms, created_ms, actions, visible_to, replaces)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10)",
+                     next_attempt_ms, created_ms, actions, visible_to, replaces, file)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10, ?11)",
                 params![
                     reply.channel,
                     reply.conversation,
@@ -388,9 +433,19 @@ impl ChannelStore {
                     if i == last { actions.as_deref() } else { None },
                     reply.visible_to,
                     reply.replaces,
+                    if i == last { file.as_deref() } else { None },
                 ],
             )?;
-            ids.push(tx.last_insert_rowid());
+            let id = tx.last_insert_rowid();
+            if i == last
+                && let Some((_, bytes)) = &reply.file
+            {
+                tx.execute(
+                    "INSERT INTO channel_outbox_files (outbox_id, bytes) VALUES (?1, ?2)",
+                    params![id, bytes],
+                )?;
+            }
+            ids.push(id);
         }
         if let Some(id) = inbound_id {
             tx.execute(
@@ -468,13 +523,30 @@ impl ChannelStore {
     }
 
     pub fn delivered(&self, id: i64, receipt: &str) -> Result<(), StoreError> {
-        self.conn()?.execute(
+        let conn = self.conn()?;
+        conn.execute(
             "UPDATE channel_outbox SET state = 'sent', receipt = ?2, sent_ms = ?3,
                 attempts = attempts + 1, claimed_by = NULL, claimed_until_ms = NULL
              WHERE id = ?1",
             params![id, receipt, now_ms()],
         )?;
+        conn.execute(
+            "DELETE FROM channel_outbox_files WHERE outbox_id = ?1",
+            [id],
+        )?;
         Ok(())
+    }
+
+    /// The bytes of the file outbox row `id` sends, while it is undelivered.
+    pub fn outbox_file_bytes(&self, id: i64) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .conn()?
+            .query_row(
+                "SELECT bytes FROM channel_outbox_files WHERE outbox_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()?)
     }
 
     /// Puts a row back for another attempt at `retry_at_ms`.
@@ -489,11 +561,16 @@ impl ChannelStore {
     }
 
     pub fn give_up(&self, id: i64, error: &str) -> Result<(), StoreError> {
-        self.conn()?.execute(
+        let conn = self.conn()?;
+        conn.execute(
             "UPDATE channel_outbox SET state = 'failed', attempts = attempts + 1,
                 last_error = ?2, claimed_by = NULL, claimed_until_ms = NULL
              WHERE id = ?1",
             params![id, error],
+        )?;
+        conn.execute(
+            "DELETE FROM channel_outbox_files WHERE outbox_id = ?1",
+            [id],
         )?;
         Ok(())
     }
@@ -706,6 +783,11 @@ fn inbound_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InboundRow> {
         received_ms: r.get(10)?,
         turn_id: r.get(11)?,
         status_handle: r.get(12)?,
+        // Written by this store; a list it cannot read back is no files.
+        files: r
+            .get::<_, Option<String>>(13)?
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default(),
     })
 }
 
@@ -729,6 +811,9 @@ fn outbox_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OutboxRow> {
             .unwrap_or_default(),
         visible_to: r.get(11)?,
         replaces: r.get(12)?,
+        file: r
+            .get::<_, Option<String>>(13)?
+            .and_then(|text| serde_json::from_str(&text).ok()),
     })
 }
 
@@ -746,6 +831,7 @@ mod tests {
             sender_name: None,
             text: "hi".into(),
             timestamp_ms: 1,
+            files: Vec::new(),
         }
     }
 

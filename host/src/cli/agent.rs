@@ -122,6 +122,7 @@ pub async fn message(config_flag: Option<&Path>, args: MessageArgs) -> anyhow::R
         origin: None,
         presence: crate::turn::Presence::Person,
         quoted: None,
+        images: Vec::new(),
     };
     let summary = runner.turn(&ctx, inbound, &printer).await?;
     printer.finish();
@@ -192,6 +193,7 @@ pub async fn chat(
             origin: None,
             presence: crate::turn::Presence::Person,
             quoted: None,
+            images: Vec::new(),
         };
         match runner.turn(&ctx, inbound, &printer).await {
             Ok(summary) => {

@@ -199,6 +199,7 @@ fn tell(ctx: &Context, request: &Request, text: &str) {
             actions: Vec::new(),
             visible_to: None,
             replaces: None,
+            file: None,
         };
         Ok(store.finish(None, InboundState::Done, &reply)?)
     });

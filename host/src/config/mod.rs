@@ -41,11 +41,11 @@ pub use error::{ConfigError, Invalid, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
     AgentLimits, AgentSchedules, ApprovalTimeout, Budget, ByteSize, Channel, ChannelContext,
-    Channels, Config, ContainerRuntime, Containers, ContextSenders, EgressLimits, Gateway,
-    GatewayCache, GatewayLimits, LegacySecrets, ListenerLimits, LitellmParams, McpContainer,
-    McpServer, ModelDeployment, ModelPrice, Mount, PluginLimits, Plugins, PolicyEntry, Refusal,
-    Retention, RetentionPeriod, RoutingStrategy, Skill, State, TierSetting, TrustedPublisher,
-    Workspace, WorkspaceApprovals, WorkspaceMemory,
+    ChannelFiles, Channels, Config, ContainerRuntime, Containers, ContextSenders, EgressLimits,
+    FileType, Gateway, GatewayCache, GatewayLimits, LegacySecrets, ListenerLimits, LitellmParams,
+    McpContainer, McpServer, ModelDeployment, ModelInfo, ModelPrice, Mount, PluginLimits, Plugins,
+    PolicyEntry, Refusal, Retention, RetentionPeriod, RoutingStrategy, Skill, State, TierSetting,
+    TrustedPublisher, Workspace, WorkspaceApprovals, WorkspaceMemory,
 };
 pub use validate::{Volume, is_loopback, metrics_key_refusal, parse_volume, remote_refusal};
 

@@ -287,6 +287,19 @@ pub struct ModelDeployment {
     /// The alias workspaces and fallbacks refer to.
     pub model_name: String,
     pub litellm_params: LitellmParams,
+    /// What the model can do, in LiteLLM's shape.
+    #[serde(default)]
+    pub model_info: ModelInfo,
+}
+
+/// `model_info` of a deployment (LiteLLM's keys; the others it defines
+/// are accepted and not used).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ModelInfo {
+    /// The model takes images as `image_url` content parts: images people
+    /// send reach it as images, not only as files in the workspace.
+    #[serde(default)]
+    pub supports_vision: bool,
 }
 
 /// `litellm_params` of a deployment. `api_key` is hidden from `Debug`.
@@ -1037,6 +1050,63 @@ pub struct Channel {
     /// quoted, untrusted context.
     #[serde(default)]
     pub context: ChannelContext,
+    /// Files sent with messages: how large, which kinds (sniffed from the
+    /// bytes) the host downloads into the workspace's `inbox/`.
+    #[serde(default)]
+    pub files: ChannelFiles,
+}
+
+/// `channels.NAME.files`: what the host takes of the files people send.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelFiles {
+    /// Larger files are refused (before download when the platform says
+    /// the size, else when the stream passes it): a number or `25m`.
+    pub max_bytes: ByteSize,
+    /// The kinds taken, told by the file's first bytes, not its name;
+    /// an empty list takes no files. Executables are never taken.
+    pub types: Vec<FileType>,
+}
+
+impl Default for ChannelFiles {
+    fn default() -> Self {
+        Self {
+            max_bytes: ByteSize(25 << 20),
+            types: vec![
+                FileType::Text,
+                FileType::Image,
+                FileType::Pdf,
+                FileType::Office,
+            ],
+        }
+    }
+}
+
+/// A kind of file, as its content shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileType {
+    /// UTF-8 text without NUL bytes: logs, CSV, JSON, source code.
+    Text,
+    /// PNG, JPEG, GIF, WebP.
+    Image,
+    Pdf,
+    /// Office Open XML and OpenDocument files (zip containers).
+    Office,
+    /// Other zip archives and gzip.
+    Archive,
+}
+
+impl FileType {
+    pub fn name(self) -> &'static str {
+        match self {
+            FileType::Text => "text",
+            FileType::Image => "image",
+            FileType::Pdf => "pdf",
+            FileType::Office => "office",
+            FileType::Archive => "archive",
+        }
+    }
 }
 
 /// `channels.NAME.context`: how much of a conversation's earlier messages

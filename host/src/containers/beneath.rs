@@ -144,12 +144,24 @@ fn openat2(
     resolve: u64,
     display: &Path,
 ) -> Result<OwnedFd, BeneathError> {
+    openat2_mode(dir, name, flags, 0, resolve, display)
+}
+
+/// [`openat2`] with the mode of a file `O_CREAT` makes.
+fn openat2_mode(
+    dir: Option<BorrowedFd<'_>>,
+    name: &Path,
+    flags: i32,
+    mode: u64,
+    resolve: u64,
+    display: &Path,
+) -> Result<OwnedFd, BeneathError> {
     use std::os::unix::ffi::OsStrExt;
     let c_name = std::ffi::CString::new(name.as_os_str().as_bytes())
         .map_err(|e| BeneathError::io(display, std::io::Error::other(e)))?;
     let how = OpenHow {
         flags: u64::try_from(flags | libc::O_CLOEXEC).unwrap_or(0),
-        mode: 0,
+        mode,
         resolve,
     };
     let dirfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
@@ -276,6 +288,106 @@ fn read_capped(file: File, cap: usize, display: &Path) -> Result<Capped, Beneath
     let truncated = bytes.len() > cap;
     bytes.truncate(cap);
     Ok(Capped { bytes, truncated })
+}
+
+/// The directory `name` (one component) beneath `dir`, made with `mode`
+/// and handed to `owner` when it is not there yet; an existing one is
+/// opened without following a symlink, and must be a directory.
+pub fn subdir_beneath(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    mode: u32,
+    owner: Option<(u32, u32)>,
+    display: &Path,
+) -> Result<OwnedFd, BeneathError> {
+    single_component(name, display)?;
+    let c_name = std::ffi::CString::new(name)
+        .map_err(|e| BeneathError::io(display, std::io::Error::other(e)))?;
+    // SAFETY: `c_name` outlives the call.
+    let made = unsafe { libc::mkdirat(dir.as_raw_fd(), c_name.as_ptr(), mode) } == 0;
+    if !made {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EEXIST) {
+            return Err(BeneathError::io(display, e));
+        }
+    }
+    let fd = openat2(
+        Some(dir),
+        Path::new(name),
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        RESOLVE,
+        display,
+    )?;
+    if made {
+        let file = File::from(fd);
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&file, Some(uid), Some(gid))
+                .map_err(|e| BeneathError::io(display, e))?;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        // mkdirat's mode is cut by the umask.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(|e| BeneathError::io(display, e))?;
+        return Ok(OwnedFd::from(file));
+    }
+    Ok(fd)
+}
+
+/// A new regular file `name` (one component) beneath `dir`, opened for
+/// writing; `None` when that name is taken (by anything: a file, a
+/// symlink, a directory), so the caller picks another.
+pub fn create_beneath(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    owner: Option<(u32, u32)>,
+    display: &Path,
+) -> Result<Option<File>, BeneathError> {
+    single_component(name, display)?;
+    match openat2_mode(
+        Some(dir),
+        Path::new(name),
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+        0o644,
+        RESOLVE,
+        display,
+    ) {
+        Ok(fd) => {
+            let file = File::from(fd);
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::fchown(&file, Some(uid), Some(gid))
+                    .map_err(|e| BeneathError::io(display, e))?;
+            }
+            Ok(Some(file))
+        }
+        Err(BeneathError::Io { source, .. }) if source.raw_os_error() == Some(libc::EEXIST) => {
+            Ok(None)
+        }
+        // A dangling symlink under that name: taken too.
+        Err(BeneathError::Symlink(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes the file `name` (one component) beneath `dir`; gone already is fine.
+pub fn remove_beneath(dir: BorrowedFd<'_>, name: &str) -> std::io::Result<()> {
+    let c_name = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+    // SAFETY: `c_name` outlives the call.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), c_name.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ENOENT) {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
+fn single_component(name: &str, display: &Path) -> Result<(), BeneathError> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(BeneathError::Escapes(display.display().to_string()));
+    }
+    Ok(())
 }
 
 /// An `O_PATH` handle on the unix socket `name` beneath `dir`, resolved

@@ -3,7 +3,7 @@
 //! and the agent runner inside it reached over a unix socket.
 
 mod agent_binary;
-mod beneath;
+pub mod beneath;
 mod cgroup;
 mod image;
 mod mcp;
@@ -26,10 +26,10 @@ pub use mounts::{
 };
 pub use pincer_runner_protocol::ErrorKind as ExecErrorKind;
 pub use runner_client::{RunnerAddr, RunnerError, turn as runner_turn};
-pub use runtime::runner_addr;
 pub use runtime::{
     ContainerRuntime, ContainerStatus, Ensured, ExecOutcome, GrantError, GrantMinter,
 };
+pub use runtime::{ensure_workspace_dir, parse_user, runner_addr};
 pub use spec::{LABEL_INSTANCE, LABEL_WORKSPACE, WorkspaceSpec};
 
 use crate::config::{Config, expand_tilde};

@@ -610,27 +610,38 @@ fn prepare_host_dirs(spec: &WorkspaceSpec) -> Result<(), ContainerError> {
     use super::beneath::ensure_dir;
     let owner = parse_user(&spec.settings.user);
     let host = |e: super::beneath::BeneathError| ContainerError::Host(e.to_string());
-    if !spec.workspace_dir.exists() {
-        std::fs::create_dir_all(&spec.workspace_dir).map_err(|e| {
-            ContainerError::Host(format!("creating {}: {e}", spec.workspace_dir.display()))
-        })?;
-        if let Some((uid, gid)) = owner {
-            let dir = super::beneath::open_dir(&spec.workspace_dir).map_err(host)?;
-            std::os::unix::fs::fchown(&dir, Some(uid), Some(gid)).map_err(|e| {
-                ContainerError::Host(format!(
-                    "cannot hand {} to the container user {uid}:{gid}: {e}",
-                    spec.workspace_dir.display()
-                ))
-            })?;
-        }
-    }
+    ensure_workspace_dir(&spec.workspace_dir, owner)?;
     ensure_dir(&spec.run_dir, 0o755, None).map_err(host)?;
     ensure_dir(&spec.gateway_dir(), 0o755, None).map_err(host)?;
     ensure_dir(&spec.runner_dir(), 0o755, owner).map_err(host)?;
     Ok(())
 }
 
-fn parse_user(user: &str) -> Option<(u32, u32)> {
+/// Makes a missing workspace folder and hands it to the container user;
+/// an existing one is left as it is.
+pub fn ensure_workspace_dir(
+    dir: &std::path::Path,
+    owner: Option<(u32, u32)>,
+) -> Result<(), ContainerError> {
+    if dir.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| ContainerError::Host(format!("creating {}: {e}", dir.display())))?;
+    if let Some((uid, gid)) = owner {
+        let handle =
+            super::beneath::open_dir(dir).map_err(|e| ContainerError::Host(e.to_string()))?;
+        std::os::unix::fs::fchown(&handle, Some(uid), Some(gid)).map_err(|e| {
+            ContainerError::Host(format!(
+                "cannot hand {} to the container user {uid}:{gid}: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+pub fn parse_user(user: &str) -> Option<(u32, u32)> {
     let (uid, gid) = user.split_once(':').unwrap_or((user, user));
     Some((uid.parse().ok()?, gid.parse().ok()?))
 }

@@ -143,6 +143,7 @@ async fn serve(
         )
         .await?,
     );
+    agent.attach_channels(channels.clone());
     let router = ChannelRouter::new(
         agent.clone(),
         channels.clone(),

@@ -140,6 +140,7 @@ mod tests {
             sender_name: None,
             text: text.into(),
             timestamp_ms: 1,
+            files: Vec::new(),
         }
     }
 

@@ -39,9 +39,13 @@ pub use registry::{
     Package as RegistryPackage, PublisherKey, Pulled, Signature, Trusted, check_name_glob, publish,
     pull,
 };
-pub use runtime::{CallLimits, HostPaths, LoadedPlugin, PluginHost, V1_CHANNEL_MAX_TEXT_BYTES};
+pub use runtime::{
+    CallLimits, HostPaths, HttpError, LoadedPlugin, OpenFileError, PluginHost, Streaming,
+    V1_CHANNEL_MAX_TEXT_BYTES,
+};
 pub use scaffold::{Lang as ScaffoldLang, create as scaffold_plugin};
 pub use scope::{HttpReach, LEGACY_WORKSPACE, Scope, plugin_http_reach};
+pub use state::UploadFile;
 pub use wit::latest as api;
 
 /// The shortest secret value accepted (`config check`, load): shorter ones

@@ -12,7 +12,9 @@ use wasmtime::component::{Component, Linker};
 
 use super::PluginError;
 use super::capabilities::data::DataQuota;
+use super::capabilities::fetch;
 use super::capabilities::http::{DenialSink, HttpEgress};
+pub use super::capabilities::http::{HttpError, Streaming};
 use super::capabilities::kv::KvStore;
 use super::capabilities::secrets::{Inbound, Secrets};
 use super::catalog::{PluginPackage, PluginSource};
@@ -84,6 +86,15 @@ pub struct PluginHost {
 /// What a channel built against WIT 0.1.0 (which cannot say) may send in
 /// one message.
 pub const V1_CHANNEL_MAX_TEXT_BYTES: u32 = 4000;
+
+/// Why a channel's file could not be opened for download.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenFileError {
+    #[error("the channel gave no request for it: {0:?}")]
+    Channel(latest::ChannelError),
+    #[error("{0}")]
+    Http(HttpError),
+}
 
 pub struct LoadedPlugin {
     pub manifest: Manifest,
@@ -765,6 +776,27 @@ impl PluginHost {
                 .await
         })
         .await
+    }
+
+    /// Asks the channel for the request that downloads `file` and sends it
+    /// under the plugin's HTTP grant, handing back the body as a stream:
+    /// the bytes go from the platform to the host's file, never through
+    /// the plugin.
+    pub async fn channel_open_file(
+        &self,
+        plugin: &LoadedPlugin,
+        message_id: &str,
+        file: &latest::Attachment,
+    ) -> Result<Result<Streaming, OpenFileError>, PluginError> {
+        let request = match self.channel_file_request(plugin, message_id, file).await? {
+            Ok(request) => request,
+            Err(e) => return Ok(Err(OpenFileError::Channel(e))),
+        };
+        let request = crate::plugins::wit::v0_5_0::plugin_request(request);
+        self.traced(plugin, "→ file download", &request.url);
+        Ok(fetch::open(plugin.grants.clone(), request)
+            .await
+            .map_err(OpenFileError::Http))
     }
 
     /// Sends `file` with `bytes` as what `upload.send` sends (WIT 0.5.0).

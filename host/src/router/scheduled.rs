@@ -497,6 +497,7 @@ impl Schedules {
                     origin: None,
                     presence: self.presence(&run.task),
                     quoted: None,
+                    images: Vec::new(),
                 };
                 let events = |event: AgentEvent| self.on_event(run, turn, &event);
                 let summary = self

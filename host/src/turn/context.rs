@@ -194,6 +194,71 @@ pub fn quoted_context(messages: &[Quoted], max_bytes: usize, fence: &str) -> Opt
     }))
 }
 
+/// The largest image shown to a model (providers refuse larger ones).
+pub const MAX_IMAGE_BYTES: usize = 5 << 20;
+
+/// `image_url` content parts (data URLs) for the images at `paths`
+/// beneath the workspace `folder`, read without following a symlink;
+/// and why each image left out was left out.
+pub fn image_parts(folder: &Path, paths: &[String]) -> (Vec<Value>, Vec<String>) {
+    use base64::Engine as _;
+    let mut parts = Vec::new();
+    let mut problems = Vec::new();
+    let dir = match crate::containers::open_dir(folder) {
+        Ok(dir) => dir,
+        Err(e) => return (parts, vec![format!("images could not be shown: {e}")]),
+    };
+    for path in paths {
+        let read = crate::containers::read_regular_beneath(
+            std::os::fd::AsFd::as_fd(&dir),
+            Path::new(path),
+            MAX_IMAGE_BYTES,
+            Path::new(path),
+        );
+        let bytes = match read {
+            Ok(read) if read.truncated => {
+                problems.push(format!(
+                    "the image {path} is larger than {} MiB and was not shown to the model; it is in the workspace",
+                    MAX_IMAGE_BYTES >> 20
+                ));
+                continue;
+            }
+            Ok(read) => read.bytes,
+            Err(e) => {
+                problems.push(format!("the image {path} could not be shown: {e}"));
+                continue;
+            }
+        };
+        let media = crate::channels::files::sniff(&bytes[..bytes.len().min(64)], true, None);
+        if media.kind != crate::channels::files::Kind::Of(crate::config::FileType::Image) {
+            problems.push(format!("{path} is no longer an image; not shown"));
+            continue;
+        }
+        let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        parts.push(json!({
+            "type": "image_url",
+            "image_url": {"url": format!("data:{};base64,{data}", media.media_type)},
+        }));
+    }
+    (parts, problems)
+}
+
+/// `message` (a user message) with `images` after its text, as content
+/// parts; unchanged when there are none.
+pub fn with_images(message: &mut Value, images: Vec<Value>) {
+    if images.is_empty() || message["role"] != "user" {
+        return;
+    }
+    let text = match message.get("content") {
+        Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
+        Some(Value::Array(parts)) => parts.clone(),
+        _ => Vec::new(),
+    };
+    let mut parts = text;
+    parts.extend(images);
+    message["content"] = Value::Array(parts);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -134,6 +134,7 @@ async fn handle(stream: UnixStream, agent: &Agent) -> std::io::Result<()> {
         origin: None,
         presence: crate::turn::Presence::Person,
         quoted: None,
+        images: Vec::new(),
     };
     let reply = match agent
         .turn(

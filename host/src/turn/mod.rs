@@ -7,7 +7,8 @@
 pub mod commands;
 pub mod context;
 pub mod control;
-pub mod observers;
+mod host_tools;
+mod observers;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -64,6 +65,9 @@ pub struct Inbound {
     /// Earlier messages of the conversation, quoted (one user message
     /// before this one, for this turn only: not stored in the session).
     pub quoted: Option<serde_json::Value>,
+    /// Images sent with the message, as paths beneath the workspace
+    /// folder: shown to a model that takes images, for this turn only.
+    pub images: Vec<String>,
 }
 
 /// Who is there to decide a call of a turn that needs a person.
@@ -100,6 +104,8 @@ pub struct Appointed {
 /// The platform's view of an inbound message.
 #[derive(Debug, Clone)]
 pub struct Origin {
+    /// The platform conversation the message came in.
+    pub conversation: String,
     pub sender: String,
     pub sender_name: Option<String>,
     pub message_id: String,
@@ -198,6 +204,8 @@ pub struct Agent {
     /// Each workspace's container spec (or why it has none), computed once
     /// per configuration load.
     specs: HashMap<String, Result<containers::WorkspaceSpec, String>>,
+    /// The chat channels, where `send_file` sends (a daemon attaches them).
+    channels: std::sync::OnceLock<Arc<crate::channels::ChannelHost>>,
 }
 
 impl Agent {
@@ -225,6 +233,7 @@ impl Agent {
             .collect();
         Agent {
             specs,
+            channels: std::sync::OnceLock::new(),
             config,
             runtime,
             sessions,
@@ -234,6 +243,40 @@ impl Agent {
             egress,
             observers,
         }
+    }
+
+    /// Lets `send_file` send to the conversations of `channels`.
+    pub fn attach_channels(&self, channels: Arc<crate::channels::ChannelHost>) {
+        let _ = self.channels.set(channels);
+    }
+
+    /// Where files for `workspace` go (its folder, made when missing)
+    /// and whose they are (its container's user).
+    pub fn inbox(&self, workspace: &str) -> Result<crate::channels::files::InboxDir, String> {
+        let spec = match self.specs.get(workspace) {
+            Some(Ok(spec)) => spec,
+            Some(Err(why)) => return Err(why.clone()),
+            None => return Err(format!("workspace `{workspace}` is not configured")),
+        };
+        let owner = containers::parse_user(&spec.settings.user);
+        containers::ensure_workspace_dir(&spec.workspace_dir, owner).map_err(|e| e.to_string())?;
+        Ok(crate::channels::files::InboxDir {
+            workspace_dir: spec.workspace_dir.clone(),
+            owner,
+        })
+    }
+
+    /// Whether the model alias `model` takes images: every deployment of
+    /// it says `model_info.supports_vision: true`.
+    pub fn sees_images(&self, model: &str) -> bool {
+        let mut deployments = self
+            .config
+            .gateway
+            .model_list
+            .iter()
+            .filter(|d| d.model_name == model)
+            .peekable();
+        deployments.peek().is_some() && deployments.all(|d| d.model_info.supports_vision)
     }
 
     pub fn runtime(&self) -> &Arc<ContainerRuntime> {
@@ -350,6 +393,8 @@ impl Agent {
             gate: self.gate(&key, origin, inbound.presence.clone()),
             resume: None,
             quoted: inbound.quoted.as_ref(),
+            images: &inbound.images,
+            origin,
         };
         let run = self.run(&scope, events, &observe);
         let outcome = tokio::select! {
@@ -400,7 +445,16 @@ impl Agent {
             workspace: key.workspace.clone(),
             new_session: false,
         }));
-        let (verdict, outcome) = verdict_of(request, workspace.approvals.timeout.0);
+        let (mut verdict, outcome) = verdict_of(request, workspace.approvals.timeout.0);
+        if verdict == Verdict::Run
+            && pincer_runner_protocol::HOST_TOOLS.contains(&request.tool.as_str())
+        {
+            // The host carries it out now, with the arguments the model gave.
+            let arguments = call_arguments(&stored, &request.call_id).unwrap_or_default();
+            verdict = self
+                .host_tool(&key, origin.as_ref(), &request.tool, &arguments)
+                .await;
+        }
         let announce = announced(request);
         if verdict == Verdict::Run
             && self
@@ -434,6 +488,8 @@ impl Agent {
                 },
             )),
             quoted: None,
+            images: &[],
+            origin: origin.as_ref(),
         };
         let observe = self.observer(&key.workspace, turn.session_id);
         let run = self.run(&scope, events, &observe);
@@ -668,6 +724,19 @@ impl Agent {
             let at = messages.len().saturating_sub(1).max(1);
             messages.insert(at, quoted.clone());
         }
+        if !scope.images.is_empty() && self.sees_images(scope.model) {
+            let folder = spec.workspace_dir.clone();
+            let paths = scope.images.to_vec();
+            let shown = tokio::task::spawn_blocking(move || context::image_parts(&folder, &paths))
+                .await
+                .unwrap_or_else(|e| (Vec::new(), vec![e.to_string()]));
+            for problem in shown.1 {
+                events(AgentEvent::Turn(TurnEvent::Notice { message: problem }));
+            }
+            if let Some(last) = messages.last_mut() {
+                context::with_images(last, shown.0);
+            }
+        }
         events(AgentEvent::Host(HostEvent::Context {
             messages: messages.len(),
             history_dropped_turns: history.dropped_turns,
@@ -748,8 +817,32 @@ impl Agent {
     }
 
     /// The host's verdict on a call the runner checks, and the request it
-    /// waited on if a person was asked.
+    /// waited on if a person was asked. A host tool the verdict lets run is
+    /// carried out here.
     async fn check(
+        &self,
+        scope: &Scope<'_>,
+        call_id: &str,
+        name: &str,
+        arguments: &serde_json::Value,
+        events: &(dyn Fn(AgentEvent) + Send + Sync),
+    ) -> (Verdict, Option<String>) {
+        let host_tool = pincer_runner_protocol::HOST_TOOLS.contains(&name);
+        let (verdict, request) = match &scope.gate {
+            None if host_tool => (Verdict::Run, None),
+            _ => self.judge(scope, call_id, name, arguments, events).await,
+        };
+        if host_tool && verdict == Verdict::Run {
+            let ran = self
+                .host_tool(scope.key, scope.origin, name, arguments)
+                .await;
+            return (ran, request);
+        }
+        (verdict, request)
+    }
+
+    /// Whether the approvals let the call run, asking a person if needed.
+    async fn judge(
         &self,
         scope: &Scope<'_>,
         call_id: &str,
@@ -989,7 +1082,10 @@ impl Agent {
                 "approved in request {}",
                 request.unwrap_or_default()
             )),
-            Verdict::Refuse { message } => Err(message),
+            Verdict::Refuse { message }
+            | Verdict::Ran {
+                output: message, ..
+            } => Err(message),
         }
     }
 
@@ -1243,6 +1339,10 @@ struct Scope<'a> {
     resume: Option<(String, Resume)>,
     /// Quoted earlier messages, just before the new message.
     quoted: Option<&'a serde_json::Value>,
+    /// Images of the new message (paths beneath the workspace folder).
+    images: &'a [String],
+    /// The message that started the turn (channel turns).
+    origin: Option<&'a Origin>,
 }
 
 /// The approvals in force for one turn.
@@ -1259,6 +1359,21 @@ fn permit_ttl(tool_timeout_secs: u64) -> Duration {
 }
 
 /// What the runner does with a decided request, and the words for it.
+/// The arguments of tool call `call_id` in the stored messages.
+fn call_arguments(
+    stored: &[crate::sessions::StoredMessage],
+    call_id: &str,
+) -> Option<serde_json::Value> {
+    stored.iter().rev().find_map(|m| {
+        m.message["tool_calls"]
+            .as_array()?
+            .iter()
+            .find(|call| call["id"] == call_id)
+            .and_then(|call| call["function"]["arguments"].as_str())
+            .and_then(|raw| serde_json::from_str(raw).ok())
+    })
+}
+
 fn verdict_of(request: &approvals::Request, timeout: Duration) -> (Verdict, String) {
     let by = request.decided_by.as_deref().unwrap_or("someone");
     match request.state {

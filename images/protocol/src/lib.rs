@@ -24,8 +24,8 @@ pub mod mounts;
 pub mod turn;
 
 pub use turn::{
-    EGRESS_SOCKET_PATH, GATEWAY_SOCKET_PATH, GATEWAY_URL_ENV, Resume, StopReason, TurnErrorKind,
-    TurnEvent, TurnLimits, TurnRequest, Verdict,
+    EGRESS_SOCKET_PATH, GATEWAY_SOCKET_PATH, GATEWAY_URL_ENV, HOST_TOOLS, Resume, StopReason,
+    TurnErrorKind, TurnEvent, TurnLimits, TurnRequest, Verdict,
 };
 
 /// Where the runner listens inside the container: in its own folder

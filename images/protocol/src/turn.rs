@@ -81,7 +81,17 @@ pub enum Verdict {
     Run,
     /// Do not run it; the model reads `message` as the call's (failed) result.
     Refuse { message: String },
+    /// The host ran the call itself (a host tool: [`HOST_TOOLS`]); the
+    /// model reads `output` as its result.
+    Ran { ok: bool, output: String },
 }
+
+/// Tools the runner offers the model but the host carries out: the
+/// runner sends a [`TurnEvent::Check`] for each call (whether the turn is
+/// [`TurnRequest::checked`] or not) and the host answers [`Verdict::Ran`].
+/// `send_file {path, comment?}` sends a workspace file to the turn's
+/// conversation.
+pub const HOST_TOOLS: [&str; 1] = ["send_file"];
 
 /// The decided call a resumed turn starts with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

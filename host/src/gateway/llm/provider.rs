@@ -261,6 +261,7 @@ mod tests {
     fn entry(model: &str, api_base: Option<&str>) -> ModelDeployment {
         ModelDeployment {
             model_name: "default".into(),
+            model_info: Default::default(),
             litellm_params: LitellmParams {
                 model: model.into(),
                 api_base: api_base.map(str::to_owned),

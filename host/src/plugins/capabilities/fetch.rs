@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::http::{self, HttpError, Response};
+use super::http::{self, HttpError, Response, Streaming};
 use super::secrets::{Capture, SecretError, Use};
 use crate::plugins::state::Grants;
 
@@ -25,7 +25,48 @@ pub struct PluginRequest {
 }
 
 /// Sends `request` for the plugin `grants` belong to.
-pub async fn fetch(grants: Arc<Grants>, request: PluginRequest) -> Result<Response, HttpError> {
+pub async fn fetch(grants: Arc<Grants>, mut request: PluginRequest) -> Result<Response, HttpError> {
+    let secrets = &grants.secrets;
+    let capture = request.capture.take();
+    let (egress, outgoing) = prepared(&grants, request)?;
+    // A secret in the query may come back quoted in an error message.
+    let mut response = egress
+        .fetch(outgoing)
+        .await
+        .map_err(|e| scrubbed(e, &|m| secrets.scrub_text(&m)))?;
+    if let Some(capture) = capture
+        && (200..300).contains(&response.status)
+    {
+        secrets
+            .capture(&capture, &mut response.body)
+            .map_err(|e| HttpError::Transport(refusal(&|w| (grants.on_denied)(w), e)))?;
+    }
+    secrets.scrub(&mut response.headers, &mut response.body);
+    Ok(response)
+}
+
+/// Sends `request` as [`fetch`] does and hands back its body as a stream
+/// (a file the host writes to disk as it arrives). Nothing is captured;
+/// the headers are scrubbed, the body is not (it goes to a file, not back
+/// to the plugin).
+pub async fn open(grants: Arc<Grants>, request: PluginRequest) -> Result<Streaming, HttpError> {
+    let secrets = &grants.secrets;
+    let (egress, outgoing) = prepared(&grants, request)?;
+    let mut streaming = egress
+        .open(outgoing)
+        .await
+        .map_err(|e| scrubbed(e, &|m| secrets.scrub_text(&m)))?;
+    secrets.scrub(&mut streaming.headers, &mut Vec::new());
+    Ok(streaming)
+}
+
+/// The plugin's egress and its request with the named secrets placed;
+/// refused (and audited) without an `http` grant or where a secret's
+/// bindings do not allow it.
+fn prepared(
+    grants: &Grants,
+    request: PluginRequest,
+) -> Result<(http::HttpEgress, http::Request), HttpError> {
     let denied = |what: &str| (grants.on_denied)(what);
     let Some(egress) = grants.http.clone() else {
         let what = "this plugin's manifest requests no http capability".to_string();
@@ -35,7 +76,6 @@ pub async fn fetch(grants: Arc<Grants>, request: PluginRequest) -> Result<Respon
         denied(&format!("http {url}: {what}"));
         return Err(HttpError::Denied(what));
     };
-    let secrets = &grants.secrets;
     let PluginRequest {
         method,
         mut url,
@@ -43,9 +83,10 @@ pub async fn fetch(grants: Arc<Grants>, request: PluginRequest) -> Result<Respon
         mut body,
         timeout_ms,
         secrets: uses,
-        capture,
+        capture: _,
     } = request;
-    secrets
+    grants
+        .secrets
         .apply(
             &uses,
             &method,
@@ -63,20 +104,7 @@ pub async fn fetch(grants: Arc<Grants>, request: PluginRequest) -> Result<Respon
         timeout: timeout_ms.map(|ms| Duration::from_millis(ms.into())),
         carries_secrets: !uses.is_empty(),
     };
-    // A secret in the query may come back quoted in an error message.
-    let mut response = egress
-        .fetch(outgoing)
-        .await
-        .map_err(|e| scrubbed(e, &|m| secrets.scrub_text(&m)))?;
-    if let Some(capture) = capture
-        && (200..300).contains(&response.status)
-    {
-        secrets
-            .capture(&capture, &mut response.body)
-            .map_err(|e| HttpError::Transport(refusal(&denied, e)))?;
-    }
-    secrets.scrub(&mut response.headers, &mut response.body);
-    Ok(response)
+    Ok((egress, outgoing))
 }
 
 /// Why a secret could not be used, reporting the refusals that are denials.

@@ -111,12 +111,38 @@ impl HttpEgress {
             .timeout
             .unwrap_or(DEFAULT_TIMEOUT)
             .min(DEFAULT_TIMEOUT);
-        tokio::time::timeout(timeout, self.fetch_following_redirects(request))
-            .await
-            .unwrap_or(Err(HttpError::Timeout))
+        tokio::time::timeout(timeout, async {
+            read_response(self.send_following_redirects(request).await?).await
+        })
+        .await
+        .unwrap_or(Err(HttpError::Timeout))
     }
 
-    async fn fetch_following_redirects(&self, request: Request) -> Result<Response, HttpError> {
+    /// Sends `request` like [`HttpEgress::fetch`] (within its timeout up to
+    /// the response's head) and hands back the body as a stream, for bodies
+    /// the host writes to a file as they arrive: no size cap here, each
+    /// chunk within [`STREAM_IDLE`].
+    pub async fn open(&self, request: Request) -> Result<Streaming, HttpError> {
+        let timeout = request
+            .timeout
+            .unwrap_or(DEFAULT_TIMEOUT)
+            .min(DEFAULT_TIMEOUT);
+        let response = tokio::time::timeout(timeout, self.send_following_redirects(request))
+            .await
+            .unwrap_or(Err(HttpError::Timeout))?;
+        Ok(Streaming {
+            status: response.status().as_u16(),
+            headers: header_pairs(response.headers()),
+            length: response.content_length(),
+            response,
+        })
+    }
+
+    /// The final response (redirects followed by hand), its body unread.
+    async fn send_following_redirects(
+        &self,
+        request: Request,
+    ) -> Result<reqwest::Response, HttpError> {
         let mut method = reqwest::Method::from_bytes(request.method.as_bytes())
             .map_err(|_| HttpError::InvalidRequest(format!("bad method `{}`", request.method)))?;
         let mut url = Url::parse(&request.url)
@@ -156,14 +182,14 @@ impl HttpEgress {
                 )));
             }
             let Some(location) = location.filter(|_| status.is_redirection()) else {
-                return read_response(response).await;
+                return Ok(response);
             };
             let next = url.join(location).map_err(|e| {
                 HttpError::Transport(format!("redirect to a bad location `{location}`: {e}"))
             })?;
             let cross_origin = next.origin() != url.origin();
             if cross_origin && request.carries_secrets {
-                return read_response(response).await;
+                return Ok(response);
             }
             if cross_origin {
                 for name in ["authorization", "cookie", "proxy-authorization"] {
@@ -336,6 +362,48 @@ fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, HttpError> {
     Ok(map)
 }
 
+/// The longest wait for the next chunk of a streamed body.
+pub const STREAM_IDLE: Duration = Duration::from_secs(30);
+
+/// A response whose body is read chunk by chunk ([`HttpEgress::open`]).
+pub struct Streaming {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    /// `Content-Length`, when the server gave one.
+    pub length: Option<u64>,
+    response: reqwest::Response,
+}
+
+impl Streaming {
+    /// The next piece of the body; `None` at its end.
+    pub async fn chunk(&mut self) -> Result<Option<bytes::Bytes>, HttpError> {
+        match tokio::time::timeout(STREAM_IDLE, self.response.chunk()).await {
+            Ok(chunk) => chunk.map_err(transport_error),
+            Err(_) => Err(HttpError::Timeout),
+        }
+    }
+
+    /// The value of header `name` (case-insensitive), if there is one.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
 async fn read_response(mut response: reqwest::Response) -> Result<Response, HttpError> {
     if response
         .content_length()
@@ -344,16 +412,7 @@ async fn read_response(mut response: reqwest::Response) -> Result<Response, Http
         return Err(HttpError::TooLarge);
     }
     let status = response.status().as_u16();
-    let headers = response
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.to_string(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
+    let headers = header_pairs(response.headers());
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
         if body.len() + chunk.len() > MAX_RESPONSE_BYTES {

@@ -335,7 +335,7 @@ impl PluginState {
     }
 }
 
-fn plugin_request(request: types::HttpRequest) -> fetch::PluginRequest {
+pub(crate) fn plugin_request(request: types::HttpRequest) -> fetch::PluginRequest {
     fetch::PluginRequest {
         method: request.method,
         url: request.url,

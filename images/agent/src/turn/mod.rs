@@ -14,7 +14,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pincer_runner_protocol::{StopReason, TurnErrorKind, TurnEvent, TurnRequest, Verdict};
+use pincer_runner_protocol::{
+    HOST_TOOLS, StopReason, TurnErrorKind, TurnEvent, TurnRequest, Verdict,
+};
 use serde_json::{Value, json};
 
 pub use gateway::Gateway;
@@ -115,7 +117,12 @@ struct Toolbox {
 impl Toolbox {
     fn new(gateway_tools: Vec<McpTool>) -> Toolbox {
         let mut specs = tools::specs();
-        let mut names: Vec<String> = tools::NAMES.iter().map(|n| n.to_string()).collect();
+        specs.extend(tools::host_specs());
+        let mut names: Vec<String> = tools::NAMES
+            .iter()
+            .chain(HOST_TOOLS.iter())
+            .map(|n| n.to_string())
+            .collect();
         let mut gateway = BTreeSet::new();
         for tool in gateway_tools {
             // A built-in keeps its name; the first of two gateway tools too.
@@ -438,7 +445,8 @@ fn execute(
     started: Instant,
 ) -> Result<ToolOutput, Stop> {
     let builtin = tools::NAMES.contains(&call.name.as_str());
-    if !builtin && !toolbox.gateway.contains(&call.name) {
+    let host_tool = HOST_TOOLS.contains(&call.name.as_str());
+    if !builtin && !host_tool && !toolbox.gateway.contains(&call.name) {
         return Ok(ToolOutput::error(format!(
             "there is no tool named {:?}; the available tools are: {}",
             call.name,
@@ -468,11 +476,19 @@ fn execute(
     }
     let verdict = match decided {
         Some(verdict) => verdict.clone(),
-        None if req.checked => events.check(call, &arguments)?,
+        None if req.checked || host_tool => events.check(call, &arguments)?,
         None => Verdict::Run,
     };
-    if let Verdict::Refuse { message } = verdict {
-        return Ok(ToolOutput::error(message));
+    match verdict {
+        Verdict::Refuse { message } => return Ok(ToolOutput::error(message)),
+        Verdict::Ran { ok, output } => return Ok(ToolOutput { ok, text: output }),
+        Verdict::Run if host_tool => {
+            return Ok(ToolOutput::error(format!(
+                "{} is carried out by the host, which did not do it",
+                call.name
+            )));
+        }
+        Verdict::Run => {}
     }
     // The check may have waited long for a person: the call's own time
     // starts now.

@@ -223,6 +223,7 @@ pub(super) fn anthropic_dep(fake: &Fake, alias: &str, name: &str) -> ModelDeploy
 pub(super) fn dep(alias: &str, model: &str, api_base: String) -> ModelDeployment {
     ModelDeployment {
         model_name: alias.to_owned(),
+        model_info: Default::default(),
         litellm_params: LitellmParams {
             model: model.to_owned(),
             api_base: Some(api_base),

@@ -86,6 +86,36 @@ impl ToolContext<'_> {
 
 pub const NAMES: [&str; 6] = ["bash", "read", "write", "edit", "glob", "grep"];
 
+/// The OpenAI `tools` entries of the tools the host carries out
+/// ([`pincer_runner_protocol::HOST_TOOLS`]).
+pub fn host_specs() -> Vec<Value> {
+    vec![json!({
+        "type": "function",
+        "function": {
+            "name": "send_file",
+            "description": "Send a file from the workspace to the person you are talking \
+                with, in this conversation (only there). Use it for files you made for \
+                them: a CSV, a chart, a report. The file must be a regular file beneath \
+                /workspace; symlinks are refused.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {
+                        "type": "string",
+                        "description": "The file, relative to /workspace or absolute beneath it."
+                    },
+                    "comment": {
+                        "type": "string",
+                        "description": "A short message sent with the file (Markdown)."
+                    }
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            }
+        }
+    })]
+}
+
 /// The OpenAI `tools` entries of the built-in tools.
 pub fn specs() -> Vec<Value> {
     let tool = |name: &str, description: &str, parameters: Value| {
