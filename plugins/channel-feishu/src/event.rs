@@ -147,16 +147,24 @@ pub fn message(event: &Value, bot_open_id: Option<&str>) -> Result<Message, Stri
             }
         ));
     }
+    let mut files = Vec::new();
     let text = match msg.message_type.as_str() {
         "text" => text_content(&msg.content, &msg.mentions, bot_key)?,
         "post" => post_content(&msg.content, &msg.mentions, bot_key)?,
+        kind @ ("file" | "image") => {
+            files.extend(crate::files::attachment(kind, &msg.content));
+            if files.is_empty() {
+                return Err(format!("a {kind} message without a usable key"));
+            }
+            String::new()
+        }
         other => {
             return Err(format!(
-                "a message of type {other:?} (only text and post are read)"
+                "a message of type {other:?} (only text, post, file and image are read)"
             ));
         }
     };
-    if text.trim().is_empty() {
+    if text.trim().is_empty() && files.is_empty() {
         return Err("a message without text".into());
     }
     let thread = [&msg.root_id, &msg.thread_id]
@@ -172,7 +180,7 @@ pub fn message(event: &Value, bot_open_id: Option<&str>) -> Result<Message, Stri
         sender_name: None,
         text,
         timestamp_ms: msg.create_time.parse().unwrap_or(0),
-        files: Vec::new(),
+        files,
     })
 }
 
@@ -458,7 +466,14 @@ mod tests {
         let mut v = receive("p2p", "text", r#"{"text":"echo"}"#, json!([]));
         v["event"]["sender"]["sender_type"] = json!("app");
         assert!(map(&v, Some(BOT)).is_err());
+        // An image is a message with a file and no text; a sticker is skipped.
         let v = receive("p2p", "image", r#"{"image_key":"img_1"}"#, json!([]));
+        let m = map(&v, Some(BOT)).expect("an image message");
+        assert_eq!((m.text.as_str(), m.files.len()), ("", 1));
+        assert_eq!(m.files[0].locator, "image:img_1");
+        let v = receive("p2p", "sticker", r#"{"file_key":"k"}"#, json!([]));
+        assert!(map(&v, Some(BOT)).is_err());
+        let v = receive("p2p", "image", r#"{"image_key":"../x"}"#, json!([]));
         assert!(map(&v, Some(BOT)).is_err());
         let v = receive("p2p", "text", r#"not json"#, json!([]));
         assert!(map(&v, Some(BOT)).is_err());

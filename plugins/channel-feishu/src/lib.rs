@@ -16,6 +16,7 @@
 mod api;
 mod card;
 mod event;
+mod files;
 mod frame;
 mod history;
 mod post;
@@ -34,7 +35,7 @@ use pincer_plugin_sdk::types::{
     Attachment, Capture, Header, HttpError, HttpRequest, HttpResponse, Message, Outbound,
     SecretHeader, SecretPlace, SecretUse,
 };
-use pincer_plugin_sdk::{clock, config, http, kv};
+use pincer_plugin_sdk::{clock, config, http, kv, upload};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -56,6 +57,8 @@ const DEFAULT_REACTION: &str = "Typing";
 /// in one go.
 const MAX_TEXT_BYTES: u32 = 8000;
 const HTTP_TIMEOUT_MS: u32 = 15_000;
+/// Per-request timeout for uploads and downloads of files.
+const UPLOAD_TIMEOUT_MS: u32 = 30_000;
 /// How long the parts of a split event wait for the rest (the SDK keeps
 /// them 5 s).
 const PART_TTL_MS: u64 = 10_000;
@@ -79,8 +82,7 @@ impl Guest for FeishuChannel {
         ChannelInfo {
             max_text_bytes: MAX_TEXT_BYTES,
             interactive: true,
-            // Files are not sent yet: `send-file` answers `unsupported`.
-            max_upload_bytes: 0,
+            max_upload_bytes: files::MAX_FILE_BYTES,
         }
     }
 
@@ -119,16 +121,61 @@ impl Guest for FeishuChannel {
         ))
     }
 
-    fn file_request(_message_id: String, _file: Attachment) -> Result<HttpRequest, ChannelError> {
-        Err(ChannelError::Unsupported(
-            "this channel does not fetch files yet".into(),
-        ))
+    fn file_request(message_id: String, file: Attachment) -> Result<HttpRequest, ChannelError> {
+        let path =
+            files::resource_path(&message_id, &file.locator).map_err(ChannelError::Rejected)?;
+        if !secrets::is_set(TENANT_TOKEN) {
+            fetch_token(HTTP_TIMEOUT_MS)?;
+        }
+        Ok(HttpRequest {
+            method: "GET".into(),
+            url: format!("{}{path}", base()?),
+            headers: Vec::new(),
+            body: Vec::new(),
+            timeout_ms: Some(UPLOAD_TIMEOUT_MS),
+            secrets: vec![tenant_bearer()],
+            capture: None,
+        })
     }
 
-    fn send_file(_file: OutboundFile) -> Result<Delivery, ChannelError> {
-        Err(ChannelError::Unsupported(
-            "this channel does not send files yet".into(),
-        ))
+    /// Uploads the file and sends it as an `image` or `file` message; the
+    /// comment follows as a post (a file message has no caption).
+    fn send_file(file: OutboundFile) -> Result<Delivery, ChannelError> {
+        let how = files::upload(&file.name, &file.media_type, file.size);
+        let key = upload_file(&how)?;
+        let content = json!({ how.key_field: key }).to_string();
+        let message = Outbound {
+            conversation: file.conversation.clone(),
+            thread: file.thread.clone(),
+            text: String::new(),
+            reply_to: file.reply_to.clone(),
+            actions: Vec::new(),
+            visible_to: None,
+        };
+        let (path, body) = send_request(&message, how.msg_type, &content);
+        let sent = call("POST", &path, Some(body)).map_err(ChannelError::from)?;
+        let id = sent["data"]["message_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if let Some(comment) = file.comment.filter(|c| !c.trim().is_empty()) {
+            let text = Outbound {
+                text: comment,
+                ..message
+            };
+            let content = post::post_content(&text.text).to_string();
+            let (path, body) = send_request(&text, "post", &content);
+            if let Err(e) = call("POST", &path, Some(body)) {
+                log(
+                    logging::Level::Warn,
+                    &format!(
+                        "the file went out; its comment did not: {}",
+                        error_text(&e.into())
+                    ),
+                );
+            }
+        }
+        Ok(Delivery { id })
     }
 
     /// Replaces a card the bot sent
@@ -841,13 +888,7 @@ fn call_once(
         headers: vec![header("content-type", "application/json; charset=utf-8")],
         body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
         timeout_ms: Some(timeout_ms),
-        secrets: vec![SecretUse {
-            secret: TENANT_TOKEN.into(),
-            place: SecretPlace::Header(SecretHeader {
-                name: "authorization".into(),
-                prefix: "Bearer ".into(),
-            }),
-        }],
+        secrets: vec![tenant_bearer()],
         capture: None,
     })
     .map_err(|err| CallError::Channel(http_error(&what, &url, err)))?;
@@ -858,6 +899,63 @@ fn call_once(
         &response.body,
     )
     .map_err(CallError::Feishu)
+}
+
+/// Uploads the file of the `send-file` call in progress as `how` says;
+/// the key Feishu gives it.
+fn upload_file(how: &files::Upload) -> Result<String, ChannelError> {
+    if !secrets::is_set(TENANT_TOKEN) {
+        fetch_token(HTTP_TIMEOUT_MS)?;
+    }
+    let url = format!("{}{}", base()?, how.path);
+    let form = upload::Body::Multipart(upload::MultipartForm {
+        fields: how
+            .fields
+            .iter()
+            .map(|(name, value)| upload::FormField {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        file_field: how.file_field.into(),
+    });
+    let request = HttpRequest {
+        method: "POST".into(),
+        url: url.clone(),
+        headers: Vec::new(),
+        body: Vec::new(),
+        timeout_ms: Some(UPLOAD_TIMEOUT_MS),
+        secrets: vec![tenant_bearer()],
+        capture: None,
+    };
+    let response = upload::send(&request, &form).map_err(|err| http_error(how.path, &url, err))?;
+    let answer = api::check(
+        how.path,
+        response.status,
+        header_value(&response.headers, "x-ogw-ratelimit-reset"),
+        &response.body,
+    )
+    .map_err(failure_error)?;
+    answer["data"][how.key_field]
+        .as_str()
+        .filter(|k| !k.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| {
+            ChannelError::Upstream(format!(
+                "{} answered without data.{}",
+                how.path, how.key_field
+            ))
+        })
+}
+
+fn tenant_bearer() -> SecretUse {
+    SecretUse {
+        secret: TENANT_TOKEN.into(),
+        place: SecretPlace::Header(SecretHeader {
+            name: "authorization".into(),
+            prefix: "Bearer ".into(),
+        }),
+    }
 }
 
 // ----- Pure helpers.

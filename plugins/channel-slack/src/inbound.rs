@@ -46,6 +46,8 @@ struct Event {
     channel: Option<String>,
     #[serde(default)]
     channel_type: Option<String>,
+    #[serde(default)]
+    files: Vec<Value>,
 }
 
 /// Why an event produced no message (for debug logs).
@@ -113,7 +115,9 @@ impl Callback {
             "message" => false,
             other => return Err(Skip::OtherType(other.to_string())),
         };
-        if let Some(subtype) = event.subtype.filter(|s| !s.is_empty()) {
+        // A message with files is a `file_share`; other subtypes are edits,
+        // deletions, joins and the like.
+        if let Some(subtype) = event.subtype.filter(|s| !s.is_empty() && s != "file_share") {
             return Err(Skip::Subtype(subtype));
         }
         if event.bot_id.is_some_and(|id| !id.is_empty()) {
@@ -145,7 +149,8 @@ impl Callback {
         };
         let text = strip_mentions(event.text.as_deref().unwrap_or(""), &own);
         let text = plain_text(&text);
-        if text.is_empty() {
+        let files = crate::files::attachments(&event.files);
+        if text.is_empty() && files.is_empty() {
             return Err(Skip::EmptyText);
         }
         Ok(Message {
@@ -156,7 +161,7 @@ impl Callback {
             sender: user,
             sender_name: None,
             text,
-            files: Vec::new(),
+            files,
         })
     }
 }

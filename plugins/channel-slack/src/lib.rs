@@ -12,6 +12,7 @@
 //! pure functions, unit-tested natively.
 
 mod api;
+mod files;
 mod history;
 mod inbound;
 mod interactive;
@@ -32,7 +33,7 @@ use pincer_plugin_sdk::types::{
     Attachment, Header, HttpError, HttpRequest, HttpResponse, Outbound, SecretHeader, SecretPlace,
     SecretUse,
 };
-use pincer_plugin_sdk::{clock, config, http};
+use pincer_plugin_sdk::{clock, config, http, upload};
 use serde_json::{Value, json};
 
 const BOT_TOKEN: &str = "bot_token";
@@ -47,6 +48,11 @@ const MAX_TEXT_BYTES: u32 = 3500;
 /// Slack pings Socket Mode connections regularly; silence this long means the
 /// connection is dead.
 const IDLE_TIMEOUT_MS: u32 = 30_000;
+/// The largest file sent: Slack takes up to 1 GB, pincer holds the file
+/// in memory while it goes out.
+const MAX_UPLOAD_BYTES: u64 = 100 << 20;
+/// The time an upload of the bytes may take.
+const UPLOAD_TIMEOUT_MS: u32 = 30_000;
 /// Per-request timeout for Web API calls.
 const HTTP_TIMEOUT_MS: u32 = 15_000;
 
@@ -59,6 +65,14 @@ const NEEDED_SCOPES: [&str; 5] = [
     "reactions:write",
 ];
 
+/// Scopes for what a team may leave out, and what goes without them.
+const OPTIONAL_SCOPES: [(&str, &str); 4] = [
+    ("channels:history", "no thread context in channels"),
+    ("groups:history", "no thread context in private channels"),
+    ("files:read", "files people send are not fetched"),
+    ("files:write", "the agent cannot send files"),
+];
+
 const CONNECTION_TOKEN_ERRORS: [&str; 3] = ["invalid_auth", "not_authed", "not_allowed_token_type"];
 
 struct SlackChannel;
@@ -68,8 +82,7 @@ impl Guest for SlackChannel {
         ChannelInfo {
             max_text_bytes: MAX_TEXT_BYTES,
             interactive: true,
-            // Files are not sent yet: `send-file` answers `unsupported`.
-            max_upload_bytes: 0,
+            max_upload_bytes: MAX_UPLOAD_BYTES,
         }
     }
 
@@ -92,16 +105,77 @@ impl Guest for SlackChannel {
         Ok(history::messages(&answer, &request, own_bot.as_deref()))
     }
 
-    fn file_request(_message_id: String, _file: Attachment) -> Result<HttpRequest, ChannelError> {
-        Err(ChannelError::Unsupported(
-            "this channel does not fetch files yet".into(),
-        ))
+    fn file_request(_message_id: String, file: Attachment) -> Result<HttpRequest, ChannelError> {
+        require_bot_token()?;
+        let base = config::get("files_base")
+            .map(|b| b.trim().trim_end_matches('/').to_string())
+            .filter(|b| !b.is_empty())
+            .unwrap_or_else(|| files::DEFAULT_FILES_BASE.to_string());
+        let url = files::download_url(&file.locator, &base).map_err(ChannelError::Rejected)?;
+        Ok(HttpRequest {
+            method: "GET".into(),
+            url,
+            headers: Vec::new(),
+            body: Vec::new(),
+            timeout_ms: Some(UPLOAD_TIMEOUT_MS),
+            secrets: vec![bearer(BOT_TOKEN)],
+            capture: None,
+        })
     }
 
-    fn send_file(_file: OutboundFile) -> Result<Delivery, ChannelError> {
-        Err(ChannelError::Unsupported(
-            "this channel does not send files yet".into(),
-        ))
+    fn send_file(file: OutboundFile) -> Result<Delivery, ChannelError> {
+        require_bot_token()?;
+        let asked = call(
+            BOT_TOKEN,
+            "files.getUploadURLExternal",
+            "application/x-www-form-urlencoded",
+            files::upload_url_form(&file.name, file.size).into_bytes(),
+        )?;
+        let (Some(upload_url), Some(file_id)) =
+            (asked["upload_url"].as_str(), asked["file_id"].as_str())
+        else {
+            return Err(ChannelError::Upstream(
+                "files.getUploadURLExternal answered without upload_url and file_id".into(),
+            ));
+        };
+        let sent = upload::send(
+            &HttpRequest {
+                method: "POST".into(),
+                url: upload_url.to_string(),
+                headers: vec![header("content-type", "application/octet-stream")],
+                body: Vec::new(),
+                timeout_ms: Some(UPLOAD_TIMEOUT_MS),
+                secrets: Vec::new(),
+                capture: None,
+            },
+            &upload::Body::Raw,
+        )
+        .map_err(|err| http_error("the upload", upload_url, err))?;
+        if sent.status == 429 {
+            return Err(ChannelError::RetryLater(RetryAfter {
+                after_ms: api::retry_after_ms(header_value(&sent.headers, "retry-after")),
+                reason: "Slack rate-limited the upload (HTTP 429)".into(),
+            }));
+        }
+        if !(200..300).contains(&sent.status) {
+            return Err(ChannelError::Upstream(format!(
+                "Slack answered the upload with HTTP {}: {}",
+                sent.status,
+                api::snippet(&sent.body)
+            )));
+        }
+        let comment = file.comment.as_deref().map(mrkdwn::to_mrkdwn);
+        let body = files::complete_body(
+            file_id,
+            &file.name,
+            &file.conversation,
+            file.thread.as_deref(),
+            comment.as_deref(),
+        );
+        call_json(BOT_TOKEN, "files.completeUploadExternal", &body)?;
+        Ok(Delivery {
+            id: file_id.to_string(),
+        })
     }
 
     fn handle_webhook(request: WebhookRequest) -> Result<WebhookOutcome, ChannelError> {
@@ -510,8 +584,19 @@ fn check_bot_token() -> CheckItem {
                 ),
                 Some(scopes) => {
                     let missing = missing_scopes(&scopes);
+                    let granted: Vec<&str> = scopes.split(',').map(str::trim).collect();
+                    let optional: Vec<String> = OPTIONAL_SCOPES
+                        .iter()
+                        .filter(|(scope, _)| !granted.contains(scope))
+                        .map(|(scope, what)| format!("{scope} ({what})"))
+                        .collect();
+                    let optional = if optional.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; without {}", optional.join(", "))
+                    };
                     if missing.is_empty() {
-                        item(true, format!("{who}; scopes {scopes}"))
+                        item(true, format!("{who}; scopes {scopes}{optional}"))
                     } else {
                         item(
                             false,

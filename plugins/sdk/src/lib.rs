@@ -69,6 +69,13 @@ pub mod clock {
     pub use crate::wit::host::pincer::plugin::clock::now_ms;
 }
 
+/// The body of a channel's `send-file`: the file goes out through
+/// `upload::send`, never through the plugin's memory (channels only).
+#[cfg(feature = "channel")]
+pub mod upload {
+    pub use crate::wit::host::pincer::plugin::upload::*;
+}
+
 /// Secrets used by name: the plugin never sees their values.
 pub mod secrets {
     pub use crate::wit::host::pincer::plugin::secrets::*;
