@@ -438,3 +438,339 @@ async fn a_long_turn_shows_its_progress_at_most_every_two_seconds() {
     assert!(gap >= 2.9, "Retry-After 3 s honoured: {updates:#?}");
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
+
+/// A 1×1 PNG.
+const PIXEL_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+/// Scopes of a Slack app that reads and sends files.
+const FILE_SCOPES: &str =
+    "app_mentions:read,chat:write,im:history,im:read,reactions:write,files:read,files:write";
+
+/// A DM with a 2 MB log: the host downloads it (with the bot token, from
+/// Slack's file host only) into `/workspace/inbox/<message>/`, owned by the
+/// container's user; the agent greps it and the reply quotes the line; a
+/// screenshot sent with it reaches the model (which takes images) as an
+/// image, for that turn only. A
+/// DM with only bad files (a claimed 200 MiB file, an ELF program, a file
+/// whose stream runs past the limit without a Content-Length, a file whose
+/// URL points elsewhere) is answered by the host alone: each is named with
+/// why, none is kept, the 200 MiB one and the foreign one never fetched.
+#[tokio::test(flavor = "multi_thread")]
+async fn files_people_send_are_fetched_by_the_host_and_bad_ones_refused() {
+    let env = Env::configured(
+        vec![
+            Behaviour::tool(
+                "bash",
+                r#"{"command":"grep ERROR /workspace/inbox/*/app.log"}"#,
+            ),
+            Behaviour::EchoLastTool,
+        ],
+        FakeSlack::start_with(&["--scopes", FILE_SCOPES]),
+        "{approvals: {tier: yolo}}",
+        "silent",
+    )
+    .await;
+    let mut log: String = (0..50_000)
+        .map(|i| format!("2026-12-05T10:{:02}:00Z INFO request {i} ok\n", i % 60))
+        .collect();
+    log.push_str("2026-12-05T11:00:00Z ERROR disk /var/data is full\n");
+    assert!(log.len() > 2_000_000, "{}", log.len());
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    let pushed = env
+        .slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "what went wrong?", "user": ALLOWED, "channel": "D0DM",
+                   "files": [{"name": "app.log", "mimetype": "text/plain", "content": log},
+                             {"name": "screen shot.png", "mimetype": "image/png",
+                              "content_b64": PIXEL_PNG}]}),
+        )
+        .await;
+    let ts = pushed["ts"].as_str().unwrap().to_string();
+    let said = texts(&env, 1).await;
+    assert!(
+        said[0].contains("ERROR disk /var/data is full"),
+        "the reply quotes the log: {said:#?}\n{}",
+        daemon.log()
+    );
+    let saved = env
+        .sandbox
+        .dir
+        .path()
+        .join("ws/team/inbox")
+        .join(&ts)
+        .join("app.log");
+    assert_eq!(std::fs::read_to_string(&saved).unwrap(), log);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(&saved).unwrap().uid(),
+        1000,
+        "the container's user owns it"
+    );
+    let question = env.model.received()[0]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap();
+    // The model takes images: the screenshot is an image part of this
+    // turn's request, after the text naming both files.
+    let parts = question["content"].as_array().expect("content parts");
+    let text = parts[0]["text"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("/workspace/inbox/{ts}/app.log"))
+            && text.contains("text/plain")
+            && text.contains(&format!("/workspace/inbox/{ts}/screen_shot.png")),
+        "the turn names the files: {text}"
+    );
+    assert_eq!(
+        parts[1]["image_url"]["url"],
+        format!("data:image/png;base64,{PIXEL_PNG}"),
+        "{parts:#?}"
+    );
+    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
+    let stored: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM session_messages WHERE message LIKE '%base64%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(stored, 0, "the image is shown, not stored in the session");
+    let (_, downloads) = env.slack.get("/downloads").await;
+    let downloads = downloads["downloads"].as_array().unwrap().clone();
+    assert_eq!(downloads.len(), 2, "{downloads:#?}");
+    for download in &downloads {
+        assert_eq!(download["auth_ok"], true, "{downloads:#?}");
+        assert!(download["path"].as_str().unwrap().contains("/download/"));
+    }
+
+    // Only bad files, no text: the host answers, no model is asked.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let elsewhere = format!(
+        "http://{}/files-pri/T0TEAM-F0EVIL/download/notes.txt",
+        listener.local_addr().unwrap()
+    );
+    let mut elf = b"\x7fELF\x02\x01\x01\0".to_vec();
+    elf.extend_from_slice(&[0u8; 4096]);
+    use base64::Engine as _;
+    let pushed = env
+        .slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "", "user": ALLOWED, "channel": "D0DM", "files": [
+                {"name": "huge.bin", "mimetype": "text/plain", "size": 200u64 << 20,
+                 "stream_bytes": 1024, "stream_fill": "x"},
+                {"name": "tool", "mimetype": "application/octet-stream",
+                 "content_b64": base64::engine::general_purpose::STANDARD.encode(&elf)},
+                {"name": "endless.log", "mimetype": "text/plain", "size": 1000,
+                 "stream_bytes": 26u64 << 20, "stream_fill": "x", "chunked": true},
+                {"name": "notes.txt", "mimetype": "text/plain", "content": "hi",
+                 "url": elsewhere},
+            ]}),
+        )
+        .await;
+    let ts = pushed["ts"].as_str().unwrap().to_string();
+    let ids: Vec<String> = pushed["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .collect();
+    let said = texts(&env, 2).await;
+    let refusal = &said[1];
+    for (name, why) in [
+        (
+            "`huge.bin`",
+            "it is 200 MiB, above this channel's limit of 25 MiB",
+        ),
+        ("`tool`", "an ELF executable; pincer never takes programs"),
+        ("`endless.log`", "above this channel's limit of 25 MiB"),
+        ("`notes.txt`", "not Slack's file host"),
+    ] {
+        let line = refusal
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("{name}: {refusal}\n{}", daemon.log()));
+        assert!(line.contains(why), "{name}: {line}");
+    }
+    assert_eq!(env.model.received().len(), 2, "no model was asked");
+    let (_, downloads) = env.slack.get("/downloads").await;
+    let fetched: Vec<&str> = downloads["downloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["file_id"].as_str())
+        .collect();
+    assert!(
+        !fetched.contains(&ids[0].as_str()),
+        "200 MiB never fetched: {downloads:#}"
+    );
+    assert!(
+        fetched.contains(&ids[1].as_str()),
+        "the ELF is told by its bytes"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the foreign URL was never fetched"
+    );
+    let kept = env.sandbox.dir.path().join("ws/team/inbox").join(&ts);
+    let left: Vec<_> = std::fs::read_dir(&kept)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "nothing refused is kept: {left:?}");
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// The agent makes a CSV and sends it with `send_file`: a symlink it
+/// planted is refused; the upload is Slack's three steps into the
+/// mention's thread; a 429 is waited out for its Retry-After. A second
+/// file queued when the daemon is killed (`kill -9`) goes out once after
+/// the restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_sends_a_file_into_the_thread_once_despite_429_and_kill_9() {
+    let csv = "city,temp\nOslo,3\nLima,19\n";
+    let env = Env::configured(
+        vec![
+            Behaviour::tool(
+                "bash",
+                &json!({"command": format!(
+                    "printf '{}' > /workspace/out.csv && ln -s /etc/hostname /workspace/leak",
+                    csv.replace('\n', "\\n"))})
+                .to_string(),
+            ),
+            Behaviour::tool("send_file", r#"{"path":"leak"}"#),
+            Behaviour::tool("send_file", r#"{"path":"out.csv","comment":"here it is"}"#),
+            Behaviour::answer("sent"),
+            Behaviour::tool(
+                "send_file",
+                r#"{"path":"/workspace/out.csv","comment":"again"}"#,
+            ),
+            Behaviour::answer("sent again"),
+        ],
+        FakeSlack::start_with(&["--scopes", FILE_SCOPES]),
+        "{approvals: {tier: yolo}}",
+        "silent",
+    )
+    .await;
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    env.slack
+        .post(
+            "/ratelimit",
+            json!({"method": "files.getUploadURLExternal", "count": 1, "retry_after": 2}),
+        )
+        .await;
+    let pushed = env
+        .slack
+        .post(
+            "/socket/push",
+            json!({"kind": "mention", "text": "make me a CSV of the temperatures",
+                   "user": ALLOWED, "channel": "C0CHAN"}),
+        )
+        .await;
+    let mention = pushed["ts"].as_str().unwrap().to_string();
+    let (status, files) = env.slack.get("/wait?what=files&count=1&timeout=60").await;
+    let (_, calls) = env.slack.get("/calls").await;
+    assert_eq!(
+        status,
+        200,
+        "{files:#}\n{:#?}\n{calls:#}\n{}",
+        env.model.received().last(),
+        daemon.log()
+    );
+    let (_, files) = env.slack.get("/files").await;
+    let files = files["files"].as_array().unwrap().clone();
+    assert_eq!(files.len(), 1, "the symlink was not sent: {files:#?}");
+    let file = &files[0];
+    assert_eq!(file["name"], "out.csv");
+    assert_eq!(file["channel_id"], "C0CHAN");
+    assert_eq!(
+        file["thread_ts"],
+        mention.as_str(),
+        "into the mention's thread"
+    );
+    assert_eq!(file["initial_comment"], "here it is");
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(file["content_b64"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(bytes, csv.as_bytes());
+    let asked = env.slack.calls("files.getUploadURLExternal", 2).await;
+    assert_eq!(
+        (asked[0]["status"].as_u64(), asked[1]["status"].as_u64()),
+        (Some(429), Some(200))
+    );
+    let gap = asked[1]["received_at"].as_f64().unwrap() - asked[0]["received_at"].as_f64().unwrap();
+    assert!(gap >= 1.9, "Retry-After: 2 was waited out ({gap} s)");
+    let results: Vec<String> = env
+        .model
+        .received()
+        .iter()
+        .filter_map(|r| r["messages"].as_array().and_then(|m| m.last()).cloned())
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("error") && r.contains("symlink")),
+        "{results:#?}"
+    );
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("out.csv") && r.contains("queued")),
+        "{results:#?}"
+    );
+    texts(&env, 1).await;
+
+    // The second file waits out a 429 when the daemon is killed.
+    env.slack
+        .post(
+            "/ratelimit",
+            json!({"method": "files.getUploadURLExternal", "count": 1, "retry_after": 3}),
+        )
+        .await;
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "mention", "text": "send it again", "user": ALLOWED,
+                   "channel": "C0CHAN", "thread_ts": mention}),
+        )
+        .await;
+    let asked = env.slack.calls("files.getUploadURLExternal", 3).await;
+    assert_eq!(asked[2]["status"], 429);
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
+    let pending: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM channel_outbox o JOIN channel_outbox_files f ON f.outbox_id = o.id
+             WHERE o.state = 'pending'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(pending, 1, "the file is a row, its bytes beside it");
+    let mut again = env.start();
+    let (status, _) = env.slack.get("/wait?what=files&count=2&timeout=60").await;
+    assert_eq!(status, 200, "{}", again.log());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, files) = env.slack.get("/files").await;
+    let files = files["files"].as_array().unwrap();
+    assert_eq!(files.len(), 2, "delivered once: {files:#?}");
+    assert_eq!(files[1]["initial_comment"], "again");
+    let (sent, left): (i64, i64) = db
+        .query_row(
+            "SELECT (SELECT COUNT(*) FROM channel_outbox WHERE file IS NOT NULL AND state = 'sent'),
+                    (SELECT COUNT(*) FROM channel_outbox_files)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((sent, left), (2, 0), "both sent, no bytes left behind");
+    assert!(again.stop().success(), "{}", again.log());
+}

@@ -177,6 +177,7 @@ impl Env {
   model_list:
     - model_name: default
       litellm_params: {{model: openai/fake-model, api_base: "{model}", api_key: "sk-slack-test"}}
+      model_info: {{supports_vision: true}}
 containers:
   workspace_base_path: {base}
 workspaces:
@@ -195,10 +196,12 @@ channels:
       app_token: "${{SLACK_APP_TOKEN}}"
       signing_secret: "${{SLACK_SIGNING_SECRET}}"
       api_base: "{api}"
+      files_base: "{files}"
 "#,
                 model = model.base_url,
                 base = base.display(),
                 api = slack.api_base,
+                files = slack.api_base.trim_end_matches("/api"),
             ),
         );
         let env = Env {

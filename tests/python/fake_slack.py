@@ -103,7 +103,9 @@ Files in events: a push (socket or events/send) of kind dm or mention may carry
              "content_b64": "..." or "content": "text", "title" (default: name),
              "size": N (what the file object claims; default: the real length),
              "url": "http://…" (replaces url_private and url_private_download),
-             "stream_bytes": N (the download sends N zero bytes, streamed, whatever the size)}]
+             "stream_bytes": N (the download sends N zero bytes, streamed, whatever the size),
+             "stream_fill": "x" (stream that character's byte instead of zeros),
+             "chunked": true (the download is sent chunked, without Content-Length)}]
 Each gets an id F…, is served at its url_private, and the event carries "files": [file object]
 with {"id", "created", "timestamp", "name", "title", "mimetype", "filetype", "pretty_type",
 "user", "user_team", "editable": false, "size", "mode": "hosted", "is_external": false,
@@ -319,12 +321,12 @@ def file_kind(name):
     return FILETYPES.get(os.path.splitext(name)[1].lower(), ("binary", "Binary"))
 
 
-def zero_chunks(total):
-    """`total` zero bytes in DOWNLOAD_CHUNK pieces, made as they are sent."""
-    chunk = bytes(DOWNLOAD_CHUNK)
+def zero_chunks(total, fill=b"\0"):
+    """`total` bytes of `fill` (zeros by default) in DOWNLOAD_CHUNK pieces, made as they are sent."""
+    chunk = fill * DOWNLOAD_CHUNK
     left = total
     while left > 0:
-        yield chunk if left >= DOWNLOAD_CHUNK else bytes(left)
+        yield chunk if left >= DOWNLOAD_CHUNK else fill * left
         left -= DOWNLOAD_CHUNK
 
 
@@ -776,6 +778,9 @@ class Fake:
             stream = spec.get("stream_bytes")
             if stream is not None and (not isinstance(stream, int) or stream < 0):
                 raise ValueError("files[].stream_bytes must be a whole number of bytes")
+            fill = spec.get("stream_fill", "\0")
+            if not isinstance(fill, str) or len(fill.encode()) != 1:
+                raise ValueError("files[].stream_fill must be one ASCII character")
             checked.append((spec, data, stream))
         objects = []
         for spec, data, stream in checked:
@@ -790,7 +795,9 @@ class Fake:
             )
             if spec.get("url"):
                 obj["url_private"] = obj["url_private_download"] = spec["url"]
-            self.files[obj["id"]] = {"object": obj, "data": data, "stream_bytes": stream}
+            self.files[obj["id"]] = {"object": obj, "data": data, "stream_bytes": stream,
+                                     "stream_fill": spec.get("stream_fill", "\0").encode(),
+                                     "chunked": bool(spec.get("chunked"))}
             objects.append(obj)
         return objects
 
@@ -1508,10 +1515,15 @@ class Fake:
                 return web.Response(status=404, text="Not Found")
             stream = stored["stream_bytes"]
             total = stream if stream is not None else len(stored["data"])
-            chunks = zero_chunks(total) if stream is not None else data_chunks(stored["data"])
+            chunks = zero_chunks(total, stored.get("stream_fill", b"\0")) if stream is not None \
+                else data_chunks(stored["data"])
             record.update(status=200, bytes_total=total)
-            response = web.StreamResponse(headers={
-                "Content-Type": stored["object"]["mimetype"], "Content-Length": str(total)})
+            headers = {"Content-Type": stored["object"]["mimetype"]}
+            if not stored.get("chunked"):
+                headers["Content-Length"] = str(total)
+            response = web.StreamResponse(headers=headers)
+            if stored.get("chunked"):
+                response.enable_chunked_encoding()
             await response.prepare(request)
             try:
                 for chunk in chunks:

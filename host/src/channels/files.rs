@@ -166,6 +166,11 @@ fn zip_kind(head: &[u8]) -> Sniffed {
     // An OpenDocument file's first entry is `mimetype`, stored, holding it.
     if head.get(30..38) == Some(b"mimetype") {
         let rest = &head[38..];
+        let next_entry = rest
+            .windows(4)
+            .position(|w| w == b"PK\x03\x04")
+            .unwrap_or(rest.len());
+        let rest = &rest[..next_entry];
         let end = rest
             .iter()
             .position(|b| !(b.is_ascii_alphanumeric() || b"./-+".contains(b)))
@@ -211,20 +216,15 @@ pub fn safe_name(given: &str) -> String {
             out.push(c);
         }
     }
-    let trimmed = out
-        .trim_start_matches(['.', '_'])
-        .trim_end_matches(['.', '_']);
-    let (stem, ext) = match trimmed.rfind('.') {
-        Some(dot) if dot > 0 && trimmed.len() - dot <= 16 => trimmed.split_at(dot),
-        Some(0) => ("", trimmed),
-        _ => (trimmed, ""),
+    // A leading dot starts no extension (`.bashrc` is a name).
+    let (stem, ext) = match out.rfind('.') {
+        Some(dot) if dot > 0 && out.len() - dot <= 16 => out.split_at(dot),
+        _ => (out.as_str(), ""),
     };
-    let stem = stem.trim_end_matches(['.', '_']);
-    let stem = if stem.is_empty() || stem.bytes().all(|b| b == b'_') {
-        "file"
-    } else {
-        stem
-    };
+    let ext = ext.trim_end_matches(['.', '_']);
+    let ext = if ext.len() > 1 { ext } else { "" };
+    let stem = stem.trim_matches(['.', '_']);
+    let stem = if stem.is_empty() { "file" } else { stem };
     let room = MAX_NAME_BYTES - ext.len();
     // ASCII only from here: any byte is a character boundary.
     format!("{}{ext}", &stem[..stem.len().min(room)])
@@ -601,7 +601,10 @@ mod tests {
         let s = sniff(&docx, true, None);
         assert_eq!(s.kind, Kind::Of(FileType::Office));
         assert!(s.media_type.ends_with("wordprocessingml.document"));
-        let odt = zip_with_first_entry(b"mimetype", b"application/vnd.oasis.opendocument.textPK");
+        let odt = zip_with_first_entry(
+            b"mimetype",
+            b"application/vnd.oasis.opendocument.textPK\x03\x04",
+        );
         let s = sniff(&odt, true, None);
         assert_eq!(s.media_type, "application/vnd.oasis.opendocument.text");
         let plain = zip_with_first_entry(b"src/main.rs", b"fn main() {}");

@@ -311,10 +311,11 @@ pub fn subdir_beneath(
             return Err(BeneathError::io(display, e));
         }
     }
+    // RESOLVE_NO_SYMLINKS refuses a symlink in the last place too (ELOOP).
     let fd = openat2(
         Some(dir),
         Path::new(name),
-        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        libc::O_RDONLY | libc::O_DIRECTORY,
         RESOLVE,
         display,
     )?;

@@ -26,6 +26,8 @@ pub enum Behaviour {
     DropMidStream,
     /// Puts the Authorization header it received into the answer.
     EchoAuthorization,
+    /// Answers "the tool said: <the last tool result of the request>".
+    EchoLastTool,
     /// The n-th request gets the n-th behaviour; the last one repeats.
     Script(Vec<Behaviour>),
     /// Answers with several tool calls at once.
@@ -132,6 +134,20 @@ async fn complete(State(shared): State<Shared>, headers: HeaderMap, body: String
             ]}),
             "tool_calls",
         ),
+        Behaviour::EchoLastTool => {
+            let said = request["messages"]
+                .as_array()
+                .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "tool"))
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or("")
+                .to_string();
+            answer(
+                &model,
+                stream,
+                json!({"role": "assistant", "content": format!("the tool said: {said}")}),
+                "stop",
+            )
+        }
         Behaviour::EchoAuthorization => {
             let auth = headers
                 .get("authorization")
