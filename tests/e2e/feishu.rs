@@ -184,6 +184,18 @@ impl Env {
         feishu_flags: &[&str],
         extra_channels: &str,
     ) -> Self {
+        Self::build_with(script, with_slack, feishu_flags, extra_channels, "{}").await
+    }
+
+    /// As [`Env::build`], workspace `team` configured as `team` (a YAML
+    /// flow mapping).
+    async fn build_with(
+        script: Vec<Behaviour>,
+        with_slack: bool,
+        feishu_flags: &[&str],
+        extra_channels: &str,
+        team: &str,
+    ) -> Self {
         let model = FakeUpstream::spawn(Behaviour::Script(script)).await;
         let feishu = FakeFeishu::start(feishu_flags);
         let slack = with_slack.then(|| {
@@ -210,7 +222,7 @@ impl Env {
 containers:
   workspace_base_path: {base}
 workspaces:
-  team: {{}}
+  team: {team}
   eng: {{}}
 channels:
   listen: 127.0.0.1:0
@@ -1689,4 +1701,118 @@ async fn feishu_cards_decide_for_the_originator_over_the_long_connection_and_web
     .await;
     assert!(!ws.join("refused").exists(), "a denied call does not run");
     assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
+/// Files on Feishu: a log sent as a file message in a p2p chat is
+/// downloaded by the host from the message-resource API (with the tenant
+/// token, which never reaches the component) into the workspace; the agent
+/// reads it. Then it sends a chart and a CSV back with `send_file`: the
+/// chart goes up as an image and out as an image message, the CSV as a
+/// `stream` file and a file message, both replies to the asking message,
+/// the comment after them as a post.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_message_is_fetched_and_the_agent_sends_an_image_and_a_file_back() {
+    const PIXEL_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+    let env = Env::build_with(
+        vec![
+            Behaviour::tool("bash", r#"{"command":"grep 失败 /workspace/inbox/*/deploy.log"}"#),
+            Behaviour::EchoLastTool,
+            Behaviour::tool(
+                "bash",
+                &json!({"command": format!(
+                    "echo {PIXEL_PNG} | base64 -d > /workspace/chart.png && printf 'a,b\\n1,2\\n' > /workspace/data.csv"
+                )})
+                .to_string(),
+            ),
+            Behaviour::tool("send_file", r#"{"path":"chart.png"}"#),
+            Behaviour::tool("send_file", r#"{"path":"data.csv","comment":"这是**数据**"}"#),
+            Behaviour::answer("已发送"),
+        ],
+        false,
+        &[],
+        "",
+        "{approvals: {tier: yolo}}",
+    )
+    .await;
+    let trace = env.sandbox.dir.path().join("trace.log");
+    let mut daemon = env.start(&trace);
+    env.feishu.wait("connections", 1).await;
+    let log = "2026-12-05 10:00 部署开始\n2026-12-05 10:05 部署失败：磁盘已满\n";
+    let pushed = env
+        .feishu
+        .post(
+            "/ws/push",
+            json!({"kind": "p2p", "user": "ou_user1", "chat_id": "oc_p2p_user1",
+                   "file": {"name": "deploy.log", "content": log}}),
+        )
+        .await;
+    let message_id = pushed["message_id"].as_str().unwrap().to_string();
+    let sent = env.feishu.wait("messages", 1).await;
+    let reply = sent["items"][0]["content"].as_str().unwrap();
+    assert!(
+        reply.contains("部署失败：磁盘已满"),
+        "{sent:#}\n{}",
+        daemon.log()
+    );
+    let saved = env
+        .sandbox
+        .dir
+        .path()
+        .join("ws/team/inbox")
+        .join(&message_id)
+        .join("deploy.log");
+    assert_eq!(std::fs::read_to_string(saved).unwrap(), log);
+    let (_, downloads) = env.feishu.get("/downloads").await;
+    let download = &downloads["downloads"][0];
+    assert_eq!(download["message_id"], message_id.as_str(), "{downloads:#}");
+    assert_eq!(download["type"], "file");
+    assert_eq!(download["status"], 200, "{downloads:#}");
+
+    let asked = env
+        .feishu
+        .post(
+            "/ws/push",
+            json!({"kind": "p2p", "text": "把图表和数据发给我", "user": "ou_user1",
+                   "chat_id": "oc_p2p_user1"}),
+        )
+        .await;
+    let asked = asked["message_id"].as_str().unwrap().to_string();
+    let sent = env.feishu.wait("messages", 5).await;
+    let items = sent["items"].as_array().unwrap();
+    let (_, files) = env.feishu.get("/files").await;
+    let files = files["files"].as_array().unwrap();
+    assert_eq!(files.len(), 2, "{files:#?}\n{}", daemon.log());
+    assert_eq!(files[0]["kind"], "image");
+    assert_eq!(files[0]["content_b64"], PIXEL_PNG);
+    assert_eq!(files[1]["kind"], "file");
+    assert_eq!(
+        (files[1]["name"].as_str(), files[1]["file_type"].as_str()),
+        (Some("data.csv"), Some("stream"))
+    );
+    let by_type = |t: &str| {
+        items
+            .iter()
+            .find(|m| m["msg_type"] == t && m["parent_id"] == asked.as_str())
+            .unwrap_or_else(|| panic!("no {t} reply: {items:#?}"))
+    };
+    assert!(
+        by_type("image")["content"]
+            .as_str()
+            .unwrap()
+            .contains(files[0]["key"].as_str().unwrap())
+    );
+    assert!(
+        by_type("file")["content"]
+            .as_str()
+            .unwrap()
+            .contains(files[1]["key"].as_str().unwrap())
+    );
+    assert!(
+        items
+            .iter()
+            .any(|m| m["msg_type"] == "post" && m["content"].as_str().unwrap().contains("数据")),
+        "the comment follows as a post: {items:#?}"
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+    assert_no_secret_crossed(&env, &trace).await;
 }
