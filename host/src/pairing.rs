@@ -117,6 +117,24 @@ impl PairingStore {
         })
     }
 
+    /// Deletes (or, `dry_run`, counts) the requests made before
+    /// `before_ms`: decided, or expired long since (a code lives an hour).
+    /// The allowed senders they added stay.
+    pub fn prune(&self, before_ms: i64, dry_run: bool) -> Result<usize, PairingError> {
+        let conn = self.conn()?;
+        let sql = if dry_run {
+            "SELECT COUNT(*) FROM pairing_requests WHERE created_ms < ?1 AND expires_ms < ?1"
+        } else {
+            "DELETE FROM pairing_requests WHERE created_ms < ?1 AND expires_ms < ?1"
+        };
+        Ok(if dry_run {
+            let n: i64 = conn.query_row(sql, [before_ms], |r| r.get(0))?;
+            usize::try_from(n).unwrap_or(0)
+        } else {
+            conn.execute(sql, [before_ms])?
+        })
+    }
+
     fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, PairingError> {
         self.conn.lock().map_err(|_| PairingError::Poisoned)
     }

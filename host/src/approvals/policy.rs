@@ -337,6 +337,23 @@ mod tests {
     }
 
     #[test]
+    fn sending_a_file_out_is_a_write_asked_for_or_refused() {
+        use crate::approvals::builtin_class;
+        let send = json!({"path": "report.csv"});
+        let class = builtin_class("send_file").expect("a built-in");
+        assert_eq!(class, ToolClass::Write);
+        let p = Policy {
+            ask: default_ask(),
+            ..policy(Tier::Approval)
+        };
+        assert_eq!(judge(&p, "send_file", send.clone(), class), Judgement::Ask);
+        assert!(matches!(
+            judge(&policy(Tier::ReadOnly), "send_file", send, class),
+            Judgement::Refuse(_)
+        ));
+    }
+
+    #[test]
     fn each_tier_judges_writes_its_way() {
         let rm = json!({"command": "rm -rf /workspace/x"});
         assert_eq!(

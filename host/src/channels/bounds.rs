@@ -17,6 +17,8 @@ pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 pub const MAX_ID_BYTES: usize = 256;
 /// Files one message may carry (Slack allows 10 per message).
 pub const MAX_FILES: usize = 10;
+/// Bytes of a file's locator (a platform URL or key).
+pub const MAX_LOCATOR_BYTES: usize = 2048;
 
 /// `messages` within the bounds above.
 pub fn bounded(channel: &str, messages: Vec<api::Message>) -> Vec<api::Message> {
@@ -31,38 +33,81 @@ pub fn bounded(channel: &str, messages: Vec<api::Message>) -> Vec<api::Message> 
     messages
         .into_iter()
         .take(MAX_MESSAGES)
-        .filter_map(|mut message| {
-            if bad_ids(&[
-                Some(&message.id),
-                Some(&message.conversation),
-                Some(&message.sender),
-                message.thread.as_ref(),
-            ]) {
-                tracing::warn!(
-                    %channel,
-                    "a message with an empty id or one over {MAX_ID_BYTES} bytes was dropped"
-                );
-                return None;
-            }
-            if let Some(name) = &mut message.sender_name {
-                cut(name, MAX_ID_BYTES, "");
-            }
-            if message.files.len() > MAX_FILES {
-                tracing::warn!(%channel, id = %message.id, "a message with {} files kept its first {MAX_FILES}", message.files.len());
-                message.files.truncate(MAX_FILES);
-            }
-            if message.text.len() > MAX_TEXT_BYTES {
-                let len = message.text.len();
-                tracing::warn!(%channel, id = %message.id, "a message of {len} bytes was cut to {MAX_TEXT_BYTES}");
-                cut(
-                    &mut message.text,
-                    MAX_TEXT_BYTES,
-                    &format!("\n[… cut by pincer: the message had {len} bytes]"),
-                );
-            }
-            Some(message)
+        .filter_map(|message| within(channel, message))
+        .collect()
+}
+
+/// A channel's answer to `history`: its newest `limit` messages (at most
+/// [`MAX_MESSAGES`]), each within the bounds of a delivered message.
+pub fn bounded_past(
+    channel: &str,
+    mut past: Vec<api::PastMessage>,
+    limit: u32,
+) -> Vec<api::PastMessage> {
+    let keep = usize::try_from(limit)
+        .unwrap_or(usize::MAX)
+        .min(MAX_MESSAGES);
+    if past.len() > keep {
+        tracing::warn!(
+            %channel,
+            "the channel plugin returned {} earlier messages for {keep} asked; the oldest were dropped",
+            past.len()
+        );
+        past.drain(..past.len() - keep);
+    }
+    past.into_iter()
+        .filter_map(|p| {
+            Some(api::PastMessage {
+                message: within(channel, p.message)?,
+                by_app: p.by_app,
+            })
         })
         .collect()
+}
+
+/// `message` within the bounds, or `None` when its ids are unusable.
+fn within(channel: &str, mut message: api::Message) -> Option<api::Message> {
+    if bad_ids(&[
+        Some(&message.id),
+        Some(&message.conversation),
+        Some(&message.sender),
+        message.thread.as_ref(),
+    ]) {
+        tracing::warn!(
+            %channel,
+            "a message with an empty id or one over {MAX_ID_BYTES} bytes was dropped"
+        );
+        return None;
+    }
+    if let Some(name) = &mut message.sender_name {
+        cut(name, MAX_ID_BYTES, "");
+    }
+    if message.files.len() > MAX_FILES {
+        tracing::warn!(%channel, id = %message.id, "a message with {} files kept its first {MAX_FILES}", message.files.len());
+        message.files.truncate(MAX_FILES);
+    }
+    let files = message.files.len();
+    message.files.retain(|f| {
+        !bad_ids(&[Some(&f.id), f.media_type.as_ref()])
+            && !f.locator.is_empty()
+            && f.locator.len() <= MAX_LOCATOR_BYTES
+    });
+    if message.files.len() < files {
+        tracing::warn!(%channel, id = %message.id, "{} file(s) with an unusable id, type or locator were dropped", files - message.files.len());
+    }
+    for file in &mut message.files {
+        cut(&mut file.name, MAX_ID_BYTES, "");
+    }
+    if message.text.len() > MAX_TEXT_BYTES {
+        let len = message.text.len();
+        tracing::warn!(%channel, id = %message.id, "a message of {len} bytes was cut to {MAX_TEXT_BYTES}");
+        cut(
+            &mut message.text,
+            MAX_TEXT_BYTES,
+            &format!("\n[… cut by pincer: the message had {len} bytes]"),
+        );
+    }
+    Some(message)
 }
 
 /// Clicks one delivery may carry.
@@ -176,6 +221,50 @@ mod tests {
         );
         assert_eq!(kept.len(), 1);
         assert_eq!(kept[0].id, "ok");
+    }
+
+    fn file(id: &str, name: &str, locator: &str) -> api::Attachment {
+        api::Attachment {
+            id: id.into(),
+            name: name.into(),
+            media_type: None,
+            size: None,
+            locator: locator.into(),
+        }
+    }
+
+    #[test]
+    fn files_with_unusable_ids_or_locators_are_dropped_and_names_cut() {
+        let mut m = message("1", "");
+        m.files = vec![
+            file("F1", &"n".repeat(10_000), "https://files.slack.com/x"),
+            file("", "a", "x"),
+            file("F3", "a", ""),
+            file("F4", "a", &"u".repeat(MAX_LOCATOR_BYTES + 1)),
+        ];
+        m.files
+            .extend((0..20).map(|i| file(&format!("G{i}"), "b", "l")));
+        let kept = &bounded("c", vec![m])[0].files;
+        assert_eq!(kept.len(), MAX_FILES - 3, "{kept:?}");
+        assert_eq!(kept[0].name.len(), MAX_ID_BYTES);
+    }
+
+    #[test]
+    fn a_history_answer_keeps_the_newest_asked_and_bounds_each() {
+        let past: Vec<_> = (0..500)
+            .map(|i| api::PastMessage {
+                message: message(
+                    &i.to_string(),
+                    &"x".repeat(if i == 499 { MAX_TEXT_BYTES * 2 } else { 1 }),
+                ),
+                by_app: false,
+            })
+            .collect();
+        let kept = bounded_past("c", past.clone(), 30);
+        assert_eq!(kept.len(), 30);
+        assert_eq!(kept[0].message.id, "470", "the newest kept");
+        assert!(kept[29].message.text.len() < MAX_TEXT_BYTES + 64);
+        assert_eq!(bounded_past("c", past, u32::MAX).len(), MAX_MESSAGES);
     }
 
     fn click(id: &str, action: &str) -> api::Interaction {

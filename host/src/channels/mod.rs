@@ -393,7 +393,7 @@ impl ChannelHost {
             .get(name)
             .ok_or_else(|| format!("channel `{name}` is not loaded"))?;
         match self.plugins.channel_history(&channel.plugin, request).await {
-            Ok(Ok(messages)) => Ok(messages),
+            Ok(Ok(messages)) => Ok(bounds::bounded_past(name, messages, request.limit)),
             Ok(Err(e)) => Err(format!("{e:?}")),
             Err(e) => Err(e.to_string()),
         }

@@ -20,6 +20,7 @@ pub struct Report {
     pub channels: Pruned,
     pub audit: usize,
     pub agent_tasks: usize,
+    pub pairing_requests: usize,
 }
 
 fn before(now_ms: i64, period: Duration) -> i64 {
@@ -43,10 +44,13 @@ pub fn prune(
     )?;
     let audit = AuditLog::open(db)?.prune(before(now_ms, retention.audit.0), dry_run)?;
     let agent_tasks = ScheduleStore::open(db)?.purge_agent_tasks(now_ms, dry_run)?;
+    let pairing_requests = crate::pairing::PairingStore::open(db)?
+        .prune(before(now_ms, retention.inbound.0), dry_run)?;
     Ok(Report {
         channels,
         audit,
         agent_tasks,
+        pairing_requests,
     })
 }
 
@@ -85,6 +89,11 @@ pub fn lines(report: &Report, retention: &Retention, dry_run: bool) -> Vec<Strin
             report.agent_tasks,
             period(crate::scheduler::agent::CANCELLED_RETENTION),
             crate::scheduler::agent::MAX_RETAINED
+        ),
+        format!(
+            "pairing_requests: {verb} {} decided or expired request(s) older than {}",
+            report.pairing_requests,
+            period(retention.inbound.0)
         ),
     ]
 }
@@ -198,6 +207,14 @@ mod tests {
             crate::audit::Action::StatePruned,
             "old",
         );
+        // a pairing code approved (its sender stays allowed) and one left
+        let pairing = crate::pairing::PairingStore::open(&db).expect("pairing");
+        let crate::pairing::Asked::New(approved) = pairing.ask("slack", "U1", None).expect("ask")
+        else {
+            panic!("a new code");
+        };
+        pairing.approve(&approved.code, "op").expect("approve");
+        pairing.ask("slack", "U2", None).expect("ask");
 
         let retention = Retention::default();
         let now = crate::db::now_ms();
@@ -215,6 +232,7 @@ mod tests {
         };
         assert_eq!(dry.channels, want);
         assert_eq!(dry.audit, 0, "audit events are kept 180 days");
+        assert_eq!(dry.pairing_requests, 2);
         assert_eq!(
             lines(&dry, &retention, true),
             [
@@ -222,6 +240,7 @@ mod tests {
                 "channel_outbox: would remove 1 row(s) older than 30d; kept 1 older one(s) not yet delivered or given up",
                 "audit_events: would remove 0 event(s) older than 180d",
                 "schedule_agent_tasks: would remove 0 cancelled task(s) (kept 7d, at most 20 per workspace)",
+                "pairing_requests: would remove 2 decided or expired request(s) older than 30d",
             ]
             .map(str::to_owned)
         );
@@ -232,6 +251,12 @@ mod tests {
         );
         let pruned = prune(&db, &retention, later, false).expect("prune");
         assert_eq!(pruned.channels, want);
+        assert_eq!(pruned.pairing_requests, 2);
+        assert!(pairing.pending().expect("db").is_empty());
+        assert!(
+            pairing.allows("slack", "U1").expect("db"),
+            "the approved sender stays"
+        );
         assert_eq!(store.inbound(done).expect("db"), None, "answered, removed");
         assert!(store.inbound(waiting).expect("db").is_some());
         assert_eq!(
