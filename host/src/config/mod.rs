@@ -323,6 +323,7 @@ gateway:
   #       model: openai/gpt-4o-mini
   #       api_key: "${OPENAI_API_KEY}"
   #       rpm: 60
+  #     model_info: {supports_vision: true}   # images people send reach it as images
   #   - model_name: backup
   #     litellm_params: {model: "anthropic/claude-3-5-haiku-latest", api_key: "${ANTHROPIC_API_KEY}"}
   fallbacks: []                     # e.g. [{default: [backup]}]
@@ -402,6 +403,8 @@ channels: {}
 #     plugin: channel-webhook
 #     workspace: default
 #     allowed_senders: []
+#     context: {thread: 30, channel: 0, max_bytes: 16k, senders: all}   # quoted earlier messages
+#     files: {max_bytes: 25m, types: [text, image, pdf, office]}        # files people send (also: archive)
 
 skills: {}
 # skills:
