@@ -160,6 +160,7 @@ async fn turn(agent: &Agent, text: &str) -> anyhow::Result<()> {
                 },
                 presence: pincer::turn::Presence::Person,
                 quoted: None,
+                images: Vec::new(),
                 // A fresh session each time keeps the context the same size.
                 text: format!("/new {text}"),
                 origin: None,
