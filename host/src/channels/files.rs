@@ -21,6 +21,9 @@ pub const SNIFF_BYTES: usize = 8192;
 pub const INBOX: &str = "inbox";
 /// The longest file name kept (bytes).
 pub const MAX_NAME_BYTES: usize = 100;
+/// The longest one download may take (a server trickling bytes holds no
+/// turn longer).
+pub const DOWNLOAD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Where one workspace's inbox is on the host.
 #[derive(Debug, Clone)]
@@ -268,13 +271,24 @@ impl ChannelHost {
         &self,
         channel: &str,
         message_id: &str,
-        files: &[api::Attachment],
+        files: &[super::StoredFile],
         inbox: &InboxDir,
         rules: &ChannelFiles,
     ) -> Vec<Taken> {
         let mut taken = Vec::with_capacity(files.len());
         for file in files {
-            let outcome = self.take_one(channel, message_id, file, inbox, rules).await;
+            let file = api::Attachment::from(file);
+            let outcome = tokio::time::timeout(
+                DOWNLOAD_DEADLINE,
+                self.take_one(channel, message_id, &file, inbox, rules),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "its download took longer than {} minutes and was given up",
+                    DOWNLOAD_DEADLINE.as_secs() / 60
+                ))
+            });
             taken.push(match outcome {
                 Ok(saved) => Taken::Saved(saved),
                 Err(why) => {

@@ -49,6 +49,30 @@ pub struct StoredFile {
     pub locator: String,
 }
 
+impl From<crate::plugins::api::Attachment> for StoredFile {
+    fn from(f: crate::plugins::api::Attachment) -> Self {
+        Self {
+            id: f.id,
+            name: f.name,
+            media_type: f.media_type,
+            size: f.size,
+            locator: f.locator,
+        }
+    }
+}
+
+impl From<&StoredFile> for crate::plugins::api::Attachment {
+    fn from(f: &StoredFile) -> Self {
+        Self {
+            id: f.id.clone(),
+            name: f.name.clone(),
+            media_type: f.media_type.clone(),
+            size: f.size,
+            locator: f.locator.clone(),
+        }
+    }
+}
+
 /// A file an outbox row sends (its bytes are stored beside the row).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct OutboxFile {

@@ -356,17 +356,7 @@ impl ChannelRouter {
             sender_name: message.sender_name,
             text: message.text,
             timestamp_ms: message.timestamp_ms,
-            files: message
-                .files
-                .into_iter()
-                .map(|f| crate::channels::StoredFile {
-                    id: f.id,
-                    name: f.name,
-                    media_type: f.media_type,
-                    size: f.size,
-                    locator: f.locator,
-                })
-                .collect(),
+            files: message.files.into_iter().map(Into::into).collect(),
         };
         let rate = if allowed {
             self.rates
@@ -995,7 +985,7 @@ impl ChannelRouter {
         }
         let files = self.take_files(&row).await;
         if let Some(refused) = &files.refused {
-            if row.text.trim().is_empty() && files.note.is_none() {
+            if row.text.trim().is_empty() && files.saved == 0 {
                 // Nothing is left to answer: the refusal is the answer.
                 return self
                     .channels
@@ -1039,19 +1029,14 @@ impl ChannelRouter {
         };
         let taken = match self.agent.inbox(&row.workspace) {
             Ok(inbox) => {
-                let files: Vec<api::Attachment> = row
-                    .files
-                    .iter()
-                    .map(|f| api::Attachment {
-                        id: f.id.clone(),
-                        name: f.name.clone(),
-                        media_type: f.media_type.clone(),
-                        size: f.size,
-                        locator: f.locator.clone(),
-                    })
-                    .collect();
                 self.channels
-                    .take_files(&row.channel, &row.message_id, &files, &inbox, &config.files)
+                    .take_files(
+                        &row.channel,
+                        &row.message_id,
+                        &row.files,
+                        &inbox,
+                        &config.files,
+                    )
                     .await
             }
             Err(why) => row
@@ -1068,22 +1053,22 @@ impl ChannelRouter {
         for taken in taken {
             match taken {
                 Taken::Saved(saved) => {
-                    let image = saved.kind == crate::config::FileType::Image;
                     saved_lines.push(format!(
                         "- {} ({}, {})",
                         saved.path,
                         size_text(saved.size),
                         saved.media_type
                     ));
-                    if image {
+                    if saved.kind == crate::config::FileType::Image {
                         out.images.push(saved.relative);
                     }
                 }
                 Taken::Refused { name, why } => {
-                    refused_lines.push(format!("- `{}`: {why}", name.replace('`', "'")));
+                    refused_lines.push(format!("- `{}`: {why}", shown_name(&name)));
                 }
             }
         }
+        out.saved = saved_lines.len();
         let mut note = Vec::new();
         if !saved_lines.is_empty() {
             note.push(format!(
@@ -1106,11 +1091,7 @@ impl ChannelRouter {
                 refused_lines.join("\n")
             ));
         }
-        if !saved_lines.is_empty() {
-            out.note = Some(note.join("\n"));
-        } else if !row.text.trim().is_empty() {
-            out.note = note.pop();
-        }
+        out.note = (!note.is_empty()).then(|| note.join("\n"));
         self.audit.record(
             crate::audit::Actor::Channel(&row.channel),
             Some(&row.workspace),
@@ -1331,10 +1312,25 @@ impl ChannelRouter {
 struct TakenFiles {
     /// Names the saved (and refused) files for the model.
     note: Option<String>,
+    /// How many were saved.
+    saved: usize,
     /// The saved images, relative to the workspace folder.
     images: Vec<String>,
     /// Tells the sender which files were refused and why.
     refused: Option<String>,
+}
+
+/// A file name as the sender gave it, fit to quote on one line: control
+/// characters as spaces, backticks as quotes, at most 100 characters.
+fn shown_name(name: &str) -> String {
+    name.chars()
+        .take(100)
+        .map(|c| match c {
+            '`' => '\'',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect()
 }
 
 /// Where a decision comes from.

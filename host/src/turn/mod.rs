@@ -8,7 +8,7 @@ pub mod commands;
 pub mod context;
 pub mod control;
 mod host_tools;
-mod observers;
+pub mod observers;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -189,7 +189,11 @@ fn plain_text_answer_is_streamed() {
     let mut req = request("hi");
     req.limits.max_completion_tokens = Some(256);
     let events = run_turn(&gateway, &req, ws.path());
-    let builtins: Vec<String> = tools::NAMES.iter().map(|s| s.to_string()).collect();
+    let builtins: Vec<String> = tools::NAMES
+        .iter()
+        .chain(pincer_runner_protocol::HOST_TOOLS.iter())
+        .map(|s| s.to_string())
+        .collect();
     assert_eq!(
         events,
         vec![
@@ -235,7 +239,7 @@ fn plain_text_answer_is_streamed() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(offered, tools::NAMES);
+    assert_eq!(offered, [&tools::NAMES[..], &["send_file"]].concat());
     for tool in sent.body["tools"].as_array().unwrap() {
         assert_eq!(tool["type"], "function");
         assert_eq!(tool["function"]["parameters"]["type"], "object");
@@ -522,7 +526,7 @@ fn unknown_tool_lists_the_available_ones() {
     assert_eq!(
         results[0],
         "error: there is no tool named \"launch_rockets\"; the available tools are: \
-         bash, read, write, edit, glob, grep"
+         bash, read, write, edit, glob, grep, send_file"
     );
     assert!(!tool_ends(&events)[0].1);
 }
@@ -886,6 +890,7 @@ fn gateway_tools_are_listed_and_called_over_mcp() {
             "edit",
             "glob",
             "grep",
+            "send_file",
             "memory__recall",
             "skill__fail"
         ]
@@ -1083,6 +1088,65 @@ fn a_checked_turn_asks_before_each_call_and_a_refusal_does_not_run() {
     assert_eq!(
         tool_results(&events),
         ["[exit status 0]", "error: denied by U1: not now"]
+    );
+}
+
+/// A host tool (`send_file`) is asked of the host even in a turn that is
+/// not checked; what the host did is the call's result, and a host that
+/// only says "run" (it did not carry it out) is an error, not a success.
+#[test]
+fn host_tools_are_carried_out_by_the_host_even_unchecked() {
+    let gateway = FakeGateway::start(
+        vec![
+            tool_calls(
+                &[
+                    ("call_1", "send_file", r#"{"path":"out.csv"}"#),
+                    ("call_2", "send_file", r#"{"path":"b.csv"}"#),
+                ],
+                (20, 10),
+            ),
+            text(&["Sent."], (30, 5)),
+        ],
+        None,
+    );
+    let ws = Workspace::new();
+    let req = request("send it");
+    assert!(!req.checked);
+    let mut asked = Vec::new();
+    let events = run_judged(
+        Gateway::new(&gateway.url(), TOKEN.into()),
+        &req,
+        ws.path(),
+        Duration::from_secs(10),
+        &mut |check| {
+            let TurnEvent::Check {
+                name, arguments, ..
+            } = check
+            else {
+                unreachable!()
+            };
+            asked.push((name.clone(), arguments.clone()));
+            if arguments["path"] == "out.csv" {
+                Verdict::Ran {
+                    ok: true,
+                    output: "out.csv is queued".into(),
+                }
+            } else {
+                Verdict::Run
+            }
+        },
+    );
+    assert_eq!(done(&events).0, "Sent.");
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    let results = tool_results(&events);
+    assert_eq!(results[0], "out.csv is queued");
+    assert!(
+        results[1].starts_with("error: send_file is carried out by the host"),
+        "{results:?}"
+    );
+    assert_eq!(
+        tool_ends(&events).iter().map(|t| t.1).collect::<Vec<_>>(),
+        [true, false]
     );
 }
 
