@@ -124,9 +124,7 @@ impl Guest for FeishuChannel {
     fn file_request(message_id: String, file: Attachment) -> Result<HttpRequest, ChannelError> {
         let path =
             files::resource_path(&message_id, &file.locator).map_err(ChannelError::Rejected)?;
-        if !secrets::is_set(TENANT_TOKEN) {
-            fetch_token(HTTP_TIMEOUT_MS)?;
-        }
+        ensure_token(HTTP_TIMEOUT_MS)?;
         Ok(HttpRequest {
             method: "GET".into(),
             url: format!("{}{path}", base()?),
@@ -845,6 +843,15 @@ fn fetch_token(timeout_ms: u32) -> Result<(), ChannelError> {
     }
 }
 
+/// Fetches the tenant token when the host holds none.
+fn ensure_token(timeout_ms: u32) -> Result<(), ChannelError> {
+    if secrets::is_set(TENANT_TOKEN) {
+        Ok(())
+    } else {
+        fetch_token(timeout_ms)
+    }
+}
+
 /// One Open API call with the tenant token, fetched first when the host
 /// holds none, and fetched afresh once when Feishu refuses it.
 fn call(method: &str, path: &str, body: Option<Value>) -> Result<Value, CallError> {
@@ -858,9 +865,7 @@ fn call_within(
     body: Option<Value>,
     timeout_ms: u32,
 ) -> Result<Value, CallError> {
-    if !secrets::is_set(TENANT_TOKEN) {
-        fetch_token(timeout_ms).map_err(CallError::Channel)?;
-    }
+    ensure_token(timeout_ms).map_err(CallError::Channel)?;
     match call_once(method, path, body.as_ref(), timeout_ms) {
         Err(CallError::Feishu(Failure::TokenInvalid(why))) => {
             log(
@@ -904,9 +909,7 @@ fn call_once(
 /// Uploads the file of the `send-file` call in progress as `how` says;
 /// the key Feishu gives it.
 fn upload_file(how: &files::Upload) -> Result<String, ChannelError> {
-    if !secrets::is_set(TENANT_TOKEN) {
-        fetch_token(HTTP_TIMEOUT_MS)?;
-    }
+    ensure_token(HTTP_TIMEOUT_MS)?;
     let url = format!("{}{}", base()?, how.path);
     let form = upload::Body::Multipart(upload::MultipartForm {
         fields: how
