@@ -50,3 +50,4 @@ pub mod scheduler;
 pub mod sessions;
 pub mod suggest;
 pub mod turn;
+pub mod web;

@@ -302,6 +302,17 @@ impl ApprovalStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The latest decided (or expired) requests, newest first.
+    pub fn decided(&self, limit: u32) -> Result<Vec<Request>, ApprovalError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {COLUMNS} FROM approval_requests WHERE state != 'pending'
+             ORDER BY created_ms DESC, id DESC LIMIT ?1"
+        ))?;
+        let rows = stmt.query_map([limit], request_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Marks every request past its deadline expired (a denial); returns
     /// them, so each can be told and audited once.
     pub fn expire_due(&self, now_ms: i64) -> Result<Vec<String>, ApprovalError> {

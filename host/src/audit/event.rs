@@ -26,6 +26,8 @@ pub enum Actor<'a> {
     Agent(&'a str),
     /// An MCP server: `mcp:NAME`.
     McpServer(&'a str),
+    /// A person signed in to the web console: `web`.
+    Web,
 }
 
 impl fmt::Display for Actor<'_> {
@@ -41,6 +43,7 @@ impl fmt::Display for Actor<'_> {
             Self::Workspace(name) => write!(f, "workspace:{name}"),
             Self::Agent(name) => write!(f, "agent:{name}"),
             Self::McpServer(name) => write!(f, "mcp:{name}"),
+            Self::Web => f.write_str("web"),
         }
     }
 }
@@ -123,6 +126,13 @@ actions! {
     ScheduleRunFailed => "schedule.run_failed",
     StatePruned => "state.pruned",
     TurnRunnerFlood => "turn.runner_flood",
+    WebSignedIn => "web.signed_in",
+    WebSignedOut => "web.signed_out",
+    ScheduleRunRequested => "schedule.run_requested",
+    SchedulePaused => "schedule.paused",
+    ScheduleResumed => "schedule.resumed",
+    MemoryForgotten => "memory.forgotten",
+    ChannelDeliveryRetried => "channel.delivery_retried",
 }
 
 impl fmt::Display for Action {

@@ -24,6 +24,28 @@ pub struct AuditEvent {
     pub detail: String,
 }
 
+/// Which events [`AuditLog::page`] returns; every field narrows.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub workspace: Option<String>,
+    /// A kind (`approval.granted`) or its family (`approval`).
+    pub kind: Option<String>,
+    pub actor: Option<String>,
+    /// Newer than this id, oldest first (a live tail).
+    pub after_id: Option<i64>,
+    /// Older than this id, newest first (the next page).
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// A stored event with its row id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditRow {
+    pub id: i64,
+    #[serde(flatten)]
+    pub event: AuditEvent,
+}
+
 pub struct AuditLog {
     conn: Mutex<Connection>,
 }
@@ -122,6 +144,52 @@ impl AuditLog {
              WHERE ?1 IS NULL OR actor = ?1 ORDER BY id DESC LIMIT ?2",
             params![actor, limit],
         )
+    }
+
+    /// Events matching `filter`: newest first, or oldest first after
+    /// `after_id`.
+    pub fn page(&self, filter: &AuditFilter) -> rusqlite::Result<Vec<AuditRow>> {
+        let order = if filter.after_id.is_some() {
+            "ASC"
+        } else {
+            "DESC"
+        };
+        let sql = format!(
+            "SELECT id, timestamp_ms, actor, workspace, kind, detail FROM audit_events
+             WHERE (?1 IS NULL OR workspace = ?1)
+               AND (?2 IS NULL OR kind = ?2 OR kind LIKE ?2 || '.%')
+               AND (?3 IS NULL OR actor = ?3)
+               AND (?4 IS NULL OR id > ?4) AND (?5 IS NULL OR id < ?5)
+             ORDER BY id {order} LIMIT ?6"
+        );
+        let conn = self
+            .conn
+            .lock()
+            .map_err(|_| rusqlite::Error::InvalidQuery)?;
+        let mut stmt = conn.prepare_cached(&sql)?;
+        stmt.query_map(
+            params![
+                filter.workspace,
+                filter.kind,
+                filter.actor,
+                filter.after_id,
+                filter.before_id,
+                filter.limit
+            ],
+            |r| {
+                Ok(AuditRow {
+                    id: r.get(0)?,
+                    event: AuditEvent {
+                        timestamp_ms: r.get(1)?,
+                        actor: r.get(2)?,
+                        workspace: r.get(3)?,
+                        kind: r.get(4)?,
+                        detail: r.get(5)?,
+                    },
+                })
+            },
+        )?
+        .collect()
     }
 
     fn query(&self, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<Vec<AuditEvent>> {

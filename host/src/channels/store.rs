@@ -599,6 +599,29 @@ impl ChannelStore {
         Ok(())
     }
 
+    /// The latest replies of `channel` given up on, newest first.
+    pub fn failed(&self, channel: &str, limit: u32) -> Result<Vec<OutboxRow>, StoreError> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {OUTBOX_COLUMNS} FROM channel_outbox WHERE channel = ?1 AND state = 'failed'
+             ORDER BY id DESC LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![channel, limit], outbox_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Puts a reply given up on back in the queue, due now. A file's bytes
+    /// were dropped when it failed, so a file cannot be retried. `false`
+    /// when the row is not a failed text reply.
+    pub fn retry_failed(&self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
+        Ok(self.conn()?.execute(
+            "UPDATE channel_outbox SET state = 'pending', next_attempt_ms = ?2,
+                claimed_by = NULL, claimed_until_ms = NULL
+             WHERE id = ?1 AND state = 'failed' AND file IS NULL",
+            params![id, now_ms],
+        )? == 1)
+    }
+
     /// Every outbox row of a channel, oldest first.
     pub fn outbox(&self, channel: &str) -> Result<Vec<OutboxRow>, StoreError> {
         let conn = self.conn()?;

@@ -95,11 +95,17 @@ pub fn run(config_flag: Option<&std::path::Path>, command: ApprovalsCommand) -> 
                 (false, Some(rule)) => Wanted::Always((!rule.trim().is_empty()).then_some(rule)),
                 (false, None) => Wanted::Once,
             };
-            println!("{}", decide(&approvals, &audit, &id, wanted)?);
+            println!(
+                "{}",
+                decide(&approvals, &audit, &id, wanted, Operator::Cli)?
+            );
             Ok(())
         }
         ApprovalsCommand::Deny { id, reason } => {
-            println!("{}", decide(&approvals, &audit, &id, Wanted::Deny(reason))?);
+            println!(
+                "{}",
+                decide(&approvals, &audit, &id, Wanted::Deny(reason), Operator::Cli)?
+            );
             Ok(())
         }
         ApprovalsCommand::Rules { workspace } => {
@@ -115,22 +121,60 @@ pub fn run(config_flag: Option<&std::path::Path>, command: ApprovalsCommand) -> 
         }
         ApprovalsCommand::Revoke { rule, workspace } => {
             ctx.check_workspace(&workspace)?;
-            let rule = Rule::parse(&rule)?;
-            if !approvals.store().revoke(&workspace, &rule)? {
-                anyhow::bail!(
-                    "workspace `{workspace}` has no rule `{rule}` (see `pincer approvals rules -w {workspace}`)"
-                );
-            }
-            audit.record(
-                Actor::Cli(None),
-                Some(&workspace),
-                Action::ApprovalRuleRevoked,
-                &format!("rule `{rule}` revoked by operator:cli"),
+            println!(
+                "{}",
+                revoke(&approvals, &audit, &workspace, &rule, Operator::Cli)?
             );
-            println!("revoked `{rule}` in workspace `{workspace}`");
             Ok(())
         }
     }
+}
+
+/// Where an operator decides: the CLI on this `PINCER_HOME`, or a signed-in
+/// web console session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    Cli,
+    Web,
+}
+
+impl Operator {
+    fn via(self) -> &'static str {
+        match self {
+            Self::Cli => "cli",
+            Self::Web => "web",
+        }
+    }
+
+    fn actor(self) -> Actor<'static> {
+        match self {
+            Self::Cli => Actor::Cli(None),
+            Self::Web => Actor::Web,
+        }
+    }
+}
+
+/// Removes `workspace`'s "always" rule `rule`; what was done, in words.
+pub fn revoke(
+    approvals: &Approvals,
+    audit: &AuditLog,
+    workspace: &str,
+    rule: &str,
+    operator: Operator,
+) -> anyhow::Result<String> {
+    let rule = Rule::parse(rule)?;
+    if !approvals.store().revoke(workspace, &rule)? {
+        anyhow::bail!(
+            "workspace `{workspace}` has no rule `{rule}` (see `pincer approvals rules -w {workspace}`)"
+        );
+    }
+    audit.record(
+        operator.actor(),
+        Some(workspace),
+        Action::ApprovalRuleRevoked,
+        &format!("rule `{rule}` revoked by operator:{}", operator.via()),
+    );
+    Ok(format!("revoked `{rule}` in workspace `{workspace}`"))
 }
 
 /// Decides request `id` as the operator; what happened, in words.
@@ -139,6 +183,7 @@ pub fn decide(
     audit: &AuditLog,
     id: &str,
     wanted: Wanted,
+    operator: Operator,
 ) -> anyhow::Result<String> {
     let request = approvals
         .store()
@@ -147,7 +192,7 @@ pub fn decide(
     let decision = wanted.decision(&request).map_err(anyhow::Error::msg)?;
     let done = approvals.decide(
         id,
-        Decider::Operator("cli"),
+        Decider::Operator(operator.via()),
         &Approvers::Originator,
         &decision,
         crate::db::now_ms(),
@@ -169,10 +214,14 @@ pub fn decide(
         ),
     };
     audit.record(
-        Actor::Cli(None),
+        operator.actor(),
         Some(&request.workspace),
         action,
-        &format!("request {id}: `{}` {what} by operator:cli", request.tool),
+        &format!(
+            "request {id}: `{}` {what} by operator:{}",
+            request.tool,
+            operator.via()
+        ),
     );
     let warning = match &decision {
         Decision::Always(rule) => rule
@@ -234,7 +283,7 @@ pub fn answer_inline(
                 "nobody at a terminal could be asked (pass --approve to decide)".into(),
             )),
         };
-        match decide(&approvals, &audit, &id, wanted) {
+        match decide(&approvals, &audit, &id, wanted, Operator::Cli) {
             Ok(done) => eprintln!("  {done}"),
             Err(e) => eprintln!("  ! {e}"),
         }
@@ -280,7 +329,8 @@ fn first_line(text: &str) -> String {
     }
 }
 
-fn as_json(r: &Request) -> serde_json::Value {
+/// A request as `approvals show` prints it (the web console reads the same).
+pub fn as_json(r: &Request) -> serde_json::Value {
     serde_json::json!({
         "id": r.id,
         "workspace": r.workspace,

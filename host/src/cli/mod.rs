@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 mod agent;
-mod approvals;
+pub(crate) mod approvals;
 mod channel;
 mod config_cmd;
 mod daemon;
@@ -19,10 +19,11 @@ mod memory;
 mod model;
 mod pairing;
 mod plugin;
-mod policy;
-mod schedule;
+pub(crate) mod policy;
+pub(crate) mod schedule;
 pub(crate) mod skill;
 pub(crate) mod state;
+mod web;
 mod workspace;
 
 pub use crate::daemon::Context;
@@ -90,6 +91,9 @@ pub enum Command {
     /// What pincer.db keeps: prune what `state.retention` no longer keeps
     #[command(subcommand)]
     State(StateCommand),
+    /// The web console of `pincer start`: sign in, sign everyone out
+    #[command(subcommand)]
+    Web(web::WebCommand),
     /// Check what this machine is missing, and how to fix it
     Doctor,
     /// Load every built-in plugin and exercise each world once
@@ -548,6 +552,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Approvals(command) => approvals::run(cli.config.as_deref(), command),
         Command::Egress(command) => egress::run(cli.config.as_deref(), command),
         Command::Pairing(command) => pairing::run(cli.config.as_deref(), command),
+        Command::Web(command) => web::run(cli.config.as_deref(), command),
         Command::Channel(ChannelCommand::Test { name }) => {
             channel::test(cli.config.as_deref(), &name).await
         }

@@ -11,6 +11,23 @@ use crate::policy::{self, PolicyCatalog, ReportInput};
 
 pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow::Result<()> {
     let ctx = Context::load(config_flag)?;
+    let report = report(&ctx, name)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", policy::render_text(&report));
+        // Who may send this workspace's channels a message beyond the
+        // YAML's allowed_senders: the pairing overlay, with its origin.
+        for line in super::config_cmd::paired_senders(&ctx.config) {
+            println!("{line}");
+        }
+    }
+    Ok(())
+}
+
+/// What `policy audit NAME --json` prints (the web console shows the same
+/// value).
+pub fn report(ctx: &Context, name: &str) -> anyhow::Result<policy::PolicyReport> {
     let Some(workspace) = ctx.config.workspaces.get(name) else {
         let known: Vec<&str> = ctx.config.workspaces.keys().map(String::as_str).collect();
         bail!(
@@ -77,15 +94,5 @@ pub async fn audit(config_flag: Option<&Path>, name: &str, json: bool) -> anyhow
         },
     );
     report.denials = ctx.audit_log()?.for_workspace(name, 50)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", policy::render_text(&report));
-        // Who may send this workspace's channels a message beyond the
-        // YAML's allowed_senders: the pairing overlay, with its origin.
-        for line in super::config_cmd::paired_senders(&ctx.config) {
-            println!("{line}");
-        }
-    }
-    Ok(())
+    Ok(report)
 }

@@ -380,14 +380,14 @@ fn when(ms: i64) -> String {
     )
 }
 
-/// `pincer schedule list`.
-pub fn list(config_flag: Option<&Path>, workspace: Option<&str>, json: bool) -> anyhow::Result<()> {
-    let ctx = super::Context::load(config_flag)?;
+/// `pincer schedule list --json`'s value: `{"tasks": [...], "problems": [...]}`
+/// (the web console shows the same).
+pub fn listing(ctx: &super::Context, workspace: Option<&str>) -> anyhow::Result<serde_json::Value> {
     if let Some(name) = workspace {
         ctx.check_workspace(name)?;
     }
-    let store = open_store(&ctx)?;
-    let (tasks, problems) = tasks_of(&ctx, &store, workspace)?;
+    let store = open_store(ctx)?;
+    let (tasks, problems) = tasks_of(ctx, &store, workspace)?;
     let paused = store.paused_tasks()?;
     let now = Utc::now();
     let mut rows = Vec::new();
@@ -400,11 +400,23 @@ pub fn list(config_flag: Option<&Path>, workspace: Option<&str>, json: bool) -> 
             _ if is_paused => "paused",
             _ => "active",
         };
-        let next = listed
+        let next: Vec<String> = listed
             .task
             .as_ref()
             .filter(|_| state == "active")
-            .and_then(|t| plan::next_after(t, now).map(|n| fire_time(n, t.zone)));
+            .map(|t| {
+                let mut after = now;
+                let mut times = Vec::new();
+                while times.len() < 3 {
+                    let Some(n) = plan::next_after(t, after) else {
+                        break;
+                    };
+                    times.push(fire_time(n, t.zone));
+                    after = n;
+                }
+                times
+            })
+            .unwrap_or_default();
         let last = store.history(&listed.workspace, &id, 1)?.into_iter().next();
         rows.push(serde_json::json!({
             "workspace": listed.workspace,
@@ -413,7 +425,8 @@ pub fn list(config_flag: Option<&Path>, workspace: Option<&str>, json: bool) -> 
             "state": state,
             "trigger": listed.task.as_ref().map(|t| t.trigger.to_string()),
             "zone": listed.task.as_ref().map(|t| t.zone.name()),
-            "next": next,
+            "next": next.first(),
+            "next_times": next,
             "last": last.map(|r| serde_json::json!({
                 "status": r.status.as_str(), "due_ms": r.due_ms, "ended_ms": r.ended_ms,
                 "error": r.error,
@@ -421,24 +434,36 @@ pub fn list(config_flag: Option<&Path>, workspace: Option<&str>, json: bool) -> 
             "problem": listed.problem,
         }));
     }
+    Ok(serde_json::json!({"tasks": rows, "problems": problems}))
+}
+
+/// `pincer schedule list`.
+pub fn list(config_flag: Option<&Path>, workspace: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let ctx = super::Context::load(config_flag)?;
+    let listing = listing(&ctx, workspace)?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"tasks": rows, "problems": problems})
-            )?
-        );
+        println!("{}", serde_json::to_string_pretty(&listing)?);
         return Ok(());
     }
+    let rows = listing["tasks"].as_array().cloned().unwrap_or_default();
+    let problems: Vec<String> = listing["problems"]
+        .as_array()
+        .map(|p| {
+            p.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
     if rows.is_empty() {
         println!(
             "no scheduled tasks (write workspaces/NAME/schedules.yaml beside pincer.yaml; `pincer schedule check FILE` validates one)"
         );
     }
     let mut current = "";
-    for (row, listed) in rows.iter().zip(&tasks) {
-        if listed.workspace != current {
-            current = &listed.workspace;
+    for row in &rows {
+        let workspace = row["workspace"].as_str().unwrap_or("");
+        if workspace != current {
+            current = workspace;
             println!("workspace {current}:");
         }
         let text = |key: &str| row[key].as_str().unwrap_or("").to_owned();
@@ -446,7 +471,7 @@ pub fn list(config_flag: Option<&Path>, workspace: Option<&str>, json: bool) -> 
             (Some(t), Some(z)) => format!("{t} in {z}"),
             _ => String::new(),
         };
-        let from = if listed.agent.is_some() {
+        let from = if row["source"] == "agent" {
             " (agent)"
         } else {
             ""
@@ -484,18 +509,28 @@ pub fn pause(
     paused: bool,
 ) -> anyhow::Result<()> {
     let ctx = super::Context::load(config_flag)?;
-    let store = open_store(&ctx)?;
-    let workspace = find_task(&ctx, &store, id, workspace)?.workspace;
+    println!("{}", set_paused(&ctx, id, workspace, paused)?);
+    Ok(())
+}
+
+/// Pauses or resumes task `id`; what was done, in words.
+pub fn set_paused(
+    ctx: &super::Context,
+    id: &str,
+    workspace: Option<&str>,
+    paused: bool,
+) -> anyhow::Result<String> {
+    let store = open_store(ctx)?;
+    let workspace = find_task(ctx, &store, id, workspace)?.workspace;
     if paused {
         store.set_paused(&workspace, id, true)?;
-        println!("paused task `{id}` of workspace `{workspace}`");
+        Ok(format!("paused task `{id}` of workspace `{workspace}`"))
     } else {
         store.resume(&workspace, id, crate::db::now_ms())?;
-        println!(
+        Ok(format!(
             "resumed task `{id}` of workspace `{workspace}` (due times missed while paused do not run)"
-        );
+        ))
     }
-    Ok(())
 }
 
 /// `pincer schedule approve|cancel ID`: for the agent's tasks.
@@ -576,19 +611,10 @@ pub async fn run_now(
 ) -> anyhow::Result<()> {
     let ctx = super::Context::load(config_flag)?;
     let store = open_store(&ctx)?;
-    let listed = find_task(&ctx, &store, id, workspace)?;
-    if let Some(row) = &listed.agent
-        && row.status == Status::Pending
-    {
-        anyhow::bail!("task `{id}` waits for approval: `pincer schedule approve {id}` first");
-    }
+    let (run_id, listed) = queue_run(&ctx, &store, id, workspace)?;
     let Some(task) = &listed.task else {
-        anyhow::bail!(
-            "task `{id}` is not valid: {}",
-            listed.problem.as_deref().unwrap_or("")
-        );
+        anyhow::bail!("task `{id}` is not valid");
     };
-    let run_id = store.queue_manual(&listed.workspace, id, crate::db::now_ms())?;
     let daemon = crate::daemon::status::read(&ctx.home);
     if daemon.is_none() {
         println!(
@@ -638,6 +664,41 @@ pub async fn run_now(
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
+
+/// Queues a run of task `id` now (the daemon starts it once no run of the
+/// task is active); its run id and the task.
+fn queue_run(
+    ctx: &super::Context,
+    store: &Store,
+    id: &str,
+    workspace: Option<&str>,
+) -> anyhow::Result<(i64, Listed)> {
+    let listed = find_task(ctx, store, id, workspace)?;
+    if let Some(row) = &listed.agent
+        && row.status == Status::Pending
+    {
+        anyhow::bail!("task `{id}` waits for approval: `pincer schedule approve {id}` first");
+    }
+    if listed.task.is_none() {
+        anyhow::bail!(
+            "task `{id}` is not valid: {}",
+            listed.problem.as_deref().unwrap_or("")
+        );
+    }
+    let run_id = store.queue_manual(&listed.workspace, id, crate::db::now_ms())?;
+    Ok((run_id, listed))
+}
+
+/// [`queue_run`] for the web console: the run id and the workspace.
+pub fn run_soon(
+    ctx: &super::Context,
+    id: &str,
+    workspace: Option<&str>,
+) -> anyhow::Result<(i64, String)> {
+    let store = open_store(ctx)?;
+    let (run_id, listed) = queue_run(ctx, &store, id, workspace)?;
+    Ok((run_id, listed.workspace))
 }
 
 /// Where a run's output went, as it stands now: per destination, each part
@@ -704,6 +765,35 @@ fn delivery_line(to: &serde_json::Value) -> String {
     format!("{place} {}", states.join(", "))
 }
 
+fn run_json(r: &crate::scheduler::store::RunRecord, outbox: &ChannelStore) -> serde_json::Value {
+    serde_json::json!({
+        "id": r.id, "due_ms": r.due_ms, "status": r.status.as_str(), "attempt": r.attempt,
+        "started_ms": r.started_ms, "ended_ms": r.ended_ms, "origin": r.origin,
+        "output": r.output, "error": r.error,
+        "delivery": delivery(r.receipts.as_deref(), outbox),
+    })
+}
+
+/// `pincer schedule history ID --json`'s rows (newest first), for the web
+/// console: the task's workspace, whether it is paused, the runs.
+pub fn history_rows(
+    ctx: &super::Context,
+    id: &str,
+    workspace: Option<&str>,
+    limit: usize,
+) -> anyhow::Result<(String, bool, Vec<serde_json::Value>)> {
+    let store = open_store(ctx)?;
+    let outbox = ctx.channel_store()?;
+    let workspace = find_task(ctx, &store, id, workspace)?.workspace;
+    let runs = store.history(&workspace, id, limit)?;
+    let paused = store.is_paused(&workspace, id)?;
+    Ok((
+        workspace,
+        paused,
+        runs.iter().map(|r| run_json(r, &outbox)).collect(),
+    ))
+}
+
 /// `pincer schedule history ID`: the latest runs, newest first.
 pub fn history(
     config_flag: Option<&Path>,
@@ -718,17 +808,7 @@ pub fn history(
     let workspace = find_task(&ctx, &store, id, workspace)?.workspace;
     let runs = store.history(&workspace, id, limit)?;
     if json {
-        let rows: Vec<serde_json::Value> = runs
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "due_ms": r.due_ms, "status": r.status.as_str(), "attempt": r.attempt,
-                    "started_ms": r.started_ms, "ended_ms": r.ended_ms, "origin": r.origin,
-                    "output": r.output, "error": r.error,
-                    "delivery": delivery(r.receipts.as_deref(), &outbox),
-                })
-            })
-            .collect();
+        let rows: Vec<serde_json::Value> = runs.iter().map(|r| run_json(r, &outbox)).collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }

@@ -425,4 +425,11 @@ mcp_servers: {}
 # How long pincer.db keeps rows (`pincer state prune`; the daemon prunes daily).
 # state:
 #   retention: {inbound: 30d, outbox: 30d, audit: 180d}
+
+# The web console of `pincer start` (`pincer web login` prints a sign-in URL).
+# web:
+#   listen: "127.0.0.1:4200"        # loopback unless allow_remote: true (then put TLS in front)
+#   tls: false                      # true behind a TLS proxy: cookies get `Secure`
+#   session_ttl: 12h
+#   enabled: true
 "#;

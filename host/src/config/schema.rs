@@ -32,6 +32,80 @@ pub struct Config {
     pub timezone: Option<String>,
     /// What the host keeps in `pincer.db`, and for how long.
     pub state: State,
+    /// The web console `pincer start` serves.
+    pub web: Web,
+}
+
+/// `web`: the console `pincer start` serves (`pincer web login` signs in).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Web {
+    /// Where the console listens. Left out: `127.0.0.1:4200`, and a busy
+    /// port is a warning; given, a port that cannot be bound is an error.
+    /// An address other than loopback needs `allow_remote: true`.
+    pub listen: Option<SocketAddr>,
+    /// Whether `listen` may be an address other than loopback (then put
+    /// TLS in front of it). Default false.
+    pub allow_remote: bool,
+    /// Whether the console sits behind TLS (cookies get `Secure`). Default
+    /// false.
+    pub tls: bool,
+    /// How long a sign-in lasts. Default `12h`.
+    pub session_ttl: WebSessionTtl,
+    /// `false` turns the console off. Default true.
+    pub enabled: bool,
+    /// More `Host` header values the console answers (`console.example.com`
+    /// behind a TLS proxy); besides these only `listen` itself (and
+    /// `localhost:PORT` on loopback), so DNS rebinding finds nothing.
+    pub hosts: Vec<String>,
+}
+
+impl Default for Web {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            allow_remote: false,
+            tls: false,
+            session_ttl: WebSessionTtl::default(),
+            enabled: true,
+            hosts: Vec::new(),
+        }
+    }
+}
+
+impl Web {
+    pub const DEFAULT_LISTEN: SocketAddr =
+        SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 4200);
+
+    /// Where the console listens.
+    pub fn address(&self) -> SocketAddr {
+        self.listen.unwrap_or(Self::DEFAULT_LISTEN)
+    }
+}
+
+/// `web.session_ttl`, a duration such as `12h` (between 1 minute and 30 days).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebSessionTtl(pub std::time::Duration);
+
+impl Default for WebSessionTtl {
+    fn default() -> Self {
+        Self(std::time::Duration::from_secs(12 * 3600))
+    }
+}
+
+impl<'de> Deserialize<'de> for WebSessionTtl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let ttl = humantime::parse_duration(&text).map_err(|e| {
+            de::Error::custom(format!("`{text}` is not a duration such as `12h`: {e}"))
+        })?;
+        if ttl < std::time::Duration::from_secs(60)
+            || ttl > std::time::Duration::from_secs(30 * 86400)
+        {
+            return Err(de::Error::custom(format!("`{text}` is outside 1m..30d")));
+        }
+        Ok(Self(ttl))
+    }
 }
 
 /// `state`: what `pincer.db` keeps.

@@ -102,6 +102,9 @@ pub(crate) fn validate(cfg: &Config) -> Vec<Issue<'_>> {
     }
     plugins(&cfg.plugins, out);
     channels(cfg, out);
+    if cfg.web.enabled {
+        web(cfg, out);
+    }
     skills(cfg, out);
     for (name, server) in &cfg.mcp_servers {
         mcp_server(cfg, name, server, out);
@@ -789,6 +792,29 @@ fn allowed_workspaces<'a>(cfg: &'a Config, list: &'a [String], base: &[Seg<'a>],
                 format!("unknown workspace `{ws}` (not defined under workspaces; `*` means all)"),
             ));
             continue;
+        }
+    }
+}
+
+fn web<'a>(cfg: &'a Config, out: Out<'a, '_>) {
+    let at_listen = || vec![Key("web"), Key("listen")];
+    let listen = cfg.web.address();
+    if !cfg.web.allow_remote && !is_loopback(&listen) {
+        out.push(at(at_listen(), remote_refusal("web", &listen)));
+    }
+    for (section, other) in [
+        ("gateway", cfg.gateway.listen),
+        ("channels", cfg.channels.listen),
+    ] {
+        if other.port() == listen.port()
+            && (other.ip() == listen.ip()
+                || other.ip().is_unspecified()
+                || listen.ip().is_unspecified())
+        {
+            out.push(at(
+                at_listen(),
+                format!("web.listen {listen} is also {section}.listen: the console needs an address of its own"),
+            ));
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::containers::ContainerRuntime;
 use crate::gateway::KeyStore;
 use crate::plugins::{CallLimits, Catalog, HostPaths, LoadedPlugin, PluginHost};
 
+#[derive(Clone)]
 pub struct Context {
     /// `None`: built-in defaults, no file.
     pub config_path: Option<PathBuf>,

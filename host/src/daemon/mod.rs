@@ -216,6 +216,24 @@ async fn serve(
         ));
         Some(bound)
     };
+    let console = match crate::web::bind(&ctx.config).await? {
+        Some(listener) => {
+            let bound = listener.local_addr()?;
+            let console = crate::web::Console::new(ctx, agent.clone(), audit.clone(), bound)?;
+            let mut stop = stop.clone();
+            tasks.spawn(crate::listener::serve(
+                listener,
+                console.router(),
+                crate::config::ListenerLimits::default().into(),
+                "web.listen".into(),
+                async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                },
+            ));
+            Some(bound)
+        }
+        None => None,
+    };
     let turns = tokio::spawn(control::serve(control_socket, agent.clone()));
     let status = status::Reporter::new(
         &ctx.home,
@@ -236,13 +254,18 @@ async fn serve(
             .map(|a| format!(", webhooks on http://{a}/channels/NAME/"))
             .unwrap_or_default(),
     );
+    if let Some(at) = console {
+        println!("pincer: web console on http://{at}/ (run `pincer web login` to sign in)");
+    }
 
     let ending = loop {
         let reload = tokio::select! {
             _ = tokio::signal::ctrl_c() => break Ending::Stop,
             _ = terminate.recv() => break Ending::Stop,
             _ = hangup.recv() => true,
-            _ = async { changes.lock().await.recv().await } => true,
+            // No file is watched (built-in defaults): the channel is
+            // closed, and a closed channel is no change.
+            Some(()) = async { changes.lock().await.recv().await } => true,
         };
         if reload {
             // A reload that cannot start falls back to the running

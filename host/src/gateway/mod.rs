@@ -2,7 +2,7 @@
 //! server that containers and external clients call and the MCP gateway.
 //! Other rooms use what this facade exports; the modules are private.
 
-mod budget;
+pub mod budget;
 mod cache;
 mod cost;
 mod keys;

@@ -262,6 +262,11 @@ impl Gateway {
         &self.keys
     }
 
+    /// The budget ledger: usage and spend.
+    pub fn ledger(&self) -> &Arc<super::Ledger> {
+        &self.ledger
+    }
+
     /// What mints and revokes containers' gateway tokens, for the container
     /// runtime (which holds no store of its own).
     pub fn container_grants(&self) -> Arc<dyn crate::containers::GrantMinter> {

@@ -113,6 +113,32 @@ pub struct SessionStore {
     conn: Mutex<Connection>,
 }
 
+/// Which sessions [`SessionStore::list`] returns; every field narrows.
+#[derive(Debug, Clone, Default)]
+pub struct SessionFilter {
+    pub workspace: Option<String>,
+    pub channel: Option<String>,
+    /// A platform sender id or display name of a message in the session.
+    pub sender: Option<String>,
+    /// Text in one of the session's messages (case-insensitive for ASCII).
+    pub text: Option<String>,
+    /// Only sessions older than this id (the next page).
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// A session as listed: its key, when it began and was last active, how
+/// many messages it holds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionSummary {
+    pub id: i64,
+    pub key: SessionKey,
+    pub created_ms: i64,
+    pub closed_ms: Option<i64>,
+    pub last_ms: Option<i64>,
+    pub messages: i64,
+}
+
 impl SessionStore {
     pub fn open(home: &Path) -> Result<Self, SessionError> {
         let conn = crate::db::open(&home.join(crate::db::FILE_NAME))?;
@@ -293,6 +319,86 @@ impl SessionStore {
             params![turn_id, status.as_str(), error, now_ms()],
         )?;
         Ok(())
+    }
+
+    /// Sessions matching `filter`, newest first.
+    pub fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionSummary>, SessionError> {
+        let conn = self.conn()?;
+        // The sender lives in the channels' inbound table, which exists once
+        // a channel store opened this database.
+        let by_sender = if filter.sender.is_some() {
+            "AND EXISTS (SELECT 1 FROM channel_inbound i JOIN turns t ON t.id = i.turn_id
+                 WHERE t.session_id = s.id AND (i.sender = ?3 OR i.sender_name = ?3))"
+        } else {
+            "AND ?3 IS NULL"
+        };
+        let sql = format!(
+            "SELECT s.id, s.channel, s.conversation, s.workspace, s.created_ms, s.closed_ms,
+                    (SELECT MAX(created_ms) FROM session_messages m WHERE m.session_id = s.id),
+                    (SELECT COUNT(*) FROM session_messages m WHERE m.session_id = s.id)
+             FROM sessions s
+             WHERE (?1 IS NULL OR s.workspace = ?1) AND (?2 IS NULL OR s.channel = ?2) {by_sender}
+               AND (?4 IS NULL OR EXISTS (SELECT 1 FROM session_messages m
+                    WHERE m.session_id = s.id AND instr(lower(m.message), lower(?4)) > 0))
+               AND (?5 IS NULL OR s.id < ?5)
+             ORDER BY s.id DESC LIMIT ?6"
+        );
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(
+            params![
+                filter.workspace,
+                filter.channel,
+                filter.sender,
+                filter.text,
+                filter.before_id,
+                filter.limit
+            ],
+            |row| {
+                Ok(SessionSummary {
+                    id: row.get(0)?,
+                    key: SessionKey {
+                        channel: row.get(1)?,
+                        conversation: row.get(2)?,
+                        workspace: row.get(3)?,
+                    },
+                    created_ms: row.get(4)?,
+                    closed_ms: row.get(5)?,
+                    last_ms: row.get(6)?,
+                    messages: row.get(7)?,
+                })
+            },
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// One session by id.
+    pub fn get(&self, id: i64) -> Result<Option<SessionSummary>, SessionError> {
+        Ok(self
+            .list(&SessionFilter {
+                before_id: id.checked_add(1),
+                limit: 1,
+                ..SessionFilter::default()
+            })?
+            .into_iter()
+            .find(|s| s.id == id))
+    }
+
+    /// The turns of a session, oldest first.
+    pub fn turns(&self, session_id: i64) -> Result<Vec<TurnRecord>, SessionError> {
+        let ids: Vec<String> = {
+            let conn = self.conn()?;
+            let mut stmt = conn
+                .prepare("SELECT id FROM turns WHERE session_id = ?1 ORDER BY started_ms, rowid")?;
+            stmt.query_map([session_id], |r| r.get(0))?
+                .collect::<Result<_, _>>()?
+        };
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(turn) = self.turn(&id)? {
+                out.push(turn);
+            }
+        }
+        Ok(out)
     }
 
     /// Every message of the session, oldest first.
