@@ -29,3 +29,4 @@ mod reach;
 mod registry;
 mod slack;
 mod weather;
+mod web;
