@@ -41,6 +41,7 @@ pub mod gateway;
 pub mod hosts;
 pub mod listener;
 pub mod memory;
+pub mod operator;
 pub mod pairing;
 pub mod plugins;
 pub mod policy;

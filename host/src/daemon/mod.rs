@@ -11,7 +11,7 @@
 //!   keep running with the old one.
 
 pub mod build;
-mod context;
+pub mod context;
 pub mod prune;
 pub mod status;
 

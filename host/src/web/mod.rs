@@ -16,7 +16,7 @@ use anyhow::Context as _;
 pub use auth::{AuthError, LOGIN_TOKEN_TTL, WebAuth, WebSession};
 
 use crate::audit::AuditLog;
-use crate::daemon::Context;
+use crate::daemon::context::Context;
 use crate::turn::Agent;
 
 /// The cookie that carries a signed-in session.

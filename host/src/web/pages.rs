@@ -1,6 +1,6 @@
 //! The console's pages and the forms they post. Each reads the stores and
-//! calls the functions the CLI calls (`cli::approvals::decide`,
-//! `cli::schedule::listing`, `cli::policy::report`, …).
+//! calls the functions the CLI calls (`operator::decide`,
+//! `operator::schedule_listing`, `operator::policy_report`, …).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::{Console, WebSession, guard};
 use crate::approvals::Wanted;
-use crate::cli::approvals::Operator;
+use crate::operator::Operator;
 
 type Shared = State<Arc<Console>>;
 
@@ -41,7 +41,6 @@ pub fn routes() -> Router<Arc<Console>> {
         .route("/login", get(login))
         .route("/logout", post(logout))
         .route("/static/console.css", get(css))
-        .route("/static/console.js", get(js))
         .route("/sessions", get(sessions))
         .route("/sessions/{id}", get(session))
         .route("/approvals", get(approvals))
@@ -125,13 +124,6 @@ async fn css() -> Response {
     static_file(
         "text/css; charset=utf-8",
         include_str!("static/console.css"),
-    )
-}
-
-async fn js() -> Response {
-    static_file(
-        "text/javascript; charset=utf-8",
-        include_str!("static/console.js"),
     )
 }
 
@@ -225,7 +217,7 @@ async fn overview(State(console): Shared, Extension(session): Extension<WebSessi
             ..Default::default()
         })?;
     let audit = console.audit.recent(None, 10)?;
-    let tasks = crate::cli::schedule::listing(&console.ctx, None)
+    let tasks = crate::operator::schedule_listing(&console.ctx, None)
         .map(|l| l["tasks"].as_array().map_or(0, Vec::len))
         .unwrap_or(0);
     let ledger = console.agent.gateway().ledger();
@@ -371,12 +363,12 @@ async fn approvals(State(console): Shared, Extension(session): Extension<WebSess
     let pending: Vec<_> = store
         .pending(crate::db::now_ms())?
         .iter()
-        .map(crate::cli::approvals::as_json)
+        .map(crate::operator::as_json)
         .collect();
     let decided: Vec<_> = store
         .decided(50)?
         .iter()
-        .map(crate::cli::approvals::as_json)
+        .map(crate::operator::as_json)
         .collect();
     let mut rules = Vec::new();
     for workspace in console.ctx.config.workspaces.keys() {
@@ -411,7 +403,7 @@ async fn decide(
         "deny" => Wanted::Deny(blank(form.reason)),
         other => return Err(refused(format!("unknown decision `{other}`"))),
     };
-    let said = crate::cli::approvals::decide(
+    let said = crate::operator::decide(
         console.agent.gateway().approvals(),
         &console.audit,
         &id,
@@ -437,7 +429,7 @@ async fn revoke(
         .ctx
         .check_workspace(&form.workspace)
         .map_err(refused)?;
-    let said = crate::cli::approvals::revoke(
+    let said = crate::operator::revoke(
         console.agent.gateway().approvals(),
         &console.audit,
         &form.workspace,
@@ -449,7 +441,7 @@ async fn revoke(
 }
 
 async fn schedules(State(console): Shared, Extension(session): Extension<WebSession>) -> Page {
-    let listing = crate::cli::schedule::listing(&console.ctx, None)?;
+    let listing = crate::operator::schedule_listing(&console.ctx, None)?;
     render(
         &console,
         "schedules.html",
@@ -466,7 +458,7 @@ async fn task(
     Path((workspace, id)): Path<(String, String)>,
 ) -> Page {
     let (workspace, paused, runs) =
-        crate::cli::schedule::history_rows(&console.ctx, &id, Some(&workspace), 50)
+        crate::operator::task_history(&console.ctx, &id, Some(&workspace), 50)
             .map_err(|e| PageError(StatusCode::NOT_FOUND, format!("{e:#}")))?;
     render(
         &console,
@@ -483,7 +475,7 @@ async fn task_action(
     use crate::audit::{Action, Actor};
     let (said, kind) = match action.as_str() {
         "pause" | "resume" => (
-            crate::cli::schedule::set_paused(
+            crate::operator::set_task_paused(
                 &console.ctx,
                 &id,
                 Some(&workspace),
@@ -497,7 +489,7 @@ async fn task_action(
             },
         ),
         "run" => {
-            let (run_id, _) = crate::cli::schedule::run_soon(&console.ctx, &id, Some(&workspace))
+            let (run_id, _) = crate::operator::run_task_soon(&console.ctx, &id, Some(&workspace))
                 .map_err(|e| refused(format!("{e:#}")))?;
             (
                 format!("queued run #{run_id} of task `{id}`; its history shows the outcome"),
@@ -559,7 +551,7 @@ async fn workspace(
         .ctx
         .check_workspace(&name)
         .map_err(|e| PageError(StatusCode::NOT_FOUND, e.to_string()))?;
-    let report = crate::cli::policy::report(&console.ctx, &name)?;
+    let report = crate::operator::policy_report(&console.ctx, &name)?;
     let memory = console.ctx.memory_store()?;
     let q = blank(query.q);
     let memories: Vec<_> = match &q {
@@ -715,7 +707,7 @@ async fn audit(
         &console,
         "audit.html",
         page_context! {
-            title => "Audit log", csrf => session.csrf, events, next, tail => "",
+            title => "Audit log", csrf => session.csrf, events, next,
             filter => json!({
                 "workspace": filter.workspace.clone().unwrap_or_default(),
                 "kind": filter.kind.clone().unwrap_or_default(),
