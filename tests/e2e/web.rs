@@ -179,16 +179,6 @@ async fn the_console_signs_in_once_refuses_foreign_requests_and_escapes_text() {
     );
     let csrf = csrf_of(&body);
 
-    // The audit log's live tail: open before the change, it gets the event.
-    let mut tail = http
-        .get(console.url("/audit/stream"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(tail.status(), 200);
-    assert_eq!(tail.headers()["content-type"], "text/event-stream");
-
     // Forgetting the memory: refused without the token, with a wrong one,
     // from another origin; nothing is lost by a refusal.
     let forget = console.url(&format!("/workspaces/default/memories/{id}/forget"));
@@ -256,19 +246,6 @@ async fn the_console_signs_in_once_refuses_foreign_requests_and_escapes_text() {
             .contains(&format!("forgot memory #{id}"))
     );
     assert!(!console.cli(&["memory", "list"]).contains("onerror"));
-    let mut streamed = String::new();
-    tokio::time::timeout(std::time::Duration::from_secs(10), async {
-        while !streamed.contains("memory.forgotten") {
-            let chunk = tail.chunk().await.unwrap().expect("the tail stays open");
-            streamed.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the forget never reached the tail: {streamed}"));
-    assert!(streamed.contains("event: audit"), "{streamed}");
-    // Only what happened after it opened.
-    assert!(!streamed.contains("web.signed_in"), "{streamed}");
-    drop(tail);
     assert_eq!(
         console.sandbox.audited("memory.forgotten"),
         vec![format!("memory #{id} forgotten")]
@@ -294,10 +271,7 @@ async fn the_console_signs_in_once_refuses_foreign_requests_and_escapes_text() {
             .unwrap();
         assert_eq!(page.status(), 200, "{path}");
         let body = page.text().await.unwrap();
-        assert!(
-            body.contains("<h1>") || path.ends_with(".js"),
-            "{path}: {body}"
-        );
+        assert!(body.contains("<h1>"), "{path}: {body}");
     }
 
     // Signing everyone out ends the session.

@@ -219,8 +219,7 @@ async fn serve(
     let console = match crate::web::bind(&ctx.config).await? {
         Some(listener) => {
             let bound = listener.local_addr()?;
-            let console =
-                crate::web::Console::new(ctx, agent.clone(), audit.clone(), bound, stop.clone())?;
+            let console = crate::web::Console::new(ctx, agent.clone(), audit.clone(), bound)?;
             let mut stop = stop.clone();
             tasks.spawn(crate::listener::serve(
                 listener,

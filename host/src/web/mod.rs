@@ -5,7 +5,6 @@
 
 mod auth;
 mod guard;
-mod live;
 mod pages;
 mod templates;
 
@@ -34,9 +33,6 @@ pub struct Console {
     hosts: Vec<String>,
     secure: bool,
     ttl: std::time::Duration,
-    streams: live::Streams,
-    /// Becomes true when the daemon stops: live streams end.
-    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Console {
@@ -45,7 +41,6 @@ impl Console {
         agent: Arc<Agent>,
         audit: Arc<AuditLog>,
         bound: SocketAddr,
-        stop: tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<Arc<Self>> {
         let web = &ctx.config.web;
         Ok(Arc::new(Self {
@@ -57,8 +52,6 @@ impl Console {
             hosts: allowed_hosts(bound, &web.hosts),
             secure: web.tls,
             ttl: web.session_ttl.0,
-            streams: live::Streams::default(),
-            stop,
         }))
     }
 

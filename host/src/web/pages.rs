@@ -54,8 +54,6 @@ pub fn routes() -> Router<Arc<Console>> {
         .route("/workspaces/{name}/memories/{id}/forget", post(forget))
         .route("/usage", get(usage))
         .route("/audit", get(audit))
-        .route("/audit/stream", get(super::live::audit_tail))
-        .route("/static/console.js", get(js))
         .route("/channels", get(channels))
         .route("/channels/outbox/{id}/retry", post(retry))
 }
@@ -126,13 +124,6 @@ async fn css() -> Response {
     static_file(
         "text/css; charset=utf-8",
         include_str!("static/console.css"),
-    )
-}
-
-async fn js() -> Response {
-    static_file(
-        "text/javascript; charset=utf-8",
-        include_str!("static/console.js"),
     )
 }
 
@@ -712,17 +703,11 @@ async fn audit(
         })
         .flatten();
     let events: Vec<_> = rows.iter().map(|r| &r.event).collect();
-    // The first page follows new events live (with the page's filter).
-    let tail = filter.before_id.is_none().then(|| {
-        let newest = rows.first().map_or(0, |r| r.id);
-        let sep = if base.is_empty() { "" } else { "&" };
-        format!("/audit/stream?{base}{sep}after={newest}")
-    });
     render(
         &console,
         "audit.html",
         page_context! {
-            title => "Audit log", csrf => session.csrf, events, next, tail,
+            title => "Audit log", csrf => session.csrf, events, next,
             filter => json!({
                 "workspace": filter.workspace.clone().unwrap_or_default(),
                 "kind": filter.kind.clone().unwrap_or_default(),
