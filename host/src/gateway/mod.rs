@@ -2,7 +2,7 @@
 //! server that containers and external clients call and the MCP gateway.
 //! Other rooms use what this facade exports; the modules are private.
 
-pub mod budget;
+mod budget;
 mod cache;
 mod cost;
 mod keys;
@@ -14,7 +14,7 @@ mod server;
 mod sockets;
 mod writer;
 
-pub use budget::{Estimate, Ledger};
+pub use budget::{Estimate, Ledger, utc_day};
 pub use cost::PriceTable;
 pub use keys::{KeyInfo, KeyKind, KeyStore};
 pub use llm::local::{LocalModel, fetch as model_fetch};

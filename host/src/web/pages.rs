@@ -116,6 +116,17 @@ fn done(console: &Console, session: &WebSession, message: &str, back: &str) -> P
     )
 }
 
+/// A filter page's query string: the fields that are set, encoded.
+fn query_of(fields: &[(&str, &Option<String>)]) -> String {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    for (key, value) in fields {
+        if let Some(value) = value {
+            query.append_pair(key, value);
+        }
+    }
+    query.finish()
+}
+
 fn blank(text: Option<String>) -> Option<String> {
     text.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty())
 }
@@ -265,19 +276,14 @@ async fn sessions(
         .then(|| found.last().map(|s| s.id))
         .flatten()
         .map(|last| {
-            let mut url = url::form_urlencoded::Serializer::new(String::new());
-            for (key, value) in [
+            let query = query_of(&[
                 ("workspace", &filter.workspace),
                 ("channel", &filter.channel),
                 ("sender", &filter.sender),
                 ("text", &filter.text),
-            ] {
-                if let Some(value) = value {
-                    url.append_pair(key, value);
-                }
-            }
-            url.append_pair("before", &last.to_string());
-            format!("/sessions?{}", url.finish())
+                ("before", &Some(last.to_string())),
+            ]);
+            format!("/sessions?{query}")
         });
     render(
         &console,
@@ -604,7 +610,7 @@ async fn usage(State(console): Shared, Extension(session): Extension<WebSession>
     let now = crate::db::now_ms();
     let days: Vec<String> = (0..CHART_DAYS)
         .rev()
-        .map(|back| crate::gateway::budget::utc_day(now - back * 86_400_000))
+        .map(|back| crate::gateway::utc_day(now - back * 86_400_000))
         .collect();
     let mut per_day: BTreeMap<&str, f64> = BTreeMap::new();
     for row in &rows {
@@ -685,17 +691,11 @@ async fn audit(
         limit: 100,
     };
     let rows = console.audit.page(&filter)?;
-    let mut query = url::form_urlencoded::Serializer::new(String::new());
-    for (key, value) in [
+    let base = query_of(&[
         ("workspace", &filter.workspace),
         ("kind", &filter.kind),
         ("actor", &filter.actor),
-    ] {
-        if let Some(value) = value {
-            query.append_pair(key, value);
-        }
-    }
-    let base = query.finish();
+    ]);
     let next = (rows.len() == 100)
         .then(|| {
             rows.last()
