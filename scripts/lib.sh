@@ -52,26 +52,29 @@ build_agent() {
         --manifest-path images/Cargo.toml --target-dir "$TARGET_DIR/agent"
 }
 
+# Installs Debian packages PACKAGES... unless FILE exists.
+ensure_debian_packages() {
+    local file="$1"
+    shift
+    if [ -x "$file" ]; then
+        return
+    fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        step "apt-get install $*" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $*"
+    else
+        echo "missing $file: install Debian's $* (sudo apt-get install $*)" >&2
+        exit 1
+    fi
+}
+
 # What the tests and the main job need besides Rust: Debian's static busybox (the default
-# image's userland) and a reachable Docker Engine.
+# image's userland) and a reachable Docker Engine; the tests' registry and browser.
 ensure_docker_prerequisites() {
-    if [ ! -x /bin/busybox ]; then
-        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-            step "apt-get install busybox-static" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static'
-        else
-            echo "missing /bin/busybox: install Debian's busybox-static (sudo apt-get install busybox-static)" >&2
-            exit 1
-        fi
-    fi
+    ensure_debian_packages /bin/busybox busybox-static
     # tests/e2e/registry.rs runs the CNCF distribution server from Debian.
-    if [ ! -x /usr/bin/docker-registry ]; then
-        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-            step "apt-get install docker-registry" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry'
-        else
-            echo "missing /usr/bin/docker-registry: install Debian's docker-registry (sudo apt-get install docker-registry)" >&2
-            exit 1
-        fi
-    fi
+    ensure_debian_packages /usr/bin/docker-registry docker-registry
+    # tests/e2e/web.rs drives the console in a real headless browser.
+    ensure_debian_packages /usr/bin/chromedriver chromium chromium-driver
     if ! docker info >/dev/null 2>&1; then
         echo "the Docker Engine is not reachable: install and start it (apt-get install docker.io; systemctl start docker)" >&2
         exit 1

@@ -26,6 +26,23 @@ macro_rules! sentence_error {
     };
 }
 
+/// `println!` / `eprintln!` for code that outlives its terminal: a daemon
+/// whose stdout reader went away (`pincer start | head -1`, a supervisor
+/// that closed the pipe) keeps serving instead of panicking on EPIPE.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+macro_rules! say_err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 pub mod approvals;
 pub mod audit;
 pub mod channels;

@@ -68,6 +68,20 @@ impl Env {
         (events(&out), out)
     }
 
+    /// `pincer start` on this sandbox's configuration.
+    pub(crate) fn start(&self) -> support::daemon::Daemon {
+        let mut command = self.sandbox.command();
+        command
+            .args(["--config", self.config.to_str().unwrap()])
+            .args(["start", "--listen", "127.0.0.1:0"]);
+        let log = self
+            .sandbox
+            .dir
+            .path()
+            .join(format!("daemon-{}.log", unique()));
+        support::daemon::Daemon::spawn(command, log)
+    }
+
     pub(crate) fn workspace_dir(&self, name: &str) -> PathBuf {
         self.sandbox.dir.path().join("ws").join(name)
     }
@@ -382,6 +396,18 @@ async fn with_a_daemon_running_message_hands_the_turn_to_it() {
         .read_line(&mut banner)
         .unwrap();
     assert!(banner.contains("pincer is running"), "{banner}");
+    // Nobody reads its stdout any more (`pincer start | head -1`): a reload
+    // writes there again, and the daemon keeps serving.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGHUP) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("configuration reloaded")
+    {
+        assert!(daemon.try_wait().unwrap().is_none(), "the daemon died");
+        assert!(std::time::Instant::now() < deadline, "no reload");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     // A second daemon on the same home is refused.
     let second = env.pincer(&["start", "--listen", "127.0.0.1:0"]);
     assert!(!second.status.success());

@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use crate::support::{Sandbox, daemon::Daemon, unique};
+use crate::support::{Sandbox, daemon::Daemon, free_loopback_address, unique};
 
 struct Console {
     sandbox: Sandbox,
@@ -18,12 +18,7 @@ struct Console {
 impl Console {
     fn new() -> Self {
         let sandbox = Sandbox::new();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let at = format!("127.0.0.1:{port}");
+        let at = free_loopback_address();
         let config = sandbox.write(
             "pincer.yaml",
             &format!("workspaces:\n  default: {{}}\nweb:\n  listen: \"{at}\"\n"),
@@ -36,12 +31,8 @@ impl Console {
     }
 
     fn command(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_pincer"));
-        command
-            .args(["--config", self.config.to_str().unwrap()])
-            .current_dir(self.sandbox.work())
-            .env("PINCER_HOME", self.sandbox.home())
-            .env_remove("PINCER_LOG");
+        let mut command = self.sandbox.command();
+        command.args(["--config", self.config.to_str().unwrap()]);
         command
     }
 
@@ -167,7 +158,9 @@ async fn the_console_signs_in_once_refuses_foreign_requests_and_escapes_text() {
         "{csp}"
     );
     assert_eq!(page.headers()["x-content-type-options"], "nosniff");
-    assert_eq!(page.headers()["referrer-policy"], "no-referrer");
+    // Not `no-referrer`: with it a browser's form posts carry `Origin: null`,
+    // which the origin check must refuse; `same-origin` sends nothing off-site.
+    assert_eq!(page.headers()["referrer-policy"], "same-origin");
     let body = page.text().await.unwrap();
     assert!(
         !body.contains("<img src=x") && !body.contains("<script>alert"),
@@ -178,6 +171,16 @@ async fn the_console_signs_in_once_refuses_foreign_requests_and_escapes_text() {
         "{body}"
     );
     let csrf = csrf_of(&body);
+
+    // The audit log's live tail: open before the change, it gets the event.
+    let mut tail = http
+        .get(console.url("/audit/stream"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tail.status(), 200);
+    assert_eq!(tail.headers()["content-type"], "text/event-stream");
 
     // Forgetting the memory: refused without the token, with a wrong one,
     // from another origin; nothing is lost by a refusal.
@@ -246,6 +249,19 @@ async fn the_console_signs_in_once_refuses_foreign_requests_and_escapes_text() {
             .contains(&format!("forgot memory #{id}"))
     );
     assert!(!console.cli(&["memory", "list"]).contains("onerror"));
+    let mut streamed = String::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while !streamed.contains("memory.forgotten") {
+            let chunk = tail.chunk().await.unwrap().expect("the tail stays open");
+            streamed.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the forget never reached the tail: {streamed}"));
+    assert!(streamed.contains("event: audit"), "{streamed}");
+    // Only what happened after it opened.
+    assert!(!streamed.contains("web.signed_in"), "{streamed}");
+    drop(tail);
     assert_eq!(
         console.sandbox.audited("memory.forgotten"),
         vec![format!("memory #{id} forgotten")]
@@ -271,7 +287,10 @@ async fn the_console_signs_in_once_refuses_foreign_requests_and_escapes_text() {
             .unwrap();
         assert_eq!(page.status(), 200, "{path}");
         let body = page.text().await.unwrap();
-        assert!(body.contains("<h1>"), "{path}: {body}");
+        assert!(
+            body.contains("<h1>") || path.ends_with(".js"),
+            "{path}: {body}"
+        );
     }
 
     // Signing everyone out ends the session.
@@ -299,4 +318,258 @@ fn a_console_beyond_loopback_needs_allow_remote() {
     let said =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("web.allow_remote: true"), "{said}");
+}
+
+/// Reads an open event stream into `read` until it holds `wanted` `times`
+/// times (or panics after 60 s).
+async fn read_until(stream: &mut reqwest::Response, read: &mut String, wanted: &str, times: usize) {
+    let enough = |read: &String| read.matches(wanted).count() >= times;
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while !enough(read) {
+            match stream.chunk().await.unwrap() {
+                Some(chunk) => read.push_str(&String::from_utf8_lossy(&chunk)),
+                None => break,
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{wanted:?} ×{times} never came: {read}"));
+    assert!(enough(read), "the stream ended first: {read}");
+}
+
+/// The chat: a message posted from the console runs a turn in the daemon
+/// (real container, scripted model); the page's feed streams it over SSE;
+/// each call that needs a person shows inline and is decided from there as
+/// `operator:web`; a decision's way back goes only to the chat page; a
+/// second message while the turn runs is refused; the model's text arrives
+/// escaped; the finished turn stays in the conversation's history.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chat_streams_a_turn_and_its_approvals_are_decided_inline() {
+    use crate::agent::Env;
+    use crate::support::fake_llm::Behaviour;
+    let bash = |command: &str| {
+        Behaviour::tool(
+            "bash",
+            &serde_json::json!({ "command": command }).to_string(),
+        )
+    };
+    let at = free_loopback_address();
+    // `web:` follows the workspaces in the generated configuration.
+    let env = Env::new(
+        vec![
+            bash("touch /workspace/first"),
+            bash("touch /workspace/second"),
+            Behaviour::answer("<script>alert(1)</script> both written"),
+        ],
+        &format!("  asked: {{approvals: {{tier: approval}}}}\nweb:\n  listen: \"{at}\"\n"),
+    )
+    .await;
+    let url = |path: &str| format!("http://{at}{path}");
+    let mut daemon = env.start();
+    daemon.wait_for_line("web console on");
+    let http = client();
+    let link = crate::support::ok(env.pincer(&["web", "login"]));
+    let (cookie, _) = sign_in(&http, link.trim()).await;
+    let origin = format!("http://{at}");
+    let post = |path: &str, form: Vec<(&str, String)>| {
+        http.post(url(path))
+            .header("cookie", &cookie)
+            .header("origin", &origin)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form_body(&form))
+            .send()
+    };
+    let get = |path: &str| http.get(url(path)).header("cookie", &cookie).send();
+
+    let page = get("/chat?workspace=asked").await.unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(page.contains("No messages yet"), "{page}");
+    let csrf = csrf_of(&page);
+    let send = |text: &str| {
+        post(
+            "/chat",
+            vec![
+                ("csrf", csrf.clone()),
+                ("workspace", "asked".into()),
+                ("text", text.into()),
+            ],
+        )
+    };
+
+    // What cannot be sent gets a clear error, and starts nothing.
+    let nowhere = post(
+        "/chat",
+        vec![
+            ("csrf", csrf.clone()),
+            ("workspace", "nowhere".into()),
+            ("text", "hi".into()),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(nowhere.status(), 404);
+    assert!(
+        nowhere
+            .text()
+            .await
+            .unwrap()
+            .contains("no workspace named `nowhere`")
+    );
+    let empty = send("   ").await.unwrap();
+    assert_eq!(empty.status(), 400);
+    assert!(empty.text().await.unwrap().contains("the message is empty"));
+
+    let sent = send("write two files").await.unwrap();
+    assert_eq!(sent.status(), 303);
+    let back = sent.headers()["location"].to_str().unwrap().to_owned();
+    assert!(back.starts_with("/chat?workspace=asked&feed="), "{back}");
+    let page = get(&back).await.unwrap().text().await.unwrap();
+    let stream = page
+        .split("data-chat-feed=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page follows the running turn")
+        .replace("&#x2f;", "/")
+        .replace("&amp;", "&");
+    assert!(page.contains("write two files"), "{page}");
+    let mut feed = get(&stream).await.unwrap();
+    assert_eq!(feed.status(), 200);
+    assert_eq!(feed.headers()["content-type"], "text/event-stream");
+
+    // One turn at a time in a conversation.
+    let busy = send("and another").await.unwrap();
+    assert_eq!(busy.status(), 409);
+    assert!(busy.text().await.unwrap().contains("still running"));
+
+    let request_of = |read: &str, nth: usize| -> String {
+        read.split("action=\\\"/approvals/")
+            .nth(nth)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("approval #{nth} in the feed: {read}"))
+            .to_owned()
+    };
+    let mut read = String::new();
+    read_until(&mut feed, &mut read, "Approve once", 1).await;
+    let first = request_of(&read, 1);
+    assert!(read.contains("touch &#x2f;workspace&#x2f;first"), "{read}");
+    // A way back to another site is not followed: the plain result page.
+    let decided = post(
+        &format!("/approvals/{first}/decide"),
+        vec![
+            ("csrf", csrf.clone()),
+            ("decision", "once".into()),
+            ("back", "//attacker.example/".into()),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(decided.status(), 200);
+    read_until(&mut feed, &mut read, "Approve once", 2).await;
+    let second = request_of(&read, 2);
+    assert_ne!(first, second);
+    let decided = post(
+        &format!("/approvals/{second}/decide"),
+        vec![
+            ("csrf", csrf.clone()),
+            ("decision", "once".into()),
+            ("back", back.clone()),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(decided.status(), 303);
+    assert_eq!(decided.headers()["location"], back.as_str());
+    read_until(&mut feed, &mut read, "event: end", 1).await;
+    assert!(read.contains("Turn done."), "{read}");
+    assert!(
+        read.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt; both written"),
+        "{read}"
+    );
+    assert!(!read.contains("<script>alert"), "{read}");
+    let dir = env.workspace_dir("asked");
+    assert!(dir.join("first").exists() && dir.join("second").exists());
+    assert_eq!(
+        env.sandbox
+            .audited("approval.granted")
+            .iter()
+            .filter(|d| d.contains("by operator:web"))
+            .count(),
+        2
+    );
+
+    // Finished, the turn is the conversation's history; the page no
+    // longer follows a feed and the form is open again.
+    let page = get("/chat?workspace=asked")
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!page.contains("data-chat-feed"), "{page}");
+    assert!(page.contains("both written") && page.contains("write two files"));
+    assert!(!page.contains("<script>alert"), "{page}");
+    daemon.stop();
+}
+
+/// The console in a real headless Chromium (Debian's chromium and
+/// chromium-driver, driven by the official selenium client from
+/// `tests/python/console_browser.py`): every page has one heading, labelled
+/// controls and no console error or CSP violation; stored and model text
+/// with markup shows as text and runs nothing; a chat turn streams and its
+/// call is allowed "always" from the chat; that rule is revoked on
+/// /approvals; a task runs now from /schedules while the audit page's live
+/// tail shows the request. Then the host's side of each: the file written,
+/// no rule left, the decisions audited as the console's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_real_browser_reads_every_page_chats_decides_and_revokes() {
+    use crate::agent::Env;
+    use crate::support::fake_llm::Behaviour;
+    use crate::support::gateway::{python, python_script};
+    use crate::support::ok;
+    let hostile = "<img src=x onerror=alert(1)>";
+    let at = free_loopback_address();
+    let env = Env::new(
+        vec![
+            Behaviour::tool("bash", r#"{"command":"touch /workspace/browser"}"#),
+            Behaviour::answer(&format!("{hostile} written")),
+            Behaviour::answer("the yearly report"),
+        ],
+        &format!("  asked: {{approvals: {{tier: approval}}}}\nweb:\n  listen: \"{at}\"\n"),
+    )
+    .await;
+    env.sandbox.write(
+        "workspaces/asked/schedules.yaml",
+        "tasks:\n  - id: yearly\n    schedule: \"0 0 1 1 *\"\n    prompt: write the yearly report\n",
+    );
+    ok(env.pincer(&["memory", "add", "--workspace", "asked", hostile]));
+    let mut daemon = env.start();
+    daemon.wait_for_line("web console on");
+    let link = ok(env.pincer(&["web", "login"]));
+    let out = Command::new(python())
+        .arg(python_script("console_browser.py"))
+        .args([link.trim(), "asked", "yearly", hostile])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        daemon.log()
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(env.workspace_dir("asked").join("browser").exists());
+    assert_eq!(ok(env.pincer(&["approvals", "rules", "-w", "asked"])).trim(), "");
+    let granted = env.sandbox.audited("approval.granted");
+    assert!(
+        granted.len() == 1 && granted[0].contains("approved always") && granted[0].contains("operator:web"),
+        "{granted:?}"
+    );
+    let revoked = env.sandbox.audited("approval.rule_revoked");
+    assert!(
+        revoked.len() == 1 && revoked[0].contains("operator:web"),
+        "{revoked:?}"
+    );
+    assert_eq!(env.sandbox.audited("schedule.run_requested").len(), 1);
+    daemon.stop();
 }

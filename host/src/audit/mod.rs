@@ -48,6 +48,8 @@ pub struct AuditRow {
 
 pub struct AuditLog {
     conn: Mutex<Connection>,
+    /// The id of the last event this process recorded, for live tails.
+    recorded: tokio::sync::watch::Sender<i64>,
 }
 
 impl AuditLog {
@@ -66,7 +68,14 @@ impl AuditLog {
         )?;
         Ok(Self {
             conn: Mutex::new(conn),
+            recorded: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// Changes when this process records an event (events other processes
+    /// record are seen by whoever reads the table again).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.recorded.subscribe()
     }
 
     /// Records an event; failures to record are logged, never raised, so
@@ -84,6 +93,7 @@ impl AuditLog {
                  VALUES (?1, ?2, ?3, ?4, ?5)",
                     params![now_ms(), &actor, workspace, kind, detail],
                 )
+                .map(|_| self.recorded.send_replace(conn.last_insert_rowid()))
                 .map_err(|e| e.to_string())
             });
         if let Err(e) = result {

@@ -1327,3 +1327,21 @@ fn egress_hosts_are_not_approval_rules_and_tunnels_must_be_served() {
         [("grafana", "tunnel-http"), ("wiki", "tunnel-http")]
     );
 }
+
+#[test]
+fn pincers_own_channel_names_are_refused_for_channels() {
+    for (name, whose) in [
+        ("web", "the web console's chat"),
+        ("cli", "`pincer message`"),
+        ("schedule", "scheduled runs"),
+    ] {
+        assert_error(
+            &format!(
+                "workspaces:\n  main: {{}}\nchannels:\n  {name}: {{plugin: slack, workspace: main}}\n"
+            ),
+            4,
+            3,
+            &[whose, "give the channel another name"],
+        );
+    }
+}

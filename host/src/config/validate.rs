@@ -819,6 +819,17 @@ fn web<'a>(cfg: &'a Config, out: Out<'a, '_>) {
     }
 }
 
+/// Channel names pincer's own conversations carry in the session store,
+/// so a configured channel cannot share their sessions.
+fn builtin_channel(name: &str) -> Option<&'static str> {
+    match name {
+        "cli" => Some("`pincer message` and `pincer chat`"),
+        "schedule" => Some("scheduled runs"),
+        "web" => Some("the web console's chat"),
+        _ => None,
+    }
+}
+
 fn channels<'a>(cfg: &'a Config, out: Out<'a, '_>) {
     // Checked whether or not a channel is configured: the key says where
     // a listener would be, and a later channel would open it.
@@ -838,6 +849,13 @@ fn channels<'a>(cfg: &'a Config, out: Out<'a, '_>) {
         };
         if !is_valid_name(name) {
             out.push(at_key(base(), name_rule("channel", name)));
+            continue;
+        }
+        if let Some(whose) = builtin_channel(name) {
+            out.push(at_key(
+                base(),
+                format!("`{name}` is the channel name of {whose}; give the channel another name"),
+            ));
             continue;
         }
         if channel.plugin.trim().is_empty() {

@@ -66,13 +66,14 @@ pub async fn run(
         match served {
             Ok(Ending::Stop) => return Ok(()),
             Ok(Ending::Reload(next)) => {
-                println!("pincer: configuration reloaded");
+                say!("pincer: configuration reloaded");
+                tracing::info!("configuration reloaded");
                 previous = Some(std::mem::replace(&mut ctx, *next));
             }
             // `serve` fails only while starting.
             Err(e) => match previous.take() {
                 Some(old) => {
-                    eprintln!(
+                    say_err!(
                         "pincer: the new configuration could not be started, so the previous one runs again: {e:#}"
                     );
                     ctx = old;
@@ -102,10 +103,10 @@ async fn serve(
     match agent.runtime().reconcile(&configured).await {
         Ok(removed) => {
             for name in removed {
-                println!("pincer: removed {name}: its workspace is no longer configured");
+                say!("pincer: removed {name}: its workspace is no longer configured");
             }
         }
-        Err(e) => eprintln!("pincer: cannot reconcile containers: {e}"),
+        Err(e) => say_err!("pincer: cannot reconcile containers: {e}"),
     }
 
     let addr = listen.unwrap_or(ctx.config.gateway.listen);
@@ -219,7 +220,8 @@ async fn serve(
     let console = match crate::web::bind(&ctx.config).await? {
         Some(listener) => {
             let bound = listener.local_addr()?;
-            let console = crate::web::Console::new(ctx, agent.clone(), audit.clone(), bound)?;
+            let console =
+                crate::web::Console::new(ctx, agent.clone(), audit.clone(), bound, stop.clone())?;
             let mut stop = stop.clone();
             tasks.spawn(crate::listener::serve(
                 listener,
@@ -244,7 +246,7 @@ async fn serve(
         webhooks,
     );
     tasks.spawn(status.clone().run(stop.clone()));
-    println!(
+    say!(
         "pincer is running: gateway on http://{bound}/v1, turns on {}, {} workspace(s), {} channel(s), {} scheduled task(s){}; Ctrl-C stops it",
         control::socket_path(&ctx.home).display(),
         ctx.config.workspaces.len(),
@@ -255,7 +257,7 @@ async fn serve(
             .unwrap_or_default(),
     );
     if let Some(at) = console {
-        println!("pincer: web console on http://{at}/ (run `pincer web login` to sign in)");
+        say!("pincer: web console on http://{at}/ (run `pincer web login` to sign in)");
     }
 
     let ending = loop {
@@ -273,7 +275,7 @@ async fn serve(
             match Context::load(config_flag) {
                 Ok(next) => break Ending::Reload(Box::new(next)),
                 Err(e) => {
-                    eprintln!(
+                    say_err!(
                         "pincer: the new configuration is not valid, so the running one stays: {e:#}"
                     );
                     audit.record(
@@ -298,7 +300,7 @@ async fn serve(
     })
     .await;
     if flushed.is_err() {
-        eprintln!("pincer: undelivered replies stay in the outbox for the next start");
+        say_err!("pincer: undelivered replies stay in the outbox for the next start");
     }
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
@@ -332,7 +334,7 @@ fn watch_config(
         match watching {
             Ok(w) => Some(w),
             Err(e) => {
-                eprintln!(
+                say_err!(
                     "pincer: not watching {} for changes ({e}); send SIGHUP to reload",
                     path.display()
                 );

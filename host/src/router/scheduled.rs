@@ -95,7 +95,7 @@ impl Schedules {
         let watch = match FileWatch::new(tx) {
             Ok(watch) => Some(watch),
             Err(e) => {
-                eprintln!("pincer: schedule files are not watched for changes: {e}");
+                say_err!("pincer: schedule files are not watched for changes: {e}");
                 None
             }
         };
@@ -176,7 +176,7 @@ impl Schedules {
         let Some(path) = path else {
             let had = lock(&self.file_tasks).remove(workspace);
             if had.is_some_and(|t| !t.is_empty()) {
-                println!(
+                say!(
                     "pincer: workspace `{workspace}` has no schedules.yaml any more: its tasks stop"
                 );
             }
@@ -208,7 +208,7 @@ impl Schedules {
         match loaded {
             Ok(tasks) => {
                 if reload {
-                    println!(
+                    say!(
                         "pincer: {} reloaded: {} task(s) for workspace `{workspace}`",
                         path.display(),
                         tasks.len()
@@ -231,7 +231,7 @@ impl Schedules {
                         crate::audit::Action::ScheduleFileRefused,
                     )
                 };
-                eprintln!("pincer: {said}");
+                say_err!("pincer: {said}");
                 self.runners.audit.record(
                     crate::audit::Actor::Pincer,
                     Some(workspace),
@@ -255,7 +255,7 @@ impl Schedules {
         let (agent_tasks, problems) =
             agent::active_tasks(scheduler.store(), &self.config, workspace)?;
         for problem in &problems {
-            eprintln!("pincer: workspace `{workspace}`: {problem}; it does not run");
+            say_err!("pincer: workspace `{workspace}`: {problem}; it does not run");
         }
         tasks.extend(agent_tasks);
         let count = tasks.len();

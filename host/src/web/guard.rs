@@ -30,7 +30,9 @@ pub async fn guard(State(console): State<Arc<Console>>, request: Request, next: 
     for (name, value) in [
         (header::CONTENT_SECURITY_POLICY, CSP),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // `no-referrer` would make a browser's own form posts carry
+        // `Origin: null`; `same-origin` still sends nothing to other sites.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::X_FRAME_OPTIONS, "DENY"),
     ] {
         headers.insert(name, HeaderValue::from_static(value));

@@ -4,7 +4,9 @@
 //! (`pincer web login`), CSRF tokens, an origin check and a strict CSP.
 
 mod auth;
+mod chat;
 mod guard;
+mod live;
 mod pages;
 mod templates;
 
@@ -33,6 +35,10 @@ pub struct Console {
     hosts: Vec<String>,
     secure: bool,
     ttl: std::time::Duration,
+    streams: live::Streams,
+    chat: chat::Feeds,
+    /// Becomes true when the daemon stops: live streams end.
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Console {
@@ -41,6 +47,7 @@ impl Console {
         agent: Arc<Agent>,
         audit: Arc<AuditLog>,
         bound: SocketAddr,
+        stop: tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<Arc<Self>> {
         let web = &ctx.config.web;
         Ok(Arc::new(Self {
@@ -52,6 +59,9 @@ impl Console {
             hosts: allowed_hosts(bound, &web.hosts),
             secure: web.tls,
             ttl: web.session_ttl.0,
+            streams: live::Streams::default(),
+            chat: chat::Feeds::default(),
+            stop,
         }))
     }
 
@@ -99,7 +109,7 @@ pub async fn bind(
     match tokio::net::TcpListener::bind(at).await {
         Ok(listener) => Ok(Some(listener)),
         Err(e) if web.listen.is_none() => {
-            eprintln!(
+            say_err!(
                 "pincer: warning: the web console is off: cannot listen on {at} ({e}); set `web.listen` to another address"
             );
             Ok(None)

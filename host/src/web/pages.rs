@@ -37,6 +37,9 @@ macro_rules! page_context {
 pub fn routes() -> Router<Arc<Console>> {
     Router::new()
         .route("/", get(overview))
+        .route("/chat", get(super::chat::page).post(super::chat::send))
+        .route("/chat/feed/{id}", get(super::chat::stream))
+        .route("/chat/{id}/stop", post(super::chat::stop))
         .route("/signin", get(signin))
         .route("/login", get(login))
         .route("/logout", post(logout))
@@ -54,12 +57,20 @@ pub fn routes() -> Router<Arc<Console>> {
         .route("/workspaces/{name}/memories/{id}/forget", post(forget))
         .route("/usage", get(usage))
         .route("/audit", get(audit))
+        .route("/audit/stream", get(super::live::audit_tail))
+        .route("/static/console.js", get(js))
         .route("/channels", get(channels))
         .route("/channels/outbox/{id}/retry", post(retry))
 }
 
 /// A page that could not be shown: its status and why, shown escaped.
 pub struct PageError(StatusCode, String);
+
+impl PageError {
+    pub fn new(status: StatusCode, why: impl Into<String>) -> Self {
+        Self(status, why.into())
+    }
+}
 
 impl<E: std::fmt::Display> From<E> for PageError {
     fn from(e: E) -> Self {
@@ -97,13 +108,13 @@ fn html_escape(text: &str) -> String {
     out
 }
 
-fn refused(why: impl std::fmt::Display) -> PageError {
+pub(super) fn refused(why: impl std::fmt::Display) -> PageError {
     PageError(StatusCode::BAD_REQUEST, why.to_string())
 }
 
-type Page = Result<Response, PageError>;
+pub(super) type Page = Result<Response, PageError>;
 
-fn render(console: &Console, name: &str, value: serde_json::Value) -> Page {
+pub(super) fn render(console: &Console, name: &str, value: serde_json::Value) -> Page {
     Ok(Html(console.templates.render(name, value)?).into_response())
 }
 
@@ -135,6 +146,13 @@ async fn css() -> Response {
     static_file(
         "text/css; charset=utf-8",
         include_str!("static/console.css"),
+    )
+}
+
+async fn js() -> Response {
+    static_file(
+        "text/javascript; charset=utf-8",
+        include_str!("static/console.js"),
     )
 }
 
@@ -301,7 +319,7 @@ async fn sessions(
 }
 
 /// A stored chat message as the page shows it: role, text, tool calls.
-fn shown_message(message: &serde_json::Value) -> serde_json::Value {
+pub(super) fn shown_message(message: &serde_json::Value) -> serde_json::Value {
     let text = match &message["content"] {
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Array(parts) => parts
@@ -394,6 +412,9 @@ struct DecideForm {
     decision: String,
     #[serde(default)]
     reason: Option<String>,
+    /// Where to go after deciding: the chat page the request showed on.
+    #[serde(default)]
+    back: Option<String>,
 }
 
 async fn decide(
@@ -417,7 +438,16 @@ async fn decide(
         Operator::Web,
     )
     .map_err(|e| refused(format!("{e:#}")))?;
-    done(&console, &session, &said, "/approvals")
+    match form.back.filter(|b| is_chat_path(b)) {
+        Some(back) => Ok(axum::response::Redirect::to(&back).into_response()),
+        None => done(&console, &session, &said, "/approvals"),
+    }
+}
+
+/// Only the console's own chat page is a place to go back to, so a
+/// form cannot send the browser to another site.
+fn is_chat_path(back: &str) -> bool {
+    back == "/chat" || back.starts_with("/chat?")
 }
 
 #[derive(Deserialize)]
@@ -703,11 +733,17 @@ async fn audit(
         })
         .flatten();
     let events: Vec<_> = rows.iter().map(|r| &r.event).collect();
+    // The first page follows new events live (with the page's filter).
+    let tail = filter.before_id.is_none().then(|| {
+        let newest = rows.first().map_or(0, |r| r.id);
+        let sep = if base.is_empty() { "" } else { "&" };
+        format!("/audit/stream?{base}{sep}after={newest}")
+    });
     render(
         &console,
         "audit.html",
         page_context! {
-            title => "Audit log", csrf => session.csrf, events, next,
+            title => "Audit log", csrf => session.csrf, events, next, tail,
             filter => json!({
                 "workspace": filter.workspace.clone().unwrap_or_default(),
                 "kind": filter.kind.clone().unwrap_or_default(),

@@ -20,6 +20,8 @@ const PAGES: &[(&str, &str)] = &[
     ("audit.html", include_str!("templates/audit.html")),
     ("channels.html", include_str!("templates/channels.html")),
     ("message.html", include_str!("templates/message.html")),
+    ("chat.html", include_str!("templates/chat.html")),
+    ("chat_item.html", include_str!("templates/chat_item.html")),
 ];
 
 pub struct Templates {

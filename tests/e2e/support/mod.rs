@@ -66,14 +66,18 @@ impl Sandbox {
     }
 
     pub fn pincer(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_pincer"))
-            .args(args)
+        self.command().args(args).output().expect("run pincer")
+    }
+
+    /// The real `pincer` binary in this sandbox's home and folder.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pincer"));
+        command
             .current_dir(self.work())
             .env("PINCER_HOME", self.home())
             .env_remove("PINCER_CONFIG")
-            .env_remove("PINCER_LOG")
-            .output()
-            .expect("run pincer")
+            .env_remove("PINCER_LOG");
+        command
     }
 }
 
@@ -213,6 +217,13 @@ pub fn listener_on_test_network(label: &str) -> (String, String) {
 }
 
 /// A short random suffix for names on the shared Docker engine.
+/// `127.0.0.1:PORT` with a port free a moment ago, for a listener the
+/// configuration names.
+pub fn free_loopback_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("its address").to_string()
+}
+
 pub fn unique() -> String {
     let mut bytes = [0u8; 4];
     std::io::Read::read_exact(
