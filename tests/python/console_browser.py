@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -74,9 +74,11 @@ return bad;
 """
 
 
-def wait_text(driver, text, seconds=90):
-    WebDriverWait(driver, seconds).until(
-        lambda d: text in d.find_element(By.TAG_NAME, "main").text,
+def wait_text(driver, text, seconds=90, within="main"):
+    # A form's answer replaces the page under the wait: a stale element is
+    # the old page, not a failure.
+    WebDriverWait(driver, seconds, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda d: text in d.find_element(By.TAG_NAME, within).text,
         message=f"{text!r} never showed")
 
 
@@ -144,9 +146,7 @@ def main():
         wait_text(driver, "queued")
         check(True, f"task {task} is queued to run now")
         driver.switch_to.window(tail)
-        WebDriverWait(driver, 30).until(
-            lambda d: "schedule.run_requested" in d.find_element(By.TAG_NAME, "tbody").text,
-            message="the run request never reached the audit tail")
+        wait_text(driver, "schedule.run_requested", 30, within="tbody")
         check(driver.execute_script("return window.pincerSamePage === true"),
               "the audit tail updated without a reload")
     except BaseException:
