@@ -25,6 +25,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -85,10 +86,53 @@ impl BodyTimedOut {
 pub trait Accept: Send + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     fn accept(&mut self) -> impl Future<Output = std::io::Result<Self::Io>> + Send;
+    /// The TCP address it is bound to, if it is a TCP listener.
+    fn tcp_address(&self) -> Option<SocketAddr> {
+        None
+    }
+}
+
+/// The TCP addresses this process's listeners are bound to, each with its
+/// name (`web.listen`, …), while they serve: the egress proxy refuses them
+/// whatever a workspace lists.
+pub fn bound_tcp() -> Vec<(SocketAddr, String)> {
+    bound_registry()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+fn bound_registry() -> &'static Mutex<Vec<(SocketAddr, String)>> {
+    static BOUND: std::sync::OnceLock<Mutex<Vec<(SocketAddr, String)>>> =
+        std::sync::OnceLock::new();
+    BOUND.get_or_init(Default::default)
+}
+
+/// One entry of [`bound_tcp`], removed when the listener stops.
+struct Registered(SocketAddr);
+
+impl Registered {
+    fn new(address: SocketAddr, name: &str) -> Self {
+        let mut bound = bound_registry().lock().unwrap_or_else(|e| e.into_inner());
+        bound.push((address, name.to_owned()));
+        Registered(address)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut bound = bound_registry().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = bound.iter().position(|(a, _)| *a == self.0) {
+            bound.remove(at);
+        }
+    }
 }
 
 impl Accept for tokio::net::TcpListener {
     type Io = tokio::net::TcpStream;
+    fn tcp_address(&self) -> Option<SocketAddr> {
+        self.local_addr().ok()
+    }
     async fn accept(&mut self) -> std::io::Result<Self::Io> {
         let (stream, _) = tokio::net::TcpListener::accept(self).await?;
         let _ = stream.set_nodelay(true);
@@ -119,6 +163,9 @@ pub async fn serve<L: Accept>(
     name: String,
     shutdown: impl Future<Output = ()> + Send,
 ) {
+    let _registered = listener
+        .tcp_address()
+        .map(|address| Registered::new(address, &name));
     let cap = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
     let permits = Arc::new(Semaphore::new(cap));
     let (closing_tx, closing) = watch::channel(false);

@@ -576,3 +576,48 @@ async fn a_real_browser_reads_every_page_chats_decides_and_revokes() {
     assert_eq!(env.sandbox.audited("schedule.run_requested").len(), 1);
     daemon.stop();
 }
+
+/// A container never reaches the console, even when its workspace grants
+/// it every port of the host's loopback (`127.0.0.1:*`): the proxy refuses pincer's
+/// own listeners (the console, the gateway's TCP port) whatever a
+/// workspace lists, says why, and audits it. (Containers have no route of
+/// their own: `egress.rs` shows that.)
+#[tokio::test(flavor = "multi_thread")]
+async fn no_egress_grant_reaches_the_console_or_the_gateway_from_a_container() {
+    use crate::agent::Env;
+    let at = free_loopback_address();
+    let env = Env::new(
+        Vec::new(),
+        &format!("  open: {{egress: [\"127.0.0.1:*\"]}}\nweb:\n  listen: \"{at}\"\n"),
+    )
+    .await;
+    let mut daemon = env.start();
+    daemon.wait_for_line("web console on");
+    let gateway = daemon.gateway.trim_start_matches("http://").to_owned();
+    for (target, whose) in [
+        (at.as_str(), "web.listen"),
+        (gateway.as_str(), "gateway.listen"),
+    ] {
+        let fetched = env.pincer(&[
+            "workspace",
+            "exec",
+            "open",
+            "--",
+            "sh",
+            "-c",
+            &format!("wget -S -O- http://{target}/signin 2>&1; true"),
+        ]);
+        let said = String::from_utf8_lossy(&fetched.stdout).to_string();
+        assert!(said.contains("403"), "{target}: {said}");
+        assert!(!said.contains("Sign in"), "{target}: {said}");
+        let refused = env.sandbox.audited("egress.refused");
+        assert!(
+            refused
+                .iter()
+                .any(|r| r.contains(target)
+                    && r.contains(&format!("pincer's own listener ({whose})"))),
+            "{refused:?}"
+        );
+    }
+    daemon.stop();
+}

@@ -301,6 +301,12 @@ impl Proxy {
                 }
             }
         };
+        if let Some((address, listener)) = found.iter().find_map(|a| own_listener(*a)) {
+            return Err(format!(
+                "`{}` is pincer's own listener ({listener}) at {address}; no workspace reaches it, whatever it lists",
+                head.target()
+            ));
+        }
         let (kept, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
             found.into_iter().partition(|a| {
                 refused_class(a.ip()).is_none()
@@ -695,6 +701,17 @@ impl Budget {
 /// open the gateway's and the console's ports to `egress_any_public`).
 fn refused_class(ip: IpAddr) -> Option<&'static str> {
     address_class(ip).or_else(|| is_own_address(ip).then_some("local-interface"))
+}
+
+/// This process's listener that `address` reaches (the console, the
+/// gateway's TCP port, the webhook listener), with its name.
+fn own_listener(address: SocketAddr) -> Option<(SocketAddr, String)> {
+    crate::listener::bound_tcp().into_iter().find(|(bound, _)| {
+        bound.port() == address.port()
+            && (bound.ip() == address.ip()
+                || (bound.ip().is_unspecified()
+                    && (address.ip().is_loopback() || is_own_address(address.ip()))))
+    })
 }
 
 /// Binding succeeds only for an address one of this host's interfaces has.
