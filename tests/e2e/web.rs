@@ -158,9 +158,7 @@ async fn the_console_signs_in_once_refuses_foreign_requests_and_escapes_text() {
         "{csp}"
     );
     assert_eq!(page.headers()["x-content-type-options"], "nosniff");
-    // Not `no-referrer`: with it a browser's form posts carry `Origin: null`,
-    // which the origin check must refuse; `same-origin` sends nothing off-site.
-    assert_eq!(page.headers()["referrer-policy"], "same-origin");
+    assert_eq!(page.headers()["referrer-policy"], "no-referrer");
     let body = page.text().await.unwrap();
     assert!(
         !body.contains("<img src=x") && !body.contains("<script>alert"),
@@ -212,6 +210,14 @@ async fn the_console_signs_in_once_refuses_foreign_requests_and_escapes_text() {
             )
             .await
             .unwrap(),
+            "cross-origin request refused",
+        ),
+        // What a sandboxed frame or a privacy tool sends: without the
+        // browser's `Sec-Fetch-Site: same-origin` nothing vouches for it.
+        (
+            post(vec![("csrf", csrf.clone())], Some("null"))
+                .await
+                .unwrap(),
             "cross-origin request refused",
         ),
     ];
@@ -532,8 +538,10 @@ async fn a_real_browser_reads_every_page_chats_decides_and_revokes() {
     let env = Env::new(
         vec![
             Behaviour::tool("bash", r#"{"command":"touch /workspace/browser"}"#),
-            Behaviour::answer(&format!("{hostile} written")),
-            Behaviour::answer("the yearly report"),
+            // Late enough that the page the decision returns to is loaded
+            // before the reply streams in.
+            Behaviour::slow_answer(2000, &format!("{hostile} written")),
+            Behaviour::answer("Q4 numbers are in"),
         ],
         &format!("  asked: {{approvals: {{tier: approval}}}}\nweb:\n  listen: \"{at}\"\n"),
     )
@@ -619,5 +627,149 @@ async fn no_egress_grant_reaches_the_console_or_the_gateway_from_a_container() {
             "{refused:?}"
         );
     }
+    daemon.stop();
+}
+
+/// A browser signed in to a console on `at`: its cookie and CSRF token.
+struct SignedIn {
+    http: reqwest::Client,
+    at: String,
+    cookie: String,
+    csrf: String,
+}
+
+impl SignedIn {
+    async fn new(at: &str, link: &str) -> Self {
+        let http = client();
+        let (cookie, _) = sign_in(&http, link).await;
+        let mut signed = SignedIn {
+            http,
+            at: at.to_owned(),
+            cookie,
+            csrf: String::new(),
+        };
+        signed.csrf = csrf_of(&signed.get("/").await.text().await.unwrap());
+        signed
+    }
+
+    async fn get(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("http://{}{path}", self.at))
+            .header("cookie", &self.cookie)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A same-origin form post carrying the CSRF token.
+    async fn post(&self, path: &str, fields: &[(&str, &str)]) -> reqwest::Response {
+        let mut form = vec![("csrf", self.csrf.clone())];
+        form.extend(fields.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        self.http
+            .post(format!("http://{}{path}", self.at))
+            .header("cookie", &self.cookie)
+            .header("origin", format!("http://{}", self.at))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form_body(&form))
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+/// A task the agent proposes (from a chat turn, through its
+/// `schedule__create` tool) waits on /schedules with *Approve* and
+/// *Cancel*; approving it there enables it (audited as the console's),
+/// cancelling removes it; a task from `schedules.yaml` cannot be
+/// "approved" and says what to do instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_the_agent_proposes_is_approved_and_cancelled_from_the_console() {
+    use crate::agent::Env;
+    use crate::support::fake_llm::Behaviour;
+    let create = r#"{"id":"standup","schedule":"0 9 * * 1-5","timezone":"Asia/Shanghai","prompt":"write the standup notes"}"#;
+    let at = free_loopback_address();
+    let env = Env::new(
+        vec![
+            Behaviour::tool("schedule__create", create),
+            Behaviour::answer("I proposed a standup task"),
+        ],
+        &format!("  team: {{agent_schedules: propose}}\nweb:\n  listen: \"{at}\"\n"),
+    )
+    .await;
+    env.sandbox.write(
+        "workspaces/team/schedules.yaml",
+        "tasks:\n  - id: yearly\n    schedule: \"0 0 1 1 *\"\n    prompt: write the yearly report\n",
+    );
+    let mut daemon = env.start();
+    daemon.wait_for_line("web console on");
+    let link = crate::support::ok(env.pincer(&["web", "login"]));
+    let browser = SignedIn::new(&at, link.trim()).await;
+
+    let sent = browser
+        .post(
+            "/chat",
+            &[("workspace", "team"), ("text", "remind us every weekday")],
+        )
+        .await;
+    assert_eq!(sent.status(), 303);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let listed = loop {
+        let page = browser.get("/schedules").await.text().await.unwrap();
+        if page.contains("Approve agent-standup") {
+            break page;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never proposed: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(listed.contains("pending approval"), "{listed}");
+    assert!(!listed.contains("Approve yearly"), "{listed}");
+
+    let refused = browser.post("/schedules/team/yearly/approve", &[]).await;
+    assert_eq!(refused.status(), 400);
+    assert!(
+        refused
+            .text()
+            .await
+            .unwrap()
+            .contains("approve and cancel are for tasks the agent proposed")
+    );
+    let approved = browser
+        .post("/schedules/team/agent-standup/approve", &[])
+        .await;
+    assert_eq!(approved.status(), 200);
+    let said = approved.text().await.unwrap();
+    assert!(
+        said.contains("approved task `agent-standup` of workspace `team`"),
+        "{said}"
+    );
+    let again = browser
+        .post("/schedules/team/agent-standup/approve", &[])
+        .await;
+    assert_eq!(again.status(), 400);
+    assert!(again.text().await.unwrap().contains("is active already"));
+    let listed = browser.get("/schedules").await.text().await.unwrap();
+    assert!(listed.contains("Run agent-standup now"), "{listed}");
+
+    let cancelled = browser
+        .post("/schedules/team/agent-standup/cancel", &[])
+        .await;
+    assert_eq!(cancelled.status(), 200);
+    let listed = browser.get("/schedules").await.text().await.unwrap();
+    assert!(!listed.contains("agent-standup"), "{listed}");
+    let approvals = env.sandbox.audited("schedule.approved");
+    assert_eq!(approvals.len(), 1, "{approvals:?}");
+    assert_eq!(env.sandbox.audited("schedule.cancelled").len(), 1);
+    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
+    let actors: Vec<String> = db
+        .prepare("SELECT actor FROM audit_events WHERE kind IN ('schedule.approved', 'schedule.cancelled')")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(actors, ["web", "web"]);
     daemon.stop();
 }

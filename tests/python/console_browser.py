@@ -18,6 +18,7 @@ from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 PAGES = ["/", "/chat", "/sessions", "/approvals", "/schedules", "/workspaces",
@@ -115,8 +116,15 @@ def main():
             lambda d: d.find_elements(By.XPATH, "//button[text()='Always allow']"),
             message="the approval never showed in the chat")
         check(True, "the tool call waits for a decision in the chat")
-        driver.find_element(By.XPATH, "//button[text()='Always allow']").click()
-        # The page after the decision follows the rest of the turn live.
+        allow = driver.find_element(By.XPATH, "//button[text()='Always allow']")
+        allow.click()
+        # The page the decision comes back to follows the rest of the turn
+        # live (the model answers 2 s later): marked once it has loaded.
+        WebDriverWait(driver, 30).until(EC.staleness_of(allow))
+        WebDriverWait(driver, 30).until(
+            lambda d: d.execute_script("return document.readyState") == "complete")
+        check(driver.find_elements(By.CSS_SELECTOR, "[data-chat-feed]") != [],
+              "the decision comes back to the chat while the turn runs")
         driver.execute_script("window.pincerSamePage = true")
         wait_text(driver, "Turn done.")
         check(driver.execute_script("return window.pincerSamePage === true"),
@@ -149,6 +157,14 @@ def main():
         wait_text(driver, "schedule.run_requested", 30, within="tbody")
         check(driver.execute_script("return window.pincerSamePage === true"),
               "the audit tail updated without a reload")
+
+        # The run shows in the task's history with the model's answer.
+        driver.get(f"{base}/schedules/{workspace}/{task}")
+        WebDriverWait(driver, 90, ignored_exceptions=[StaleElementReferenceException]).until(
+            lambda d: "Q4 numbers are in" in d.find_element(By.TAG_NAME, "main").text
+            or d.refresh(),
+            message="the run never showed in the task's history")
+        check(True, "the run and its output are in the task's history")
     except BaseException:
         print(f"at {driver.current_url}:\n{driver.find_element(By.TAG_NAME, 'body').text}",
               file=sys.stderr, flush=True)

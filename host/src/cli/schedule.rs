@@ -14,7 +14,7 @@ use crate::operator::{
     delivery, find_task, fire_time, open_store, queue_run, run_json, schedule_listing,
     set_task_paused,
 };
-use crate::scheduler::agent::{self, Status};
+use crate::scheduler::agent;
 use crate::scheduler::file::{self, Checks};
 use crate::scheduler::{Action, RunStatus, Task, plan};
 
@@ -348,63 +348,15 @@ pub fn decide(
     approve: bool,
 ) -> anyhow::Result<()> {
     let ctx = super::Context::load(config_flag)?;
-    let store = open_store(&ctx)?;
-    let listed = find_task(&ctx, &store, id, workspace)?;
-    let Some(row) = &listed.agent else {
-        anyhow::bail!(
-            "task `{id}` is from workspace `{}`'s schedules.yaml: edit that file (or `pincer schedule pause {id}`); approve and cancel are for tasks the agent proposed",
-            listed.workspace
-        );
-    };
     let user = std::env::var("USER").unwrap_or_else(|_| "operator".into());
-    let actor = crate::audit::Actor::Cli(Some(&user));
-    let by = actor.to_string();
-    let (from, to, event): (&[Status], _, _) = if approve {
-        if let Some(problem) = &listed.problem {
-            anyhow::bail!("task `{id}` cannot be approved: {problem}");
-        }
-        (
-            &[Status::Pending],
-            Status::Active,
-            crate::audit::Action::ScheduleApproved,
-        )
-    } else {
-        (
-            &[Status::Pending, Status::Active],
-            Status::Cancelled,
-            crate::audit::Action::ScheduleCancelled,
-        )
-    };
-    if !store.decide_agent_task(&listed.workspace, id, from, to, &by, crate::db::now_ms())? {
-        anyhow::bail!(
-            "task `{id}` is {} already",
-            match row.status {
-                Status::Active => "active",
-                Status::Pending => "pending",
-                Status::Cancelled => "cancelled",
-            }
-        );
-    }
-    let audit = ctx.audit_log()?;
-    audit.record(
-        actor,
-        Some(&listed.workspace),
-        event,
-        &agent::audit_summary(id, &row.spec),
-    );
-    if approve {
-        let next = listed
-            .task
-            .as_ref()
-            .and_then(|t| plan::next_after(t, Utc::now()).map(|n| fire_time(n, t.zone)))
-            .unwrap_or_else(|| "none".into());
-        println!(
-            "approved task `{id}` of workspace `{}` (proposed by the agent); next run {next}",
-            listed.workspace
-        );
-    } else {
-        println!("cancelled task `{id}` of workspace `{}`", listed.workspace);
-    }
+    let said = crate::operator::decide_agent_task(
+        &ctx,
+        id,
+        workspace,
+        approve,
+        crate::audit::Actor::Cli(Some(&user)),
+    )?;
+    println!("{said}");
     Ok(())
 }
 

@@ -9,8 +9,8 @@ mod schedule;
 pub use approvals::{Operator, as_json, decide, revoke};
 pub use policy::policy_report;
 pub(crate) use schedule::queue_run;
-pub(crate) use schedule::{delivery, find_task, fire_time, open_store, run_json};
 pub use schedule::{
-    history_rows as task_history, listing as schedule_listing, run_soon as run_task_soon,
-    set_paused as set_task_paused,
+    decide_agent_task, history_rows as task_history, listing as schedule_listing,
+    run_soon as run_task_soon, set_paused as set_task_paused,
 };
+pub(crate) use schedule::{delivery, find_task, fire_time, open_store, run_json};

@@ -303,3 +303,68 @@ pub fn history_rows(
         runs.iter().map(|r| run_json(r, &outbox)).collect(),
     ))
 }
+
+/// Approves (`approve`) or cancels a task the agent proposed, as `actor`;
+/// what was done, in words. Audited.
+pub fn decide_agent_task(
+    ctx: &Context,
+    id: &str,
+    workspace: Option<&str>,
+    approve: bool,
+    actor: crate::audit::Actor<'_>,
+) -> anyhow::Result<String> {
+    let store = open_store(ctx)?;
+    let listed = find_task(ctx, &store, id, workspace)?;
+    let Some(row) = &listed.agent else {
+        anyhow::bail!(
+            "task `{id}` is from workspace `{}`'s schedules.yaml: edit that file (or `pincer schedule pause {id}`); approve and cancel are for tasks the agent proposed",
+            listed.workspace
+        );
+    };
+    let by = actor.to_string();
+    let (from, to, event): (&[Status], _, _) = if approve {
+        if let Some(problem) = &listed.problem {
+            anyhow::bail!("task `{id}` cannot be approved: {problem}");
+        }
+        (
+            &[Status::Pending],
+            Status::Active,
+            crate::audit::Action::ScheduleApproved,
+        )
+    } else {
+        (
+            &[Status::Pending, Status::Active],
+            Status::Cancelled,
+            crate::audit::Action::ScheduleCancelled,
+        )
+    };
+    if !store.decide_agent_task(&listed.workspace, id, from, to, &by, crate::db::now_ms())? {
+        anyhow::bail!(
+            "task `{id}` is {} already",
+            match row.status {
+                Status::Active => "active",
+                Status::Pending => "pending",
+                Status::Cancelled => "cancelled",
+            }
+        );
+    }
+    ctx.audit_log()?.record(
+        actor,
+        Some(&listed.workspace),
+        event,
+        &agent::audit_summary(id, &row.spec),
+    );
+    Ok(if approve {
+        let next = listed
+            .task
+            .as_ref()
+            .and_then(|t| plan::next_after(t, Utc::now()).map(|n| fire_time(n, t.zone)))
+            .unwrap_or_else(|| "none".into());
+        format!(
+            "approved task `{id}` of workspace `{}` (proposed by the agent); next run {next}",
+            listed.workspace
+        )
+    } else {
+        format!("cancelled task `{id}` of workspace `{}`", listed.workspace)
+    })
+}

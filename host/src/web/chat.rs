@@ -32,6 +32,14 @@ const SHOWN_OUTPUT_BYTES: usize = 4096;
 /// Turns shown above the feed.
 const HISTORY_TURNS: usize = 20;
 
+pub fn routes() -> axum::Router<Arc<Console>> {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route("/chat", get(page).post(send))
+        .route("/chat/feed/{id}", get(stream))
+        .route("/chat/{id}/stop", post(stop))
+}
+
 /// The turns the console started, newest last.
 #[derive(Default)]
 pub struct Feeds(Mutex<VecDeque<Arc<Feed>>>);
@@ -288,14 +296,14 @@ fn capped(text: &str) -> String {
 }
 
 #[derive(Deserialize, Default)]
-pub struct ChatQuery {
+struct ChatQuery {
     workspace: Option<String>,
     /// The turn just sent: shown even when it already ended (say, with
     /// an error before it reached the model).
     feed: Option<String>,
 }
 
-pub async fn page(
+async fn page(
     State(console): State<Arc<Console>>,
     Extension(session): Extension<WebSession>,
     Query(q): Query<ChatQuery>,
@@ -386,12 +394,12 @@ fn item_context(index: usize, mut value: Value) -> Value {
 }
 
 #[derive(Deserialize)]
-pub struct SendForm {
+struct SendForm {
     workspace: String,
     text: String,
 }
 
-pub async fn send(
+async fn send(
     State(console): State<Arc<Console>>,
     Extension(_session): Extension<WebSession>,
     Form(form): Form<SendForm>,
@@ -452,7 +460,7 @@ fn chat_url(workspace: &str, feed: Option<&str>) -> String {
     format!("/chat?{}", query.finish())
 }
 
-pub async fn stop(
+async fn stop(
     State(console): State<Arc<Console>>,
     Extension(_session): Extension<WebSession>,
     Path(id): Path<String>,
@@ -466,7 +474,7 @@ pub async fn stop(
 }
 
 #[derive(Deserialize, Default)]
-pub struct FeedQuery {
+struct FeedQuery {
     #[serde(default)]
     seen: u64,
 }
@@ -474,7 +482,7 @@ pub struct FeedQuery {
 /// `/chat/feed/{id}`: the feed's items changed after `seen`, each as an
 /// `item` event carrying its index and its HTML (rendered by the same
 /// template as the page, so escaped the same way), then `end`.
-pub async fn stream(
+async fn stream(
     State(console): State<Arc<Console>>,
     Extension(session): Extension<WebSession>,
     Path(id): Path<String>,

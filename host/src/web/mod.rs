@@ -68,6 +68,7 @@ impl Console {
     /// The console's routes, guarded.
     pub fn router(self: &Arc<Self>) -> axum::Router {
         pages::routes()
+            .merge(chat::routes())
             .layer(axum::middleware::from_fn_with_state(
                 self.clone(),
                 guard::guard,

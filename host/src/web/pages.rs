@@ -37,9 +37,6 @@ macro_rules! page_context {
 pub fn routes() -> Router<Arc<Console>> {
     Router::new()
         .route("/", get(overview))
-        .route("/chat", get(super::chat::page).post(super::chat::send))
-        .route("/chat/feed/{id}", get(super::chat::stream))
-        .route("/chat/{id}/stop", post(super::chat::stop))
         .route("/signin", get(signin))
         .route("/login", get(login))
         .route("/logout", post(logout))
@@ -524,6 +521,23 @@ async fn task_action(
                 Action::ScheduleResumed
             },
         ),
+        "approve" | "cancel" => {
+            let said = crate::operator::decide_agent_task(
+                &console.ctx,
+                &id,
+                Some(&workspace),
+                action == "approve",
+                Actor::Web,
+            )
+            .map_err(|e| refused(format!("{e:#}")))?;
+            // Audited by `decide_agent_task`, as the CLI's are.
+            return done(
+                &console,
+                &session,
+                &said,
+                &format!("/schedules/{workspace}/{id}"),
+            );
+        }
         "run" => {
             let (run_id, _) = crate::operator::run_task_soon(&console.ctx, &id, Some(&workspace))
                 .map_err(|e| refused(format!("{e:#}")))?;
