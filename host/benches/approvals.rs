@@ -34,6 +34,8 @@
 //! `tests/python/requirements.txt` (`PINCER_TEST_PYTHON`, else `python3`).
 //! Loopback only; removes the containers of its own pincer instance.
 
+#[path = "support/docker.rs"]
+mod docker;
 #[path = "support/slack_daemon.rs"]
 mod slack_daemon;
 
@@ -46,8 +48,9 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
+use docker::DockerCleanup;
 use serde_json::{Value, json};
-use slack_daemon::{DockerCleanup, FakeSlack, Scratch, quantile, serve, start_daemon, unix_now};
+use slack_daemon::{FakeSlack, Scratch, quantile, serve, start_daemon, unix_now};
 
 /// The person (and DM) of turn `n`.
 fn person(n: usize) -> (String, String) {

@@ -44,10 +44,13 @@ use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
 
+#[path = "support/docker.rs"]
+mod docker;
 #[path = "support/slack_daemon.rs"]
 mod slack_daemon;
 
-use slack_daemon::{DockerCleanup, FakeSlack, Scratch, quantile, serve, start_daemon, unix_now};
+use docker::DockerCleanup;
+use slack_daemon::{FakeSlack, Scratch, quantile, serve, start_daemon, unix_now};
 /// How long replies may take after the last message was sent.
 const DRAIN: Duration = Duration::from_secs(30);
 

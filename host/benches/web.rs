@@ -28,6 +28,9 @@
 #[allow(dead_code)]
 mod daemon;
 
+#[path = "support/docker.rs"]
+mod docker;
+
 #[path = "support/proc_stats.rs"]
 #[allow(dead_code)]
 mod proc_stats;
@@ -123,11 +126,11 @@ async fn run(requests: usize, ticks: usize) -> anyhow::Result<()> {
         .args(["start", "--listen", "127.0.0.1:0"])
         .env("PINCER_HOME", &home)
         .env_remove("PINCER_LOG");
+    let _cleanup = docker::DockerCleanup { home: home.clone() };
     let mut daemon = daemon::Daemon::spawn(command, root.path().join("daemon.log"));
     daemon.wait_for_line("web console on");
     let result = measure(root.path(), web_at, requests, &sent).await;
     daemon.stop();
-    remove_containers(&home);
     result
 }
 
@@ -365,23 +368,6 @@ fn fill_store(home: &Path) -> anyhow::Result<()> {
     }
     tx.commit()?;
     Ok(())
-}
-
-fn remove_containers(home: &Path) {
-    let Ok(id) = std::fs::read_to_string(home.join("instance-id")) else {
-        return;
-    };
-    let filter = format!("label=pincer.instance={}", id.trim());
-    if let Ok(out) = Command::new("docker")
-        .args(["ps", "-aq", "--filter", &filter])
-        .output()
-    {
-        for container in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-            let _ = Command::new("docker")
-                .args(["rm", "-f", container])
-                .output();
-        }
-    }
 }
 
 /// The fake model: streams `tick-0 ` … `tick-N ` one piece every

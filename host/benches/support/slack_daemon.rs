@@ -1,7 +1,6 @@
 //! What the Slack benches share: the fake Slack (`tests/python/fake_slack.py`)
 //! and the real `pincer start` daemon with its config and secrets, each
-//! stopped on drop, and the containers of the bench's pincer instance
-//! removed on drop.
+//! stopped on drop (`docker.rs` removes the instance's containers).
 
 #![allow(dead_code)] // each bench uses its part
 
@@ -140,28 +139,6 @@ impl Drop for FakeSlack {
 }
 
 // ---- the daemon --------------------------------------------------------------------------------
-
-/// Removes, on drop, every container of the bench's pincer instance.
-pub struct DockerCleanup {
-    pub home: PathBuf,
-}
-
-impl Drop for DockerCleanup {
-    fn drop(&mut self) {
-        let Ok(id) = std::fs::read_to_string(self.home.join("instance-id")) else {
-            return;
-        };
-        let filter = format!("label=pincer.instance={}", id.trim());
-        if let Ok(ids) = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &filter])
-            .output()
-        {
-            for id in String::from_utf8_lossy(&ids.stdout).split_whitespace() {
-                let _ = Command::new("docker").args(["rm", "-f", id]).output();
-            }
-        }
-    }
-}
 
 /// `pincer start`, killed on drop (stopped with SIGTERM by `stop`).
 pub struct Daemon {
