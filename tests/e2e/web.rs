@@ -370,50 +370,22 @@ async fn the_chat_streams_a_turn_and_its_approvals_are_decided_inline() {
         &format!("  asked: {{approvals: {{tier: approval}}}}\nweb:\n  listen: \"{at}\"\n"),
     )
     .await;
-    let url = |path: &str| format!("http://{at}{path}");
     let mut daemon = env.start();
     daemon.wait_for_line("web console on");
-    let http = client();
     let link = crate::support::ok(env.pincer(&["web", "login"]));
-    let (cookie, _) = sign_in(&http, link.trim()).await;
-    let origin = format!("http://{at}");
-    let post = |path: &str, form: Vec<(&str, String)>| {
-        http.post(url(path))
-            .header("cookie", &cookie)
-            .header("origin", &origin)
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(form_body(&form))
-            .send()
-    };
-    let get = |path: &str| http.get(url(path)).header("cookie", &cookie).send();
+    let browser = SignedIn::new(&at, link.trim()).await;
+    let send =
+        |text: &'static str| browser.post("/chat", &[("workspace", "asked"), ("text", text)]);
 
-    let page = get("/chat?workspace=asked").await.unwrap();
+    let page = browser.get("/chat?workspace=asked").await;
     assert_eq!(page.status(), 200);
     let page = page.text().await.unwrap();
     assert!(page.contains("No messages yet"), "{page}");
-    let csrf = csrf_of(&page);
-    let send = |text: &str| {
-        post(
-            "/chat",
-            vec![
-                ("csrf", csrf.clone()),
-                ("workspace", "asked".into()),
-                ("text", text.into()),
-            ],
-        )
-    };
 
     // What cannot be sent gets a clear error, and starts nothing.
-    let nowhere = post(
-        "/chat",
-        vec![
-            ("csrf", csrf.clone()),
-            ("workspace", "nowhere".into()),
-            ("text", "hi".into()),
-        ],
-    )
-    .await
-    .unwrap();
+    let nowhere = browser
+        .post("/chat", &[("workspace", "nowhere"), ("text", "hi")])
+        .await;
     assert_eq!(nowhere.status(), 404);
     assert!(
         nowhere
@@ -422,15 +394,15 @@ async fn the_chat_streams_a_turn_and_its_approvals_are_decided_inline() {
             .unwrap()
             .contains("no workspace named `nowhere`")
     );
-    let empty = send("   ").await.unwrap();
+    let empty = send("   ").await;
     assert_eq!(empty.status(), 400);
     assert!(empty.text().await.unwrap().contains("the message is empty"));
 
-    let sent = send("write two files").await.unwrap();
+    let sent = send("write two files").await;
     assert_eq!(sent.status(), 303);
     let back = sent.headers()["location"].to_str().unwrap().to_owned();
     assert!(back.starts_with("/chat?workspace=asked&feed="), "{back}");
-    let page = get(&back).await.unwrap().text().await.unwrap();
+    let page = browser.get(&back).await.text().await.unwrap();
     let stream = page
         .split("data-chat-feed=\"")
         .nth(1)
@@ -439,12 +411,12 @@ async fn the_chat_streams_a_turn_and_its_approvals_are_decided_inline() {
         .replace("&#x2f;", "/")
         .replace("&amp;", "&");
     assert!(page.contains("write two files"), "{page}");
-    let mut feed = get(&stream).await.unwrap();
+    let mut feed = browser.get(&stream).await;
     assert_eq!(feed.status(), 200);
     assert_eq!(feed.headers()["content-type"], "text/event-stream");
 
     // One turn at a time in a conversation.
-    let busy = send("and another").await.unwrap();
+    let busy = send("and another").await;
     assert_eq!(busy.status(), 409);
     assert!(busy.text().await.unwrap().contains("still running"));
 
@@ -460,30 +432,22 @@ async fn the_chat_streams_a_turn_and_its_approvals_are_decided_inline() {
     let first = request_of(&read, 1);
     assert!(read.contains("touch &#x2f;workspace&#x2f;first"), "{read}");
     // A way back to another site is not followed: the plain result page.
-    let decided = post(
-        &format!("/approvals/{first}/decide"),
-        vec![
-            ("csrf", csrf.clone()),
-            ("decision", "once".into()),
-            ("back", "//attacker.example/".into()),
-        ],
-    )
-    .await
-    .unwrap();
+    let decided = browser
+        .post(
+            &format!("/approvals/{first}/decide"),
+            &[("decision", "once"), ("back", "//attacker.example/")],
+        )
+        .await;
     assert_eq!(decided.status(), 200);
     read_until(&mut feed, &mut read, "Approve once", 2).await;
     let second = request_of(&read, 2);
     assert_ne!(first, second);
-    let decided = post(
-        &format!("/approvals/{second}/decide"),
-        vec![
-            ("csrf", csrf.clone()),
-            ("decision", "once".into()),
-            ("back", back.clone()),
-        ],
-    )
-    .await
-    .unwrap();
+    let decided = browser
+        .post(
+            &format!("/approvals/{second}/decide"),
+            &[("decision", "once"), ("back", &back)],
+        )
+        .await;
     assert_eq!(decided.status(), 303);
     assert_eq!(decided.headers()["location"], back.as_str());
     read_until(&mut feed, &mut read, "event: end", 1).await;
@@ -506,9 +470,9 @@ async fn the_chat_streams_a_turn_and_its_approvals_are_decided_inline() {
 
     // Finished, the turn is the conversation's history; the page no
     // longer follows a feed and the form is open again.
-    let page = get("/chat?workspace=asked")
+    let page = browser
+        .get("/chat?workspace=asked")
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -662,18 +626,21 @@ impl SignedIn {
     }
 
     /// A same-origin form post carrying the CSRF token.
-    async fn post(&self, path: &str, fields: &[(&str, &str)]) -> reqwest::Response {
+    fn post(
+        &self,
+        path: &str,
+        fields: &[(&str, &str)],
+    ) -> impl Future<Output = reqwest::Response> + use<> {
         let mut form = vec![("csrf", self.csrf.clone())];
         form.extend(fields.iter().map(|(k, v)| (*k, (*v).to_owned())));
-        self.http
+        let request = self
+            .http
             .post(format!("http://{}{path}", self.at))
             .header("cookie", &self.cookie)
             .header("origin", format!("http://{}", self.at))
             .header("content-type", "application/x-www-form-urlencoded")
-            .body(form_body(&form))
-            .send()
-            .await
-            .unwrap()
+            .body(form_body(&form));
+        async move { request.send().await.unwrap() }
     }
 }
 
