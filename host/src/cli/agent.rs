@@ -63,7 +63,7 @@ impl Runner {
     /// Gives this process's observers a moment to deliver queued events.
     async fn close(&self) {
         if let Runner::Local(agent) = self {
-            agent.close_observers(OBSERVER_GRACE).await;
+            agent.close(OBSERVER_GRACE).await;
         }
     }
 

@@ -140,6 +140,10 @@ async fn list(ctx: &Context) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long a finished `workspace exec` waits for its command's
+/// connections through the egress proxy to end and be audited.
+const EGRESS_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn exec(
     ctx: &Context,
     name: &str,
@@ -151,7 +155,7 @@ async fn exec(
     let (_, spec) = containers::plan(&ctx.config, &ctx.home, runtime.instance(), name)?;
     // The command's way out, for as long as it runs (unless the daemon
     // serves it already).
-    let _egress = crate::daemon::build::egress_proxies(
+    let egress = crate::daemon::build::egress_proxies(
         ctx,
         &crate::policy::Reaches::compute(&ctx.config),
         &ctx.audit_log()?,
@@ -168,6 +172,8 @@ async fn exec(
         max_output_bytes: pincer_runner_protocol::MAX_OUTPUT_BYTES,
     };
     let (ensured, outcome) = runtime.exec(&spec, request).await?;
+    // The command's last connections are audited before this exits.
+    egress.close(EGRESS_GRACE).await;
     if let Some(why) = &ensured.replaced {
         eprintln!("pincer: replaced the previous container: {why}");
     }

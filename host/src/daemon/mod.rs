@@ -305,7 +305,7 @@ async fn serve(
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     let _ = gateway.await;
-    agent.close_observers(Duration::from_secs(3)).await;
+    agent.close(Duration::from_secs(3)).await;
     status.clear();
     Ok(ending)
 }

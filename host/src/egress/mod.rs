@@ -25,6 +25,7 @@ mod tunnel;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
@@ -65,6 +66,8 @@ enum Serving {
 pub struct EgressProxies {
     serving: HashMap<String, Serving>,
     asking: Asking,
+    /// Connections this process's proxies are handling.
+    open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// What every workspace's proxy works with.
@@ -98,6 +101,7 @@ impl EgressProxies {
     /// cannot be served leaves that workspace with no way out (its
     /// runner answers 502), said once here.
     pub fn start(home: &Path, reaches: &Reaches, parts: Parts) -> Self {
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let serving = reaches
             .iter()
             .map(|(workspace, reach)| {
@@ -120,6 +124,7 @@ impl EgressProxies {
                         tunnels: parts.tunnels.clone(),
                         asking: parts.asking.clone(),
                         approvals: parts.approvals.clone(),
+                        open: open.clone(),
                     };
                     match bind(&path) {
                         Ok(listener) => {
@@ -143,6 +148,18 @@ impl EgressProxies {
         Self {
             serving,
             asking: parts.asking,
+            open,
+        }
+    }
+
+    /// Waits, at most `within`, for the connections this process's proxies
+    /// handle to end, so each is audited before a one-shot command exits.
+    pub async fn close(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.open.load(std::sync::atomic::Ordering::SeqCst) > 0
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 

@@ -77,6 +77,24 @@ pub(super) struct Proxy {
     pub asking: super::Asking,
     /// Where "always" decisions on egress are stored.
     pub approvals: Option<Arc<crate::approvals::Approvals>>,
+    /// Connections being handled, across the process's proxies.
+    pub open: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// One connection counted in [`Proxy::open`] until dropped.
+struct Open(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Open {
+    fn new(open: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Open(open.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Longest a connection waits on a person; the turn's own approval
@@ -102,9 +120,10 @@ impl Proxy {
             let me = self.clone();
             match slots.clone().try_acquire_owned() {
                 Ok(slot) => {
+                    let open = Open::new(&self.open);
                     tokio::spawn(async move {
                         me.handle(stream).await;
-                        drop(slot);
+                        drop((slot, open));
                     });
                 }
                 Err(_) => {

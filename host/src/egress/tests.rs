@@ -49,6 +49,7 @@ fn start(listed: &[String], any_public: bool, limits: Limits) -> Fixture {
         tunnels: Default::default(),
         asking: Default::default(),
         approvals: None,
+        open: Default::default(),
     });
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
     let task = tokio::spawn(proxy.serve(listener));

@@ -295,12 +295,14 @@ impl Agent {
         &self.sockets
     }
 
-    /// Lets observers deliver what is queued, for at most `within`; call
-    /// before the process exits.
-    pub async fn close_observers(&self, within: Duration) {
+    /// Lets observers deliver what is queued and the egress proxies'
+    /// connections end (each is audited when it ends), for at most `within`
+    /// each; call before the process exits.
+    pub async fn close(&self, within: Duration) {
         for observers in self.observers.values() {
             observers.close(within).await;
         }
+        self.egress.close(within).await;
     }
 
     /// Runs one turn. Events go to `events` as they happen; `cancel`
