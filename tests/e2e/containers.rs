@@ -758,3 +758,101 @@ fn io_uring_is_refused_in_a_baseline_workspace() {
         "io_uring is allowed in the container: {status}"
     );
 }
+
+/// Issue 32: the container's user is a uid no host account has. What the
+/// agent writes into its folder belongs on the host to 100000:100000, which
+/// `/etc/passwd` does not name; a workspace folder an earlier pincer made
+/// for uid 1000 is handed over once when the container starts (audited,
+/// the container can write its old files again); `pincer doctor` warns
+/// when a workspace's uid is a host account.
+#[test]
+fn the_container_user_is_nobody_on_the_host_and_old_folders_are_handed_over_once() {
+    use std::os::unix::fs::{MetadataExt, chown};
+    let env = Env::new("  fresh: {}\n  legacy: {}\n");
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    assert!(
+        !passwd
+            .lines()
+            .any(|l| l.split(':').nth(2) == Some("100000")),
+        "this host has an account with uid 100000"
+    );
+    let id = ok(env.exec(
+        "fresh",
+        &["sh", "-c", "touch /workspace/mine; id -u; id -g"],
+    ));
+    assert_eq!(
+        id.split_whitespace().collect::<Vec<_>>(),
+        ["100000", "100000"]
+    );
+    let mine = std::fs::metadata(env.workspace_dir("fresh").join("mine")).unwrap();
+    assert_eq!((mine.uid(), mine.gid()), (100_000, 100_000));
+
+    // A folder as an earlier pincer left it: uid 1000's, with its files.
+    let legacy = env.workspace_dir("legacy");
+    std::fs::create_dir_all(legacy.join("notes")).unwrap();
+    std::fs::write(legacy.join("notes/todo.md"), "old\n").unwrap();
+    std::fs::write(legacy.join("host-owned"), "root's\n").unwrap();
+    for path in [
+        &legacy,
+        &legacy.join("notes"),
+        &legacy.join("notes/todo.md"),
+    ] {
+        chown(path, Some(1000), Some(1000)).unwrap();
+    }
+    ok(env.exec(
+        "legacy",
+        &["sh", "-c", "echo new >> /workspace/notes/todo.md"],
+    ));
+    assert_eq!(
+        std::fs::read_to_string(legacy.join("notes/todo.md")).unwrap(),
+        "old\nnew\n"
+    );
+    let todo = std::fs::metadata(legacy.join("notes/todo.md")).unwrap();
+    assert_eq!((todo.uid(), todo.gid()), (100_000, 100_000));
+    assert_eq!(
+        std::fs::metadata(legacy.join("host-owned")).unwrap().uid(),
+        0
+    );
+    let handed = env.sandbox.audited("container.workspace_reowned");
+    assert_eq!(handed.len(), 1, "{handed:?}");
+    assert!(
+        handed[0].contains("3 entries handed from 1000:1000 to 100000:100000"),
+        "{handed:?}"
+    );
+    // Once: a new container finds the folder the new user's already.
+    ok(env.pincer(&["workspace", "down", "legacy"]));
+    ok(env.exec("legacy", &["true"]));
+    assert_eq!(env.sandbox.audited("container.workspace_reowned").len(), 1);
+
+    // doctor: quiet for nobody's uid, a warning for a host account's.
+    let doctor = env.pincer(&["doctor"]);
+    assert!(
+        support::stdout(&doctor)
+            .contains("ok       container user 100000:100000: no host account has that uid"),
+        "{}",
+        support::stdout(&doctor)
+    );
+    let groups = env.sandbox.dir.path().join("groups");
+    std::fs::create_dir_all(&groups).unwrap();
+    std::fs::write(
+        groups.join("as-nobody.yaml"),
+        "description: x\nuser: \"65534:65534\"\n",
+    )
+    .unwrap();
+    let config = env.sandbox.write(
+        "pincer-host-user.yaml",
+        &format!(
+            "containers:\n  policy_dirs: [{}]\nworkspaces:\n  shared: {{policies: [as-nobody]}}\n",
+            groups.display()
+        ),
+    );
+    let doctor = env
+        .sandbox
+        .pincer(&["--config", config.to_str().unwrap(), "doctor"]);
+    let said = support::stdout(&doctor);
+    assert!(
+        said.contains("warning  container user workspace(s) shared run as uid 65534, the host account `nobody`"),
+        "{said}"
+    );
+    assert!(said.contains("userns-remap"), "{said}");
+}

@@ -96,6 +96,7 @@ actions! {
     ContainerPidsLimit => "container.pids_limit",
     ContainerReplaced => "container.replaced",
     ContainerVerifyFailed => "container.verify_failed",
+    ContainerWorkspaceReowned => "container.workspace_reowned",
     EgressAllowed => "egress.allowed",
     EgressRefused => "egress.refused",
     GatewayCall => "gateway.call",

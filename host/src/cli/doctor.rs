@@ -13,7 +13,18 @@ struct Check {
     name: &'static str,
     /// `Err(why, fix)` when it failed.
     outcome: Result<String, (String, String)>,
-    required: bool,
+    level: Level,
+}
+
+/// What a failed check means.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    /// pincer cannot run without it.
+    Required,
+    /// Only some commands need it.
+    Optional,
+    /// It runs, but less safely than it could.
+    Warning,
 }
 
 pub async fn run(config_flag: Option<&Path>) -> anyhow::Result<()> {
@@ -31,11 +42,12 @@ pub async fn run(config_flag: Option<&Path>) -> anyhow::Result<()> {
                 "fix the file at the position shown, then run `pincer config check`".into(),
             )),
         },
-        required: true,
+        level: Level::Required,
     });
     if let Ok(ctx) = &ctx {
         checks.push(home_check(&ctx.home));
         checks.push(plugins_check(ctx));
+        checks.push(container_user_check(ctx));
     }
     let docker = docker_check().await;
     let docker_ok = docker.outcome.is_ok();
@@ -51,16 +63,16 @@ pub async fn run(config_flag: Option<&Path>) -> anyhow::Result<()> {
         match &check.outcome {
             Ok(detail) => println!("ok       {:<14} {detail}", check.name),
             Err((why, fix)) => {
-                let label = if check.required {
-                    "MISSING"
-                } else {
-                    "optional"
+                let label = match check.level {
+                    Level::Required => "MISSING",
+                    Level::Optional => "optional",
+                    Level::Warning => "warning",
                 };
                 println!(
                     "{label:<8} {:<14} {why}\n         {:<14} fix: {fix}",
                     check.name, ""
                 );
-                failed_required += usize::from(check.required);
+                failed_required += usize::from(check.level == Level::Required);
             }
         }
     }
@@ -84,7 +96,7 @@ fn home_check(home: &Path) -> Check {
     Check {
         name: "PINCER_HOME",
         outcome,
-        required: true,
+        level: Level::Required,
     }
 }
 
@@ -107,7 +119,7 @@ fn plugins_check(ctx: &Context) -> Check {
     Check {
         name: "plugins",
         outcome,
-        required: true,
+        level: Level::Required,
     }
 }
 
@@ -143,7 +155,7 @@ async fn docker_check() -> Check {
                 "install Docker Engine (`apt-get install docker.io`) and start it (`systemctl start docker`); every workspace runs in a container".into(),
             )
         }),
-        required: false,
+        level: Level::Optional,
     }
 }
 
@@ -167,7 +179,56 @@ async fn image_check(ctx: &Context) -> Check {
                 "`pincer image build` (offline, from Debian's busybox-static)".into(),
             )
         }),
-        required: false,
+        level: Level::Optional,
+    }
+}
+
+/// Whether a workspace's container runs as a uid a host account has: its
+/// files in bind mounts would be that person's, and an escape would land
+/// as them.
+fn container_user_check(ctx: &Context) -> Check {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let account = |uid: u32| {
+        passwd.lines().find_map(|line| {
+            let mut fields = line.split(':');
+            let name = fields.next()?;
+            (fields.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_owned())
+        })
+    };
+    let mut users = std::collections::BTreeMap::<String, Vec<&str>>::new();
+    if let Ok(catalog) = crate::policy::PolicyCatalog::load(&ctx.config.containers.policy_dirs) {
+        for (name, ws) in &ctx.config.workspaces {
+            if let Ok(policy) = catalog.effective(name, &ws.policies) {
+                users.entry(policy.compile().user).or_default().push(name);
+            }
+        }
+    }
+    let shared: Vec<String> = users
+        .iter()
+        .filter_map(|(user, workspaces)| {
+            let (uid, _) = crate::containers::parse_user(user)?;
+            let account = account(uid)?;
+            Some(format!(
+                "workspace(s) {} run as uid {uid}, the host account `{account}`: the agent's files belong to it and an escape lands as it",
+                workspaces.join(", ")
+            ))
+        })
+        .collect();
+    let outcome = if shared.is_empty() {
+        Ok(format!(
+            "{}: no host account has that uid",
+            users.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    } else {
+        Err((
+            shared.join("; "),
+            "give those workspaces a uid no host account has (the baseline's `user: \"100000:100000\"`), or run Docker with userns-remap (docs/workspaces-and-policies.md)".into(),
+        ))
+    };
+    Check {
+        name: "container user",
+        outcome,
+        level: Level::Warning,
     }
 }
 
@@ -186,7 +247,7 @@ fn busybox_check() -> Check {
                 "`apt-get install busybox-static` (needed by `pincer image build`)".into(),
             )
         }),
-        required: false,
+        level: Level::Optional,
     }
 }
 
@@ -214,6 +275,6 @@ fn wasm_target_check() -> Check {
                 "`rustup target add wasm32-wasip2` (only needed to build plugins)".into(),
             )
         }),
-        required: false,
+        level: Level::Optional,
     }
 }

@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -334,6 +334,132 @@ pub fn subdir_beneath(
     Ok(fd)
 }
 
+/// What [`reown_tree`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Reowned {
+    /// Entries (the folder included) handed to the new owner.
+    pub changed: usize,
+    /// Files with more than one link, left as they were: another link may
+    /// be outside the folder.
+    pub skipped_links: usize,
+    /// The walk stopped at its limit of entries or depth.
+    pub truncated: bool,
+}
+
+/// Hands `dir` and everything beneath it that `from.0` owns to `to`,
+/// never by a path: each entry is looked at and changed relative to its
+/// folder's handle without following it (`fstatat`/`fchownat` with
+/// `AT_SYMLINK_NOFOLLOW`), folders are entered with `openat2` (no
+/// symlinks), a file with several links is left alone. The group changes
+/// only where it is `from.1`. At most `limit` entries, 64 levels deep.
+pub fn reown_tree(
+    dir: &Path,
+    from: (u32, u32),
+    to: (u32, u32),
+    limit: usize,
+) -> Result<Reowned, BeneathError> {
+    let root = open_dir(dir)?;
+    let mut done = Reowned::default();
+    let meta = File::from(root.try_clone().map_err(|e| BeneathError::io(dir, e))?)
+        .metadata()
+        .map_err(|e| BeneathError::io(dir, e))?;
+    if std::os::unix::fs::MetadataExt::uid(&meta) == from.0 {
+        let gid = (std::os::unix::fs::MetadataExt::gid(&meta) == from.1).then_some(to.1);
+        std::os::unix::fs::fchown(&root, Some(to.0), gid).map_err(|e| BeneathError::io(dir, e))?;
+        done.changed += 1;
+    }
+    reown_beneath(&root, dir, from, to, limit, 0, &mut done)?;
+    Ok(done)
+}
+
+fn reown_beneath(
+    dir: &OwnedFd,
+    display: &Path,
+    from: (u32, u32),
+    to: (u32, u32),
+    limit: usize,
+    depth: usize,
+    done: &mut Reowned,
+) -> Result<(), BeneathError> {
+    if depth >= 64 {
+        done.truncated = true;
+        return Ok(());
+    }
+    // The listing of exactly this handle's folder (`/proc/self/fd/N` is
+    // the open directory itself, whatever its path now names).
+    let listing = std::fs::read_dir(fd_path(dir)).map_err(|e| BeneathError::io(display, e))?;
+    for entry in listing {
+        let entry = entry.map_err(|e| BeneathError::io(display, e))?;
+        let name = entry.file_name();
+        let shown = display.join(&name);
+        use std::os::unix::ffi::OsStrExt;
+        let c_name = std::ffi::CString::new(name.as_bytes())
+            .map_err(|e| BeneathError::io(&shown, std::io::Error::other(e)))?;
+        // SAFETY: `stat` is plain data the call fills; `c_name` outlives it.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        let looked = unsafe {
+            libc::fstatat(
+                dir.as_raw_fd(),
+                c_name.as_ptr(),
+                &mut stat,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if looked != 0 {
+            // Gone since the listing: the container's to remove.
+            continue;
+        }
+        let is_dir = stat.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        if stat.st_uid == from.0 {
+            if done.changed >= limit {
+                done.truncated = true;
+                return Ok(());
+            }
+            if !is_dir && stat.st_nlink > 1 {
+                done.skipped_links += 1;
+            } else {
+                let gid = if stat.st_gid == from.1 {
+                    to.1
+                } else {
+                    stat.st_gid
+                };
+                // SAFETY: `c_name` outlives the call.
+                let changed = unsafe {
+                    libc::fchownat(
+                        dir.as_raw_fd(),
+                        c_name.as_ptr(),
+                        to.0,
+                        gid,
+                        libc::AT_SYMLINK_NOFOLLOW,
+                    )
+                };
+                if changed != 0 {
+                    return Err(BeneathError::io(&shown, std::io::Error::last_os_error()));
+                }
+                done.changed += 1;
+            }
+        }
+        if is_dir {
+            match openat2(
+                Some(dir.as_fd()),
+                Path::new(&name),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                RESOLVE,
+                &shown,
+            ) {
+                Ok(sub) => reown_beneath(&sub, &shown, from, to, limit, depth + 1, done)?,
+                // Replaced by a symlink or removed since: not followed.
+                Err(BeneathError::Symlink(_) | BeneathError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if done.truncated {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
 /// A new regular file `name` (one component) beneath `dir`, opened for
 /// writing; `None` when that name is taken (by anything: a file, a
 /// symlink, a directory), so the caller picks another.
@@ -392,7 +518,7 @@ fn single_component(name: &str, display: &Path) -> Result<(), BeneathError> {
 }
 
 /// An `O_PATH` handle on the unix socket `name` beneath `dir`, resolved
-/// without following symlinks; connect to it with [`socket_fd_path`] while
+/// without following symlinks; connect to it with [`fd_path`] while
 /// the handle is open.
 pub fn open_socket_beneath(
     dir: BorrowedFd<'_>,
@@ -421,10 +547,10 @@ pub fn open_socket_beneath(
     Ok(OwnedFd::from(file))
 }
 
-/// The path that connects to the socket an `O_PATH` handle refers to: the
-/// kernel resolves `/proc/self/fd/N` to that very inode, whatever has been
-/// renamed since.
-pub fn socket_fd_path(fd: &OwnedFd) -> PathBuf {
+/// The path of exactly the file a handle refers to (a socket to connect
+/// to, a folder to list): the kernel resolves `/proc/self/fd/N` to that very
+/// inode, whatever has been renamed since.
+pub fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
@@ -583,7 +709,7 @@ mod tests {
         let handle = open_socket_beneath(fd.as_fd(), Path::new("s.sock"), Path::new("s")).unwrap();
         // Renaming the name away after resolution does not matter.
         std::fs::rename(root.join("s.sock"), root.join("moved.sock")).unwrap();
-        let stream = std::os::unix::net::UnixStream::connect(socket_fd_path(&handle)).unwrap();
+        let stream = std::os::unix::net::UnixStream::connect(fd_path(&handle)).unwrap();
         let (_accepted, _) = listener.accept().unwrap();
         drop(stream);
         std::os::unix::fs::symlink("moved.sock", root.join("link.sock")).unwrap();
@@ -639,5 +765,65 @@ mod tests {
         assert!(!pid_in_container(std::process::id() as i32, id));
         assert!(!pid_in_container(0, id));
         assert!(!pid_in_container(1, "not-hex"));
+    }
+
+    /// The old container user's tree is handed over; nothing outside it
+    /// is touched through a symlink or a second link, and what another
+    /// user owns stays theirs.
+    #[test]
+    fn reown_tree_hands_over_only_what_the_old_user_owned_beneath_the_folder() {
+        use std::os::unix::fs::{MetadataExt, chown, lchown, symlink};
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: changing owners needs root");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::write(&outside, "host file").unwrap();
+        chown(&outside, Some(1000), Some(1000)).unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(ws.join("deep/er")).unwrap();
+        for (path, owner) in [
+            (ws.clone(), 1000),
+            (ws.join("deep"), 1000),
+            (ws.join("deep/er"), 1000),
+        ] {
+            chown(&path, Some(owner), Some(owner)).unwrap();
+        }
+        std::fs::write(ws.join("deep/er/notes.md"), "x").unwrap();
+        chown(ws.join("deep/er/notes.md"), Some(1000), Some(1000)).unwrap();
+        std::fs::write(ws.join("hosts"), "the host's").unwrap();
+        symlink(&outside, ws.join("link")).unwrap();
+        lchown(ws.join("link"), Some(1000), Some(1000)).unwrap();
+        std::fs::hard_link(&outside, ws.join("hard")).unwrap();
+
+        let done = reown_tree(&ws, (1000, 1000), (100_000, 100_000), 1000).unwrap();
+        assert_eq!(
+            done,
+            Reowned {
+                changed: 5,
+                skipped_links: 1,
+                truncated: false
+            }
+        );
+        let owner = |p: &Path| {
+            let m = std::fs::symlink_metadata(p).unwrap();
+            (m.uid(), m.gid())
+        };
+        for changed in ["", "deep", "deep/er", "deep/er/notes.md", "link"] {
+            assert_eq!(owner(&ws.join(changed)), (100_000, 100_000), "{changed}");
+        }
+        assert_eq!(owner(&ws.join("hosts")), (0, 0));
+        assert_eq!(
+            owner(&outside),
+            (1000, 1000),
+            "not through the symlink or the link"
+        );
+        // Once: nothing is left to hand over.
+        let again = reown_tree(&ws, (1000, 1000), (100_000, 100_000), 1000).unwrap();
+        assert_eq!(again.changed, 0);
+        // The limit stops the walk and says so.
+        let limited = reown_tree(&ws, (100_000, 100_000), (1000, 1000), 2).unwrap();
+        assert!(limited.truncated && limited.changed == 2, "{limited:?}");
     }
 }

@@ -12,6 +12,9 @@ use super::ContainerError;
 pub const DEFAULT_IMAGE: &str = "pincer-agent:latest";
 pub const BUSYBOX: &str = "/bin/busybox";
 const LABEL_CONTENT: &str = "pincer.image.sha256";
+/// The image's `agent` account: the baseline policy's `user`, an id no
+/// host account has.
+const AGENT_UID: u32 = 100_000;
 
 const APPLETS: &[&str] = &[
     "sh",
@@ -186,7 +189,7 @@ fn rootfs_tar(busybox: &[u8]) -> std::io::Result<Vec<u8>> {
         ("sys", 0o555, 0),
         ("dev", 0o755, 0),
         ("tmp", 0o1777, 0),
-        ("workspace", 0o755, 1000),
+        ("workspace", 0o755, u64::from(AGENT_UID)),
     ] {
         dir(&mut tar, path, mode, owner)?;
     }
@@ -198,13 +201,12 @@ fn rootfs_tar(busybox: &[u8]) -> std::io::Result<Vec<u8>> {
         tar.append_data(&mut h, path, data)
     };
     file(&mut tar, "bin/busybox", 0o755, busybox)?;
-    file(&mut tar, "etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:pincer agent:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")?;
-    file(
-        &mut tar,
-        "etc/group",
-        0o644,
-        b"root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n",
-    )?;
+    let passwd = format!(
+        "root:x:0:0:root:/root:/bin/sh\nagent:x:{AGENT_UID}:{AGENT_UID}:pincer agent:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
+    );
+    file(&mut tar, "etc/passwd", 0o644, passwd.as_bytes())?;
+    let group = format!("root:x:0:\nagent:x:{AGENT_UID}:\nnogroup:x:65534:\n");
+    file(&mut tar, "etc/group", 0o644, group.as_bytes())?;
     for applet in APPLETS {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Symlink);

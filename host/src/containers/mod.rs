@@ -130,6 +130,7 @@ pub fn plan(
         container_name: format!("pincer-{instance}-{workspace}"),
         image: config.containers.image.clone(),
         settings,
+        managed_dir: workspace_dir.starts_with(&workspace_base),
         workspace_dir,
         run_dir: home.join("run").join(workspace),
         runner_binary: agent_binary::install(home)?,

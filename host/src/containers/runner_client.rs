@@ -61,7 +61,7 @@ impl RunnerAddr {
             use std::os::fd::AsFd;
             super::beneath::open_socket_beneath(dir.as_fd(), Path::new(SOCKET_NAME), &shown)?
         };
-        let stream = UnixStream::connect(super::beneath::socket_fd_path(&handle))
+        let stream = UnixStream::connect(super::beneath::fd_path(&handle))
             .await
             .map_err(|source| RunnerError::Connect {
                 path: shown.display().to_string(),

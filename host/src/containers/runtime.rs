@@ -15,6 +15,7 @@ use bollard::query_parameters::{
 use pincer_runner_protocol::{ExecRequest, ExecResult, Grant, Request, Response, Status};
 
 use super::ContainerError;
+use super::beneath::Reowned;
 use super::cgroup::Counters;
 use super::runner_client::{self, RunnerAddr, RunnerError};
 use super::spec::{LABEL_INSTANCE, LABEL_SPEC, LABEL_WORKSPACE, WorkspaceSpec};
@@ -211,7 +212,34 @@ impl ContainerRuntime {
         spec: &WorkspaceSpec,
         digest: &str,
     ) -> Result<String, ContainerError> {
-        prepare_host_dirs(spec)?;
+        if let Some(reowned) = prepare_host_dirs(spec)? {
+            self.audit.record(
+                crate::audit::Actor::Host,
+                Some(&spec.workspace),
+                crate::audit::Action::ContainerWorkspaceReowned,
+                &format!(
+                    "{}: {} entries handed from {}:{} to {}{}{}",
+                    spec.workspace_dir.display(),
+                    reowned.changed,
+                    PREVIOUS_USER.0,
+                    PREVIOUS_USER.1,
+                    spec.settings.user,
+                    if reowned.skipped_links > 0 {
+                        format!(
+                            "; {} file(s) with several links left as they were",
+                            reowned.skipped_links
+                        )
+                    } else {
+                        String::new()
+                    },
+                    if reowned.truncated {
+                        "; stopped at the walk's limit"
+                    } else {
+                        ""
+                    },
+                ),
+            );
+        }
         let mut body = spec.create_body();
         if let Some(labels) = body.labels.as_mut() {
             labels.insert(LABEL_SPEC.into(), digest.into());
@@ -606,15 +634,52 @@ fn enforcement_mismatches(spec: &WorkspaceSpec, status: &Status) -> Vec<String> 
 /// through directory handles, never by following a path; nothing inside
 /// the container-writable folders is touched (a stale runner socket is the
 /// runner's to replace).
-fn prepare_host_dirs(spec: &WorkspaceSpec) -> Result<(), ContainerError> {
+/// What an earlier workspace folder of pincer's own was handed over,
+/// if it was.
+fn prepare_host_dirs(spec: &WorkspaceSpec) -> Result<Option<Reowned>, ContainerError> {
     use super::beneath::ensure_dir;
     let owner = parse_user(&spec.settings.user);
     let host = |e: super::beneath::BeneathError| ContainerError::Host(e.to_string());
     ensure_workspace_dir(&spec.workspace_dir, owner)?;
+    let reowned = reown_previous(spec, owner)?;
     ensure_dir(&spec.run_dir, 0o755, None).map_err(host)?;
     ensure_dir(&spec.gateway_dir(), 0o755, None).map_err(host)?;
     ensure_dir(&spec.runner_dir(), 0o755, owner).map_err(host)?;
-    Ok(())
+    Ok(reowned)
+}
+
+/// The container user of pincer before its uid became one no host account
+/// has.
+const PREVIOUS_USER: (u32, u32) = (1000, 1000);
+
+/// Entries one handover changes at most.
+const REOWN_LIMIT: usize = 1_000_000;
+
+/// Hands a workspace folder of pincer's own that still belongs to
+/// [`PREVIOUS_USER`] (and what that user owns in it) to the configured
+/// user, once: afterwards the folder is the new user's. A folder given by
+/// `path:` elsewhere is the operator's and left alone.
+fn reown_previous(
+    spec: &WorkspaceSpec,
+    owner: Option<(u32, u32)>,
+) -> Result<Option<Reowned>, ContainerError> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(owner) = owner.filter(|o| *o != PREVIOUS_USER) else {
+        return Ok(None);
+    };
+    let meta = std::fs::symlink_metadata(&spec.workspace_dir)
+        .map_err(|e| ContainerError::Host(format!("{}: {e}", spec.workspace_dir.display())))?;
+    if !spec.managed_dir || (meta.uid(), meta.gid()) != PREVIOUS_USER {
+        return Ok(None);
+    }
+    super::beneath::reown_tree(&spec.workspace_dir, PREVIOUS_USER, owner, REOWN_LIMIT)
+        .map(Some)
+        .map_err(|e| {
+            ContainerError::Host(format!(
+                "handing the workspace folder to {}: {e}",
+                spec.settings.user
+            ))
+        })
 }
 
 /// Makes a missing workspace folder and hands it to the container user;

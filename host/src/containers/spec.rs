@@ -28,6 +28,10 @@ pub struct WorkspaceSpec {
     pub settings: ContainerSettings,
     /// Host folder mounted at `/workspace`.
     pub workspace_dir: PathBuf,
+    /// The workspace folder is pincer's own (beneath
+    /// `containers.workspace_base_path`), so one an earlier version made
+    /// for its container user 1000 is handed to the current user.
+    pub managed_dir: bool,
     /// Host folder `$PINCER_HOME/run/<ws>`, never mounted itself: its
     /// `gateway/` is mounted read-only at [`pincer_runner_protocol::mounts::GATEWAY_DIR`], its `runner/`
     /// read-write at [`pincer_runner_protocol::mounts::RUNNER_DIR`].

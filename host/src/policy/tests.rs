@@ -81,7 +81,7 @@ fn baseline_alone_compiles_to_the_defaults() {
     assert_eq!(s.cap_drop, ["ALL"]);
     assert!(s.cap_add.is_empty());
     assert!(s.no_new_privileges);
-    assert_eq!(s.user, "1000:1000");
+    assert_eq!(s.user, "100000:100000");
     assert!(!s.read_only_rootfs);
     assert!(!s.mounts_read_only);
     assert_eq!(s.tmpfs.len(), 1);
@@ -1062,6 +1062,7 @@ fn report_shows_mounts_reach_and_settings() {
             .unwrap()
             .compile(),
         workspace_dir: "/home/u/pincer_workspaces/isolated".into(),
+        managed_dir: true,
         run_dir: "/home/u/.pincer/run/x".into(),
         runner_binary: "/home/u/.pincer/bin/pincer-agent-0".into(),
         mounts: ws
