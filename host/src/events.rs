@@ -5,6 +5,8 @@
 //!   created and started;
 //! - `pincer_container_verify_failures_total{workspace}`: containers removed
 //!   because their policy or runner could not be verified;
+//! - `pincer_container_pauses_total{workspace}` and
+//!   `pincer_container_wakes_total{workspace}`: containers frozen and thawed;
 //! - `pincer_plugin_faults_total{plugin}`: plugin calls that trapped, ran out
 //!   of time or memory;
 //! - `pincer_channel_reconnects_total{channel}`: connections a channel opened
@@ -57,6 +59,8 @@ struct EgressBytesLabel {
 
 struct Events {
     container_starts: Family<WorkspaceLabel, Counter>,
+    container_pauses: Family<WorkspaceLabel, Counter>,
+    container_wakes: Family<WorkspaceLabel, Counter>,
     verify_failures: Family<WorkspaceLabel, Counter>,
     plugin_faults: Family<PluginLabel, Counter>,
     channel_reconnects: Family<ChannelLabel, Counter>,
@@ -67,6 +71,8 @@ struct Events {
 
 static EVENTS: LazyLock<Events> = LazyLock::new(|| Events {
     container_starts: Family::default(),
+    container_pauses: Family::default(),
+    container_wakes: Family::default(),
     verify_failures: Family::default(),
     plugin_faults: Family::default(),
     channel_reconnects: Family::default(),
@@ -111,6 +117,26 @@ pub fn egress_refused(workspace: &str) {
 pub fn container_started(workspace: &str) {
     EVENTS
         .container_starts
+        .get_or_create(&WorkspaceLabel {
+            workspace: workspace.to_owned(),
+        })
+        .inc();
+}
+
+/// A workspace container was frozen (`docker pause`).
+pub fn container_paused(workspace: &str) {
+    EVENTS
+        .container_pauses
+        .get_or_create(&WorkspaceLabel {
+            workspace: workspace.to_owned(),
+        })
+        .inc();
+}
+
+/// A frozen workspace container was thawed to be used.
+pub fn container_woken(workspace: &str) {
+    EVENTS
+        .container_wakes
         .get_or_create(&WorkspaceLabel {
             workspace: workspace.to_owned(),
         })
@@ -164,6 +190,16 @@ pub fn register(registry: &mut Registry) {
         "pincer_container_starts",
         "Workspace containers created and started, by workspace",
         EVENTS.container_starts.clone(),
+    );
+    registry.register(
+        "pincer_container_pauses",
+        "Workspace containers frozen (docker pause), by workspace",
+        EVENTS.container_pauses.clone(),
+    );
+    registry.register(
+        "pincer_container_wakes",
+        "Frozen workspace containers thawed to be used, by workspace",
+        EVENTS.container_wakes.clone(),
     );
     registry.register(
         "pincer_container_verify_failures",

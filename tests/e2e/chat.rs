@@ -505,7 +505,7 @@ async fn files_people_send_are_fetched_by_the_host_and_bad_ones_refused() {
     use std::os::unix::fs::MetadataExt;
     assert_eq!(
         std::fs::metadata(&saved).unwrap().uid(),
-        1000,
+        100_000,
         "the container's user owns it"
     );
     let question = env.model.received()[0]["messages"]

@@ -856,3 +856,47 @@ fn the_container_user_is_nobody_on_the_host_and_old_folders_are_handed_over_once
     );
     assert!(said.contains("userns-remap"), "{said}");
 }
+
+/// Issue 32, first step: `pincer workspace pause` freezes the container
+/// (the engine says paused, `workspace status` too); its next use thaws it
+/// before the host talks to the runner and answers, with the same
+/// container (nothing replaced); a container frozen by someone else
+/// (`docker pause`) is thawed the same way. Pauses and wakes are audited.
+#[test]
+fn a_paused_container_is_woken_by_its_next_use_whoever_paused_it() {
+    let env = Env::new("  w: {}\n");
+    ok(env.exec("w", &["true"]));
+    let container = env.container("w");
+    let inspect = |format: &str| {
+        support::stdout(&support::docker(&["inspect", "-f", format, &container]))
+            .trim()
+            .to_owned()
+    };
+    let id = inspect("{{.Id}}");
+
+    ok(env.pincer(&["workspace", "pause", "w"]));
+    assert_eq!(inspect("{{.State.Paused}}"), "true");
+    let status = ok(env.pincer(&["workspace", "status", "w"]));
+    assert!(status.contains("paused"), "{status}");
+    let again = env.pincer(&["workspace", "pause", "w"]);
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("paused already"),
+        "{}",
+        stderr(&again)
+    );
+
+    assert_eq!(ok(env.exec("w", &["echo", "hi"])), "hi\n");
+    assert_eq!(inspect("{{.State.Paused}}"), "false");
+    assert_eq!(inspect("{{.Id}}"), id, "woken, not replaced");
+
+    support::docker(&["pause", &container]);
+    assert_eq!(ok(env.exec("w", &["echo", "again"])), "again\n");
+    assert_eq!(inspect("{{.Id}}"), id);
+    let woke = ok(env.pincer(&["workspace", "wake", "w"]));
+    assert!(woke.contains("is not paused"), "{woke}");
+
+    assert_eq!(env.sandbox.audited("container.paused").len(), 1);
+    assert_eq!(env.sandbox.audited("container.woken").len(), 2);
+    assert!(env.sandbox.audited("container.replaced").is_empty());
+}

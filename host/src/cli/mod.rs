@@ -399,6 +399,11 @@ pub enum WorkspaceCommand {
     Up { name: String },
     /// Stop and remove the workspace's container (its folder is kept)
     Down { name: String },
+    /// Freeze the workspace's container (docker pause): it keeps its memory,
+    /// uses no CPU, and the next use thaws it
+    Pause { name: String },
+    /// Thaw the workspace's frozen container now
+    Wake { name: String },
     /// The state of the workspace's container
     Status { name: String },
     /// Run a command in the workspace's container, as the agent's tools do

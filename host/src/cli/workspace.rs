@@ -78,6 +78,21 @@ pub async fn run(config_flag: Option<&Path>, command: WorkspaceCommand) -> anyho
             }
             Ok(())
         }
+        WorkspaceCommand::Pause { name } => {
+            ctx.check_workspace(&name)?;
+            ctx.container_runtime().await?.pause(&name).await?;
+            println!("paused the container of {name}; its next use wakes it");
+            Ok(())
+        }
+        WorkspaceCommand::Wake { name } => {
+            ctx.check_workspace(&name)?;
+            if ctx.container_runtime().await?.wake(&name).await? {
+                println!("woke the container of {name}");
+            } else {
+                println!("the container of {name} is not paused");
+            }
+            Ok(())
+        }
         WorkspaceCommand::Status { name } => {
             ctx.check_workspace(&name)?;
             let runtime = ctx.container_runtime().await?;

@@ -152,6 +152,16 @@ impl ContainerRuntime {
                 .and_then(|l| l.get(LABEL_SPEC))
                 .is_some_and(|d| *d == digest);
             let id = existing.id.clone().unwrap_or_default();
+            let paused = existing
+                .state
+                .as_ref()
+                .and_then(|s| s.paused)
+                .unwrap_or(false);
+            if paused {
+                // A frozen runner answers nothing: thaw before talking to it
+                // (whoever froze it), then verify as after a start.
+                self.thaw(&spec.workspace, &id).await?;
+            }
             if running && same_spec {
                 let runner = self.verify(spec, &id).await?;
                 let runner = self.grant(spec, &id, runner).await?;
@@ -463,6 +473,76 @@ impl ContainerRuntime {
                 }
             }
         }
+    }
+
+    /// Freezes the workspace's running container (`docker pause`): it keeps
+    /// its memory and uses no CPU; the next use thaws it.
+    pub async fn pause(&self, workspace: &str) -> Result<(), ContainerError> {
+        let name = self.container_name(workspace);
+        let state = self
+            .inspect(&name)
+            .await?
+            .and_then(|c| c.state)
+            .unwrap_or_default();
+        if state.paused == Some(true) {
+            return Err(ContainerError::Docker(format!(
+                "the container of workspace `{workspace}` is paused already"
+            )));
+        }
+        if state.running != Some(true) {
+            return Err(ContainerError::Docker(format!(
+                "workspace `{workspace}` has no running container to pause"
+            )));
+        }
+        let started = std::time::Instant::now();
+        self.docker
+            .pause_container(&name)
+            .await
+            .map_err(|e| ContainerError::Docker(format!("pausing {name}: {}", clean(&e))))?;
+        crate::events::container_paused(workspace);
+        self.audit.record(
+            crate::audit::Actor::Host,
+            Some(workspace),
+            crate::audit::Action::ContainerPaused,
+            &format!("{name} in {} ms", started.elapsed().as_millis()),
+        );
+        Ok(())
+    }
+
+    /// Thaws the workspace's container if it is frozen; `false` when it
+    /// was not.
+    pub async fn wake(&self, workspace: &str) -> Result<bool, ContainerError> {
+        let name = self.container_name(workspace);
+        let paused = self
+            .inspect(&name)
+            .await?
+            .and_then(|c| c.state)
+            .and_then(|s| s.paused)
+            .unwrap_or(false);
+        if paused {
+            self.thaw(workspace, &name).await?;
+        }
+        Ok(paused)
+    }
+
+    async fn thaw(&self, workspace: &str, id: &str) -> Result<(), ContainerError> {
+        let started = std::time::Instant::now();
+        self.docker
+            .unpause_container(id)
+            .await
+            .map_err(|e| ContainerError::Docker(format!("unpausing {id}: {}", clean(&e))))?;
+        crate::events::container_woken(workspace);
+        self.audit.record(
+            crate::audit::Actor::Host,
+            Some(workspace),
+            crate::audit::Action::ContainerWoken,
+            &format!(
+                "{} in {} ms",
+                self.container_name(workspace),
+                started.elapsed().as_millis()
+            ),
+        );
+        Ok(())
     }
 
     /// Stops and removes the workspace's container; `false` if there was none.
