@@ -878,6 +878,10 @@ fn a_paused_container_is_woken_by_its_next_use_whoever_paused_it() {
     assert_eq!(inspect("{{.State.Paused}}"), "true");
     let status = ok(env.pincer(&["workspace", "status", "w"]));
     assert!(status.contains("paused"), "{status}");
+    assert!(
+        !status.contains("runner"),
+        "a frozen runner is not asked: {status}"
+    );
     let again = env.pincer(&["workspace", "pause", "w"]);
     assert!(!again.status.success());
     assert!(
@@ -888,6 +892,8 @@ fn a_paused_container_is_woken_by_its_next_use_whoever_paused_it() {
 
     assert_eq!(ok(env.exec("w", &["echo", "hi"])), "hi\n");
     assert_eq!(inspect("{{.State.Paused}}"), "false");
+    let status = ok(env.pincer(&["workspace", "status", "w"]));
+    assert!(status.contains("runner idle for 0 s"), "{status}");
     assert_eq!(inspect("{{.Id}}"), id, "woken, not replaced");
 
     support::docker(&["pause", &container]);

@@ -545,6 +545,28 @@ impl ContainerRuntime {
         Ok(())
     }
 
+    /// What the runner of the workspace's running (not frozen) container
+    /// says of itself, busy and idle time included; `None` when there is
+    /// none to ask or it does not answer within a second. Never thaws.
+    pub async fn runner_status(&self, spec: &WorkspaceSpec) -> Option<Status> {
+        let state = self.inspect(&spec.container_name).await.ok()??;
+        let id = state.id.clone()?;
+        let state = state.state?;
+        if state.running != Some(true) || state.paused == Some(true) {
+            return None;
+        }
+        match runner_client::call(
+            &runner_addr(spec, &id),
+            &Request::Ping,
+            Duration::from_secs(1),
+        )
+        .await
+        {
+            Ok(Response::Pong(status)) => Some(status),
+            _ => None,
+        }
+    }
+
     /// Stops and removes the workspace's container; `false` if there was none.
     pub async fn down(&self, workspace: &str) -> Result<bool, ContainerError> {
         let name = self.container_name(workspace);

@@ -58,12 +58,37 @@ struct Shared {
     active: AtomicUsize,
     /// Milliseconds since `started` of the last request or reply.
     last_activity_ms: AtomicU64,
+    /// Commands and turns running now (pings are not work).
+    working: AtomicUsize,
+    /// Milliseconds since `started` when work last began or ended.
+    last_work_ms: AtomicU64,
     /// The gateway token the host granted ([`Request::Grant`]); in memory
     /// only, never in an environment, never passed to commands.
     grant: Mutex<Option<String>>,
 }
 
+/// One command or turn, counted in [`Shared::working`] until dropped.
+struct Work<'a>(&'a Shared);
+
+impl Drop for Work<'_> {
+    fn drop(&mut self) {
+        self.0.working.fetch_sub(1, Ordering::SeqCst);
+        self.0.mark_work();
+    }
+}
+
 impl Shared {
+    fn work(&self) -> Work<'_> {
+        self.working.fetch_add(1, Ordering::SeqCst);
+        self.mark_work();
+        Work(self)
+    }
+
+    fn mark_work(&self) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_work_ms.store(now, Ordering::SeqCst);
+    }
+
     fn touch(&self) {
         let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_activity_ms.store(now, Ordering::SeqCst);
@@ -114,6 +139,8 @@ pub fn serve(socket: &Path) -> Result<(), ServeError> {
         started,
         active: AtomicUsize::new(0),
         last_activity_ms: AtomicU64::new(0),
+        working: AtomicUsize::new(0),
+        last_work_ms: AtomicU64::new(0),
         grant: Mutex::new(None),
     });
     if let Some(idle) = idle_timeout() {
@@ -256,11 +283,15 @@ fn handle(stream: &UnixStream, shared: &Shared) {
             ),
             Ok(Request::Ping) => ("ping".to_string(), Response::Pong(status(shared))),
             Ok(Request::Grant(grant)) => ("grant".to_string(), accept_grant(shared, grant.token)),
-            Ok(Request::Exec(req)) => (
-                format!("exec {}", exec::describe(&req)),
-                exec::run(&req, &shared.enforcer, &shared.children),
-            ),
+            Ok(Request::Exec(req)) => {
+                let _work = shared.work();
+                (
+                    format!("exec {}", exec::describe(&req)),
+                    exec::run(&req, &shared.enforcer, &shared.children),
+                )
+            }
             Ok(Request::Turn(req)) => {
+                let _work = shared.work();
                 serve_turn(stream, &mut reader, &req, shared, started);
                 return;
             }
@@ -367,6 +398,8 @@ fn serve_turn(
 }
 
 fn status(shared: &Shared) -> Status {
+    let busy = shared.working.load(Ordering::SeqCst);
+    let now = u64::try_from(shared.started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Status {
         pid: std::process::id(),
         // SAFETY: getuid cannot fail.
@@ -375,6 +408,12 @@ fn status(shared: &Shared) -> Status {
         version: env!("CARGO_PKG_VERSION").to_string(),
         enforcement: shared.enforcer.enforcement.clone(),
         granted: shared.grant.lock().is_ok_and(|g| g.is_some()),
+        busy: u32::try_from(busy).unwrap_or(u32::MAX),
+        idle_ms: if busy > 0 {
+            0
+        } else {
+            now.saturating_sub(shared.last_work_ms.load(Ordering::SeqCst))
+        },
     }
 }
 

@@ -28,6 +28,45 @@ fn ping_reports_status() {
     eprintln!("landlock ABI here: {:?}", status.enforcement.landlock_abi);
 }
 
+/// Idleness as the host reads it: a running command makes the runner busy
+/// (a ping is not work), and its end starts the idle clock again.
+#[test]
+fn status_counts_running_work_and_time_since_the_last() {
+    let runner = Runner::start(None);
+    std::thread::sleep(Duration::from_millis(50));
+    let fresh = runner.status();
+    assert_eq!(fresh.busy, 0);
+    assert!(fresh.idle_ms >= 50, "{fresh:?}");
+    let pinged = runner.status();
+    assert!(
+        pinged.idle_ms >= fresh.idle_ms,
+        "a ping is not work: {pinged:?}"
+    );
+
+    let mut slow = runner.request(&["sleep", "1"]);
+    slow.timeout_ms = 5_000;
+    let running = {
+        let socket = runner.socket.clone();
+        std::thread::spawn(move || common::call_at(&socket, &Request::Exec(slow)))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while runner.status().busy == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the command never showed as busy"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(runner.status().idle_ms, 0);
+    running.join().unwrap();
+    let after = runner.status();
+    assert_eq!(after.busy, 0);
+    assert!(
+        after.idle_ms < fresh.idle_ms + 1_000,
+        "the clock restarted: {after:?}"
+    );
+}
+
 #[test]
 fn echo_round_trip_with_exit_code() {
     let runner = Runner::start(None);

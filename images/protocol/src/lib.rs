@@ -207,6 +207,15 @@ pub struct Status {
     /// The runner holds a gateway token ([`Request::Grant`]).
     #[serde(default)]
     pub granted: bool,
+    /// Commands and turns running now ([`Request::Exec`],
+    /// [`Request::Turn`]; a ping is not work): a container with any is
+    /// never frozen or stopped for idleness.
+    #[serde(default)]
+    pub busy: u32,
+    /// Milliseconds since the last command or turn ended (since the runner
+    /// started when there was none); 0 while busy.
+    #[serde(default)]
+    pub idle_ms: u64,
 }
 
 /// The restrictions the runner has in force.
@@ -494,7 +503,11 @@ mod tests {
         // An older runner's status (no `granted`) reads as not granted.
         let old = r#"{"op":"pong","pid":1,"uid":1,"uptime_ms":1,"version":"x","enforcement":{"exec_filter":false,"landlock_abi":null,"allowed_executables":null}}"#;
         match decode_line::<Response>(old.as_bytes(), MAX_RESPONSE_BYTES).unwrap() {
-            Response::Pong(status) => assert!(!status.granted),
+            // Nor busy or idle: the host cannot tell, so it does not freeze.
+            Response::Pong(status) => {
+                assert!(!status.granted);
+                assert_eq!((status.busy, status.idle_ms), (0, 0));
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -513,6 +526,8 @@ mod tests {
                 allowed_executables: Some(vec!["/bin/busybox".into()]),
             },
             granted: true,
+            busy: 2,
+            idle_ms: 0,
         }));
         round_trip(Response::Pong(Status {
             pid: 7,
@@ -521,6 +536,8 @@ mod tests {
             version: String::new(),
             enforcement: Enforcement::default(),
             granted: false,
+            busy: 0,
+            idle_ms: 9_000,
         }));
         round_trip(Response::Ok);
         round_trip(Response::Exec(ExecResult {

@@ -91,6 +91,25 @@ pub fn wait_for_socket(socket: &Path, child: &mut Child, log: &Path) {
     }
 }
 
+/// Sends one raw line (no newline added) to the runner on `socket` and
+/// reads the response.
+pub fn raw_at(socket: &Path, bytes: &[u8]) -> Response {
+    let mut stream = UnixStream::connect(socket).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    // The runner may answer (and close) before it read everything.
+    let _ = stream.write_all(bytes);
+    let line = read_line(&mut BufReader::new(&stream), MAX_RESPONSE_BYTES).expect("response");
+    decode_line(&line, MAX_RESPONSE_BYTES).expect("valid response")
+}
+
+/// One request to the runner on `socket` (from another thread than the
+/// [`Runner`]'s owner).
+pub fn call_at(socket: &Path, request: &Request) -> Response {
+    raw_at(socket, &encode_line(request))
+}
+
 impl Runner {
     pub fn start(policy: Option<&str>) -> Runner {
         Runner::start_with(policy, &[])
@@ -115,14 +134,7 @@ impl Runner {
 
     /// Sends one raw line (no newline added) and reads the response.
     pub fn raw(&self, bytes: &[u8]) -> Response {
-        let mut stream = UnixStream::connect(&self.socket).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .expect("timeout");
-        // The runner may answer (and close) before it read everything.
-        let _ = stream.write_all(bytes);
-        let line = read_line(&mut BufReader::new(&stream), MAX_RESPONSE_BYTES).expect("response");
-        decode_line(&line, MAX_RESPONSE_BYTES).expect("valid response")
+        raw_at(&self.socket, bytes)
     }
 
     pub fn call(&self, request: &Request) -> Response {
