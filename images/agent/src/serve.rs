@@ -168,6 +168,10 @@ fn idle_timeout() -> Option<Duration> {
     (secs > 0).then(|| Duration::from_secs(secs))
 }
 
+const WATCHDOG_TICK: Duration = Duration::from_millis(500);
+/// A tick this much later than asked means the process did not run.
+const FROZEN_GAP: Duration = Duration::from_secs(2);
+
 /// Exits (status 0, socket removed) once nothing has happened for `idle`
 /// and no request is in flight, so an unused container stops by itself.
 fn spawn_idle_watchdog(
@@ -178,8 +182,16 @@ fn spawn_idle_watchdog(
     std::thread::Builder::new()
         .name("idle".into())
         .spawn(move || {
+            let mut ticked = Instant::now();
             loop {
-                std::thread::sleep(Duration::from_millis(500));
+                std::thread::sleep(WATCHDOG_TICK);
+                if ticked.elapsed() > FROZEN_GAP {
+                    // The container was frozen (`docker pause`) or the
+                    // machine slept: that time is not idleness, and the
+                    // host that thawed it is about to speak.
+                    shared.touch();
+                }
+                ticked = Instant::now();
                 let last = Duration::from_millis(shared.last_activity_ms.load(Ordering::SeqCst));
                 let quiet = shared.started.elapsed().saturating_sub(last);
                 if shared.active.load(Ordering::SeqCst) == 0 && quiet >= idle {

@@ -581,3 +581,34 @@ fn an_idle_runner_exits_by_itself() {
     assert!(status.success());
     assert!(!socket.exists(), "the socket was left behind");
 }
+
+/// Time spent frozen (`docker pause`, here SIGSTOP) is not idleness: a
+/// runner thawed after longer than its idle timeout answers the host's
+/// next request instead of exiting under it, and exits later only after a
+/// real idle period.
+#[test]
+fn a_runner_thawed_after_its_idle_timeout_does_not_exit_at_once() {
+    let runner = Runner::start_with(None, &[(pincer_runner_protocol::IDLE_ENV, "2".to_owned())]);
+    let pid = runner.child.id() as libc::pid_t;
+    // The connection that found the socket is over before the freeze.
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: plain syscalls on our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_secs(3));
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    // The watchdog ticks (every 500 ms) before anyone speaks to it.
+    std::thread::sleep(Duration::from_millis(1_200));
+    assert!(
+        runner.socket.exists(),
+        "the runner exited on thaw: {}",
+        runner.log()
+    );
+    let status = runner.status();
+    assert_eq!(status.busy, 0);
+    let mut runner = runner;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runner.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "it never exited when idle");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
