@@ -214,7 +214,9 @@ fn container_user_check(ctx: &Context) -> Check {
             ))
         })
         .collect();
-    let outcome = if shared.is_empty() {
+    let outcome = if users.is_empty() {
+        Ok("no workspace's policy could be read here (see `pincer policy audit`)".into())
+    } else if shared.is_empty() {
         Ok(format!(
             "{}: no host account has that uid",
             users.keys().cloned().collect::<Vec<_>>().join(", ")
