@@ -9,8 +9,9 @@ pub struct Daemon {
     pub child: Child,
     /// The first line it printed (`pincer is running: …`).
     pub banner: String,
-    /// Kept open: the daemon prints more (reloads), and a closed pipe would
-    /// make its next `println!` fail.
+    /// Kept open to read what the daemon prints later (the console's line,
+    /// reloads); a daemon whose reader went away keeps serving
+    /// (`agent::with_a_daemon_running_message_hands_the_turn_to_it`).
     stdout: BufReader<ChildStdout>,
     /// `127.0.0.1:PORT` of the webhook listener, when it has channels.
     pub webhooks: String,
