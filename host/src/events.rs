@@ -113,44 +113,32 @@ pub fn egress_refused(workspace: &str) {
         .inc();
 }
 
-/// A workspace container was created and started.
-pub fn container_started(workspace: &str) {
-    EVENTS
-        .container_starts
+fn count_for(family: &Family<WorkspaceLabel, Counter>, workspace: &str) {
+    family
         .get_or_create(&WorkspaceLabel {
             workspace: workspace.to_owned(),
         })
         .inc();
+}
+
+/// A workspace container was created and started.
+pub fn container_started(workspace: &str) {
+    count_for(&EVENTS.container_starts, workspace);
 }
 
 /// A workspace container was frozen (`docker pause`).
 pub fn container_paused(workspace: &str) {
-    EVENTS
-        .container_pauses
-        .get_or_create(&WorkspaceLabel {
-            workspace: workspace.to_owned(),
-        })
-        .inc();
+    count_for(&EVENTS.container_pauses, workspace);
 }
 
 /// A frozen workspace container was thawed to be used.
 pub fn container_woken(workspace: &str) {
-    EVENTS
-        .container_wakes
-        .get_or_create(&WorkspaceLabel {
-            workspace: workspace.to_owned(),
-        })
-        .inc();
+    count_for(&EVENTS.container_wakes, workspace);
 }
 
 /// A workspace container failed verification and was removed.
 pub fn container_verify_failed(workspace: &str) {
-    EVENTS
-        .verify_failures
-        .get_or_create(&WorkspaceLabel {
-            workspace: workspace.to_owned(),
-        })
-        .inc();
+    count_for(&EVENTS.verify_failures, workspace);
 }
 
 /// A call into `plugin` trapped, ran out of time or of memory.
