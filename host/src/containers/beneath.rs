@@ -347,11 +347,12 @@ pub struct Reowned {
 }
 
 /// Hands `dir` and everything beneath it that `from.0` owns to `to`,
-/// never by a path: each entry is looked at and changed relative to its
-/// folder's handle without following it (`fstatat`/`fchownat` with
-/// `AT_SYMLINK_NOFOLLOW`), folders are entered with `openat2` (no
-/// symlinks), a file with several links is left alone. The group changes
-/// only where it is `from.1`. At most `limit` entries, 64 levels deep.
+/// never by a path: each entry is opened itself (`openat2` with
+/// `O_PATH|O_NOFOLLOW`, beneath its folder's handle, no symlink followed),
+/// and that one handle is looked at (`fstat`), changed (`fchownat` with
+/// `AT_EMPTY_PATH`) and, for a folder, listed; a file with several links
+/// is left alone. The group changes only where it is `from.1`. At most
+/// `limit` entries, 64 levels deep.
 pub fn reown_tree(
     dir: &Path,
     from: (u32, u32),
@@ -392,22 +393,25 @@ fn reown_beneath(
         let entry = entry.map_err(|e| BeneathError::io(display, e))?;
         let name = entry.file_name();
         let shown = display.join(&name);
-        use std::os::unix::ffi::OsStrExt;
-        let c_name = std::ffi::CString::new(name.as_bytes())
-            .map_err(|e| BeneathError::io(&shown, std::io::Error::other(e)))?;
-        // SAFETY: `stat` is plain data the call fills; `c_name` outlives it.
-        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-        let looked = unsafe {
-            libc::fstatat(
-                dir.as_raw_fd(),
-                c_name.as_ptr(),
-                &mut stat,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        };
-        if looked != 0 {
+        // The entry itself (a symlink stays a symlink): what is looked at,
+        // handed over and descended into is this one inode, whatever the
+        // name is renamed or relinked to meanwhile.
+        let handle = match openat2(
+            Some(dir.as_fd()),
+            Path::new(&name),
+            libc::O_PATH | libc::O_NOFOLLOW,
+            RESOLVE,
+            &shown,
+        ) {
+            Ok(handle) => handle,
             // Gone since the listing: the container's to remove.
-            continue;
+            Err(BeneathError::NotFound(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        // SAFETY: `stat` is plain data the call fills.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(handle.as_raw_fd(), &mut stat) } != 0 {
+            return Err(BeneathError::io(&shown, std::io::Error::last_os_error()));
         }
         let is_dir = stat.st_mode & libc::S_IFMT == libc::S_IFDIR;
         if stat.st_uid == from.0 {
@@ -423,14 +427,15 @@ fn reown_beneath(
                 } else {
                     stat.st_gid
                 };
-                // SAFETY: `c_name` outlives the call.
+                // SAFETY: the empty name is a valid C string; with
+                // AT_EMPTY_PATH the call changes the handle's own inode.
                 let changed = unsafe {
                     libc::fchownat(
-                        dir.as_raw_fd(),
-                        c_name.as_ptr(),
+                        handle.as_raw_fd(),
+                        c"".as_ptr(),
                         to.0,
                         gid,
-                        libc::AT_SYMLINK_NOFOLLOW,
+                        libc::AT_EMPTY_PATH,
                     )
                 };
                 if changed != 0 {
@@ -440,18 +445,7 @@ fn reown_beneath(
             }
         }
         if is_dir {
-            match openat2(
-                Some(dir.as_fd()),
-                Path::new(&name),
-                libc::O_RDONLY | libc::O_DIRECTORY,
-                RESOLVE,
-                &shown,
-            ) {
-                Ok(sub) => reown_beneath(&sub, &shown, from, to, limit, depth + 1, done)?,
-                // Replaced by a symlink or removed since: not followed.
-                Err(BeneathError::Symlink(_) | BeneathError::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
+            reown_beneath(&handle, &shown, from, to, limit, depth + 1, done)?;
         }
         if done.truncated {
             return Ok(());
@@ -796,12 +790,17 @@ mod tests {
         symlink(&outside, ws.join("link")).unwrap();
         lchown(ws.join("link"), Some(1000), Some(1000)).unwrap();
         std::fs::hard_link(&outside, ws.join("hard")).unwrap();
+        // A FIFO without a reader: looked at and handed over, never opened
+        // for reading (that would block).
+        let fifo = std::ffi::CString::new(ws.join("fifo").as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        lchown(ws.join("fifo"), Some(1000), Some(1000)).unwrap();
 
         let done = reown_tree(&ws, (1000, 1000), (100_000, 100_000), 1000).unwrap();
         assert_eq!(
             done,
             Reowned {
-                changed: 5,
+                changed: 6,
                 skipped_links: 1,
                 truncated: false
             }
@@ -810,7 +809,7 @@ mod tests {
             let m = std::fs::symlink_metadata(p).unwrap();
             (m.uid(), m.gid())
         };
-        for changed in ["", "deep", "deep/er", "deep/er/notes.md", "link"] {
+        for changed in ["", "deep", "deep/er", "deep/er/notes.md", "link", "fifo"] {
             assert_eq!(owner(&ws.join(changed)), (100_000, 100_000), "{changed}");
         }
         assert_eq!(owner(&ws.join("hosts")), (0, 0));
