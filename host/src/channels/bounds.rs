@@ -167,11 +167,7 @@ fn cut(text: &mut String, max: usize, note: &str) {
     if text.len() <= max {
         return;
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
+    text.truncate(text.floor_char_boundary(max));
     text.push_str(note);
 }
 

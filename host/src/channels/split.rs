@@ -37,10 +37,7 @@ pub fn split(text: &str, max_bytes: usize) -> Vec<String> {
 
 /// The byte index to cut `text` at, at most `budget`.
 fn best_cut(text: &str, budget: usize) -> usize {
-    let mut limit = budget.min(text.len());
-    while !text.is_char_boundary(limit) {
-        limit -= 1;
-    }
+    let limit = text.floor_char_boundary(budget);
     let window = &text[..limit];
     // Not too early: a cut in the first half wastes a whole part.
     let floor = limit / 2;

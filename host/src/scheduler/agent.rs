@@ -319,10 +319,7 @@ pub fn audit_summary(id: &str, spec: &serde_json::Value) -> String {
     use sha2::Digest as _;
     let text = spec.to_string();
     let digest = hex::encode(sha2::Sha256::digest(text.as_bytes()));
-    let mut end = text.len().min(AUDIT_HEAD_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(AUDIT_HEAD_BYTES);
     let more = if end < text.len() { "…" } else { "" };
     format!(
         "{id}: {} bytes, sha256 {digest}: {}{more}",

@@ -66,11 +66,7 @@ pub fn instructions(folder: &Path, configured: Option<&Path>) -> (Option<String>
             let mut text = String::from_utf8_lossy(&capped.bytes).into_owned();
             if capped.truncated {
                 // A lossy decode may have grown a cut character; stay within the cap.
-                let mut cut = text.len().min(MAX_INSTRUCTIONS_BYTES);
-                while !text.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                text.truncate(cut);
+                text.truncate(text.floor_char_boundary(MAX_INSTRUCTIONS_BYTES));
             }
             let notice = capped.truncated.then(|| {
                 format!(

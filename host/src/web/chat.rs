@@ -284,10 +284,7 @@ fn capped(text: &str) -> String {
     if text.len() <= SHOWN_OUTPUT_BYTES {
         return text.to_owned();
     }
-    let mut end = SHOWN_OUTPUT_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(SHOWN_OUTPUT_BYTES);
     format!(
         "{}\n… ({} bytes more on the session page)",
         &text[..end],

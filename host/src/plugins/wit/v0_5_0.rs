@@ -384,11 +384,7 @@ fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    &s[..s.floor_char_boundary(max)]
 }
 
 // The host's calls into the worlds (`worlds.rs`): this release's types are
