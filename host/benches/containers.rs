@@ -5,6 +5,9 @@
 //!
 //! - cold start: create + start + verify (inspect and runner enforcement);
 //! - warm exec: `true` through the runner of a running, re-verified container;
+//! - wake: the same exec into a frozen (`docker pause`) container: thaw,
+//!   verify, run; and what the frozen container holds meanwhile (memory
+//!   resident, CPU time not moving);
 //! - `docker run --rm <image> true` via the docker CLI, for comparison.
 //!
 //! Needs the default image (`pincer image build`); removes what it creates.
@@ -21,6 +24,7 @@ use pincer_runner_protocol::ExecRequest;
 
 const COLD_RUNS: usize = 7;
 const WARM_RUNS: usize = 100;
+const WAKE_RUNS: usize = 40;
 
 fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -71,32 +75,92 @@ async fn run() -> anyhow::Result<()> {
     }
     let mut warm = Vec::new();
     for _ in 0..WARM_RUNS {
-        let request = ExecRequest {
-            argv: vec!["true".into()],
-            cwd: None,
-            env: vec![],
-            stdin: None,
-            timeout_ms: 10_000,
-            max_output_bytes: 65_536,
-        };
-        let started = Instant::now();
-        let (_, outcome) = runtime.exec(&spec, request).await?;
-        anyhow::ensure!(
-            outcome.result.exit_code == Some(0),
-            "exec failed: {outcome:?}"
-        );
-        warm.push(started.elapsed());
+        warm.push(exec_true(&runtime, &spec).await?);
+    }
+    let mut wake = Vec::new();
+    let mut frozen = None;
+    for run in 0..WAKE_RUNS {
+        let unused = runtime
+            .try_unused("bench")?
+            .ok_or_else(|| anyhow::anyhow!("the bench container is in use"))?;
+        runtime.freeze(&unused, Duration::ZERO, "by the bench").await?;
+        drop(unused);
+        if run == 0 {
+            frozen = Some(while_frozen(&runtime.container_name("bench"))?);
+        }
+        wake.push(exec_true(&runtime, &spec).await?);
     }
     runtime.down("bench").await?;
 
     report("docker run --rm <image> true (docker CLI)", &mut docker_run);
     report("pincer cold start (create + start + verify)", &mut cold);
     report("pincer warm exec (verify + run `true`)", &mut warm);
+    report("pincer wake + exec (thaw + verify + `true`)", &mut wake);
+    if let Some(frozen) = frozen {
+        println!("{frozen}");
+    }
     println!(
         "  -> cold start / docker run: {:.2}x",
         median(&cold).as_secs_f64() / median(&docker_run).as_secs_f64()
     );
     Ok(())
+}
+
+async fn exec_true(
+    runtime: &ContainerRuntime,
+    spec: &containers::WorkspaceSpec,
+) -> anyhow::Result<Duration> {
+    let request = ExecRequest {
+        argv: vec!["true".into()],
+        cwd: None,
+        env: vec![],
+        stdin: None,
+        timeout_ms: 10_000,
+        max_output_bytes: 65_536,
+    };
+    let started = Instant::now();
+    let (_, outcome) = runtime.exec(spec, request).await?;
+    anyhow::ensure!(
+        outcome.result.exit_code == Some(0),
+        "exec failed: {outcome:?}"
+    );
+    Ok(started.elapsed())
+}
+
+/// The frozen container's memory and CPU time over a second, from its
+/// cgroup (v2).
+fn while_frozen(container: &str) -> anyhow::Result<String> {
+    let out = Command::new("docker")
+        .args(["inspect", "-f", "{{.Id}}", container])
+        .output()?;
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let dir = ["system.slice/docker-{id}.scope", "docker/{id}"]
+        .iter()
+        .map(|p| std::path::Path::new("/sys/fs/cgroup").join(p.replace("{id}", &id)))
+        .find(|p| p.exists())
+        .ok_or_else(|| anyhow::anyhow!("no cgroup v2 folder for {container}"))?;
+    let read = |file: &str, key: Option<&str>| -> anyhow::Result<u64> {
+        let text = std::fs::read_to_string(dir.join(file))?;
+        let value = match key {
+            Some(key) => text
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            None => text.trim().to_string(),
+        };
+        Ok(value.parse()?)
+    };
+    let cpu_before = read("cpu.stat", Some("usage_usec "))?;
+    std::thread::sleep(Duration::from_secs(1));
+    let cpu_after = read("cpu.stat", Some("usage_usec "))?;
+    Ok(format!(
+        "frozen container: memory {} KiB resident, CPU {} µs over 1 s, cgroup.freeze {}",
+        read("memory.current", None)? / 1024,
+        cpu_after - cpu_before,
+        read("cgroup.freeze", None)?
+    ))
 }
 
 fn median(samples: &[Duration]) -> Duration {
@@ -107,11 +171,12 @@ fn median(samples: &[Duration]) -> Duration {
 
 fn report(label: &str, samples: &mut [Duration]) {
     samples.sort();
-    let p99 = samples[((samples.len() * 99) / 100).min(samples.len() - 1)];
+    let at = |q: usize| samples[((samples.len() * q) / 100).min(samples.len() - 1)];
     println!(
-        "{label:<46} median {:>8.1} ms  p99 {:>8.1} ms  (n={})",
+        "{label:<46} median {:>8.1} ms  p90 {:>8.1} ms  p99 {:>8.1} ms  (n={})",
         median(samples).as_secs_f64() * 1e3,
-        p99.as_secs_f64() * 1e3,
+        at(90).as_secs_f64() * 1e3,
+        at(99).as_secs_f64() * 1e3,
         samples.len()
     );
 }

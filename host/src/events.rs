@@ -7,6 +7,10 @@
 //!   because their policy or runner could not be verified;
 //! - `pincer_container_pauses_total{workspace}` and
 //!   `pincer_container_wakes_total{workspace}`: containers frozen and thawed;
+//! - `pincer_container_wake_seconds`: how long thawing took (`docker
+//!   unpause`), a histogram;
+//! - `pincer_container_stops_total{workspace}`: containers stopped because
+//!   they were unused (`containers.idle`);
 //! - `pincer_plugin_faults_total{plugin}`: plugin calls that trapped, ran out
 //!   of time or memory;
 //! - `pincer_channel_reconnects_total{channel}`: connections a channel opened
@@ -28,6 +32,7 @@ use std::sync::LazyLock;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -61,6 +66,8 @@ struct Events {
     container_starts: Family<WorkspaceLabel, Counter>,
     container_pauses: Family<WorkspaceLabel, Counter>,
     container_wakes: Family<WorkspaceLabel, Counter>,
+    wake_seconds: Histogram,
+    container_stops: Family<WorkspaceLabel, Counter>,
     verify_failures: Family<WorkspaceLabel, Counter>,
     plugin_faults: Family<PluginLabel, Counter>,
     channel_reconnects: Family<ChannelLabel, Counter>,
@@ -73,6 +80,9 @@ static EVENTS: LazyLock<Events> = LazyLock::new(|| Events {
     container_starts: Family::default(),
     container_pauses: Family::default(),
     container_wakes: Family::default(),
+    // 2 ms to about 1 s.
+    wake_seconds: Histogram::new(exponential_buckets(0.002, 2.0, 10)),
+    container_stops: Family::default(),
     verify_failures: Family::default(),
     plugin_faults: Family::default(),
     channel_reconnects: Family::default(),
@@ -131,9 +141,15 @@ pub fn container_paused(workspace: &str) {
     count_for(&EVENTS.container_pauses, workspace);
 }
 
-/// A frozen workspace container was thawed to be used.
-pub fn container_woken(workspace: &str) {
+/// A frozen workspace container was thawed to be used, in `took`.
+pub fn container_woken(workspace: &str, took: std::time::Duration) {
     count_for(&EVENTS.container_wakes, workspace);
+    EVENTS.wake_seconds.observe(took.as_secs_f64());
+}
+
+/// An unused workspace container was stopped.
+pub fn container_stopped(workspace: &str) {
+    count_for(&EVENTS.container_stops, workspace);
 }
 
 /// A workspace container failed verification and was removed.
@@ -188,6 +204,16 @@ pub fn register(registry: &mut Registry) {
         "pincer_container_wakes",
         "Frozen workspace containers thawed to be used, by workspace",
         EVENTS.container_wakes.clone(),
+    );
+    registry.register(
+        "pincer_container_wake_seconds",
+        "Time to thaw a frozen workspace container (docker unpause)",
+        EVENTS.wake_seconds.clone(),
+    );
+    registry.register(
+        "pincer_container_stops",
+        "Workspace containers stopped because they were unused (containers.idle), by workspace",
+        EVENTS.container_stops.clone(),
     );
     registry.register(
         "pincer_container_verify_failures",

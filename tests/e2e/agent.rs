@@ -23,7 +23,7 @@ pub(crate) struct Env {
     _cleanup: DockerCleanup,
     pub(crate) sandbox: Sandbox,
     config: PathBuf,
-    upstream: FakeUpstream,
+    pub(crate) upstream: FakeUpstream,
 }
 
 impl Env {
@@ -62,8 +62,21 @@ impl Env {
         self.sandbox.pincer(&all)
     }
 
+    /// Rewrites the configuration file with `edit`.
+    pub(crate) fn edit_config(&self, edit: impl FnOnce(&str) -> String) {
+        let yaml = std::fs::read_to_string(&self.config).unwrap();
+        std::fs::write(&self.config, edit(&yaml)).unwrap();
+    }
+
+    /// `pincer workspace exec WORKSPACE -- COMMAND…`.
+    pub(crate) fn exec(&self, workspace: &str, command: &[&str]) -> Output {
+        let mut args = vec!["workspace", "exec", workspace, "--"];
+        args.extend_from_slice(command);
+        self.pincer(&args)
+    }
+
     /// `pincer message --json`: its events and its exit status.
-    fn message(&self, workspace: &str, text: &str) -> (Vec<Value>, Output) {
+    pub(crate) fn message(&self, workspace: &str, text: &str) -> (Vec<Value>, Output) {
         let out = self.pincer(&["message", "-w", workspace, "--json", "--text", text]);
         (events(&out), out)
     }
@@ -86,7 +99,7 @@ impl Env {
         self.sandbox.dir.path().join("ws").join(name)
     }
 
-    fn container(&self, workspace: &str) -> String {
+    pub(crate) fn container(&self, workspace: &str) -> String {
         let id = std::fs::read_to_string(self.sandbox.home().join("instance-id")).unwrap();
         format!("pincer-{}-{workspace}", id.trim())
     }
@@ -121,7 +134,7 @@ pub(crate) fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["event"] == kind).collect()
 }
 
-fn last(events: &[Value]) -> &Value {
+pub(crate) fn last(events: &[Value]) -> &Value {
     events.last().expect("no events")
 }
 

@@ -17,6 +17,7 @@ mod containers;
 mod egress;
 mod feishu;
 mod gateway;
+mod idle;
 mod listeners;
 mod local_model;
 mod mcp;

@@ -96,6 +96,7 @@ actions! {
     ContainerPaused => "container.paused",
     ContainerPidsLimit => "container.pids_limit",
     ContainerReplaced => "container.replaced",
+    ContainerStopped => "container.stopped",
     ContainerVerifyFailed => "container.verify_failed",
     ContainerWoken => "container.woken",
     ContainerWorkspaceReowned => "container.workspace_reowned",

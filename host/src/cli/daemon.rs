@@ -17,15 +17,30 @@ pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()
     let store = ctx.channel_store()?;
     let depth = store.outbox_depth()?;
     let containers = match ctx.container_runtime().await {
-        Ok(runtime) => Some(runtime.list().await.unwrap_or_default()),
+        Ok(runtime) => Some(
+            runtime
+                .list()
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| {
+                    let life = runtime.lifecycle(&c);
+                    (c, life)
+                })
+                .collect::<Vec<_>>(),
+        ),
         Err(_) => None,
     };
     if json {
         let value = serde_json::json!({
             "daemon": snapshot,
             "outbox_pending": depth.iter().map(|(c, n)| (c.clone(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
-            "containers": containers.as_ref().map(|list| list.iter().map(|c| serde_json::json!({
+            "containers": containers.as_ref().map(|list| list.iter().map(|(c, life)| serde_json::json!({
                 "workspace": c.workspace, "name": c.name, "state": c.state, "status": c.status,
+                "paused_since_unix_ms": match life {
+                    crate::containers::Lifecycle::Paused(Some(frozen)) => Some(frozen.since_unix_ms),
+                    _ => None,
+                },
             })).collect::<Vec<_>>()),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -53,9 +68,9 @@ pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()
         let state = match &containers {
             Some(list) => list
                 .iter()
-                .find(|c| &c.workspace == name)
-                .map_or("no container".to_string(), |c| {
-                    format!("{} ({})", c.state, c.name)
+                .find(|(c, _)| &c.workspace == name)
+                .map_or("no container".to_string(), |(c, life)| {
+                    format!("{life} ({})", c.name)
                 }),
             None => "Docker not reachable".to_string(),
         };

@@ -199,7 +199,12 @@ fn container_user_check(ctx: &Context) -> Check {
     if let Ok(catalog) = crate::policy::PolicyCatalog::load(&ctx.config.containers.policy_dirs) {
         for (name, ws) in &ctx.config.workspaces {
             if let Ok(policy) = catalog.effective(name, &ws.policies) {
-                users.entry(policy.compile().user).or_default().push(name);
+                let mut user = policy.compile().user;
+                if user == crate::policy::PER_WORKSPACE_USER {
+                    // Allocated on the workspace's first start.
+                    user = crate::containers::allocated_user(&ctx.home, name).unwrap_or(user);
+                }
+                users.entry(user).or_default().push(name);
             }
         }
     }

@@ -98,18 +98,16 @@ pub async fn run(config_flag: Option<&Path>, command: WorkspaceCommand) -> anyho
             let runtime = ctx.container_runtime().await?;
             match runtime.status(&name).await? {
                 Some(c) => {
-                    let (_, spec) =
-                        containers::plan(&ctx.config, &ctx.home, runtime.instance(), &name)?;
-                    let runner = match runtime.runner_status(&spec).await {
+                    let runner = match runtime.runner_status(&name).await {
                         Some(s) if s.busy > 0 => format!("; runner busy ({} running)", s.busy),
                         Some(s) => format!("; runner idle for {} s", s.idle_ms / 1000),
                         None => String::new(),
                     };
                     println!(
-                        "{name}: {} ({}) {} {}{runner}",
+                        "{name}: {} ({}) {} (Docker: {}){runner}",
                         c.name,
                         &c.id[..12.min(c.id.len())],
-                        c.state,
+                        runtime.lifecycle(&c),
                         c.status
                     );
                 }

@@ -41,7 +41,8 @@ pub use error::{ConfigError, Invalid, Position};
 pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path};
 pub use schema::{
     AgentLimits, AgentSchedules, ApprovalTimeout, Budget, ByteSize, Channel, ChannelContext,
-    ChannelFiles, Channels, Config, ContainerRuntime, Containers, ContextSenders, EgressLimits,
+    ChannelFiles, Channels, Config, ContainerRuntime, Containers, ContainersIdle, ContextSenders,
+    EgressLimits, IdleAfter, WorkspaceIdle,
     FileType, Gateway, GatewayCache, GatewayLimits, LegacySecrets, ListenerLimits, LitellmParams,
     McpContainer, McpServer, ModelDeployment, ModelInfo, ModelPrice, Mount, PluginLimits, Plugins,
     PolicyEntry, Refusal, Retention, RetentionPeriod, RoutingStrategy, Skill, State, TierSetting,
@@ -52,6 +53,14 @@ pub use validate::{Volume, is_loopback, metrics_key_refusal, parse_volume, remot
 pub(crate) use located::{Document, parse_located};
 pub(crate) use node::Seg;
 pub(crate) use validate::is_valid_name;
+
+/// When one workspace's container is frozen and stopped ([`Config::idleness`]);
+/// `None`: never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Idleness {
+    pub pause_after: Option<std::time::Duration>,
+    pub stop_after: Option<std::time::Duration>,
+}
 
 impl Config {
     /// Whether a channel serves workspace `name` (its `workspace`, one of
@@ -125,6 +134,34 @@ impl Config {
         match self.workspaces.get(name).and_then(|ws| ws.path.as_ref()) {
             Some(path) => expand_tilde(path),
             None => expand_tilde(&self.containers.workspace_base_path).join(name),
+        }
+    }
+
+    /// When workspace `name`'s container is frozen and stopped:
+    /// `workspaces.NAME.idle` over `containers.idle` over the defaults
+    /// (`containers.idle_timeout_secs` is the old name of `stop_after`).
+    pub fn idleness(&self, name: &str) -> Idleness {
+        let global = &self.containers.idle;
+        let own = self
+            .workspaces
+            .get(name)
+            .map(|ws| ws.idle)
+            .unwrap_or_default();
+        let pause_after = own
+            .pause_after
+            .or(global.pause_after)
+            .map_or(Some(ContainersIdle::DEFAULT_PAUSE_AFTER), IdleAfter::get);
+        let stop_after = match own.stop_after.or(global.stop_after) {
+            Some(after) => after.get(),
+            None => match self.containers.idle_timeout_secs {
+                Some(0) => None,
+                Some(secs) => Some(std::time::Duration::from_secs(secs)),
+                None => Some(ContainersIdle::DEFAULT_STOP_AFTER),
+            },
+        };
+        Idleness {
+            pause_after,
+            stop_after,
         }
     }
 
@@ -350,7 +387,10 @@ containers:
   image: "pincer-agent:latest"
   workspace_base_path: "~/pincer_workspaces"
   policy_dirs: []                   # extra folders of policy groups
-  idle_timeout_secs: 900
+  idle:                             # unused containers: frozen, then stopped
+    pause_after: 2m                 # `docker pause`: memory kept, no CPU; 0 = never
+    stop_after: 6h                  # then stopped; the next use starts a fresh one
+    max_paused: 50                  # past this, the least recently used frozen ones stop
   # nofile: 1024                    # open-file limit of every container (64..65536)
 
 workspaces:

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
@@ -431,8 +432,11 @@ pub struct Containers {
     pub workspace_base_path: PathBuf,
     /// Extra folders of user policy groups.
     pub policy_dirs: Vec<PathBuf>,
-    /// Default 900.
-    pub idle_timeout_secs: u64,
+    /// The old name of `idle.stop_after`, in seconds (0: never); giving
+    /// both is an error.
+    pub idle_timeout_secs: Option<u64>,
+    /// When an unused container is frozen, then stopped.
+    pub idle: ContainersIdle,
     /// The open-file limit (RLIMIT_NOFILE, soft and hard) of every
     /// container pincer starts, well below the daemon's own. Default 1024.
     pub nofile: u64,
@@ -479,10 +483,82 @@ impl Default for Containers {
             image: "pincer-agent:latest".to_owned(),
             workspace_base_path: PathBuf::from("~/pincer_workspaces"),
             policy_dirs: Vec::new(),
-            idle_timeout_secs: 900,
+            idle_timeout_secs: None,
+            idle: ContainersIdle::default(),
             nofile: Self::DEFAULT_NOFILE,
             egress: EgressLimits::default(),
         }
+    }
+}
+
+/// `containers.idle`: two-stage idleness of every workspace container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContainersIdle {
+    /// Freeze (`docker pause`) a container this long unused. Default `2m`.
+    pub pause_after: Option<IdleAfter>,
+    /// Stop it this long unused (frozen or not); the next use cold-starts.
+    /// Default `6h` (or `idle_timeout_secs`).
+    pub stop_after: Option<IdleAfter>,
+    /// Past this many frozen containers, the least recently used ones are
+    /// stopped. Default 50.
+    pub max_paused: u32,
+}
+
+impl Default for ContainersIdle {
+    fn default() -> Self {
+        ContainersIdle {
+            pause_after: None,
+            stop_after: None,
+            max_paused: Self::DEFAULT_MAX_PAUSED,
+        }
+    }
+}
+
+impl ContainersIdle {
+    pub const DEFAULT_PAUSE_AFTER: Duration = Duration::from_secs(120);
+    pub const DEFAULT_STOP_AFTER: Duration = Duration::from_secs(6 * 3600);
+    pub const DEFAULT_MAX_PAUSED: u32 = 50;
+}
+
+/// `workspaces.NAME.idle`: overrides `containers.idle` for one workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkspaceIdle {
+    pub pause_after: Option<IdleAfter>,
+    pub stop_after: Option<IdleAfter>,
+}
+
+/// How long unused before a step of idleness: a duration as written
+/// (`30s`, `2m`, `6h`); `0` never takes the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleAfter(pub Duration);
+
+impl IdleAfter {
+    /// `None` for `0` (never).
+    pub fn get(self) -> Option<Duration> {
+        (!self.0.is_zero()).then_some(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for IdleAfter {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let text = text.trim();
+        if text == "0" {
+            return Ok(IdleAfter(Duration::ZERO));
+        }
+        let after = humantime::parse_duration(text).map_err(|e| {
+            de::Error::custom(format!(
+                "invalid duration `{text}` ({e}): write e.g. `30s`, `2m` or `6h`, or `0` for never"
+            ))
+        })?;
+        if after < Duration::from_secs(1) {
+            return Err(de::Error::custom(format!(
+                "`{text}` is shorter than a second: write at least `1s`, or `0` for never"
+            )));
+        }
+        Ok(IdleAfter(after))
     }
 }
 
@@ -557,6 +633,8 @@ pub struct Workspace {
     pub agent_schedules: AgentSchedules,
     /// Which tool calls wait for a person's decision.
     pub approvals: WorkspaceApprovals,
+    /// Overrides `containers.idle` for this workspace's container.
+    pub idle: WorkspaceIdle,
 }
 
 /// `workspaces.NAME.approvals`.

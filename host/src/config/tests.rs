@@ -482,7 +482,12 @@ fn full_config_parses() {
     assert_eq!(gw.routing_strategy, RoutingStrategy::LeastBusy);
     assert_eq!((gw.num_retries, gw.timeout), (3, 45.5));
     assert_eq!(cfg.containers.image, "ghcr.io/example/pincer-agent:1.10");
-    assert_eq!(cfg.containers.idle_timeout_secs, 600);
+    assert_eq!(cfg.containers.idle_timeout_secs, Some(600));
+    assert_eq!(
+        cfg.idleness("default").stop_after,
+        Some(std::time::Duration::from_secs(600)),
+        "the old name still sets stop_after"
+    );
 
     let ws = &cfg.workspaces["default"];
     assert_eq!(ws.model.as_deref(), Some("default"));
@@ -1344,4 +1349,63 @@ fn pincers_own_channel_names_are_refused_for_channels() {
             &[whose, "give the channel another name"],
         );
     }
+}
+
+// ---- containers.idle ----
+
+#[test]
+fn idleness_defaults_to_freezing_after_two_minutes_and_stopping_after_six_hours() {
+    let cfg = parse("workspaces: {a: {}}\n").unwrap();
+    let idle = cfg.idleness("a");
+    assert_eq!(idle.pause_after, Some(std::time::Duration::from_secs(120)));
+    assert_eq!(idle.stop_after, Some(std::time::Duration::from_secs(6 * 3600)));
+    assert_eq!(cfg.containers.idle.max_paused, 50);
+}
+
+#[test]
+fn a_workspaces_idle_overrides_the_global_one_field_by_field_and_zero_is_never() {
+    let cfg = parse(
+        "containers:\n  idle: {pause_after: 30s, stop_after: 1h, max_paused: 3}\n\
+         workspaces:\n  a: {}\n  b: {idle: {pause_after: \"0\"}}\n  c: {idle: {stop_after: 90m}}\n",
+    )
+    .unwrap();
+    let secs = |n: u64| Some(std::time::Duration::from_secs(n));
+    assert_eq!(cfg.idleness("a"), Idleness { pause_after: secs(30), stop_after: secs(3600) });
+    assert_eq!(cfg.idleness("b"), Idleness { pause_after: None, stop_after: secs(3600) });
+    assert_eq!(cfg.idleness("c"), Idleness { pause_after: secs(30), stop_after: secs(5400) });
+    assert_eq!(cfg.containers.idle.max_paused, 3);
+}
+
+#[test]
+fn idle_timeout_secs_is_the_old_name_of_stop_after_and_not_both() {
+    let cfg = parse("containers: {idle_timeout_secs: 0}\nworkspaces: {a: {}}\n").unwrap();
+    assert_eq!(cfg.idleness("a").stop_after, None, "0 was never before too");
+    assert_error(
+        "containers:\n  idle_timeout_secs: 60\n  idle: {stop_after: 2h}\n",
+        2,
+        3,
+        &["old name of idle.stop_after"],
+    );
+}
+
+#[test]
+fn idle_durations_that_are_not_durations_are_refused_where_written() {
+    assert_error(
+        "containers:\n  idle: {pause_after: soon}\n",
+        2,
+        24,
+        &["invalid duration `soon`", "`2m`"],
+    );
+    assert_error(
+        "workspaces:\n  a: {idle: {stop_after: 500ms}}\n",
+        2,
+        24,
+        &["shorter than a second"],
+    );
+    assert_error(
+        "workspaces:\n  a: {idle: {max_paused: 3}}\n",
+        2,
+        14,
+        &["max_paused"],
+    );
 }

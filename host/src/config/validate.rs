@@ -407,6 +407,13 @@ fn containers<'a>(cfg: &'a Config, out: Out<'a, '_>) {
             ),
         ));
     }
+    if cfg.containers.idle_timeout_secs.is_some() && cfg.containers.idle.stop_after.is_some() {
+        out.push(at(
+            vec![Key("containers"), Key("idle_timeout_secs")],
+            "idle_timeout_secs is the old name of idle.stop_after: give only `idle.stop_after`"
+                .into(),
+        ));
+    }
     let egress = &cfg.containers.egress;
     if !(1..=4096).contains(&egress.max_connections) {
         out.push(at(

@@ -5,12 +5,16 @@
 mod agent_binary;
 pub mod beneath;
 mod cgroup;
+mod frozen;
+pub mod idle;
 mod image;
+mod in_use;
 mod mcp;
 mod mounts;
 mod runner_client;
 mod runtime;
 mod spec;
+mod users;
 
 use std::path::Path;
 
@@ -18,7 +22,9 @@ pub use agent_binary::{install as install_runner, path as runner_path, size as r
 pub use beneath::{
     BeneathError, ensure_dir, open_dir, read_regular_absolute, read_regular_beneath,
 };
+pub use frozen::Frozen;
 pub use image::{BUSYBOX, Built, DEFAULT_IMAGE};
+pub use in_use::{InUse, Unused};
 pub use mcp::{McpContainers, server_policy, volume_problems, volumes_as_written};
 pub use mounts::{
     BindMount, MountError, check_source, check_workspace_folder, protected_paths,
@@ -27,10 +33,11 @@ pub use mounts::{
 pub use pincer_runner_protocol::ErrorKind as ExecErrorKind;
 pub use runner_client::{RunnerAddr, RunnerError, turn as runner_turn};
 pub use runtime::{
-    ContainerRuntime, ContainerStatus, Ensured, ExecOutcome, GrantError, GrantMinter,
+    ContainerRuntime, ContainerStatus, Ensured, ExecOutcome, GrantError, GrantMinter, Lifecycle,
 };
 pub use runtime::{ensure_workspace_dir, parse_user, runner_addr};
 pub use spec::{LABEL_INSTANCE, LABEL_WORKSPACE, WorkspaceSpec};
+pub use users::allocated as allocated_user;
 
 use crate::config::{Config, expand_tilde};
 use crate::policy::{EffectivePolicy, PolicyCatalog};
@@ -95,10 +102,13 @@ pub fn plan(
         .ok_or_else(|| ContainerError::UnknownWorkspace(workspace.to_string()))?;
     let catalog = PolicyCatalog::load(&config.containers.policy_dirs)?;
     let policy = catalog.effective(workspace, &ws.policies)?;
-    let settings = crate::policy::ContainerSettings {
+    let mut settings = crate::policy::ContainerSettings {
         nofile: i64::try_from(config.containers.nofile).unwrap_or(i64::MAX),
         ..policy.compile()
     };
+    if settings.user == users::PER_WORKSPACE {
+        settings.user = users::allocate(home, workspace)?;
+    }
     let workspace_base = expand_tilde(&config.containers.workspace_base_path);
     let workspace_dir = config.workspace_dir(workspace);
     mounts::check_workspace_folder(&workspace_dir, home, &workspace_base).map_err(|source| {
@@ -131,11 +141,15 @@ pub fn plan(
         image: config.containers.image.clone(),
         settings,
         managed_dir: workspace_dir.starts_with(&workspace_base),
+        earlier_users: users::earlier(home, workspace),
         workspace_dir,
         run_dir: home.join("run").join(workspace),
         runner_binary: agent_binary::install(home)?,
         mounts: extra,
-        idle_timeout_secs: config.containers.idle_timeout_secs,
+        stop_after_secs: config
+            .idleness(workspace)
+            .stop_after
+            .map_or(0, |after| after.as_secs()),
     };
     Ok((policy, spec))
 }

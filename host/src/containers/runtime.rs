@@ -3,7 +3,7 @@
 //! replaced when it died, and reconciled at start.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,12 +11,15 @@ use bollard::Docker;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptions,
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
+    StopContainerOptionsBuilder,
 };
 use pincer_runner_protocol::{ExecRequest, ExecResult, Grant, Request, Response, Status};
 
 use super::ContainerError;
 use super::beneath::Reowned;
 use super::cgroup::Counters;
+use super::frozen::Frozen;
+use super::in_use::{self, InUse, Unused};
 use super::runner_client::{self, RunnerAddr, RunnerError};
 use super::spec::{LABEL_INSTANCE, LABEL_SPEC, LABEL_WORKSPACE, WorkspaceSpec};
 use crate::audit::AuditLog;
@@ -42,6 +45,8 @@ pub struct ContainerRuntime {
     audit: Arc<AuditLog>,
     /// Mints each container's own gateway token (never a provider key).
     grants: Arc<dyn GrantMinter>,
+    /// `$PINCER_HOME/run`: a folder per workspace.
+    run_root: PathBuf,
 }
 
 /// Where a container finds the gateway (its token is granted over the
@@ -54,9 +59,48 @@ pub struct ContainerStatus {
     pub workspace: String,
     pub name: String,
     pub id: String,
-    /// Docker's state: running, exited, created, ...
+    /// Docker's state: running, paused, exited, created, ...
     pub state: String,
     pub status: String,
+}
+
+/// Where a container is in its life, as `pincer workspace status` and
+/// `pincer status` say it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lifecycle {
+    Running,
+    /// Frozen; pincer's record of it, unless someone else froze it.
+    Paused(Option<Frozen>),
+    Stopped,
+}
+
+impl std::fmt::Display for Lifecycle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lifecycle::Running => f.write_str("running"),
+            Lifecycle::Stopped => f.write_str("stopped"),
+            Lifecycle::Paused(None) => f.write_str("paused (not by pincer)"),
+            Lifecycle::Paused(Some(frozen)) => write!(
+                f,
+                "paused since {} (unused for {})",
+                chrono::DateTime::<chrono::Utc>::from(frozen.since())
+                    .format("%Y-%m-%d %H:%M:%S UTC"),
+                humantime::format_duration(Duration::from_secs(
+                    frozen.unused_at(std::time::SystemTime::now()).as_secs()
+                ))
+            ),
+        }
+    }
+}
+
+impl ContainerStatus {
+    pub fn paused(&self) -> bool {
+        self.state == "paused"
+    }
+
+    pub fn running(&self) -> bool {
+        self.state == "running"
+    }
 }
 
 /// What `ensure` found or did.
@@ -67,6 +111,9 @@ pub struct Ensured {
     /// Why an earlier container was replaced, if one was.
     pub replaced: Option<String>,
     pub runner: Status,
+    /// The container stays thawed (is never frozen or stopped for
+    /// idleness) while this lives.
+    pub in_use: InUse,
 }
 
 /// The outcome of running a command, with what the kernel did to it.
@@ -103,6 +150,7 @@ impl ContainerRuntime {
             instance: instance_id(home)?,
             audit,
             grants,
+            run_root: home.join("run"),
         })
     }
 
@@ -137,6 +185,7 @@ impl ContainerRuntime {
     /// Makes sure the workspace's container runs and is exactly what its spec
     /// says; creates, starts or replaces it as needed.
     pub async fn ensure(&self, spec: &WorkspaceSpec) -> Result<Ensured, ContainerError> {
+        let in_use = in_use::hold(&spec.run_dir).await?;
         let digest = spec.digest();
         let mut replaced = None;
         if let Some(existing) = self.inspect(&spec.container_name).await? {
@@ -170,15 +219,13 @@ impl ContainerRuntime {
                     created: false,
                     replaced: None,
                     runner,
+                    in_use,
                 });
             }
             let state = existing.state.clone().unwrap_or_default();
             let why =
                 if !running && state.exit_code == Some(0) && !state.oom_killed.unwrap_or(false) {
-                    format!(
-                        "the previous container had stopped after {} s unused",
-                        spec.idle_timeout_secs
-                    )
+                    "the previous container had stopped unused (containers.idle)".to_string()
                 } else if !running {
                     let mut why = format!(
                         "the previous container had stopped (exit code {}{})",
@@ -214,6 +261,7 @@ impl ContainerRuntime {
             created: true,
             replaced,
             runner,
+            in_use,
         })
     }
 
@@ -222,7 +270,7 @@ impl ContainerRuntime {
         spec: &WorkspaceSpec,
         digest: &str,
     ) -> Result<String, ContainerError> {
-        if let Some(reowned) = prepare_host_dirs(spec)? {
+        if let Some((reowned, from)) = prepare_host_dirs(spec)? {
             self.audit.record(
                 crate::audit::Actor::Host,
                 Some(&spec.workspace),
@@ -231,8 +279,8 @@ impl ContainerRuntime {
                     "{}: {} entries handed from {}:{} to {}{}{}",
                     spec.workspace_dir.display(),
                     reowned.changed,
-                    PREVIOUS_USER.0,
-                    PREVIOUS_USER.1,
+                    from.0,
+                    from.1,
                     spec.settings.user,
                     if reowned.skipped_links > 0 {
                         format!(
@@ -475,8 +523,9 @@ impl ContainerRuntime {
         }
     }
 
-    /// Freezes the workspace's running container (`docker pause`): it keeps
-    /// its memory and uses no CPU; the next use thaws it.
+    /// Freezes the workspace's running container (`docker pause`) by
+    /// hand: it keeps its memory and uses no CPU; the next use thaws it.
+    /// Refused while someone uses it.
     pub async fn pause(&self, workspace: &str) -> Result<(), ContainerError> {
         let name = self.container_name(workspace);
         let state = self
@@ -494,19 +543,85 @@ impl ContainerRuntime {
                 "workspace `{workspace}` has no running container to pause"
             )));
         }
+        let Some(unused) = self.try_unused(workspace)? else {
+            return Err(ContainerError::Docker(format!(
+                "the container of workspace `{workspace}` is in use (a turn or a command is running); try again when it has ended"
+            )));
+        };
+        self.freeze(&unused, Duration::ZERO, "by hand").await
+    }
+
+    /// Holds the workspace's container unused, so it can be frozen or
+    /// stopped; `None` while a turn or a command uses it.
+    pub fn try_unused(&self, workspace: &str) -> Result<Option<Unused>, ContainerError> {
+        in_use::try_unused(&self.run_root.join(workspace), workspace)
+    }
+
+    /// Freezes the running container `unused` holds, `idle` unused so far;
+    /// `why` goes to the audit log.
+    pub async fn freeze(
+        &self,
+        unused: &Unused,
+        idle: Duration,
+        why: &str,
+    ) -> Result<(), ContainerError> {
+        let workspace = unused.workspace();
+        let name = self.container_name(workspace);
         let started = std::time::Instant::now();
         self.docker
             .pause_container(&name)
             .await
             .map_err(|e| ContainerError::Docker(format!("pausing {name}: {}", clean(&e))))?;
+        let took = started.elapsed();
+        let id = self
+            .inspect(&name)
+            .await?
+            .and_then(|c| c.id)
+            .unwrap_or_default();
+        Frozen::now(id, idle).record(&self.run_root.join(workspace));
         crate::events::container_paused(workspace);
         self.audit.record(
             crate::audit::Actor::Host,
             Some(workspace),
             crate::audit::Action::ContainerPaused,
-            &format!("{name} in {} ms", started.elapsed().as_millis()),
+            &format!("{name} {why}, in {} ms", took.as_millis()),
         );
         Ok(())
+    }
+
+    /// Stops the container `unused` holds (thawing it first if frozen, so
+    /// its runner ends cleanly); its next use starts a fresh one. `false`
+    /// when there was no running container.
+    pub async fn stop_unused(&self, unused: &Unused, why: &str) -> Result<bool, ContainerError> {
+        let workspace = unused.workspace();
+        let name = self.container_name(workspace);
+        let Some(state) = self.inspect(&name).await?.and_then(|c| c.state) else {
+            return Ok(false);
+        };
+        if state.paused == Some(true) {
+            self.docker
+                .unpause_container(&name)
+                .await
+                .map_err(|e| ContainerError::Docker(format!("unpausing {name}: {}", clean(&e))))?;
+        }
+        Frozen::clear(&self.run_root.join(workspace));
+        if state.running != Some(true) {
+            return Ok(false);
+        }
+        let options = StopContainerOptionsBuilder::default().t(5).build();
+        self.docker
+            .stop_container(&name, Some(options))
+            .await
+            .map_err(|e| ContainerError::Docker(format!("stopping {name}: {}", clean(&e))))?;
+        self.revoke_token(workspace);
+        crate::events::container_stopped(workspace);
+        self.audit.record(
+            crate::audit::Actor::Host,
+            Some(workspace),
+            crate::audit::Action::ContainerStopped,
+            &format!("{name} {why}"),
+        );
+        Ok(true)
     }
 
     /// Thaws the workspace's container if it is frozen; `false` when it
@@ -531,7 +646,9 @@ impl ContainerRuntime {
             .unpause_container(id)
             .await
             .map_err(|e| ContainerError::Docker(format!("unpausing {id}: {}", clean(&e))))?;
-        crate::events::container_woken(workspace);
+        let took = started.elapsed();
+        Frozen::clear(&self.run_root.join(workspace));
+        crate::events::container_woken(workspace, took);
         self.audit.record(
             crate::audit::Actor::Host,
             Some(workspace),
@@ -539,29 +656,58 @@ impl ContainerRuntime {
             &format!(
                 "{} in {} ms",
                 self.container_name(workspace),
-                started.elapsed().as_millis()
+                took.as_millis()
             ),
         );
         Ok(())
     }
 
+    /// Since when and after how long unused the workspace's container
+    /// `id` is frozen, as pincer recorded it; `None` when pincer did not
+    /// freeze it (someone else did, or it is not frozen).
+    pub fn frozen(&self, workspace: &str, id: &str) -> Option<Frozen> {
+        Frozen::read(&self.run_root.join(workspace)).filter(|f| f.container == id)
+    }
+
+    /// Where container `c` is in its life.
+    pub fn lifecycle(&self, c: &ContainerStatus) -> Lifecycle {
+        if c.paused() {
+            Lifecycle::Paused(self.frozen(&c.workspace, &c.id))
+        } else if c.running() {
+            Lifecycle::Running
+        } else {
+            Lifecycle::Stopped
+        }
+    }
+
+    /// Records that the workspace's container `id`, frozen by someone else,
+    /// counts as unused from now.
+    pub fn adopt_frozen(&self, workspace: &str, id: &str) -> Frozen {
+        let record = Frozen::now(id.to_string(), Duration::ZERO);
+        record.record(&self.run_root.join(workspace));
+        record
+    }
+
     /// What the runner of the workspace's running (not frozen) container
     /// says of itself, busy and idle time included; `None` when there is
     /// none to ask or it does not answer within a second. Never thaws.
-    pub async fn runner_status(&self, spec: &WorkspaceSpec) -> Option<Status> {
-        let state = self.inspect(&spec.container_name).await.ok()??;
+    pub async fn runner_status(&self, workspace: &str) -> Option<Status> {
+        let state = self.inspect(&self.container_name(workspace)).await.ok()??;
         let id = state.id.clone()?;
         let state = state.state?;
         if state.running != Some(true) || state.paused == Some(true) {
             return None;
         }
-        match runner_client::call(
-            &runner_addr(spec, &id),
-            &Request::Ping,
-            Duration::from_secs(1),
-        )
-        .await
-        {
+        self.ping(workspace, &id).await
+    }
+
+    /// Asks the runner of the workspace's running container `id` how it is.
+    pub async fn ping(&self, workspace: &str, id: &str) -> Option<Status> {
+        let addr = RunnerAddr {
+            dir: super::spec::runner_dir(&self.run_root.join(workspace)),
+            container_id: id.to_string(),
+        };
+        match runner_client::call(&addr, &Request::Ping, Duration::from_secs(1)).await {
             Ok(Response::Pong(status)) => Some(status),
             _ => None,
         }
@@ -666,6 +812,8 @@ impl ContainerRuntime {
     }
 
     async fn remove(&self, name_or_id: &str) -> Result<(), ContainerError> {
+        // A frozen container ignores signals until thawed.
+        let _ = self.docker.unpause_container(name_or_id).await;
         let _ = self
             .docker
             .kill_container(
@@ -738,7 +886,9 @@ fn enforcement_mismatches(spec: &WorkspaceSpec, status: &Status) -> Vec<String> 
 /// runner's to replace).
 /// What an earlier workspace folder of pincer's own was handed over,
 /// if it was.
-fn prepare_host_dirs(spec: &WorkspaceSpec) -> Result<Option<Reowned>, ContainerError> {
+fn prepare_host_dirs(
+    spec: &WorkspaceSpec,
+) -> Result<Option<(Reowned, (u32, u32))>, ContainerError> {
     use super::beneath::ensure_dir;
     let owner = parse_user(&spec.settings.user);
     let host = |e: super::beneath::BeneathError| ContainerError::Host(e.to_string());
@@ -750,32 +900,33 @@ fn prepare_host_dirs(spec: &WorkspaceSpec) -> Result<Option<Reowned>, ContainerE
     Ok(reowned)
 }
 
-/// The container user of pincer before its uid became one no host account
-/// has.
-const PREVIOUS_USER: (u32, u32) = (1000, 1000);
-
 /// Entries one handover changes at most.
 const REOWN_LIMIT: usize = 1_000_000;
 
-/// Hands a workspace folder of pincer's own that still belongs to
-/// [`PREVIOUS_USER`] (and what that user owns in it) to the configured
-/// user, once: afterwards the folder is the new user's. A folder given by
-/// `path:` elsewhere is the operator's and left alone.
+/// Hands a workspace folder of pincer's own that still belongs to an
+/// earlier container user of this workspace (`spec.earlier_users`), and
+/// what that user owns in it, to the configured user, once: afterwards the
+/// folder is the new user's. A folder given by `path:` elsewhere is the operator's
+/// and left alone.
 fn reown_previous(
     spec: &WorkspaceSpec,
     owner: Option<(u32, u32)>,
-) -> Result<Option<Reowned>, ContainerError> {
+) -> Result<Option<(Reowned, (u32, u32))>, ContainerError> {
     use std::os::unix::fs::MetadataExt;
-    let Some(owner) = owner.filter(|o| *o != PREVIOUS_USER) else {
+    let Some(owner) = owner else {
         return Ok(None);
     };
-    let meta = std::fs::symlink_metadata(&spec.workspace_dir)
-        .map_err(|e| ContainerError::Host(format!("{}: {e}", spec.workspace_dir.display())))?;
-    if !spec.managed_dir || (meta.uid(), meta.gid()) != PREVIOUS_USER {
+    if !spec.managed_dir {
         return Ok(None);
     }
-    super::beneath::reown_tree(&spec.workspace_dir, PREVIOUS_USER, owner, REOWN_LIMIT)
-        .map(Some)
+    let meta = std::fs::symlink_metadata(&spec.workspace_dir)
+        .map_err(|e| ContainerError::Host(format!("{}: {e}", spec.workspace_dir.display())))?;
+    let found = (meta.uid(), meta.gid());
+    if found == owner || !spec.earlier_users.contains(&found) {
+        return Ok(None);
+    }
+    super::beneath::reown_tree(&spec.workspace_dir, found, owner, REOWN_LIMIT)
+        .map(|reowned| Some((reowned, found)))
         .map_err(|e| {
             ContainerError::Host(format!(
                 "handing the workspace folder to {}: {e}",

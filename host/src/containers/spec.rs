@@ -32,6 +32,10 @@ pub struct WorkspaceSpec {
     /// `containers.workspace_base_path`), so one an earlier version made
     /// for its container user 1000 is handed to the current user.
     pub managed_dir: bool,
+    /// Users this workspace's container may have run as before (pincer's
+    /// old `1000:1000`, the baseline's, its own `per-workspace` uid): a
+    /// managed folder one of them owns is handed to the current user.
+    pub earlier_users: Vec<(u32, u32)>,
     /// Host folder `$PINCER_HOME/run/<ws>`, never mounted itself: its
     /// `gateway/` is mounted read-only at [`pincer_runner_protocol::mounts::GATEWAY_DIR`], its `runner/`
     /// read-write at [`pincer_runner_protocol::mounts::RUNNER_DIR`].
@@ -40,8 +44,9 @@ pub struct WorkspaceSpec {
     pub runner_binary: PathBuf,
     /// Extra mounts from config, sources validated.
     pub mounts: Vec<BindMount>,
-    /// The runner exits (stopping the container) after this long unused; 0: never.
-    pub idle_timeout_secs: u64,
+    /// The runner exits (stopping the container) after this long unused
+    /// (`containers.idle.stop_after`); 0: never.
+    pub stop_after_secs: u64,
 }
 
 impl WorkspaceSpec {
@@ -81,7 +86,7 @@ impl WorkspaceSpec {
             "{}|{settings}|{:?}|{}",
             self.image,
             self.all_mounts(),
-            self.idle_timeout_secs
+            self.stop_after_secs
         );
         hex::encode(&Sha256::digest(shape.as_bytes())[..8])
     }
@@ -105,7 +110,7 @@ impl WorkspaceSpec {
                 format!(
                     "{}={}",
                     pincer_runner_protocol::IDLE_ENV,
-                    self.idle_timeout_secs
+                    self.stop_after_secs
                 ),
                 "PATH=/usr/local/bin:/usr/bin:/bin".into(),
             ]),

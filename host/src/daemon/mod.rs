@@ -1,7 +1,8 @@
 //! The composition root of `pincer start`: builds one of each service for
 //! a configuration — plugin host, agent (gateway, container runtime,
 //! sessions, memory, observers), channel host with its store, router,
-//! outbox worker, connections, webhook listener, control socket — wires
+//! outbox worker, connections, webhook listener, control socket, the idle
+//! containers' supervisor — wires
 //! them together, and runs them until a signal:
 //! - SIGTERM / Ctrl-C: stop taking input, let running turns finish within
 //!   [`TURN_GRACE`] (then record them interrupted), deliver what the outbox
@@ -172,6 +173,11 @@ async fn serve(
     )
     .await?;
     tasks.spawn(schedules.clone().run(stop.clone()));
+    tasks.spawn(crate::containers::idle::supervise(
+        agent.runtime().clone(),
+        Arc::new(ctx.config.clone()),
+        stop.clone(),
+    ));
     tasks.spawn(prune::prune_daily(
         ctx.database(),
         ctx.config.state.retention,

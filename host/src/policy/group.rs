@@ -612,7 +612,11 @@ impl TryFrom<String> for Capability {
     }
 }
 
-/// `uid:gid`, both numeric.
+/// The `user` asking for a uid of its own for each workspace.
+pub const PER_WORKSPACE_USER: &str = "per-workspace";
+
+/// `uid:gid`, both numeric, or `per-workspace` (a uid of its own for each
+/// workspace, allocated by `containers`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
 pub(crate) struct User(pub String);
@@ -621,10 +625,14 @@ impl TryFrom<String> for User {
     type Error = InvalidSetting;
     fn try_from(text: String) -> Result<User, InvalidSetting> {
         let numeric = |s: &str| !s.is_empty() && s.len() <= 10 && s.parse::<u32>().is_ok();
+        if text == PER_WORKSPACE_USER {
+            return Ok(User(text));
+        }
         match text.split_once(':') {
             Some((uid, gid)) if numeric(uid) && numeric(gid) => Ok(User(text)),
             _ => Err(InvalidSetting(format!(
-                "user must be numeric `uid:gid`, not `{text}`"
+                "user must be numeric `uid:gid` or `{}`, not `{text}`",
+                PER_WORKSPACE_USER
             ))),
         }
     }

@@ -27,7 +27,7 @@
 //! | `no_new_privileges`, `read_only_rootfs`, `read_only_mounts`, `seccomp.threads_only_clone`, `runner.no_exec_after_start` | `true` anywhere (baseline included) wins; a group cannot turn them off (`false` is a no-op) |
 //! | `untrusted_input`, `private_data` | `true` anywhere wins (trifecta hints) |
 //! | `network` | a listed group's value replaces the baseline's (`none` beats the baseline's `bridge`); two listed groups saying `none` and `bridge` contradict |
-//! | `user` | a listed group's value replaces the baseline's; two listed groups with different users contradict |
+//! | `user` | `uid:gid`, or `per-workspace` (a uid of its own per workspace from 100001, kept in `container_users`); a listed group's value replaces the baseline's; two listed groups with different users contradict |
 //! | `cap_drop` | union of the baseline and the groups |
 //! | `cap_add` | union of the groups; kept although the baseline drops `ALL` (Docker adds after dropping); a capability one group adds and another group drops by name is a contradiction (dropping `ALL` in a group is not) |
 //! | `tmpfs` | by path: a listed group's options replace the baseline's; two listed groups with different options for one path contradict |
@@ -65,7 +65,7 @@ use std::sync::Arc;
 pub use compile::{ContainerSettings, RunnerPolicy, enforcement_notes};
 pub use egress::{EgressEntry, EgressReach, EgressRule};
 pub use error::PolicyError;
-pub use group::NetworkMode;
+pub use group::{NetworkMode, PER_WORKSPACE_USER};
 pub use merge::{BASELINE, EffectivePolicy, GroupInfo, GroupsEgress, Setting, SourcedSet};
 pub use reach::{
     MEMORY, MEMORY_TOOLS, ModelReach, ModelsFrom, Reaches, SCHEDULE, SCHEDULE_TOOLS, SourceKind,

@@ -1063,6 +1063,7 @@ fn report_shows_mounts_reach_and_settings() {
             .compile(),
         workspace_dir: "/home/u/pincer_workspaces/isolated".into(),
         managed_dir: true,
+        earlier_users: Vec::new(),
         run_dir: "/home/u/.pincer/run/x".into(),
         runner_binary: "/home/u/.pincer/bin/pincer-agent-0".into(),
         mounts: ws
@@ -1074,7 +1075,7 @@ fn report_shows_mounts_reach_and_settings() {
                 read_only: m.read_only,
             })
             .collect(),
-        idle_timeout_secs: 0,
+        stop_after_secs: 0,
     };
     let from_spec: Vec<(String, String, bool)> = spec
         .all_mounts()

@@ -55,13 +55,15 @@ struct Shared {
     enforcer: Enforcer,
     children: Arc<Children>,
     started: Instant,
+    /// Connections being served (pings included).
     active: AtomicUsize,
-    /// Milliseconds since `started` of the last request or reply.
-    last_activity_ms: AtomicU64,
     /// Commands and turns running now (pings are not work).
     working: AtomicUsize,
-    /// Milliseconds since `started` when work last began or ended.
+    /// Milliseconds since `started` when work last began or ended, or the
+    /// container was thawed.
     last_work_ms: AtomicU64,
+    /// Milliseconds since `started` of the watchdog's last tick.
+    last_tick_ms: AtomicU64,
     /// The gateway token the host granted ([`Request::Grant`]); in memory
     /// only, never in an environment, never passed to commands.
     grant: Mutex<Option<String>>,
@@ -84,14 +86,36 @@ impl Shared {
         Work(self)
     }
 
-    fn mark_work(&self) {
-        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_work_ms.store(now, Ordering::SeqCst);
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn touch(&self) {
-        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_activity_ms.store(now, Ordering::SeqCst);
+    fn mark_work(&self) {
+        self.last_work_ms.store(self.now_ms(), Ordering::SeqCst);
+    }
+
+    /// Notices a thaw: when the watchdog has not ticked for [`FROZEN_GAP`],
+    /// the container was frozen (`docker pause`) or the machine slept.
+    /// That time is not idleness, and whoever thawed it is about to use it,
+    /// so it counts as work now. Called by the watchdog and before a status
+    /// answer, which may come first after a thaw.
+    fn notice_thaw(&self) {
+        let now = self.now_ms();
+        let last = self.last_tick_ms.swap(now, Ordering::SeqCst);
+        if Duration::from_millis(now.saturating_sub(last)) > FROZEN_GAP {
+            self.mark_work();
+        }
+    }
+
+    /// How long nothing has run; zero while something does.
+    fn idle(&self) -> Duration {
+        if self.working.load(Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(
+            self.now_ms()
+                .saturating_sub(self.last_work_ms.load(Ordering::SeqCst)),
+        )
     }
 }
 
@@ -138,15 +162,13 @@ pub fn serve(socket: &Path) -> Result<(), ServeError> {
         children,
         started,
         active: AtomicUsize::new(0),
-        last_activity_ms: AtomicU64::new(0),
         working: AtomicUsize::new(0),
         last_work_ms: AtomicU64::new(0),
+        last_tick_ms: AtomicU64::new(0),
         grant: Mutex::new(None),
     });
-    if let Some(idle) = idle_timeout() {
-        spawn_idle_watchdog(shared.clone(), idle, socket.to_path_buf())
-            .map_err(|e| ServeError::Setup(format!("starting the idle watchdog: {e}")))?;
-    }
+    spawn_idle_watchdog(shared.clone(), idle_timeout(), socket.to_path_buf())
+        .map_err(|e| ServeError::Setup(format!("starting the idle watchdog: {e}")))?;
     for stream in listener.incoming() {
         match stream {
             Ok(stream) => dispatch(stream, &shared),
@@ -172,29 +194,23 @@ const WATCHDOG_TICK: Duration = Duration::from_millis(500);
 /// A tick this much later than asked means the process did not run.
 const FROZEN_GAP: Duration = Duration::from_secs(2);
 
-/// Exits (status 0, socket removed) once nothing has happened for `idle`
-/// and no request is in flight, so an unused container stops by itself.
+/// Notices thaws ([`Shared::notice_thaw`]) and, with an `idle` limit,
+/// exits (status 0, socket removed) once no command or turn has run for
+/// that long, so an unused container stops by itself. Pings are not work:
+/// the host asking how idle it is does not keep it alive.
 fn spawn_idle_watchdog(
     shared: Arc<Shared>,
-    idle: Duration,
+    idle: Option<Duration>,
     socket: std::path::PathBuf,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("idle".into())
         .spawn(move || {
-            let mut ticked = Instant::now();
             loop {
                 std::thread::sleep(WATCHDOG_TICK);
-                if ticked.elapsed() > FROZEN_GAP {
-                    // The container was frozen (`docker pause`) or the
-                    // machine slept: that time is not idleness, and the
-                    // host that thawed it is about to speak.
-                    shared.touch();
-                }
-                ticked = Instant::now();
-                let last = Duration::from_millis(shared.last_activity_ms.load(Ordering::SeqCst));
-                let quiet = shared.started.elapsed().saturating_sub(last);
-                if shared.active.load(Ordering::SeqCst) == 0 && quiet >= idle {
+                shared.notice_thaw();
+                let quiet = shared.idle();
+                if idle.is_some_and(|idle| quiet >= idle) {
                     log(&format!("idle for {} s: exiting", quiet.as_secs()));
                     let _ = std::fs::remove_file(&socket);
                     std::process::exit(0);
@@ -247,7 +263,6 @@ fn bind(socket: &Path) -> Result<UnixListener, ServeError> {
 
 /// Hands the connection to a thread, or answers "busy".
 fn dispatch(stream: UnixStream, shared: &Arc<Shared>) {
-    shared.touch();
     if shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
         shared.active.fetch_sub(1, Ordering::SeqCst);
         log("busy: connection refused");
@@ -259,7 +274,6 @@ fn dispatch(stream: UnixStream, shared: &Arc<Shared>) {
         .name("conn".into())
         .spawn(move || {
             handle(&stream, &worker);
-            worker.touch();
             worker.active.fetch_sub(1, Ordering::SeqCst);
         });
     if let Err(e) = spawned {
@@ -362,10 +376,7 @@ fn serve_turn(
     let mut write_error = None;
     let mut emit = |event: TurnEvent| match writer.write_all(&encode_line(&Response::Event(event)))
     {
-        Ok(()) => {
-            shared.touch();
-            true
-        }
+        Ok(()) => true,
         Err(e) => {
             write_error = Some(e);
             false
@@ -379,10 +390,7 @@ fn serve_turn(
         }
         let line = read_line(reader, MAX_VERDICT_BYTES).ok()?;
         match decode_line::<Verdict>(&line, MAX_VERDICT_BYTES) {
-            Ok(verdict) => {
-                shared.touch();
-                Some(verdict)
-            }
+            Ok(verdict) => Some(verdict),
             Err(e) => {
                 log(&format!("unreadable verdict: {e}"));
                 None
@@ -410,8 +418,8 @@ fn serve_turn(
 }
 
 fn status(shared: &Shared) -> Status {
+    shared.notice_thaw();
     let busy = shared.working.load(Ordering::SeqCst);
-    let now = u64::try_from(shared.started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Status {
         pid: std::process::id(),
         // SAFETY: getuid cannot fail.
@@ -421,11 +429,7 @@ fn status(shared: &Shared) -> Status {
         enforcement: shared.enforcer.enforcement.clone(),
         granted: shared.grant.lock().is_ok_and(|g| g.is_some()),
         busy: u32::try_from(busy).unwrap_or(u32::MAX),
-        idle_ms: if busy > 0 {
-            0
-        } else {
-            now.saturating_sub(shared.last_work_ms.load(Ordering::SeqCst))
-        },
+        idle_ms: u64::try_from(shared.idle().as_millis()).unwrap_or(u64::MAX),
     }
 }
 
