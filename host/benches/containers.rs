@@ -83,7 +83,9 @@ async fn run() -> anyhow::Result<()> {
         let unused = runtime
             .try_unused("bench")?
             .ok_or_else(|| anyhow::anyhow!("the bench container is in use"))?;
-        runtime.freeze(&unused, Duration::ZERO, "by the bench").await?;
+        runtime
+            .freeze(&unused, Duration::ZERO, "by the bench")
+            .await?;
         drop(unused);
         if run == 0 {
             frozen = Some(while_frozen(&runtime.container_name("bench"))?);

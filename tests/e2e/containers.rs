@@ -870,7 +870,11 @@ fn per_workspace_users_give_each_workspace_a_stable_uid_of_its_own() {
 
     let groups = env.sandbox.dir.path().join("groups");
     std::fs::create_dir_all(&groups).unwrap();
-    std::fs::write(groups.join("own-uid.yaml"), "description: x\nuser: per-workspace\n").unwrap();
+    std::fs::write(
+        groups.join("own-uid.yaml"),
+        "description: x\nuser: per-workspace\n",
+    )
+    .unwrap();
     let config = std::fs::read_to_string(&env.config).unwrap();
     std::fs::write(
         &env.config,
@@ -879,7 +883,10 @@ fn per_workspace_users_give_each_workspace_a_stable_uid_of_its_own() {
                 "containers:\n",
                 &format!("containers:\n  policy_dirs: [{}]\n", groups.display()),
             )
-            .replace("  a: {}\n  b: {}\n", "  a: {policies: [own-uid]}\n  b: {policies: [own-uid]}\n"),
+            .replace(
+                "  a: {}\n  b: {}\n",
+                "  a: {policies: [own-uid]}\n  b: {policies: [own-uid]}\n",
+            ),
     )
     .unwrap();
     let uid = |ws: &str| ok(env.exec(ws, &["sh", "-c", "touch /workspace/mine; id -u"]));
@@ -893,7 +900,9 @@ fn per_workspace_users_give_each_workspace_a_stable_uid_of_its_own() {
     assert_eq!(old.uid(), 100_001, "handed from the baseline's user");
     let handed = env.sandbox.audited("container.workspace_reowned");
     assert!(
-        handed.iter().any(|h| h.contains("from 100000:100000 to 100001:100001")),
+        handed
+            .iter()
+            .any(|h| h.contains("from 100000:100000 to 100001:100001")),
         "{handed:?}"
     );
     // Stable: a new container of a keeps a's uid.

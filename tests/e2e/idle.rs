@@ -52,9 +52,11 @@ fn wait_audited(env: &Env, kind: &str, count: usize) -> Vec<String> {
 /// CPU time (µs) the container's cgroup has used.
 fn cpu_usage_usec(container: &str) -> u64 {
     let id = inspect(container, "{{.Id}}");
-    let stat = std::fs::read_to_string(format!("/sys/fs/cgroup/system.slice/docker-{id}.scope/cpu.stat"))
-        .or_else(|_| std::fs::read_to_string(format!("/sys/fs/cgroup/docker/{id}/cpu.stat")))
-        .expect("the container's cgroup (v2)");
+    let stat = std::fs::read_to_string(format!(
+        "/sys/fs/cgroup/system.slice/docker-{id}.scope/cpu.stat"
+    ))
+    .or_else(|_| std::fs::read_to_string(format!("/sys/fs/cgroup/docker/{id}/cpu.stat")))
+    .expect("the container's cgroup (v2)");
     stat.lines()
         .find_map(|l| l.strip_prefix("usage_usec "))
         .and_then(|v| v.trim().parse().ok())
@@ -88,7 +90,11 @@ async fn an_unused_container_is_frozen_and_a_message_an_exec_and_a_scheduled_run
     assert!(paused[0].contains("unused for"), "{paused:?}");
     let before = cpu_usage_usec(&container);
     std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(cpu_usage_usec(&container), before, "a frozen container uses no CPU");
+    assert_eq!(
+        cpu_usage_usec(&container),
+        before,
+        "a frozen container uses no CPU"
+    );
     let status = ok(env.pincer(&["workspace", "status", "w"]));
     assert!(status.contains("paused since"), "{status}");
     let status = ok(env.pincer(&["status"]));
@@ -116,7 +122,10 @@ async fn an_unused_container_is_frozen_and_a_message_an_exec_and_a_scheduled_run
     wait_audited(&env, "container.woken", woken);
     let deadline = Instant::now() + Duration::from_secs(20);
     while env.upstream.received().len() == asked {
-        assert!(Instant::now() < deadline, "the scheduled run reached no model");
+        assert!(
+            Instant::now() < deadline,
+            "the scheduled run reached no model"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(inspect(&container, "{{.Id}}"), id);
@@ -149,9 +158,16 @@ async fn a_daemon_killed_while_a_container_is_frozen_keeps_it_and_answers_next()
 
     let _again = env.start();
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(inspect(&container, "{{.State.Status}}"), "paused", "kept frozen");
+    assert_eq!(
+        inspect(&container, "{{.State.Status}}"),
+        "paused",
+        "kept frozen"
+    );
     let status = ok(env.pincer(&["workspace", "status", "w"]));
-    assert!(status.contains("paused since"), "the record survived: {status}");
+    assert!(
+        status.contains("paused since"),
+        "the record survived: {status}"
+    );
 
     let (events, out) = env.message("w", "after the crash");
     assert!(out.status.success(), "{}", stderr(&out));
@@ -190,7 +206,10 @@ async fn past_max_paused_the_least_recently_used_frozen_container_stops_and_cold
     wait_state(&env.container("a"), "exited", Duration::from_secs(15));
     assert_eq!(inspect(&env.container("b"), "{{.State.Status}}"), "paused");
     let stopped = env.sandbox.audited("container.stopped");
-    assert!(stopped.iter().any(|s| s.contains("max_paused")), "{stopped:?}");
+    assert!(
+        stopped.iter().any(|s| s.contains("max_paused")),
+        "{stopped:?}"
+    );
     let status = ok(env.pincer(&["status"]));
     assert!(status.contains("stopped"), "{status}");
 
@@ -211,7 +230,10 @@ async fn a_frozen_container_unused_for_stop_after_is_stopped() {
     wait_state(&env.container("c"), "paused", Duration::from_secs(15));
     wait_state(&env.container("c"), "exited", Duration::from_secs(20));
     let stopped = env.sandbox.audited("container.stopped");
-    assert!(stopped.iter().any(|s| s.contains("unused for")), "{stopped:?}");
+    assert!(
+        stopped.iter().any(|s| s.contains("unused for")),
+        "{stopped:?}"
+    );
     let status = ok(env.pincer(&["workspace", "status", "c"]));
     assert!(status.contains("stopped"), "{status}");
     assert_eq!(ok(env.exec("c", &["echo", "again"])), "again\n");

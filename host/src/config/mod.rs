@@ -42,11 +42,11 @@ pub use paths::{CONFIG_FILE_NAME, expand_tilde, pincer_home, resolve_config_path
 pub use schema::{
     AgentLimits, AgentSchedules, ApprovalTimeout, Budget, ByteSize, Channel, ChannelContext,
     ChannelFiles, Channels, Config, ContainerRuntime, Containers, ContainersIdle, ContextSenders,
-    EgressLimits, IdleAfter, WorkspaceIdle,
-    FileType, Gateway, GatewayCache, GatewayLimits, LegacySecrets, ListenerLimits, LitellmParams,
-    McpContainer, McpServer, ModelDeployment, ModelInfo, ModelPrice, Mount, PluginLimits, Plugins,
-    PolicyEntry, Refusal, Retention, RetentionPeriod, RoutingStrategy, Skill, State, TierSetting,
-    TrustedPublisher, Workspace, WorkspaceApprovals, WorkspaceMemory,
+    EgressLimits, FileType, Gateway, GatewayCache, GatewayLimits, IdleAfter, LegacySecrets,
+    ListenerLimits, LitellmParams, McpContainer, McpServer, ModelDeployment, ModelInfo, ModelPrice,
+    Mount, PluginLimits, Plugins, PolicyEntry, Refusal, Retention, RetentionPeriod,
+    RoutingStrategy, Skill, State, TierSetting, TrustedPublisher, Workspace, WorkspaceApprovals,
+    WorkspaceIdle, WorkspaceMemory,
 };
 pub use validate::{Volume, is_loopback, metrics_key_refusal, parse_volume, remote_refusal};
 
@@ -387,10 +387,10 @@ containers:
   image: "pincer-agent:latest"
   workspace_base_path: "~/pincer_workspaces"
   policy_dirs: []                   # extra folders of policy groups
-  idle:                             # unused containers: frozen, then stopped
-    pause_after: 2m                 # `docker pause`: memory kept, no CPU; 0 = never
-    stop_after: 6h                  # then stopped; the next use starts a fresh one
-    max_paused: 50                  # past this, the least recently used frozen ones stop
+  # idle:                           # unused containers: frozen, then stopped
+  #   pause_after: 2m               # `docker pause`: memory kept, no CPU; 0 = never
+  #   stop_after: 6h                # then stopped; the next use starts a fresh one
+  #   max_paused: 50                # past this, the least recently used frozen ones stop
   # nofile: 1024                    # open-file limit of every container (64..65536)
 
 workspaces:

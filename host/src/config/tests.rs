@@ -1358,7 +1358,10 @@ fn idleness_defaults_to_freezing_after_two_minutes_and_stopping_after_six_hours(
     let cfg = parse("workspaces: {a: {}}\n").unwrap();
     let idle = cfg.idleness("a");
     assert_eq!(idle.pause_after, Some(std::time::Duration::from_secs(120)));
-    assert_eq!(idle.stop_after, Some(std::time::Duration::from_secs(6 * 3600)));
+    assert_eq!(
+        idle.stop_after,
+        Some(std::time::Duration::from_secs(6 * 3600))
+    );
     assert_eq!(cfg.containers.idle.max_paused, 50);
 }
 
@@ -1370,9 +1373,27 @@ fn a_workspaces_idle_overrides_the_global_one_field_by_field_and_zero_is_never()
     )
     .unwrap();
     let secs = |n: u64| Some(std::time::Duration::from_secs(n));
-    assert_eq!(cfg.idleness("a"), Idleness { pause_after: secs(30), stop_after: secs(3600) });
-    assert_eq!(cfg.idleness("b"), Idleness { pause_after: None, stop_after: secs(3600) });
-    assert_eq!(cfg.idleness("c"), Idleness { pause_after: secs(30), stop_after: secs(5400) });
+    assert_eq!(
+        cfg.idleness("a"),
+        Idleness {
+            pause_after: secs(30),
+            stop_after: secs(3600)
+        }
+    );
+    assert_eq!(
+        cfg.idleness("b"),
+        Idleness {
+            pause_after: None,
+            stop_after: secs(3600)
+        }
+    );
+    assert_eq!(
+        cfg.idleness("c"),
+        Idleness {
+            pause_after: secs(30),
+            stop_after: secs(5400)
+        }
+    );
     assert_eq!(cfg.containers.idle.max_paused, 3);
 }
 
@@ -1383,7 +1404,7 @@ fn idle_timeout_secs_is_the_old_name_of_stop_after_and_not_both() {
     assert_error(
         "containers:\n  idle_timeout_secs: 60\n  idle: {stop_after: 2h}\n",
         2,
-        3,
+        22,
         &["old name of idle.stop_after"],
     );
 }
@@ -1393,13 +1414,13 @@ fn idle_durations_that_are_not_durations_are_refused_where_written() {
     assert_error(
         "containers:\n  idle: {pause_after: soon}\n",
         2,
-        24,
+        23,
         &["invalid duration `soon`", "`2m`"],
     );
     assert_error(
         "workspaces:\n  a: {idle: {stop_after: 500ms}}\n",
         2,
-        24,
+        26,
         &["shorter than a second"],
     );
     assert_error(

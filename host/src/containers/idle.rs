@@ -100,7 +100,10 @@ pub async fn supervise(
 
 /// One look at every container: the steps their idleness asks for, then
 /// `max_paused`.
-pub async fn look(runtime: &ContainerRuntime, config: &Config) -> Result<(), super::ContainerError> {
+pub async fn look(
+    runtime: &ContainerRuntime,
+    config: &Config,
+) -> Result<(), super::ContainerError> {
     let mut frozen = Vec::new();
     for container in runtime.list().await? {
         let workspace = container.workspace.as_str();
@@ -243,10 +246,8 @@ mod tests {
     #[test]
     fn the_supervisor_looks_four_times_per_shortest_step_within_bounds() {
         let config = |yaml: &str| {
-            crate::config::Config::from_str_with_env(yaml, std::path::Path::new("t.yaml"), |_| {
-                None
-            })
-            .unwrap()
+            crate::config::Config::from_str_with_env(yaml, std::path::Path::new("t.yaml"), |_| None)
+                .unwrap()
         };
         let defaults = config("workspaces: {a: {}}\n");
         assert_eq!(interval(&defaults), Duration::from_secs(15));

@@ -61,7 +61,10 @@ pub async fn hold(run_dir: &Path) -> Result<InUse, ContainerError> {
     tokio::task::spawn_blocking(move || {
         let file = open(&run_dir)?;
         file.lock_shared().map_err(|e| {
-            ContainerError::Host(format!("locking {}: {e}", run_dir.join(LOCK_FILE).display()))
+            ContainerError::Host(format!(
+                "locking {}: {e}",
+                run_dir.join(LOCK_FILE).display()
+            ))
         })?;
         Ok(InUse {
             _lock: Arc::new(file),
@@ -102,9 +105,14 @@ mod tests {
         assert!(try_unused(&run, "w").unwrap().is_none());
         drop(using);
         drop(second);
-        assert!(try_unused(&run, "w").unwrap().is_none(), "a clone still uses it");
+        assert!(
+            try_unused(&run, "w").unwrap().is_none(),
+            "a clone still uses it"
+        );
         drop(also);
-        let unused = try_unused(&run, "w").unwrap().expect("unused once every use ended");
+        let unused = try_unused(&run, "w")
+            .unwrap()
+            .expect("unused once every use ended");
         let waiting = tokio::spawn({
             let run = run.clone();
             async move { hold(&run).await.map(|_| ()) }

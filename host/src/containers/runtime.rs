@@ -886,9 +886,7 @@ fn enforcement_mismatches(spec: &WorkspaceSpec, status: &Status) -> Vec<String> 
 /// runner's to replace).
 /// What an earlier workspace folder of pincer's own was handed over,
 /// if it was.
-fn prepare_host_dirs(
-    spec: &WorkspaceSpec,
-) -> Result<Option<(Reowned, (u32, u32))>, ContainerError> {
+fn prepare_host_dirs(spec: &WorkspaceSpec) -> Result<Option<Handover>, ContainerError> {
     use super::beneath::ensure_dir;
     let owner = parse_user(&spec.settings.user);
     let host = |e: super::beneath::BeneathError| ContainerError::Host(e.to_string());
@@ -899,6 +897,9 @@ fn prepare_host_dirs(
     ensure_dir(&spec.runner_dir(), 0o755, owner).map_err(host)?;
     Ok(reowned)
 }
+
+/// What a handover changed, and from which user.
+type Handover = (Reowned, (u32, u32));
 
 /// Entries one handover changes at most.
 const REOWN_LIMIT: usize = 1_000_000;
@@ -911,7 +912,7 @@ const REOWN_LIMIT: usize = 1_000_000;
 fn reown_previous(
     spec: &WorkspaceSpec,
     owner: Option<(u32, u32)>,
-) -> Result<Option<(Reowned, (u32, u32))>, ContainerError> {
+) -> Result<Option<Handover>, ContainerError> {
     use std::os::unix::fs::MetadataExt;
     let Some(owner) = owner else {
         return Ok(None);

@@ -37,7 +37,7 @@ pub fn allocate(home: &Path, workspace: &str) -> Result<String, ContainerError> 
         .map_err(store_error)?;
     tx.execute(
         "INSERT INTO container_users (workspace, uid, created_ms)
-         SELECT ?1, COALESCE(MAX(uid) + 1, ?2), ?3 FROM container_users
+         SELECT ?1, (SELECT COALESCE(MAX(uid) + 1, ?2) FROM container_users), ?3
          WHERE NOT EXISTS (SELECT 1 FROM container_users WHERE workspace = ?1)",
         rusqlite::params![workspace, FIRST_UID, crate::db::now_ms()],
     )
