@@ -49,18 +49,25 @@ fn wait_audited(env: &Env, kind: &str, count: usize) -> Vec<String> {
     }
 }
 
-/// CPU time (µs) the container's cgroup has used.
+/// CPU time (µs) the container's cgroup has used (cgroup v2 or v1).
 fn cpu_usage_usec(container: &str) -> u64 {
     let id = inspect(container, "{{.Id}}");
-    let stat = std::fs::read_to_string(format!(
-        "/sys/fs/cgroup/system.slice/docker-{id}.scope/cpu.stat"
-    ))
-    .or_else(|_| std::fs::read_to_string(format!("/sys/fs/cgroup/docker/{id}/cpu.stat")))
-    .expect("the container's cgroup (v2)");
-    stat.lines()
-        .find_map(|l| l.strip_prefix("usage_usec "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("usage_usec")
+    for dir in [
+        format!("/sys/fs/cgroup/system.slice/docker-{id}.scope"),
+        format!("/sys/fs/cgroup/docker/{id}"),
+    ] {
+        if let Ok(stat) = std::fs::read_to_string(format!("{dir}/cpu.stat")) {
+            return stat
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("usage_usec");
+        }
+    }
+    let nanos =
+        std::fs::read_to_string(format!("/sys/fs/cgroup/cpuacct/docker/{id}/cpuacct.usage"))
+            .expect("the container's cgroup");
+    nanos.trim().parse::<u64>().expect("cpuacct.usage") / 1000
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -130,8 +137,10 @@ async fn an_unused_container_is_frozen_and_a_message_an_exec_and_a_scheduled_run
     }
     assert_eq!(inspect(&container, "{{.Id}}"), id);
     let scraped = scrape_metrics(&daemon.gateway);
+    // The daemon thawed for the message and the scheduled run; `workspace
+    // exec` thawed in its own process.
     let wakes = metric(&scraped, "pincer_container_wake_seconds_count", json!({}));
-    assert!(wakes.is_some_and(|n| n >= 3.0), "{scraped:#}");
+    assert!(wakes.is_some_and(|n| n >= 2.0), "{scraped:#}");
     let pauses = metric(
         &scraped,
         "pincer_container_pauses_total",
