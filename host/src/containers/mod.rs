@@ -106,9 +106,8 @@ pub fn plan(
         nofile: i64::try_from(config.containers.nofile).unwrap_or(i64::MAX),
         ..policy.compile()
     };
-    if settings.user == users::PER_WORKSPACE {
-        settings.user = users::allocate(home, workspace)?;
-    }
+    let users = users::resolve(home, workspace, &settings.user)?;
+    settings.user = users.user;
     let workspace_base = expand_tilde(&config.containers.workspace_base_path);
     let workspace_dir = config.workspace_dir(workspace);
     mounts::check_workspace_folder(&workspace_dir, home, &workspace_base).map_err(|source| {
@@ -141,7 +140,7 @@ pub fn plan(
         image: config.containers.image.clone(),
         settings,
         managed_dir: workspace_dir.starts_with(&workspace_base),
-        earlier_users: users::earlier(home, workspace),
+        earlier_users: users.earlier,
         workspace_dir,
         run_dir: home.join("run").join(workspace),
         runner_binary: agent_binary::install(home)?,

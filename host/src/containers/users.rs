@@ -26,9 +26,49 @@ fn store_error(e: rusqlite::Error) -> ContainerError {
     ContainerError::Host(format!("the per-workspace user table: {e}"))
 }
 
-/// `uid:gid` of `workspace`'s container, allocated on first use.
-pub fn allocate(home: &Path, workspace: &str) -> Result<String, ContainerError> {
-    let mut conn = crate::db::open(&home.join(crate::db::FILE_NAME)).map_err(store_error)?;
+/// pincer's container user before its uid became one no host account has.
+const PREVIOUS_USER: (u32, u32) = (1000, 1000);
+/// The baseline policy's user.
+const BASELINE_USER: (u32, u32) = (FIRST_UID - 1, FIRST_UID - 1);
+
+/// The user `workspace`'s container runs as, and every user it may have run
+/// as before (whose files it takes over).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub user: String,
+    pub earlier: Vec<(u32, u32)>,
+}
+
+/// `policy_user` as `workspace`'s container runs it: [`PER_WORKSPACE`]
+/// becomes the workspace's own uid, allocated on first use. One read of
+/// `pincer.db`; a write only the first time.
+pub fn resolve(
+    home: &Path,
+    workspace: &str,
+    policy_user: &str,
+) -> Result<Resolved, ContainerError> {
+    let mut earlier = vec![PREVIOUS_USER, BASELINE_USER];
+    let conn = crate::db::open(&home.join(crate::db::FILE_NAME));
+    let own = conn.as_ref().ok().and_then(|conn| own_uid(conn, workspace));
+    if policy_user != PER_WORKSPACE {
+        earlier.extend(own.map(|uid| (uid, uid)));
+        return Ok(Resolved {
+            user: policy_user.to_string(),
+            earlier,
+        });
+    }
+    let uid = match own {
+        Some(uid) => uid,
+        None => allocate(&mut conn.map_err(store_error)?, workspace)?,
+    };
+    earlier.push((uid, uid));
+    Ok(Resolved {
+        user: format!("{uid}:{uid}"),
+        earlier,
+    })
+}
+
+fn allocate(conn: &mut rusqlite::Connection, workspace: &str) -> Result<u32, ContainerError> {
     conn.execute_batch(SCHEMA).map_err(store_error)?;
     // One write transaction: two processes starting two workspaces at once
     // get different uids.
@@ -42,48 +82,37 @@ pub fn allocate(home: &Path, workspace: &str) -> Result<String, ContainerError> 
         rusqlite::params![workspace, FIRST_UID, crate::db::now_ms()],
     )
     .map_err(store_error)?;
-    let uid: u32 = tx
-        .query_row(
-            "SELECT uid FROM container_users WHERE workspace = ?1",
-            [workspace],
-            |row| row.get(0),
-        )
-        .map_err(store_error)?;
+    let uid = own_uid(&tx, workspace)
+        .ok_or_else(|| ContainerError::Host(format!("no uid was allocated to `{workspace}`")))?;
     tx.commit().map_err(store_error)?;
-    Ok(format!("{uid}:{uid}"))
+    Ok(uid)
 }
 
-/// pincer's container user before its uid became one no host account has.
-const PREVIOUS_USER: (u32, u32) = (1000, 1000);
-/// The baseline policy's user.
-const BASELINE_USER: (u32, u32) = (FIRST_UID - 1, FIRST_UID - 1);
-
-/// Every user `workspace`'s container may have run as before.
-pub fn earlier(home: &Path, workspace: &str) -> Vec<(u32, u32)> {
-    let mut users = vec![PREVIOUS_USER, BASELINE_USER];
-    if let Some(own) = allocated(home, workspace).and_then(|u| super::parse_user(&u)) {
-        users.push(own);
-    }
-    users
+/// The uid allocated to `workspace`, if any (none before the table exists).
+fn own_uid(conn: &rusqlite::Connection, workspace: &str) -> Option<u32> {
+    conn.query_row(
+        "SELECT uid FROM container_users WHERE workspace = ?1",
+        [workspace],
+        |row| row.get(0),
+    )
+    .optional()
+    .ok()
+    .flatten()
 }
 
 /// `uid:gid` already allocated to `workspace`, without allocating.
 pub fn allocated(home: &Path, workspace: &str) -> Option<String> {
     let conn = crate::db::open(&home.join(crate::db::FILE_NAME)).ok()?;
-    conn.query_row(
-        "SELECT uid FROM container_users WHERE workspace = ?1",
-        [workspace],
-        |row| row.get::<_, u32>(0),
-    )
-    .optional()
-    .ok()
-    .flatten()
-    .map(|uid| format!("{uid}:{uid}"))
+    own_uid(&conn, workspace).map(|uid| format!("{uid}:{uid}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn allocate(home: &Path, workspace: &str) -> Result<String, ContainerError> {
+        resolve(home, workspace, PER_WORKSPACE).map(|r| r.user)
+    }
 
     #[test]
     fn each_workspace_keeps_its_own_uid_and_none_is_reused() {
