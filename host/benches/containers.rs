@@ -83,13 +83,18 @@ async fn run() -> anyhow::Result<()> {
         let unused = runtime
             .try_unused("bench")?
             .ok_or_else(|| anyhow::anyhow!("the bench container is in use"))?;
+        let id = runtime
+            .status("bench")
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the bench container is gone"))?
+            .id;
         runtime
-            .freeze(&unused, Duration::ZERO, "by the bench")
+            .freeze(&unused, &id, Duration::ZERO, "by the bench")
             .await?;
         drop(unused);
         if run == 0 {
             frozen = Some(
-                while_frozen(&runtime.container_name("bench"))
+                while_frozen(&id)
                     .unwrap_or_else(|e| format!("frozen container: not measured ({e})")),
             );
         }
@@ -133,19 +138,12 @@ async fn exec_true(
 }
 
 /// The frozen container's memory and CPU time over a second, from its
-/// cgroup (v2).
-fn while_frozen(container: &str) -> anyhow::Result<String> {
-    let out = Command::new("docker")
-        .args(["inspect", "-f", "{{.Id}}", container])
-        .output()?;
-    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let dir = ["system.slice/docker-{id}.scope", "docker/{id}"]
-        .iter()
-        .map(|p| std::path::Path::new("/sys/fs/cgroup").join(p.replace("{id}", &id)))
-        .find(|p| p.exists())
-        .ok_or_else(|| anyhow::anyhow!("no cgroup v2 folder for {container}"))?;
-    let read = |file: &str, key: Option<&str>| -> anyhow::Result<u64> {
-        let text = std::fs::read_to_string(dir.join(file))?;
+/// cgroup: v2 (one folder) or v1 (one folder per controller).
+fn while_frozen(id: &str) -> anyhow::Result<String> {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let read = |path: std::path::PathBuf, key: Option<&str>| -> anyhow::Result<u64> {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
         let value = match key {
             Some(key) => text
                 .lines()
@@ -157,14 +155,44 @@ fn while_frozen(container: &str) -> anyhow::Result<String> {
         };
         Ok(value.parse()?)
     };
-    let cpu_before = read("cpu.stat", Some("usage_usec "))?;
+    let v2 = [
+        format!("system.slice/docker-{id}.scope"),
+        format!("docker/{id}"),
+    ]
+    .into_iter()
+    .map(|p| root.join(p))
+    .find(|p| p.join("cgroup.freeze").exists());
+    let v1 =
+        |controller: &str, file: &str| root.join(controller).join("docker").join(id).join(file);
+    // (CPU file, its key, units per µs, memory bytes, freezer state)
+    let (cpu_file, cpu_key, per_us, memory, state) = match v2 {
+        Some(dir) => (
+            dir.join("cpu.stat"),
+            Some("usage_usec "),
+            1,
+            read(dir.join("memory.current"), None)?,
+            format!("cgroup.freeze {}", read(dir.join("cgroup.freeze"), None)?),
+        ),
+        None => {
+            let state = std::fs::read_to_string(v1("freezer", "freezer.state"))
+                .map_err(|e| anyhow::anyhow!("no cgroup v2 folder nor v1 freezer for {id}: {e}"))?;
+            (
+                v1("cpuacct", "cpuacct.usage"),
+                None,
+                1000,
+                read(v1("memory", "memory.usage_in_bytes"), None)?,
+                format!("freezer.state {}", state.trim()),
+            )
+        }
+    };
+    let cpu_us = || read(cpu_file.clone(), cpu_key).map(|v| v / per_us);
+    let before = cpu_us()?;
     std::thread::sleep(Duration::from_secs(1));
-    let cpu_after = read("cpu.stat", Some("usage_usec "))?;
+    let after = cpu_us()?;
     Ok(format!(
-        "frozen container: memory {} KiB resident, CPU {} µs over 1 s, cgroup.freeze {}",
-        read("memory.current", None)? / 1024,
-        cpu_after - cpu_before,
-        read("cgroup.freeze", None)?
+        "frozen container: memory {} KiB, CPU {} µs over 1 s, {state}",
+        memory / 1024,
+        after.saturating_sub(before),
     ))
 }
 

@@ -124,13 +124,8 @@ pub async fn look(
         if !container.running() {
             continue;
         }
-        let unused = match runtime.try_unused(workspace) {
-            Ok(Some(unused)) => unused,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!(%workspace, "{e}");
-                continue;
-            }
+        let Some(unused) = held_unused(runtime, workspace) else {
+            continue;
         };
         let seen = match runtime.ping(workspace, &container.id).await {
             Some(status) if status.busy == 0 => {
@@ -140,7 +135,10 @@ pub async fn look(
         };
         match (step(idleness, seen), seen) {
             (Step::Freeze, Seen::Running(idle)) => {
-                match runtime.freeze(&unused, idle, &unused_for(idle)).await {
+                match runtime
+                    .freeze(&unused, &container.id, idle, &unused_for(idle))
+                    .await
+                {
                     Ok(()) => frozen.push((workspace.to_string(), idle)),
                     Err(e) => tracing::warn!(%workspace, "cannot freeze its container: {e}"),
                 }
@@ -165,17 +163,22 @@ pub async fn look(
 
 /// Stops the workspace's container unless someone uses it now.
 async fn stop(runtime: &ContainerRuntime, workspace: &str, why: &str) {
-    let held = match runtime.try_unused(workspace) {
-        Ok(Some(held)) => held,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::warn!(%workspace, "{e}");
-            return;
-        }
+    let Some(unused) = held_unused(runtime, workspace) else {
+        return;
     };
-    if let Err(e) = runtime.stop_unused(&held, why).await {
+    if let Err(e) = runtime.stop_unused(&unused, why).await {
         tracing::warn!(%workspace, "cannot stop its container: {e}");
     }
+}
+
+/// The workspace's container held unused; `None` while someone uses it or
+/// when its lock cannot be taken (said in the log).
+fn held_unused(runtime: &ContainerRuntime, workspace: &str) -> Option<super::Unused> {
+    runtime
+        .try_unused(workspace)
+        .inspect_err(|e| tracing::warn!(%workspace, "{e}"))
+        .ok()
+        .flatten()
 }
 
 fn unused_for(unused: Duration) -> String {

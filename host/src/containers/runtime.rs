@@ -528,11 +528,8 @@ impl ContainerRuntime {
     /// Refused while someone uses it.
     pub async fn pause(&self, workspace: &str) -> Result<(), ContainerError> {
         let name = self.container_name(workspace);
-        let state = self
-            .inspect(&name)
-            .await?
-            .and_then(|c| c.state)
-            .unwrap_or_default();
+        let container = self.inspect(&name).await?.unwrap_or_default();
+        let state = container.state.unwrap_or_default();
         if state.paused == Some(true) {
             return Err(ContainerError::Docker(format!(
                 "the container of workspace `{workspace}` is paused already"
@@ -548,7 +545,8 @@ impl ContainerRuntime {
                 "the container of workspace `{workspace}` is in use (a turn or a command is running); try again when it has ended"
             )));
         };
-        self.freeze(&unused, Duration::ZERO, "by hand").await
+        let id = container.id.unwrap_or_default();
+        self.freeze(&unused, &id, Duration::ZERO, "by hand").await
     }
 
     /// Holds the workspace's container unused, so it can be frozen or
@@ -557,11 +555,13 @@ impl ContainerRuntime {
         in_use::try_unused(&self.run_root.join(workspace), workspace)
     }
 
-    /// Freezes the running container `unused` holds, `idle` unused so far;
-    /// `why` goes to the audit log.
+    /// Freezes the running container `id` of the workspace `unused` holds,
+    /// `idle` unused so far; `why` goes to the audit log. By id, so a
+    /// container replaced since the caller looked is not frozen in its place.
     pub async fn freeze(
         &self,
         unused: &Unused,
+        id: &str,
         idle: Duration,
         why: &str,
     ) -> Result<(), ContainerError> {
@@ -569,16 +569,11 @@ impl ContainerRuntime {
         let name = self.container_name(workspace);
         let started = std::time::Instant::now();
         self.docker
-            .pause_container(&name)
+            .pause_container(id)
             .await
             .map_err(|e| ContainerError::Docker(format!("pausing {name}: {}", clean(&e))))?;
         let took = started.elapsed();
-        let id = self
-            .inspect(&name)
-            .await?
-            .and_then(|c| c.id)
-            .unwrap_or_default();
-        Frozen::now(id, idle).record(&self.run_root.join(workspace));
+        Frozen::now(id.to_string(), idle).record(&self.run_root.join(workspace));
         crate::events::container_paused(workspace);
         self.audit.record(
             crate::audit::Actor::Host,
