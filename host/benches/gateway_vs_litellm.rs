@@ -70,6 +70,8 @@ const LITELLM_MASTER_KEY: &str = "sk-bench-litellm-master";
 const RELAY_UPSTREAM_ENV: &str = "PINCER_BENCH_RELAY_UPSTREAM";
 /// ... and the address it listens on.
 const RELAY_LISTEN_ENV: &str = "PINCER_BENCH_RELAY_LISTEN";
+/// ... and, when set, that it runs on one thread.
+const RELAY_ONE_THREAD_ENV: &str = "PINCER_BENCH_RELAY_ONE_THREAD";
 
 fn main() -> anyhow::Result<()> {
     if let Ok(upstream) = std::env::var(RELAY_UPSTREAM_ENV) {
@@ -242,8 +244,8 @@ async fn run(upstream: SocketAddr) -> anyhow::Result<()> {
         }
     }
 
-    {
-        let (relay, target) = start_relay(scratch.path(), &upstream_base)?;
+    for threads in [RelayThreads::Multi, RelayThreads::One] {
+        let (relay, target) = start_relay(scratch.path(), &upstream_base, threads)?;
         let measured = match wait_ready(&client, &target, Duration::from_secs(30)).await {
             Ok(()) => {
                 measure_all(
@@ -662,32 +664,57 @@ fn start_pincer(scratch: &Path, upstream_base: &str) -> anyhow::Result<(Server, 
     ))
 }
 
-fn start_relay(scratch: &Path, upstream_base: &str) -> anyhow::Result<(Server, Target)> {
+/// The relay's runtime: tokio's multi-thread one (a worker per core), or
+/// one thread doing everything.
+#[derive(Clone, Copy, PartialEq)]
+enum RelayThreads {
+    Multi,
+    One,
+}
+
+fn start_relay(
+    scratch: &Path,
+    upstream_base: &str,
+    threads: RelayThreads,
+) -> anyhow::Result<(Server, Target)> {
     let port = free_port()?;
     let mut command = Command::new(std::env::current_exe()?);
     command
         .env(RELAY_UPSTREAM_ENV, upstream_base)
         .env(RELAY_LISTEN_ENV, format!("127.0.0.1:{port}"));
-    let server = Server::spawn(command, scratch.join("relay.log"))?;
+    let name = match threads {
+        RelayThreads::Multi => "relay",
+        RelayThreads::One => {
+            command.env(RELAY_ONE_THREAD_ENV, "1");
+            "relay-1t"
+        }
+    };
+    let server = Server::spawn(command, scratch.join(format!("{name}.log")))?;
     Ok((
         server,
         Target {
-            name: "relay",
+            name,
             url: format!("http://127.0.0.1:{port}/v1/chat/completions"),
             key: None,
         },
     ))
 }
 
-/// The "relay" target's process: `POST /v1/chat/completions` passed to
-/// `upstream` as it came and its answer streamed back as it comes, on the
-/// runtime `pincer gateway serve` uses.
+/// The "relay" targets' process: `POST /v1/chat/completions` passed to
+/// `upstream` as it came and its answer streamed back as it comes, with
+/// pincer's HTTP client, on a multi-thread runtime or one thread.
 fn relay(upstream: &str, listen: &str) -> anyhow::Result<()> {
     let url = reqwest::Url::parse(&format!("{upstream}/chat/completions"))?;
     let client = pincer::gateway::default_client()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = if std::env::var_os(RELAY_ONE_THREAD_ENV).is_some() {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    };
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let router = Router::new().route(
