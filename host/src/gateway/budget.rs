@@ -350,6 +350,20 @@ impl Drop for Reservation {
     }
 }
 
+enum Prepared {
+    Unlimited(Reservation),
+    /// Tokens and USD the reservation wants from the lease.
+    Limited(Reservation, (i64, f64)),
+}
+
+/// Takes `want` out of the room of `slice` for `reservation`.
+fn hold(slice: &mut Slice, reservation: &mut Reservation, want: (i64, f64)) {
+    slice.used_tokens += want.0;
+    slice.used_usd += want.1;
+    slice.busy = true;
+    reservation.held = Some(want);
+}
+
 /// Usage of one workspace, day and model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct UsageRow {
@@ -474,11 +488,66 @@ impl Ledger {
         model: &str,
         estimate: Estimate,
     ) -> Result<Reservation, BudgetError> {
+        let (mut reservation, want) = match self.prepare(workspace, budget, model, estimate)? {
+            Prepared::Unlimited(reservation) => return Ok(reservation),
+            Prepared::Limited(reservation, want) => (reservation, want),
+        };
+        let slice = self.slices.get(workspace);
+        let mut held = lease::lock(&slice);
+        if !self.has_room(&held, want) {
+            self.grow(workspace, budget, &mut held, want)?;
+        }
+        hold(&mut held, &mut reservation, want);
+        Ok(reservation)
+    }
+
+    /// [`Self::reserve`] for async code: in memory on the caller's thread
+    /// when the lease has room, else on a blocking thread, so a runtime of
+    /// one thread never waits on the database (a lease grows in a write
+    /// transaction, which may wait on another process's).
+    ///
+    /// # Errors
+    /// As [`Self::reserve`].
+    pub async fn reserve_async(
+        self: &Arc<Self>,
+        workspace: &str,
+        budget: Budget,
+        model: &str,
+        estimate: Estimate,
+    ) -> Result<Reservation, BudgetError> {
+        let (mut reservation, want) = match self.prepare(workspace, &budget, model, estimate)? {
+            Prepared::Unlimited(reservation) => return Ok(reservation),
+            Prepared::Limited(reservation, want) => (reservation, want),
+        };
+        {
+            let slice = self.slices.get(workspace);
+            let mut held = lease::lock(&slice);
+            if self.has_room(&held, want) {
+                hold(&mut held, &mut reservation, want);
+                return Ok(reservation);
+            }
+        }
+        let ledger = Arc::clone(self);
+        let (workspace, model) = (workspace.to_owned(), model.to_owned());
+        tokio::task::spawn_blocking(move || ledger.reserve(&workspace, &budget, &model, estimate))
+            .await
+            .map_err(|e| BudgetError::Storage(format!("the budget reservation stopped: {e}")))?
+    }
+
+    /// The reservation to fill and what it wants from the lease, or the
+    /// finished reservation of a workspace without limits.
+    fn prepare(
+        self: &Arc<Self>,
+        workspace: &str,
+        budget: &Budget,
+        model: &str,
+        estimate: Estimate,
+    ) -> Result<Prepared, BudgetError> {
         let estimate = Estimate {
             cost_usd: valid_cost(estimate.cost_usd),
             ..estimate
         };
-        let mut reservation = Reservation {
+        let reservation = Reservation {
             held: None,
             workspace: workspace.to_owned(),
             model: model.to_owned(),
@@ -486,7 +555,7 @@ impl Ledger {
             ledger: Arc::clone(self),
         };
         if budget.is_unlimited() {
-            return Ok(reservation);
+            return Ok(Prepared::Unlimited(reservation));
         }
         if budget.has_usd_limit() && estimate.cost_usd.is_none() {
             return Err(BudgetError::Unpriced {
@@ -495,17 +564,14 @@ impl Ledger {
             });
         }
         let want = (to_i64(estimate.tokens()), estimate.cost_usd.unwrap_or(0.0));
-        let slice = self.slices.get(workspace);
-        let mut held = lease::lock(&slice);
-        let fits = held.room_tokens() >= want.0 && held.room_usd() + USD_EPSILON >= want.1;
-        if !(fits && self.slices.fresh(&held)) {
-            self.grow(workspace, budget, &mut held, want)?;
-        }
-        held.used_tokens += want.0;
-        held.used_usd += want.1;
-        held.busy = true;
-        reservation.held = Some(want);
-        Ok(reservation)
+        Ok(Prepared::Limited(reservation, want))
+    }
+
+    /// Whether `slice` can hold `want` without touching the database.
+    fn has_room(&self, slice: &Slice, (tokens, usd): (i64, f64)) -> bool {
+        slice.room_tokens() >= tokens
+            && slice.room_usd() + USD_EPSILON >= usd
+            && self.slices.fresh(slice)
     }
 
     /// Grows (and renews) this process's lease of `workspace` so `slice`
@@ -1319,6 +1385,43 @@ mod tests {
         assert!(a.reserve("dev", &budget, "default", tokens(1)).is_err());
         assert!(b.reserve("dev", &budget, "default", tokens(1)).is_err());
         assert_eq!(b.usage(Some("dev")).unwrap()[0].calls, 10);
+    }
+
+    #[test]
+    fn a_lease_waiting_on_another_process_lock_leaves_a_one_thread_runtime_serving() {
+        let (dir, ledger, _) = ledger();
+        let budget = Budget {
+            daily_tokens: Some(1000),
+            ..Budget::default()
+        };
+        // Another process holds the write lock the lease must grow under.
+        let other = crate::db::open(&dir.path().join("b.db")).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let reserving = tokio::spawn({
+                let ledger = ledger.clone();
+                async move {
+                    ledger
+                        .reserve_async("dev", budget, "default", tokens(100))
+                        .await
+                }
+            });
+            // The runtime's one thread goes on serving others meanwhile.
+            for _ in 0..10 {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert!(!reserving.is_finished(), "it waits for the lock");
+            other.execute_batch("ROLLBACK").unwrap();
+            let reservation = reserving.await.unwrap().unwrap();
+            assert_eq!(reservation.held, Some((to_i64(tokens(100).tokens()), 0.0)));
+        });
+        // Room in the lease now: no database, no blocking thread.
+        let again = runtime.block_on(ledger.reserve_async("dev", budget, "default", tokens(100)));
+        assert!(again.unwrap().held.is_some());
     }
 
     #[test]

@@ -568,7 +568,8 @@ impl Gateway {
         let estimate = Estimate::for_request(&request, self.prices.price(&alias));
         let reservation = self
             .ledger
-            .reserve(workspace, &budget, &alias, estimate)
+            .reserve_async(workspace, budget, &alias, estimate)
+            .await
             .map_err(|e| {
                 self.audit.record(
                     actor(key),
