@@ -17,7 +17,14 @@ fn main() -> ExitCode {
     {
         tracing::debug!("a rustls crypto provider was already installed");
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = if cli.one_thread() {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Runtime::new()
+    };
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -539,6 +539,15 @@ pub struct JsonFlag {
     pub json: bool,
 }
 
+impl Cli {
+    /// Whether the command runs on one thread: `gateway serve`, where a
+    /// single-threaded runtime spares the cross-thread wake-ups that were
+    /// most of its CPU per request (docs/benchmarks.md).
+    pub fn one_thread(&self) -> bool {
+        matches!(self.command, Command::Gateway(GatewayCommand::Serve { .. }))
+    }
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Config(ConfigCommand::Check) => config_cmd::check(cli.config.as_deref()),
