@@ -15,7 +15,13 @@
 //! [`KeyKind::External`], named tokens for clients outside the container
 //! (`pincer gateway keys create`). Names are unique per workspace among live
 //! keys; a revoked name may be minted again.
+//!
+//! A verified token is remembered (by its hash) under the generation of
+//! revocations it was read in ([`super::revocations`]), so a request costs
+//! no database read, and any process's revocation is seen by the next
+//! request.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io::Read;
 use std::path::Path;
@@ -25,6 +31,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::revocations::Revocations;
 use crate::containers::{GrantError, GrantMinter};
 use crate::db::now_ms;
 
@@ -149,13 +156,22 @@ pub struct KeyListing {
     pub kind: KeyKind,
 }
 
+/// Live tokens remembered at most; past it, the memory starts afresh.
+const REMEMBERED: usize = 4096;
+
 /// The token store, in the host database.
 pub struct KeyStore {
     conn: Mutex<Connection>,
+    revocations: Revocations,
+    /// Live tokens by hash, with the generation of revocations they were
+    /// read in.
+    verified: Mutex<HashMap<[u8; 32], (u64, KeyInfo)>>,
 }
 
 impl KeyStore {
-    pub fn open(path: &Path) -> rusqlite::Result<Self> {
+    /// # Errors
+    /// The database or the revocations file beside it cannot be opened.
+    pub fn open(path: &Path) -> Result<Self, KeyError> {
         let conn = crate::db::open(path)?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS gateway_keys (
@@ -173,8 +189,13 @@ impl KeyStore {
             CREATE INDEX IF NOT EXISTS gateway_keys_by_workspace
                 ON gateway_keys (workspace, id);",
         )?;
+        let revocations = Revocations::open(path).map_err(|e| {
+            KeyError::Storage(format!("{}: {e}", Revocations::path_for(path).display()))
+        })?;
         Ok(Self {
             conn: Mutex::new(conn),
+            revocations,
+            verified: Mutex::new(HashMap::new()),
         })
     }
 
@@ -229,27 +250,29 @@ impl KeyStore {
     pub fn mint_container_token(&self, workspace: &str) -> Result<String, KeyError> {
         check_workspace(workspace)?;
         let (token, prefix) = new_token(workspace)?;
-        let mut conn = self.lock()?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute(
-            "UPDATE gateway_keys SET revoked_ms = ?3
+        self.revoking(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "UPDATE gateway_keys SET revoked_ms = ?3
              WHERE workspace = ?1 AND (kind = ?2 OR name = ?4) AND revoked_ms IS NULL",
-            params![
+                params![
+                    workspace,
+                    KeyKind::Container.as_str(),
+                    now_ms(),
+                    CONTAINER_KEY_NAME
+                ],
+            )?;
+            insert(
+                &tx,
                 workspace,
-                KeyKind::Container.as_str(),
-                now_ms(),
-                CONTAINER_KEY_NAME
-            ],
-        )?;
-        insert(
-            &tx,
-            workspace,
-            CONTAINER_KEY_NAME,
-            KeyKind::Container,
-            &token,
-            &prefix,
-        )?;
-        tx.commit()?;
+                CONTAINER_KEY_NAME,
+                KeyKind::Container,
+                &token,
+                &prefix,
+            )?;
+            tx.commit()?;
+            Ok(())
+        })?;
         Ok(token)
     }
 
@@ -261,6 +284,37 @@ impl KeyStore {
             return None;
         }
         let hash = sha256(token);
+        let generation = if self.revocations.settle() {
+            self.revocations.settled()
+        } else {
+            None
+        };
+        if let Some(generation) = generation {
+            let remembered = self.verified.lock().ok().and_then(|verified| {
+                verified
+                    .get(&hash)
+                    .filter(|(seen, _)| *seen == generation)
+                    .map(|(_, info)| info.clone())
+            });
+            if remembered.is_some() {
+                return remembered;
+            }
+        }
+        let found = self.read(&hash)?;
+        // Remembered only if no revocation began or ended during the read.
+        if let Some(generation) = generation.filter(|g| self.revocations.settled() == Some(*g))
+            && let Ok(mut verified) = self.verified.lock()
+        {
+            if verified.len() >= REMEMBERED {
+                verified.clear();
+            }
+            verified.insert(hash, (generation, found.clone()));
+        }
+        Some(found)
+    }
+
+    /// The live key of `hash` in the database.
+    fn read(&self, hash: &[u8; 32]) -> Option<KeyInfo> {
         let found = self.lock().and_then(|conn| {
             conn.prepare_cached(
                 "SELECT workspace, name, kind, token_sha256 FROM gateway_keys
@@ -278,7 +332,7 @@ impl KeyStore {
             .map_err(KeyError::from)
         });
         match found {
-            Ok(Some((workspace, name, kind, stored))) if constant_time_eq(&stored, &hash) => {
+            Ok(Some((workspace, name, kind, stored))) if constant_time_eq(&stored, hash) => {
                 Some(KeyInfo {
                     workspace,
                     name,
@@ -291,6 +345,20 @@ impl KeyStore {
                 None
             }
         }
+    }
+
+    /// Runs `revoke`, a transaction that may revoke keys, as a revocation
+    /// every process sees on its next verification. The connection's lock
+    /// is held throughout: one revocation at a time in this process, as the
+    /// file's lock makes it across processes.
+    fn revoking<T>(
+        &self,
+        revoke: impl FnOnce(&mut Connection) -> Result<T, KeyError>,
+    ) -> Result<T, KeyError> {
+        let mut conn = self.lock()?;
+        self.revocations
+            .revoking(|| revoke(&mut conn))
+            .map_err(|e| KeyError::Storage(format!("the key revocations file: {e}")))?
     }
 
     /// The workspace's keys, live and revoked, oldest first.
@@ -323,13 +391,14 @@ impl KeyStore {
     /// # Errors
     /// Storage failures.
     pub fn revoke(&self, workspace: &str, name: &str) -> Result<bool, KeyError> {
-        let conn = self.lock()?;
-        let changed = conn.execute(
-            "UPDATE gateway_keys SET revoked_ms = ?3
-             WHERE workspace = ?1 AND name = ?2 AND revoked_ms IS NULL",
-            params![workspace, name, now_ms()],
-        )?;
-        Ok(changed > 0)
+        self.revoking(|conn| {
+            let changed = conn.execute(
+                "UPDATE gateway_keys SET revoked_ms = ?3
+                 WHERE workspace = ?1 AND name = ?2 AND revoked_ms IS NULL",
+                params![workspace, name, now_ms()],
+            )?;
+            Ok(changed > 0)
+        })
     }
 
     /// Revokes the workspace's live container token(s): its container is
@@ -339,13 +408,14 @@ impl KeyStore {
     /// # Errors
     /// Storage failures.
     pub fn revoke_container_token(&self, workspace: &str) -> Result<bool, KeyError> {
-        let conn = self.lock()?;
-        let changed = conn.execute(
-            "UPDATE gateway_keys SET revoked_ms = ?3
-             WHERE workspace = ?1 AND kind = ?2 AND revoked_ms IS NULL",
-            params![workspace, KeyKind::Container.as_str(), now_ms()],
-        )?;
-        Ok(changed > 0)
+        self.revoking(|conn| {
+            let changed = conn.execute(
+                "UPDATE gateway_keys SET revoked_ms = ?3
+                 WHERE workspace = ?1 AND kind = ?2 AND revoked_ms IS NULL",
+                params![workspace, KeyKind::Container.as_str(), now_ms()],
+            )?;
+            Ok(changed > 0)
+        })
     }
 }
 
@@ -583,6 +653,48 @@ mod tests {
         assert!(listed[0].revoked && !listed[1].revoked);
         assert_eq!(listed[1].prefix, again.prefix);
         assert!(listed.iter().all(|k| k.name == "ci"));
+    }
+
+    #[test]
+    fn a_verified_key_is_remembered_until_any_store_revokes_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.db");
+        // Two stores on one database: the gateway and the CLI's process.
+        let (gateway, cli) = (
+            KeyStore::open(&path).unwrap(),
+            KeyStore::open(&path).unwrap(),
+        );
+        let (ci, other) = (
+            cli.mint("dev", "ci").unwrap(),
+            cli.mint("dev", "other").unwrap(),
+        );
+        let container = cli.mint_container_token("dev").unwrap();
+        for token in [&ci.token, &other.token, &container] {
+            assert!(gateway.verify(token).is_some());
+        }
+        // Remembered: the database row is not read again while nothing is
+        // revoked (here it no longer says the key is live).
+        let raw = crate::db::open(&path).unwrap();
+        raw.execute(
+            "UPDATE gateway_keys SET kind = 'bogus' WHERE name = 'ci'",
+            [],
+        )
+        .unwrap();
+        assert!(gateway.verify(&ci.token).is_some(), "from memory");
+        // Any revocation, by any store, is seen by the next verification.
+        assert!(cli.revoke("dev", "other").unwrap());
+        assert_eq!(gateway.verify(&other.token), None);
+        assert_eq!(gateway.verify(&ci.token), None, "read again: the bogus row");
+        cli.mint_container_token("dev").unwrap();
+        assert_eq!(gateway.verify(&container), None, "replaced container token");
+        raw.execute(
+            "UPDATE gateway_keys SET kind = 'external' WHERE name = 'ci'",
+            [],
+        )
+        .unwrap();
+        assert!(gateway.verify(&ci.token).is_some());
+        assert!(cli.revoke_container_token("dev").unwrap());
+        assert!(gateway.verify(&ci.token).is_some(), "others stay live");
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod lease;
 mod llm;
 mod mcp;
 mod metrics;
+mod revocations;
 mod server;
 mod sockets;
 mod writer;
