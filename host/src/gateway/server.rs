@@ -584,8 +584,14 @@ impl Gateway {
                 )
                     .into_response()
             })?;
+        // Kept for the response cache only: most calls hand the request over.
+        let cache_key = self
+            .cache
+            .as_ref()
+            .filter(|_| ResponseCache::cacheable(&request))
+            .map(|cache| (cache, request.clone()));
         let called = Instant::now();
-        let answered = self.router.chat(request.clone()).await;
+        let answered = self.router.chat(request).await;
         *upstream = called.elapsed();
         match answered {
             Ok(ChatOutcome::Complete {
@@ -627,9 +633,7 @@ impl Gateway {
                 } else {
                     serde_json::from_str(&body).unwrap_or(response)
                 };
-                if let Some(cache) = &self.cache
-                    && ResponseCache::cacheable(&request)
-                {
+                if let Some((cache, request)) = cache_key {
                     cache.put(workspace, endpoint, &request, response.clone());
                 }
                 Ok(Dispatched::Complete {
