@@ -63,6 +63,7 @@ pub mod pairing;
 pub mod plugins;
 pub mod policy;
 pub mod preflight;
+pub mod private_file;
 pub mod router;
 pub mod scheduler;
 pub mod sessions;

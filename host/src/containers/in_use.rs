@@ -8,8 +8,7 @@
 //! request ever meets a runner frozen under it. The folder is the host's
 //! (never mounted), so a container cannot take or break the lock.
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -42,14 +41,7 @@ fn open(run_dir: &Path) -> Result<File, ContainerError> {
     super::beneath::ensure_dir(run_dir, 0o755, None)
         .map_err(|e| ContainerError::Host(e.to_string()))?;
     let path: PathBuf = run_dir.join(LOCK_FILE);
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
+    crate::private_file::open(&path)
         .map_err(|e| ContainerError::Host(format!("opening {}: {e}", path.display())))
 }
 

@@ -14,10 +14,9 @@
 //! settles them again. Reading the counters costs two atomic loads, no
 //! system call.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io;
 use std::os::fd::AsRawFd as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,14 +44,7 @@ impl Revocations {
     /// Opens (creating) and maps the counters of the database at `db`.
     pub fn open(db: &Path) -> io::Result<Self> {
         let path = Self::path_for(db);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
+        let file = crate::private_file::open(&path)?;
         if file.metadata()?.len() < LEN as u64 {
             file.set_len(LEN as u64)?;
         }
