@@ -3,9 +3,9 @@
 //!   finds them with no install step;
 //! - the agent runner in `images/agent`, statically linked, which pincer
 //!   bind-mounts into workspace containers of any image;
-//! - and, not embedded, the static test MCP server `images/mcp-sqlite` (same
-//!   target dir), whose path tests find through
-//!   `env!("PINCER_TEST_MCP_SQLITE")`.
+//! - and, for test builds (the dev profile) only and not embedded, the static
+//!   test MCP server `images/mcp-sqlite` (same target dir), whose path tests
+//!   find through `env!("PINCER_TEST_MCP_SQLITE")`.
 //!
 //! Every plugin (test fixtures under `plugins/testing/` and examples under
 //! `plugins/examples/` included) is staged as
@@ -169,8 +169,28 @@ fn embed_agent(root: &Path, wasm_target_dir: &Path) -> Result<()> {
         .arg(&target_dir)
         .env("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-feature=+crt-static");
     run(command, "building images/agent (the static agent runner)")?;
-    // A separate invocation, so the test server's dependencies never change
-    // the runner's features.
+    let test_server = target_dir.join(&triple).join("release/pincer-mcp-sqlite");
+    println!(
+        "cargo:rustc-env=PINCER_TEST_MCP_SQLITE={}",
+        test_server.display()
+    );
+    // Only tests use the test server, and tests build in the dev profile: a
+    // release build (`scripts/run`) does not wait for it.
+    if std::env::var("PROFILE").as_deref() == Ok("debug") {
+        build_test_server(&images, &triple, &target_dir)?;
+    }
+    let binary = target_dir.join(&triple).join("release/pincer-agent");
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("agent_binary.rs"),
+        format!("pub static AGENT: &[u8] = include_bytes!({binary:?});\n"),
+    )?;
+    Ok(())
+}
+
+/// The static test MCP server `images/mcp-sqlite`, in a separate invocation
+/// so its dependencies never change the runner's features.
+fn build_test_server(images: &Path, triple: &str, target_dir: &Path) -> Result<()> {
     let mut command = nested_cargo();
     command
         .args([
@@ -180,7 +200,7 @@ fn embed_agent(root: &Path, wasm_target_dir: &Path) -> Result<()> {
             "-p",
             "pincer-mcp-sqlite",
             "--target",
-            &triple,
+            triple,
         ])
         .arg("--manifest-path")
         .arg(images.join("Cargo.toml"))
@@ -190,21 +210,7 @@ fn embed_agent(root: &Path, wasm_target_dir: &Path) -> Result<()> {
     run(
         command,
         "building images/mcp-sqlite (the static test MCP server)",
-    )?;
-    println!(
-        "cargo:rustc-env=PINCER_TEST_MCP_SQLITE={}",
-        target_dir
-            .join(&triple)
-            .join("release/pincer-mcp-sqlite")
-            .display()
-    );
-    let binary = target_dir.join(&triple).join("release/pincer-agent");
-    let out = PathBuf::from(std::env::var("OUT_DIR")?);
-    std::fs::write(
-        out.join("agent_binary.rs"),
-        format!("pub static AGENT: &[u8] = include_bytes!({binary:?});\n"),
-    )?;
-    Ok(())
+    )
 }
 
 /// Where the wasm builds go: `$PINCER_WASM_TARGET_DIR`, else

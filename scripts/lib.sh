@@ -46,6 +46,11 @@ build_agent() {
         env CARGO_ENCODED_RUSTFLAGS=-Ctarget-feature=+crt-static \
         cargo build --release --locked -p pincer-agent --target "$HOST_TRIPLE" \
         --manifest-path images/Cargo.toml --target-dir "$TARGET_DIR/agent"
+}
+
+# The static MCP server the tests run in a container (host/build.rs builds
+# it for test builds only); scripts/run does not need it.
+build_test_mcp_server() {
     step "build the static test MCP server (images/mcp-sqlite)" \
         env CARGO_ENCODED_RUSTFLAGS=-Ctarget-feature=+crt-static \
         cargo build --release --locked -p pincer-mcp-sqlite --target "$HOST_TRIPLE" \
@@ -113,6 +118,7 @@ static_checks() {
     step "cargo fmt --check (images)" cargo fmt --all --check --manifest-path images/Cargo.toml
     build_plugins
     build_agent
+    build_test_mcp_server
     step "clippy (plugins, wasm32-wasip2)" \
         cargo clippy --release --locked --workspace --target wasm32-wasip2 \
         --manifest-path plugins/Cargo.toml --target-dir "$WASM_TARGET_DIR" -- -D warnings

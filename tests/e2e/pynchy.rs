@@ -470,7 +470,10 @@ impl Drop for Image {
 /// scratch (the binary and the empty folders a container needs), imported
 /// with no registry.
 fn sqlite_server_image(label: &str) -> Image {
-    let binary = std::fs::read(env!("PINCER_TEST_MCP_SQLITE")).expect("the test MCP server");
+    let path = env!("PINCER_TEST_MCP_SQLITE");
+    let binary = std::fs::read(path).unwrap_or_else(|e| {
+        panic!("the test MCP server {path}: {e} (test builds make it; a release build does not: use scripts/test)")
+    });
     let mut tar = tar::Builder::new(Vec::new());
     for dir in ["dev", "proc", "sys", "tmp", "etc"] {
         let mut h = tar::Header::new_gnu();
