@@ -205,7 +205,7 @@ fn build_test_server(images: &Path, triple: &str, target_dir: &Path) -> Result<(
         .arg("--manifest-path")
         .arg(images.join("Cargo.toml"))
         .arg("--target-dir")
-        .arg(&target_dir)
+        .arg(target_dir)
         .env("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-feature=+crt-static");
     run(
         command,
