@@ -284,11 +284,7 @@ impl KeyStore {
             return None;
         }
         let hash = sha256(token);
-        let generation = if self.revocations.settle() {
-            self.revocations.settled()
-        } else {
-            None
-        };
+        let generation = self.revocations.settle();
         if let Some(generation) = generation {
             let remembered = self.verified.lock().ok().and_then(|verified| {
                 verified

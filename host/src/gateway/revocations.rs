@@ -102,23 +102,23 @@ impl Revocations {
         Ok(out)
     }
 
-    /// Settles the counters a revoker killed half-way left unequal, unless
-    /// a revoker is at work now; `true` when they are settled.
-    pub fn settle(&self) -> bool {
-        if self.settled().is_some() {
-            return true;
+    /// [`Self::settled`], first settling the counters a revoker killed
+    /// half-way left unequal, unless a revoker is at work now.
+    pub fn settle(&self) -> Option<u64> {
+        if let Some(generation) = self.settled() {
+            return Some(generation);
         }
         match self.file.try_lock() {
             Ok(()) => {
                 let started = self.started().load(Ordering::SeqCst);
                 self.finished().store(started, Ordering::SeqCst);
                 let _ = self.file.unlock();
-                true
+                Some(started)
             }
-            Err(TryLockError::WouldBlock) => false,
+            Err(TryLockError::WouldBlock) => None,
             Err(TryLockError::Error(e)) => {
                 tracing::warn!("cannot lock the key revocations file: {e}");
-                false
+                None
             }
         }
     }
@@ -165,10 +165,10 @@ mod tests {
         assert_eq!(b.settled(), None);
         // A revoker at work holds the lock: not settled under it.
         a.file.lock().unwrap();
-        assert!(!b.settle());
+        assert_eq!(b.settle(), None);
         assert_eq!(b.settled(), None);
         a.file.unlock().unwrap();
-        assert!(b.settle());
+        assert_eq!(b.settle(), Some(1));
         assert_eq!(a.settled(), Some(1));
     }
 }
