@@ -72,8 +72,8 @@ fn main() -> Result<()> {
         }
         let stage = staged.join(name);
         std::fs::create_dir_all(&stage)?;
-        std::fs::copy(dir.join("plugin.toml"), stage.join("plugin.toml"))?;
-        std::fs::copy(&wasm, stage.join("plugin.wasm"))?;
+        copy_if_changed(&dir.join("plugin.toml"), &stage.join("plugin.toml"))?;
+        copy_if_changed(&wasm, &stage.join("plugin.wasm"))?;
         if !dir.starts_with(plugins_dir.join("testing"))
             && !dir.starts_with(plugins_dir.join("examples"))
         {
@@ -90,6 +90,18 @@ fn main() -> Result<()> {
     std::fs::write(out.join("builtin_plugins.rs"), embedded)?;
     embed_sdk(&plugins_dir.join("sdk"), &out)?;
     println!("cargo:rustc-env=PINCER_STAGED_PLUGINS={}", staged.display());
+    Ok(())
+}
+
+/// Copies `from` over `to` unless `to` already holds the same bytes. The
+/// staged files are `include_bytes!`ed, and every build-script run (clippy's
+/// check build, the dev build, the release build) stages them: a fresh copy's
+/// new mtime would make each of those builds recompile the `pincer` crate.
+fn copy_if_changed(from: &Path, to: &Path) -> Result<()> {
+    let bytes = std::fs::read(from).with_context(|| format!("reading {}", from.display()))?;
+    if std::fs::read(to).ok().as_deref() != Some(bytes.as_slice()) {
+        std::fs::write(to, bytes).with_context(|| format!("writing {}", to.display()))?;
+    }
     Ok(())
 }
 
@@ -175,7 +187,8 @@ fn embed_agent(root: &Path, wasm_target_dir: &Path) -> Result<()> {
         test_server.display()
     );
     // Only tests use the test server, and tests build in the dev profile: a
-    // release build (`scripts/run`) does not wait for it.
+    // release build (`cargo build --release`, `scripts/run --release`) does
+    // not wait for it.
     if std::env::var("PROFILE").as_deref() == Ok("debug") {
         build_test_server(&images, &triple, &target_dir)?;
     }
