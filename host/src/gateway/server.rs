@@ -193,7 +193,7 @@ impl Gateway {
             },
         ));
         Ok(Self {
-            router: LlmRouter::new(&config.gateway, llm::default_client()?)?.with_local(
+            router: LlmRouter::new(&config.gateway, llm::UpstreamClient::new()?)?.with_local(
                 llm::local::LocalSettings {
                     models_dir: Some(home.join("models")),
                     ..Default::default()

@@ -33,6 +33,7 @@ mod sse;
 mod stream;
 mod translate;
 mod types;
+mod upstream;
 
 #[cfg(test)]
 mod tests;
@@ -45,6 +46,7 @@ pub use translate::{
     openai_stream_to_anthropic,
 };
 pub use types::{ChatOutcome, Usage};
+pub use upstream::UpstreamClient;
 
 /// A client suited to upstream calls: no redirects followed (a redirect must
 /// not carry a key elsewhere), a 10 s connect timeout, pooled connections.

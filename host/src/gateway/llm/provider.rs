@@ -5,8 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use reqwest::header::{CONTENT_TYPE, HeaderValue};
-use serde_json::Value;
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::Uri;
 
 use super::error::LlmError;
 use super::local::ModelSpec;
@@ -80,7 +80,7 @@ impl Provider {
 #[derive(Debug, Clone)]
 pub(crate) enum Target {
     /// The full endpoint URL of a remote provider.
-    Http(reqwest::Url),
+    Http(Uri),
     /// A model run in this process.
     Local(ModelSpec),
 }
@@ -201,36 +201,33 @@ impl Deployment {
         self.api_key.as_deref()
     }
 
-    /// The POST of `body` (already in the provider's dialect) to `url`.
-    pub fn request(
-        &self,
-        client: &reqwest::Client,
-        url: &reqwest::Url,
-        body: &Value,
-    ) -> reqwest::RequestBuilder {
-        let mut builder = client
-            .post(url.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .body(body.to_string());
+    /// The headers of a POST of a JSON body (already in the provider's
+    /// dialect): content type and the provider's key.
+    pub fn request_headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::with_capacity(3);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(http::header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
         match self.provider {
             Provider::Anthropic => {
-                builder = builder.header("anthropic-version", ANTHROPIC_VERSION);
+                headers.insert(
+                    "anthropic-version",
+                    HeaderValue::from_static(ANTHROPIC_VERSION),
+                );
                 if let Some(key) = &self.api_key {
-                    builder = builder.header("x-api-key", sensitive(key));
+                    headers.insert("x-api-key", sensitive(key));
                 }
             }
             _ => {
                 if let Some(key) = &self.api_key {
-                    builder = builder.header(
-                        reqwest::header::AUTHORIZATION,
-                        sensitive(&format!("Bearer {key}")),
-                    );
+                    headers.insert(AUTHORIZATION, sensitive(&format!("Bearer {key}")));
                 }
             }
         }
-        builder
+        headers
     }
 }
+
+const USER_AGENT: &str = concat!("pincer/", env!("CARGO_PKG_VERSION"));
 
 /// A header value marked sensitive (hidden from reqwest's and hyper's Debug
 /// output). Validity was checked in [`Deployment::from_config`].
@@ -242,15 +239,18 @@ fn sensitive(value: &str) -> HeaderValue {
 
 /// `…/chat/completions` for OpenAI-style providers; `…/v1/messages` for
 /// Anthropic (a base that already ends in `/v1` is accepted too).
-fn endpoint(provider: Provider, base: &str) -> Option<reqwest::Url> {
+fn endpoint(provider: Provider, base: &str) -> Option<Uri> {
     let base = base.trim_end_matches('/');
     let full = match provider {
         Provider::Anthropic if base.ends_with("/v1") => format!("{base}/messages"),
         Provider::Anthropic => format!("{base}/v1/messages"),
         _ => format!("{base}/chat/completions"),
     };
-    let url = reqwest::Url::parse(&full).ok()?;
-    matches!(url.scheme(), "http" | "https").then_some(url)
+    let url = url::Url::parse(&full).ok()?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return None;
+    }
+    url.as_str().parse().ok()
 }
 
 #[cfg(test)]
@@ -273,10 +273,10 @@ mod tests {
         }
     }
 
-    fn url(d: &Deployment) -> &str {
+    fn url(d: &Deployment) -> String {
         match &d.target {
-            Target::Http(url) => url.as_str(),
-            Target::Local(_) => "local",
+            Target::Http(url) => url.to_string(),
+            Target::Local(_) => "local".into(),
         }
     }
 

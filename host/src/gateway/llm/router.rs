@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reqwest::header::HeaderMap;
+use http::HeaderMap;
 use serde_json::Value;
 
 use super::anthropic;
@@ -18,6 +18,7 @@ use super::provider::{Deployment, Target, seconds};
 use super::redact::Secrets;
 use super::stream::{LiveContext, StreamFailure, UpstreamStream, live_stream};
 use super::types::ChatOutcome;
+use super::upstream::{UpstreamClient, UpstreamResponse};
 use crate::config::{Gateway, RoutingStrategy};
 
 /// How long a failed deployment is skipped when the upstream gives no
@@ -134,7 +135,7 @@ struct Run {
 ///   before that are handled as above, failures after it end the stream with
 ///   an error item.
 pub struct LlmRouter {
-    client: reqwest::Client,
+    client: UpstreamClient,
     states: Vec<Arc<DeploymentState>>,
     by_alias: BTreeMap<String, Vec<usize>>,
     fallbacks: BTreeMap<String, Vec<String>>,
@@ -167,7 +168,7 @@ impl fmt::Debug for LlmRouter {
 impl LlmRouter {
     /// Checks every deployment (provider prefix, `api_base`, `timeout`) and
     /// the fallbacks; errors name the offending entry.
-    pub fn new(config: &Gateway, client: reqwest::Client) -> Result<Self, LlmError> {
+    pub fn new(config: &Gateway, client: UpstreamClient) -> Result<Self, LlmError> {
         let default_timeout = seconds(config.timeout).ok_or_else(|| {
             LlmError::Config("gateway.timeout must be a positive number of seconds".into())
         })?;
@@ -387,22 +388,21 @@ impl LlmRouter {
         };
         let in_flight = InFlight::new(state);
         let started = Instant::now();
-        let send = deployment.request(&self.client, url, &body).send();
+        let send = self.client.post(
+            url,
+            deployment.request_headers(),
+            bytes::Bytes::from(body.to_string()),
+        );
         let response = match tokio::time::timeout(deployment.timeout, send).await {
             Err(_) => return Err(Failure::Timeout),
             Ok(Err(e)) => {
-                let timed_out = e.is_timeout();
-                let error = self.redact(&e.without_url().to_string());
+                let error = self.redact(&e.to_string());
                 tracing::debug!(deployment = %deployment.id, %error, "upstream request failed");
-                return Err(if timed_out {
-                    Failure::Timeout
-                } else {
-                    Failure::Connection
-                });
+                return Err(Failure::Connection);
             }
             Ok(Ok(response)) => response,
         };
-        let status = response.status().as_u16();
+        let status = response.status.as_u16();
         if !(200..300).contains(&status) {
             return Err(self
                 .failure_from_status(status, response, deployment.timeout)
@@ -522,10 +522,10 @@ impl LlmRouter {
     async fn failure_from_status(
         &self,
         status: u16,
-        response: reqwest::Response,
+        response: UpstreamResponse,
         timeout: Duration,
     ) -> Failure {
-        let retry_after = retry_after(response.headers());
+        let retry_after = retry_after(&response.headers);
         match status {
             429 => return Failure::RateLimited { retry_after },
             408 => return Failure::Timeout,
@@ -550,7 +550,7 @@ impl LlmRouter {
 
 /// Reads at most `limit` bytes: `(bytes, truncated)`; `Err` if the
 /// connection broke.
-async fn read_body(mut response: reqwest::Response, limit: usize) -> Result<(Vec<u8>, bool), ()> {
+async fn read_body(mut response: UpstreamResponse, limit: usize) -> Result<(Vec<u8>, bool), ()> {
     let mut buf = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|_| ())? {
         let room = limit - buf.len();
@@ -576,7 +576,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reqwest::header::HeaderValue;
+    use http::HeaderValue;
 
     #[test]
     fn retry_after_forms() {

@@ -23,6 +23,7 @@ use super::openai::{OpenAiStream, StreamStep};
 use super::redact::Secrets;
 use super::sse::{SseEvent, SseParser};
 use super::types::Usage;
+use super::upstream::UpstreamResponse;
 
 /// Why a stream failed.
 #[derive(Debug)]
@@ -58,7 +59,7 @@ enum Dialect {
 
 /// An upstream SSE response being read.
 pub(crate) struct UpstreamStream {
-    response: reqwest::Response,
+    response: UpstreamResponse,
     parser: SseParser,
     dialect: Dialect,
     pending: VecDeque<Value>,
@@ -71,7 +72,7 @@ impl UpstreamStream {
     /// `anthropic`: the response speaks Anthropic events. `include_usage`: the
     /// client asked for the final usage chunk.
     pub fn new(
-        response: reqwest::Response,
+        response: UpstreamResponse,
         anthropic: bool,
         alias: &str,
         include_usage: bool,
@@ -149,7 +150,7 @@ impl UpstreamStream {
             match read {
                 Err(_) => return Err(StreamFailure::Timeout),
                 Ok(Err(e)) => {
-                    tracing::debug!(error = %e.without_url(), "upstream stream read failed");
+                    tracing::debug!(error = %e, "upstream stream read failed");
                     return Err(StreamFailure::Connection);
                 }
                 Ok(Ok(Some(bytes))) => {

@@ -386,7 +386,7 @@ async fn unknown_alias_is_a_404() {
 #[tokio::test]
 async fn invalid_configuration_is_refused() {
     let fake = Fake::start().await;
-    let client = crate::gateway::llm::default_client().unwrap();
+    let client = crate::gateway::llm::UpstreamClient::new().unwrap();
     let cfg = gateway(
         vec![
             openai_dep(&fake, "default", "p"),

@@ -259,7 +259,7 @@ pub(super) fn gateway(
 }
 
 pub(super) fn router(config: &Gateway) -> LlmRouter {
-    let client = super::default_client().unwrap();
+    let client = super::UpstreamClient::new().unwrap();
     LlmRouter::new(config, client)
         .unwrap()
         .with_backoff(Duration::from_millis(1), Duration::from_millis(5))
