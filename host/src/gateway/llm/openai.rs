@@ -80,11 +80,8 @@ pub(crate) fn parse_chat_request(request: Value) -> Result<ChatRequest, LlmError
         }
         Some(_) => return Err(bad("`tools` must be an array")),
     }
-    let prompt_estimate = estimate_tokens(&serde_json::to_string(messages).unwrap_or_default())
-        .saturating_add(
-            body.get("tools")
-                .map_or(0, |t| estimate_tokens(&t.to_string())),
-        );
+    let prompt_estimate = estimate_json_tokens(messages)
+        .saturating_add(body.get("tools").map_or(0, estimate_json_tokens));
     Ok(ChatRequest {
         alias,
         stream,
@@ -96,47 +93,103 @@ pub(crate) fn parse_chat_request(request: Value) -> Result<ChatRequest, LlmError
 
 /// About four characters per token.
 pub(crate) fn estimate_tokens(text: &str) -> u32 {
-    u32::try_from(text.chars().count().div_ceil(4)).unwrap_or(u32::MAX)
+    tokens_of_chars(text.chars().count())
 }
 
-/// The body for an OpenAI-style upstream: the client's body with the
-/// upstream model name, `stream_options.include_usage` so that streamed
-/// usage can be accounted, and the completion bound the budget reserved
-/// (`gateway::budget::completion_bound`: the smaller client value, else the
-/// default) always set, in the field the upstream honours: `max_completion_tokens` alone for
-/// OpenAI itself (`max_tokens` is deprecated there and refused by its
-/// reasoning models), `max_tokens` for every other OpenAI-compatible server
-/// (Ollama, vLLM, llama.cpp and LiteLLM all honour it; a client's
-/// `max_completion_tokens` is kept too).
+fn tokens_of_chars(chars: usize) -> u32 {
+    u32::try_from(chars.div_ceil(4)).unwrap_or(u32::MAX)
+}
+
+/// [`estimate_tokens`] of `value` written as compact JSON, counted as it is
+/// written rather than built as a string first.
+fn estimate_json_tokens(value: &impl serde::Serialize) -> u32 {
+    /// Counts the characters of the UTF-8 written to it: every byte that
+    /// does not continue a character.
+    struct CharCount(usize);
+    impl std::io::Write for CharCount {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.iter().filter(|b| (**b & 0xC0) != 0x80).count();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = CharCount(0);
+    // Writing to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    tokens_of_chars(count.0)
+}
+
+/// The body for an OpenAI-style upstream, as JSON bytes: the client's body
+/// with the upstream model name, `stream_options.include_usage` so that
+/// streamed usage can be accounted, and the completion bound the budget
+/// reserved (`gateway::budget::completion_bound`: the smaller client value,
+/// else the default) always set, in the field the upstream honours:
+/// `max_completion_tokens` alone for OpenAI itself (`max_tokens` is
+/// deprecated there and refused by its reasoning models), `max_tokens` for
+/// every other OpenAI-compatible server (Ollama, vLLM, llama.cpp and LiteLLM
+/// all honour it; a client's `max_completion_tokens` is kept too).
+///
+/// The client's members are written from the request as they are (not
+/// copied first): a retry or a fallback builds its body again.
 pub(crate) fn upstream_body(
     request: &ChatRequest,
     upstream_model: &str,
     provider: super::provider::Provider,
-) -> Value {
-    let mut body = request.body.clone();
-    body.insert("model".into(), Value::String(upstream_model.to_owned()));
-    let bound = crate::gateway::budget::completion_bound_in(&request.body);
+) -> Vec<u8> {
+    let body = &request.body;
+    let bound = Value::from(crate::gateway::budget::completion_bound_in(body));
+    let mut set: Vec<(&'static str, Value)> = vec![("model", upstream_model.into())];
+    let mut drop: &[&str] = &[];
     if provider == super::provider::Provider::OpenAi {
-        body.remove("max_tokens");
-        body.insert("max_completion_tokens".into(), bound.into());
+        drop = &["max_tokens"];
+        set.push(("max_completion_tokens", bound));
     } else {
-        body.insert("max_tokens".into(), bound.into());
         if body.contains_key("max_completion_tokens") {
-            body.insert("max_completion_tokens".into(), bound.into());
+            set.push(("max_completion_tokens", bound.clone()));
         }
+        set.push(("max_tokens", bound));
     }
     if request.stream {
-        let options = body
-            .entry("stream_options")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !options.is_object() {
-            *options = Value::Object(Map::new());
-        }
-        if let Value::Object(o) = options {
-            o.insert("include_usage".into(), Value::Bool(true));
-        }
+        let mut options = match body.get("stream_options") {
+            Some(Value::Object(o)) => o.clone(),
+            _ => Map::new(),
+        };
+        options.insert("include_usage".into(), Value::Bool(true));
+        set.push(("stream_options", Value::Object(options)));
     }
-    Value::Object(body)
+    let patched = Patched {
+        body,
+        set: &set,
+        drop,
+    };
+    serde_json::to_vec(&patched).unwrap_or_default()
+}
+
+/// A JSON object written as `body` without the members in `drop` and with
+/// those in `set` replaced (or added).
+struct Patched<'a> {
+    body: &'a Map<String, Value>,
+    set: &'a [(&'static str, Value)],
+    drop: &'a [&'a str],
+}
+
+impl serde::Serialize for Patched<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.body {
+            let key = key.as_str();
+            if !self.drop.contains(&key) && !self.set.iter().any(|(k, _)| *k == key) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        for (key, value) in self.set {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
 }
 
 fn as_u32(v: Option<&Value>) -> Option<u32> {
@@ -423,13 +476,55 @@ mod tests {
             "model": "alias", "messages": [{"role": "user", "content": "x"}], "stream": true
         }))
         .unwrap();
-        let body = upstream_body(
+        let body: Value = serde_json::from_slice(&upstream_body(
             &req,
             "gpt-4o",
             super::super::provider::Provider::OpenAiCompatible,
-        );
+        ))
+        .unwrap();
         assert_eq!(body["model"], "gpt-4o");
         assert_eq!(body["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn upstream_body_replaces_members_once_and_keeps_the_rest() {
+        use super::super::provider::Provider;
+        let req = parse_chat_request(json!({
+            "model": "alias", "messages": [{"role": "user", "content": "x"}], "stream": true,
+            "stream_options": {"include_usage": false, "other": 1},
+            "max_tokens": 50, "max_completion_tokens": 70, "temperature": 0.5,
+        }))
+        .unwrap();
+        let text = String::from_utf8(upstream_body(&req, "up", Provider::OpenAi)).unwrap();
+        assert_eq!(text.matches("\"model\"").count(), 1, "{text}");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model": "up", "messages": [{"role": "user", "content": "x"}], "stream": true,
+                "stream_options": {"include_usage": true, "other": 1},
+                "max_completion_tokens": 50, "temperature": 0.5,
+            })
+        );
+        let body: Value =
+            serde_json::from_slice(&upstream_body(&req, "up", Provider::Ollama)).unwrap();
+        assert_eq!(body["max_tokens"], 50);
+        assert_eq!(body["max_completion_tokens"], 50);
+    }
+
+    #[test]
+    fn json_token_estimate_counts_characters_as_written() {
+        for value in [
+            json!([{"role": "user", "content": "héllo 世界 \n \"q\""}]),
+            json!([]),
+            json!({"a": [1, 2.5, null, true]}),
+        ] {
+            assert_eq!(
+                estimate_json_tokens(&value),
+                estimate_tokens(&value.to_string()),
+                "{value}"
+            );
+        }
     }
 
     #[test]

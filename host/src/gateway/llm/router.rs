@@ -385,13 +385,15 @@ impl LlmRouter {
         } else {
             anthropic::request_from_openai(request, &deployment.upstream_model)
                 .map_err(Failure::Fatal)?
+                .to_string()
+                .into_bytes()
         };
         let in_flight = InFlight::new(state);
         let started = Instant::now();
         let send = self.client.post(
             url,
             deployment.request_headers(),
-            bytes::Bytes::from(body.to_string()),
+            bytes::Bytes::from(body),
         );
         let response = match tokio::time::timeout(deployment.timeout, send).await {
             Err(_) => return Err(Failure::Timeout),
