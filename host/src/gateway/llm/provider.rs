@@ -5,8 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use http::Uri;
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 
 use super::error::LlmError;
 use super::local::ModelSpec;
@@ -206,7 +206,10 @@ impl Deployment {
     pub fn request_headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::with_capacity(3);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(http::header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
+        headers.insert(
+            http::header::USER_AGENT,
+            HeaderValue::from_static(USER_AGENT),
+        );
         match self.provider {
             Provider::Anthropic => {
                 headers.insert(

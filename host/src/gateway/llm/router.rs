@@ -390,11 +390,9 @@ impl LlmRouter {
         };
         let in_flight = InFlight::new(state);
         let started = Instant::now();
-        let send = self.client.post(
-            url,
-            deployment.request_headers(),
-            bytes::Bytes::from(body),
-        );
+        let send = self
+            .client
+            .post(url, deployment.request_headers(), bytes::Bytes::from(body));
         let response = match tokio::time::timeout(deployment.timeout, send).await {
             Err(_) => return Err(Failure::Timeout),
             Ok(Err(e)) => {
