@@ -232,8 +232,8 @@ impl Deployment {
 
 const USER_AGENT: &str = concat!("pincer/", env!("CARGO_PKG_VERSION"));
 
-/// A header value marked sensitive (hidden from reqwest's and hyper's Debug
-/// output). Validity was checked in [`Deployment::from_config`].
+/// A header value marked sensitive (hidden from hyper's Debug output).
+/// Validity was checked in [`Deployment::from_config`].
 fn sensitive(value: &str) -> HeaderValue {
     let mut header = HeaderValue::from_str(value).unwrap_or_else(|_| HeaderValue::from_static(""));
     header.set_sensitive(true);

@@ -398,7 +398,11 @@ impl LlmRouter {
             Ok(Err(e)) => {
                 let error = self.redact(&e.to_string());
                 tracing::debug!(deployment = %deployment.id, %error, "upstream request failed");
-                return Err(Failure::Connection);
+                return Err(if e.timed_out {
+                    Failure::Timeout
+                } else {
+                    Failure::Connection
+                });
             }
             Ok(Ok(response)) => response,
         };

@@ -5,8 +5,7 @@
 //! `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`, lower case too): an https
 //! upstream is reached through a CONNECT tunnel, an http one by sending the
 //! request to the proxy in absolute form; `user:password@` in the proxy URL
-//! becomes `Proxy-Authorization: Basic`. With none set, nothing is looked up
-//! per call.
+//! becomes `Proxy-Authorization: Basic`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,22 +36,32 @@ type Pooled<C> = Client<C, Full<Bytes>>;
 #[derive(Clone)]
 pub struct UpstreamClient {
     direct: Pooled<HttpsConnector<HttpConnector>>,
-    /// `None` when the environment names no proxy.
-    proxies: Option<Arc<Proxies>>,
+    proxies: Arc<Proxies>,
 }
 
 impl std::fmt::Debug for UpstreamClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamClient")
-            .field("proxies", &self.proxies.is_some())
-            .finish_non_exhaustive()
+        f.debug_struct("UpstreamClient").finish_non_exhaustive()
     }
 }
 
 /// Why a call got no response head.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct SendError(String);
+#[error("{message}")]
+pub struct SendError {
+    message: String,
+    /// Connecting took longer than the connect timeout.
+    pub timed_out: bool,
+}
+
+impl SendError {
+    fn new(message: String) -> Self {
+        SendError {
+            message,
+            timed_out: false,
+        }
+    }
+}
 
 impl UpstreamClient {
     /// Pooled connections, a 10 s connect timeout, HTTP/1.1 and HTTP/2
@@ -74,18 +83,12 @@ impl UpstreamClient {
         http.set_connect_timeout(Some(Duration::from_secs(10)));
         http.set_nodelay(true);
         let direct = pooled(https(tls.clone(), http.clone()));
-        // The matcher answers `None` for every destination when no proxy is set.
-        let any_proxy = ["http://x.invalid/", "https://x.invalid/"]
-            .iter()
-            .any(|u| matcher.intercept(&Uri::from_static(u)).is_some());
-        let proxies = any_proxy.then(|| {
-            Arc::new(Proxies {
-                matcher,
-                http,
-                tls,
-                tunnels: Mutex::default(),
-                forwards: Mutex::default(),
-            })
+        let proxies = Arc::new(Proxies {
+            matcher,
+            http,
+            tls,
+            tunnels: Mutex::default(),
+            forwards: Mutex::default(),
         });
         Ok(UpstreamClient { direct, proxies })
     }
@@ -100,17 +103,18 @@ impl UpstreamClient {
     ) -> Result<UpstreamResponse, SendError> {
         let mut request = Request::post(uri.clone())
             .body(Full::new(body))
-            .map_err(|e| SendError(e.to_string()))?;
+            .map_err(|e| SendError::new(e.to_string()))?;
         *request.headers_mut() = headers;
-        let proxy = self
-            .proxies
-            .as_ref()
-            .and_then(|p| Some((p, p.matcher.intercept(uri)?)));
-        let sent = match proxy {
+        let sent = match self.proxies.matcher.intercept(uri) {
             None => self.direct.request(request).await,
-            Some((proxies, intercept)) => proxies.send(request, &intercept).await?,
+            Some(intercept) => self.proxies.send(request, &intercept).await?,
         };
-        let (head, body) = sent.map_err(|e| SendError(error_chain(&e)))?.into_parts();
+        let (head, body) = sent
+            .map_err(|e| SendError {
+                message: error_chain(&e),
+                timed_out: timed_out(&e),
+            })?
+            .into_parts();
         Ok(UpstreamResponse {
             status: head.status,
             headers: head.headers,
@@ -156,7 +160,7 @@ impl Proxies {
     ) -> Result<SendResult, SendError> {
         let proxy = intercept.uri().clone();
         if !matches!(proxy.scheme_str(), Some("http" | "https")) {
-            return Err(SendError(format!(
+            return Err(SendError::new(format!(
                 "the proxy {}://… from the environment is not supported for model calls (http and https proxies are)",
                 proxy.scheme_str().unwrap_or("")
             )));
@@ -272,6 +276,20 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = e.source();
     }
     text
+}
+
+/// Whether an I/O timeout is among the error's sources.
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// A response whose body is read chunk by chunk.
@@ -391,13 +409,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn no_proxy_destinations_and_an_empty_environment_go_direct() {
-        assert!(
-            UpstreamClient::with_proxies(Matcher::builder().build())
-                .unwrap()
-                .proxies
-                .is_none()
-        );
+    async fn no_proxy_destinations_go_direct() {
         let (proxy, proxy_seen) = one_shot(OK).await;
         let (upstream, upstream_seen) = one_shot(OK).await;
         let client =
