@@ -4,6 +4,9 @@
 //!     cargo bench -p pincer --bench memory                 # 100k and 1M
 //!     cargo bench -p pincer --bench memory -- 10000        # other sizes
 //!     cargo bench -p pincer --bench memory -- --scale-only 1000000   # only the scale rows
+//!     cargo bench -p pincer --bench memory -- --quality-only         # only the quality tables
+//!     cargo bench -p pincer --bench memory -- --tune                 # the fusion grid, dev split only
+//!     cargo bench -p pincer --bench memory -- --meaning 20000        # meaning at scale: other size
 //!
 //! 1. **Scale.** N synthetic mixed Chinese/English memories (Zipf-distributed
 //!    words from a few hundred, plus numbers, identifiers and names that make
@@ -22,13 +25,30 @@
 //!    against two baselines ranked by BM25: FTS5 over jieba-rs
 //!    `cut_for_search` words with the query's words ORed, and FTS5
 //!    `trigram` with the query's 3-character windows ORed. MRR@10 overall and
-//!    per language, R@1, R@5 (|relevant ∩ top k| / |relevant|, averaged) and
-//!    the queries with no relevant memory in the top 10.
+//!    per language, R@1, R@5 (the share of queries with a relevant memory in
+//!    the top 1 or 5) and
+//!    the queries with no relevant memory in the top 10. Queries carry a
+//!    difficulty: `standard` (the paraphrases written first) and `hard`
+//!    (vocabulary gaps: synonyms, colloquial wording, across languages),
+//!    reported apart. pincer runs twice: by words only, and fused with the
+//!    local embedding model (multilingual-e5-small, fetched like `pincer
+//!    model fetch` into `$CARGO_TARGET_DIR/models`); "e5 alone" ranks by the
+//!    model's similarity only. Queries with no relevant memory (`relevant:
+//!    []`) count how often each system answers anyway.
+//!
+//! 4. **Meaning at scale.** `--meaning N` (default 100k; 0 skips): N
+//!    synthetic memories written through `add_many` with embedding (the
+//!    write rate includes it), then searches with the query embedding
+//!    included, and the resident memory of the process.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use pincer::memory::{MatchKind, MemoryKind, MemoryStore, segment};
+use std::sync::Arc;
+
+use pincer::gateway::model_fetch::{self, E5_SMALL};
+use pincer::memory::rank::Hybrid;
+use pincer::memory::{Embedder, MatchKind, MemoryKind, MemoryStore, segment};
 use rusqlite::Connection;
 use serde::Deserialize;
 
@@ -41,7 +61,13 @@ const LIMIT: usize = 5;
 fn main() -> anyhow::Result<()> {
     let sizes: Vec<usize> = std::env::args()
         .skip(1)
-        .filter(|a| !a.starts_with('-'))
+        .scan(false, |after_flag, a| {
+            // `--meaning N` takes its number.
+            let skip = *after_flag || a.starts_with('-');
+            *after_flag = a == "--meaning";
+            Some((!skip).then_some(a))
+        })
+        .flatten()
         .map(|a| a.parse())
         .collect::<Result<_, _>>()
         .map_err(|e| anyhow::anyhow!("sizes are whole numbers of memories: {e}"))?;
@@ -51,10 +77,26 @@ fn main() -> anyhow::Result<()> {
         sizes
     };
 
-    if !std::env::args().any(|a| a == "--scale-only") {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    if flag("--tune") {
+        return tune();
+    }
+    if !flag("--scale-only") {
         quality()?;
+        if flag("--quality-only") {
+            return Ok(());
+        }
         segmentation();
     }
+    let meaning_size = args
+        .iter()
+        .position(|a| a == "--meaning")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| n.parse::<usize>())
+        .transpose()?
+        .unwrap_or(100_000);
+
     println!("\n## Index build and query latency (one workspace, mixed Chinese/English)\n");
     println!(
         "| memories | build | build CPU | build rate | db size | search median | p99 | max | recall median | p99 |"
@@ -68,6 +110,9 @@ fn main() -> anyhow::Result<()> {
         "\nsearches by how they were answered:\n{}",
         paths.join("\n")
     );
+    if meaning_size > 0 {
+        meaning_scale(meaning_size)?;
+    }
     Ok(())
 }
 
@@ -169,6 +214,88 @@ fn scale(n: usize) -> anyhow::Result<String> {
         })
         .collect();
     Ok(format!("- {n}: {}", parts.join(" · ")))
+}
+
+/// Recall by meaning at `n` memories: the write rate with embedding, search
+/// latency with the query's embedding, the query embedding alone, RSS.
+fn meaning_scale(n: usize) -> anyhow::Result<()> {
+    let (embedder, model_kib) = embedder()?;
+    let home = tempfile::tempdir()?;
+    let store = MemoryStore::open_with(home.path(), Some(embedder.clone()))?;
+    let mut corpus = Corpus::new(0x5eed ^ n as u64);
+    let started = Instant::now();
+    let mut kept = Vec::new();
+    let mut added = 0;
+    while added < n {
+        let batch: Vec<String> = (0..1000.min(n - added)).map(|_| corpus.memory()).collect();
+        kept.extend(batch.iter().step_by(500).cloned());
+        store.add_many(WORKSPACE, MemoryKind::Fact, &batch)?;
+        added += batch.len();
+        eprint!(
+            "\r  embedded and stored {added}/{n} ({:.0}/s)",
+            added as f64 / started.elapsed().as_secs_f64()
+        );
+    }
+    let build = started.elapsed();
+    eprintln!();
+    let queries: Vec<String> = (0..300)
+        .map(|i| {
+            if i % 5 == 0 {
+                corpus.fragment(&kept[i % kept.len()])
+            } else {
+                corpus.query()
+            }
+        })
+        .collect();
+    let mut embeds = Vec::new();
+    for q in &queries[..100] {
+        let started = Instant::now();
+        embedder.query(q).map_err(|why| anyhow::anyhow!("{why}"))?;
+        embeds.push(started.elapsed());
+    }
+    // The first search loads the workspace's vectors.
+    let started = Instant::now();
+    store.search(WORKSPACE, &queries[0], LIMIT)?;
+    let first = started.elapsed();
+    let mut searches = Vec::new();
+    for q in &queries {
+        let started = Instant::now();
+        store.search(WORKSPACE, q, LIMIT)?;
+        searches.push(started.elapsed());
+    }
+    let s = Stats::of(&mut searches);
+    let e = Stats::of(&mut embeds);
+    println!(
+        "\n## Recall by meaning at scale (one workspace, synthetic mixed text, multilingual-e5-small)\n"
+    );
+    println!(
+        "| memories | write with embedding | rate | first search (loads vectors) | search median | p99 | query embedding median | model loaded (RSS added) | process RSS peak |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {n} | {:.1} s | {:.0}/s | {:.0} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.0} MB | {:.0} MB |",
+        build.as_secs_f64(),
+        n as f64 / build.as_secs_f64(),
+        ms(first),
+        ms(s.median),
+        ms(s.p99),
+        ms(e.median),
+        model_kib as f64 / 1024.0,
+        rss_kib("VmHWM") as f64 / 1024.0,
+    );
+    Ok(())
+}
+
+/// A line of `/proc/self/status`, in KiB (0 if unreadable).
+fn rss_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// The process's CPU time so far (user + system, every thread): unlike the
@@ -279,37 +406,112 @@ struct Query {
     lang: String,
     relevant: Vec<usize>,
     split: String,
+    #[serde(default = "standard")]
+    difficulty: String,
+}
+
+fn standard() -> String {
+    "standard".into()
 }
 
 /// A ranking under test: the labelled ids of its top 10 for a query.
 type Ranker<'a> = &'a dyn Fn(&str) -> anyhow::Result<Vec<usize>>;
 
 const LANGS: [&str; 3] = ["zh", "en", "mixed"];
+const DIFFICULTIES: [&str; 2] = ["standard", "hard"];
+
+/// The embedding model, fetched once per machine as the tests do, loaded
+/// once; and how much resident memory loading it added, in KiB.
+fn embedder() -> anyhow::Result<(Arc<Embedder>, u64)> {
+    static LOADED: std::sync::OnceLock<(Arc<Embedder>, u64)> = std::sync::OnceLock::new();
+    if let Some(loaded) = LOADED.get() {
+        return Ok(loaded.clone());
+    }
+    let dir = std::env::var_os("PINCER_TEST_MODELS")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(|t| Path::new(&t).join("models")))
+        .unwrap_or_else(|| Path::new("target").join("models"));
+    let path = model_fetch::ensure_model(&dir, &E5_SMALL, None, &mut |_| {})?;
+    let embedder = Arc::new(Embedder::at(path, E5_SMALL));
+    let before = rss_kib("VmRSS");
+    embedder.encoder().map_err(|why| anyhow::anyhow!("{why}"))?;
+    let added = rss_kib("VmRSS").saturating_sub(before);
+    Ok(LOADED.get_or_init(|| (embedder, added)).clone())
+}
+
+/// The labelled set in a store ranking with `embedder`: the store, and the
+/// labels of its memory ids.
+struct LabelledStore {
+    _home: tempfile::TempDir,
+    store: MemoryStore,
+    ids: Vec<i64>,
+    labels: Vec<usize>,
+}
+
+impl LabelledStore {
+    fn new(data: &Labelled, embedder: Option<Arc<Embedder>>) -> anyhow::Result<Self> {
+        let texts: Vec<&str> = data.memories.iter().map(|m| m.text.as_str()).collect();
+        let home = tempfile::tempdir()?;
+        let store = MemoryStore::open_with(home.path(), embedder)?;
+        let ids = store
+            .add_many(WORKSPACE, MemoryKind::Fact, &texts)?
+            .iter()
+            .map(|m| m.id)
+            .collect();
+        Ok(Self {
+            _home: home,
+            store,
+            ids,
+            labels: data.memories.iter().map(|m| m.id).collect(),
+        })
+    }
+
+    fn search(&self, q: &str, hybrid: Hybrid) -> anyhow::Result<Vec<usize>> {
+        self.store.set_hybrid(hybrid);
+        Ok(self
+            .store
+            .search(WORKSPACE, q, 10)?
+            .iter()
+            .filter_map(|r| self.ids.iter().position(|id| *id == r.memory.id))
+            .map(|i| self.labels[i])
+            .collect())
+    }
+}
+
+/// "e5 alone": the fusion with the words' list weighed to nothing.
+const MEANING_ONLY: Hybrid = Hybrid {
+    k: 10.0,
+    meaning_weight: 1e6,
+    floor: 0.0,
+};
 
 fn quality() -> anyhow::Result<()> {
     let data: Labelled = serde_json::from_str(include_str!("data/memory_labelled.json"))?;
     let texts: Vec<String> = data.memories.iter().map(|m| m.text.clone()).collect();
     let labels: Vec<usize> = data.memories.iter().map(|m| m.id).collect();
-    let home = tempfile::tempdir()?;
-    let store = MemoryStore::open(home.path())?;
-    let ids: Vec<i64> = store
-        .add_many(WORKSPACE, MemoryKind::Fact, &texts)?
-        .iter()
-        .map(|m| m.id)
-        .collect();
-    let pincer = |q: &str| -> anyhow::Result<Vec<usize>> {
-        Ok(store
-            .search(WORKSPACE, q, 10)?
-            .iter()
-            .filter_map(|r| ids.iter().position(|id| *id == r.memory.id))
-            .map(|i| labels[i])
-            .collect())
-    };
+    let words_only = LabelledStore::new(&data, None)?;
+    let (embedder, _) = embedder()?;
+    let started = Instant::now();
+    let hybrid = LabelledStore::new(&data, Some(embedder))?;
+    eprintln!(
+        "embedded {} memories in {:.1} s",
+        texts.len(),
+        started.elapsed().as_secs_f64()
+    );
     let jieba_docs: Vec<String> = texts.iter().map(|t| jieba_words(t).join(" ")).collect();
     let jieba = PlainFts::new("ascii", &jieba_docs, &labels)?;
     let trigram = PlainFts::new("trigram", &texts, &labels)?;
-    let systems: [(&str, Ranker); 3] = [
-        ("pincer (`MemoryStore::search`)", &pincer),
+    let systems: [(&str, Ranker); 5] = [
+        (
+            "pincer, words and meaning (`MemoryStore::search`)",
+            &|q: &str| hybrid.search(q, Hybrid::DEFAULT),
+        ),
+        ("pincer, words only (no embedding model)", &|q: &str| {
+            words_only.search(q, Hybrid::DEFAULT)
+        }),
+        ("e5 alone (multilingual-e5-small cosine)", &|q: &str| {
+            hybrid.search(q, MEANING_ONLY)
+        }),
         (
             "FTS5 + jieba `cut_for_search`, BM25, terms ORed",
             &|q: &str| jieba.search(&jieba_words(q)),
@@ -324,60 +526,225 @@ fn quality() -> anyhow::Result<()> {
     );
     for split in ["dev", "heldout"] {
         let queries: Vec<&Query> = data.queries.iter().filter(|q| q.split == split).collect();
-        let count = |lang: &str| queries.iter().filter(|q| q.lang == lang).count();
+        let answerable: Vec<&Query> = queries
+            .iter()
+            .copied()
+            .filter(|q| !q.relevant.is_empty())
+            .collect();
+        let unanswerable = queries.len() - answerable.len();
+        let count = |lang: &str| answerable.iter().filter(|q| q.lang == lang).count();
+        let hard = answerable.iter().filter(|q| q.difficulty == "hard").count();
         println!(
-            "\n### {split}: {} queries (zh {}, en {}, mixed {})\n",
-            queries.len(),
+            "\n### {split}: {} queries (zh {}, en {}, mixed {}; standard {}, hard {}) and {unanswerable} about nothing stored\n",
+            answerable.len(),
             count("zh"),
             count("en"),
-            count("mixed")
+            count("mixed"),
+            answerable.len() - hard,
+            hard,
         );
         println!(
-            "| system | MRR@10 all | zh | en | mixed | R@1 | R@5 | queries with no hit in the top 10 |"
+            "| system | MRR@10 all | zh | en | mixed | standard | hard | R@1 | R@5 | hard R@5 | no hit in the top 10 | answered with nothing stored |"
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for (name, ranked) in &systems {
-            let mut misses = Vec::new();
-            let mut rr_by_lang = [0.0f64; 3];
-            let (mut r1, mut r5) = (0.0, 0.0);
-            for query in &queries {
-                let got = ranked(&query.q)?;
-                let first = got.iter().position(|i| query.relevant.contains(i));
-                let rr = first.map_or(0.0, |rank| 1.0 / (rank + 1) as f64);
-                if first.is_none() {
-                    misses.push(query.q.as_str());
-                }
-                if let Some(l) = LANGS.iter().position(|l| *l == query.lang) {
-                    rr_by_lang[l] += rr;
-                }
-                let recall = |k: usize| {
-                    got.iter()
-                        .take(k)
-                        .filter(|i| query.relevant.contains(i))
-                        .count() as f64
-                        / query.relevant.len() as f64
-                };
-                r1 += recall(1);
-                r5 += recall(5);
-            }
-            let n = queries.len().max(1) as f64;
-            let by_lang = |l: usize| rr_by_lang[l] / count(LANGS[l]).max(1) as f64;
-            println!(
-                "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} |",
-                rr_by_lang.iter().sum::<f64>() / n,
-                by_lang(0),
-                by_lang(1),
-                by_lang(2),
-                r1 / n,
-                r5 / n,
-                misses.len()
-            );
-            if name.starts_with("pincer") && split == "dev" && !misses.is_empty() {
-                eprintln!("pincer missed on dev: {}", misses.join(" · "));
+            let scores = Scores::of(&queries, ranked)?;
+            println!("| {name} | {} |", scores.row());
+            if name.starts_with("pincer, words and") && split == "dev" && !scores.misses.is_empty()
+            {
+                eprintln!("pincer missed on dev: {}", scores.misses.join(" · "));
             }
         }
     }
     Ok(())
+}
+
+/// MRR@10, R@1 and R@5 of one system over some queries.
+#[derive(Default)]
+struct Scores {
+    rr: Vec<(String, String, f64)>,
+    r1: f64,
+    r5: f64,
+    hard_r5: f64,
+    hard: usize,
+    misses: Vec<String>,
+    /// Queries about nothing stored that got an answer.
+    answered_unanswerable: usize,
+}
+
+impl Scores {
+    fn of(queries: &[&Query], ranked: Ranker) -> anyhow::Result<Scores> {
+        let mut s = Scores::default();
+        for query in queries {
+            let got = ranked(&query.q)?;
+            if query.relevant.is_empty() {
+                s.answered_unanswerable += usize::from(!got.is_empty());
+                continue;
+            }
+            let first = got.iter().position(|i| query.relevant.contains(i));
+            let rr = first.map_or(0.0, |rank| 1.0 / (rank + 1) as f64);
+            if first.is_none() {
+                s.misses.push(query.q.clone());
+            }
+            s.rr.push((query.lang.clone(), query.difficulty.clone(), rr));
+            // A relevant memory in the top k (twins in both languages are
+            // all relevant, and one is an answer).
+            let recall = |k: usize| f64::from(u8::from(first.is_some_and(|rank| rank < k)));
+            s.r1 += recall(1);
+            s.r5 += recall(5);
+            if query.difficulty == "hard" {
+                s.hard += 1;
+                s.hard_r5 += recall(5);
+            }
+        }
+        Ok(s)
+    }
+
+    fn mrr(&self, keep: impl Fn(&str, &str) -> bool) -> f64 {
+        let kept: Vec<f64> = self
+            .rr
+            .iter()
+            .filter(|(lang, difficulty, _)| keep(lang, difficulty))
+            .map(|r| r.2)
+            .collect();
+        kept.iter().sum::<f64>() / kept.len().max(1) as f64
+    }
+
+    fn row(&self) -> String {
+        let n = self.rr.len().max(1) as f64;
+        let mut cells = vec![format!("{:.3}", self.mrr(|_, _| true))];
+        cells.extend(
+            LANGS
+                .iter()
+                .map(|l| format!("{:.3}", self.mrr(|lang, _| lang == *l))),
+        );
+        cells.extend(
+            DIFFICULTIES
+                .iter()
+                .map(|d| format!("{:.3}", self.mrr(|_, difficulty| difficulty == *d))),
+        );
+        cells.push(format!("{:.3}", self.r1 / n));
+        cells.push(format!("{:.3}", self.r5 / n));
+        cells.push(format!("{:.3}", self.hard_r5 / self.hard.max(1) as f64));
+        cells.push(self.misses.len().to_string());
+        cells.push(self.answered_unanswerable.to_string());
+        cells.join(" | ")
+    }
+}
+
+/// `--tune`: the fusion's parameters over a grid, scored on the dev split
+/// only: MRR@10 (all, and hard) and how many queries about nothing stored
+/// still get an answer. Each query's two lists are computed once
+/// (`search` of a store without the model, `nearest` of one with it) and
+/// fused here with the same `Hybrid::fuse` and `admits` the store uses.
+fn tune() -> anyhow::Result<()> {
+    let data: Labelled = serde_json::from_str(include_str!("data/memory_labelled.json"))?;
+    let words = LabelledStore::new(&data, None)?;
+    let meaning = LabelledStore::new(&data, Some(embedder()?.0))?;
+    let dev: Vec<&Query> = data.queries.iter().filter(|q| q.split == "dev").collect();
+    let label = |store: &LabelledStore, id: i64| {
+        store
+            .ids
+            .iter()
+            .position(|i| *i == id)
+            .map(|i| store.labels[i])
+    };
+    let mut lists = Vec::new();
+    for q in &dev {
+        let lexical: Vec<(usize, f64)> = words
+            .store
+            .search(WORKSPACE, &q.q, 32)?
+            .iter()
+            .filter_map(|r| Some((label(&words, r.memory.id)?, r.score)))
+            .collect();
+        let near: Vec<(usize, f32)> = meaning
+            .store
+            .nearest(WORKSPACE, &q.q, 32)?
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(id, s)| Some((label(&meaning, id)?, s)))
+            .collect();
+        lists.push((lexical, near));
+    }
+    let mut nothing: Vec<f32> = Vec::new();
+    let mut answer: Vec<f32> = Vec::new();
+    for (q, (_, near)) in dev.iter().zip(&lists) {
+        if q.relevant.is_empty() {
+            nothing.extend(near.first().map(|n| n.1));
+        } else if let Some(n) = near.iter().find(|n| q.relevant.contains(&n.0)) {
+            answer.push(n.1);
+        }
+    }
+    let quantiles = |v: &mut Vec<f32>| {
+        v.sort_by(f32::total_cmp);
+        [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]
+            .iter()
+            .map(|q| format!("{:.3}", v[((v.len() - 1) as f64 * q) as usize]))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "similarity quantiles (0 .1 .25 .5 .75 .9 1): best match of queries about nothing stored: {}; first relevant memory: {}\n",
+        quantiles(&mut nothing),
+        quantiles(&mut answer)
+    );
+    println!(
+        "| k | meaning weight | floor | MRR@10 dev | standard | hard | answered with nothing stored |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let mut rows = Vec::new();
+    for k in [2.0, 5.0, 10.0, 20.0, 60.0] {
+        for meaning_weight in [0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0] {
+            for floor in [0.0, 0.78, 0.80, 0.82, 0.84, 0.86, 0.88] {
+                {
+                    let hybrid = Hybrid {
+                        k,
+                        meaning_weight,
+                        floor,
+                    };
+                    let fused = |q: &str| -> anyhow::Result<Vec<usize>> {
+                        let i = dev.iter().position(|d| d.q == q).unwrap_or_default();
+                        let lexical: Vec<usize> = lists[i].0.iter().map(|l| l.0).collect();
+                        Ok(fuse_offline(&lexical, &lists[i].1, hybrid))
+                    };
+                    let s = Scores::of(&dev, &fused)?;
+                    rows.push((
+                        hybrid,
+                        s.mrr(|_, _| true),
+                        s.mrr(|_, d| d == "standard"),
+                        s.mrr(|_, d| d == "hard"),
+                        s.answered_unanswerable,
+                    ));
+                }
+            }
+        }
+    }
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (h, all, standard, hard, answered) in rows.iter().take(40) {
+        println!(
+            "| {} | {} | {} | {all:.3} | {standard:.3} | {hard:.3} | {answered} |",
+            h.k, h.meaning_weight, h.floor
+        );
+    }
+    Ok(())
+}
+
+/// The store's fusion ([`MemoryStore::search`] with an embedder), on
+/// precomputed lists of labels: top 10.
+fn fuse_offline(lexical: &[usize], near: &[(usize, f32)], hybrid: Hybrid) -> Vec<usize> {
+    let meaning_rank = |label: usize| near.iter().position(|n| n.0 == label).map(|i| i + 1);
+    let mut scored: Vec<(usize, f64)> = lexical
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (l, hybrid.fuse(Some(i + 1), meaning_rank(l))))
+        .collect();
+    for (i, &(l, similarity)) in near.iter().enumerate() {
+        if !lexical.contains(&l) && hybrid.admits(similarity) {
+            scored.push((l, hybrid.fuse(None, Some(i + 1))));
+        }
+    }
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+    scored.into_iter().take(10).map(|s| s.0).collect()
 }
 
 /// jieba-rs `cut_for_search` words, lowercased, without whitespace and

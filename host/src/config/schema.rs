@@ -35,6 +35,51 @@ pub struct Config {
     pub state: State,
     /// The web console `pincer start` serves.
     pub web: Web,
+    /// Long-term memory, host-wide (per workspace: `workspaces.NAME.memory`).
+    pub memory: Memory,
+}
+
+/// `memory`: how memories are recalled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Memory {
+    /// Recall by meaning with the local embedding model when it is in
+    /// `$PINCER_HOME/models` (`on`, the default), or by words only (`off`).
+    pub embeddings: OnOff,
+}
+
+/// `on` or `off` (YAML's `true`/`false` too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnOff {
+    #[default]
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn is_on(self) -> bool {
+        self == OnOff::On
+    }
+}
+
+impl<'de> Deserialize<'de> for OnOff {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Bool(true) => Ok(OnOff::On),
+            Raw::Bool(false) => Ok(OnOff::Off),
+            Raw::Text(t) if t == "on" => Ok(OnOff::On),
+            Raw::Text(t) if t == "off" => Ok(OnOff::Off),
+            Raw::Text(t) => Err(serde::de::Error::custom(format!(
+                "expected on or off, got `{t}`"
+            ))),
+        }
+    }
 }
 
 /// `web`: the console `pincer start` serves (`pincer web login` signs in).

@@ -128,7 +128,9 @@ impl Context {
     }
 
     pub fn memory_store(&self) -> anyhow::Result<crate::memory::MemoryStore> {
-        crate::memory::MemoryStore::open(&self.home)
+        let embedder =
+            crate::memory::Embedder::from_home(&self.home, self.config.memory.embeddings.is_on());
+        crate::memory::MemoryStore::open_with(&self.home, embedder)
             .with_context(|| format!("opening {}", self.database().display()))
     }
 

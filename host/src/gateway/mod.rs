@@ -5,6 +5,7 @@
 mod budget;
 mod cache;
 mod cost;
+mod embeddings;
 mod keys;
 mod lease;
 mod llm;

@@ -37,6 +37,7 @@ pub const UNKNOWN_MODEL_LABEL: &str = "(unknown)";
 /// Everything a gateway request needs; shared by every listener.
 pub struct Gateway {
     router: LlmRouter,
+    embeddings: super::embeddings::Embeddings,
     keys: Arc<KeyStore>,
     ledger: Arc<Ledger>,
     approvals: Arc<crate::approvals::Approvals>,
@@ -174,6 +175,8 @@ impl Gateway {
             approvals,
         } = services;
         let database = home.join(crate::db::FILE_NAME);
+        let embeddings =
+            super::embeddings::Embeddings::new(home.to_owned(), memory.embedder().cloned());
         let reaches = Arc::new(Reaches::compute(config));
         for (workspace, reach) in reaches.iter() {
             if let Some(why) = &reach.unavailable {
@@ -199,6 +202,7 @@ impl Gateway {
                     ..Default::default()
                 },
             ),
+            embeddings,
             keys,
             ledger,
             approvals,
@@ -342,6 +346,7 @@ impl Gateway {
             .route("/health", get(|| async { "ok" }))
             .route("/v1/models", get(models))
             .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/embeddings", post(embeddings))
             .route("/v1/messages", post(messages))
             .with_state(self.clone())
             .merge(self.mcp.routes({
@@ -537,6 +542,14 @@ impl Gateway {
             );
             return Err(ApiError::new(403, "model_not_allowed", reason).respond(dialect));
         }
+        if self.router.embedding_model(&alias).is_some() {
+            return Err(ApiError::new(
+                400,
+                "invalid_request",
+                format!("model `{alias}` is an embedding model: use POST /v1/embeddings"),
+            )
+            .respond(dialect));
+        }
         if let Some(cache) = &self.cache
             && ResponseCache::cacheable(&request)
             && let Some(hit) = cache.get(workspace, endpoint, &request)
@@ -698,6 +711,105 @@ impl Gateway {
                 Err(llm_error(&e, dialect))
             }
         }
+    }
+}
+
+impl Gateway {
+    /// `POST /v1/embeddings` after authentication: the alias's checks, the
+    /// request's, one embedding at a time per workspace, recorded at zero
+    /// cost.
+    async fn embed(&self, key: &KeyInfo, body: Value) -> Result<Value, ApiError> {
+        let workspace = key.workspace.as_str();
+        let alias = body["model"].as_str().unwrap_or_default().to_owned();
+        if alias.is_empty() {
+            return Err(ApiError::new(
+                400,
+                "invalid_request",
+                "`model` is required (a model_name from gateway.model_list)",
+            ));
+        }
+        let reach = self.reach(key)?;
+        if !self.router.serves(&alias) {
+            let known = reach.models.aliases.join(", ");
+            return Err(ApiError::new(
+                404,
+                "model_not_found",
+                format!("unknown model `{alias}` (known: {known})"),
+            ));
+        }
+        if let Err(reason) = reach.model(&alias) {
+            self.audit.record(
+                actor(key),
+                Some(workspace),
+                crate::audit::Action::GatewayDenied,
+                &reason,
+            );
+            return Err(ApiError::new(403, "model_not_allowed", reason));
+        }
+        let Some(model) = self.router.embedding_model(&alias) else {
+            return Err(ApiError::new(
+                400,
+                "invalid_request",
+                format!(
+                    "model `{alias}` does not give embeddings: give one a gateway.model_list entry \
+                     with model local/{}",
+                    super::model_fetch::E5_SMALL.name
+                ),
+            ));
+        };
+        let unavailable = |why: String| ApiError::new(503, "model_unavailable", why);
+        let embedder = self.embeddings.embedder().ok_or_else(|| {
+            unavailable(format!(
+                "the embedding model is not installed: run `pincer model fetch {}`",
+                model.name
+            ))
+        })?;
+        let dim = embedder
+            .encoder()
+            .map_err(|why| unavailable(why.to_owned()))?
+            .dim();
+        let request = super::embeddings::Request::parse(body, dim)
+            .map_err(|r| ApiError::new(400, r.code, r.message))?;
+        let (inputs, base64) = (request.inputs.len(), request.base64);
+        let (vectors, tokens) = self
+            .embeddings
+            .embed(workspace, embedder, request)
+            .await
+            .map_err(|why| ApiError::new(500, "embedding_failed", why))?;
+        let deployment = format!("local/{}", model.name);
+        let usage = SpentUsage {
+            prompt_tokens: tokens as u64,
+            completion_tokens: 0,
+        };
+        if let Err(e) = self
+            .ledger
+            .record(workspace, &alias, &deployment, usage, Some(0.0), false)
+        {
+            tracing::warn!("cannot record an embeddings call: {e}");
+        }
+        self.metrics.request(workspace, &alias, Outcome::Ok);
+        self.metrics
+            .usage(workspace, &alias, tokens as u64, 0, Some(0.0));
+        self.ledger.audit(
+            actor(key),
+            Some(workspace),
+            crate::audit::Action::GatewayCall,
+            &format!("{alias} embeddings by {deployment}: {inputs} input(s), {tokens} tokens"),
+        );
+        Ok(super::embeddings::response(
+            &alias, &vectors, tokens, base64,
+        ))
+    }
+}
+
+async fn embeddings(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
+    let answered = match gateway.accept(request).await {
+        Ok((key, body)) => gateway.embed(&key, body).await,
+        Err(e) => Err(e),
+    };
+    match answered {
+        Ok(body) => axum::Json(body).into_response(),
+        Err(e) => e.respond(Dialect::OpenAi),
     }
 }
 

@@ -15,16 +15,19 @@
 //! misses falls back to an escaped substring match over the workspace's
 //! newest memories. Ranking: see [`rank`].
 
+pub mod embed;
 mod query;
 pub mod rank;
 pub mod segment;
 mod store;
+mod vectors;
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub use embed::Embedder;
 pub use store::MemoryStore;
 
 /// Longest memory text, in bytes after trimming.
@@ -90,6 +93,8 @@ pub enum MatchKind {
     Index,
     /// By the query appearing literally in the text (the index had nothing).
     Substring,
+    /// By meaning alone: the embedding model put it near the query.
+    Meaning,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -107,13 +112,24 @@ pub struct Recalled {
 /// query's terms it holds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Why {
+    /// 1-based rank by words (the two lists below fused), when recall by
+    /// meaning took part.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lexical_rank: Option<usize>,
+    /// 1-based rank by meaning (the embedding model's similarity), if in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector_rank: Option<usize>,
+    /// Cosine similarity of the memory's and the query's embeddings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<f32>,
     /// 1-based rank in the word list (BM25 over the query's words), if in it.
     pub word_rank: Option<usize>,
     /// 1-based rank in the variant list (stems, characters, pairs), if in it.
     pub variant_rank: Option<usize>,
     /// The share of the query's variants this memory holds (0 to 1).
     pub coverage: f64,
-    /// The fused relevance, before recency and use break ties.
+    /// The fused relevance (with meaning's when it took part), before
+    /// recency and use break ties.
     pub relevance: f64,
     /// The query's words this memory holds.
     pub words: Vec<String>,

@@ -1,17 +1,18 @@
 //! The memory tables and every query on them.
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 
+use super::embed::{Embedder, Vector};
 use super::query::{
     index_term, like_pattern, prefixed_expression, quoted, term_prefix, variant_prefix,
 };
 use super::{
     Explained, MAX_TEXT_BYTES, MatchKind, Memory, MemoryError, MemoryKind, Recalled, Why, rank,
-    segment,
+    segment, vectors,
 };
 use crate::db::now_ms;
 
@@ -39,6 +40,12 @@ const SUBSTRING_SCAN_ROWS: usize = 20_000;
 const INDEX_VERSION: i64 = 3;
 /// The memory connection's page cache, in KiB (pages are taken as used).
 const CACHE_KIB: i64 = 32 * 1024;
+/// Memories embedded per encoder call when catching up or importing: big
+/// enough that the encoder streams each weight once for many texts.
+const EMBED_BATCH: usize = 64;
+/// Lexical results fused with the vector ranking, per requested result.
+const FUSION_DEPTH_PER_RESULT: usize = 4;
+const MIN_FUSION_DEPTH: usize = 32;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS memories (
@@ -105,10 +112,20 @@ fn checked_text(text: &str) -> Result<&str, MemoryError> {
 /// Memories of every workspace in the host database (`PINCER_HOME/pincer.db`).
 pub struct MemoryStore {
     conn: Mutex<Connection>,
+    /// Recall by meaning, when the embedding model is there.
+    embedder: Option<Arc<Embedder>>,
+    vectors: vectors::Cache,
+    hybrid: Mutex<rank::Hybrid>,
 }
 
 impl MemoryStore {
+    /// The store with lexical recall only.
     pub fn open(home: &Path) -> Result<Self, MemoryError> {
+        Self::open_with(home, None)
+    }
+
+    /// The store, ranking by meaning too when `embedder` is given.
+    pub fn open_with(home: &Path, embedder: Option<Arc<Embedder>>) -> Result<Self, MemoryError> {
         let path = home.join(crate::db::FILE_NAME);
         let open_error = |source| MemoryError::Open {
             path: path.display().to_string(),
@@ -124,10 +141,41 @@ impl MemoryStore {
         conn.pragma_update(None, "cache_size", -CACHE_KIB)
             .map_err(open_error)?;
         conn.execute_batch(SCHEMA).map_err(open_error)?;
+        conn.execute_batch(vectors::SCHEMA).map_err(open_error)?;
+        crate::db::add_missing_columns(&conn, "memories", &[vectors::EMBEDDED_COLUMN])
+            .map_err(open_error)?;
+        conn.execute_batch(vectors::UNEMBEDDED_INDEX)
+            .map_err(open_error)?;
         reindex_if_stale(&mut conn).map_err(open_error)?;
+        if let Some(embedder) = &embedder {
+            let tx = write_transaction(&mut conn).map_err(open_error)?;
+            vectors::adopt_model(&tx, &embedder.model_id()).map_err(open_error)?;
+            tx.commit().map_err(open_error)?;
+        }
         Ok(Self {
             conn: Mutex::new(conn),
+            embedder,
+            vectors: vectors::Cache::default(),
+            hybrid: Mutex::new(rank::Hybrid::DEFAULT),
         })
+    }
+
+    /// The embedding model, if memory ranks by meaning.
+    pub fn embedder(&self) -> Option<&Arc<Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    /// `texts` as vectors, or `None` (said once) when there is no usable
+    /// embedding model: memory then works by words alone.
+    fn embed_passages(&self, texts: &[&str]) -> Option<Vec<Vector>> {
+        let embedder = self.embedder.as_ref()?;
+        match embedder.passages(texts) {
+            Ok(v) => Some(v),
+            Err(why) => {
+                tracing::warn!("memory: {why}");
+                None
+            }
+        }
     }
 
     pub(super) fn conn(&self) -> Result<MutexGuard<'_, Connection>, MemoryError> {
@@ -143,13 +191,46 @@ impl MemoryStore {
         text: &str,
     ) -> Result<Memory, MemoryError> {
         let text = checked_text(text)?;
-        // Segmented before the write lock is taken.
+        // Segmented and embedded before the write lock is taken.
         let terms = index_terms(workspace, text);
+        let vector = self.embed_passages(&[text]).and_then(|mut v| v.pop());
         let mut conn = self.conn()?;
         let tx = write_transaction(&mut conn)?;
-        let memory = insert(&tx, workspace, kind, text, now_ms(), terms)?;
-        tx.commit()?;
+        let (memory, new) = insert(&tx, workspace, kind, text, now_ms(), terms)?;
+        let vectors = if new {
+            vec![(memory.id, vector)]
+        } else {
+            Vec::new()
+        };
+        self.store_vectors(tx, workspace, vectors)?;
         Ok(memory)
+    }
+
+    /// Stores the vectors of memories of `workspace` by id (those just
+    /// inserted) and commits `tx`.
+    fn store_vectors(
+        &self,
+        tx: Transaction<'_>,
+        workspace: &str,
+        new: Vec<(i64, Option<Vector>)>,
+    ) -> Result<(), MemoryError> {
+        let mut added = Vec::new();
+        for (id, vector) in new {
+            if let Some(v) = vector
+                && vectors::store(&tx, id, workspace, &v)?
+            {
+                added.push((id, v));
+            }
+        }
+        if added.is_empty() {
+            tx.commit()?;
+            return Ok(());
+        }
+        let before = vectors::generation(&tx)?;
+        let after = vectors::bump_generation(&tx)?;
+        tx.commit()?;
+        self.vectors.added(workspace, before, after, &added);
+        Ok(())
     }
 
     /// [`add`](Self::add) for many texts of one kind in one transaction
@@ -165,16 +246,31 @@ impl MemoryStore {
             .iter()
             .map(|text| checked_text(text.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
-        // Segmented before the write lock is taken.
+        // Segmented and embedded before the write lock is taken.
         let terms = index_terms_all(workspace, &checked);
+        let mut embedded = Vec::new();
+        if self.embedder.is_some() {
+            for batch in checked.chunks(EMBED_BATCH) {
+                match self.embed_passages(batch) {
+                    Some(v) => embedded.extend(v.into_iter().map(Some)),
+                    None => break,
+                }
+            }
+        }
+        embedded.resize(checked.len(), None);
         let mut conn = self.conn()?;
         let tx = write_transaction(&mut conn)?;
         let now = now_ms();
         let mut out = Vec::with_capacity(checked.len());
-        for (text, terms) in checked.into_iter().zip(terms) {
-            out.push(insert(&tx, workspace, kind, text, now, terms)?);
+        let mut new_vectors = Vec::new();
+        for ((text, terms), vector) in checked.into_iter().zip(terms).zip(embedded) {
+            let (memory, new) = insert(&tx, workspace, kind, text, now, terms)?;
+            if new {
+                new_vectors.push((memory.id, vector));
+            }
+            out.push(memory);
         }
-        tx.commit()?;
+        self.store_vectors(tx, workspace, new_vectors)?;
         Ok(out)
     }
 
@@ -186,11 +282,11 @@ impl MemoryStore {
         query: &str,
         limit: usize,
     ) -> Result<Vec<Recalled>, MemoryError> {
-        let mut conn = self.conn()?;
-        let mut found = find(&conn, workspace, query, limit)?;
+        let mut found = self.ranked(workspace, query, limit)?;
         if found.is_empty() {
             return Ok(found);
         }
+        let mut conn = self.conn()?;
         let now = now_ms();
         let tx = write_transaction(&mut conn)?;
         {
@@ -214,7 +310,113 @@ impl MemoryStore {
         query: &str,
         limit: usize,
     ) -> Result<Vec<Recalled>, MemoryError> {
-        find(&*self.conn()?, workspace, query, limit)
+        self.ranked(workspace, query, limit)
+    }
+
+    /// The ranking of [`search`](Self::search): by words ([`find`]) and,
+    /// with an embedding model, fused with the ranking by meaning
+    /// ([`rank::Hybrid`]).
+    fn ranked(
+        &self,
+        workspace: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Recalled>, MemoryError> {
+        if query.trim().is_empty() {
+            return Err(MemoryError::EmptyQuery);
+        }
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let depth = limit
+            .saturating_mul(FUSION_DEPTH_PER_RESULT)
+            .max(MIN_FUSION_DEPTH);
+        let Some(near) = self.nearest(workspace, query, depth)? else {
+            return find(&*self.conn()?, workspace, query, limit);
+        };
+        let conn = self.conn()?;
+        let lexical = find(&conn, workspace, query, depth)?;
+        let hybrid = *self.hybrid.lock().map_err(|_| MemoryError::Poisoned)?;
+        fuse_meaning(&conn, workspace, lexical, near, hybrid, limit)
+    }
+
+    /// The `n` memories of `workspace` nearest to `query` in meaning, best
+    /// first, with their similarity; `None` without a usable embedding
+    /// model. Memories still lacking a vector are embedded first, so the
+    /// answer never depends on a background worker having caught up.
+    pub fn nearest(
+        &self,
+        workspace: &str,
+        query: &str,
+        n: usize,
+    ) -> Result<Option<Vec<(i64, f32)>>, MemoryError> {
+        let Some(embedder) = &self.embedder else {
+            return Ok(None);
+        };
+        if !self.catch_up(Some(workspace), &mut |_, _| {})? {
+            return Ok(None);
+        }
+        let query = match embedder.query(query.trim()) {
+            Ok(v) => v,
+            Err(why) => {
+                tracing::warn!("memory: {why}");
+                return Ok(None);
+            }
+        };
+        let loaded = self
+            .vectors
+            .get(&*self.conn()?, workspace, query.values.len())?;
+        Ok(Some(loaded.nearest(&query, n)))
+    }
+
+    /// Embeds the memories of `workspace` (every workspace if `None`) that
+    /// lack a vector, `progress(done, total)` after each batch. `false`
+    /// when there is no usable embedding model.
+    pub fn catch_up(
+        &self,
+        workspace: Option<&str>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<bool, MemoryError> {
+        if self.embedder.is_none() {
+            return Ok(false);
+        }
+        let mut total = None;
+        let mut done = 0u64;
+        loop {
+            let batch = vectors::unembedded(&*self.conn()?, workspace, EMBED_BATCH)?;
+            if batch.is_empty() {
+                return Ok(true);
+            }
+            let total = match total {
+                Some(t) => t,
+                None => *total.insert(done + vectors::unembedded_count(&*self.conn()?, workspace)?),
+            };
+            let texts: Vec<&str> = batch.iter().map(|(_, _, text)| text.as_str()).collect();
+            let Some(embedded) = self.embed_passages(&texts) else {
+                return Ok(false);
+            };
+            let mut conn = self.conn()?;
+            let tx = write_transaction(&mut conn)?;
+            for ((id, ws, _), vector) in batch.iter().zip(&embedded) {
+                vectors::store(&tx, *id, ws, vector)?;
+            }
+            vectors::bump_generation(&tx)?;
+            tx.commit()?;
+            done += batch.len() as u64;
+            progress(done.min(total), total);
+        }
+    }
+
+    /// How many memories of `workspace` (or all) lack a vector.
+    pub fn unembedded(&self, workspace: Option<&str>) -> Result<u64, MemoryError> {
+        Ok(vectors::unembedded_count(&*self.conn()?, workspace)?)
+    }
+
+    /// The fusion's parameters (the benchmark tunes them on its dev split).
+    pub fn set_hybrid(&self, hybrid: rank::Hybrid) {
+        if let Ok(mut h) = self.hybrid.lock() {
+            *h = hybrid;
+        }
     }
 
     /// [`Self::search`], with why each result ranked where it did: its rank
@@ -226,8 +428,8 @@ impl MemoryStore {
         query: &str,
         limit: usize,
     ) -> Result<Explained, MemoryError> {
+        let mut results = self.ranked(workspace, query, limit)?;
         let conn = self.conn()?;
-        let mut results = find(&conn, workspace, query, limit)?;
         let split =
             |terms: Vec<String>, prefix: &str| -> Result<(Vec<String>, Vec<String>), MemoryError> {
                 let mut used = Vec::new();
@@ -280,6 +482,8 @@ impl MemoryStore {
         )?;
         if deleted > 0 {
             tx.execute("DELETE FROM memory_index WHERE rowid = ?1", params![id])?;
+            // Its vector went with it (ON DELETE CASCADE).
+            vectors::bump_generation(&tx)?;
         }
         tx.commit()?;
         Ok(deleted > 0)
@@ -319,8 +523,8 @@ fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
-/// Stores a memory (or finds the same text stored already); `terms`: its
-/// [`index_terms`].
+/// Stores a memory (or finds the same text stored already: then `false`);
+/// `terms`: its [`index_terms`].
 fn insert(
     conn: &Connection,
     workspace: &str,
@@ -328,7 +532,7 @@ fn insert(
     text: &str,
     now: i64,
     terms: String,
-) -> Result<Memory, MemoryError> {
+) -> Result<(Memory, bool), MemoryError> {
     // One index lookup for the usual case, a new text; a second only
     // when the text is stored already.
     let inserted = conn
@@ -338,15 +542,16 @@ fn insert(
         )?
         .execute(params![workspace, kind.as_str(), text, now])?;
     if inserted == 0 {
-        return Ok(conn
+        let existing = conn
             .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM memories WHERE workspace = ?1 AND text = ?2"
             ))?
-            .query_row(params![workspace, text], memory)?);
+            .query_row(params![workspace, text], memory)?;
+        return Ok((existing, false));
     }
     let id = conn.last_insert_rowid();
     index(conn, id, &terms)?;
-    Ok(Memory {
+    let memory = Memory {
         id,
         workspace: workspace.to_string(),
         kind,
@@ -354,7 +559,8 @@ fn insert(
         created_ms: now,
         last_used_ms: None,
         use_count: 0,
-    })
+    };
+    Ok((memory, true))
 }
 
 /// The index text of a memory: its words and, with another prefix, their
@@ -597,6 +803,64 @@ fn fuse(words: Vec<Recalled>, variants: Vec<Recalled>, query_variants: &[String]
             out
         })
         .collect()
+}
+
+/// The lexical results (best first) and the `near` list (best first) as
+/// one ranking by [`rank::Hybrid`]; memories found by meaning alone join
+/// when [`rank::Hybrid::admits`] their similarity.
+fn fuse_meaning(
+    conn: &Connection,
+    workspace: &str,
+    lexical: Vec<Recalled>,
+    near: Vec<(i64, f32)>,
+    hybrid: rank::Hybrid,
+    limit: usize,
+) -> Result<Vec<Recalled>, MemoryError> {
+    let now = now_ms();
+    let place = |id: i64| {
+        near.iter()
+            .position(|n| n.0 == id)
+            .map(|i| (i + 1, near[i].1))
+    };
+    let mut out = Vec::with_capacity(lexical.len() + near.len());
+    for (i, r) in lexical.into_iter().enumerate() {
+        let meaning = place(r.memory.id);
+        let relevance = hybrid.fuse(Some(i + 1), meaning.map(|m| m.0));
+        let mut why = r.why.unwrap_or_default();
+        why.lexical_rank = Some(i + 1);
+        (why.vector_rank, why.similarity) = (meaning.map(|m| m.0), meaning.map(|m| m.1));
+        why.relevance = relevance;
+        let mut fused = recalled(r.memory, relevance, now, r.matched_by);
+        fused.why = Some(why);
+        out.push(fused);
+    }
+    let mut by_id = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM memories WHERE id = ?1 AND workspace = ?2"
+    ))?;
+    for (i, (id, similarity)) in near.iter().enumerate() {
+        if out.iter().any(|r| r.memory.id == *id) || !hybrid.admits(*similarity) {
+            continue;
+        }
+        let Some(memory) = by_id.query_row(params![id, workspace], memory).optional()? else {
+            continue;
+        };
+        let relevance = hybrid.fuse(None, Some(i + 1));
+        let mut fused = recalled(memory, relevance, now, MatchKind::Meaning);
+        fused.why = Some(Why {
+            vector_rank: Some(i + 1),
+            similarity: Some(*similarity),
+            relevance,
+            ..Why::default()
+        });
+        out.push(fused);
+    }
+    out.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(b.memory.id.cmp(&a.memory.id))
+    });
+    out.truncate(limit);
+    Ok(out)
 }
 
 /// Whether the (prefixed, so per-workspace) index `term` is in more than

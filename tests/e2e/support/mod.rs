@@ -236,5 +236,6 @@ pub fn unique() -> String {
 pub mod daemon;
 pub mod fake_llm;
 pub mod gateway;
+pub mod models;
 pub mod openweathermap;
 pub mod pyfake;

@@ -245,6 +245,21 @@ impl LlmRouter {
         self.by_alias.contains_key(alias)
     }
 
+    /// The embedding model `alias` names (a `local/` deployment of a known
+    /// embedding model), if it names one.
+    pub fn embedding_model(&self, alias: &str) -> Option<super::local::fetch::KnownModel> {
+        self.by_alias
+            .get(alias)?
+            .iter()
+            .find_map(|&i| match &self.states[i].deployment.target {
+                super::provider::Target::Local(super::local::ModelSpec::Named(name)) => {
+                    super::local::fetch::known(name)
+                        .filter(|m| m.kind == super::local::fetch::ModelKind::Embedding)
+                }
+                _ => None,
+            })
+    }
+
     /// The configured aliases (`model_name`s), sorted.
     pub fn aliases(&self) -> Vec<String> {
         self.by_alias.keys().cloned().collect()

