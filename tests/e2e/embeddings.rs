@@ -75,6 +75,7 @@ async fn the_official_client_gets_the_vendor_engines_vectors_and_clear_refusals(
 workspaces:
   main: {}
   chatty:
+    model: chat
     models: [chat]
 ",
         &[],
