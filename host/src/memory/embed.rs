@@ -72,7 +72,7 @@ impl Embedder {
         self.model.name
     }
 
-    /// The loaded encoder, or why it cannot be loaded (said once, and the
+    /// The loaded encoder, or why it cannot be loaded (logged once, and the
     /// same answer after).
     pub fn encoder(&self) -> Result<&Arc<Encoder>, &str> {
         self.encoder
@@ -82,7 +82,8 @@ impl Embedder {
                         "the embedding model {} failed to load: {e}",
                         self.path.display()
                     );
-                    say_once(&why);
+                    // Once per embedder: the failure is kept.
+                    tracing::warn!("memory: lexical recall only: {why}");
                     why
                 })
             })

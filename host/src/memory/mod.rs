@@ -169,6 +169,8 @@ pub enum MemoryError {
     Db(#[from] rusqlite::Error),
     #[error("memory database is unusable: a thread panicked while holding it")]
     Poisoned,
+    #[error("memory recall failed: {0}")]
+    Task(String),
 }
 
 #[cfg(test)]

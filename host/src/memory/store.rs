@@ -171,8 +171,9 @@ impl MemoryStore {
         let embedder = self.embedder.as_ref()?;
         match embedder.passages(texts) {
             Ok(v) => Some(v),
+            // Said once by the embedder; every write would repeat it.
             Err(why) => {
-                tracing::warn!("memory: {why}");
+                tracing::debug!("memory: {why}");
                 None
             }
         }
@@ -359,7 +360,7 @@ impl MemoryStore {
         let query = match embedder.query(query.trim()) {
             Ok(v) => v,
             Err(why) => {
-                tracing::warn!("memory: {why}");
+                tracing::debug!("memory: {why}");
                 return Ok(None);
             }
         };

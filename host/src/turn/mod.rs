@@ -687,7 +687,19 @@ impl Agent {
             events(AgentEvent::Turn(TurnEvent::Notice { message: notice }));
         }
         let memories = if ws.memory.enabled && ws.memory.recall_limit > 0 {
-            match self.memory.recall(workspace, text, ws.memory.recall_limit) {
+            // Off the async threads: the query may be embedded (and the
+            // embedding model loaded) first.
+            let (memory, ws_name, query, limit) = (
+                self.memory.clone(),
+                workspace.to_owned(),
+                text.to_owned(),
+                ws.memory.recall_limit,
+            );
+            let recalled =
+                tokio::task::spawn_blocking(move || memory.recall(&ws_name, &query, limit))
+                    .await
+                    .unwrap_or_else(|e| Err(crate::memory::MemoryError::Task(e.to_string())));
+            match recalled {
                 Ok(found) => found,
                 Err(e) => {
                     events(AgentEvent::Turn(TurnEvent::Notice {
