@@ -515,33 +515,7 @@ impl Gateway {
         };
         let workspace = key.workspace.as_str();
         let alias = request["model"].as_str().unwrap_or_default().to_string();
-        if alias.is_empty() {
-            return Err(ApiError::new(
-                400,
-                "invalid_request",
-                "`model` is required (a model_name from gateway.model_list)",
-            )
-            .respond(dialect));
-        }
-        let reach = self.reach(key).map_err(|e| e.respond(dialect))?;
-        if !self.router.serves(&alias) {
-            return Err(llm_error(
-                &LlmError::UnknownModel {
-                    alias,
-                    known: reach.models.aliases.clone(),
-                },
-                dialect,
-            ));
-        }
-        if let Err(reason) = reach.model(&alias) {
-            self.audit.record(
-                actor(key),
-                Some(workspace),
-                crate::audit::Action::GatewayDenied,
-                &reason,
-            );
-            return Err(ApiError::new(403, "model_not_allowed", reason).respond(dialect));
-        }
+        self.admit(key, &alias).map_err(|e| e.respond(dialect))?;
         if self.router.embedding_model(&alias).is_some() {
             return Err(ApiError::new(
                 400,
@@ -714,38 +688,66 @@ impl Gateway {
     }
 }
 
+/// Why a call's model alias is refused.
+enum Refused {
+    Api(ApiError),
+    Llm(LlmError),
+}
+
+impl Refused {
+    fn respond(self, dialect: Dialect) -> Response {
+        match self {
+            Refused::Api(e) => e.respond(dialect),
+            Refused::Llm(e) => llm_error(&e, dialect),
+        }
+    }
+}
+
+impl From<ApiError> for Refused {
+    fn from(e: ApiError) -> Self {
+        Refused::Api(e)
+    }
+}
+
 impl Gateway {
-    /// `POST /v1/embeddings` after authentication: the alias's checks, the
-    /// request's, one embedding at a time per workspace, recorded at zero
-    /// cost.
-    async fn embed(&self, key: &KeyInfo, body: Value) -> Result<Value, ApiError> {
-        let workspace = key.workspace.as_str();
-        let alias = body["model"].as_str().unwrap_or_default().to_owned();
+    /// Whether `key`'s workspace may call model `alias`: it is given, is
+    /// configured and the workspace's reach admits it (a refusal by policy
+    /// is audited).
+    fn admit(&self, key: &KeyInfo, alias: &str) -> Result<(), Refused> {
         if alias.is_empty() {
             return Err(ApiError::new(
                 400,
                 "invalid_request",
                 "`model` is required (a model_name from gateway.model_list)",
-            ));
+            )
+            .into());
         }
         let reach = self.reach(key)?;
-        if !self.router.serves(&alias) {
-            let known = reach.models.aliases.join(", ");
-            return Err(ApiError::new(
-                404,
-                "model_not_found",
-                format!("unknown model `{alias}` (known: {known})"),
-            ));
+        if !self.router.serves(alias) {
+            return Err(Refused::Llm(LlmError::UnknownModel {
+                alias: alias.to_owned(),
+                known: reach.models.aliases.clone(),
+            }));
         }
-        if let Err(reason) = reach.model(&alias) {
+        if let Err(reason) = reach.model(alias) {
             self.audit.record(
                 actor(key),
-                Some(workspace),
+                Some(&key.workspace),
                 crate::audit::Action::GatewayDenied,
                 &reason,
             );
-            return Err(ApiError::new(403, "model_not_allowed", reason));
+            return Err(ApiError::new(403, "model_not_allowed", reason).into());
         }
+        Ok(())
+    }
+
+    /// `POST /v1/embeddings` after authentication: the alias's checks, the
+    /// request's, one embedding at a time per workspace, recorded at zero
+    /// cost.
+    async fn embed(&self, key: &KeyInfo, body: Value) -> Result<Value, Refused> {
+        let workspace = key.workspace.as_str();
+        let alias = body["model"].as_str().unwrap_or_default().to_owned();
+        self.admit(key, &alias)?;
         let Some(model) = self.router.embedding_model(&alias) else {
             return Err(ApiError::new(
                 400,
@@ -755,7 +757,8 @@ impl Gateway {
                      with model local/{}",
                     super::model_fetch::E5_SMALL.name
                 ),
-            ));
+            )
+            .into());
         };
         let unavailable = |why: String| ApiError::new(503, "model_unavailable", why);
         let embedder = self.embeddings.embedder().ok_or_else(|| {
@@ -805,7 +808,7 @@ impl Gateway {
 async fn embeddings(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
     let answered = match gateway.accept(request).await {
         Ok((key, body)) => gateway.embed(&key, body).await,
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     };
     match answered {
         Ok(body) => axum::Json(body).into_response(),
