@@ -653,7 +653,7 @@ fn tune() -> anyhow::Result<()> {
     for q in &dev {
         let lexical: Vec<(usize, f64)> = words
             .store
-            .search(WORKSPACE, &q.q, 32)?
+            .search(WORKSPACE, &q.q, 10)?
             .iter()
             .filter_map(|r| Some((label(&words, r.memory.id)?, r.score)))
             .collect();

@@ -43,9 +43,13 @@ const CACHE_KIB: i64 = 32 * 1024;
 /// Memories embedded per encoder call when catching up or importing: big
 /// enough that the encoder streams each weight once for many texts.
 const EMBED_BATCH: usize = 64;
-/// Lexical results fused with the vector ranking, per requested result.
-const FUSION_DEPTH_PER_RESULT: usize = 4;
-const MIN_FUSION_DEPTH: usize = 32;
+/// Results of the ranking by words fused with the ranking by meaning: with
+/// [`rank::Hybrid::DEFAULT`] a rank past 10 adds little, and each one costs
+/// the candidates' coverage (segmentation) at query time.
+const WORDS_DEPTH: usize = 10;
+/// Results of the ranking by meaning fused (cheap: one pass over the
+/// workspace's vectors whatever the depth).
+const MEANING_DEPTH: usize = 32;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS memories (
@@ -329,14 +333,11 @@ impl MemoryStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let depth = limit
-            .saturating_mul(FUSION_DEPTH_PER_RESULT)
-            .max(MIN_FUSION_DEPTH);
-        let Some(near) = self.nearest(workspace, query, depth)? else {
+        let Some(near) = self.nearest(workspace, query, limit.max(MEANING_DEPTH))? else {
             return find(&*self.conn()?, workspace, query, limit);
         };
         let conn = self.conn()?;
-        let lexical = find(&conn, workspace, query, depth)?;
+        let lexical = find(&conn, workspace, query, limit.max(WORDS_DEPTH))?;
         let hybrid = *self.hybrid.lock().map_err(|_| MemoryError::Poisoned)?;
         fuse_meaning(&conn, workspace, lexical, near, hybrid, limit)
     }
