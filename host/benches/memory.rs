@@ -427,11 +427,12 @@ fn embedder() -> anyhow::Result<(Arc<Embedder>, u64)> {
     if let Some(loaded) = LOADED.get() {
         return Ok(loaded.clone());
     }
-    let dir = std::env::var_os("PINCER_TEST_MODELS")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(|t| Path::new(&t).join("models")))
-        .unwrap_or_else(|| Path::new("target").join("models"));
-    let path = model_fetch::ensure_model(&dir, &E5_SMALL, None, &mut |_| {})?;
+    let path = model_fetch::ensure_model(
+        &model_fetch::test_models_dir(),
+        &E5_SMALL,
+        None,
+        &mut |_| {},
+    )?;
     let embedder = Arc::new(Embedder::at(path, E5_SMALL));
     let before = rss_kib("VmRSS");
     embedder.encoder().map_err(|why| anyhow::anyhow!("{why}"))?;

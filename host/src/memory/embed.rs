@@ -68,10 +68,6 @@ impl Embedder {
         format!("{}@{}", self.model.name, &self.model.sha256[..12])
     }
 
-    pub fn name(&self) -> &'static str {
-        self.model.name
-    }
-
     /// The loaded encoder, or why it cannot be loaded (logged once, and the
     /// same answer after).
     pub fn encoder(&self) -> Result<&Arc<Encoder>, &str> {

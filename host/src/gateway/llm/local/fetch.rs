@@ -277,19 +277,24 @@ fn extract(
     Ok(hex::encode(hasher.finalize()))
 }
 
-/// `model`, fetched once per machine for tests into `$PINCER_TEST_MODELS`
-/// (else `$CARGO_TARGET_DIR/models`, else `~/.cache/pincer/models`), through
-/// the same code as `pincer model fetch`.
+/// Where tests and benchmarks keep the models they fetch, once per machine:
+/// `$PINCER_TEST_MODELS`, else `$CARGO_TARGET_DIR/models`, else
+/// `~/.cache/pincer/models`.
+pub fn test_models_dir() -> PathBuf {
+    std::env::var_os("PINCER_TEST_MODELS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(|t| PathBuf::from(t).join("models")))
+        .or_else(|| dirs::home_dir().map(|h| h.join(".cache/pincer/models")))
+        .unwrap_or_else(|| PathBuf::from("target/models"))
+}
+
+/// `model` in [`test_models_dir`], fetched through the same code as
+/// `pincer model fetch` if it is not there yet.
 #[cfg(test)]
 pub fn shared_test_model(model: &KnownModel) -> PathBuf {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::var_os("PINCER_TEST_MODELS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(|t| PathBuf::from(t).join("models")))
-        .or_else(|| dirs::home_dir().map(|h| h.join(".cache/pincer/models")))
-        .expect("a folder for test models");
-    ensure_model(&dir, model, None, &mut |_| {})
+    ensure_model(&test_models_dir(), model, None, &mut |_| {})
         .unwrap_or_else(|e| panic!("cannot get the test model {}: {e}", model.name))
 }
 
