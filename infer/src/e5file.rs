@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
+use crate::bytes::Reader;
 use crate::gguf::TensorType;
 use crate::quant::{BLOCK, Matrix};
 use crate::unigram::{Normalizer, Rule, Unigram};
@@ -53,11 +54,7 @@ pub struct E5File<'a> {
 
 impl<'a> E5File<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self, String> {
-        let mut r = Reader {
-            bytes,
-            pos: 0,
-            section: "the header",
-        };
+        let mut r = Reader::new(bytes, 0, "the header");
         if r.take(4)? != MAGIC {
             return Err("it does not start with E5S1".into());
         }
@@ -189,11 +186,7 @@ fn read_vocabulary(r: &mut Reader) -> Result<(Unigram, u32, u32), String> {
     r.section = "the normalization table";
     let rules = r.count(MAX_COUNT)?;
     let table_len = r.u32()? as usize;
-    let mut table = Reader {
-        bytes: r.take(table_len)?,
-        pos: 0,
-        section: "the normalization table",
-    };
+    let mut table = Reader::new(r.take(table_len)?, 0, "the normalization table");
     let normalizer = Normalizer::new(read_rules(&mut table, rules)?)?;
     let tokenizer = Unigram::new(blob, offsets, scores, unk, normalizer)?;
     Ok((tokenizer, bos, eos))
@@ -239,58 +232,14 @@ fn read_directory(r: &mut Reader) -> Result<HashMap<String, Entry>, String> {
     Ok(tensors)
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-    /// Named in errors.
-    section: &'static str,
+/// The E5S1 file's own reads.
+trait E5Reads {
+    fn count(&mut self, max: usize) -> Result<usize, String>;
+    fn char(&mut self) -> Result<char, String>;
+    fn u32s(&mut self, n: usize) -> Result<Vec<u32>, String>;
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|end| *end <= self.bytes.len())
-            .ok_or_else(|| {
-                format!(
-                    "truncated: {} needs {n} bytes at offset {}, {} are left",
-                    self.section,
-                    self.pos,
-                    self.bytes.len() - self.pos
-                )
-            })?;
-        let out = &self.bytes[self.pos..end];
-        self.pos = end;
-        Ok(out)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let mut out = [0u8; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    fn u16(&mut self) -> Result<u16, String> {
-        self.array().map(u16::from_le_bytes)
-    }
-
-    fn u32(&mut self) -> Result<u32, String> {
-        self.array().map(u32::from_le_bytes)
-    }
-
-    fn u64(&mut self) -> Result<u64, String> {
-        self.array().map(u64::from_le_bytes)
-    }
-
-    fn f32(&mut self) -> Result<f32, String> {
-        self.array().map(f32::from_le_bytes)
-    }
-
+impl E5Reads for Reader<'_> {
     /// An i32 in `0..=max`.
     fn count(&mut self, max: usize) -> Result<usize, String> {
         let v = i32::from_le_bytes(self.array()?);

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::bytes::Reader;
 use crate::error::ModelError;
 
 const MAGIC: &[u8; 4] = b"GGUF";
@@ -136,37 +137,14 @@ impl std::fmt::Debug for GgufFile {
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
+/// GGUF's own reads: counts, strings and metadata values.
+trait GgufReads {
+    fn count(&mut self) -> Result<usize, String>;
+    fn string(&mut self) -> Result<String, String>;
+    fn value(&mut self, kind: u32, depth: u8) -> Result<Meta, String>;
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|end| *end <= self.bytes.len())
-            .ok_or_else(|| format!("the header ends early at byte {}", self.bytes.len()))?;
-        let slice = &self.bytes[self.pos..end];
-        self.pos = end;
-        Ok(slice)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let mut out = [0u8; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-
+impl GgufReads for Reader<'_> {
     fn count(&mut self) -> Result<usize, String> {
         let n = self.u64()?;
         if n > MAX_COUNT {
@@ -248,10 +226,7 @@ impl GgufFile {
         if data.len() < 4 || &data[..4] != MAGIC {
             return Err(not_gguf("it does not start with the GGUF magic bytes"));
         }
-        let mut r = Reader {
-            bytes: &data,
-            pos: 4,
-        };
+        let mut r = Reader::new(&data, 4, "the GGUF header");
         let version = r.u32().map_err(&truncated)?;
         if !(2..=3).contains(&version) {
             return Err(ModelError::Unsupported {

@@ -13,6 +13,7 @@
 //! A crate of its own so that it is optimised even in debug builds and tests
 //! (see the workspace's `profile.dev.package`).
 
+mod bytes;
 mod e5file;
 mod encoder;
 mod error;
