@@ -433,7 +433,7 @@ fn embedder() -> anyhow::Result<(Arc<Embedder>, u64)> {
         None,
         &mut |_| {},
     )?;
-    let embedder = Arc::new(Embedder::at(path, E5_SMALL));
+    let embedder = Arc::new(Embedder::at(path, format!("{}@bench", E5_SMALL.name)));
     let before = rss_kib("VmRSS");
     embedder.encoder().map_err(|why| anyhow::anyhow!("{why}"))?;
     let added = rss_kib("VmRSS").saturating_sub(before);

@@ -266,3 +266,199 @@ fn memory_recalls_by_meaning_once_the_model_is_there() {
     .unwrap();
     assert_eq!(json[0]["memory"]["id"], badge, "{json}");
 }
+
+/// The memory store with the real model, through the library's API.
+mod store {
+    use std::sync::{Arc, OnceLock};
+
+    use super::*;
+    use pincer::memory::{Embedder, MatchKind, MemoryKind, MemoryStore, Recalled};
+
+    const MODEL_ID: &str = "multilingual-e5-small@tests";
+
+    /// One embedder (one loaded model) for every test.
+    fn embedder() -> Arc<Embedder> {
+        static EMBEDDER: OnceLock<Arc<Embedder>> = OnceLock::new();
+        EMBEDDER
+            .get_or_init(|| {
+                Arc::new(Embedder::at(
+                    support::models::shared(&E5_SMALL),
+                    MODEL_ID.to_owned(),
+                ))
+            })
+            .clone()
+    }
+
+    fn ids(found: &[Recalled]) -> Vec<i64> {
+        found.iter().map(|r| r.memory.id).collect()
+    }
+
+    fn open(dir: &std::path::Path) -> MemoryStore {
+        MemoryStore::open_with(dir, Some(embedder())).unwrap()
+    }
+
+    const TEAM: [&str; 6] = [
+        "磁盘快满了，周末要清理一下构建服务器的日志",
+        "The quarterly budget review happens on the last Friday of March",
+        "Carol approves any purchase over $10k",
+        "每周一上午十点开站会",
+        "访客车位在地下车库B2层",
+        "Alice prefers tea over coffee in the afternoon",
+    ];
+
+    fn team(store: &MemoryStore) -> Vec<i64> {
+        TEAM.iter()
+            .map(|t| store.add("main", MemoryKind::Fact, t).unwrap().id)
+            .collect()
+    }
+
+    #[test]
+    fn paraphrases_with_no_word_in_common_are_found_by_meaning() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let ids = team(&store);
+        let words_only = MemoryStore::open(dir.path()).unwrap();
+        for (query, want) in [
+            ("存储不足", ids[0]),
+            ("站会几点", ids[3]),
+            ("when do we go over the spending plan each quarter", ids[1]),
+        ] {
+            let found = store.search("main", query, 3).unwrap();
+            assert_eq!(
+                found.first().map(|r| r.memory.id),
+                Some(want),
+                "{query}: {found:?}"
+            );
+        }
+        // No word or character in common: words alone find nothing.
+        assert!(words_only.search("main", "存储不足", 3).unwrap().is_empty());
+        let found = store.search("main", "存储不足", 3).unwrap();
+        assert_eq!(found[0].matched_by, MatchKind::Meaning);
+        let why = found[0].why.as_ref().unwrap();
+        assert_eq!((why.vector_rank, why.lexical_rank), (Some(1), None));
+        assert!(why.similarity.is_some_and(|s| s > 0.85), "{why:?}");
+    }
+
+    #[test]
+    fn a_query_unrelated_to_every_memory_finds_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        team(&store);
+        // Unrelated to every memory: below the floor. (A near miss is not
+        // told from an answer: the model's similarities of both overlap.)
+        for query in [
+            "mitochondria produce ATP through oxidative phosphorylation",
+            "the migration patterns of arctic terns",
+        ] {
+            let found = store.search("main", query, 5).unwrap();
+            assert!(found.is_empty(), "{query}: {found:?}");
+        }
+    }
+
+    #[test]
+    fn memories_stored_without_the_model_are_embedded_before_a_search() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = team(&MemoryStore::open(dir.path()).unwrap());
+        let store = open(dir.path());
+        assert_eq!(store.unembedded(Some("main")).unwrap(), TEAM.len() as u64);
+        let found = store.search("main", "存储空间快不够了", 3).unwrap();
+        assert_eq!(found[0].memory.id, ids[0], "{found:?}");
+        assert_eq!(store.unembedded(None).unwrap(), 0);
+        // A memory added meanwhile by a process without the model.
+        let late = MemoryStore::open(dir.path())
+            .unwrap()
+            .add("main", MemoryKind::Fact, "新员工入职第一天要领工牌和电脑")
+            .unwrap();
+        let found = store.search("main", "新人报到那天做什么", 3).unwrap();
+        assert_eq!(found[0].memory.id, late.id, "{found:?}");
+    }
+
+    #[test]
+    fn another_model_means_every_memory_is_embedded_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        team(&store);
+        assert_eq!(store.unembedded(None).unwrap(), 0);
+        drop(store);
+        // The same file under another model's name: its vectors are not
+        // this model's, so every memory is embedded again.
+        let other = Arc::new(Embedder::at(
+            support::models::shared(&E5_SMALL),
+            "another-model@0".to_owned(),
+        ));
+        let store = MemoryStore::open_with(dir.path(), Some(other)).unwrap();
+        assert_eq!(store.unembedded(None).unwrap(), TEAM.len() as u64);
+        assert!(store.catch_up(None, &mut |_, _| {}).unwrap());
+        drop(store);
+        let store = open(dir.path());
+        assert_eq!(store.unembedded(None).unwrap(), TEAM.len() as u64);
+        let mut seen = Vec::new();
+        assert!(
+            store
+                .catch_up(None, &mut |done, total| seen.push((done, total)))
+                .unwrap()
+        );
+        assert_eq!(seen.last(), Some(&(TEAM.len() as u64, TEAM.len() as u64)));
+        assert_eq!(store.unembedded(None).unwrap(), 0);
+    }
+
+    #[test]
+    fn what_another_connection_adds_or_forgets_is_seen_by_the_next_search() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let ids = team(&store);
+        // Loads the workspace's vectors.
+        assert_eq!(
+            store.search("main", "存储空间快不够了", 1).unwrap()[0]
+                .memory
+                .id,
+            ids[0]
+        );
+        let other = open(dir.path());
+        let badge = other
+            .add("main", MemoryKind::Fact, "新员工入职第一天要领工牌和电脑")
+            .unwrap();
+        assert!(other.forget("main", ids[0]).unwrap());
+        let found = store.search("main", "新人报到那天做什么", 3).unwrap();
+        assert_eq!(found[0].memory.id, badge.id, "{found:?}");
+        let found = store.search("main", "存储空间快不够了", 5).unwrap();
+        assert!(found.iter().all(|r| r.memory.id != ids[0]), "{found:?}");
+        // Own writes are applied to the loaded vectors in place.
+        let own = store
+            .add("main", MemoryKind::Fact, "机房的空调坏了，服务器过热")
+            .unwrap();
+        let found = store.search("main", "设备温度太高", 3).unwrap();
+        assert_eq!(found[0].memory.id, own.id, "{found:?}");
+    }
+
+    #[test]
+    fn workspaces_never_see_each_others_vectors() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        team(&store);
+        let found = store.search("other", "存储空间快不够了", 5).unwrap();
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn an_unloadable_model_leaves_memory_working_by_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("broken.bin");
+        std::fs::write(&bad, b"E5S1 but truncated").unwrap();
+        let store = MemoryStore::open_with(
+            dir.path(),
+            Some(Arc::new(Embedder::at(bad, MODEL_ID.to_owned()))),
+        )
+        .unwrap();
+        let m = store
+            .add(
+                "main",
+                MemoryKind::Fact,
+                "Deploys go through GitHub Actions",
+            )
+            .unwrap();
+        assert_eq!(ids(&store.search("main", "github", 5).unwrap()), [m.id]);
+        assert_eq!(store.unembedded(None).unwrap(), 1);
+        assert!(!store.catch_up(None, &mut |_, _| {}).unwrap());
+    }
+}

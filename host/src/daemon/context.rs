@@ -129,7 +129,7 @@ impl Context {
 
     pub fn memory_store(&self) -> anyhow::Result<crate::memory::MemoryStore> {
         let embedder =
-            crate::memory::Embedder::from_home(&self.home, self.config.memory.embeddings.is_on());
+            crate::gateway::memory_embedder(&self.home, self.config.memory.embeddings.is_on());
         crate::memory::MemoryStore::open_with(&self.home, embedder)
             .with_context(|| format!("opening {}", self.database().display()))
     }

@@ -3,15 +3,43 @@
 //! the response (floats, or base64 as the official clients ask by default).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Once, OnceLock};
 
 use base64::Engine as _;
 use pincer_infer::Role;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::model_fetch::E5_SMALL;
 use crate::memory::Embedder;
+
+/// The embedding model in `home/models`, if it is there (not loaded yet).
+pub fn local_embedder(home: &Path) -> Option<Arc<Embedder>> {
+    let path = home.join("models").join(E5_SMALL.file_name);
+    let id = format!("{}@{}", E5_SMALL.name, &E5_SMALL.sha256[..12]);
+    path.is_file().then(|| Arc::new(Embedder::at(path, id)))
+}
+
+/// Memory's embedding model: [`local_embedder`] when `enabled`; why there
+/// is none is said once per process.
+pub fn memory_embedder(home: &Path, enabled: bool) -> Option<Arc<Embedder>> {
+    static SAID: Once = Once::new();
+    let say = |why: String| SAID.call_once(|| tracing::info!("memory: lexical recall only: {why}"));
+    if !enabled {
+        say("memory.embeddings is off".to_owned());
+        return None;
+    }
+    let found = local_embedder(home);
+    if found.is_none() {
+        say(format!(
+            "no embedding model ({} is absent; `pincer model fetch {}` gets it)",
+            home.join("models").join(E5_SMALL.file_name).display(),
+            E5_SMALL.name
+        ));
+    }
+    found
+}
 
 /// Inputs of one request, at most.
 pub const MAX_INPUTS: usize = 32;
@@ -202,7 +230,7 @@ impl Embeddings {
         if let Some(e) = self.embedder.get() {
             return Some(e.clone());
         }
-        let found = Embedder::open(&self.home)?;
+        let found = local_embedder(&self.home)?;
         Some(self.embedder.get_or_init(|| found).clone())
     }
 

@@ -18,6 +18,7 @@ mod writer;
 
 pub use budget::{Estimate, Ledger, utc_day};
 pub use cost::PriceTable;
+pub use embeddings::{local_embedder, memory_embedder};
 pub use keys::{KeyInfo, KeyKind, KeyStore};
 pub use llm::local::{LocalModel, fetch as model_fetch};
 pub use llm::{check_deployment, default_client};

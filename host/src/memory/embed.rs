@@ -3,69 +3,37 @@
 //! multilingual-e5-small`), run in-process on the CPU by `pincer-infer`.
 //!
 //! The model is loaded on first use and shared (the gateway's
-//! `/v1/embeddings` uses the same one). When it is absent, off
-//! (`memory.embeddings: off`) or unloadable, memory is lexical only, as
-//! before; that is said once per process.
+//! `/v1/embeddings` uses the same one; `gateway::memory_embedder` finds it
+//! in a pincer home). When it is absent, off (`memory.embeddings: off`) or
+//! unloadable, memory is lexical only, as before.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Once, OnceLock};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use pincer_infer::{Encoder, Role};
 
-use crate::gateway::model_fetch::{E5_SMALL, KnownModel};
-
-/// The embedding model of a pincer home, loaded on first use.
+/// An embedding model's file, loaded on first use.
 pub struct Embedder {
     path: PathBuf,
-    model: KnownModel,
+    id: String,
     encoder: OnceLock<Result<Arc<Encoder>, String>>,
 }
 
-/// Why there is no vector ranking, said once per process.
-static SAID: Once = Once::new();
-
-fn say_once(why: &str) {
-    SAID.call_once(|| tracing::info!("memory: lexical recall only: {why}"));
-}
-
 impl Embedder {
-    /// The embedding model in `home/models`, if it is there and `enabled`.
-    pub fn from_home(home: &Path, enabled: bool) -> Option<Arc<Embedder>> {
-        if !enabled {
-            say_once("memory.embeddings is off");
-            return None;
-        }
-        let found = Embedder::open(home);
-        if found.is_none() {
-            say_once(&format!(
-                "no embedding model ({} is absent; `pincer model fetch {}` gets it)",
-                home.join("models").join(E5_SMALL.file_name).display(),
-                E5_SMALL.name
-            ));
-        }
-        found
-    }
-
-    /// The embedding model in `home/models`, if it is there.
-    pub fn open(home: &Path) -> Option<Arc<Embedder>> {
-        let path = home.join("models").join(E5_SMALL.file_name);
-        path.is_file()
-            .then(|| Arc::new(Embedder::at(path, E5_SMALL)))
-    }
-
-    /// `model`'s file at `path`, not yet loaded.
-    pub fn at(path: PathBuf, model: KnownModel) -> Embedder {
+    /// The model file at `path`, not yet loaded; `id` names the model (and
+    /// its build) in the stored vectors' tag.
+    pub fn at(path: PathBuf, id: String) -> Embedder {
         Embedder {
             path,
-            model,
+            id,
             encoder: OnceLock::new(),
         }
     }
 
     /// What the stored vectors are tagged with: another model (or another
     /// build of it) means every memory is embedded again.
-    pub fn model_id(&self) -> String {
-        format!("{}@{}", self.model.name, &self.model.sha256[..12])
+    pub fn model_id(&self) -> &str {
+        &self.id
     }
 
     /// The loaded encoder, or why it cannot be loaded (logged once, and the

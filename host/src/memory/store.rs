@@ -153,7 +153,7 @@ impl MemoryStore {
         reindex_if_stale(&mut conn).map_err(open_error)?;
         if let Some(embedder) = &embedder {
             let tx = write_transaction(&mut conn).map_err(open_error)?;
-            vectors::adopt_model(&tx, &embedder.model_id()).map_err(open_error)?;
+            vectors::adopt_model(&tx, embedder.model_id()).map_err(open_error)?;
             tx.commit().map_err(open_error)?;
         }
         Ok(Self {

@@ -288,16 +288,6 @@ pub fn test_models_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target/models"))
 }
 
-/// `model` in [`test_models_dir`], fetched through the same code as
-/// `pincer model fetch` if it is not there yet.
-#[cfg(test)]
-pub fn shared_test_model(model: &KnownModel) -> PathBuf {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    ensure_model(&test_models_dir(), model, None, &mut |_| {})
-        .unwrap_or_else(|e| panic!("cannot get the test model {}: {e}", model.name))
-}
-
 /// One model file in the models folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelFile {
