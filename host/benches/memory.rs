@@ -150,15 +150,7 @@ fn scale(n: usize) -> anyhow::Result<String> {
     eprintln!();
     let size = db_bytes(&home);
 
-    let queries: Vec<String> = (0..SEARCHES + RECALLS)
-        .map(|i| {
-            if i % 5 == 0 {
-                corpus.fragment(&kept[i % kept.len()])
-            } else {
-                corpus.query()
-            }
-        })
-        .collect();
+    let queries = corpus.queries(&kept, SEARCHES + RECALLS);
     // By how each search was answered: index or substring, quoted fragment
     // or free words.
     let mut by_path: [Vec<Duration>; 4] = Default::default();
@@ -238,15 +230,7 @@ fn meaning_scale(n: usize) -> anyhow::Result<()> {
     }
     let build = started.elapsed();
     eprintln!();
-    let queries: Vec<String> = (0..300)
-        .map(|i| {
-            if i % 5 == 0 {
-                corpus.fragment(&kept[i % kept.len()])
-            } else {
-                corpus.query()
-            }
-        })
-        .collect();
+    let queries = corpus.queries(&kept, 300);
     let mut embeds = Vec::new();
     for q in &queries[..100] {
         let started = Instant::now();
@@ -467,24 +451,34 @@ impl LabelledStore {
         })
     }
 
-    fn search(&self, q: &str, hybrid: Hybrid) -> anyhow::Result<Vec<usize>> {
-        self.store.set_hybrid(hybrid);
+    /// The label of memory `id`.
+    fn label(&self, id: i64) -> Option<usize> {
+        let i = self.ids.iter().position(|stored| *stored == id)?;
+        Some(self.labels[i])
+    }
+
+    /// The labels of `MemoryStore::search`'s top 10.
+    fn search(&self, q: &str) -> anyhow::Result<Vec<usize>> {
         Ok(self
             .store
             .search(WORKSPACE, q, 10)?
             .iter()
-            .filter_map(|r| self.ids.iter().position(|id| *id == r.memory.id))
-            .map(|i| self.labels[i])
+            .filter_map(|r| self.label(r.memory.id))
+            .collect())
+    }
+
+    /// The labels of the `n` memories nearest in meaning, with their
+    /// similarity ("e5 alone"; empty without the model).
+    fn nearest(&self, q: &str, n: usize) -> anyhow::Result<Vec<(usize, f32)>> {
+        Ok(self
+            .store
+            .nearest(WORKSPACE, q, n)?
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(id, similarity)| Some((self.label(id)?, similarity)))
             .collect())
     }
 }
-
-/// "e5 alone": the fusion with the words' list weighed to nothing.
-const MEANING_ONLY: Hybrid = Hybrid {
-    k: 10.0,
-    meaning_weight: 1e6,
-    floor: 0.0,
-};
 
 fn quality() -> anyhow::Result<()> {
     let data: Labelled = serde_json::from_str(include_str!("data/memory_labelled.json"))?;
@@ -505,13 +499,13 @@ fn quality() -> anyhow::Result<()> {
     let systems: [(&str, Ranker); 5] = [
         (
             "pincer, words and meaning (`MemoryStore::search`)",
-            &|q: &str| hybrid.search(q, Hybrid::DEFAULT),
+            &|q: &str| hybrid.search(q),
         ),
         ("pincer, words only (no embedding model)", &|q: &str| {
-            words_only.search(q, Hybrid::DEFAULT)
+            words_only.search(q)
         }),
         ("e5 alone (multilingual-e5-small cosine)", &|q: &str| {
-            hybrid.search(q, MEANING_ONLY)
+            Ok(hybrid.nearest(q, 10)?.into_iter().map(|n| n.0).collect())
         }),
         (
             "FTS5 + jieba `cut_for_search`, BM25, terms ORed",
@@ -643,29 +637,9 @@ fn tune() -> anyhow::Result<()> {
     let words = LabelledStore::new(&data, None)?;
     let meaning = LabelledStore::new(&data, Some(embedder()?.0))?;
     let dev: Vec<&Query> = data.queries.iter().filter(|q| q.split == "dev").collect();
-    let label = |store: &LabelledStore, id: i64| {
-        store
-            .ids
-            .iter()
-            .position(|i| *i == id)
-            .map(|i| store.labels[i])
-    };
     let mut lists = Vec::new();
     for q in &dev {
-        let lexical: Vec<(usize, f64)> = words
-            .store
-            .search(WORKSPACE, &q.q, 10)?
-            .iter()
-            .filter_map(|r| Some((label(&words, r.memory.id)?, r.score)))
-            .collect();
-        let near: Vec<(usize, f32)> = meaning
-            .store
-            .nearest(WORKSPACE, &q.q, 32)?
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|(id, s)| Some((label(&meaning, id)?, s)))
-            .collect();
-        lists.push((lexical, near));
+        lists.push((words.search(&q.q)?, meaning.nearest(&q.q, 32)?));
     }
     let mut nothing: Vec<f32> = Vec::new();
     let mut answer: Vec<f32> = Vec::new();
@@ -705,8 +679,7 @@ fn tune() -> anyhow::Result<()> {
                     };
                     let fused = |q: &str| -> anyhow::Result<Vec<usize>> {
                         let i = dev.iter().position(|d| d.q == q).unwrap_or_default();
-                        let lexical: Vec<usize> = lists[i].0.iter().map(|l| l.0).collect();
-                        Ok(fuse_offline(&lexical, &lists[i].1, hybrid))
+                        Ok(fuse_offline(&lists[i].0, &lists[i].1, hybrid))
                     };
                     let s = Scores::of(&dev, &fused)?;
                     rows.push((
@@ -957,6 +930,20 @@ impl Corpus {
         let n = 1 + self.below(3);
         let pieces = (0..n).map(|_| self.piece()).collect();
         Self::join(pieces)
+    }
+
+    /// `n` queries: every fifth a fragment of one of the `kept` memories
+    /// (index `i` quotes `kept[i % len]`), the others free words.
+    fn queries(&mut self, kept: &[String], n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                if i % 5 == 0 {
+                    self.fragment(&kept[i % kept.len()])
+                } else {
+                    self.query()
+                }
+            })
+            .collect()
     }
 
     /// A few consecutive characters of `text`, as a user quoting it would.

@@ -119,7 +119,6 @@ pub struct MemoryStore {
     /// Recall by meaning, when the embedding model is there.
     embedder: Option<Arc<Embedder>>,
     vectors: vectors::Cache,
-    hybrid: Mutex<rank::Hybrid>,
 }
 
 impl MemoryStore {
@@ -151,7 +150,12 @@ impl MemoryStore {
         conn.execute_batch(vectors::UNEMBEDDED_INDEX)
             .map_err(open_error)?;
         reindex_if_stale(&mut conn).map_err(open_error)?;
-        if let Some(embedder) = &embedder {
+        // The write lock only when the model changed: a store is opened per
+        // CLI command and console page, beside a daemon that writes.
+        if let Some(embedder) = &embedder
+            && vectors::stored_model(&conn).map_err(open_error)?.as_deref()
+                != Some(embedder.model_id())
+        {
             let tx = write_transaction(&mut conn).map_err(open_error)?;
             vectors::adopt_model(&tx, embedder.model_id()).map_err(open_error)?;
             tx.commit().map_err(open_error)?;
@@ -160,7 +164,6 @@ impl MemoryStore {
             conn: Mutex::new(conn),
             embedder,
             vectors: vectors::Cache::default(),
-            hybrid: Mutex::new(rank::Hybrid::DEFAULT),
         })
     }
 
@@ -338,8 +341,7 @@ impl MemoryStore {
         };
         let conn = self.conn()?;
         let lexical = find(&conn, workspace, query, limit.max(WORDS_DEPTH))?;
-        let hybrid = *self.hybrid.lock().map_err(|_| MemoryError::Poisoned)?;
-        fuse_meaning(&conn, workspace, lexical, near, hybrid, limit)
+        fuse_meaning(&conn, workspace, lexical, near, limit)
     }
 
     /// The `n` memories of `workspace` nearest to `query` in meaning, best
@@ -412,13 +414,6 @@ impl MemoryStore {
     /// How many memories of `workspace` (or all) lack a vector.
     pub fn unembedded(&self, workspace: Option<&str>) -> Result<u64, MemoryError> {
         Ok(vectors::unembedded_count(&*self.conn()?, workspace)?)
-    }
-
-    /// The fusion's parameters (the benchmark tunes them on its dev split).
-    pub fn set_hybrid(&self, hybrid: rank::Hybrid) {
-        if let Ok(mut h) = self.hybrid.lock() {
-            *h = hybrid;
-        }
     }
 
     /// [`Self::search`], with why each result ranked where it did: its rank
@@ -717,11 +712,7 @@ fn find(
             substring
         }
     };
-    found.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(b.memory.id.cmp(&a.memory.id))
-    });
+    best_first(&mut found);
     found.truncate(limit);
     Ok(found)
 }
@@ -755,11 +746,7 @@ fn by_list(
         return Ok(Vec::new());
     };
     let mut found = by_index(conn, workspace, &expression, &terms, order, limit)?;
-    found.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(b.memory.id.cmp(&a.memory.id))
-    });
+    best_first(&mut found);
     Ok(found)
 }
 
@@ -807,6 +794,15 @@ fn fuse(words: Vec<Recalled>, variants: Vec<Recalled>, query_variants: &[String]
         .collect()
 }
 
+/// Highest score first; the newer memory first at equal scores.
+fn best_first(found: &mut [Recalled]) {
+    found.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(b.memory.id.cmp(&a.memory.id))
+    });
+}
+
 /// The lexical results (best first) and the `near` list (best first) as
 /// one ranking by [`rank::Hybrid`]; memories found by meaning alone join
 /// when [`rank::Hybrid::admits`] their similarity.
@@ -815,9 +811,9 @@ fn fuse_meaning(
     workspace: &str,
     lexical: Vec<Recalled>,
     near: Vec<(i64, f32)>,
-    hybrid: rank::Hybrid,
     limit: usize,
 ) -> Result<Vec<Recalled>, MemoryError> {
+    let hybrid = rank::Hybrid::DEFAULT;
     let now = now_ms();
     let place = |id: i64| {
         near.iter()
@@ -856,11 +852,7 @@ fn fuse_meaning(
         });
         out.push(fused);
     }
-    out.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(b.memory.id.cmp(&a.memory.id))
-    });
+    best_first(&mut out);
     out.truncate(limit);
     Ok(out)
 }

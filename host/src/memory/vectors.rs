@@ -35,12 +35,16 @@ pub const EMBEDDED_COLUMN: (&str, &str) = ("embedded", "INTEGER NOT NULL DEFAULT
 pub const UNEMBEDDED_INDEX: &str = "CREATE INDEX IF NOT EXISTS memories_unembedded
     ON memories (workspace, id) WHERE embedded = 0";
 
+/// The model the stored vectors were made by, if any.
+pub fn stored_model(conn: &Connection) -> rusqlite::Result<Option<String>> {
+    conn.query_row("SELECT model FROM memory_vector_model", [], |r| r.get(0))
+        .optional()
+}
+
 /// Makes the stored vectors `model`'s: vectors of another model are
 /// dropped (and their memories marked for embedding again).
 pub fn adopt_model(conn: &Connection, model: &str) -> rusqlite::Result<()> {
-    let stored: Option<String> = conn
-        .query_row("SELECT model FROM memory_vector_model", [], |r| r.get(0))
-        .optional()?;
+    let stored = stored_model(conn)?;
     if stored.as_deref() == Some(model) {
         return Ok(());
     }
