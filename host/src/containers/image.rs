@@ -90,7 +90,7 @@ pub struct Built {
 pub async fn build(
     docker: &Docker,
     tag: &str,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Built, ContainerError> {
     let busybox = std::fs::read(BUSYBOX).map_err(|e| ContainerError::Image(format!(
         "cannot read {BUSYBOX} ({e}); install Debian's static busybox: apt-get install busybox-static"

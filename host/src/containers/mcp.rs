@@ -24,17 +24,20 @@ use std::sync::Arc;
 
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::models::{ContainerCreateBody, ContainerInspectResponse};
+use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, InspectContainerOptions,
-    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
+    ListContainersOptionsBuilder, StartContainerOptions,
 };
 use futures_util::StreamExt;
 use tokio::sync::OnceCell;
 
 use super::ContainerError;
+use super::docker::{clean, host_config, is_not_found, observed, remove};
+use super::engine::Observed;
 use super::mounts::{self, BindMount};
-use super::spec::{LABEL_INSTANCE, host_config, settings_mismatches, sorted};
+use super::spec::{LABEL_INSTANCE, sorted};
+use super::verify::{differ, settings_mismatches};
 use crate::audit::AuditLog;
 use crate::config::{Config, McpContainer, expand_tilde, parse_volume};
 use crate::policy::{ContainerSettings, EffectivePolicy, PolicyCatalog, PolicyError};
@@ -328,28 +331,17 @@ impl McpServerSpec {
     }
 
     /// Differences between this spec and the started container.
-    pub fn mismatches(&self, actual: &ContainerInspectResponse) -> Vec<String> {
+    pub fn mismatches(&self, actual: &Observed) -> Vec<String> {
         let s = &self.settings;
         let mut diffs = settings_mismatches(s, &self.image, &self.mounts, actual);
-        let mut check = |what: &str, want: String, got: String| {
-            if want != got {
-                diffs.push(format!("{what}: wanted {want}, found {got}"));
-            }
-        };
-        let networks: Vec<String> = actual
-            .network_settings
-            .as_ref()
-            .and_then(|n| n.networks.as_ref())
-            .map(|n| n.keys().cloned().collect())
-            .unwrap_or_default();
         // `none` with networking disabled: no network at all, or `none`.
-        let got = sorted(&networks);
+        let got = sorted(&actual.applied.networks);
         let got = if s.network_mode == "none" && got.is_empty() {
             "none".to_owned()
         } else {
             got
         };
-        check("attached networks", s.network_mode.clone(), got);
+        differ(&mut diffs, "attached networks", s.network_mode.clone(), got);
         diffs
     }
 }
@@ -386,17 +378,7 @@ impl McpContainers {
     async fn docker(&self) -> Result<&(Docker, String, Owner), ContainerError> {
         self.docker
             .get_or_try_init(|| async {
-                let docker = Docker::connect_with_socket_defaults()
-                    .map_err(|e| {
-                        ContainerError::Docker(format!("cannot connect to the Docker Engine: {e}"))
-                    })?
-                    .negotiate_version()
-                    .await
-                    .map_err(|e| {
-                        ContainerError::Docker(format!(
-                            "the Docker Engine does not answer ({e}); is it running? (`pincer doctor`)"
-                        ))
-                    })?;
+                let docker = super::docker::connect().await?;
                 let instance = super::runtime::instance_id(&self.home)?;
                 Ok((docker, instance, Owner::current()?))
             })
@@ -464,7 +446,7 @@ impl McpContainers {
             .inspect_container(&id, None::<InspectContainerOptions>)
             .await
         {
-            Ok(actual) => spec.mismatches(&actual),
+            Ok(actual) => spec.mismatches(&observed(&actual)),
             Err(e) => vec![format!("the container cannot be inspected: {}", clean(&e))],
         };
         if !problems.is_empty() {
@@ -560,38 +542,6 @@ impl McpContainers {
             removed.push(name);
         }
         Ok(removed)
-    }
-}
-
-async fn remove(docker: &Docker, name_or_id: &str) -> Result<(), ContainerError> {
-    let options = RemoveContainerOptionsBuilder::default()
-        .force(true)
-        .v(true)
-        .build();
-    match docker.remove_container(name_or_id, Some(options)).await {
-        Ok(()) => Ok(()),
-        Err(e) if is_not_found(&e) => Ok(()),
-        Err(e) => Err(ContainerError::Docker(format!(
-            "removing {name_or_id}: {}",
-            clean(&e)
-        ))),
-    }
-}
-
-fn is_not_found(e: &bollard::errors::Error) -> bool {
-    matches!(
-        e,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
-}
-
-fn clean(e: &bollard::errors::Error) -> String {
-    match e {
-        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
-        other => other.to_string(),
     }
 }
 

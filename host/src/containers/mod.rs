@@ -1,10 +1,16 @@
-//! Workspace containers on the Docker Engine (bollard): the offline agent
-//! image, one container per workspace with its policy applied and verified,
-//! and the agent runner inside it reached over a unix socket.
+//! Workspace containers: the offline agent image, one container per
+//! workspace with its policy applied and verified, and the agent runner
+//! inside it reached over a unix socket. The rules are engine-neutral
+//! ([`ContainerRuntime`]); the Docker Engine (bollard) is the one
+//! [`ContainerEngine`].
 
 mod agent_binary;
 pub mod beneath;
 mod cgroup;
+mod docker;
+mod engine;
+#[cfg(test)]
+mod engine_tests;
 mod frozen;
 pub mod idle;
 mod image;
@@ -15,6 +21,7 @@ mod runner_client;
 mod runtime;
 mod spec;
 mod users;
+mod verify;
 
 use std::path::Path;
 
@@ -22,6 +29,7 @@ pub use agent_binary::{install as install_runner, path as runner_path, size as r
 pub use beneath::{
     BeneathError, ensure_dir, open_dir, read_regular_absolute, read_regular_beneath,
 };
+pub use engine::{Applied, ContainerEngine, Observed, RunState};
 pub use frozen::Frozen;
 pub use image::{BUSYBOX, Built, DEFAULT_IMAGE};
 pub use in_use::{InUse, Unused};

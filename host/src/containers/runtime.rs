@@ -2,26 +2,19 @@
 //! labelled, reused, verified against its policy on every use (fail closed),
 //! replaced when it died, and reconciled at start.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bollard::Docker;
-use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptions,
-    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
-    StopContainerOptionsBuilder,
-};
 use pincer_runner_protocol::{ExecRequest, ExecResult, Grant, Request, Response, Status};
 
 use super::ContainerError;
 use super::beneath::Reowned;
-use super::cgroup::Counters;
+use super::engine::{ContainerEngine, Observed};
 use super::frozen::Frozen;
 use super::in_use::{self, InUse, Unused};
 use super::runner_client::{self, RunnerAddr, RunnerError};
-use super::spec::{LABEL_INSTANCE, LABEL_SPEC, LABEL_WORKSPACE, WorkspaceSpec};
+use super::spec::WorkspaceSpec;
 use crate::audit::AuditLog;
 
 /// Why a grant could not be minted or revoked (the minter's own error).
@@ -38,9 +31,11 @@ pub trait GrantMinter: Send + Sync {
 
 /// How long a fresh runner gets to answer its first ping.
 const RUNNER_START: Duration = Duration::from_secs(10);
+/// How long a stopped runner gets to end before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 pub struct ContainerRuntime {
-    docker: Docker,
+    engine: Arc<dyn ContainerEngine>,
     instance: String,
     audit: Arc<AuditLog>,
     /// Mints each container's own gateway token (never a provider key).
@@ -127,26 +122,26 @@ pub struct ExecOutcome {
 }
 
 impl ContainerRuntime {
-    /// Connects to the local Docker Engine and agrees on an API version;
-    /// containers' gateway tokens come from `grants`.
+    /// Connects to the local Docker Engine; containers' gateway tokens
+    /// come from `grants`.
     pub async fn connect(
         home: &Path,
         audit: Arc<AuditLog>,
         grants: Arc<dyn GrantMinter>,
     ) -> Result<Self, ContainerError> {
-        let docker = Docker::connect_with_socket_defaults()
-            .map_err(|e| {
-                ContainerError::Docker(format!("cannot connect to the Docker Engine: {e}"))
-            })?
-            .negotiate_version()
-            .await
-            .map_err(|e| {
-                ContainerError::Docker(format!(
-                    "the Docker Engine does not answer ({e}); is it running? (`pincer doctor`)"
-                ))
-            })?;
+        let engine = super::docker::DockerEngine::connect().await?;
+        Self::new(home, Arc::new(engine), audit, grants)
+    }
+
+    /// The runtime of this `home` on `engine`.
+    pub fn new(
+        home: &Path,
+        engine: Arc<dyn ContainerEngine>,
+        audit: Arc<AuditLog>,
+        grants: Arc<dyn GrantMinter>,
+    ) -> Result<Self, ContainerError> {
         Ok(Self {
-            docker,
+            engine,
             instance: instance_id(home)?,
             audit,
             grants,
@@ -159,14 +154,14 @@ impl ContainerRuntime {
     pub async fn build_image(
         &self,
         tag: &str,
-        progress: &mut dyn FnMut(&str),
+        progress: &mut (dyn FnMut(&str) + Send),
     ) -> Result<super::image::Built, ContainerError> {
-        super::image::build(&self.docker, tag, progress).await
+        self.engine.build_image(tag, progress).await
     }
 
-    /// Whether the Docker Engine has image `tag`.
+    /// Whether the engine has image `tag`.
     pub async fn has_image(&self, tag: &str) -> bool {
-        self.docker.inspect_image(tag).await.is_ok()
+        self.engine.has_image(tag).await
     }
 
     pub fn audit(&self) -> &AuditLog {
@@ -188,30 +183,19 @@ impl ContainerRuntime {
         let in_use = in_use::hold(&spec.run_dir).await?;
         let digest = spec.digest();
         let mut replaced = None;
-        if let Some(existing) = self.inspect(&spec.container_name).await? {
-            let running = existing
-                .state
-                .as_ref()
-                .and_then(|s| s.running)
-                .unwrap_or(false);
-            let same_spec = existing
-                .config
-                .as_ref()
-                .and_then(|c| c.labels.as_ref())
-                .and_then(|l| l.get(LABEL_SPEC))
-                .is_some_and(|d| *d == digest);
-            let id = existing.id.clone().unwrap_or_default();
-            let paused = existing
-                .state
-                .as_ref()
-                .and_then(|s| s.paused)
-                .unwrap_or(false);
-            if paused {
+        if let Some(existing) = self.engine.inspect(&spec.container_name).await? {
+            let Observed {
+                id,
+                state,
+                spec_digest,
+                ..
+            } = existing;
+            if state.paused {
                 // A frozen runner answers nothing: thaw before talking to it
                 // (whoever froze it), then verify as after a start.
                 self.thaw(&spec.workspace, &id).await?;
             }
-            if running && same_spec {
+            if state.running && spec_digest.as_deref() == Some(digest.as_str()) {
                 let runner = self.verify(spec, &id).await?;
                 let runner = self.grant(spec, &id, runner).await?;
                 return Ok(Ensured {
@@ -222,27 +206,25 @@ impl ContainerRuntime {
                     in_use,
                 });
             }
-            let state = existing.state.clone().unwrap_or_default();
-            let why =
-                if !running && state.exit_code == Some(0) && !state.oom_killed.unwrap_or(false) {
-                    "the previous container had stopped unused (containers.idle)".to_string()
-                } else if !running {
-                    let mut why = format!(
-                        "the previous container had stopped (exit code {}{})",
-                        state.exit_code.unwrap_or_default(),
-                        if state.oom_killed.unwrap_or(false) {
-                            ", killed by the OOM killer"
-                        } else {
-                            ""
-                        }
-                    );
-                    if let Some(error) = state.error.filter(|e| !e.is_empty()) {
-                        why.push_str(&format!(": {error}"));
+            let why = if !state.running && state.exit_code == 0 && !state.oom_killed {
+                "the previous container had stopped unused (containers.idle)".to_string()
+            } else if !state.running {
+                let mut why = format!(
+                    "the previous container had stopped (exit code {}{})",
+                    state.exit_code,
+                    if state.oom_killed {
+                        ", killed by the OOM killer"
+                    } else {
+                        ""
                     }
-                    why
-                } else {
-                    "the workspace's configuration or policy changed".to_string()
-                };
+                );
+                if let Some(error) = state.error {
+                    why.push_str(&format!(": {error}"));
+                }
+                why
+            } else {
+                "the workspace's configuration or policy changed".to_string()
+            };
             self.audit.record(
                 crate::audit::Actor::Workspace(&spec.workspace),
                 Some(&spec.workspace),
@@ -298,46 +280,16 @@ impl ContainerRuntime {
                 ),
             );
         }
-        let mut body = spec.create_body();
-        if let Some(labels) = body.labels.as_mut() {
-            labels.insert(LABEL_SPEC.into(), digest.into());
-        }
         // The address only: the token is granted after start (see `grant`).
-        if let Some(env) = body.env.as_mut() {
-            env.push(format!("{GATEWAY_URL_ENV}=unix://{GATEWAY_SOCKET_PATH}"));
-        }
-        let options = CreateContainerOptionsBuilder::default()
-            .name(&spec.container_name)
-            .build();
-        let created = self.docker.create_container(Some(options), body).await.map_err(|e| {
-            if is_not_found(&e) {
-                ContainerError::Image(format!(
-                    "image {} is not on this Docker Engine; build the default one with `pincer image build` (nothing is ever pulled)",
-                    spec.image
-                ))
-            } else {
-                ContainerError::Docker(format!("creating the container for {}: {}", spec.workspace, clean(&e)))
-            }
-        })?;
-        if let Err(e) = self
-            .docker
-            .start_container(&created.id, None::<StartContainerOptions>)
-            .await
-        {
-            let _ = self.remove(&spec.container_name).await;
-            return Err(ContainerError::PolicyNotApplied {
-                workspace: spec.workspace.clone(),
-                problems: vec![format!("the container did not start: {}", clean(&e))],
-            });
-        }
-        Ok(created.id)
+        let gateway = format!("{GATEWAY_URL_ENV}=unix://{GATEWAY_SOCKET_PATH}");
+        self.engine.create_and_start(spec, digest, &[gateway]).await
     }
 
     /// Compares the running container with its spec, and the runner's own
     /// enforcement with the policy. Any difference removes the container.
     async fn verify(&self, spec: &WorkspaceSpec, id: &str) -> Result<Status, ContainerError> {
-        let mut problems = match self.inspect(id).await? {
-            Some(actual) => spec.mismatches(&actual),
+        let mut problems = match self.engine.inspect(id).await? {
+            Some(actual) => super::verify::mismatches(spec, &actual),
             None => vec!["the container disappeared".to_string()],
         };
         if problems.is_empty() {
@@ -439,7 +391,7 @@ impl ContainerRuntime {
     ) -> Result<(Ensured, ExecOutcome), ContainerError> {
         let ensured = self.ensure(spec).await?;
         let program = request.argv.first().cloned().unwrap_or_default();
-        let before = Counters::read(&ensured.id);
+        let before = self.engine.counters(&ensured.id);
         let wait = Duration::from_millis(request.timeout_ms) + Duration::from_secs(5);
         let answer = runner_client::call(
             &runner_addr(spec, &ensured.id),
@@ -447,7 +399,7 @@ impl ContainerRuntime {
             wait,
         )
         .await;
-        let after = Counters::read(&ensured.id);
+        let after = self.engine.counters(&ensured.id);
         let oom_killed = after.oom_kills > before.oom_kills;
         let pids_limit_hits = after.pids_limit_hits.saturating_sub(before.pids_limit_hits);
         if oom_killed {
@@ -499,18 +451,19 @@ impl ContainerRuntime {
                 // The container may have died under the command (OOM of the
                 // runner, docker kill): say so; the next call replaces it.
                 let state = self
+                    .engine
                     .inspect(&ensured.id)
                     .await
                     .ok()
                     .flatten()
-                    .and_then(|c| c.state);
+                    .map(|c| c.state);
                 match state {
-                    Some(s) if !s.running.unwrap_or(false) => Err(ContainerError::Died {
+                    Some(s) if !s.running => Err(ContainerError::Died {
                         workspace: spec.workspace.clone(),
                         detail: format!(
                             "exit code {}{}",
-                            s.exit_code.unwrap_or_default(),
-                            if s.oom_killed.unwrap_or(false) || oom_killed {
+                            s.exit_code,
+                            if s.oom_killed || oom_killed {
                                 ", out of memory"
                             } else {
                                 ""
@@ -528,14 +481,14 @@ impl ContainerRuntime {
     /// Refused while someone uses it.
     pub async fn pause(&self, workspace: &str) -> Result<(), ContainerError> {
         let name = self.container_name(workspace);
-        let container = self.inspect(&name).await?.unwrap_or_default();
-        let state = container.state.unwrap_or_default();
-        if state.paused == Some(true) {
+        let container = self.engine.inspect(&name).await?.unwrap_or_default();
+        let state = container.state;
+        if state.paused {
             return Err(ContainerError::Docker(format!(
                 "the container of workspace `{workspace}` is paused already"
             )));
         }
-        if state.running != Some(true) {
+        if !state.running {
             return Err(ContainerError::Docker(format!(
                 "workspace `{workspace}` has no running container to pause"
             )));
@@ -545,8 +498,8 @@ impl ContainerRuntime {
                 "the container of workspace `{workspace}` is in use (a turn or a command is running); try again when it has ended"
             )));
         };
-        let id = container.id.unwrap_or_default();
-        self.freeze(&unused, &id, Duration::ZERO, "by hand").await
+        self.freeze(&unused, &container.id, Duration::ZERO, "by hand")
+            .await
     }
 
     /// Holds the workspace's container unused, so it can be frozen or
@@ -568,10 +521,7 @@ impl ContainerRuntime {
         let workspace = unused.workspace();
         let name = self.container_name(workspace);
         let started = std::time::Instant::now();
-        self.docker
-            .pause_container(id)
-            .await
-            .map_err(|e| ContainerError::Docker(format!("pausing {name}: {}", clean(&e))))?;
+        self.engine.pause(id).await?;
         let took = started.elapsed();
         Frozen::now(id.to_string(), idle).record(&self.run_root.join(workspace));
         crate::events::container_paused(workspace);
@@ -590,24 +540,17 @@ impl ContainerRuntime {
     pub async fn stop_unused(&self, unused: &Unused, why: &str) -> Result<bool, ContainerError> {
         let workspace = unused.workspace();
         let name = self.container_name(workspace);
-        let Some(state) = self.inspect(&name).await?.and_then(|c| c.state) else {
+        let Some(state) = self.engine.inspect(&name).await?.map(|c| c.state) else {
             return Ok(false);
         };
-        if state.paused == Some(true) {
-            self.docker
-                .unpause_container(&name)
-                .await
-                .map_err(|e| ContainerError::Docker(format!("unpausing {name}: {}", clean(&e))))?;
+        if state.paused {
+            self.engine.unpause(&name).await?;
         }
         Frozen::clear(&self.run_root.join(workspace));
-        if state.running != Some(true) {
+        if !state.running {
             return Ok(false);
         }
-        let options = StopContainerOptionsBuilder::default().t(5).build();
-        self.docker
-            .stop_container(&name, Some(options))
-            .await
-            .map_err(|e| ContainerError::Docker(format!("stopping {name}: {}", clean(&e))))?;
+        self.engine.stop(&name, STOP_GRACE).await?;
         self.revoke_token(workspace);
         crate::events::container_stopped(workspace);
         self.audit.record(
@@ -624,11 +567,10 @@ impl ContainerRuntime {
     pub async fn wake(&self, workspace: &str) -> Result<bool, ContainerError> {
         let name = self.container_name(workspace);
         let paused = self
+            .engine
             .inspect(&name)
             .await?
-            .and_then(|c| c.state)
-            .and_then(|s| s.paused)
-            .unwrap_or(false);
+            .is_some_and(|c| c.state.paused);
         if paused {
             self.thaw(workspace, &name).await?;
         }
@@ -637,10 +579,7 @@ impl ContainerRuntime {
 
     async fn thaw(&self, workspace: &str, id: &str) -> Result<(), ContainerError> {
         let started = std::time::Instant::now();
-        self.docker
-            .unpause_container(id)
-            .await
-            .map_err(|e| ContainerError::Docker(format!("unpausing {id}: {}", clean(&e))))?;
+        self.engine.unpause(id).await?;
         let took = started.elapsed();
         Frozen::clear(&self.run_root.join(workspace));
         crate::events::container_woken(workspace, took);
@@ -687,13 +626,15 @@ impl ContainerRuntime {
     /// says of itself, busy and idle time included; `None` when there is
     /// none to ask or it does not answer within a second. Never thaws.
     pub async fn runner_status(&self, workspace: &str) -> Option<Status> {
-        let state = self.inspect(&self.container_name(workspace)).await.ok()??;
-        let id = state.id.clone()?;
-        let state = state.state?;
-        if state.running != Some(true) || state.paused == Some(true) {
+        let container = self
+            .engine
+            .inspect(&self.container_name(workspace))
+            .await
+            .ok()??;
+        if !container.state.running || container.state.paused {
             return None;
         }
-        self.ping(workspace, &id).await
+        self.ping(workspace, &container.id).await
     }
 
     /// Asks the runner of the workspace's running container `id` how it is.
@@ -713,7 +654,7 @@ impl ContainerRuntime {
         let name = self.container_name(workspace);
         // Whatever was there, no token outlives `down`.
         self.revoke_token(workspace);
-        if self.inspect(&name).await?.is_none() {
+        if self.engine.inspect(&name).await?.is_none() {
             return Ok(false);
         }
         self.remove(&name).await?;
@@ -730,42 +671,7 @@ impl ContainerRuntime {
 
     /// This instance's containers.
     pub async fn list(&self) -> Result<Vec<ContainerStatus>, ContainerError> {
-        // Workspace containers only (MCP server containers carry the
-        // instance label too: `containers::mcp` owns them).
-        let filters = HashMap::from([(
-            "label".to_string(),
-            vec![
-                format!("{LABEL_INSTANCE}={}", self.instance),
-                LABEL_WORKSPACE.to_string(),
-            ],
-        )]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let containers = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| ContainerError::Docker(format!("listing containers: {}", clean(&e))))?;
-        Ok(containers
-            .into_iter()
-            .map(|c| {
-                let labels = c.labels.unwrap_or_default();
-                ContainerStatus {
-                    workspace: labels.get(LABEL_WORKSPACE).cloned().unwrap_or_default(),
-                    name: c
-                        .names
-                        .unwrap_or_default()
-                        .first()
-                        .map(|n| n.trim_start_matches('/').to_string())
-                        .unwrap_or_default(),
-                    id: c.id.unwrap_or_default(),
-                    state: c.state.map(|s| s.to_string()).unwrap_or_default(),
-                    status: c.status.unwrap_or_default(),
-                }
-            })
-            .collect())
+        self.engine.list(&self.instance).await
     }
 
     /// Removes this instance's containers whose workspace is no longer
@@ -788,52 +694,8 @@ impl ContainerRuntime {
         Ok(removed)
     }
 
-    async fn inspect(
-        &self,
-        name_or_id: &str,
-    ) -> Result<Option<bollard::models::ContainerInspectResponse>, ContainerError> {
-        match self
-            .docker
-            .inspect_container(name_or_id, None::<InspectContainerOptions>)
-            .await
-        {
-            Ok(c) => Ok(Some(c)),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(ContainerError::Docker(format!(
-                "inspecting {name_or_id}: {}",
-                clean(&e)
-            ))),
-        }
-    }
-
     async fn remove(&self, name_or_id: &str) -> Result<(), ContainerError> {
-        // A frozen container ignores signals until thawed.
-        let _ = self.docker.unpause_container(name_or_id).await;
-        let _ = self
-            .docker
-            .kill_container(
-                name_or_id,
-                Some(KillContainerOptions {
-                    signal: "KILL".into(),
-                }),
-            )
-            .await;
-        let options = RemoveContainerOptionsBuilder::default()
-            .force(true)
-            .v(true)
-            .build();
-        match self
-            .docker
-            .remove_container(name_or_id, Some(options))
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(ContainerError::Docker(format!(
-                "removing {name_or_id}: {}",
-                clean(&e)
-            ))),
-        }
+        self.engine.remove(name_or_id).await
     }
 }
 
@@ -977,22 +839,4 @@ pub(crate) fn instance_id(home: &Path) -> Result<String, ContainerError> {
     std::fs::write(&path, format!("{id}\n"))
         .map_err(|e| ContainerError::Host(format!("writing {}: {e}", path.display())))?;
     Ok(id)
-}
-
-fn is_not_found(e: &bollard::errors::Error) -> bool {
-    matches!(
-        e,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
-}
-
-/// Docker's error without bollard's wrapping.
-fn clean(e: &bollard::errors::Error) -> String {
-    match e {
-        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
-        other => other.to_string(),
-    }
 }

@@ -1,13 +1,8 @@
 //! What one workspace's container must be: computed from its config and
-//! effective policy, turned into Docker's create body, and compared with
-//! what Docker reports after start.
+//! effective policy, and compared with what its engine reports after start
+//! (the engine turns it into its own terms: [`super::docker`]).
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-
-use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, HostConfig, Mount, MountType, ResourcesUlimits,
-};
 
 use super::mounts::BindMount;
 use crate::policy::ContainerSettings;
@@ -91,65 +86,22 @@ impl WorkspaceSpec {
         hex::encode(&Sha256::digest(shape.as_bytes())[..8])
     }
 
-    pub fn create_body(&self) -> ContainerCreateBody {
-        let s = &self.settings;
-        let labels = HashMap::from([
-            (LABEL_WORKSPACE.to_string(), self.workspace.clone()),
-            (LABEL_INSTANCE.to_string(), self.instance.clone()),
-        ]);
-        ContainerCreateBody {
-            image: Some(self.image.clone()),
-            entrypoint: Some(vec![RUNNER_PATH.into(), "serve".into()]),
-            cmd: Some(vec![]),
-            env: Some(vec![
-                format!(
-                    "{}={}",
-                    pincer_runner_protocol::POLICY_ENV,
-                    self.runner_policy_json()
-                ),
-                format!(
-                    "{}={}",
-                    pincer_runner_protocol::IDLE_ENV,
-                    self.stop_after_secs
-                ),
-                "PATH=/usr/local/bin:/usr/bin:/bin".into(),
-            ]),
-            user: Some(s.user.clone()),
-            working_dir: Some(WORKSPACE_DIR.into()),
-            labels: Some(labels),
-            host_config: Some(host_config(s, &self.all_mounts())),
-            ..Default::default()
-        }
-    }
-
-    /// Differences between this spec and a started container, one line each;
-    /// empty when every setting took effect.
-    pub fn mismatches(&self, actual: &ContainerInspectResponse) -> Vec<String> {
-        let s = &self.settings;
-        let mut diffs = settings_mismatches(s, &self.image, &self.all_mounts(), actual);
-        let mut check = |what: &str, want: String, got: String| {
-            if want != got {
-                diffs.push(format!("{what}: wanted {want}, found {got}"));
-            }
-        };
-        // Runtimes have been seen attaching a network to a `none` container.
-        let networks: Vec<String> = actual
-            .network_settings
-            .as_ref()
-            .and_then(|n| n.networks.as_ref())
-            .map(|n| {
-                let mut names: Vec<String> = n.keys().cloned().collect();
-                names.sort();
-                names
-            })
-            .unwrap_or_default();
-        let want_networks = if s.network_mode == "none" {
-            "none".to_string()
-        } else {
-            s.network_mode.clone()
-        };
-        check("attached networks", want_networks, networks.join(","));
-        diffs
+    /// The container's environment (the gateway's address is the
+    /// runtime's to add).
+    pub fn env(&self) -> Vec<String> {
+        vec![
+            format!(
+                "{}={}",
+                pincer_runner_protocol::POLICY_ENV,
+                self.runner_policy_json()
+            ),
+            format!(
+                "{}={}",
+                pincer_runner_protocol::IDLE_ENV,
+                self.stop_after_secs
+            ),
+            "PATH=/usr/local/bin:/usr/bin:/bin".into(),
+        ]
     }
 }
 
@@ -175,165 +127,4 @@ pub(super) fn sorted(items: &[String]) -> String {
     let mut items = items.to_vec();
     items.sort();
     items.join(",")
-}
-
-/// The Docker host settings that enforce `s`, with `mounts` bound in: one
-/// for workspace containers and MCP server containers alike.
-pub fn host_config(s: &ContainerSettings, mounts: &[BindMount]) -> HostConfig {
-    HostConfig {
-        network_mode: Some(s.network_mode.clone()),
-        memory: Some(s.memory_bytes),
-        memory_swap: Some(s.memory_swap_bytes),
-        nano_cpus: Some(s.nano_cpus),
-        pids_limit: Some(s.pids_limit),
-        ulimits: Some(vec![ResourcesUlimits {
-            name: Some("nofile".into()),
-            soft: Some(s.nofile),
-            hard: Some(s.nofile),
-        }]),
-        cap_drop: Some(s.cap_drop.clone()),
-        cap_add: Some(s.cap_add.clone()),
-        security_opt: Some(s.security_opt.clone()),
-        readonly_rootfs: Some(s.read_only_rootfs),
-        tmpfs: Some(s.tmpfs.clone().into_iter().collect()),
-        mounts: Some(
-            mounts
-                .iter()
-                .map(|m| Mount {
-                    target: Some(m.target.clone()),
-                    source: Some(m.source.display().to_string()),
-                    typ: Some(MountType::BIND),
-                    read_only: Some(m.read_only),
-                    ..Default::default()
-                })
-                .collect(),
-        ),
-        init: Some(false),
-        ..Default::default()
-    }
-}
-
-/// What [`host_config`] asked for that the started container `actual` does
-/// not have (running, image, user, every limit and option, the mounts), one
-/// line each. The attached networks are the caller's to check: how a
-/// `none` container shows them differs by how it was created.
-pub fn settings_mismatches(
-    s: &ContainerSettings,
-    image: &str,
-    mounts: &[BindMount],
-    actual: &ContainerInspectResponse,
-) -> Vec<String> {
-    let mut diffs = Vec::new();
-    let mut check = |what: &str, want: String, got: String| {
-        if want != got {
-            diffs.push(format!("{what}: wanted {want}, found {got}"));
-        }
-    };
-    let host = actual.host_config.clone().unwrap_or_default();
-    let config = actual.config.clone().unwrap_or_default();
-    let running = actual
-        .state
-        .as_ref()
-        .and_then(|st| st.running)
-        .unwrap_or(false);
-    check("running", "true".into(), running.to_string());
-    check("image", image.to_owned(), config.image.unwrap_or_default());
-    check("user", s.user.clone(), config.user.unwrap_or_default());
-    check(
-        "network mode",
-        s.network_mode.clone(),
-        host.network_mode.unwrap_or_default(),
-    );
-    check(
-        "memory",
-        s.memory_bytes.to_string(),
-        host.memory.unwrap_or(0).to_string(),
-    );
-    check(
-        "memory+swap",
-        s.memory_swap_bytes.to_string(),
-        host.memory_swap.unwrap_or(0).to_string(),
-    );
-    check(
-        "cpus (nano)",
-        s.nano_cpus.to_string(),
-        host.nano_cpus.unwrap_or(0).to_string(),
-    );
-    check(
-        "pids limit",
-        s.pids_limit.to_string(),
-        host.pids_limit.unwrap_or(0).to_string(),
-    );
-    // Every ulimit the container has, so one added behind pincer's back
-    // (or a daemon default in place of ours) is a difference too.
-    let mut ulimits: Vec<String> = host
-        .ulimits
-        .unwrap_or_default()
-        .iter()
-        .map(|u| {
-            format!(
-                "{}={}:{}",
-                u.name.clone().unwrap_or_default(),
-                u.soft.unwrap_or(-1),
-                u.hard.unwrap_or(-1)
-            )
-        })
-        .collect();
-    ulimits.sort();
-    check(
-        "ulimits",
-        format!("nofile={0}:{0}", s.nofile),
-        ulimits.join(","),
-    );
-    check(
-        "cap_drop",
-        sorted(&s.cap_drop),
-        sorted(&host.cap_drop.unwrap_or_default()),
-    );
-    check(
-        "cap_add",
-        sorted(&s.cap_add),
-        sorted(&host.cap_add.unwrap_or_default()),
-    );
-    check(
-        "security options",
-        sorted(&s.security_opt),
-        sorted(&host.security_opt.unwrap_or_default()),
-    );
-    check(
-        "read-only root filesystem",
-        s.read_only_rootfs.to_string(),
-        host.readonly_rootfs.unwrap_or(false).to_string(),
-    );
-    let tmpfs: BTreeMap<String, String> = host.tmpfs.unwrap_or_default().into_iter().collect();
-    check("tmpfs", format!("{:?}", s.tmpfs), format!("{tmpfs:?}"));
-    let mut want: Vec<String> = mounts
-        .iter()
-        .map(|m| {
-            format!(
-                "{}:{}:{}",
-                m.source.display(),
-                m.target,
-                if m.read_only { "ro" } else { "rw" }
-            )
-        })
-        .collect();
-    let mut got: Vec<String> = actual
-        .mounts
-        .clone()
-        .unwrap_or_default()
-        .iter()
-        .map(|m| {
-            format!(
-                "{}:{}:{}",
-                m.source.clone().unwrap_or_default(),
-                m.destination.clone().unwrap_or_default(),
-                if m.rw.unwrap_or(true) { "rw" } else { "ro" }
-            )
-        })
-        .collect();
-    want.sort();
-    got.sort();
-    check("mounts", want.join(", "), got.join(", "));
-    diffs
 }
