@@ -740,3 +740,88 @@ async fn a_task_the_agent_proposes_is_approved_and_cancelled_from_the_console() 
     assert_eq!(actors, ["web", "web"]);
     daemon.stop();
 }
+
+/// Two daemons on one machine, every TCP listener on port 0: each gets a
+/// free port of its own, shown in the banner and in `pincer status`, and
+/// `pincer web login` links to the port the console was given.
+#[tokio::test(flavor = "multi_thread")]
+async fn listeners_on_port_0_get_free_ports_shown_in_status_and_the_login_link() {
+    let consoles: Vec<Console> = (0..2)
+        .map(|_| {
+            let sandbox = Sandbox::new();
+            let config = sandbox.write(
+                "pincer.yaml",
+                "workspaces:\n  default: {}\nweb:\n  listen: \"127.0.0.1:0\"\n",
+            );
+            Console {
+                sandbox,
+                config,
+                at: String::new(),
+            }
+        })
+        .collect();
+    let mut daemons: Vec<Daemon> = consoles.iter().map(Console::start).collect();
+    let http = client();
+    let mut ports = Vec::new();
+    for (console, daemon) in consoles.iter().zip(daemons.iter_mut()) {
+        let line = daemon.wait_for_line("web console on");
+        let gateway = daemon.gateway.trim_start_matches("http://").to_owned();
+        let banner_console = line
+            .split("web console on http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .expect("the banner names the console's address")
+            .to_owned();
+        let port = |at: &str| {
+            at.rsplit(':')
+                .next()
+                .and_then(|p| p.parse::<u16>().ok())
+                .expect("an address with a port")
+        };
+        assert_ne!(port(&gateway), 0, "{}", daemon.banner);
+        assert_ne!(port(&banner_console), 0, "{line}");
+
+        // `pincer status` shows the bound addresses once the daemon's
+        // first snapshot is written.
+        let mut status = serde_json::Value::Null;
+        for _ in 0..50 {
+            status = serde_json::from_str(&console.cli(&["status", "--json"])).unwrap();
+            if !status["daemon"].is_null() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert_eq!(status["daemon"]["gateway"], gateway.as_str());
+        assert_eq!(status["daemon"]["console"], banner_console.as_str());
+        let text = console.cli(&["status"]);
+        assert!(
+            text.contains(&format!("gateway http://{gateway}/v1"))
+                && text.contains(&format!("web console http://{banner_console}/")),
+            "{text}"
+        );
+
+        // The sign-in link points at the console's real port, and works.
+        let link = console.cli(&["web", "login"]);
+        let link = link.trim();
+        assert!(
+            link.starts_with(&format!("http://{banner_console}/login?token=")),
+            "{link}"
+        );
+        let (cookie, _) = sign_in(&http, link).await;
+        let home = http
+            .get(format!("http://{banner_console}/"))
+            .header("cookie", cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(home.status(), 200);
+        ports.push((port(&gateway), port(&banner_console)));
+    }
+    assert!(
+        ports[0].0 != ports[1].0 && ports[0].1 != ports[1].1,
+        "{ports:?}"
+    );
+    for daemon in &mut daemons {
+        assert!(daemon.stop().success(), "{}", daemon.log());
+    }
+}

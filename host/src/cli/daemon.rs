@@ -52,13 +52,20 @@ pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()
     };
     match &snapshot {
         Some(s) => println!(
-            "daemon: running (pid {}, up {}), gateway http://{}/v1{}",
+            "daemon: running (pid {}, up {}), gateway http://{}/v1{}{}",
             s.pid,
             ago(Some(s.started_ms)).trim_end_matches(" ago"),
             s.gateway,
             s.webhooks
                 .as_ref()
                 .map(|w| format!(", webhooks http://{w}/channels/NAME/"))
+                .unwrap_or_default(),
+            s.console
+                .as_ref()
+                .map(|c| format!(
+                    ", web console {}://{c}/",
+                    if ctx.config.web.tls { "https" } else { "http" }
+                ))
                 .unwrap_or_default()
         ),
         None => println!("daemon: not running (start it with `pincer start`)"),

@@ -32,7 +32,11 @@ pub fn run(config_flag: Option<&std::path::Path>, command: WebCommand) -> anyhow
                 "Open this link within {} minutes to sign in (it works once):",
                 crate::web::LOGIN_TOKEN_TTL.as_secs() / 60
             );
-            println!("{}", crate::web::login_url(&ctx.config, &token));
+            let running = crate::daemon::status::read(&ctx.home).and_then(|s| s.console);
+            println!(
+                "{}",
+                crate::web::login_url(&ctx.config, running.as_deref(), &token)
+            );
             Ok(())
         }
         WebCommand::Logout { all } => {

@@ -248,8 +248,11 @@ async fn serve(
         ctx.config.clone(),
         channels.clone(),
         schedules.clone(),
-        bound,
-        webhooks,
+        &status::Bound {
+            gateway: bound,
+            webhooks,
+            console,
+        },
     );
     tasks.spawn(status.clone().run(stop.clone()));
     say!(

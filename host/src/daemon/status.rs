@@ -20,6 +20,10 @@ pub struct Snapshot {
     pub updated_ms: i64,
     pub gateway: String,
     pub webhooks: Option<String>,
+    /// Where the web console listens (the bound address: a configured
+    /// port 0 shows the port picked).
+    #[serde(default)]
+    pub console: Option<String>,
     pub workspaces: Vec<String>,
     pub channels: BTreeMap<String, ChannelSnapshot>,
     /// Each workspace's schedule: tasks loaded, and a problem if its file
@@ -48,7 +52,15 @@ pub struct Reporter {
     schedules: Arc<Schedules>,
     gateway: String,
     webhooks: Option<String>,
+    console: Option<String>,
     started_ms: i64,
+}
+
+/// Where a running daemon's TCP listeners are bound.
+pub struct Bound {
+    pub gateway: std::net::SocketAddr,
+    pub webhooks: Option<std::net::SocketAddr>,
+    pub console: Option<std::net::SocketAddr>,
 }
 
 impl Reporter {
@@ -57,16 +69,16 @@ impl Reporter {
         config: Config,
         channels: Arc<ChannelHost>,
         schedules: Arc<Schedules>,
-        gateway: std::net::SocketAddr,
-        webhooks: Option<std::net::SocketAddr>,
+        bound: &Bound,
     ) -> Self {
         Self {
             file: path(home),
             config: Arc::new(config),
             channels,
             schedules,
-            gateway: gateway.to_string(),
-            webhooks: webhooks.map(|a| a.to_string()),
+            gateway: bound.gateway.to_string(),
+            webhooks: bound.webhooks.map(|a| a.to_string()),
+            console: bound.console.map(|a| a.to_string()),
             started_ms: crate::db::now_ms(),
         }
     }
@@ -94,6 +106,7 @@ impl Reporter {
             updated_ms: crate::db::now_ms(),
             gateway: self.gateway.clone(),
             webhooks: self.webhooks.clone(),
+            console: self.console.clone(),
             workspaces: self.config.workspaces.keys().cloned().collect(),
             channels,
             schedules: self.schedules.summary(),

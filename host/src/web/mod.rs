@@ -119,9 +119,10 @@ pub async fn bind(
     }
 }
 
-/// The one-time sign-in URL `pincer web login` prints.
-pub fn login_url(config: &crate::config::Config, token: &str) -> String {
-    let at = config.web.address();
+/// The one-time sign-in URL `pincer web login` prints: at the address the
+/// running daemon's console is bound to (`running`), else the configured one.
+pub fn login_url(config: &crate::config::Config, running: Option<&str>, token: &str) -> String {
+    let at = running.map_or_else(|| config.web.address().to_string(), str::to_owned);
     let scheme = if config.web.tls { "https" } else { "http" };
     format!("{scheme}://{at}/login?token={token}")
 }
