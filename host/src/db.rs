@@ -8,12 +8,35 @@ use rusqlite::Connection;
 
 pub const FILE_NAME: &str = "pincer.db";
 
+/// The shape of the database this binary reads and writes, kept in SQLite's
+/// `user_version`. Each store creates the tables and columns it lacks when
+/// it opens (so an older file is brought forward in place); a file whose
+/// version is newer than this was written by a newer pincer, whose columns
+/// and rules this binary does not know, and is refused rather than written
+/// to. Raise it with every change to a table's shape.
+pub const SCHEMA_VERSION: i64 = 1;
+
 pub fn open(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(5))?;
+    let found: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if found > SCHEMA_VERSION {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+            Some(format!(
+                "{} has schema version {found}, newer than the {SCHEMA_VERSION} this pincer \
+                 knows: it was written by a newer release of pincer. Run that release \
+                 (or a newer one); this one leaves the file untouched",
+                path.display()
+            )),
+        ));
+    }
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    if found < SCHEMA_VERSION {
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    }
     Ok(conn)
 }
 
@@ -53,4 +76,45 @@ pub fn utc_text(ms: i64) -> String {
         || ms.to_string(),
         |t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_file_is_brought_forward_and_a_newer_one_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        {
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch("CREATE TABLE kept (v TEXT); INSERT INTO kept VALUES ('row')")
+                .unwrap();
+        }
+        let conn = open(&path).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        drop(conn);
+
+        let refused = open(&path).unwrap_err().to_string();
+        assert!(
+            refused.contains(&format!(
+                "has schema version {}, newer than the {SCHEMA_VERSION} this pincer knows",
+                SCHEMA_VERSION + 1
+            )),
+            "{refused}"
+        );
+        let raw = Connection::open(&path).unwrap();
+        let (version, kept): (i64, String) = (
+            raw.pragma_query_value(None, "user_version", |r| r.get(0))
+                .unwrap(),
+            raw.query_row("SELECT v FROM kept", [], |r| r.get(0))
+                .unwrap(),
+        );
+        assert_eq!((version, kept.as_str()), (SCHEMA_VERSION + 1, "row"));
+    }
 }

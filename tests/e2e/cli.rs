@@ -1048,3 +1048,42 @@ fn a_wit_0_1_0_plugin_with_secret_keys_needs_legacy_secrets_warn() {
     assert_eq!(value["text"], "hi", "{value}");
     ok(sandbox.pincer(&["--config", warn, "config", "check"]));
 }
+
+/// A `pincer.db` written by a newer release (a higher schema version) is
+/// refused by every command, with what to do, and left as it was.
+#[test]
+fn a_database_from_a_newer_release_is_refused_and_left_untouched() {
+    let sandbox = Sandbox::new();
+    let id = ok(sandbox.pincer(&["memory", "add", "kept across the refusal"]));
+    let db = sandbox.home().join("pincer.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert!(version >= 1, "a fresh database records its schema version");
+        conn.pragma_update(None, "user_version", version + 100)
+            .unwrap();
+    }
+    for args in [
+        &["memory", "search", "kept"][..],
+        &["start", "--listen", "127.0.0.1:0"],
+        &["gateway", "keys", "list", "default"],
+    ] {
+        let said = fails(sandbox.pincer(args));
+        assert!(
+            said.contains("newer than the")
+                && said.contains("written by a newer release of pincer"),
+            "pincer {args:?}: {said}"
+        );
+    }
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let text: String = conn
+        .query_row(
+            "SELECT text FROM memories WHERE id = ?1",
+            [id.trim().parse::<i64>().unwrap()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(text, "kept across the refusal");
+}
