@@ -130,6 +130,11 @@ workspaces:
     };
     refused("too_many", 400, "at most 32");
     refused("too_long", 400, "at most 8192");
+    refused(
+        "too_many_tokens",
+        400,
+        "tokens; at most 8192 in one request",
+    );
     refused("tokens", 400, "token arrays");
     refused("chat_model", 400, "does not give embeddings");
     refused("unknown_model", 404, "unknown model `nope`");

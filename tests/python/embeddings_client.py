@@ -37,6 +37,11 @@ def main() -> None:
     out["passage"] = passage.data[0].embedding
     out["too_many"] = error(lambda: client.embeddings.create(model="embed", input=["x"] * 33))
     out["too_long"] = error(lambda: client.embeddings.create(model="embed", input="x" * 9000))
+    # 32 inputs each within 8 KiB, over 8192 tokens together (CJK: about a
+    # token a character).
+    out["too_many_tokens"] = error(
+        lambda: client.embeddings.create(model="embed", input=["磁盘快满了" * 400] * 32)
+    )
     out["tokens"] = error(lambda: client.embeddings.create(model="embed", input=[[1, 2, 3]]))
     out["chat_model"] = error(lambda: client.embeddings.create(model="chat", input="x"))
     out["unknown_model"] = error(lambda: client.embeddings.create(model="nope", input="x"))

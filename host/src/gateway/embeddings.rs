@@ -45,6 +45,10 @@ pub fn memory_embedder(home: &Path, enabled: bool) -> Option<Arc<Embedder>> {
 pub const MAX_INPUTS: usize = 32;
 /// Bytes of one input, at most.
 pub const MAX_INPUT_BYTES: usize = 8 * 1024;
+/// Tokens one request may feed the encoder at most: a few seconds of the
+/// encoder on this project's 2-core machine, so a workspace waits at most
+/// that long while another's request runs (requests take turns, below).
+pub const MAX_REQUEST_TOKENS: usize = 8192;
 
 /// A request the gateway refuses, with its OpenAI error code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -89,6 +93,26 @@ pub struct Request {
 }
 
 impl Request {
+    /// The tokens the encoder would be fed (what usage reports), or why the
+    /// request is too large to be one.
+    pub fn tokens(&self, encoder: &pincer_infer::Encoder) -> Result<usize, Refused> {
+        let tokens: usize = self
+            .inputs
+            .iter()
+            .map(|text| encoder.token_count(text, self.role))
+            .sum();
+        if tokens > MAX_REQUEST_TOKENS {
+            return Err(refused(
+                "too_many_tokens",
+                format!(
+                    "the inputs come to {tokens} tokens; at most {MAX_REQUEST_TOKENS} in one \
+                     request: split them over several requests"
+                ),
+            ));
+        }
+        Ok(tokens)
+    }
+
     pub fn parse(body: Value, dim: usize) -> Result<Request, Refused> {
         let body: Body = serde_json::from_value(body).map_err(|e| {
             refused(
@@ -202,12 +226,17 @@ pub fn response(alias: &str, vectors: &[Vec<f32>], tokens: usize, base64: bool) 
     })
 }
 
-/// The embedding model and one lock per workspace (concurrency 1 each:
-/// a workspace cannot take both cores from the others).
+/// The embedding model, one lock per workspace (concurrency 1 each) and
+/// one turn at the encoder at a time, handed out first come first served:
+/// with each workspace's requests one at a time and each request at most
+/// [`MAX_REQUEST_TOKENS`], a workspace that keeps asking gets the encoder
+/// every other turn at most while another waits, not both cores for as long
+/// as it likes.
 pub struct Embeddings {
     home: PathBuf,
     embedder: OnceLock<Arc<Embedder>>,
     running: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    encoder_turns: tokio::sync::Semaphore,
 }
 
 impl Embeddings {
@@ -223,6 +252,7 @@ impl Embeddings {
             home,
             embedder,
             running: Mutex::new(HashMap::new()),
+            encoder_turns: tokio::sync::Semaphore::new(1),
         }
     }
 
@@ -234,14 +264,14 @@ impl Embeddings {
         Some(self.embedder.get_or_init(|| found).clone())
     }
 
-    /// Waits for `workspace`'s turn, then embeds on a blocking thread:
-    /// the vectors and the tokens fed.
+    /// Waits for `workspace`'s turn and then the encoder's, and embeds on
+    /// a blocking thread.
     pub async fn embed(
         &self,
         workspace: &str,
         embedder: Arc<Embedder>,
         request: Request,
-    ) -> Result<(Vec<Vec<f32>>, usize), String> {
+    ) -> Result<Vec<Vec<f32>>, String> {
         let lock = {
             let mut running = self
                 .running
@@ -250,6 +280,11 @@ impl Embeddings {
             running.entry(workspace.to_owned()).or_default().clone()
         };
         let _turn = lock.lock().await;
+        let _encoder = self
+            .encoder_turns
+            .acquire()
+            .await
+            .map_err(|e| format!("the encoder is closed: {e}"))?;
         tokio::task::spawn_blocking(move || {
             let texts: Vec<&str> = request.inputs.iter().map(String::as_str).collect();
             embedder.floats(&texts, request.role)

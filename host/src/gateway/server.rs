@@ -767,14 +767,14 @@ impl Gateway {
                 model.name
             ))
         })?;
-        let dim = embedder
+        let encoder = embedder
             .encoder()
-            .map_err(|why| unavailable(why.to_owned()))?
-            .dim();
-        let request = super::embeddings::Request::parse(body, dim)
-            .map_err(|r| ApiError::new(400, r.code, r.message))?;
+            .map_err(|why| unavailable(why.to_owned()))?;
+        let too_big = |r: super::embeddings::Refused| ApiError::new(400, r.code, r.message);
+        let request = super::embeddings::Request::parse(body, encoder.dim()).map_err(too_big)?;
+        let tokens = request.tokens(encoder).map_err(too_big)?;
         let (inputs, base64) = (request.inputs.len(), request.base64);
-        let (vectors, tokens) = self
+        let vectors = self
             .embeddings
             .embed(workspace, embedder, request)
             .await

@@ -74,14 +74,12 @@ impl Embedder {
         Ok(vectors.iter().map(|v| Vector::quantize(v)).collect())
     }
 
-    /// Unit vectors as floats (for `/v1/embeddings`), and the tokens fed.
-    pub fn floats(&self, texts: &[&str], role: Role) -> Result<(Vec<Vec<f32>>, usize), String> {
+    /// Unit vectors as floats (for `/v1/embeddings`).
+    pub fn floats(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<f32>>, String> {
         let encoder = self.encoder().map_err(str::to_owned)?;
-        let vectors = encoder
+        encoder
             .embed(texts, role)
-            .map_err(|e| format!("embedding failed: {e}"))?;
-        let tokens = texts.iter().map(|t| encoder.token_count(t, role)).sum();
-        Ok((vectors, tokens))
+            .map_err(|e| format!("embedding failed: {e}"))
     }
 }
 
