@@ -13,7 +13,7 @@ use super::engine::{Applied, ContainerEngine, Observed, RunState};
 use super::image::Built;
 use super::runtime::{ContainerRuntime, GrantError, GrantMinter};
 use super::spec::WorkspaceSpec;
-use super::verify::mismatches;
+use super::verify::{mismatches, mount_lines};
 use super::{ContainerError, ContainerStatus};
 use crate::audit::AuditLog;
 use crate::policy::PolicyCatalog;
@@ -48,19 +48,6 @@ fn faithful(spec: &WorkspaceSpec) -> Applied {
         items.sort();
         items
     };
-    let mut mounts: Vec<String> = spec
-        .all_mounts()
-        .iter()
-        .map(|m| {
-            format!(
-                "{}:{}:{}",
-                m.source.display(),
-                m.target,
-                if m.read_only { "ro" } else { "rw" }
-            )
-        })
-        .collect();
-    mounts.sort();
     Applied {
         image: spec.image.clone(),
         user: s.user.clone(),
@@ -76,7 +63,7 @@ fn faithful(spec: &WorkspaceSpec) -> Applied {
         security_opt: sorted(&s.security_opt),
         read_only_rootfs: s.read_only_rootfs,
         tmpfs: s.tmpfs.clone(),
-        mounts,
+        mounts: mount_lines(&spec.all_mounts()),
     }
 }
 

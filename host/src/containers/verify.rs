@@ -90,7 +90,18 @@ pub fn settings_mismatches(
         a.read_only_rootfs.to_string(),
     );
     check("tmpfs", format!("{:?}", s.tmpfs), format!("{:?}", a.tmpfs));
-    let mut want: Vec<String> = mounts
+    check(
+        "mounts",
+        mount_lines(mounts).join(", "),
+        a.mounts.join(", "),
+    );
+    diffs
+}
+
+/// `mounts` as [`Applied::mounts`](super::Applied) reports them:
+/// `source:target:ro|rw`, sorted.
+pub(super) fn mount_lines(mounts: &[BindMount]) -> Vec<String> {
+    let mut lines: Vec<String> = mounts
         .iter()
         .map(|m| {
             format!(
@@ -101,7 +112,6 @@ pub fn settings_mismatches(
             )
         })
         .collect();
-    want.sort();
-    check("mounts", want.join(", "), a.mounts.join(", "));
-    diffs
+    lines.sort();
+    lines
 }
