@@ -6,27 +6,38 @@
 
 use std::process::Command;
 
-use crate::support::{Sandbox, daemon::Daemon, free_loopback_address, unique};
+use crate::support::{Sandbox, daemon::Daemon, unique};
 
 struct Console {
     sandbox: Sandbox,
     config: std::path::PathBuf,
-    /// `127.0.0.1:PORT`
+    /// `127.0.0.1:PORT`, once started (the console listens on port 0).
     at: String,
+}
+
+/// Waits for the daemon's console line and returns the address the console
+/// was given (`web.listen` on port 0: no port is guessed, so parallel tests
+/// never race for one).
+fn console_at(daemon: &mut Daemon) -> String {
+    let line = daemon.wait_for_line("web console on");
+    line.split("web console on http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("the banner names the console's address")
+        .to_owned()
 }
 
 impl Console {
     fn new() -> Self {
         let sandbox = Sandbox::new();
-        let at = free_loopback_address();
         let config = sandbox.write(
             "pincer.yaml",
-            &format!("workspaces:\n  default: {{}}\nweb:\n  listen: \"{at}\"\n"),
+            "workspaces:\n  default: {}\nweb:\n  listen: \"127.0.0.1:0\"\n",
         );
         Self {
             sandbox,
             config,
-            at,
+            at: String::new(),
         }
     }
 
@@ -46,7 +57,8 @@ impl Console {
         String::from_utf8(out.stdout).unwrap()
     }
 
-    fn start(&self) -> Daemon {
+    /// Starts the daemon and learns where its console listens.
+    fn start(&mut self) -> Daemon {
         let mut command = self.command();
         command.args(["start", "--listen", "127.0.0.1:0"]);
         let log = self
@@ -54,7 +66,9 @@ impl Console {
             .dir
             .path()
             .join(format!("daemon-{}.log", unique()));
-        Daemon::spawn(command, log)
+        let mut daemon = Daemon::spawn(command, log);
+        self.at = console_at(&mut daemon);
+        daemon
     }
 
     fn url(&self, path: &str) -> String {
@@ -103,11 +117,10 @@ fn csrf_of(page: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_signs_in_once_refuses_foreign_requests_and_escapes_text() {
-    let console = Console::new();
+    let mut console = Console::new();
     let hostile = "<img src=x onerror=alert(1)></script><script>alert(2)</script>";
     let id = console.cli(&["memory", "add", hostile]).trim().to_owned();
     let mut daemon = console.start();
-    daemon.wait_for_line("web console on");
     let http = client();
 
     // No session: pages send to the sign-in page, forms are refused.
@@ -359,7 +372,6 @@ async fn the_chat_streams_a_turn_and_its_approvals_are_decided_inline() {
             &serde_json::json!({ "command": command }).to_string(),
         )
     };
-    let at = free_loopback_address();
     // `web:` follows the workspaces in the generated configuration.
     let env = Env::new(
         vec![
@@ -367,11 +379,11 @@ async fn the_chat_streams_a_turn_and_its_approvals_are_decided_inline() {
             bash("touch /workspace/second"),
             Behaviour::answer("<script>alert(1)</script> both written"),
         ],
-        &format!("  asked: {{approvals: {{tier: approval}}}}\nweb:\n  listen: \"{at}\"\n"),
+        "  asked: {approvals: {tier: approval}}\nweb:\n  listen: \"127.0.0.1:0\"\n",
     )
     .await;
     let mut daemon = env.start();
-    daemon.wait_for_line("web console on");
+    let at = console_at(&mut daemon);
     let link = crate::support::ok(env.pincer(&["web", "login"]));
     let browser = SignedIn::new(&at, link.trim()).await;
     let send =
@@ -498,7 +510,6 @@ async fn a_real_browser_reads_every_page_chats_decides_and_revokes() {
     use crate::support::gateway::{python, python_script};
     use crate::support::ok;
     let hostile = "<img src=x onerror=alert(1)>";
-    let at = free_loopback_address();
     let env = Env::new(
         vec![
             Behaviour::tool("bash", r#"{"command":"touch /workspace/browser"}"#),
@@ -507,7 +518,7 @@ async fn a_real_browser_reads_every_page_chats_decides_and_revokes() {
             Behaviour::slow_answer(2000, &format!("{hostile} written")),
             Behaviour::answer("Q4 numbers are in"),
         ],
-        &format!("  asked: {{approvals: {{tier: approval}}}}\nweb:\n  listen: \"{at}\"\n"),
+        "  asked: {approvals: {tier: approval}}\nweb:\n  listen: \"127.0.0.1:0\"\n",
     )
     .await;
     env.sandbox.write(
@@ -516,7 +527,7 @@ async fn a_real_browser_reads_every_page_chats_decides_and_revokes() {
     );
     ok(env.pincer(&["memory", "add", "--workspace", "asked", hostile]));
     let mut daemon = env.start();
-    daemon.wait_for_line("web console on");
+    console_at(&mut daemon);
     let link = ok(env.pincer(&["web", "login"]));
     let out = Command::new(python())
         .arg(python_script("console_browser.py"))
@@ -557,14 +568,13 @@ async fn a_real_browser_reads_every_page_chats_decides_and_revokes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn no_egress_grant_reaches_the_console_or_the_gateway_from_a_container() {
     use crate::agent::Env;
-    let at = free_loopback_address();
     let env = Env::new(
         Vec::new(),
-        &format!("  open: {{egress: [\"127.0.0.1:*\"]}}\nweb:\n  listen: \"{at}\"\n"),
+        "  open: {egress: [\"127.0.0.1:*\"]}\nweb:\n  listen: \"127.0.0.1:0\"\n",
     )
     .await;
     let mut daemon = env.start();
-    daemon.wait_for_line("web console on");
+    let at = console_at(&mut daemon);
     let gateway = daemon.gateway.trim_start_matches("http://").to_owned();
     for (target, whose) in [
         (at.as_str(), "web.listen"),
@@ -654,13 +664,12 @@ async fn a_task_the_agent_proposes_is_approved_and_cancelled_from_the_console() 
     use crate::agent::Env;
     use crate::support::fake_llm::Behaviour;
     let create = r#"{"id":"standup","schedule":"0 9 * * 1-5","timezone":"Asia/Shanghai","prompt":"write the standup notes"}"#;
-    let at = free_loopback_address();
     let env = Env::new(
         vec![
             Behaviour::tool("schedule__create", create),
             Behaviour::answer("I proposed a standup task"),
         ],
-        &format!("  team: {{agent_schedules: propose}}\nweb:\n  listen: \"{at}\"\n"),
+        "  team: {agent_schedules: propose}\nweb:\n  listen: \"127.0.0.1:0\"\n",
     )
     .await;
     env.sandbox.write(
@@ -668,7 +677,7 @@ async fn a_task_the_agent_proposes_is_approved_and_cancelled_from_the_console() 
         "tasks:\n  - id: yearly\n    schedule: \"0 0 1 1 *\"\n    prompt: write the yearly report\n",
     );
     let mut daemon = env.start();
-    daemon.wait_for_line("web console on");
+    let at = console_at(&mut daemon);
     let link = crate::support::ok(env.pincer(&["web", "login"]));
     let browser = SignedIn::new(&at, link.trim()).await;
 
@@ -746,32 +755,24 @@ async fn a_task_the_agent_proposes_is_approved_and_cancelled_from_the_console() 
 /// `pincer web login` links to the port the console was given.
 #[tokio::test(flavor = "multi_thread")]
 async fn listeners_on_port_0_get_free_ports_shown_in_status_and_the_login_link() {
-    let consoles: Vec<Console> = (0..2)
-        .map(|_| {
-            let sandbox = Sandbox::new();
-            let config = sandbox.write(
-                "pincer.yaml",
-                "workspaces:\n  default: {}\nweb:\n  listen: \"127.0.0.1:0\"\n",
-            );
-            Console {
-                sandbox,
-                config,
-                at: String::new(),
-            }
-        })
-        .collect();
-    let mut daemons: Vec<Daemon> = consoles.iter().map(Console::start).collect();
+    let mut consoles = [Console::new(), Console::new()];
+    // Before a daemon picked the port there is no link to give.
+    let early = consoles[0]
+        .command()
+        .args(["web", "login"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&early.stderr);
+    assert!(
+        !early.status.success() && said.contains("no daemon is running: start it, then sign in"),
+        "{said}"
+    );
+    let mut daemons: Vec<Daemon> = consoles.iter_mut().map(Console::start).collect();
     let http = client();
     let mut ports = Vec::new();
     for (console, daemon) in consoles.iter().zip(daemons.iter_mut()) {
-        let line = daemon.wait_for_line("web console on");
         let gateway = daemon.gateway.trim_start_matches("http://").to_owned();
-        let banner_console = line
-            .split("web console on http://")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .expect("the banner names the console's address")
-            .to_owned();
+        let banner_console = console.at.clone();
         let port = |at: &str| {
             at.rsplit(':')
                 .next()
@@ -779,18 +780,12 @@ async fn listeners_on_port_0_get_free_ports_shown_in_status_and_the_login_link()
                 .expect("an address with a port")
         };
         assert_ne!(port(&gateway), 0, "{}", daemon.banner);
-        assert_ne!(port(&banner_console), 0, "{line}");
+        assert_ne!(port(&banner_console), 0, "{}", daemon.banner);
 
-        // `pincer status` shows the bound addresses once the daemon's
-        // first snapshot is written.
-        let mut status = serde_json::Value::Null;
-        for _ in 0..50 {
-            status = serde_json::from_str(&console.cli(&["status", "--json"])).unwrap();
-            if !status["daemon"].is_null() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        // The snapshot is written before the banner: `pincer status` shows
+        // the bound addresses at once.
+        let status: serde_json::Value =
+            serde_json::from_str(&console.cli(&["status", "--json"])).unwrap();
         assert_eq!(status["daemon"]["gateway"], gateway.as_str());
         assert_eq!(status["daemon"]["console"], banner_console.as_str());
         let text = console.cli(&["status"]);

@@ -27,12 +27,18 @@ pub fn run(config_flag: Option<&std::path::Path>, command: WebCommand) -> anyhow
             if !ctx.config.web.enabled {
                 anyhow::bail!("the web console is off (`web.enabled: false`)");
             }
+            let running = crate::daemon::status::read(&ctx.home).and_then(|s| s.console);
+            if running.is_none() && ctx.config.web.address().port() == 0 {
+                anyhow::bail!(
+                    "the web console's port is picked when `pincer start` runs (`web.listen` has port 0), \
+                     and no daemon is running: start it, then sign in"
+                );
+            }
             let token = auth.issue_login_token(crate::db::now_ms())?;
             eprintln!(
                 "Open this link within {} minutes to sign in (it works once):",
                 crate::web::LOGIN_TOKEN_TTL.as_secs() / 60
             );
-            let running = crate::daemon::status::read(&ctx.home).and_then(|s| s.console);
             println!(
                 "{}",
                 crate::web::login_url(&ctx.config, running.as_deref(), &token)

@@ -254,6 +254,7 @@ async fn serve(
             console,
         },
     );
+    status.write();
     tasks.spawn(status.clone().run(stop.clone()));
     say!(
         "pincer is running: gateway on http://{bound}/v1, turns on {}, {} workspace(s), {} channel(s), {} scheduled task(s){}; Ctrl-C stops it",

@@ -113,7 +113,9 @@ impl Reporter {
         }
     }
 
-    fn write(&self) {
+    /// Writes the snapshot now (the daemon does before its banner, so a
+    /// command run after the banner finds the bound addresses).
+    pub fn write(&self) {
         let Ok(text) = serde_json::to_vec_pretty(&self.snapshot()) else {
             return;
         };

@@ -217,13 +217,6 @@ pub fn listener_on_test_network(label: &str) -> (String, String) {
 }
 
 /// A short random suffix for names on the shared Docker engine.
-/// `127.0.0.1:PORT` with a port free a moment ago, for a listener the
-/// configuration names.
-pub fn free_loopback_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("its address").to_string()
-}
-
 pub fn unique() -> String {
     let mut bytes = [0u8; 4];
     std::io::Read::read_exact(
