@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, HostConfig, Mount, MountType, ResourcesUlimits,
+    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, HostConfig, Mount, MountType,
+    ResourcesUlimits,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptions,
@@ -119,38 +120,20 @@ impl ContainerEngine for DockerEngine {
     async fn list(&self, instance: &str) -> Result<Vec<ContainerStatus>, ContainerError> {
         // Workspace containers only (MCP server containers carry the
         // instance label too: `containers::mcp` owns them).
-        let filters = HashMap::from([(
-            "label".to_string(),
-            vec![
-                format!("{LABEL_INSTANCE}={instance}"),
-                LABEL_WORKSPACE.to_string(),
-            ],
-        )]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let containers = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| ContainerError::Docker(format!("listing containers: {}", clean(&e))))?;
-        Ok(containers
+        Ok(labelled(&self.docker, instance, LABEL_WORKSPACE)
+            .await?
             .into_iter()
-            .map(|c| {
-                let labels = c.labels.unwrap_or_default();
-                ContainerStatus {
-                    workspace: labels.get(LABEL_WORKSPACE).cloned().unwrap_or_default(),
-                    name: c
-                        .names
-                        .unwrap_or_default()
-                        .first()
-                        .map(|n| n.trim_start_matches('/').to_string())
-                        .unwrap_or_default(),
-                    id: c.id.unwrap_or_default(),
-                    state: c.state.map(|s| s.to_string()).unwrap_or_default(),
-                    status: c.status.unwrap_or_default(),
-                }
+            .map(|c| ContainerStatus {
+                workspace: c
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_WORKSPACE))
+                    .cloned()
+                    .unwrap_or_default(),
+                name: name_of(&c).unwrap_or_default(),
+                id: c.id.unwrap_or_default(),
+                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+                status: c.status.unwrap_or_default(),
             })
             .collect())
     }
@@ -197,6 +180,34 @@ impl ContainerEngine for DockerEngine {
     fn counters(&self, id: &str) -> Counters {
         Counters::read(id)
     }
+}
+
+/// Every container of `instance` (running or not) carrying `label`.
+pub async fn labelled(
+    docker: &Docker,
+    instance: &str,
+    label: &str,
+) -> Result<Vec<ContainerSummary>, ContainerError> {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("{LABEL_INSTANCE}={instance}"), label.to_string()],
+    )]);
+    let options = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    docker
+        .list_containers(Some(options))
+        .await
+        .map_err(|e| ContainerError::Docker(format!("listing containers: {}", clean(&e))))
+}
+
+/// A listed container's name, without Docker's leading `/`.
+pub fn name_of(c: &ContainerSummary) -> Option<String> {
+    c.names
+        .as_ref()?
+        .first()
+        .map(|n| n.trim_start_matches('/').to_string())
 }
 
 /// Kills and removes a container (a frozen one is thawed first: it ignores

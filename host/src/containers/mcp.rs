@@ -27,13 +27,13 @@ use bollard::container::LogOutput;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, InspectContainerOptions,
-    ListContainersOptionsBuilder, StartContainerOptions,
+    StartContainerOptions,
 };
 use futures_util::StreamExt;
 use tokio::sync::OnceCell;
 
 use super::ContainerError;
-use super::docker::{clean, host_config, is_not_found, observed, remove};
+use super::docker::{clean, host_config, is_not_found, labelled, name_of, observed, remove};
 use super::engine::Observed;
 use super::mounts::{self, BindMount};
 use super::spec::{LABEL_INSTANCE, sorted};
@@ -500,24 +500,12 @@ impl McpContainers {
     /// removed.
     pub async fn reconcile(&self) -> Result<Vec<String>, ContainerError> {
         let (docker, instance, _) = self.docker().await?;
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![
-                format!("{LABEL_INSTANCE}={instance}"),
-                LABEL_MCP_SERVER.to_owned(),
-            ],
-        )]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let listed = docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| ContainerError::Docker(format!("listing containers: {}", clean(&e))))?;
+        let listed = labelled(docker, instance, LABEL_MCP_SERVER).await?;
         let mut removed = Vec::new();
         for container in listed {
-            let Some(id) = container.id else { continue };
+            let Some(id) = container.id.clone() else {
+                continue;
+            };
             let owner = container
                 .labels
                 .as_ref()
@@ -527,12 +515,7 @@ impl McpContainers {
                 continue;
             }
             remove(docker, &id).await?;
-            let name = container
-                .names
-                .unwrap_or_default()
-                .first()
-                .map(|n| n.trim_start_matches('/').to_owned())
-                .unwrap_or(id);
+            let name = name_of(&container).unwrap_or(id);
             self.audit.record(
                 crate::audit::Actor::Host,
                 None,
