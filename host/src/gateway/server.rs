@@ -770,9 +770,18 @@ impl Gateway {
         let encoder = embedder
             .encoder()
             .map_err(|why| unavailable(why.to_owned()))?;
-        let too_big = |r: super::embeddings::Refused| ApiError::new(400, r.code, r.message);
-        let request = super::embeddings::Request::parse(body, encoder.dim()).map_err(too_big)?;
-        let tokens = request.tokens(encoder).map_err(too_big)?;
+        let invalid = |r: super::embeddings::Refused| ApiError::new(400, r.code, r.message);
+        let request = super::embeddings::Request::parse(body, encoder.dim()).map_err(invalid)?;
+        // Tokenizing up to 32 × 8 KiB is CPU work: off the async threads
+        // (`gateway serve` runs on one).
+        let counting = encoder.clone();
+        let (request, tokens) = tokio::task::spawn_blocking(move || {
+            let tokens = request.tokens(&counting);
+            (request, tokens)
+        })
+        .await
+        .map_err(|e| ApiError::new(500, "embedding_failed", format!("counting tokens: {e}")))?;
+        let tokens = tokens.map_err(invalid)?;
         let (inputs, base64) = (request.inputs.len(), request.base64);
         let vectors = self
             .embeddings
