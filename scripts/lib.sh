@@ -80,6 +80,9 @@ ensure_docker_prerequisites() {
     ensure_debian_packages /usr/bin/docker-registry docker-registry
     # tests/e2e/web.rs drives the console in a real headless browser.
     ensure_debian_packages /usr/bin/chromedriver chromium chromium-driver
+    # The state stores' tests run on SQLite and on a private PostgreSQL
+    # server each test process starts (host/src/db/testing.rs).
+    ensure_debian_packages /usr/lib/postgresql/15/bin/postgres postgresql
     if ! docker info >/dev/null 2>&1; then
         echo "the Docker Engine is not reachable: install and start it (apt-get install docker.io; systemctl start docker)" >&2
         exit 1

@@ -47,6 +47,7 @@ pub mod approvals;
 pub mod audit;
 pub mod channels;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod containers;
 pub mod daemon;

@@ -8,20 +8,15 @@
 //! that nobody will pick up again.
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::db::now_ms;
+use crate::args;
+use crate::db::{Db, DbError, Dialect, Location, Row, Value, now_ms};
 
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("channel store: {0}")]
-    Db(#[from] rusqlite::Error),
-    #[error("channel store: lock poisoned by a panicked thread")]
-    Poisoned,
-}
+#[error("channel store: {0}")]
+pub struct StoreError(#[from] DbError);
 
 /// An inbound message as received (before routing decisions).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,85 +215,84 @@ pub struct Reply {
 }
 
 pub struct ChannelStore {
-    conn: Mutex<Connection>,
+    db: Db,
 }
 
 const INBOUND_COLUMNS: &str = "id, channel, conversation, thread, message_id, sender, sender_name, text, workspace, state, received_ms, turn_id, status_handle, files";
 const OUTBOX_COLUMNS: &str = "id, channel, conversation, thread, reply_to, text, attempts, state, \
                               receipt, last_error, actions, visible_to, replaces, file";
 
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS channel_inbound (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        channel TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        thread TEXT,
+        message_id TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        sender_name TEXT,
+        text TEXT NOT NULL,
+        workspace TEXT NOT NULL,
+        state TEXT NOT NULL,
+        received_ms INTEGER NOT NULL,
+        platform_ms INTEGER NOT NULL,
+        turn_id TEXT,
+        status_handle TEXT,
+        UNIQUE (channel, conversation, message_id)
+    );
+    CREATE INDEX IF NOT EXISTS channel_inbound_state ON channel_inbound (state, id);
+    CREATE TABLE IF NOT EXISTS channel_outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        channel TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        thread TEXT,
+        reply_to TEXT,
+        text TEXT NOT NULL,
+        inbound_id INTEGER,
+        state TEXT NOT NULL DEFAULT 'pending',
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_ms INTEGER NOT NULL,
+        claimed_by TEXT,
+        claimed_until_ms INTEGER,
+        last_error TEXT,
+        receipt TEXT,
+        created_ms INTEGER NOT NULL,
+        sent_ms INTEGER
+    );
+    CREATE INDEX IF NOT EXISTS channel_outbox_pending
+        ON channel_outbox (state, channel, conversation, id);
+    CREATE TABLE IF NOT EXISTS channel_outbox_files (
+        outbox_id INTEGER PRIMARY KEY,
+        bytes BLOB NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS channel_clicks (
+        channel TEXT NOT NULL,
+        click_id TEXT NOT NULL,
+        received_ms INTEGER NOT NULL,
+        PRIMARY KEY (channel, click_id)
+    );";
+
 impl ChannelStore {
     pub fn open(db: &Path) -> Result<Self, StoreError> {
-        let conn = crate::db::open(db)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS channel_inbound (
-                id INTEGER PRIMARY KEY AUTOINCREMENT,
-                channel TEXT NOT NULL,
-                conversation TEXT NOT NULL,
-                thread TEXT,
-                message_id TEXT NOT NULL,
-                sender TEXT NOT NULL,
-                sender_name TEXT,
-                text TEXT NOT NULL,
-                workspace TEXT NOT NULL,
-                state TEXT NOT NULL,
-                received_ms INTEGER NOT NULL,
-                platform_ms INTEGER NOT NULL,
-                turn_id TEXT,
-                status_handle TEXT,
-                UNIQUE (channel, conversation, message_id)
-            );
-            CREATE INDEX IF NOT EXISTS channel_inbound_state ON channel_inbound (state, id);
-            CREATE TABLE IF NOT EXISTS channel_outbox (
-                id INTEGER PRIMARY KEY AUTOINCREMENT,
-                channel TEXT NOT NULL,
-                conversation TEXT NOT NULL,
-                thread TEXT,
-                reply_to TEXT,
-                text TEXT NOT NULL,
-                inbound_id INTEGER,
-                state TEXT NOT NULL DEFAULT 'pending',
-                attempts INTEGER NOT NULL DEFAULT 0,
-                next_attempt_ms INTEGER NOT NULL,
-                claimed_by TEXT,
-                claimed_until_ms INTEGER,
-                last_error TEXT,
-                receipt TEXT,
-                created_ms INTEGER NOT NULL,
-                sent_ms INTEGER
-            );
-            CREATE INDEX IF NOT EXISTS channel_outbox_pending
-                ON channel_outbox (state, channel, conversation, id);
-            CREATE TABLE IF NOT EXISTS channel_outbox_files (
-                outbox_id INTEGER PRIMARY KEY,
-                bytes BLOB NOT NULL
-            );
-            CREATE TABLE IF NOT EXISTS channel_clicks (
-                channel TEXT NOT NULL,
-                click_id TEXT NOT NULL,
-                received_ms INTEGER NOT NULL,
-                PRIMARY KEY (channel, click_id)
-            );",
-        )?;
-        // Outboxes of releases before interactive messages lack these.
-        crate::db::add_missing_columns(
-            &conn,
-            "channel_outbox",
-            &[
-                ("actions", "TEXT"),
-                ("visible_to", "TEXT"),
-                ("replaces", "INTEGER"),
-                ("file", "TEXT"),
-            ],
-        )?;
-        crate::db::add_missing_columns(&conn, "channel_inbound", &[("files", "TEXT")])?;
-        Ok(Self {
-            conn: Mutex::new(conn),
-        })
+        Self::open_at(&Location::from(db))
     }
 
-    fn conn(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
-        self.conn.lock().map_err(|_| StoreError::Poisoned)
+    pub fn open_at(location: &Location) -> Result<Self, StoreError> {
+        let db = Db::open(location)?;
+        db.transaction(|conn| -> Result<(), DbError> {
+            conn.schema(SCHEMA)?;
+            // Outboxes of releases before interactive messages lack these.
+            conn.add_missing_columns(
+                "channel_outbox",
+                &[
+                    ("actions", "TEXT"),
+                    ("visible_to", "TEXT"),
+                    ("replaces", "INTEGER"),
+                    ("file", "TEXT"),
+                ],
+            )?;
+            conn.add_missing_columns("channel_inbound", &[("files", "TEXT")])
+        })?;
+        Ok(Self { db })
     }
 
     /// Stores an inbound message. `None` when it is already stored (a
@@ -323,41 +317,45 @@ impl ChannelStore {
         let files = (kept && !message.files.is_empty())
             .then(|| serde_json::to_string(&message.files))
             .transpose()
-            .map_err(|e| StoreError::Db(rusqlite::Error::ToSqlConversionFailure(Box::new(e))))?;
-        let conn = self.conn()?;
-        let inserted = conn.execute(
-            "INSERT INTO channel_inbound
-                (channel, conversation, thread, message_id, sender, sender_name, text,
-                 workspace, state, received_ms, platform_ms, files)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
-             ON CONFLICT (channel, conversation, message_id) DO NOTHING",
-            params![
-                message.channel,
-                message.conversation,
-                message.thread,
-                message.message_id,
-                message.sender,
-                message.sender_name,
-                text,
-                workspace,
-                state.as_str(),
-                now_ms(),
-                i64::try_from(message.timestamp_ms).unwrap_or(i64::MAX),
-                files,
-            ],
-        )?;
-        Ok((inserted == 1).then(|| conn.last_insert_rowid()))
+            .map_err(DbError::from)?;
+        let args = args![
+            &message.channel,
+            &message.conversation,
+            &message.thread,
+            &message.message_id,
+            &message.sender,
+            &message.sender_name,
+            text,
+            workspace,
+            state.as_str(),
+            now_ms(),
+            i64::try_from(message.timestamp_ms).unwrap_or(i64::MAX),
+            files,
+        ];
+        self.db.run(|conn| {
+            let inserted = conn.query_opt(
+                "INSERT INTO channel_inbound
+                    (channel, conversation, thread, message_id, sender, sender_name, text,
+                     workspace, state, received_ms, platform_ms, files)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                 ON CONFLICT (channel, conversation, message_id) DO NOTHING
+                 RETURNING id",
+                args,
+            )?;
+            Ok(inserted.map(|row| row.get(0)).transpose()?)
+        })
     }
 
     pub fn inbound(&self, id: i64) -> Result<Option<InboundRow>, StoreError> {
-        let conn = self.conn()?;
-        Ok(conn
-            .query_row(
+        self.db.run(|conn| {
+            conn.query_opt(
                 &format!("SELECT {INBOUND_COLUMNS} FROM channel_inbound WHERE id = ?1"),
-                [id],
-                inbound_row,
-            )
-            .optional()?)
+                args![id],
+            )?
+            .as_ref()
+            .map(inbound_row)
+            .transpose()
+        })
     }
 
     /// The platform ids of `conversation`'s messages that ran a turn (so
@@ -367,54 +365,66 @@ impl ChannelStore {
         channel: &str,
         conversation: &str,
     ) -> Result<std::collections::HashSet<String>, StoreError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare(
-            "SELECT message_id FROM channel_inbound
-             WHERE channel = ?1 AND conversation = ?2
-               AND state IN ('running', 'done', 'failed', 'interrupted')",
-        )?;
-        let ids = stmt.query_map(params![channel, conversation], |r| r.get(0))?;
-        Ok(ids.collect::<Result<_, _>>()?)
+        self.db.run(|conn| {
+            conn.query(
+                "SELECT message_id FROM channel_inbound
+                 WHERE channel = ?1 AND conversation = ?2
+                   AND state IN ('running', 'done', 'failed', 'interrupted')",
+                args![channel, conversation],
+            )?
+            .iter()
+            .map(|r| Ok(r.get(0)?))
+            .collect()
+        })
     }
 
     /// Messages in `state`, oldest first.
     pub fn inbound_in(&self, state: InboundState) -> Result<Vec<InboundRow>, StoreError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare(&format!(
-            "SELECT {INBOUND_COLUMNS} FROM channel_inbound WHERE state = ?1 ORDER BY id"
-        ))?;
-        let rows = stmt.query_map([state.as_str()], inbound_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.db.run(|conn| {
+            conn.query(
+                &format!(
+                    "SELECT {INBOUND_COLUMNS} FROM channel_inbound WHERE state = ?1 ORDER BY id"
+                ),
+                args![state.as_str()],
+            )?
+            .iter()
+            .map(inbound_row)
+            .collect()
+        })
     }
 
     /// Moves message `id` from queued to running; `false` when it was not
     /// queued (another worker or a stop got there first).
     pub fn start(&self, id: i64) -> Result<bool, StoreError> {
-        let changed = self.conn()?.execute(
+        self.execute(
             "UPDATE channel_inbound SET state = ?2 WHERE id = ?1 AND state = ?3",
-            params![
+            args![
                 id,
                 InboundState::Running.as_str(),
                 InboundState::Queued.as_str()
             ],
-        )?;
-        Ok(changed == 1)
+        )
+        .map(|changed| changed == 1)
     }
 
     pub fn set_turn(&self, id: i64, turn_id: &str) -> Result<(), StoreError> {
-        self.conn()?.execute(
+        self.execute(
             "UPDATE channel_inbound SET turn_id = ?2 WHERE id = ?1",
-            params![id, turn_id],
-        )?;
-        Ok(())
+            args![id, turn_id],
+        )
+        .map(drop)
     }
 
     pub fn set_status_handle(&self, id: i64, handle: Option<&str>) -> Result<(), StoreError> {
-        self.conn()?.execute(
+        self.execute(
             "UPDATE channel_inbound SET status_handle = ?2 WHERE id = ?1",
-            params![id, handle],
-        )?;
-        Ok(())
+            args![id, handle],
+        )
+        .map(drop)
+    }
+
+    fn execute(&self, sql: &str, args: &[Value]) -> Result<usize, StoreError> {
+        self.db.run(|conn| Ok(conn.execute(sql, args)?))
     }
 
     /// Ends an inbound message's turn and queues its reply, in one
@@ -425,60 +435,61 @@ impl ChannelStore {
         state: InboundState,
         reply: &Reply,
     ) -> Result<Vec<i64>, StoreError> {
-        let mut conn = self.conn()?;
-        let tx = conn.transaction()?;
-        let now = now_ms();
-        let mut ids = Vec::with_capacity(reply.parts.len());
         let actions = (!reply.actions.is_empty())
             .then(|| serde_json::to_string(&reply.actions))
             .transpose()
-            .map_err(|e| StoreError::Db(rusqlite::Error::ToSqlConversionFailure(Box::new(e))))?;
+            .map_err(DbError::from)?;
         let file = reply
             .file
             .as_ref()
             .map(|(file, _)| serde_json::to_string(file))
             .transpose()
-            .map_err(|e| StoreError::Db(rusqlite::Error::ToSqlConversionFailure(Box::new(e))))?;
+            .map_err(DbError::from)?;
         let last = reply.parts.len().saturating_sub(1);
-        for (i, part) in reply.parts.iter().enumerate() {
-            tx.execute(
-                "INSERT INTO channel_outbox
-                    (channel, conversation, thread, reply_to, text, inbound_id,
-                     next_attempt_ms, created_ms, actions, visible_to, replaces, file)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10, ?11)",
-                params![
-                    reply.channel,
-                    reply.conversation,
-                    reply.thread,
-                    reply.reply_to,
-                    part,
-                    inbound_id,
-                    now,
-                    if i == last { actions.as_deref() } else { None },
-                    reply.visible_to,
-                    reply.replaces,
-                    if i == last { file.as_deref() } else { None },
-                ],
-            )?;
-            let id = tx.last_insert_rowid();
-            if i == last
-                && let Some((_, bytes)) = &reply.file
-            {
+        self.db.transaction(|tx| {
+            let now = now_ms();
+            let mut ids = Vec::with_capacity(reply.parts.len());
+            for (i, part) in reply.parts.iter().enumerate() {
+                let id: i64 = tx
+                    .query_one(
+                        "INSERT INTO channel_outbox
+                            (channel, conversation, thread, reply_to, text, inbound_id,
+                             next_attempt_ms, created_ms, actions, visible_to, replaces, file)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10, ?11)
+                         RETURNING id",
+                        args![
+                            &reply.channel,
+                            &reply.conversation,
+                            &reply.thread,
+                            &reply.reply_to,
+                            part,
+                            inbound_id,
+                            now,
+                            if i == last { actions.as_deref() } else { None },
+                            &reply.visible_to,
+                            reply.replaces,
+                            if i == last { file.as_deref() } else { None },
+                        ],
+                    )?
+                    .get(0)?;
+                if i == last
+                    && let Some((_, bytes)) = &reply.file
+                {
+                    tx.execute(
+                        "INSERT INTO channel_outbox_files (outbox_id, bytes) VALUES (?1, ?2)",
+                        args![id, bytes.as_slice()],
+                    )?;
+                }
+                ids.push(id);
+            }
+            if let Some(id) = inbound_id {
                 tx.execute(
-                    "INSERT INTO channel_outbox_files (outbox_id, bytes) VALUES (?1, ?2)",
-                    params![id, bytes],
+                    "UPDATE channel_inbound SET state = ?2 WHERE id = ?1",
+                    args![id, state.as_str()],
                 )?;
             }
-            ids.push(id);
-        }
-        if let Some(id) = inbound_id {
-            tx.execute(
-                "UPDATE channel_inbound SET state = ?2 WHERE id = ?1",
-                params![id, state.as_str()],
-            )?;
-        }
-        tx.commit()?;
-        Ok(ids)
+            Ok(ids)
+        })
     }
 
     /// Claims up to `limit` due outbox rows for `owner` until `lease_ms`
@@ -490,11 +501,9 @@ impl ChannelStore {
         lease_ms: i64,
         limit: usize,
     ) -> Result<Vec<OutboxRow>, StoreError> {
-        let mut conn = self.conn()?;
-        let tx = conn.transaction()?;
-        let now = now_ms();
-        let ids: Vec<i64> = {
-            let mut stmt = tx.prepare(
+        self.db.transaction(|tx| {
+            let now = now_ms();
+            let ids = tx.query(
                 "SELECT o.id FROM channel_outbox o
                  WHERE o.state = 'pending'
                    AND o.id = (SELECT MIN(id) FROM channel_outbox p
@@ -504,150 +513,176 @@ impl ChannelStore {
                    AND (o.claimed_until_ms IS NULL OR o.claimed_until_ms <= ?1)
                  ORDER BY o.next_attempt_ms, o.id
                  LIMIT ?2",
+                args![now, limit],
             )?;
-            let rows = stmt.query_map(params![now, limit as i64], |r| r.get(0))?;
-            rows.collect::<Result<_, _>>()?
-        };
-        let mut claimed = Vec::with_capacity(ids.len());
-        for id in ids {
-            tx.execute(
-                "UPDATE channel_outbox SET claimed_by = ?2, claimed_until_ms = ?3 WHERE id = ?1",
-                params![id, owner, now + lease_ms],
-            )?;
-            claimed.push(tx.query_row(
-                &format!("SELECT {OUTBOX_COLUMNS} FROM channel_outbox WHERE id = ?1"),
-                [id],
-                outbox_row,
-            )?);
-        }
-        tx.commit()?;
-        Ok(claimed)
+            let mut claimed = Vec::with_capacity(ids.len());
+            for id in ids {
+                let id: i64 = id.get(0)?;
+                tx.execute(
+                    "UPDATE channel_outbox SET claimed_by = ?2, claimed_until_ms = ?3 WHERE id = ?1",
+                    args![id, owner, now + lease_ms],
+                )?;
+                claimed.push(outbox_row(&tx.query_one(
+                    &format!("SELECT {OUTBOX_COLUMNS} FROM channel_outbox WHERE id = ?1"),
+                    args![id],
+                )?)?);
+            }
+            Ok(claimed)
+        })
     }
 
     /// Releases the claims other owners hold on undelivered rows (a daemon
     /// killed mid-delivery); returns how many. Pincer runs one daemon per
     /// database today, so every other owner is gone.
     pub fn release_foreign_claims(&self, owner: &str) -> Result<usize, StoreError> {
-        Ok(self.conn()?.execute(
+        self.execute(
             "UPDATE channel_outbox SET claimed_by = NULL, claimed_until_ms = NULL
              WHERE state = 'pending' AND claimed_by IS NOT NULL AND claimed_by != ?1",
-            [owner],
-        )?)
+            args![owner],
+        )
     }
 
     /// When the next pending row is due (ms since the epoch), if any.
     pub fn next_due_ms(&self) -> Result<Option<i64>, StoreError> {
-        let conn = self.conn()?;
-        Ok(conn.query_row(
-            "SELECT MIN(MAX(next_attempt_ms, COALESCE(claimed_until_ms, 0)))
-             FROM channel_outbox WHERE state = 'pending'",
-            [],
-            |r| r.get(0),
-        )?)
+        self.db.run(|conn| {
+            Ok(conn
+                .query_one(
+                    "SELECT MIN(CASE WHEN claimed_until_ms > next_attempt_ms
+                                     THEN claimed_until_ms ELSE next_attempt_ms END)
+                     FROM channel_outbox WHERE state = 'pending'",
+                    args![],
+                )?
+                .get(0)?)
+        })
     }
 
     pub fn delivered(&self, id: i64, receipt: &str) -> Result<(), StoreError> {
-        let conn = self.conn()?;
-        conn.execute(
-            "UPDATE channel_outbox SET state = 'sent', receipt = ?2, sent_ms = ?3,
-                attempts = attempts + 1, claimed_by = NULL, claimed_until_ms = NULL
-             WHERE id = ?1",
-            params![id, receipt, now_ms()],
-        )?;
-        conn.execute(
-            "DELETE FROM channel_outbox_files WHERE outbox_id = ?1",
-            [id],
-        )?;
-        Ok(())
+        self.db.transaction(|tx| {
+            tx.execute(
+                "UPDATE channel_outbox SET state = 'sent', receipt = ?2, sent_ms = ?3,
+                    attempts = attempts + 1, claimed_by = NULL, claimed_until_ms = NULL
+                 WHERE id = ?1",
+                args![id, receipt, now_ms()],
+            )?;
+            tx.execute(
+                "DELETE FROM channel_outbox_files WHERE outbox_id = ?1",
+                args![id],
+            )?;
+            Ok(())
+        })
     }
 
     /// The bytes of the file outbox row `id` sends, while it is undelivered.
     pub fn outbox_file_bytes(&self, id: i64) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self
-            .conn()?
-            .query_row(
-                "SELECT bytes FROM channel_outbox_files WHERE outbox_id = ?1",
-                [id],
-                |r| r.get(0),
-            )
-            .optional()?)
+        self.db.run(|conn| {
+            Ok(conn
+                .query_opt(
+                    "SELECT bytes FROM channel_outbox_files WHERE outbox_id = ?1",
+                    args![id],
+                )?
+                .map(|r| r.get(0))
+                .transpose()?)
+        })
     }
 
     /// Puts a row back for another attempt at `retry_at_ms`.
     pub fn retry_at(&self, id: i64, retry_at_ms: i64, error: &str) -> Result<(), StoreError> {
-        self.conn()?.execute(
+        self.execute(
             "UPDATE channel_outbox SET attempts = attempts + 1, next_attempt_ms = ?2,
                 last_error = ?3, claimed_by = NULL, claimed_until_ms = NULL
              WHERE id = ?1",
-            params![id, retry_at_ms, error],
-        )?;
-        Ok(())
+            args![id, retry_at_ms, error],
+        )
+        .map(drop)
     }
 
     pub fn give_up(&self, id: i64, error: &str) -> Result<(), StoreError> {
-        let conn = self.conn()?;
-        conn.execute(
-            "UPDATE channel_outbox SET state = 'failed', attempts = attempts + 1,
-                last_error = ?2, claimed_by = NULL, claimed_until_ms = NULL
-             WHERE id = ?1",
-            params![id, error],
-        )?;
-        conn.execute(
-            "DELETE FROM channel_outbox_files WHERE outbox_id = ?1",
-            [id],
-        )?;
-        Ok(())
+        self.db.transaction(|tx| {
+            tx.execute(
+                "UPDATE channel_outbox SET state = 'failed', attempts = attempts + 1,
+                    last_error = ?2, claimed_by = NULL, claimed_until_ms = NULL
+                 WHERE id = ?1",
+                args![id, error],
+            )?;
+            tx.execute(
+                "DELETE FROM channel_outbox_files WHERE outbox_id = ?1",
+                args![id],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn outbox_where(&self, filter: &str, args: &[Value]) -> Result<Vec<OutboxRow>, StoreError> {
+        self.db.run(|conn| {
+            conn.query(
+                &format!("SELECT {OUTBOX_COLUMNS} FROM channel_outbox o WHERE {filter}"),
+                args,
+            )?
+            .iter()
+            .map(outbox_row)
+            .collect()
+        })
     }
 
     /// The latest replies of `channel` given up on, newest first.
     pub fn failed(&self, channel: &str, limit: u32) -> Result<Vec<OutboxRow>, StoreError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {OUTBOX_COLUMNS} FROM channel_outbox WHERE channel = ?1 AND state = 'failed'
-             ORDER BY id DESC LIMIT ?2"
-        ))?;
-        let rows = stmt.query_map(params![channel, limit], outbox_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.outbox_where(
+            "channel = ?1 AND state = 'failed' ORDER BY id DESC LIMIT ?2",
+            args![channel, limit],
+        )
     }
 
     /// Puts a reply given up on back in the queue, due now. A file's bytes
     /// were dropped when it failed, so a file cannot be retried. `false`
     /// when the row is not a failed text reply.
     pub fn retry_failed(&self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
-        Ok(self.conn()?.execute(
+        self.execute(
             "UPDATE channel_outbox SET state = 'pending', next_attempt_ms = ?2,
                 claimed_by = NULL, claimed_until_ms = NULL
              WHERE id = ?1 AND state = 'failed' AND file IS NULL",
-            params![id, now_ms],
-        )? == 1)
+            args![id, now_ms],
+        )
+        .map(|changed| changed == 1)
     }
 
     /// Every outbox row of a channel, oldest first.
     pub fn outbox(&self, channel: &str) -> Result<Vec<OutboxRow>, StoreError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare(&format!(
-            "SELECT {OUTBOX_COLUMNS} FROM channel_outbox WHERE channel = ?1 ORDER BY id"
-        ))?;
-        let rows = stmt.query_map([channel], outbox_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.outbox_where("channel = ?1 ORDER BY id", args![channel])
     }
 
     /// The outbox rows with these ids (e.g. a scheduled run's output),
     /// in id order; ids with no row are left out.
     pub fn outbox_rows(&self, ids: &[i64]) -> Result<Vec<OutboxRow>, StoreError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {OUTBOX_COLUMNS} FROM channel_outbox WHERE id = ?1"
-        ))?;
-        let mut out = Vec::with_capacity(ids.len());
         let mut ids = ids.to_vec();
         ids.sort_unstable();
-        for id in ids {
-            if let Some(row) = stmt.query_row([id], outbox_row).optional()? {
-                out.push(row);
+        self.db.run(|conn| {
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                if let Some(row) = conn.query_opt(
+                    &format!("SELECT {OUTBOX_COLUMNS} FROM channel_outbox WHERE id = ?1"),
+                    args![id],
+                )? {
+                    out.push(outbox_row(&row)?);
+                }
             }
+            Ok(out)
+        })
+    }
+
+    /// `o`'s buttons (a JSON list) hold one whose id satisfies `test`, where
+    /// `test` names the id as `button_id`.
+    fn has_button(&self, test: &str) -> String {
+        match self.db.dialect() {
+            Dialect::Sqlite => format!(
+                "EXISTS (SELECT 1 FROM (SELECT json_extract(value, '$.id') AS button_id
+                                        FROM json_each(o.actions)) WHERE {test})"
+            ),
+            Dialect::Postgres => format!(
+                "EXISTS (SELECT 1 FROM (SELECT b->>'id' AS button_id
+                                        FROM jsonb_array_elements(o.actions::jsonb) b) ids
+                         WHERE {test})"
+            ),
         }
-        Ok(out)
     }
 
     /// The sent row of `channel` in `conversation` whose platform id is
@@ -660,21 +695,15 @@ impl ChannelStore {
         receipt: &str,
         action: &str,
     ) -> Result<Option<OutboxRow>, StoreError> {
-        let conn = self.conn()?;
-        Ok(conn
-            .query_row(
-                &format!(
-                    "SELECT {OUTBOX_COLUMNS} FROM channel_outbox o
-                     WHERE channel = ?1 AND conversation = ?2 AND receipt = ?3
-                       AND actions IS NOT NULL AND replaces IS NULL
-                       AND EXISTS (SELECT 1 FROM json_each(o.actions)
-                                   WHERE json_extract(value, '$.id') = ?4)
-                     ORDER BY id DESC LIMIT 1"
-                ),
-                params![channel, conversation, receipt, action],
-                outbox_row,
-            )
-            .optional()?)
+        let filter = format!(
+            "channel = ?1 AND conversation = ?2 AND receipt = ?3
+             AND actions IS NOT NULL AND replaces IS NULL AND {}
+             ORDER BY id DESC LIMIT 1",
+            self.has_button("button_id = ?4")
+        );
+        Ok(self
+            .outbox_where(&filter, args![channel, conversation, receipt, action])?
+            .pop())
     }
 
     /// The newest row of `channel` with a button whose id starts with
@@ -685,41 +714,37 @@ impl ChannelStore {
         channel: &str,
         prefix: &str,
     ) -> Result<Option<OutboxRow>, StoreError> {
-        let conn = self.conn()?;
-        Ok(conn
-            .query_row(
-                &format!(
-                    "SELECT {OUTBOX_COLUMNS} FROM channel_outbox o
-                     WHERE channel = ?1 AND actions IS NOT NULL AND replaces IS NULL
-                       AND EXISTS (SELECT 1 FROM json_each(o.actions)
-                                   WHERE substr(json_extract(value, '$.id'), 1, length(?2)) = ?2)
-                     ORDER BY id DESC LIMIT 1"
-                ),
-                params![channel, prefix],
-                outbox_row,
-            )
-            .optional()?)
+        let filter = format!(
+            "channel = ?1 AND actions IS NOT NULL AND replaces IS NULL AND {}
+             ORDER BY id DESC LIMIT 1",
+            self.has_button("substr(button_id, 1, length(CAST(?2 AS TEXT))) = ?2")
+        );
+        Ok(self.outbox_where(&filter, args![channel, prefix])?.pop())
     }
 
     /// Records click `click_id` of `channel`: `false` when it was recorded
     /// already (the platform delivered it again).
     pub fn first_click(&self, channel: &str, click_id: &str) -> Result<bool, StoreError> {
-        Ok(self.conn()?.execute(
-            "INSERT OR IGNORE INTO channel_clicks (channel, click_id, received_ms)
-             VALUES (?1, ?2, ?3)",
-            params![channel, click_id, now_ms()],
-        )? == 1)
+        self.execute(
+            "INSERT INTO channel_clicks (channel, click_id, received_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (channel, click_id) DO NOTHING",
+            args![channel, click_id, now_ms()],
+        )
+        .map(|inserted| inserted == 1)
     }
 
     /// Rows waiting to be delivered, per channel.
     pub fn outbox_depth(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare(
-            "SELECT channel, COUNT(*) FROM channel_outbox WHERE state = 'pending'
-             GROUP BY channel ORDER BY channel",
-        )?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.db.run(|conn| {
+            conn.query(
+                "SELECT channel, COUNT(*) FROM channel_outbox WHERE state = 'pending'
+                 GROUP BY channel ORDER BY channel",
+                args![],
+            )?
+            .iter()
+            .map(|r| Ok((r.get(0)?, r.get(1)?)))
+            .collect()
+        })
     }
 }
 
@@ -764,58 +789,62 @@ impl ChannelStore {
         outbox_before_ms: i64,
         dry_run: bool,
     ) -> Result<Pruned, StoreError> {
-        let mut conn = self.conn()?;
-        let tx = conn.transaction()?;
-        let count = |sql: &str, before: i64| -> rusqlite::Result<usize> {
-            let n: i64 = tx.query_row(sql, [before], |r| r.get(0))?;
-            Ok(usize::try_from(n).unwrap_or(0))
-        };
-        let old_inbound = count(
-            "SELECT COUNT(*) FROM channel_inbound WHERE received_ms < ?1",
-            inbound_before_ms,
-        )?;
-        let old_outbox = count(
-            "SELECT COUNT(*) FROM channel_outbox WHERE COALESCE(sent_ms, created_ms) < ?1",
-            outbox_before_ms,
-        )?;
-        let pruned = if dry_run {
-            let inbound = count(
-                &format!("SELECT COUNT(*) FROM channel_inbound WHERE {PRUNABLE_INBOUND}"),
+        self.db.transaction(|tx| {
+            let mut count = |sql: &str, before: i64| -> Result<usize, DbError> {
+                tx.query_one(sql, args![before])?.get(0)
+            };
+            let old_inbound = count(
+                "SELECT COUNT(*) FROM channel_inbound WHERE received_ms < ?1",
                 inbound_before_ms,
             )?;
-            let outbox = count(
-                &format!("SELECT COUNT(*) FROM channel_outbox WHERE {PRUNABLE_OUTBOX}"),
+            let old_outbox = count(
+                "SELECT COUNT(*) FROM channel_outbox WHERE COALESCE(sent_ms, created_ms) < ?1",
                 outbox_before_ms,
             )?;
-            (inbound, outbox)
-        } else {
-            // inbound first: its "reply still pending" test reads the outbox
-            let inbound = tx.execute(
-                &format!("DELETE FROM channel_inbound WHERE {PRUNABLE_INBOUND}"),
-                [inbound_before_ms],
-            )?;
-            let outbox = tx.execute(
-                &format!("DELETE FROM channel_outbox WHERE {PRUNABLE_OUTBOX}"),
-                [outbox_before_ms],
-            )?;
-            // A click redelivered after this long finds its request decided.
-            tx.execute(
-                "DELETE FROM channel_clicks WHERE received_ms < ?1",
-                [outbox_before_ms],
-            )?;
-            (inbound, outbox)
-        };
-        tx.commit()?;
-        Ok(Pruned {
-            inbound: pruned.0,
-            inbound_kept: old_inbound - pruned.0,
-            outbox: pruned.1,
-            outbox_kept: old_outbox - pruned.1,
+            let pruned = if dry_run {
+                let inbound = count(
+                    &format!("SELECT COUNT(*) FROM channel_inbound WHERE {PRUNABLE_INBOUND}"),
+                    inbound_before_ms,
+                )?;
+                let outbox = count(
+                    &format!("SELECT COUNT(*) FROM channel_outbox WHERE {PRUNABLE_OUTBOX}"),
+                    outbox_before_ms,
+                )?;
+                (inbound, outbox)
+            } else {
+                // inbound first: its "reply still pending" test reads the outbox
+                let inbound = tx.execute(
+                    &format!("DELETE FROM channel_inbound WHERE {PRUNABLE_INBOUND}"),
+                    args![inbound_before_ms],
+                )?;
+                let outbox = tx.execute(
+                    &format!("DELETE FROM channel_outbox WHERE {PRUNABLE_OUTBOX}"),
+                    args![outbox_before_ms],
+                )?;
+                // A click redelivered after this long finds its request decided.
+                tx.execute(
+                    "DELETE FROM channel_clicks WHERE received_ms < ?1",
+                    args![outbox_before_ms],
+                )?;
+                (inbound, outbox)
+            };
+            Ok(Pruned {
+                inbound: pruned.0,
+                inbound_kept: old_inbound - pruned.0,
+                outbox: pruned.1,
+                outbox_kept: old_outbox - pruned.1,
+            })
         })
     }
 }
 
-fn inbound_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InboundRow> {
+fn json_list<T: serde::de::DeserializeOwned + Default>(text: Option<String>) -> T {
+    // Written by this store; a list it cannot read back is an empty one.
+    text.and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default()
+}
+
+fn inbound_row(r: &Row) -> Result<InboundRow, StoreError> {
     Ok(InboundRow {
         id: r.get(0)?,
         channel: r.get(1)?,
@@ -826,19 +855,15 @@ fn inbound_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InboundRow> {
         sender_name: r.get(6)?,
         text: r.get(7)?,
         workspace: r.get(8)?,
-        state: InboundState::parse(&r.get::<_, String>(9)?),
+        state: InboundState::parse(&r.get::<String>(9)?),
         received_ms: r.get(10)?,
         turn_id: r.get(11)?,
         status_handle: r.get(12)?,
-        // Written by this store; a list it cannot read back is no files.
-        files: r
-            .get::<_, Option<String>>(13)?
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_default(),
+        files: json_list(r.get(13)?),
     })
 }
 
-fn outbox_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OutboxRow> {
+fn outbox_row(r: &Row) -> Result<OutboxRow, StoreError> {
     Ok(OutboxRow {
         id: r.get(0)?,
         channel: r.get(1)?,
@@ -847,19 +872,14 @@ fn outbox_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OutboxRow> {
         reply_to: r.get(4)?,
         text: r.get(5)?,
         attempts: r.get(6)?,
-        state: OutboxState::parse(&r.get::<_, String>(7)?),
+        state: OutboxState::parse(&r.get::<String>(7)?),
         receipt: r.get(8)?,
         last_error: r.get(9)?,
-        // Written by this store from `Button`s; a row it cannot read back
-        // shows no buttons.
-        actions: r
-            .get::<_, Option<String>>(10)?
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_default(),
+        actions: json_list(r.get(10)?),
         visible_to: r.get(11)?,
         replaces: r.get(12)?,
         file: r
-            .get::<_, Option<String>>(13)?
+            .get::<Option<String>>(13)?
             .and_then(|text| serde_json::from_str(&text).ok()),
     })
 }
@@ -867,6 +887,7 @@ fn outbox_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OutboxRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::testing::{database, each_backend};
 
     fn received(id: &str) -> Received {
         Received {
@@ -895,8 +916,11 @@ mod tests {
 
     #[test]
     fn a_redelivered_message_is_stored_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = ChannelStore::open(&dir.path().join("p.db")).unwrap();
+        each_backend(a_redelivered_message_is_stored_once_on);
+    }
+
+    fn a_redelivered_message_is_stored_once_on(at: &Location) {
+        let store = ChannelStore::open_at(at).unwrap();
         let first = store
             .receive(&received("1.1"), "default", InboundState::Queued)
             .unwrap();
@@ -912,8 +936,11 @@ mod tests {
 
     #[test]
     fn parts_are_claimed_one_at_a_time_per_conversation_and_leases_expire() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = ChannelStore::open(&dir.path().join("p.db")).unwrap();
+        each_backend(parts_are_claimed_one_at_a_time_per_conversation_and_leases_expire_on);
+    }
+
+    fn parts_are_claimed_one_at_a_time_per_conversation_and_leases_expire_on(at: &Location) {
+        let store = ChannelStore::open_at(at).unwrap();
         store
             .finish(None, InboundState::Done, &reply(&["one", "two"]))
             .unwrap();
@@ -935,5 +962,187 @@ mod tests {
         assert!(store.claim_due("c", 60_000, 10).unwrap().is_empty());
         assert_eq!(store.release_foreign_claims("c").unwrap(), 1);
         assert_eq!(store.claim_due("c", 60_000, 10).unwrap()[0].text, "two");
+    }
+
+    #[test]
+    fn buttons_files_clicks_and_pruning_read_back_the_same() {
+        each_backend(|at| {
+            let store = ChannelStore::open_at(at).unwrap();
+            let mut message = received("9.9");
+            message.files = vec![StoredFile {
+                id: "F1".into(),
+                name: "a.txt".into(),
+                media_type: Some("text/plain".into()),
+                size: Some(3),
+                locator: "https://files/F1".into(),
+            }];
+            let id = store
+                .receive(&message, "default", InboundState::Queued)
+                .unwrap()
+                .unwrap();
+            assert_eq!(store.inbound(id).unwrap().unwrap().files, message.files);
+            assert!(store.start(id).unwrap());
+            assert!(!store.start(id).unwrap(), "running already");
+            assert!(store.turned("slack", "D1").unwrap().contains("9.9"));
+
+            let mut ask = reply(&["approve?"]);
+            ask.actions = vec![Button {
+                id: "approve:42".into(),
+                label: "Approve".into(),
+                style: ButtonStyle::Primary,
+            }];
+            ask.file = Some((
+                OutboxFile {
+                    name: "r.txt".into(),
+                    media_type: "text/plain".into(),
+                    size: 2,
+                },
+                vec![0, 255],
+            ));
+            let ids = store.finish(Some(id), InboundState::Done, &ask).unwrap();
+            assert_eq!(store.outbox_file_bytes(ids[0]).unwrap(), Some(vec![0, 255]));
+            assert_eq!(store.outbox_depth().unwrap(), [("slack".to_string(), 1)]);
+            assert!(store.next_due_ms().unwrap().is_some());
+            let claimed = store.claim_due("me", 60_000, 10).unwrap();
+            assert_eq!(claimed[0].actions, ask.actions);
+            store.delivered(ids[0], "ts9").unwrap();
+            assert_eq!(store.outbox_file_bytes(ids[0]).unwrap(), None);
+            assert_eq!(store.next_due_ms().unwrap(), None);
+
+            let asked = store
+                .sent_with_action("slack", "D1", "ts9", "approve:42")
+                .unwrap()
+                .unwrap();
+            assert_eq!(asked.id, ids[0]);
+            assert!(
+                store
+                    .sent_with_action("slack", "D1", "ts9", "approve:4")
+                    .unwrap()
+                    .is_none()
+            );
+            assert_eq!(
+                store
+                    .with_action_prefix("slack", "approve:")
+                    .unwrap()
+                    .unwrap()
+                    .id,
+                ids[0]
+            );
+            assert!(
+                store
+                    .with_action_prefix("slack", "deny:")
+                    .unwrap()
+                    .is_none()
+            );
+            assert!(store.first_click("slack", "c1").unwrap());
+            assert!(!store.first_click("slack", "c1").unwrap());
+
+            let pruned = store.prune(i64::MAX, i64::MAX, true).unwrap();
+            assert_eq!((pruned.inbound, pruned.outbox), (1, 1));
+            let pruned = store.prune(i64::MAX, i64::MAX, false).unwrap();
+            assert_eq!((pruned.inbound, pruned.outbox), (1, 1));
+            assert!(store.inbound(id).unwrap().is_none());
+            assert!(
+                store.first_click("slack", "c1").unwrap(),
+                "old clicks pruned too"
+            );
+        });
+    }
+
+    /// Two daemons on one PostgreSQL database, each with its own pool, both
+    /// handed every event (Slack spreads one event over several sockets,
+    /// and retries): each is stored once, and exactly one daemon is told it
+    /// is new, so one turn runs.
+    #[test]
+    fn an_event_delivered_to_two_daemons_makes_one_row_and_one_turn() {
+        let at = database();
+        let daemons = [
+            ChannelStore::open_at(&at).unwrap(),
+            ChannelStore::open_at(&at).unwrap(),
+        ];
+        let new = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for store in &daemons {
+                for _ in 0..2 {
+                    s.spawn(|| {
+                        for i in 0..50 {
+                            if store
+                                .receive(
+                                    &received(&format!("{i}.0")),
+                                    "default",
+                                    InboundState::Queued,
+                                )
+                                .unwrap()
+                                .is_some()
+                            {
+                                new.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        assert_eq!(new.into_inner(), 50);
+        assert_eq!(
+            daemons[1].inbound_in(InboundState::Queued).unwrap().len(),
+            50
+        );
+    }
+
+    /// Two daemons draining one outbox at once: every row is claimed by one
+    /// of them, delivered once, and each conversation's parts stay in order.
+    #[test]
+    fn two_daemons_draining_one_outbox_deliver_each_row_once_in_order() {
+        let at = database();
+        let daemons = [
+            ChannelStore::open_at(&at).unwrap(),
+            ChannelStore::open_at(&at).unwrap(),
+        ];
+        for c in 0..20 {
+            let mut r = reply(&["1", "2", "3"]);
+            r.conversation = format!("C{c}");
+            daemons[0].finish(None, InboundState::Done, &r).unwrap();
+        }
+        let sent = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for (d, store) in daemons.iter().enumerate() {
+                for w in 0..2 {
+                    let sent = &sent;
+                    s.spawn(move || {
+                        let owner = format!("daemon{d}/{w}");
+                        let mut idle = 0;
+                        while idle < 20 {
+                            let claimed = store.claim_due(&owner, 60_000, 4).unwrap();
+                            if claimed.is_empty() {
+                                idle += 1;
+                                std::thread::sleep(std::time::Duration::from_millis(5));
+                            }
+                            for row in claimed {
+                                sent.lock().unwrap().push((
+                                    row.conversation.clone(),
+                                    row.text.clone(),
+                                    row.id,
+                                ));
+                                store.delivered(row.id, &owner).unwrap();
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        let sent = sent.into_inner().unwrap();
+        assert_eq!(sent.len(), 60, "each row delivered once");
+        let mut ids: Vec<i64> = sent.iter().map(|s| s.2).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 60);
+        for c in 0..20 {
+            let order: Vec<&str> = sent
+                .iter()
+                .filter(|s| s.0 == format!("C{c}"))
+                .map(|s| s.1.as_str())
+                .collect();
+            assert_eq!(order, ["1", "2", "3"], "conversation C{c}");
+        }
     }
 }

@@ -1,10 +1,27 @@
-//! The host's SQLite database: one file under `PINCER_HOME`, one table set
-//! per subsystem, WAL so readers never block the writer.
+//! The host's state: one table set per subsystem, in one SQLite file under
+//! `PINCER_HOME` (WAL, so readers never block the writer) or in a shared
+//! PostgreSQL database that several daemons use at once.
+//!
+//! Stores written against [`Db`] and [`Conn`] run on either backend with one
+//! set of statements (see [`dialect`]); stores not yet moved over still
+//! open the SQLite file with [`open`].
+
+mod conn;
+pub mod dialect;
+mod postgres;
+mod sqlite;
+#[cfg(test)]
+pub mod testing;
+mod value;
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
+
+pub use conn::{Conn, Db, DbError, Location};
+pub use dialect::Dialect;
+pub use value::{FromValue, Row, Value};
 
 pub const FILE_NAME: &str = "pincer.db";
 

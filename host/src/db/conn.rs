@@ -1,0 +1,142 @@
+//! [`Db`]: a store's handle on its tables, on SQLite or PostgreSQL, and
+//! [`Conn`]: what a store's code runs statements on.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::dialect::Dialect;
+use super::value::{Row, Value};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("{0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("PostgreSQL: {}", super::postgres::describe(.0))]
+    Postgres(#[from] ::postgres::Error),
+    #[error("column {column} holds {found}, not {wanted}")]
+    Type {
+        column: usize,
+        found: &'static str,
+        wanted: &'static str,
+    },
+    #[error("the query returned no row")]
+    NoRow,
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("lock poisoned by a panicked thread")]
+    Poisoned,
+}
+
+/// Where the state lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A SQLite file (`$PINCER_HOME/pincer.db`).
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection string (`postgres://user@host:5432/db` or
+    /// `host=/run/postgresql user=pincer dbname=pincer`).
+    Postgres(String),
+}
+
+impl From<&Path> for Location {
+    fn from(path: &Path) -> Self {
+        Self::Sqlite(path.to_path_buf())
+    }
+}
+
+/// What a store runs its statements on: a connection, or a transaction on
+/// one. Statements use `?N` parameters and the SQL both backends share
+/// ([`super::dialect`]).
+pub trait Conn {
+    fn dialect(&self) -> Dialect;
+
+    /// Runs a statement; the number of rows it changed.
+    fn execute(&mut self, sql: &str, args: &[Value]) -> Result<usize, DbError>;
+
+    fn query(&mut self, sql: &str, args: &[Value]) -> Result<Vec<Row>, DbError>;
+
+    /// Creates what a store's schema script (SQLite's words) declares.
+    fn schema(&mut self, sql: &str) -> Result<(), DbError>;
+
+    /// Adds the `columns` (name, declaration) `table` lacks: tables written
+    /// by an older release gain what a newer one stores, keeping their rows.
+    fn add_missing_columns(&mut self, table: &str, columns: &[(&str, &str)])
+    -> Result<(), DbError>;
+
+    fn query_opt(&mut self, sql: &str, args: &[Value]) -> Result<Option<Row>, DbError> {
+        Ok(self.query(sql, args)?.into_iter().next())
+    }
+
+    fn query_one(&mut self, sql: &str, args: &[Value]) -> Result<Row, DbError> {
+        self.query_opt(sql, args)?.ok_or(DbError::NoRow)
+    }
+}
+
+/// A store's handle on its tables.
+pub struct Db {
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite(Mutex<rusqlite::Connection>),
+    Postgres(super::postgres::Pool),
+}
+
+impl Db {
+    /// Opens the state at `location`, refusing one written by a newer
+    /// release ([`super::SCHEMA_VERSION`]).
+    pub fn open(location: &Location) -> Result<Self, DbError> {
+        let backend = match location {
+            Location::Sqlite(path) => Backend::Sqlite(Mutex::new(super::open(path)?)),
+            Location::Postgres(url) => Backend::Postgres(super::postgres::Pool::open(url)?),
+        };
+        Ok(Self { backend })
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self.backend {
+            Backend::Sqlite(_) => Dialect::Sqlite,
+            Backend::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// Runs `f` on a connection, each statement committed on its own.
+    pub fn run<R, E>(&self, f: impl FnOnce(&mut dyn Conn) -> Result<R, E> + Send) -> Result<R, E>
+    where
+        R: Send,
+        E: From<DbError> + Send,
+    {
+        match &self.backend {
+            Backend::Sqlite(conn) => {
+                let conn = conn.lock().map_err(|_| DbError::Poisoned)?;
+                f(&mut super::sqlite::SqliteConn(&conn))
+            }
+            Backend::Postgres(pool) => pool.run(f),
+        }
+    }
+
+    /// Runs `f` in one transaction: all of its writes or none. On
+    /// PostgreSQL the transaction is serializable (what SQLite's single
+    /// writer gives), so a read-then-write cannot interleave with another
+    /// daemon's; one that lost a conflict runs `f` again.
+    pub fn transaction<R, E>(
+        &self,
+        mut f: impl FnMut(&mut dyn Conn) -> Result<R, E> + Send,
+    ) -> Result<R, E>
+    where
+        R: Send,
+        E: From<DbError> + Send,
+    {
+        match &self.backend {
+            Backend::Sqlite(conn) => {
+                let mut conn = conn.lock().map_err(|_| DbError::Poisoned)?;
+                let tx = conn.transaction().map_err(DbError::from)?;
+                let out = f(&mut super::sqlite::SqliteConn(&tx))?;
+                tx.commit().map_err(DbError::from)?;
+                Ok(out)
+            }
+            Backend::Postgres(pool) => pool.transaction(f),
+        }
+    }
+}
