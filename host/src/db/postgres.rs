@@ -212,6 +212,17 @@ impl Pool {
     }
 }
 
+impl Drop for Pool {
+    /// A blocking client closes its connection on drop, on its own runtime:
+    /// off any runtime this pool is dropped in.
+    fn drop(&mut self) {
+        let idle = std::mem::take(self.idle.get_mut().unwrap_or_else(|e| e.into_inner()));
+        if !idle.is_empty() {
+            off_runtime(move || drop(idle));
+        }
+    }
+}
+
 enum Failure<E> {
     /// Lost a serialization conflict (or a deadlock): worth running again.
     Conflict(E),
