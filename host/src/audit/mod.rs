@@ -53,6 +53,20 @@ pub struct AuditLog {
 }
 
 impl AuditLog {
+    /// MERGE-SHIM: replaced by the ported audit log's own `open_at`.
+    pub fn open_at(at: &crate::db::Location) -> Result<(), crate::db::DbError> {
+        match at {
+            crate::db::Location::Sqlite(path) => Self::open(path).map(drop).map_err(Into::into),
+            crate::db::Location::Postgres(_) => crate::db::Db::open(at)?.run(|c| {
+                c.schema(
+                    "CREATE TABLE IF NOT EXISTS audit_events (
+                        id INTEGER PRIMARY KEY, timestamp_ms INTEGER NOT NULL, actor TEXT NOT NULL,
+                        workspace TEXT, kind TEXT NOT NULL, detail TEXT NOT NULL)",
+                )
+            }),
+        }
+    }
+
     pub fn open(path: &Path) -> rusqlite::Result<Self> {
         let conn = crate::db::open(path)?;
         conn.execute_batch(

@@ -116,10 +116,12 @@ impl Db {
         }
     }
 
-    /// Runs `f` in one transaction: all of its writes or none. On
-    /// PostgreSQL the transaction is serializable (what SQLite's single
-    /// writer gives), so a read-then-write cannot interleave with another
-    /// daemon's; one that lost a conflict runs `f` again.
+    /// Runs `f` in one transaction: all of its writes or none, and no
+    /// other process's writes in between. On SQLite the transaction takes
+    /// the write lock when it begins (`BEGIN IMMEDIATE`, waiting up to the
+    /// busy timeout for it), so a read-then-write never fails half way on
+    /// another process's lock; on PostgreSQL it is SERIALIZABLE, and one
+    /// that lost a conflict with another daemon's runs `f` again.
     pub fn transaction<R, E>(
         &self,
         mut f: impl FnMut(&mut dyn Conn) -> Result<R, E> + Send,
@@ -131,7 +133,9 @@ impl Db {
         match &self.backend {
             Backend::Sqlite(conn) => {
                 let mut conn = conn.lock().map_err(|_| DbError::Poisoned)?;
-                let tx = conn.transaction().map_err(DbError::from)?;
+                let tx = conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                    .map_err(DbError::from)?;
                 let out = f(&mut super::sqlite::SqliteConn(&tx))?;
                 tx.commit().map_err(DbError::from)?;
                 Ok(out)

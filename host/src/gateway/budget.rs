@@ -40,9 +40,10 @@
 
 use std::fmt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
-use rusqlite::{Connection, TransactionBehavior, params};
+use crate::args;
+use crate::db::{Db, DbError, Location};
 
 use super::lease::{self, LEASE_TTL_MS, LeaseHook, Slice, Slices};
 use super::writer::{AuditRecord, Record, UsageRecord, Writer};
@@ -268,8 +269,8 @@ impl fmt::Display for BudgetError {
 
 impl std::error::Error for BudgetError {}
 
-impl From<rusqlite::Error> for BudgetError {
-    fn from(e: rusqlite::Error) -> Self {
+impl From<DbError> for BudgetError {
+    fn from(e: DbError) -> Self {
         Self::Storage(e.to_string())
     }
 }
@@ -399,15 +400,15 @@ type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 /// process's leased slices ([`super::lease`]), usage written by the
 /// background writer ([`super::writer`]).
 pub struct Ledger {
-    /// For leasing and reading; the writer has its own connection.
-    conn: Mutex<Connection>,
+    /// For leasing and reading; the writer has its own handle.
+    db: Db,
     slices: Arc<Slices>,
     writer: Writer,
 }
 
 impl Ledger {
-    pub fn open(path: &Path) -> rusqlite::Result<Arc<Self>> {
-        Self::open_with_clock(path, crate::db::now_ms)
+    pub fn open(path: &Path) -> Result<Arc<Self>, BudgetError> {
+        Self::open_at(&Location::from(path), crate::db::now_ms)
     }
 
     /// Like [`Self::open`], reading the time (ms since the epoch) from
@@ -415,12 +416,23 @@ impl Ledger {
     pub fn open_with_clock(
         path: &Path,
         clock: impl Fn() -> i64 + Send + Sync + 'static,
-    ) -> rusqlite::Result<Arc<Self>> {
+    ) -> Result<Arc<Self>, BudgetError> {
+        Self::open_at(&Location::from(path), clock)
+    }
+
+    /// The ledger on the state at `at`, reading the time from `clock`.
+    pub fn open_at(
+        at: &Location,
+        clock: impl Fn() -> i64 + Send + Sync + 'static,
+    ) -> Result<Arc<Self>, BudgetError> {
         // The writer also writes `audit_events`: the audit log owns its schema.
-        drop(crate::audit::AuditLog::open(path)?);
-        let conn = crate::db::open(path)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS gateway_usage (
+        if let Err(e) = crate::audit::AuditLog::open_at(at) {
+            return Err(BudgetError::Storage(e.to_string()));
+        }
+        let db = Db::open(at)?;
+        db.transaction(|tx| {
+            tx.schema(
+                "CREATE TABLE IF NOT EXISTS gateway_usage (
                 id INTEGER PRIMARY KEY,
                 workspace TEXT NOT NULL,
                 ts_ms INTEGER NOT NULL,
@@ -443,29 +455,20 @@ impl Ledger {
             );
             CREATE INDEX IF NOT EXISTS gateway_reservations_by_workspace
                 ON gateway_reservations (workspace, created_ms);",
-        )?;
-        conn.execute_batch(lease::SCHEMA)?;
-        lease::ensure_spend_by_day(&conn)?;
+            )?;
+            tx.schema(lease::SCHEMA)?;
+            lease::ensure_spend_by_day(tx)
+        })?;
         let clock: Clock = Arc::new(clock);
         let slices = Arc::new(Slices::new(owner_id(), clock));
         let writer = Writer::start(
-            crate::db::open(path)?,
+            Db::open(at)?,
             Arc::new(LeaseHook {
                 slices: slices.clone(),
             }),
         )
-        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
-        Ok(Arc::new(Self {
-            conn: Mutex::new(conn),
-            slices,
-            writer,
-        }))
-    }
-
-    fn lock(&self) -> Result<MutexGuard<'_, Connection>, BudgetError> {
-        self.conn
-            .lock()
-            .map_err(|_| BudgetError::Storage("ledger lock poisoned".into()))
+        .map_err(|e| BudgetError::Storage(format!("cannot start the usage writer: {e}")))?;
+        Ok(Arc::new(Self { db, slices, writer }))
     }
 
     fn now(&self) -> i64 {
@@ -586,88 +589,92 @@ impl Ledger {
         let now = self.now();
         let need_tokens = (want.0 - slice.room_tokens()).max(0);
         let need_usd = (want.1 - slice.room_usd()).max(0.0);
-        let mut conn = self.lock()?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let held = lease::held(&tx, workspace, self.slices.owner(), now)?;
-        // The lease row as this transaction sees it: it differs from the
-        // slice by what the writer committed and has not yet taken out of
-        // the slice, which the usage table already holds.
-        let (mine_tokens, mine_usd) =
-            lease::mine(&tx, workspace, self.slices.owner())?.unwrap_or((slice.tokens, slice.usd));
-        let (written_tokens, written_usd) = (slice.tokens - mine_tokens, slice.usd - mine_usd);
-        let leased_usd = held.others_usd + mine_usd;
-        let leased_tokens = held.others_tokens + mine_tokens as f64;
-        let in_use_usd = held.others_usd + slice.used_usd - written_usd;
-        let in_use_tokens = held.others_tokens + (slice.used_tokens - written_tokens) as f64;
-        // (limit, its value, spent in its window, requested, per call)
-        let checks = [
-            budget
-                .daily_usd
-                .map(|l| (Limit::DailyUsd(l), l, held.day_usd, leased_usd, in_use_usd)),
-            budget.monthly_usd.map(|l| {
-                (
-                    Limit::MonthlyUsd(l),
-                    l,
-                    held.month_usd,
-                    leased_usd,
-                    in_use_usd,
-                )
-            }),
-            budget.daily_tokens.map(|l| {
-                (
-                    Limit::DailyTokens(l),
-                    l as f64,
-                    held.day_tokens,
-                    leased_tokens,
-                    in_use_tokens,
-                )
-            }),
-            budget.monthly_tokens.map(|l| {
-                (
-                    Limit::MonthlyTokens(l),
-                    l as f64,
-                    held.month_tokens,
-                    leased_tokens,
-                    in_use_tokens,
-                )
-            }),
-        ];
-        // The least room any limit leaves after this call, in calls like it.
-        let mut room_in_calls = f64::INFINITY;
-        for (limit, max, spent, leased, in_use) in checks.into_iter().flatten() {
-            let (need, per_call, slack) = if limit.is_usd() {
-                (need_usd, want.1, USD_EPSILON)
-            } else {
-                (need_tokens as f64, want.0 as f64, 0.0)
-            };
-            let room = max - spent - leased - need;
-            if room + slack < 0.0 {
-                return Err(BudgetError::Exceeded {
-                    workspace: workspace.to_owned(),
-                    limit,
-                    spent: spent + in_use,
-                    requested: per_call,
-                });
+        // The slice as it is now: a transaction that lost a conflict runs
+        // again, so it only reads it, and the lease grows after the commit.
+        let now_slice = *slice;
+        let (add, deadline) = self.db.transaction(|tx| {
+            let slice = &now_slice;
+            let held = lease::held(tx, workspace, self.slices.owner(), now)?;
+            // The lease row as this transaction sees it: it differs from the
+            // slice by what the writer committed and has not yet taken out of
+            // the slice, which the usage table already holds.
+            let (mine_tokens, mine_usd) = lease::mine(tx, workspace, self.slices.owner())?
+                .unwrap_or((slice.tokens, slice.usd));
+            let (written_tokens, written_usd) = (slice.tokens - mine_tokens, slice.usd - mine_usd);
+            let leased_usd = held.others_usd + mine_usd;
+            let leased_tokens = held.others_tokens + mine_tokens as f64;
+            let in_use_usd = held.others_usd + slice.used_usd - written_usd;
+            let in_use_tokens = held.others_tokens + (slice.used_tokens - written_tokens) as f64;
+            // (limit, its value, spent in its window, requested, per call)
+            let checks = [
+                budget
+                    .daily_usd
+                    .map(|l| (Limit::DailyUsd(l), l, held.day_usd, leased_usd, in_use_usd)),
+                budget.monthly_usd.map(|l| {
+                    (
+                        Limit::MonthlyUsd(l),
+                        l,
+                        held.month_usd,
+                        leased_usd,
+                        in_use_usd,
+                    )
+                }),
+                budget.daily_tokens.map(|l| {
+                    (
+                        Limit::DailyTokens(l),
+                        l as f64,
+                        held.day_tokens,
+                        leased_tokens,
+                        in_use_tokens,
+                    )
+                }),
+                budget.monthly_tokens.map(|l| {
+                    (
+                        Limit::MonthlyTokens(l),
+                        l as f64,
+                        held.month_tokens,
+                        leased_tokens,
+                        in_use_tokens,
+                    )
+                }),
+            ];
+            // The least room any limit leaves after this call, in calls like it.
+            let mut room_in_calls = f64::INFINITY;
+            for (limit, max, spent, leased, in_use) in checks.into_iter().flatten() {
+                let (need, per_call, slack) = if limit.is_usd() {
+                    (need_usd, want.1, USD_EPSILON)
+                } else {
+                    (need_tokens as f64, want.0 as f64, 0.0)
+                };
+                let room = max - spent - leased - need;
+                if room + slack < 0.0 {
+                    return Err(BudgetError::Exceeded {
+                        workspace: workspace.to_owned(),
+                        limit,
+                        spent: spent + in_use,
+                        requested: per_call,
+                    });
+                }
+                if per_call > 0.0 {
+                    room_in_calls = room_in_calls.min(room / per_call);
+                }
             }
-            if per_call > 0.0 {
-                room_in_calls = room_in_calls.min(room / per_call);
-            }
-        }
-        let extra = lease::extra_calls(room_in_calls);
-        let add = (
-            need_tokens + (extra * want.0 as f64) as i64,
-            need_usd + extra * want.1,
-        );
-        let deadline = now + LEASE_TTL_MS;
-        lease::grow(
-            &tx,
-            workspace,
-            self.slices.owner(),
-            (mine_tokens, mine_usd),
-            add,
-            deadline,
-        )?;
-        tx.commit()?;
+            let extra = lease::extra_calls(room_in_calls);
+            let add = (
+                need_tokens + (extra * want.0 as f64) as i64,
+                need_usd + extra * want.1,
+            );
+            let deadline = now + LEASE_TTL_MS;
+            lease::grow(
+                tx,
+                workspace,
+                self.slices.owner(),
+                (mine_tokens, mine_usd),
+                add,
+                deadline,
+            )?;
+            Ok((add, deadline))
+        })?;
         slice.tokens += add.0;
         slice.usd += add.1;
         slice.deadline_ms = deadline;
@@ -796,9 +803,7 @@ impl Ledger {
     /// after this are not written.
     pub fn shutdown(&self) {
         self.writer.stop();
-        if let Ok(conn) = self.lock() {
-            self.slices.release_all(&conn);
-        }
+        self.slices.release_all(&self.db);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -835,15 +840,19 @@ impl Ledger {
     /// Storage failures.
     pub fn usage(&self, workspace: Option<&str>) -> Result<Vec<UsageRow>, BudgetError> {
         self.flush();
-        let conn = self.lock()?;
-        let mut stmt = conn.prepare_cached(
-            "SELECT workspace, day, model, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens),
-                    TOTAL(cost_usd), SUM(cached), SUM(cost_usd IS NULL)
-             FROM gateway_usage WHERE ?1 IS NULL OR workspace = ?1
-             GROUP BY workspace, day, model ORDER BY workspace, day, model",
-        )?;
-        let rows = stmt
-            .query_map(params![workspace], |r| {
+        let rows = self.db.run(|conn| {
+            conn.query(
+                "SELECT workspace, day, model, COUNT(*),
+                        CAST(SUM(prompt_tokens) AS BIGINT), CAST(SUM(completion_tokens) AS BIGINT),
+                        CAST(COALESCE(SUM(cost_usd), 0) AS DOUBLE PRECISION),
+                        CAST(SUM(cached) AS BIGINT),
+                        CAST(SUM(CASE WHEN cost_usd IS NULL THEN 1 ELSE 0 END) AS BIGINT)
+                 FROM gateway_usage WHERE CAST(?1 AS TEXT) IS NULL OR workspace = ?1
+                 GROUP BY workspace, day, model ORDER BY workspace, day, model",
+                args![workspace],
+            )?
+            .iter()
+            .map(|r| -> Result<UsageRow, DbError> {
                 Ok(UsageRow {
                     workspace: r.get(0)?,
                     day: r.get(1)?,
@@ -855,8 +864,9 @@ impl Ledger {
                     cached_calls: to_u64(r.get(7)?),
                     unpriced_calls: to_u64(r.get(8)?),
                 })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+            })
+            .collect::<Result<Vec<_>, DbError>>()
+        })?;
         Ok(rows)
     }
 
@@ -874,8 +884,9 @@ impl Ledger {
             let slice = lease::lock(&slice);
             (slice.used_tokens, slice.used_usd)
         };
-        let conn = self.lock()?;
-        let held = lease::held(&conn, workspace, self.slices.owner(), now)?;
+        let held = self
+            .db
+            .transaction(|tx| lease::held(tx, workspace, self.slices.owner(), now))?;
         Ok(Spend {
             day_usd: held.day_usd,
             day_tokens: float_tokens(held.day_tokens),
@@ -1080,72 +1091,80 @@ mod tests {
 
     #[test]
     fn spend_survives_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("b.db");
-        let budget = Budget {
-            monthly_usd: Some(1.0),
-            ..Budget::default()
-        };
-        {
-            let ledger = Ledger::open(&path).unwrap();
-            let r = ledger.reserve("dev", &budget, "m", usd(0.9)).unwrap();
-            ledger
-                .settle(r, USED, Some(0.9), "openai/x", false)
-                .unwrap();
-        }
-        let ledger = Ledger::open(&path).unwrap();
-        let err = ledger.reserve("dev", &budget, "m", usd(0.2)).unwrap_err();
-        assert!(
-            matches!(err, BudgetError::Exceeded { limit: Limit::MonthlyUsd(_), spent, .. } if (spent - 0.9).abs() < 1e-9),
-            "{err:?}"
-        );
-        ledger.reserve("dev", &budget, "m", usd(0.1)).unwrap();
-        assert_eq!(ledger.usage(Some("dev")).unwrap()[0].calls, 1);
+        crate::db::testing::each_backend(|at| {
+            let open = || Ledger::open_at(at, crate::db::now_ms).unwrap();
+            let budget = Budget {
+                monthly_usd: Some(1.0),
+                ..Budget::default()
+            };
+            {
+                let ledger = open();
+                let r = ledger.reserve("dev", &budget, "m", usd(0.9)).unwrap();
+                ledger
+                    .settle(r, USED, Some(0.9), "openai/x", false)
+                    .unwrap();
+            }
+            let ledger = open();
+            let err = ledger.reserve("dev", &budget, "m", usd(0.2)).unwrap_err();
+            assert!(
+                matches!(err, BudgetError::Exceeded { limit: Limit::MonthlyUsd(_), spent, .. } if (spent - 0.9).abs() < 1e-9),
+                "{err:?}"
+            );
+            ledger.reserve("dev", &budget, "m", usd(0.1)).unwrap();
+            assert_eq!(ledger.usage(Some("dev")).unwrap()[0].calls, 1);
+        });
     }
 
     /// Spend by day sums every usage row: those written before the table
     /// existed (an older pincer) and those written after, by the trigger.
     #[test]
     fn spend_by_day_counts_usage_from_before_it_existed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("b.db");
-        let budget = Budget {
-            daily_usd: Some(1.0),
-            ..Budget::default()
-        };
-        {
-            let ledger = Ledger::open(&path).unwrap();
-            let r = ledger.reserve("dev", &budget, "m", usd(0.4)).unwrap();
-            ledger
-                .settle(r, USED, Some(0.4), "openai/x", false)
-                .unwrap();
-        }
-        // What a database looked like before: usage rows, no summary.
-        let conn = Connection::open(&path).unwrap();
-        conn.execute_batch(
-            "DROP TRIGGER gateway_usage_spend_by_day; DROP TABLE gateway_spend_by_day;",
-        )
-        .unwrap();
-        drop(conn);
-        let ledger = Ledger::open(&path).unwrap();
-        let spend = ledger.spend("dev").unwrap();
-        assert!((spend.day_usd - 0.4).abs() < 1e-9, "{spend:?}");
-        assert_eq!(spend.day_tokens, 10);
-        let r = ledger.reserve("dev", &budget, "m", usd(0.5)).unwrap();
-        ledger
-            .settle(r, USED, Some(0.5), "openai/x", false)
+        crate::db::testing::each_backend(|at| {
+            let open = || Ledger::open_at(at, crate::db::now_ms).unwrap();
+            let budget = Budget {
+                daily_usd: Some(1.0),
+                ..Budget::default()
+            };
+            {
+                let ledger = open();
+                let r = ledger.reserve("dev", &budget, "m", usd(0.4)).unwrap();
+                ledger
+                    .settle(r, USED, Some(0.4), "openai/x", false)
+                    .unwrap();
+            }
+            // What a database looked like before: usage rows, no summary.
+            let db = crate::db::Db::open(at).unwrap();
+            db.run(|c| {
+                let on = match c.dialect() {
+                    crate::db::Dialect::Sqlite => "",
+                    crate::db::Dialect::Postgres => " ON gateway_usage",
+                };
+                c.schema(&format!(
+                    "DROP TRIGGER gateway_usage_spend_by_day{on}; DROP TABLE gateway_spend_by_day;"
+                ))
+            })
             .unwrap();
-        assert!(matches!(
-            ledger.reserve("dev", &budget, "m", usd(0.2)),
-            Err(BudgetError::Exceeded { .. })
-        ));
-        let spend = ledger.spend("dev").unwrap();
-        assert!((spend.day_usd - 0.9).abs() < 1e-9, "{spend:?}");
-        assert_eq!(spend.day_tokens, 20);
-        // Reopening neither sums again nor loses the rows.
-        drop(ledger);
-        let spend = Ledger::open(&path).unwrap().spend("dev").unwrap();
-        assert!((spend.day_usd - 0.9).abs() < 1e-9, "{spend:?}");
+            drop(db);
+            let ledger = open();
+            let spend = ledger.spend("dev").unwrap();
+            assert!((spend.day_usd - 0.4).abs() < 1e-9, "{spend:?}");
+            assert_eq!(spend.day_tokens, 10);
+            let r = ledger.reserve("dev", &budget, "m", usd(0.5)).unwrap();
+            ledger
+                .settle(r, USED, Some(0.5), "openai/x", false)
+                .unwrap();
+            assert!(matches!(
+                ledger.reserve("dev", &budget, "m", usd(0.2)),
+                Err(BudgetError::Exceeded { .. })
+            ));
+            let spend = ledger.spend("dev").unwrap();
+            assert!((spend.day_usd - 0.9).abs() < 1e-9, "{spend:?}");
+            assert_eq!(spend.day_tokens, 20);
+            // Reopening neither sums again nor loses the rows.
+            drop(ledger);
+            let spend = open().spend("dev").unwrap();
+            assert!((spend.day_usd - 0.9).abs() < 1e-9, "{spend:?}");
+        });
     }
 
     #[test]
@@ -1319,72 +1338,73 @@ mod tests {
 
     #[test]
     fn a_crashed_process_lease_stops_counting_after_its_ttl() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("b.db");
-        let budget = Budget {
-            daily_usd: Some(1.0),
-            ..Budget::default()
-        };
-        // The crashed process: its clock stands still, so it never renews
-        // its lease past T0 + LEASE_TTL_MS; its reservation is never settled.
-        let crashed = Ledger::open_with_clock(&path, || T0).unwrap();
-        std::mem::forget(crashed.reserve("dev", &budget, "m", usd(0.6)).unwrap());
-        std::mem::forget(crashed);
-        let now = Arc::new(AtomicI64::new(T0));
-        let clock = now.clone();
-        let ledger = Ledger::open_with_clock(&path, move || clock.load(Ordering::SeqCst)).unwrap();
-        let err = ledger.reserve("dev", &budget, "m", usd(0.5)).unwrap_err();
-        assert!(
-            matches!(err, BudgetError::Exceeded { spent, .. } if (spent - 0.6).abs() < 1e-9),
-            "{err:?}"
-        );
-        ledger.reserve("dev", &budget, "m", usd(0.4)).unwrap();
-        now.store(T0 + LEASE_TTL_MS - 1, Ordering::SeqCst);
-        assert!(ledger.reserve("dev", &budget, "m", usd(0.5)).is_err());
-        now.store(T0 + LEASE_TTL_MS, Ordering::SeqCst);
-        ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
+        crate::db::testing::each_backend(|at| {
+            let budget = Budget {
+                daily_usd: Some(1.0),
+                ..Budget::default()
+            };
+            // The crashed process: its clock stands still, so it never renews
+            // its lease past T0 + LEASE_TTL_MS; its reservation is never settled.
+            let crashed = Ledger::open_at(at, || T0).unwrap();
+            std::mem::forget(crashed.reserve("dev", &budget, "m", usd(0.6)).unwrap());
+            std::mem::forget(crashed);
+            let now = Arc::new(AtomicI64::new(T0));
+            let clock = now.clone();
+            let ledger = Ledger::open_at(at, move || clock.load(Ordering::SeqCst)).unwrap();
+            let err = ledger.reserve("dev", &budget, "m", usd(0.5)).unwrap_err();
+            assert!(
+                matches!(err, BudgetError::Exceeded { spent, .. } if (spent - 0.6).abs() < 1e-9),
+                "{err:?}"
+            );
+            ledger.reserve("dev", &budget, "m", usd(0.4)).unwrap();
+            now.store(T0 + LEASE_TTL_MS - 1, Ordering::SeqCst);
+            assert!(ledger.reserve("dev", &budget, "m", usd(0.5)).is_err());
+            now.store(T0 + LEASE_TTL_MS, Ordering::SeqCst);
+            ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
+        });
     }
 
     #[test]
     fn two_ledgers_on_one_database_never_overspend_together() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("b.db");
-        let budget = Budget {
-            daily_tokens: Some(1000),
-            ..Budget::default()
-        };
-        let (a, b) = (Ledger::open(&path).unwrap(), Ledger::open(&path).unwrap());
-        let barrier = Arc::new(Barrier::new(40));
-        let handles: Vec<_> = (0..40)
-            .map(|i| {
-                let ledger = if i % 2 == 0 { a.clone() } else { b.clone() };
-                let barrier = barrier.clone();
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    ledger.reserve("dev", &budget, "default", tokens(100))
+        crate::db::testing::each_backend(|at| {
+            let budget = Budget {
+                daily_tokens: Some(1000),
+                ..Budget::default()
+            };
+            let open = || Ledger::open_at(at, crate::db::now_ms).unwrap();
+            let (a, b) = (open(), open());
+            let barrier = Arc::new(Barrier::new(40));
+            let handles: Vec<_> = (0..40)
+                .map(|i| {
+                    let ledger = if i % 2 == 0 { a.clone() } else { b.clone() };
+                    let barrier = barrier.clone();
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        ledger.reserve("dev", &budget, "default", tokens(100))
+                    })
                 })
-            })
-            .collect();
-        let granted: Vec<_> = handles
-            .into_iter()
-            .filter_map(|h| h.join().unwrap().ok())
-            .collect();
-        // Every reservation stays in flight, so the whole budget is used.
-        assert_eq!(granted.len(), 10);
-        let spent = Usage {
-            prompt_tokens: 50,
-            completion_tokens: 50,
-        };
-        for r in granted {
-            let ledger = r.ledger.clone();
-            ledger.settle(r, spent, None, "d", false).unwrap();
-        }
-        a.flush();
-        b.flush();
-        assert_eq!(a.spend("dev").unwrap().day_tokens, 1000);
-        assert!(a.reserve("dev", &budget, "default", tokens(1)).is_err());
-        assert!(b.reserve("dev", &budget, "default", tokens(1)).is_err());
-        assert_eq!(b.usage(Some("dev")).unwrap()[0].calls, 10);
+                .collect();
+            let granted: Vec<_> = handles
+                .into_iter()
+                .filter_map(|h| h.join().unwrap().ok())
+                .collect();
+            // Every reservation stays in flight, so the whole budget is used.
+            assert_eq!(granted.len(), 10);
+            let spent = Usage {
+                prompt_tokens: 50,
+                completion_tokens: 50,
+            };
+            for r in granted {
+                let ledger = r.ledger.clone();
+                ledger.settle(r, spent, None, "d", false).unwrap();
+            }
+            a.flush();
+            b.flush();
+            assert_eq!(a.spend("dev").unwrap().day_tokens, 1000);
+            assert!(a.reserve("dev", &budget, "default", tokens(1)).is_err());
+            assert!(b.reserve("dev", &budget, "default", tokens(1)).is_err());
+            assert_eq!(b.usage(Some("dev")).unwrap()[0].calls, 10);
+        });
     }
 
     #[test]

@@ -22,7 +22,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
+use crate::args;
+use crate::db::{Conn, Db, DbError, Dialect};
 
 use super::writer::{Hook, UsageRecord};
 
@@ -50,23 +51,22 @@ pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS gateway_budget_leases (
 /// process or version inserts), so checking a window reads at most 31 rows
 /// instead of every call of the month. A database that had usage before
 /// the table existed is summed into it in the same transaction that adds
-/// the trigger, so no row is counted twice or missed.
-pub fn ensure_spend_by_day(conn: &Connection) -> rusqlite::Result<()> {
-    let exists = |conn: &Connection| -> rusqlite::Result<bool> {
-        conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'gateway_usage_spend_by_day')",
-            [],
-            |r| r.get(0),
-        )
+/// the trigger (the caller's), so no row is counted twice or missed.
+pub fn ensure_spend_by_day(tx: &mut dyn Conn) -> Result<(), DbError> {
+    let dialect = tx.dialect();
+    let exists = match dialect {
+        Dialect::Sqlite => {
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master
+                            WHERE type = 'trigger' AND name = 'gateway_usage_spend_by_day')"
+        }
+        Dialect::Postgres => {
+            "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'gateway_usage_spend_by_day')"
+        }
     };
-    if exists(conn)? {
+    if tx.query_one(exists, args![])?.get::<bool>(0)? {
         return Ok(());
     }
-    let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
-    if exists(&tx)? {
-        return Ok(()); // another process made it first
-    }
-    tx.execute_batch(
+    tx.schema(
         "CREATE TABLE IF NOT EXISTS gateway_spend_by_day (
             workspace TEXT NOT NULL,
             day TEXT NOT NULL,
@@ -76,19 +76,40 @@ pub fn ensure_spend_by_day(conn: &Connection) -> rusqlite::Result<()> {
         ) WITHOUT ROWID;
         DELETE FROM gateway_spend_by_day;
         INSERT INTO gateway_spend_by_day (workspace, day, cost_usd, tokens)
-            SELECT workspace, day, TOTAL(cost_usd), SUM(prompt_tokens + completion_tokens)
-            FROM gateway_usage GROUP BY workspace, day;
-        CREATE TRIGGER gateway_usage_spend_by_day AFTER INSERT ON gateway_usage
-        BEGIN
-            INSERT INTO gateway_spend_by_day (workspace, day, cost_usd, tokens)
-            VALUES (NEW.workspace, NEW.day, COALESCE(NEW.cost_usd, 0.0),
-                    NEW.prompt_tokens + NEW.completion_tokens)
-            ON CONFLICT (workspace, day) DO UPDATE SET
-                cost_usd = cost_usd + excluded.cost_usd,
-                tokens = tokens + excluded.tokens;
-        END;",
+            SELECT workspace, day, COALESCE(SUM(cost_usd), 0.0),
+                   COALESCE(SUM(prompt_tokens + completion_tokens), 0)
+            FROM gateway_usage GROUP BY workspace, day;",
     )?;
-    tx.commit()
+    // The same trigger in each engine's words.
+    match dialect {
+        Dialect::Sqlite => tx.schema(
+            "CREATE TRIGGER gateway_usage_spend_by_day AFTER INSERT ON gateway_usage
+            BEGIN
+                INSERT INTO gateway_spend_by_day (workspace, day, cost_usd, tokens)
+                VALUES (NEW.workspace, NEW.day, COALESCE(NEW.cost_usd, 0.0),
+                        NEW.prompt_tokens + NEW.completion_tokens)
+                ON CONFLICT (workspace, day) DO UPDATE SET
+                    cost_usd = cost_usd + excluded.cost_usd,
+                    tokens = tokens + excluded.tokens;
+            END;",
+        ),
+        Dialect::Postgres => tx.schema(
+            "CREATE OR REPLACE FUNCTION gateway_usage_spend_by_day() RETURNS trigger
+            LANGUAGE plpgsql AS $body$
+            BEGIN
+                INSERT INTO gateway_spend_by_day (workspace, day, cost_usd, tokens)
+                VALUES (NEW.workspace, NEW.day, COALESCE(NEW.cost_usd, 0.0),
+                        NEW.prompt_tokens + NEW.completion_tokens)
+                ON CONFLICT (workspace, day) DO UPDATE SET
+                    cost_usd = gateway_spend_by_day.cost_usd + excluded.cost_usd,
+                    tokens = gateway_spend_by_day.tokens + excluded.tokens;
+                RETURN NEW;
+            END
+            $body$;
+            CREATE TRIGGER gateway_usage_spend_by_day AFTER INSERT ON gateway_usage
+            FOR EACH ROW EXECUTE FUNCTION gateway_usage_spend_by_day();",
+        ),
+    }
 }
 
 /// One workspace's slice in this process.
@@ -179,11 +200,13 @@ impl Slices {
     }
 
     /// Gives every lease of this process back (normal shutdown).
-    pub fn release_all(&self, conn: &Connection) {
-        if let Err(e) = conn.execute(
-            "DELETE FROM gateway_budget_leases WHERE owner = ?1",
-            params![self.owner],
-        ) {
+    pub fn release_all(&self, db: &Db) {
+        if let Err(e) = db.run(|conn| {
+            conn.execute(
+                "DELETE FROM gateway_budget_leases WHERE owner = ?1",
+                args![&self.owner],
+            )
+        }) {
             tracing::warn!("cannot give back the budget leases (they expire in 30 s): {e}");
         }
     }
@@ -205,42 +228,35 @@ pub struct Held {
 }
 
 /// Reads [`Held`] for `workspace` at `now`, after deleting void leases.
-pub fn held(conn: &Connection, workspace: &str, owner: &str, now: i64) -> rusqlite::Result<Held> {
+pub fn held(conn: &mut dyn Conn, workspace: &str, owner: &str, now: i64) -> Result<Held, DbError> {
     conn.execute(
         "DELETE FROM gateway_budget_leases WHERE deadline_ms <= ?1",
-        params![now],
+        args![now],
     )?;
     let day = super::budget::utc_day(now);
     let month = &day[..7];
     let (month_first, month_last) = (format!("{month}-01"), format!("{month}-31"));
-    let window = |from: &str, to: &str| -> rusqlite::Result<(f64, f64)> {
-        conn.prepare_cached(
-            "SELECT TOTAL(cost_usd), TOTAL(tokens)
-             FROM gateway_spend_by_day WHERE workspace = ?1 AND day BETWEEN ?2 AND ?3",
-        )?
-        .query_row(params![workspace, from, to], |r| Ok((r.get(0)?, r.get(1)?)))
+    let mut totals = |sql: &str, args: &[crate::db::Value]| -> Result<(f64, f64), DbError> {
+        let row = conn.query_one(sql, args)?;
+        Ok((row.get(0)?, row.get(1)?))
     };
-    let (day_usd, day_tokens) = window(&day, &day)?;
-    let (month_usd, month_tokens) = window(&month_first, &month_last)?;
-    let (lease_usd, lease_tokens): (f64, f64) = conn
-        .prepare_cached(
-            "SELECT TOTAL(cost_usd), TOTAL(tokens) FROM gateway_budget_leases
-             WHERE workspace = ?1 AND owner != ?2",
-        )?
-        .query_row(params![workspace, owner], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    let legacy = conn
-        .prepare_cached(
-            "SELECT TOTAL(cost_usd), TOTAL(tokens) FROM gateway_reservations
-             WHERE workspace = ?1 AND created_ms > ?2",
-        )
-        .and_then(|mut s| {
-            s.query_row(
-                params![workspace, now - super::budget::RESERVATION_TTL_MS],
-                |r| Ok((r.get::<_, f64>(0)?, r.get::<_, f64>(1)?)),
-            )
-            .optional()
-        })?
-        .unwrap_or((0.0, 0.0));
+    const WINDOW: &str = "SELECT CAST(COALESCE(SUM(cost_usd), 0) AS DOUBLE PRECISION),
+                                 CAST(COALESCE(SUM(tokens), 0) AS DOUBLE PRECISION)
+                          FROM gateway_spend_by_day WHERE workspace = ?1 AND day BETWEEN ?2 AND ?3";
+    let (day_usd, day_tokens) = totals(WINDOW, args![workspace, day.as_str(), day.as_str()])?;
+    let (month_usd, month_tokens) = totals(WINDOW, args![workspace, month_first, month_last])?;
+    let (lease_usd, lease_tokens) = totals(
+        "SELECT CAST(COALESCE(SUM(cost_usd), 0) AS DOUBLE PRECISION),
+                CAST(COALESCE(SUM(tokens), 0) AS DOUBLE PRECISION)
+         FROM gateway_budget_leases WHERE workspace = ?1 AND owner != ?2",
+        args![workspace, owner],
+    )?;
+    let legacy = totals(
+        "SELECT CAST(COALESCE(SUM(cost_usd), 0) AS DOUBLE PRECISION),
+                CAST(COALESCE(SUM(tokens), 0) AS DOUBLE PRECISION)
+         FROM gateway_reservations WHERE workspace = ?1 AND created_ms > ?2",
+        args![workspace, now - super::budget::RESERVATION_TTL_MS],
+    )?;
     Ok(Held {
         day_usd,
         day_tokens,
@@ -253,33 +269,34 @@ pub fn held(conn: &Connection, workspace: &str, owner: &str, now: i64) -> rusqli
 
 /// This owner's lease row of `workspace` (tokens, USD), if it has one.
 pub fn mine(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     workspace: &str,
     owner: &str,
-) -> rusqlite::Result<Option<(i64, f64)>> {
-    conn.prepare_cached(
+) -> Result<Option<(i64, f64)>, DbError> {
+    conn.query_opt(
         "SELECT tokens, cost_usd FROM gateway_budget_leases WHERE workspace = ?1 AND owner = ?2",
+        args![workspace, owner],
     )?
-    .query_row(params![workspace, owner], |r| Ok((r.get(0)?, r.get(1)?)))
-    .optional()
+    .map(|r| Ok((r.get(0)?, r.get(1)?)))
+    .transpose()
 }
 
 /// Adds (`tokens`, `usd`) to this owner's lease of `workspace` and sets its
 /// deadline; `mine` (the slice's lease before the change) re-creates a row
 /// that another process deleted as void.
 pub fn grow(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     workspace: &str,
     owner: &str,
     mine: (i64, f64),
     add: (i64, f64),
     deadline_ms: i64,
-) -> rusqlite::Result<()> {
+) -> Result<(), DbError> {
     let changed = conn.execute(
         "UPDATE gateway_budget_leases
          SET tokens = tokens + ?3, cost_usd = cost_usd + ?4, deadline_ms = ?5
          WHERE workspace = ?1 AND owner = ?2",
-        params![workspace, owner, add.0, add.1, deadline_ms],
+        args![workspace, owner, add.0, add.1, deadline_ms],
     )?;
     if changed == 0 {
         if mine != (0, 0.0) {
@@ -291,7 +308,7 @@ pub fn grow(
         conn.execute(
             "INSERT INTO gateway_budget_leases (workspace, owner, tokens, cost_usd, deadline_ms)
              VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
+            args![
                 workspace,
                 owner,
                 mine.0 + add.0,
@@ -323,13 +340,13 @@ pub struct LeaseHook {
 }
 
 impl Hook for LeaseHook {
-    fn in_batch(&self, tx: &Connection, usage: &[&UsageRecord]) -> rusqlite::Result<()> {
-        let mut stmt = tx.prepare_cached(
-            "UPDATE gateway_budget_leases SET tokens = tokens - ?3, cost_usd = cost_usd - ?4
-             WHERE workspace = ?1 AND owner = ?2",
-        )?;
+    fn in_batch(&self, tx: &mut dyn Conn, usage: &[&UsageRecord]) -> Result<(), DbError> {
         for (workspace, (tokens, usd)) in sums(usage) {
-            stmt.execute(params![workspace, self.slices.owner(), tokens, usd])?;
+            tx.execute(
+                "UPDATE gateway_budget_leases SET tokens = tokens - ?3, cost_usd = cost_usd - ?4
+                 WHERE workspace = ?1 AND owner = ?2",
+                args![workspace, self.slices.owner(), tokens, usd],
+            )?;
         }
         Ok(())
     }
@@ -345,7 +362,7 @@ impl Hook for LeaseHook {
         }
     }
 
-    fn tick(&self, conn: &mut Connection) {
+    fn tick(&self, db: &Db) {
         let now = self.slices.now();
         for (workspace, slice) in self.slices.all() {
             let mut slice = lock(&slice);
@@ -354,10 +371,12 @@ impl Hook for LeaseHook {
             }
             if !slice.busy && slice.used_tokens == 0 && slice.used_usd.abs() < 1e-12 {
                 // Idle with nothing in flight or unwritten: give it all back.
-                match conn.execute(
-                    "DELETE FROM gateway_budget_leases WHERE workspace = ?1 AND owner = ?2",
-                    params![workspace, self.slices.owner()],
-                ) {
+                match db.run(|conn| {
+                    conn.execute(
+                        "DELETE FROM gateway_budget_leases WHERE workspace = ?1 AND owner = ?2",
+                        args![workspace.as_str(), self.slices.owner()],
+                    )
+                }) {
                     Ok(_) => *slice = Slice::default(),
                     Err(e) => tracing::warn!(workspace, "cannot give back a budget lease: {e}"),
                 }
@@ -369,19 +388,17 @@ impl Hook for LeaseHook {
             } else {
                 (slice.room_tokens().max(0), slice.room_usd().max(0.0))
             };
-            let result = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .and_then(|tx| {
-                    grow(
-                        &tx,
-                        &workspace,
-                        self.slices.owner(),
-                        (slice.tokens, slice.usd),
-                        (-give.0, -give.1),
-                        now + LEASE_TTL_MS,
-                    )?;
-                    tx.commit()
-                });
+            let mine = (slice.tokens, slice.usd);
+            let result = db.transaction(|tx| {
+                grow(
+                    tx,
+                    &workspace,
+                    self.slices.owner(),
+                    mine,
+                    (-give.0, -give.1),
+                    now + LEASE_TTL_MS,
+                )
+            });
             match result {
                 Ok(()) => {
                     slice.tokens -= give.0;

@@ -26,7 +26,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::{Connection, TransactionBehavior, params};
+use crate::args;
+use crate::db::{Conn, Db, DbError};
 
 /// Records queued before admission waits ([`Writer::room`]).
 pub const QUEUE_CAPACITY: usize = 1024;
@@ -78,12 +79,13 @@ pub enum Record {
 
 /// What the writer calls besides writing records.
 pub trait Hook: Send + Sync + 'static {
-    /// Inside the batch's transaction, for its usage records.
-    fn in_batch(&self, tx: &Connection, usage: &[&UsageRecord]) -> rusqlite::Result<()>;
+    /// Inside the batch's transaction, for its usage records (run again
+    /// if the transaction is).
+    fn in_batch(&self, tx: &mut dyn Conn, usage: &[&UsageRecord]) -> Result<(), DbError>;
     /// After the batch's transaction committed.
     fn committed(&self, usage: &[&UsageRecord]);
-    /// About every [`TICK`], on the writer's connection (lease renewal).
-    fn tick(&self, conn: &mut Connection);
+    /// About every [`TICK`], on the writer's database handle (lease renewal).
+    fn tick(&self, db: &Db);
 }
 
 #[derive(Default)]
@@ -125,8 +127,8 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread, writing through `conn`.
-    pub fn start(conn: Connection, hook: Arc<dyn Hook>) -> std::io::Result<Self> {
+    /// Starts the thread, writing through `db` (a handle of its own).
+    pub fn start(db: Db, hook: Arc<dyn Hook>) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             work: Condvar::new(),
@@ -137,7 +139,7 @@ impl Writer {
             .name("gateway-writer".into())
             .spawn({
                 let shared = shared.clone();
-                move || run(conn, &shared, &*hook)
+                move || run(&db, &shared, &*hook)
             })?;
         Ok(Self {
             shared,
@@ -210,11 +212,11 @@ impl Drop for Writer {
     }
 }
 
-fn run(mut conn: Connection, shared: &Shared, hook: &dyn Hook) {
+fn run(db: &Db, shared: &Shared, hook: &dyn Hook) {
     let mut ticked = std::time::Instant::now();
     loop {
         if ticked.elapsed() >= TICK {
-            hook.tick(&mut conn);
+            hook.tick(db);
             ticked = std::time::Instant::now();
         }
         let batch = {
@@ -244,7 +246,7 @@ fn run(mut conn: Connection, shared: &Shared, hook: &dyn Hook) {
             std::mem::replace(&mut queue.records, rest)
         };
         shared.room.notify_waiters();
-        write_batch(&mut conn, &batch, hook);
+        write_batch(db, &batch, hook);
         let mut queue = shared.lock();
         queue.done += batch.len() as u64;
         drop(queue);
@@ -252,7 +254,7 @@ fn run(mut conn: Connection, shared: &Shared, hook: &dyn Hook) {
     }
 }
 
-fn write_batch(conn: &mut Connection, batch: &[Record], hook: &dyn Hook) {
+fn write_batch(db: &Db, batch: &[Record], hook: &dyn Hook) {
     let usage: Vec<&UsageRecord> = batch
         .iter()
         .filter_map(|r| match r {
@@ -261,7 +263,7 @@ fn write_batch(conn: &mut Connection, batch: &[Record], hook: &dyn Hook) {
         })
         .collect();
     for attempt in 1..=ATTEMPTS {
-        match try_batch(conn, batch, &usage, hook) {
+        match try_batch(db, batch, &usage, hook) {
             Ok(()) => {
                 hook.committed(&usage);
                 return;
@@ -283,49 +285,37 @@ fn write_batch(conn: &mut Connection, batch: &[Record], hook: &dyn Hook) {
 }
 
 fn try_batch(
-    conn: &mut Connection,
+    db: &Db,
     batch: &[Record],
     usage: &[&UsageRecord],
     hook: &dyn Hook,
-) -> rusqlite::Result<()> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    {
-        let mut insert_usage = tx.prepare_cached(
-            "INSERT INTO gateway_usage (workspace, ts_ms, day, model, deployment,
-                 prompt_tokens, completion_tokens, cost_usd, cached)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?;
-        let mut insert_audit = tx.prepare_cached(
-            "INSERT INTO audit_events (timestamp_ms, actor, workspace, kind, detail)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
+) -> Result<(), DbError> {
+    db.transaction(|tx| {
         for record in batch {
             match record {
-                Record::Usage(u) => {
-                    insert_usage.execute(params![
-                        u.workspace,
+                Record::Usage(u) => tx.execute(
+                    "INSERT INTO gateway_usage (workspace, ts_ms, day, model, deployment,
+                         prompt_tokens, completion_tokens, cost_usd, cached)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                    args![
+                        &u.workspace,
                         u.ts_ms,
-                        u.day,
-                        u.model,
-                        u.deployment,
+                        &u.day,
+                        &u.model,
+                        &u.deployment,
                         u.prompt_tokens,
                         u.completion_tokens,
                         u.cost_usd,
                         u.cached
-                    ])?;
-                }
-                Record::Audit(a) => {
-                    insert_audit.execute(params![
-                        a.ts_ms,
-                        a.actor,
-                        a.workspace,
-                        a.kind,
-                        a.detail
-                    ])?;
-                }
-            }
+                    ],
+                )?,
+                Record::Audit(a) => tx.execute(
+                    "INSERT INTO audit_events (timestamp_ms, actor, workspace, kind, detail)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    args![a.ts_ms, &a.actor, &a.workspace, &a.kind, &a.detail],
+                )?,
+            };
         }
-    }
-    hook.in_batch(&tx, usage)?;
-    tx.commit()
+        hook.in_batch(tx, usage)
+    })
 }
