@@ -467,9 +467,12 @@ mcp_servers: {}
 # memory:
 #   embeddings: on
 
-# How long pincer.db keeps rows (`pincer state prune`; the daemon prunes daily).
+# Where the state lives (SQLite in $PINCER_HOME/pincer.db by default) and how
+# long rows are kept (`pincer state prune`; the daemon prunes daily).
 # state:
 #   retention: {inbound: 30d, outbox: 30d, audit: 180d}
+#   backend: postgres                 # sqlite (default) | postgres
+#   url: ${PINCER_DATABASE_URL}       # postgres://user@host:5432/pincer
 
 # The web console of `pincer start` (`pincer web login` prints a sign-in URL).
 # web:

@@ -154,11 +154,52 @@ impl<'de> Deserialize<'de> for WebSessionTtl {
     }
 }
 
-/// `state`: what `pincer.db` keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+/// `state`: where the host's state lives and how long it is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct State {
     pub retention: Retention,
+    /// `sqlite` (default: `$PINCER_HOME/pincer.db`) or `postgres` (`url`).
+    pub backend: StateBackend,
+    /// The PostgreSQL database (`postgres://user@host:5432/pincer`, or
+    /// `host=/run/postgresql user=pincer dbname=pincer`); required with
+    /// `backend: postgres`, refused with `sqlite`.
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateBackend {
+    #[default]
+    Sqlite,
+    Postgres,
+}
+
+impl State {
+    /// Where the state of `home` lives, as this section says.
+    ///
+    /// # Errors
+    /// `backend: postgres` without a `url`, or a `url` with `sqlite`.
+    pub fn location(&self, home: &std::path::Path) -> Result<crate::db::Location, String> {
+        match (self.backend, &self.url) {
+            (StateBackend::Sqlite, None) => {
+                Ok(crate::db::Location::Sqlite(home.join(crate::db::FILE_NAME)))
+            }
+            (StateBackend::Sqlite, Some(_)) => Err(
+                "state.url is set but state.backend is sqlite (the default): \
+                 say `backend: postgres` to use the database at url, or remove url"
+                    .into(),
+            ),
+            (StateBackend::Postgres, Some(url)) if !url.trim().is_empty() => {
+                Ok(crate::db::Location::Postgres(url.clone()))
+            }
+            (StateBackend::Postgres, _) => Err(
+                "state.backend is postgres but state.url is missing or empty \
+                 (e.g. url: ${PINCER_DATABASE_URL})"
+                    .into(),
+            ),
+        }
+    }
 }
 
 /// `state.retention`: how long rows are kept before `pincer state prune`

@@ -1430,3 +1430,32 @@ fn idle_durations_that_are_not_durations_are_refused_where_written() {
         &["max_paused"],
     );
 }
+
+#[test]
+fn state_lives_in_sqlite_by_default_and_in_postgres_when_asked() {
+    let home = Path::new("/srv/pincer");
+    assert_eq!(
+        parse("").unwrap().state.location(home),
+        Ok(crate::db::Location::Sqlite(home.join("pincer.db")))
+    );
+    let cfg =
+        parse("state:\n  backend: postgres\n  url: postgres://p@${RETRIES}/pincer\n").unwrap();
+    assert_eq!(
+        cfg.state.location(home),
+        Ok(crate::db::Location::Postgres(
+            "postgres://p@5/pincer".into()
+        ))
+    );
+    let shown = error("state:\n  backend: postgres\n");
+    assert!(
+        shown.contains("state.backend is postgres but state.url is missing"),
+        "{shown}"
+    );
+    let shown = error("state:\n  url: postgres://p@h/pincer\n");
+    assert!(
+        shown.contains("state.url is set but state.backend is sqlite"),
+        "{shown}"
+    );
+    let shown = error("state:\n  backend: mysql\n");
+    assert!(shown.contains("mysql"), "{shown}");
+}

@@ -97,6 +97,9 @@ pub(crate) fn validate(cfg: &Config) -> Vec<Issue<'_>> {
         ));
     }
     containers(cfg, out);
+    if let Err(problem) = cfg.state.location(std::path::Path::new("")) {
+        out.push(at(vec![Key("state")], problem));
+    }
     for (name, ws) in &cfg.workspaces {
         workspace(cfg, name, ws, out);
     }
