@@ -85,6 +85,27 @@ impl Context {
         self.home.join(crate::db::FILE_NAME)
     }
 
+    /// Where this configuration keeps its state (`state.backend`).
+    pub fn state(&self) -> anyhow::Result<crate::db::Location> {
+        self.config
+            .state
+            .location(&self.home)
+            .map_err(anyhow::Error::msg)
+    }
+
+    /// Opens one of the state's services with `open`, saying where when it
+    /// fails.
+    fn open_state<T, E>(
+        &self,
+        open: impl FnOnce(&crate::db::Location) -> Result<T, E>,
+    ) -> anyhow::Result<T>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let at = self.state()?;
+        open(&at).with_context(|| format!("opening {at}"))
+    }
+
     /// Opens one of `pincer.db`'s services with `open`, saying which file
     /// when it fails.
     fn open<T, E>(&self, open: impl FnOnce(&Path) -> Result<T, E>) -> anyhow::Result<T>
@@ -104,7 +125,7 @@ impl Context {
     }
 
     pub fn ledger(&self) -> anyhow::Result<Arc<crate::gateway::Ledger>> {
-        self.open(crate::gateway::Ledger::open)
+        self.open_state(|at| crate::gateway::Ledger::open_at(at, crate::db::now_ms))
     }
 
     pub fn schedule_store(&self) -> anyhow::Result<crate::scheduler::Store> {
@@ -119,7 +140,7 @@ impl Context {
     }
 
     pub fn channel_store(&self) -> anyhow::Result<crate::channels::ChannelStore> {
-        self.open(crate::channels::ChannelStore::open)
+        self.open_state(crate::channels::ChannelStore::open_at)
     }
 
     /// Pairing codes and the senders they allowed.

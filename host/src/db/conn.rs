@@ -39,6 +39,35 @@ pub enum Location {
     Postgres(String),
 }
 
+/// Where the state is, as people read it: a PostgreSQL password is
+/// never shown.
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "{}", path.display()),
+            Self::Postgres(url) => {
+                let shown = match url::Url::parse(url) {
+                    Ok(mut parsed) if parsed.password().is_some() => {
+                        let _ = parsed.set_password(Some("***"));
+                        parsed.to_string()
+                    }
+                    Ok(_) => url.clone(),
+                    // The key=value form.
+                    Err(_) => url
+                        .split_whitespace()
+                        .map(|pair| match pair.split_once('=') {
+                            Some(("password", _)) => "password=***",
+                            _ => pair,
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                };
+                write!(f, "PostgreSQL {shown}")
+            }
+        }
+    }
+}
+
 impl From<&Path> for Location {
     fn from(path: &Path) -> Self {
         Self::Sqlite(path.to_path_buf())
@@ -142,5 +171,31 @@ impl Db {
             }
             Backend::Postgres(pool) => pool.transaction(f),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_postgres_password_is_never_shown() {
+        let shown = |url: &str| Location::Postgres(url.into()).to_string();
+        assert_eq!(
+            shown("postgres://pincer:hunter2@db:5432/pincer"),
+            "PostgreSQL postgres://pincer:***@db:5432/pincer"
+        );
+        assert_eq!(
+            shown("host=/run/postgresql user=pincer password=hunter2 dbname=p"),
+            "PostgreSQL host=/run/postgresql user=pincer password=*** dbname=p"
+        );
+        assert_eq!(
+            shown("postgres://pincer@db/p"),
+            "PostgreSQL postgres://pincer@db/p"
+        );
+        assert_eq!(
+            Location::Sqlite("/h/pincer.db".into()).to_string(),
+            "/h/pincer.db"
+        );
     }
 }
