@@ -39,13 +39,14 @@ use std::str::FromStr as _;
 use std::time::Duration;
 
 use chrono::Utc;
-use rusqlite::{OptionalExtension as _, params};
 
 use super::file::{self, Action, CatchUp, Checks, Overlap, Task};
 use super::plan;
-use super::store::Store;
+use super::store::{Store, StoreError};
+use crate::args;
 use crate::config::Config;
 use crate::config::MAX_MESSAGE_BYTES;
+use crate::db::{Conn, DbError, Row};
 
 /// Every agent task id starts with this.
 pub const ID_PREFIX: &str = "agent-";
@@ -160,7 +161,7 @@ CREATE TABLE IF NOT EXISTS schedule_agent_tasks (
 );
 ";
 
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AgentTask> {
+fn row(r: &Row) -> Result<AgentTask, DbError> {
     let spec: String = r.get(2)?;
     let status: String = r.get(3)?;
     Ok(AgentTask {
@@ -337,6 +338,19 @@ pub fn prefixed(id: &str) -> String {
     }
 }
 
+/// Why [`Store::add_agent_task`]'s transaction stopped: a refusal rolls
+/// back what it did so far, as a database error does.
+enum Stop {
+    Db(DbError),
+    Refused(Refusal),
+}
+
+impl From<DbError> for Stop {
+    fn from(e: DbError) -> Self {
+        Stop::Db(e)
+    }
+}
+
 impl Store {
     /// Stores a checked agent task as `status` (pending or active). A
     /// cancelled task of that id is replaced, and its cursor, queued runs
@@ -348,7 +362,7 @@ impl Store {
     /// [`MAX_PER_WORKSPACE`] live tasks, or it created
     /// [`MAX_CREATES_PER_HOUR`] in the last hour or [`MAX_CREATES_PER_DAY`]
     /// in the last day (nothing is stored then); database errors as
-    /// `rusqlite::Error` in the outer result.
+    /// [`StoreError`] in the outer result.
     pub fn add_agent_task(
         &self,
         workspace: &str,
@@ -356,74 +370,81 @@ impl Store {
         spec: &serde_json::Value,
         status: Status,
         now_ms: i64,
-    ) -> rusqlite::Result<Result<(), Refusal>> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        purge_expired(&tx, Some(workspace), now_ms)?;
-        let existing: Option<String> = tx
-            .query_row(
-                "SELECT status FROM schedule_agent_tasks WHERE workspace = ?1 AND id = ?2",
-                params![workspace, id],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if existing
-            .as_deref()
-            .is_some_and(|s| Status::parse(s) != Status::Cancelled)
-        {
-            return Ok(Err(Refusal::Invalid(format!(
-                "a task `{id}` exists already: cancel it first or choose another id"
-            ))));
-        }
-        let live: i64 = tx.query_row(
-            "SELECT COUNT(*) FROM schedule_agent_tasks
-             WHERE workspace = ?1 AND status IN ('pending', 'active')",
-            params![workspace],
-            |r| r.get(0),
-        )?;
-        if usize::try_from(live).unwrap_or(usize::MAX) >= MAX_PER_WORKSPACE {
-            return Ok(Err(Refusal::Invalid(format!(
-                "this workspace has {MAX_PER_WORKSPACE} scheduled tasks of the agent already: cancel one first"
-            ))));
-        }
-        for (window_ms, limit, what) in [
-            (HOUR_MS, MAX_CREATES_PER_HOUR, "hour"),
-            (DAY_MS, MAX_CREATES_PER_DAY, "24 hours"),
-        ] {
-            let (count, oldest): (i64, Option<i64>) = tx.query_row(
-                "SELECT COUNT(*), MIN(created_ms) FROM schedule_agent_creates
-                 WHERE workspace = ?1 AND created_ms > ?2",
-                params![workspace, now_ms - window_ms],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
-            if usize::try_from(count).unwrap_or(usize::MAX) >= limit {
-                let wait_ms = oldest
-                    .map_or(window_ms, |o| o + window_ms - now_ms)
-                    .max(1000);
-                let wait = Duration::from_secs(u64::try_from(wait_ms / 1000).unwrap_or(0));
-                return Ok(Err(Refusal::Invalid(format!(
-                    "this workspace's agent created {limit} tasks in the last {what}, the most it may: try again in {}",
-                    humantime::format_duration(wait)
-                ))));
+    ) -> Result<Result<(), Refusal>, StoreError> {
+        let spec = spec.to_string();
+        let added = self.db().transaction(|tx| -> Result<(), Stop> {
+            let refuse = |m: String| Err(Stop::Refused(Refusal::Invalid(m)));
+            purge_expired(tx, Some(workspace), now_ms, false)?;
+            let existing: Option<String> = tx
+                .query_opt(
+                    "SELECT status FROM schedule_agent_tasks WHERE workspace = ?1 AND id = ?2",
+                    args![workspace, id],
+                )?
+                .map(|r| r.get(0))
+                .transpose()?;
+            if existing
+                .as_deref()
+                .is_some_and(|s| Status::parse(s) != Status::Cancelled)
+            {
+                return refuse(format!(
+                    "a task `{id}` exists already: cancel it first or choose another id"
+                ));
             }
+            let live: usize = tx
+                .query_one(
+                    "SELECT COUNT(*) FROM schedule_agent_tasks
+                     WHERE workspace = ?1 AND status IN ('pending', 'active')",
+                    args![workspace],
+                )?
+                .get(0)?;
+            if live >= MAX_PER_WORKSPACE {
+                return refuse(format!(
+                    "this workspace has {MAX_PER_WORKSPACE} scheduled tasks of the agent already: cancel one first"
+                ));
+            }
+            for (window_ms, limit, what) in [
+                (HOUR_MS, MAX_CREATES_PER_HOUR, "hour"),
+                (DAY_MS, MAX_CREATES_PER_DAY, "24 hours"),
+            ] {
+                let row = tx.query_one(
+                    "SELECT COUNT(*), MIN(created_ms) FROM schedule_agent_creates
+                     WHERE workspace = ?1 AND created_ms > ?2",
+                    args![workspace, now_ms - window_ms],
+                )?;
+                let (count, oldest): (usize, Option<i64>) = (row.get(0)?, row.get(1)?);
+                if count >= limit {
+                    let wait_ms = oldest
+                        .map_or(window_ms, |o| o + window_ms - now_ms)
+                        .max(1000);
+                    let wait = Duration::from_secs(u64::try_from(wait_ms / 1000).unwrap_or(0));
+                    return refuse(format!(
+                        "this workspace's agent created {limit} tasks in the last {what}, the most it may: try again in {}",
+                        humantime::format_duration(wait)
+                    ));
+                }
+            }
+            if existing.is_some() {
+                forget_runs(tx, workspace, id, false)?;
+            }
+            tx.execute(
+                "INSERT INTO schedule_agent_tasks
+                     (workspace, id, spec, status, created_ms, changed_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+                 ON CONFLICT (workspace, id) DO UPDATE
+                 SET spec = ?3, status = ?4, created_ms = ?5, decided_by = NULL, decided_ms = NULL,
+                     changed_ms = ?5",
+                args![workspace, id, spec.as_str(), status.as_str(), now_ms],
+            )?;
+            tx.execute(
+                "INSERT INTO schedule_agent_creates (workspace, created_ms) VALUES (?1, ?2)",
+                args![workspace, now_ms],
+            )?;
+            Ok(())
+        });
+        match added {
+            Ok(()) => Ok(Ok(())),
+            Err(Stop::Refused(refusal)) => Ok(Err(refusal)),
+            Err(Stop::Db(e)) => Err(e.into()),
         }
-        if existing.is_some() {
-            forget_runs(&tx, workspace, id, false)?;
-        }
-        tx.execute(
-            "INSERT INTO schedule_agent_tasks
-                 (workspace, id, spec, status, created_ms, changed_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
-             ON CONFLICT (workspace, id) DO UPDATE
-             SET spec = ?3, status = ?4, created_ms = ?5, decided_by = NULL, decided_ms = NULL,
-                 changed_ms = ?5",
-            params![workspace, id, spec.to_string(), status.as_str(), now_ms],
-        )?;
-        tx.execute(
-            "INSERT INTO schedule_agent_creates (workspace, created_ms) VALUES (?1, ?2)",
-            params![workspace, now_ms],
-        )?;
-        tx.commit()?;
-        Ok(Ok(()))
     }
 
     /// Deletes cancelled agent tasks older than [`CANCELLED_RETENTION`] and
@@ -432,60 +453,63 @@ impl Store {
     /// many tasks; with `dry_run` counts them and deletes nothing.
     ///
     /// # Errors
-    /// SQLite errors.
-    pub fn purge_agent_tasks(&self, now_ms: i64, dry_run: bool) -> rusqlite::Result<usize> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let purged = purge_expired(&tx, None, now_ms)?;
-        if dry_run {
-            tx.rollback()?;
-        } else {
-            tx.commit()?;
-        }
-        Ok(purged)
+    /// Database errors.
+    pub fn purge_agent_tasks(&self, now_ms: i64, dry_run: bool) -> Result<usize, StoreError> {
+        self.db()
+            .transaction(|tx| purge_expired(tx, None, now_ms, dry_run))
+            .map_err(StoreError::from)
     }
 
     /// Agent tasks of `workspace` (every workspace when `None`), oldest
     /// first; cancelled ones only with `cancelled`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn agent_tasks(
         &self,
         workspace: Option<&str>,
         cancelled: bool,
-    ) -> rusqlite::Result<Vec<AgentTask>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(&format!(
-            "SELECT {COLUMNS} FROM schedule_agent_tasks
-             WHERE (?1 IS NULL OR workspace = ?1) AND (?2 OR status != 'cancelled')
-             ORDER BY created_ms, id"
-        ))?;
-        let rows = stmt.query_map(params![workspace, cancelled], row)?;
-        rows.collect()
+    ) -> Result<Vec<AgentTask>, StoreError> {
+        self.db().run(|conn| {
+            conn.query(
+                &format!(
+                    "SELECT {COLUMNS} FROM schedule_agent_tasks
+                     WHERE (CAST(?1 AS TEXT) IS NULL OR workspace = ?1)
+                       AND (?2 OR status != 'cancelled')
+                     ORDER BY created_ms, id"
+                ),
+                args![workspace, cancelled],
+            )?
+            .iter()
+            .map(|r| Ok(row(r)?))
+            .collect()
+        })
     }
 
     /// One agent task.
     ///
     /// # Errors
-    /// SQLite errors.
-    pub fn agent_task(&self, workspace: &str, id: &str) -> rusqlite::Result<Option<AgentTask>> {
-        self.conn()
-            .query_row(
-                &format!(
-                    "SELECT {COLUMNS} FROM schedule_agent_tasks WHERE workspace = ?1 AND id = ?2"
-                ),
-                params![workspace, id],
-                row,
-            )
-            .optional()
+    /// Database errors.
+    pub fn agent_task(&self, workspace: &str, id: &str) -> Result<Option<AgentTask>, StoreError> {
+        self.db().run(|conn| {
+            Ok(conn
+                .query_opt(
+                    &format!(
+                        "SELECT {COLUMNS} FROM schedule_agent_tasks WHERE workspace = ?1 AND id = ?2"
+                    ),
+                    args![workspace, id],
+                )?
+                .as_ref()
+                .map(row)
+                .transpose()?)
+        })
     }
 
     /// Moves an agent task from one of `from` to `to`, recording who did it.
     /// `false` when it was in none of `from`.
     ///
     /// # Errors
-    /// SQLite errors.
+    /// Database errors.
     pub fn decide_agent_task(
         &self,
         workspace: &str,
@@ -494,68 +518,69 @@ impl Store {
         to: Status,
         by: &str,
         now_ms: i64,
-    ) -> rusqlite::Result<bool> {
-        let mut conn = self.conn();
-        let current: Option<String> = conn
-            .query_row(
-                "SELECT status FROM schedule_agent_tasks WHERE workspace = ?1 AND id = ?2",
-                params![workspace, id],
-                |r| r.get(0),
-            )
-            .optional()?;
-        let Some(current) = current else {
-            return Ok(false);
-        };
-        if !from.contains(&Status::parse(&current)) {
-            return Ok(false);
-        }
-        let tx = conn.transaction()?;
-        let changed = tx.execute(
-            "UPDATE schedule_agent_tasks
-             SET status = ?3, decided_by = ?4, decided_ms = ?5, changed_ms = ?5
-             WHERE workspace = ?1 AND id = ?2 AND status = ?6",
-            params![workspace, id, to.as_str(), by, now_ms, current],
-        )?;
-        if changed == 1 && to == Status::Cancelled {
-            // nothing of it waits to run
-            forget_runs(&tx, workspace, id, true)?;
-            purge_expired(&tx, Some(workspace), now_ms)?;
-        }
-        tx.commit()?;
-        Ok(changed == 1)
+    ) -> Result<bool, StoreError> {
+        self.db().transaction(|tx| {
+            let current: Option<String> = tx
+                .query_opt(
+                    "SELECT status FROM schedule_agent_tasks WHERE workspace = ?1 AND id = ?2",
+                    args![workspace, id],
+                )?
+                .map(|r| r.get(0))
+                .transpose()?;
+            let Some(current) = current else {
+                return Ok(false);
+            };
+            if !from.contains(&Status::parse(&current)) {
+                return Ok(false);
+            }
+            let changed = tx.execute(
+                "UPDATE schedule_agent_tasks
+                 SET status = ?3, decided_by = ?4, decided_ms = ?5, changed_ms = ?5
+                 WHERE workspace = ?1 AND id = ?2 AND status = ?6",
+                args![workspace, id, to.as_str(), by, now_ms, current],
+            )?;
+            if changed == 1 && to == Status::Cancelled {
+                // nothing of it waits to run
+                forget_runs(tx, workspace, id, true)?;
+                purge_expired(tx, Some(workspace), now_ms, false)?;
+            }
+            Ok(changed == 1)
+        })
     }
 
     /// Changes whenever an agent task is added or decided (the daemon polls
     /// it to reload).
     ///
     /// # Errors
-    /// SQLite errors.
-    pub fn agent_revision(&self) -> rusqlite::Result<(i64, i64)> {
-        self.conn().query_row(
-            "SELECT COUNT(*), COALESCE(MAX(changed_ms), 0) FROM schedule_agent_tasks",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+    /// Database errors.
+    pub fn agent_revision(&self) -> Result<(i64, i64), StoreError> {
+        self.db().run(|conn| {
+            let row = conn.query_one(
+                "SELECT COUNT(*), COALESCE(MAX(changed_ms), 0) FROM schedule_agent_tasks",
+                args![],
+            )?;
+            Ok((row.get(0)?, row.get(1)?))
+        })
     }
 }
 
 /// Marks the task's queued runs skipped; unless `keep_cursor`, also
 /// forgets its cursor (a re-created id counts from its first sight).
 fn forget_runs(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &mut dyn Conn,
     workspace: &str,
     id: &str,
     keep_cursor: bool,
-) -> rusqlite::Result<()> {
+) -> Result<(), DbError> {
     tx.execute(
         "UPDATE schedule_runs SET status = 'skipped', error = 'the task was cancelled'
          WHERE workspace = ?1 AND task = ?2 AND status = 'queued'",
-        params![workspace, id],
+        args![workspace, id],
     )?;
     if !keep_cursor {
         tx.execute(
             "DELETE FROM schedule_state WHERE workspace = ?1 AND task = ?2",
-            params![workspace, id],
+            args![workspace, id],
         )?;
     }
     Ok(())
@@ -564,42 +589,43 @@ fn forget_runs(
 /// Deletes (in `tx`) the cancelled agent tasks of `workspace` (all when
 /// `None`) decided before [`CANCELLED_RETENTION`] or past the
 /// [`MAX_RETAINED`] newest, with their cursors and runs, and creation
-/// records older than a day. Returns how many tasks.
+/// records older than a day. Returns how many tasks; with `dry_run` only
+/// counts them.
 fn purge_expired(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &mut dyn Conn,
     workspace: Option<&str>,
     now_ms: i64,
-) -> rusqlite::Result<usize> {
+    dry_run: bool,
+) -> Result<usize, DbError> {
     let retention_ms = i64::try_from(CANCELLED_RETENTION.as_millis()).unwrap_or(i64::MAX);
     let keep = i64::try_from(MAX_RETAINED).unwrap_or(i64::MAX);
-    let doomed: Vec<(String, String)> = {
-        let mut stmt = tx.prepare(
-            "SELECT workspace, id FROM (
-                 SELECT workspace, id, COALESCE(decided_ms, changed_ms) AS at,
-                        ROW_NUMBER() OVER (PARTITION BY workspace
-                                           ORDER BY COALESCE(decided_ms, changed_ms) DESC, id) AS n
-                 FROM schedule_agent_tasks
-                 WHERE status = 'cancelled' AND (?1 IS NULL OR workspace = ?1))
-             WHERE at < ?2 OR n > ?3",
-        )?;
-        let rows = stmt.query_map(
-            params![workspace, now_ms.saturating_sub(retention_ms), keep],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        rows.collect::<rusqlite::Result<_>>()?
-    };
-    for (workspace, id) in &doomed {
+    let doomed = tx.query(
+        "SELECT workspace, id FROM (
+             SELECT workspace, id, COALESCE(decided_ms, changed_ms) AS at,
+                    ROW_NUMBER() OVER (PARTITION BY workspace
+                                       ORDER BY COALESCE(decided_ms, changed_ms) DESC, id) AS n
+             FROM schedule_agent_tasks
+             WHERE status = 'cancelled' AND (CAST(?1 AS TEXT) IS NULL OR workspace = ?1)) AS cancelled
+         WHERE at < ?2 OR n > ?3",
+        args![workspace, now_ms.saturating_sub(retention_ms), keep],
+    )?;
+    if dry_run {
+        return Ok(doomed.len());
+    }
+    for doomed in &doomed {
+        let (workspace, id): (String, String) = (doomed.get(0)?, doomed.get(1)?);
         for sql in [
             "DELETE FROM schedule_agent_tasks WHERE workspace = ?1 AND id = ?2",
             "DELETE FROM schedule_state WHERE workspace = ?1 AND task = ?2",
             "DELETE FROM schedule_runs WHERE workspace = ?1 AND task = ?2",
         ] {
-            tx.execute(sql, params![workspace, id])?;
+            tx.execute(sql, args![&workspace, &id])?;
         }
     }
     tx.execute(
-        "DELETE FROM schedule_agent_creates WHERE (?1 IS NULL OR workspace = ?1) AND created_ms <= ?2",
-        params![workspace, now_ms - DAY_MS],
+        "DELETE FROM schedule_agent_creates
+         WHERE (CAST(?1 AS TEXT) IS NULL OR workspace = ?1) AND created_ms <= ?2",
+        args![workspace, now_ms - DAY_MS],
     )?;
     Ok(doomed.len())
 }
@@ -608,12 +634,12 @@ fn purge_expired(
 /// that no longer pass (the configuration changed) come back as errors.
 ///
 /// # Errors
-/// SQLite errors.
+/// Database errors.
 pub fn active_tasks(
     store: &Store,
     config: &Config,
     workspace: &str,
-) -> rusqlite::Result<(Vec<Task>, Vec<String>)> {
+) -> Result<(Vec<Task>, Vec<String>), StoreError> {
     let mut tasks = Vec::new();
     let mut problems = Vec::new();
     for agent_task in store.agent_tasks(Some(workspace), false)? {

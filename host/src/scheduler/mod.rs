@@ -53,7 +53,7 @@ use chrono::{DateTime, Utc};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use file::{Action, Asking, CatchUp, Checks, Delivery, Overlap, Task, Trigger};
-pub use store::{Outcome, RunRecord, RunStatus, Store};
+pub use store::{Outcome, RunRecord, RunStatus, Store, StoreError};
 
 use crate::config::ConfigError;
 
@@ -71,7 +71,7 @@ pub enum ScheduleError {
     File(#[from] ConfigError),
     /// The database failed.
     #[error("schedule store: {0}")]
-    Store(#[from] rusqlite::Error),
+    Store(#[from] StoreError),
 }
 
 /// A run to start now: claimed in the store for the scheduler's owner.

@@ -141,7 +141,7 @@ fn run_at(
     arguments: Option<JsonObject>,
     now_ms: i64,
 ) -> Result<Reply, McpError> {
-    let db = |e: rusqlite::Error| McpError::Failed(format!("schedule store: {e}"));
+    let db = |e: crate::scheduler::StoreError| McpError::Failed(format!("schedule store: {e}"));
     let actor = crate::audit::Actor::Agent(workspace);
     match tool {
         "create" => {
