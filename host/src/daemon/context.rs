@@ -129,7 +129,7 @@ impl Context {
     }
 
     pub fn schedule_store(&self) -> anyhow::Result<crate::scheduler::Store> {
-        self.open(crate::scheduler::Store::open)
+        self.open_state(crate::scheduler::Store::open_at)
     }
 
     /// Approval requests, decisions and "always" rules.
