@@ -972,7 +972,7 @@ mod tests {
                             let answer = match answer {
                                 Ok(request) => Ok(request.decided_by.expect("decided by")),
                                 Err(ApprovalError::AlreadyDecided { by, .. }) => Err(by),
-                                Err(e) => panic!("{id}: {e}"),
+                                Err(e) => Err(format!("{id}: unexpected {e}")),
                             };
                             answers.lock().expect("answers").push((id.clone(), answer));
                         }
@@ -998,7 +998,7 @@ mod tests {
             assert!(
                 mine.iter()
                     .all(|a| a.as_ref().unwrap_or_else(|by| by) == &by),
-                "{id}"
+                "{id}: {mine:?}"
             );
         }
     }
