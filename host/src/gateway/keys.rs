@@ -17,9 +17,11 @@
 //! keys; a revoked name may be minted again.
 //!
 //! A verified token is remembered (by its hash) under the generation of
-//! revocations it was read in ([`super::revocations`]), so a request costs
-//! no database read, and any process's revocation is seen by the next
-//! request.
+//! revocations it was read in, so a request costs no read of its key, and
+//! any process's revocation is seen by the next request: on SQLite the
+//! generation is in a file beside the database ([`super::revocations`],
+//! no database read at all); on PostgreSQL, whose daemons share no file,
+//! it is a row every revocation raises in its own transaction.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -27,13 +29,13 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Mutex;
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::revocations::Revocations;
+use crate::args;
 use crate::containers::{GrantError, GrantMinter};
-use crate::db::now_ms;
+use crate::db::{Conn, Db, DbError, Dialect, Location, now_ms};
 
 /// Every gateway token starts with this.
 pub const TOKEN_PREFIX: &str = "pk-pincer-";
@@ -75,8 +77,8 @@ pub enum KeyError {
     Storage(String),
 }
 
-impl From<rusqlite::Error> for KeyError {
-    fn from(e: rusqlite::Error) -> Self {
+impl From<DbError> for KeyError {
+    fn from(e: DbError) -> Self {
         Self::Storage(e.to_string())
     }
 }
@@ -98,15 +100,11 @@ impl KeyKind {
         }
     }
 
-    fn parse(s: &str) -> rusqlite::Result<Self> {
+    fn parse(s: &str) -> Result<Self, KeyError> {
         match s {
             "container" => Ok(KeyKind::Container),
             "external" => Ok(KeyKind::External),
-            other => Err(rusqlite::Error::InvalidColumnType(
-                0,
-                format!("key kind `{other}`"),
-                rusqlite::types::Type::Text,
-            )),
+            other => Err(KeyError::Storage(format!("unknown key kind `{other}`"))),
         }
     }
 }
@@ -159,10 +157,45 @@ pub struct KeyListing {
 /// Live tokens remembered at most; past it, the memory starts afresh.
 const REMEMBERED: usize = 4096;
 
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS gateway_keys (
+        id INTEGER PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        token_sha256 BLOB NOT NULL UNIQUE,
+        prefix TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        revoked_ms INTEGER
+    );
+    CREATE UNIQUE INDEX IF NOT EXISTS gateway_keys_live_name
+        ON gateway_keys (workspace, name) WHERE revoked_ms IS NULL;
+    CREATE INDEX IF NOT EXISTS gateway_keys_by_workspace
+        ON gateway_keys (workspace, id);";
+
+/// The generation of revocations on PostgreSQL: one row.
+const GENERATION_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS gateway_key_generation (
+        id INTEGER PRIMARY KEY,
+        generation INTEGER NOT NULL
+    )";
+
+/// How a verifier learns that some process revoked a key.
+enum Generations {
+    /// SQLite: counters in a file beside the database, mapped by every
+    /// process that opens it. `one` keeps this process's revocations one at
+    /// a time, as the file's lock does across processes.
+    File {
+        counters: Revocations,
+        one: Mutex<()>,
+    },
+    /// PostgreSQL: daemons on other hosts share no file, so a row of the
+    /// shared database, raised by each revoking transaction.
+    Table,
+}
+
 /// The token store, in the host database.
 pub struct KeyStore {
-    conn: Mutex<Connection>,
-    revocations: Revocations,
+    db: Db,
+    generations: Generations,
     /// Live tokens by hash, with the generation of revocations they were
     /// read in.
     verified: Mutex<HashMap<[u8; 32], (u64, KeyInfo)>>,
@@ -172,37 +205,40 @@ impl KeyStore {
     /// # Errors
     /// The database or the revocations file beside it cannot be opened.
     pub fn open(path: &Path) -> Result<Self, KeyError> {
-        let conn = crate::db::open(path)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS gateway_keys (
-                id INTEGER PRIMARY KEY,
-                workspace TEXT NOT NULL,
-                name TEXT NOT NULL,
-                kind TEXT NOT NULL,
-                token_sha256 BLOB NOT NULL UNIQUE,
-                prefix TEXT NOT NULL,
-                created_ms INTEGER NOT NULL,
-                revoked_ms INTEGER
-            );
-            CREATE UNIQUE INDEX IF NOT EXISTS gateway_keys_live_name
-                ON gateway_keys (workspace, name) WHERE revoked_ms IS NULL;
-            CREATE INDEX IF NOT EXISTS gateway_keys_by_workspace
-                ON gateway_keys (workspace, id);",
-        )?;
-        let revocations = Revocations::open(path).map_err(|e| {
-            KeyError::Storage(format!("{}: {e}", Revocations::path_for(path).display()))
-        })?;
-        Ok(Self {
-            conn: Mutex::new(conn),
-            revocations,
-            verified: Mutex::new(HashMap::new()),
-        })
+        Self::open_at(&Location::from(path))
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Connection>, KeyError> {
-        self.conn
-            .lock()
-            .map_err(|_| KeyError::Storage("key store lock poisoned".into()))
+    /// # Errors
+    /// The database (or, on SQLite, the revocations file beside it) cannot
+    /// be opened.
+    pub fn open_at(location: &Location) -> Result<Self, KeyError> {
+        let db = Db::open(location)?;
+        db.transaction(|conn| -> Result<(), DbError> {
+            conn.schema(SCHEMA)?;
+            if conn.dialect() == Dialect::Postgres {
+                conn.schema(GENERATION_SCHEMA)?;
+                conn.execute(
+                    "INSERT INTO gateway_key_generation (id, generation) VALUES (1, 0)
+                     ON CONFLICT (id) DO NOTHING",
+                    args![],
+                )?;
+            }
+            Ok(())
+        })?;
+        let generations = match location {
+            Location::Sqlite(path) => Generations::File {
+                counters: Revocations::open(path).map_err(|e| {
+                    KeyError::Storage(format!("{}: {e}", Revocations::path_for(path).display()))
+                })?,
+                one: Mutex::new(()),
+            },
+            Location::Postgres(_) => Generations::Table,
+        };
+        Ok(Self {
+            db,
+            generations,
+            verified: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Mints an external key named `name` for `workspace`.
@@ -217,24 +253,20 @@ impl KeyStore {
             return Err(KeyError::ReservedName);
         }
         let (token, prefix) = new_token(workspace)?;
-        let mut conn = self.lock()?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let live: Option<i64> = tx
-            .query_row(
+        self.db.transaction(|tx| {
+            let live = tx.query_opt(
                 "SELECT id FROM gateway_keys
                  WHERE workspace = ?1 AND name = ?2 AND revoked_ms IS NULL",
-                params![workspace, name],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if live.is_some() {
-            return Err(KeyError::Exists {
-                workspace: workspace.to_owned(),
-                name: name.to_owned(),
-            });
-        }
-        insert(&tx, workspace, name, KeyKind::External, &token, &prefix)?;
-        tx.commit()?;
+                args![workspace, name],
+            )?;
+            if live.is_some() {
+                return Err(KeyError::Exists {
+                    workspace: workspace.to_owned(),
+                    name: name.to_owned(),
+                });
+            }
+            insert(tx, workspace, name, KeyKind::External, &token, &prefix)
+        })?;
         Ok(MintedKey {
             name: name.to_owned(),
             token,
@@ -250,12 +282,11 @@ impl KeyStore {
     pub fn mint_container_token(&self, workspace: &str) -> Result<String, KeyError> {
         check_workspace(workspace)?;
         let (token, prefix) = new_token(workspace)?;
-        self.revoking(|conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        self.revoking(|tx| {
             tx.execute(
                 "UPDATE gateway_keys SET revoked_ms = ?3
-             WHERE workspace = ?1 AND (kind = ?2 OR name = ?4) AND revoked_ms IS NULL",
-                params![
+                 WHERE workspace = ?1 AND (kind = ?2 OR name = ?4) AND revoked_ms IS NULL",
+                args![
                     workspace,
                     KeyKind::Container.as_str(),
                     now_ms(),
@@ -263,15 +294,13 @@ impl KeyStore {
                 ],
             )?;
             insert(
-                &tx,
+                tx,
                 workspace,
                 CONTAINER_KEY_NAME,
                 KeyKind::Container,
                 &token,
                 &prefix,
-            )?;
-            tx.commit()?;
-            Ok(())
+            )
         })?;
         Ok(token)
     }
@@ -284,7 +313,7 @@ impl KeyStore {
             return None;
         }
         let hash = sha256(token);
-        let generation = self.revocations.settle();
+        let generation = self.generation();
         if let Some(generation) = generation {
             let remembered = self.verified.lock().ok().and_then(|verified| {
                 verified
@@ -298,7 +327,7 @@ impl KeyStore {
         }
         let found = self.read(&hash)?;
         // Remembered only if no revocation began or ended during the read.
-        if let Some(generation) = generation.filter(|g| self.revocations.settled() == Some(*g))
+        if let Some(generation) = generation.filter(|g| self.unchanged(*g))
             && let Ok(mut verified) = self.verified.lock()
         {
             if verified.len() >= REMEMBERED {
@@ -309,23 +338,54 @@ impl KeyStore {
         Some(found)
     }
 
+    /// The generation of revocations every process has settled on; `None`
+    /// while a revocation is under way, or when it cannot be read (then
+    /// nothing is remembered, nor used from memory).
+    fn generation(&self) -> Option<u64> {
+        match &self.generations {
+            Generations::File { counters, .. } => counters.settle(),
+            Generations::Table => self
+                .db
+                .run(|conn| {
+                    conn.query_one(
+                        "SELECT generation FROM gateway_key_generation WHERE id = 1",
+                        args![],
+                    )?
+                    .get(0)
+                })
+                .map_err(|e| tracing::error!("cannot read the gateway key revocations: {e}"))
+                .ok(),
+        }
+    }
+
+    /// Whether `generation`, read before a key was, still holds.
+    fn unchanged(&self, generation: u64) -> bool {
+        match &self.generations {
+            Generations::File { counters, .. } => counters.settled() == Some(generation),
+            // Raised in the revoking transaction itself: a revocation that
+            // committed before the key was read shows in the key, and one
+            // after leaves `generation` behind for good.
+            Generations::Table => true,
+        }
+    }
+
     /// The live key of `hash` in the database.
     fn read(&self, hash: &[u8; 32]) -> Option<KeyInfo> {
-        let found = self.lock().and_then(|conn| {
-            conn.prepare_cached(
+        let found = self.db.run(|conn| {
+            conn.query_opt(
                 "SELECT workspace, name, kind, token_sha256 FROM gateway_keys
                  WHERE token_sha256 = ?1 AND revoked_ms IS NULL",
+                args![&hash[..]],
             )?
-            .query_row(params![&hash[..]], |r| {
+            .map(|r| -> Result<_, KeyError> {
                 Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    KeyKind::parse(&r.get::<_, String>(2)?)?,
-                    r.get::<_, Vec<u8>>(3)?,
+                    r.get::<String>(0)?,
+                    r.get::<String>(1)?,
+                    KeyKind::parse(&r.get::<String>(2)?)?,
+                    r.get::<Vec<u8>>(3)?,
                 ))
             })
-            .optional()
-            .map_err(KeyError::from)
+            .transpose()
         });
         match found {
             Ok(Some((workspace, name, kind, stored))) if constant_time_eq(&stored, hash) => {
@@ -344,17 +404,30 @@ impl KeyStore {
     }
 
     /// Runs `revoke`, a transaction that may revoke keys, as a revocation
-    /// every process sees on its next verification. The connection's lock
-    /// is held throughout: one revocation at a time in this process, as the
-    /// file's lock makes it across processes.
-    fn revoking<T>(
+    /// every process sees on its next verification.
+    fn revoking<T: Send>(
         &self,
-        revoke: impl FnOnce(&mut Connection) -> Result<T, KeyError>,
+        mut revoke: impl FnMut(&mut dyn Conn) -> Result<T, KeyError> + Send,
     ) -> Result<T, KeyError> {
-        let mut conn = self.lock()?;
-        self.revocations
-            .revoking(|| revoke(&mut conn))
-            .map_err(|e| KeyError::Storage(format!("the key revocations file: {e}")))?
+        match &self.generations {
+            Generations::File { counters, one } => {
+                let _one = one
+                    .lock()
+                    .map_err(|_| KeyError::Storage("key store lock poisoned".into()))?;
+                counters
+                    .revoking(|| self.db.transaction(revoke))
+                    .map_err(|e| KeyError::Storage(format!("the key revocations file: {e}")))?
+            }
+            Generations::Table => self.db.transaction(|tx| {
+                // First, so revocations run one at a time: a second waits
+                // on this row, loses the conflict and runs again after.
+                tx.execute(
+                    "UPDATE gateway_key_generation SET generation = generation + 1 WHERE id = 1",
+                    args![],
+                )?;
+                revoke(tx)
+            }),
+        }
     }
 
     /// The workspace's keys, live and revoked, oldest first.
@@ -362,23 +435,24 @@ impl KeyStore {
     /// # Errors
     /// Storage failures.
     pub fn list(&self, workspace: &str) -> Result<Vec<KeyListing>, KeyError> {
-        let conn = self.lock()?;
-        let mut stmt = conn.prepare_cached(
-            "SELECT name, prefix, created_ms, revoked_ms IS NOT NULL, kind FROM gateway_keys
-             WHERE workspace = ?1 ORDER BY id",
-        )?;
-        let rows = stmt
-            .query_map(params![workspace], |r| {
+        self.db.run(|conn| {
+            conn.query(
+                "SELECT name, prefix, created_ms, revoked_ms IS NOT NULL, kind FROM gateway_keys
+                 WHERE workspace = ?1 ORDER BY id",
+                args![workspace],
+            )?
+            .iter()
+            .map(|r| {
                 Ok(KeyListing {
                     name: r.get(0)?,
                     prefix: r.get(1)?,
                     created_ms: r.get(2)?,
                     revoked: r.get(3)?,
-                    kind: KeyKind::parse(&r.get::<_, String>(4)?)?,
+                    kind: KeyKind::parse(&r.get::<String>(4)?)?,
                 })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+            })
+            .collect()
+        })
     }
 
     /// Revokes the workspace's live key named `name`; `false` if there is
@@ -387,11 +461,11 @@ impl KeyStore {
     /// # Errors
     /// Storage failures.
     pub fn revoke(&self, workspace: &str, name: &str) -> Result<bool, KeyError> {
-        self.revoking(|conn| {
-            let changed = conn.execute(
+        self.revoking(|tx| {
+            let changed = tx.execute(
                 "UPDATE gateway_keys SET revoked_ms = ?3
                  WHERE workspace = ?1 AND name = ?2 AND revoked_ms IS NULL",
-                params![workspace, name, now_ms()],
+                args![workspace, name, now_ms()],
             )?;
             Ok(changed > 0)
         })
@@ -404,11 +478,11 @@ impl KeyStore {
     /// # Errors
     /// Storage failures.
     pub fn revoke_container_token(&self, workspace: &str) -> Result<bool, KeyError> {
-        self.revoking(|conn| {
-            let changed = conn.execute(
+        self.revoking(|tx| {
+            let changed = tx.execute(
                 "UPDATE gateway_keys SET revoked_ms = ?3
                  WHERE workspace = ?1 AND kind = ?2 AND revoked_ms IS NULL",
-                params![workspace, KeyKind::Container.as_str(), now_ms()],
+                args![workspace, KeyKind::Container.as_str(), now_ms()],
             )?;
             Ok(changed > 0)
         })
@@ -416,7 +490,7 @@ impl KeyStore {
 }
 
 fn insert(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     workspace: &str,
     name: &str,
     kind: KeyKind,
@@ -426,7 +500,7 @@ fn insert(
     conn.execute(
         "INSERT INTO gateway_keys (workspace, name, kind, token_sha256, prefix, created_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![
+        args![
             workspace,
             name,
             kind.as_str(),
@@ -435,18 +509,29 @@ fn insert(
             now_ms()
         ],
     )
-    .map_err(|e| match e {
-        rusqlite::Error::SqliteFailure(f, _)
-            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
-        {
+    .map_err(|e| {
+        if breaks_a_unique_rule(&e) {
             KeyError::Exists {
                 workspace: workspace.to_owned(),
                 name: name.to_owned(),
             }
+        } else {
+            e.into()
         }
-        other => other.into(),
     })?;
     Ok(())
+}
+
+/// Whether a write was refused for a constraint (here: another live key of
+/// the name).
+fn breaks_a_unique_rule(e: &DbError) -> bool {
+    match e {
+        DbError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => {
+            f.code == rusqlite::ErrorCode::ConstraintViolation
+        }
+        DbError::Postgres(e) => e.code() == Some(&::postgres::error::SqlState::UNIQUE_VIOLATION),
+        _ => false,
+    }
 }
 
 /// A new token for `workspace` and its display prefix.
@@ -536,12 +621,7 @@ impl GrantMinter for KeyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn store() -> (tempfile::TempDir, KeyStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = KeyStore::open(&dir.path().join("k.db")).unwrap();
-        (dir, store)
-    }
+    use crate::db::testing::{database, each_backend};
 
     #[test]
     fn base64url_matches_rfc4648_vectors() {
@@ -562,243 +642,262 @@ mod tests {
 
     #[test]
     fn minted_token_has_the_documented_shape_and_verifies() {
-        let (_dir, store) = store();
-        let key = store.mint("dev-1", "laptop").unwrap();
-        let secret = key.token.strip_prefix("pk-pincer-dev-1-").unwrap();
-        assert_eq!(secret.len(), 43);
-        assert!(
-            secret
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        );
-        assert_eq!(key.prefix, &secret[..8]);
-        assert_eq!(key.name, "laptop");
-        assert_eq!(
-            store.verify(&key.token),
-            Some(KeyInfo {
-                workspace: "dev-1".into(),
-                name: "laptop".into(),
-                kind: KeyKind::External,
-            })
-        );
-        // two mints never share a secret
-        let other = store.mint("dev-1", "phone").unwrap();
-        assert_ne!(other.token, key.token);
+        each_backend(|at| {
+            let store = KeyStore::open_at(at).unwrap();
+            let key = store.mint("dev-1", "laptop").unwrap();
+            let secret = key.token.strip_prefix("pk-pincer-dev-1-").unwrap();
+            assert_eq!(secret.len(), 43);
+            assert!(
+                secret
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            );
+            assert_eq!(key.prefix, &secret[..8]);
+            assert_eq!(key.name, "laptop");
+            assert_eq!(
+                store.verify(&key.token),
+                Some(KeyInfo {
+                    workspace: "dev-1".into(),
+                    name: "laptop".into(),
+                    kind: KeyKind::External,
+                })
+            );
+            // two mints never share a secret
+            let other = store.mint("dev-1", "phone").unwrap();
+            assert_ne!(other.token, key.token);
+        });
     }
 
     #[test]
     fn only_the_hash_and_prefix_are_stored() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("k.db");
-        let key = KeyStore::open(&path)
-            .unwrap()
-            .mint("dev", "laptop")
-            .unwrap();
-        let secret = key.token[key.token.len() - 43..].to_owned();
-        let conn = Connection::open(&path).unwrap();
-        let dump: Vec<String> = conn
-            .prepare("SELECT quote(workspace) || quote(name) || quote(kind) || quote(token_sha256) || quote(prefix) FROM gateway_keys")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let dump = dump.concat();
-        assert!(!dump.contains(&key.token));
-        assert!(!dump.contains(&secret[8..]), "{dump}");
-        drop(conn);
-        let bytes = std::fs::read(&path).unwrap();
-        let text = String::from_utf8_lossy(&bytes);
-        assert!(!text.contains(&secret));
+        each_backend(|at| {
+            let key = KeyStore::open_at(at)
+                .unwrap()
+                .mint("dev", "laptop")
+                .unwrap();
+            let secret = key.token[key.token.len() - 43..].to_owned();
+            let rows = Db::open(at)
+                .unwrap()
+                .run(|conn| {
+                    conn.query(
+                        "SELECT workspace, name, kind, token_sha256, prefix FROM gateway_keys",
+                        args![],
+                    )
+                })
+                .unwrap();
+            let dump = format!("{rows:?}");
+            assert!(!dump.contains(&key.token));
+            assert!(!dump.contains(&secret[8..]), "{dump}");
+            if let Location::Sqlite(path) = at {
+                let bytes = std::fs::read(path).unwrap();
+                let text = String::from_utf8_lossy(&bytes);
+                assert!(!text.contains(&secret));
+            }
+        });
     }
 
     #[test]
     fn bad_tokens_do_not_verify() {
-        let (_dir, store) = store();
-        let key = store.mint("dev", "laptop").unwrap();
-        let mut altered = key.token.clone();
-        let last = altered.pop().unwrap();
-        altered.push(if last == 'A' { 'B' } else { 'A' });
-        for bad in [
-            "",
-            "Bearer x",
-            "pk-pincer-",
-            "pk-pincer-dev-",
-            altered.as_str(),
-            &key.token[..key.token.len() - 1],
-            &format!("{}x", key.token),
-            &key.token.to_uppercase(),
-            &"pk-pincer-".repeat(100),
-        ] {
-            assert_eq!(store.verify(bad), None, "{bad}");
-        }
+        each_backend(|at| {
+            let store = KeyStore::open_at(at).unwrap();
+            let key = store.mint("dev", "laptop").unwrap();
+            let mut altered = key.token.clone();
+            let last = altered.pop().unwrap();
+            altered.push(if last == 'A' { 'B' } else { 'A' });
+            for bad in [
+                "",
+                "Bearer x",
+                "pk-pincer-",
+                "pk-pincer-dev-",
+                altered.as_str(),
+                &key.token[..key.token.len() - 1],
+                &format!("{}x", key.token),
+                &key.token.to_uppercase(),
+                &"pk-pincer-".repeat(100),
+            ] {
+                assert_eq!(store.verify(bad), None, "{bad}");
+            }
+        });
     }
 
     #[test]
     fn revoke_stops_verification_and_frees_the_name() {
-        let (_dir, store) = store();
-        let key = store.mint("dev", "ci").unwrap();
-        assert!(store.revoke("dev", "ci").unwrap());
-        assert!(!store.revoke("dev", "ci").unwrap());
-        assert!(!store.revoke("other", "ci").unwrap());
-        assert_eq!(store.verify(&key.token), None);
-        let again = store.mint("dev", "ci").unwrap();
-        assert!(store.verify(&again.token).is_some());
-        let listed = store.list("dev").unwrap();
-        assert_eq!(listed.len(), 2);
-        assert!(listed[0].revoked && !listed[1].revoked);
-        assert_eq!(listed[1].prefix, again.prefix);
-        assert!(listed.iter().all(|k| k.name == "ci"));
+        each_backend(|at| {
+            let store = KeyStore::open_at(at).unwrap();
+            let key = store.mint("dev", "ci").unwrap();
+            assert!(store.revoke("dev", "ci").unwrap());
+            assert!(!store.revoke("dev", "ci").unwrap());
+            assert!(!store.revoke("other", "ci").unwrap());
+            assert_eq!(store.verify(&key.token), None);
+            let again = store.mint("dev", "ci").unwrap();
+            assert!(store.verify(&again.token).is_some());
+            let listed = store.list("dev").unwrap();
+            assert_eq!(listed.len(), 2);
+            assert!(listed[0].revoked && !listed[1].revoked);
+            assert_eq!(listed[1].prefix, again.prefix);
+            assert!(listed.iter().all(|k| k.name == "ci"));
+        });
     }
 
     #[test]
     fn a_verified_key_is_remembered_until_any_store_revokes_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("k.db");
-        // Two stores on one database: the gateway and the CLI's process.
-        let (gateway, cli) = (
-            KeyStore::open(&path).unwrap(),
-            KeyStore::open(&path).unwrap(),
-        );
-        let (ci, other) = (
-            cli.mint("dev", "ci").unwrap(),
-            cli.mint("dev", "other").unwrap(),
-        );
-        let container = cli.mint_container_token("dev").unwrap();
-        for token in [&ci.token, &other.token, &container] {
-            assert!(gateway.verify(token).is_some());
-        }
-        // Remembered: the database row is not read again while nothing is
-        // revoked (here it no longer says the key is live).
-        let raw = crate::db::open(&path).unwrap();
-        raw.execute(
-            "UPDATE gateway_keys SET kind = 'bogus' WHERE name = 'ci'",
-            [],
-        )
-        .unwrap();
-        assert!(gateway.verify(&ci.token).is_some(), "from memory");
-        // Any revocation, by any store, is seen by the next verification.
-        assert!(cli.revoke("dev", "other").unwrap());
-        assert_eq!(gateway.verify(&other.token), None);
-        assert_eq!(gateway.verify(&ci.token), None, "read again: the bogus row");
-        cli.mint_container_token("dev").unwrap();
-        assert_eq!(gateway.verify(&container), None, "replaced container token");
-        raw.execute(
-            "UPDATE gateway_keys SET kind = 'external' WHERE name = 'ci'",
-            [],
-        )
-        .unwrap();
-        assert!(gateway.verify(&ci.token).is_some());
-        assert!(cli.revoke_container_token("dev").unwrap());
-        assert!(gateway.verify(&ci.token).is_some(), "others stay live");
+        each_backend(|at| {
+            // Two stores on one database: the gateway and the CLI's process.
+            let (gateway, cli) = (
+                KeyStore::open_at(at).unwrap(),
+                KeyStore::open_at(at).unwrap(),
+            );
+            let (ci, other) = (
+                cli.mint("dev", "ci").unwrap(),
+                cli.mint("dev", "other").unwrap(),
+            );
+            let container = cli.mint_container_token("dev").unwrap();
+            for token in [&ci.token, &other.token, &container] {
+                assert!(gateway.verify(token).is_some());
+            }
+            // Remembered: the database row is not read again while nothing is
+            // revoked (here it no longer says the key is live).
+            let raw = Db::open(at).unwrap();
+            let set_kind = |kind: &str| {
+                raw.run(|conn| {
+                    conn.execute(
+                        "UPDATE gateway_keys SET kind = ?1 WHERE name = 'ci'",
+                        args![kind],
+                    )
+                })
+                .unwrap();
+            };
+            set_kind("bogus");
+            assert!(gateway.verify(&ci.token).is_some(), "from memory");
+            // Any revocation, by any store, is seen by the next verification.
+            assert!(cli.revoke("dev", "other").unwrap());
+            assert_eq!(gateway.verify(&other.token), None);
+            assert_eq!(gateway.verify(&ci.token), None, "read again: the bogus row");
+            cli.mint_container_token("dev").unwrap();
+            assert_eq!(gateway.verify(&container), None, "replaced container token");
+            set_kind("external");
+            assert!(gateway.verify(&ci.token).is_some());
+            assert!(cli.revoke_container_token("dev").unwrap());
+            assert!(gateway.verify(&ci.token).is_some(), "others stay live");
+        });
     }
 
     #[test]
     fn names_are_unique_per_workspace_among_live_keys() {
-        let (_dir, store) = store();
-        store.mint("dev", "ci").unwrap();
-        let err = store.mint("dev", "ci").unwrap_err();
-        assert_eq!(
-            err,
-            KeyError::Exists {
-                workspace: "dev".into(),
-                name: "ci".into()
-            }
-        );
-        assert!(err.to_string().contains("revoke it first"), "{err}");
-        store.mint("prod", "ci").unwrap();
+        each_backend(|at| {
+            let store = KeyStore::open_at(at).unwrap();
+            store.mint("dev", "ci").unwrap();
+            let err = store.mint("dev", "ci").unwrap_err();
+            assert_eq!(
+                err,
+                KeyError::Exists {
+                    workspace: "dev".into(),
+                    name: "ci".into()
+                }
+            );
+            assert!(err.to_string().contains("revoke it first"), "{err}");
+            store.mint("prod", "ci").unwrap();
+        });
     }
 
     #[test]
     fn names_are_checked() {
-        let (_dir, store) = store();
-        assert!(matches!(
-            store.mint("Dev", "ci"),
-            Err(KeyError::InvalidWorkspace(_))
-        ));
-        assert!(matches!(
-            store.mint("", "ci"),
-            Err(KeyError::InvalidWorkspace(_))
-        ));
-        assert!(matches!(
-            store.mint_container_token("a/b"),
-            Err(KeyError::InvalidWorkspace(_))
-        ));
-        for bad in ["", "-x", "a b", "a/b", &"n".repeat(65)] {
-            assert!(
-                matches!(store.mint("dev", bad), Err(KeyError::InvalidName(_))),
-                "{bad}"
+        each_backend(|at| {
+            let store = KeyStore::open_at(at).unwrap();
+            assert!(matches!(
+                store.mint("Dev", "ci"),
+                Err(KeyError::InvalidWorkspace(_))
+            ));
+            assert!(matches!(
+                store.mint("", "ci"),
+                Err(KeyError::InvalidWorkspace(_))
+            ));
+            assert!(matches!(
+                store.mint_container_token("a/b"),
+                Err(KeyError::InvalidWorkspace(_))
+            ));
+            for bad in ["", "-x", "a b", "a/b", &"n".repeat(65)] {
+                assert!(
+                    matches!(store.mint("dev", bad), Err(KeyError::InvalidName(_))),
+                    "{bad}"
+                );
+            }
+            assert_eq!(
+                store.mint("dev", "container").unwrap_err(),
+                KeyError::ReservedName
             );
-        }
-        assert_eq!(
-            store.mint("dev", "container").unwrap_err(),
-            KeyError::ReservedName
-        );
-        store.mint("dev", "My.Laptop_2-x").unwrap();
+            store.mint("dev", "My.Laptop_2-x").unwrap();
+        });
     }
 
     #[test]
     fn one_live_container_token_per_workspace() {
-        let (_dir, store) = store();
-        let first = store.mint_container_token("dev").unwrap();
-        let info = store.verify(&first).unwrap();
-        assert_eq!(
-            (info.workspace.as_str(), info.name.as_str(), info.kind),
-            ("dev", CONTAINER_KEY_NAME, KeyKind::Container)
-        );
-        let external = store.mint("dev", "laptop").unwrap();
-        let other_ws = store.mint_container_token("prod").unwrap();
-        let second = store.mint_container_token("dev").unwrap();
-        assert_eq!(store.verify(&first), None);
-        assert!(store.verify(&second).is_some());
-        // other keys are untouched
-        assert!(store.verify(&external.token).is_some());
-        assert!(store.verify(&other_ws).is_some());
-        let listed = store.list("dev").unwrap();
-        let live_containers = listed
-            .iter()
-            .filter(|k| k.kind == KeyKind::Container && !k.revoked)
-            .count();
-        assert_eq!(live_containers, 1);
-        assert_eq!(listed.len(), 3);
-        // the container token can be revoked by name
-        assert!(store.revoke("dev", CONTAINER_KEY_NAME).unwrap());
-        assert_eq!(store.verify(&second), None);
+        each_backend(|at| {
+            let store = KeyStore::open_at(at).unwrap();
+            let first = store.mint_container_token("dev").unwrap();
+            let info = store.verify(&first).unwrap();
+            assert_eq!(
+                (info.workspace.as_str(), info.name.as_str(), info.kind),
+                ("dev", CONTAINER_KEY_NAME, KeyKind::Container)
+            );
+            let external = store.mint("dev", "laptop").unwrap();
+            let other_ws = store.mint_container_token("prod").unwrap();
+            let second = store.mint_container_token("dev").unwrap();
+            assert_eq!(store.verify(&first), None);
+            assert!(store.verify(&second).is_some());
+            // other keys are untouched
+            assert!(store.verify(&external.token).is_some());
+            assert!(store.verify(&other_ws).is_some());
+            let listed = store.list("dev").unwrap();
+            let live_containers = listed
+                .iter()
+                .filter(|k| k.kind == KeyKind::Container && !k.revoked)
+                .count();
+            assert_eq!(live_containers, 1);
+            assert_eq!(listed.len(), 3);
+            // the container token can be revoked by name
+            assert!(store.revoke("dev", CONTAINER_KEY_NAME).unwrap());
+            assert_eq!(store.verify(&second), None);
+        });
     }
 
     #[test]
     fn revoking_the_container_token_leaves_external_keys() {
-        let (_dir, store) = store();
-        let token = store.mint_container_token("dev").unwrap();
-        let external = store.mint("dev", "laptop").unwrap();
-        let other = store.mint_container_token("prod").unwrap();
-        assert!(store.revoke_container_token("dev").unwrap());
-        assert!(!store.revoke_container_token("dev").unwrap());
-        assert_eq!(store.verify(&token), None);
-        assert!(store.verify(&external.token).is_some());
-        assert!(store.verify(&other).is_some());
+        each_backend(|at| {
+            let store = KeyStore::open_at(at).unwrap();
+            let token = store.mint_container_token("dev").unwrap();
+            let external = store.mint("dev", "laptop").unwrap();
+            let other = store.mint_container_token("prod").unwrap();
+            assert!(store.revoke_container_token("dev").unwrap());
+            assert!(!store.revoke_container_token("dev").unwrap());
+            assert_eq!(store.verify(&token), None);
+            assert!(store.verify(&external.token).is_some());
+            assert!(store.verify(&other).is_some());
+        });
     }
 
     #[test]
     fn keys_survive_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("k.db");
-        let key = KeyStore::open(&path).unwrap().mint("dev", "ci").unwrap();
-        let store = KeyStore::open(&path).unwrap();
-        assert_eq!(store.verify(&key.token).unwrap().workspace, "dev");
-        assert_eq!(store.list("dev").unwrap()[0].kind, KeyKind::External);
-        assert!(store.list("nobody").unwrap().is_empty());
+        each_backend(|at| {
+            let key = KeyStore::open_at(at).unwrap().mint("dev", "ci").unwrap();
+            let store = KeyStore::open_at(at).unwrap();
+            assert_eq!(store.verify(&key.token).unwrap().workspace, "dev");
+            assert_eq!(store.list("dev").unwrap()[0].kind, KeyKind::External);
+            assert!(store.list("nobody").unwrap().is_empty());
+        });
     }
 
     #[test]
     fn debug_hides_the_token() {
-        let (_dir, store) = store();
-        let key = store.mint("dev", "ci").unwrap();
-        let shown = format!("{key:?}");
-        assert!(!shown.contains(&key.token), "{shown}");
-        let secret = &key.token[key.token.len() - 43..];
-        assert!(!shown.contains(secret));
-        assert!(shown.contains("<redacted>") && shown.contains(&key.prefix));
+        each_backend(|at| {
+            let store = KeyStore::open_at(at).unwrap();
+            let key = store.mint("dev", "ci").unwrap();
+            let shown = format!("{key:?}");
+            assert!(!shown.contains(&key.token), "{shown}");
+            let secret = &key.token[key.token.len() - 43..];
+            assert!(!shown.contains(secret));
+            assert!(shown.contains("<redacted>") && shown.contains(&key.prefix));
+        });
     }
 
     #[test]
@@ -806,5 +905,103 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+
+    /// Two daemons (each its own pool on one PostgreSQL database) minting
+    /// at once: every container mint succeeds and leaves one live container
+    /// token; of the mints of one name, one succeeds and the rest are told
+    /// it exists.
+    #[test]
+    fn two_daemons_minting_at_once_leave_one_live_key_per_name() {
+        let at = database();
+        let daemons = [
+            KeyStore::open_at(&at).unwrap(),
+            KeyStore::open_at(&at).unwrap(),
+        ];
+        let start = std::sync::Barrier::new(4);
+        let (minted, failed) = (
+            std::sync::Mutex::new(Vec::new()),
+            std::sync::Mutex::new(Vec::new()),
+        );
+        std::thread::scope(|s| {
+            for store in &daemons {
+                for _ in 0..2 {
+                    let (start, minted, failed) = (&start, &minted, &failed);
+                    s.spawn(move || {
+                        for i in 0..10 {
+                            start.wait();
+                            if let Err(e) = store.mint_container_token("dev") {
+                                failed.lock().unwrap().push(e);
+                            }
+                            match store.mint("dev", &format!("k{i}")) {
+                                Ok(key) => minted.lock().unwrap().push(key),
+                                Err(KeyError::Exists { .. }) => {}
+                                Err(e) => failed.lock().unwrap().push(e),
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        assert_eq!(failed.into_inner().unwrap(), []);
+        let minted = minted.into_inner().unwrap();
+        let mut names: Vec<&str> = minted.iter().map(|k| k.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!((minted.len(), names.len()), (10, 10));
+        let listed = daemons[1].list("dev").unwrap();
+        let live = |kind| {
+            listed
+                .iter()
+                .filter(|k| k.kind == kind && !k.revoked)
+                .count()
+        };
+        assert_eq!(listed.len(), 50);
+        assert_eq!((live(KeyKind::Container), live(KeyKind::External)), (1, 10));
+    }
+
+    /// One daemon's gateway verifying keys from threads while another
+    /// daemon revokes them one by one: no request that starts after a
+    /// revocation returned is let through.
+    #[test]
+    fn a_revocation_by_one_daemon_is_refused_by_the_others_next_request() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let at = database();
+        let (gateway, cli) = (
+            KeyStore::open_at(&at).unwrap(),
+            KeyStore::open_at(&at).unwrap(),
+        );
+        let keys: Vec<MintedKey> = (0..10)
+            .map(|i| cli.mint("dev", &format!("k{i}")).unwrap())
+            .collect();
+        let revoked: Vec<AtomicBool> = keys.iter().map(|_| AtomicBool::new(false)).collect();
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while !done.load(Ordering::SeqCst) {
+                        for (key, revoked) in keys.iter().zip(&revoked) {
+                            let before = revoked.load(Ordering::SeqCst);
+                            let live = gateway.verify(&key.token).is_some();
+                            assert!(
+                                !(before && live),
+                                "{} verified after its revocation",
+                                key.name
+                            );
+                        }
+                    }
+                });
+            }
+            s.spawn(|| {
+                for (key, revoked) in keys.iter().zip(&revoked) {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    assert!(cli.revoke("dev", &key.name).unwrap());
+                    revoked.store(true, Ordering::SeqCst);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                done.store(true, Ordering::SeqCst);
+            });
+        });
+        assert!(keys.iter().all(|key| gateway.verify(&key.token).is_none()));
     }
 }
