@@ -121,7 +121,7 @@ impl Context {
     }
 
     pub fn key_store(&self) -> anyhow::Result<KeyStore> {
-        self.open(KeyStore::open)
+        self.open_state(KeyStore::open_at)
     }
 
     pub fn ledger(&self) -> anyhow::Result<Arc<crate::gateway::Ledger>> {
@@ -135,7 +135,7 @@ impl Context {
     /// Approval requests, decisions and "always" rules.
     pub fn approvals(&self) -> anyhow::Result<crate::approvals::Approvals> {
         Ok(crate::approvals::Approvals::new(
-            self.open(crate::approvals::ApprovalStore::open)?,
+            self.open_state(crate::approvals::ApprovalStore::open_at)?,
         ))
     }
 
