@@ -10,7 +10,8 @@ mod conn;
 pub mod dialect;
 mod postgres;
 mod sqlite;
-#[cfg(test)]
+/// Test support (unit and end-to-end tests): a private PostgreSQL server.
+#[doc(hidden)]
 pub mod testing;
 mod value;
 
