@@ -532,7 +532,12 @@ mod tests {
         ];
         let codes: Vec<String> = (0..20)
             .map(|i| {
-                new_code(daemons[0].ask("slack", &format!("U{i}"), None).expect("ask")).code
+                new_code(
+                    daemons[0]
+                        .ask("slack", &format!("U{i}"), None)
+                        .expect("ask"),
+                )
+                .code
             })
             .collect();
         let decided = std::sync::atomic::AtomicUsize::new(0);

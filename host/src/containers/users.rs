@@ -85,7 +85,8 @@ fn allocate(db: &Db, workspace: &str) -> Result<u32, ContainerError> {
     // The table in a transaction of its own, so the allocation's first
     // statement is its write: SQLite then waits for another process's
     // allocation (busy timeout) instead of failing on a stale read.
-    db.transaction(|tx| tx.schema(SCHEMA)).map_err(store_error)?;
+    db.transaction(|tx| tx.schema(SCHEMA))
+        .map_err(store_error)?;
     let now = crate::db::now_ms();
     // One transaction: two daemons starting two workspaces at once get
     // different uids.
@@ -155,10 +156,7 @@ mod tests {
             Db::open(at)
                 .unwrap()
                 .run(|conn| {
-                    conn.execute(
-                        "DELETE FROM container_users WHERE workspace = 'a'",
-                        args![],
-                    )
+                    conn.execute("DELETE FROM container_users WHERE workspace = 'a'", args![])
                 })
                 .unwrap();
             // b's uid is the highest: a new workspace gets the next one.

@@ -163,10 +163,7 @@ impl WebAuth {
     /// Ends one session.
     pub fn sign_out(&self, session_id: &str) -> Result<(), AuthError> {
         self.db.run(|conn| {
-            conn.execute(
-                "DELETE FROM web_sessions WHERE id = ?1",
-                args![session_id],
-            )?;
+            conn.execute("DELETE FROM web_sessions WHERE id = ?1", args![session_id])?;
             Ok(())
         })
     }
@@ -254,7 +251,10 @@ mod tests {
     #[test]
     fn a_login_token_redeemed_through_two_daemons_at_once_signs_in_once() {
         let at = database();
-        let daemons = [WebAuth::open_at(&at).unwrap(), WebAuth::open_at(&at).unwrap()];
+        let daemons = [
+            WebAuth::open_at(&at).unwrap(),
+            WebAuth::open_at(&at).unwrap(),
+        ];
         let tokens: Vec<String> = (0..20)
             .map(|_| daemons[0].issue_login_token(0).unwrap())
             .collect();

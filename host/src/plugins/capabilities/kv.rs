@@ -411,10 +411,7 @@ mod tests {
                 .namespace("channel:c", "p")
                 .set("k", b"v", None)
                 .unwrap();
-            assert_eq!(
-                store.owners_of("p").unwrap(),
-                ["channel:c", "workspace:w"]
-            );
+            assert_eq!(store.owners_of("p").unwrap(), ["channel:c", "workspace:w"]);
             assert!(store.owners_of("q").unwrap().is_empty());
         });
     }
@@ -424,7 +421,10 @@ mod tests {
     #[test]
     fn compare_and_set_from_two_daemons_at_once_loses_no_write() {
         let at = database();
-        let daemons = [KvStore::open_at(&at).unwrap(), KvStore::open_at(&at).unwrap()];
+        let daemons = [
+            KvStore::open_at(&at).unwrap(),
+            KvStore::open_at(&at).unwrap(),
+        ];
         let won = std::sync::atomic::AtomicU64::new(0);
         std::thread::scope(|s| {
             for store in &daemons {
@@ -452,7 +452,11 @@ mod tests {
         });
         let won = won.into_inner();
         assert!(won > 0);
-        let entry = daemons[1].namespace("workspace:w", "counter").get("n").unwrap().unwrap();
+        let entry = daemons[1]
+            .namespace("workspace:w", "counter")
+            .get("n")
+            .unwrap()
+            .unwrap();
         assert_eq!(entry.version, won);
         assert_eq!(entry.value, won.to_string().into_bytes());
     }
