@@ -7,12 +7,11 @@
 //! reads or writes them.
 
 use std::path::Path;
-use std::sync::Mutex;
 
 use ring::rand::{SecureRandom, SystemRandom};
-use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::db::now_ms;
+use crate::args;
+use crate::db::{Conn, Db, DbError, Location, Row, now_ms};
 
 /// How long a code is valid.
 pub const CODE_TTL_MS: i64 = 3_600_000;
@@ -36,10 +35,8 @@ pub enum PairingError {
     Used { code: String, state: String },
     #[error("`{0}` is not a pairing code: 8 characters of 0-9 and A-Z without I, L, O, U")]
     Malformed(String),
-    #[error("pairing in pincer.db: {0}")]
-    Db(#[from] rusqlite::Error),
-    #[error("pairing in pincer.db: lock poisoned")]
-    Poisoned,
+    #[error("pairing store: {0}")]
+    Db(#[from] DbError),
     #[error("no randomness for a pairing code")]
     Random,
 }
@@ -81,38 +78,42 @@ pub enum Asked {
 }
 
 pub struct PairingStore {
-    conn: Mutex<Connection>,
+    db: Db,
     random: SystemRandom,
 }
 
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS pairing_requests (
+        code TEXT PRIMARY KEY,
+        channel TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        sender_name TEXT,
+        created_ms INTEGER NOT NULL,
+        expires_ms INTEGER NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending',
+        decided_by TEXT,
+        decided_ms INTEGER
+    );
+    CREATE INDEX IF NOT EXISTS pairing_requests_sender
+        ON pairing_requests (channel, sender, state);
+    CREATE TABLE IF NOT EXISTS channel_allowed_senders (
+        channel TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        sender_name TEXT,
+        origin TEXT NOT NULL,
+        added_ms INTEGER NOT NULL,
+        PRIMARY KEY (channel, sender)
+    );";
+
 impl PairingStore {
     pub fn open(path: &Path) -> Result<Self, PairingError> {
-        let conn = crate::db::open(path)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS pairing_requests (
-                code TEXT PRIMARY KEY,
-                channel TEXT NOT NULL,
-                sender TEXT NOT NULL,
-                sender_name TEXT,
-                created_ms INTEGER NOT NULL,
-                expires_ms INTEGER NOT NULL,
-                state TEXT NOT NULL DEFAULT 'pending',
-                decided_by TEXT,
-                decided_ms INTEGER
-            );
-            CREATE INDEX IF NOT EXISTS pairing_requests_sender
-                ON pairing_requests (channel, sender, state);
-            CREATE TABLE IF NOT EXISTS channel_allowed_senders (
-                channel TEXT NOT NULL,
-                sender TEXT NOT NULL,
-                sender_name TEXT,
-                origin TEXT NOT NULL,
-                added_ms INTEGER NOT NULL,
-                PRIMARY KEY (channel, sender)
-            );",
-        )?;
+        Self::open_at(&Location::from(path))
+    }
+
+    pub fn open_at(location: &Location) -> Result<Self, PairingError> {
+        let db = Db::open(location)?;
+        db.transaction(|conn| conn.schema(SCHEMA))?;
         Ok(Self {
-            conn: Mutex::new(conn),
+            db,
             random: SystemRandom::new(),
         })
     }
@@ -121,22 +122,20 @@ impl PairingStore {
     /// `before_ms`: decided, or expired long since (a code lives an hour).
     /// The allowed senders they added stay.
     pub fn prune(&self, before_ms: i64, dry_run: bool) -> Result<usize, PairingError> {
-        let conn = self.conn()?;
-        let sql = if dry_run {
-            "SELECT COUNT(*) FROM pairing_requests WHERE created_ms < ?1 AND expires_ms < ?1"
-        } else {
-            "DELETE FROM pairing_requests WHERE created_ms < ?1 AND expires_ms < ?1"
-        };
-        Ok(if dry_run {
-            let n: i64 = conn.query_row(sql, [before_ms], |r| r.get(0))?;
-            usize::try_from(n).unwrap_or(0)
-        } else {
-            conn.execute(sql, [before_ms])?
+        self.db.run(|conn| {
+            Ok(if dry_run {
+                conn.query_one(
+                    "SELECT COUNT(*) FROM pairing_requests WHERE created_ms < ?1 AND expires_ms < ?1",
+                    args![before_ms],
+                )?
+                .get(0)?
+            } else {
+                conn.execute(
+                    "DELETE FROM pairing_requests WHERE created_ms < ?1 AND expires_ms < ?1",
+                    args![before_ms],
+                )?
+            })
         })
-    }
-
-    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, PairingError> {
-        self.conn.lock().map_err(|_| PairingError::Poisoned)
     }
 
     /// A code for `sender` of `channel`: the pending one if it holds one,
@@ -148,65 +147,63 @@ impl PairingStore {
         sender_name: Option<&str>,
     ) -> Result<Asked, PairingError> {
         let now = now_ms();
-        let mut conn = self.conn()?;
-        let tx = conn.transaction()?;
-        let pending = tx
-            .query_row(
+        self.db.transaction(|tx| {
+            let pending = tx.query_opt(
                 &format!(
                     "SELECT {COLUMNS} FROM pairing_requests
                      WHERE channel = ?1 AND sender = ?2 AND state = 'pending' AND expires_ms > ?3"
                 ),
-                params![channel, sender, now],
-                request_of,
-            )
-            .optional()?;
-        if let Some(pending) = pending {
-            return Ok(Asked::Pending(pending));
-        }
-        let open: i64 = tx.query_row(
-            "SELECT COUNT(*) FROM pairing_requests
-             WHERE channel = ?1 AND state = 'pending' AND expires_ms > ?2",
-            params![channel, now],
-            |row| row.get(0),
-        )?;
-        if open >= MAX_PENDING_PER_CHANNEL {
-            return Ok(Asked::Full);
-        }
-        let code = loop {
-            let code = self.new_code()?;
-            let taken: bool = tx.query_row(
-                "SELECT EXISTS (SELECT 1 FROM pairing_requests WHERE code = ?1)",
-                [&code],
-                |row| row.get(0),
+                args![channel, sender, now],
             )?;
-            if !taken {
-                break code;
+            if let Some(pending) = pending {
+                return Ok(Asked::Pending(request_of(&pending)?));
             }
-        };
-        let request = Request {
-            code,
-            channel: channel.to_string(),
-            sender: sender.to_string(),
-            sender_name: sender_name.map(str::to_string),
-            created_ms: now,
-            expires_ms: now + CODE_TTL_MS,
-            state: "pending".into(),
-            decided_by: None,
-        };
-        tx.execute(
-            "INSERT INTO pairing_requests (code, channel, sender, sender_name, created_ms, expires_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                request.code,
-                request.channel,
-                request.sender,
-                request.sender_name,
-                request.created_ms,
-                request.expires_ms
-            ],
-        )?;
-        tx.commit()?;
-        Ok(Asked::New(request))
+            let open: i64 = tx
+                .query_one(
+                    "SELECT COUNT(*) FROM pairing_requests
+                     WHERE channel = ?1 AND state = 'pending' AND expires_ms > ?2",
+                    args![channel, now],
+                )?
+                .get(0)?;
+            if open >= MAX_PENDING_PER_CHANNEL {
+                return Ok(Asked::Full);
+            }
+            let code = loop {
+                let code = self.new_code()?;
+                let taken: bool = tx
+                    .query_one(
+                        "SELECT EXISTS (SELECT 1 FROM pairing_requests WHERE code = ?1)",
+                        args![&code],
+                    )?
+                    .get(0)?;
+                if !taken {
+                    break code;
+                }
+            };
+            let request = Request {
+                code,
+                channel: channel.to_string(),
+                sender: sender.to_string(),
+                sender_name: sender_name.map(str::to_string),
+                created_ms: now,
+                expires_ms: now + CODE_TTL_MS,
+                state: "pending".into(),
+                decided_by: None,
+            };
+            tx.execute(
+                "INSERT INTO pairing_requests (code, channel, sender, sender_name, created_ms, expires_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                args![
+                    &request.code,
+                    &request.channel,
+                    &request.sender,
+                    &request.sender_name,
+                    request.created_ms,
+                    request.expires_ms
+                ],
+            )?;
+            Ok(Asked::New(request))
+        })
     }
 
     fn new_code(&self) -> Result<String, PairingError> {
@@ -223,26 +220,24 @@ impl PairingStore {
 
     /// Pending, unexpired requests, oldest first.
     pub fn pending(&self) -> Result<Vec<Request>, PairingError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare(&format!(
-            "SELECT {COLUMNS} FROM pairing_requests
-             WHERE state = 'pending' AND expires_ms > ?1 ORDER BY created_ms, code"
-        ))?;
-        let rows = stmt.query_map([now_ms()], request_of)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.db.run(|conn| {
+            conn.query(
+                &format!(
+                    "SELECT {COLUMNS} FROM pairing_requests
+                     WHERE state = 'pending' AND expires_ms > ?1 ORDER BY created_ms, code"
+                ),
+                args![now_ms()],
+            )?
+            .iter()
+            .map(request_of)
+            .collect()
+        })
     }
 
     /// The request of `code`, whatever its state.
     pub fn find(&self, code: &str) -> Result<Option<Request>, PairingError> {
         let code = normalized(code)?;
-        Ok(self
-            .conn()?
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM pairing_requests WHERE code = ?1"),
-                [&code],
-                request_of,
-            )
-            .optional()?)
+        self.db.run(|conn| find(conn, &code))
     }
 
     /// Approves `code` (as `by`): its sender joins the overlay of its
@@ -259,84 +254,67 @@ impl PairingStore {
     fn decide(&self, code: &str, by: &str, approve: bool) -> Result<Request, PairingError> {
         let code = normalized(code)?;
         let now = now_ms();
-        let mut conn = self.conn()?;
-        let tx = conn.transaction()?;
-        let request = tx
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM pairing_requests WHERE code = ?1"),
-                [&code],
-                request_of,
-            )
-            .optional()?
-            .ok_or_else(|| PairingError::Unknown(code.clone()))?;
-        if request.state != "pending" {
-            return Err(PairingError::Used {
-                code,
-                state: request.state,
-            });
-        }
-        if request.expires_ms <= now {
-            return Err(PairingError::Expired {
-                code,
-                expired: crate::db::utc_text(request.expires_ms),
-            });
-        }
-        let state = if approve { "approved" } else { "denied" };
-        tx.execute(
-            "UPDATE pairing_requests SET state = ?2, decided_by = ?3, decided_ms = ?4
-             WHERE code = ?1 AND state = 'pending'",
-            params![code, state, by, now],
-        )?;
-        if approve {
+        self.db.transaction(|tx| {
+            let request =
+                find(tx, &code)?.ok_or_else(|| PairingError::Unknown(code.clone()))?;
+            if request.state != "pending" {
+                return Err(PairingError::Used {
+                    code: code.clone(),
+                    state: request.state,
+                });
+            }
+            if request.expires_ms <= now {
+                return Err(PairingError::Expired {
+                    code: code.clone(),
+                    expired: crate::db::utc_text(request.expires_ms),
+                });
+            }
+            let state = if approve { "approved" } else { "denied" };
             tx.execute(
-                "INSERT INTO channel_allowed_senders (channel, sender, sender_name, origin, added_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (channel, sender) DO UPDATE SET
-                     sender_name = excluded.sender_name, origin = excluded.origin,
-                     added_ms = excluded.added_ms",
-                params![
-                    request.channel,
-                    request.sender,
-                    request.sender_name,
-                    format!("pairing {code} approved by {by}"),
-                    now
-                ],
+                "UPDATE pairing_requests SET state = ?2, decided_by = ?3, decided_ms = ?4
+                 WHERE code = ?1 AND state = 'pending'",
+                args![&code, state, by, now],
             )?;
-        }
-        tx.commit()?;
-        Ok(Request {
-            state: state.into(),
-            decided_by: Some(by.to_string()),
-            ..request
+            if approve {
+                tx.execute(
+                    "INSERT INTO channel_allowed_senders (channel, sender, sender_name, origin, added_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (channel, sender) DO UPDATE SET
+                         sender_name = excluded.sender_name, origin = excluded.origin,
+                         added_ms = excluded.added_ms",
+                    args![
+                        &request.channel,
+                        &request.sender,
+                        &request.sender_name,
+                        format!("pairing {code} approved by {by}"),
+                        now
+                    ],
+                )?;
+            }
+            Ok(Request {
+                state: state.into(),
+                decided_by: Some(by.to_string()),
+                ..request
+            })
         })
     }
 
     /// Whether the overlay allows `sender` on `channel`.
     pub fn allows(&self, channel: &str, sender: &str) -> Result<bool, PairingError> {
-        Ok(self.conn()?.query_row(
-            "SELECT EXISTS (SELECT 1 FROM channel_allowed_senders WHERE channel = ?1 AND sender = ?2)",
-            params![channel, sender],
-            |row| row.get(0),
-        )?)
+        self.db.run(|conn| {
+            Ok(conn
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM channel_allowed_senders
+                                    WHERE channel = ?1 AND sender = ?2)",
+                    args![channel, sender],
+                )?
+                .get(0)?)
+        })
     }
 
     /// Every sender the overlay allows, by channel and sender.
     pub fn allowed(&self) -> Result<Vec<Allowed>, PairingError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare(
-            "SELECT channel, sender, sender_name, origin, added_ms
-             FROM channel_allowed_senders ORDER BY channel, sender",
-        )?;
-        let rows = stmt.query_map([], |row| {
-            Ok(Allowed {
-                channel: row.get(0)?,
-                sender: row.get(1)?,
-                sender_name: row.get(2)?,
-                origin: row.get(3)?,
-                added_ms: row.get(4)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.db.run(|conn| allowed(conn))
     }
 
     /// Takes `sender` out of the overlay (of `channel`, or of every
@@ -346,26 +324,55 @@ impl PairingStore {
         channel: Option<&str>,
         sender: &str,
     ) -> Result<Vec<Allowed>, PairingError> {
-        let removed: Vec<Allowed> = self
-            .allowed()?
-            .into_iter()
-            .filter(|a| a.sender == sender && channel.is_none_or(|c| c == a.channel))
-            .collect();
-        let conn = self.conn()?;
-        for a in &removed {
-            conn.execute(
-                "DELETE FROM channel_allowed_senders WHERE channel = ?1 AND sender = ?2",
-                params![a.channel, a.sender],
-            )?;
-        }
-        Ok(removed)
+        self.db.transaction(|tx| {
+            let removed: Vec<Allowed> = allowed(tx)?
+                .into_iter()
+                .filter(|a| a.sender == sender && channel.is_none_or(|c| c == a.channel))
+                .collect();
+            for a in &removed {
+                tx.execute(
+                    "DELETE FROM channel_allowed_senders WHERE channel = ?1 AND sender = ?2",
+                    args![&a.channel, &a.sender],
+                )?;
+            }
+            Ok(removed)
+        })
     }
 }
 
 const COLUMNS: &str =
     "code, channel, sender, sender_name, created_ms, expires_ms, state, decided_by";
 
-fn request_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Request> {
+fn find(conn: &mut dyn Conn, code: &str) -> Result<Option<Request>, PairingError> {
+    conn.query_opt(
+        &format!("SELECT {COLUMNS} FROM pairing_requests WHERE code = ?1"),
+        args![code],
+    )?
+    .as_ref()
+    .map(request_of)
+    .transpose()
+}
+
+fn allowed(conn: &mut dyn Conn) -> Result<Vec<Allowed>, PairingError> {
+    conn.query(
+        "SELECT channel, sender, sender_name, origin, added_ms
+         FROM channel_allowed_senders ORDER BY channel, sender",
+        args![],
+    )?
+    .iter()
+    .map(|row| {
+        Ok(Allowed {
+            channel: row.get(0)?,
+            sender: row.get(1)?,
+            sender_name: row.get(2)?,
+            origin: row.get(3)?,
+            added_ms: row.get(4)?,
+        })
+    })
+    .collect()
+}
+
+fn request_of(row: &Row) -> Result<Request, PairingError> {
     Ok(Request {
         code: row.get(0)?,
         channel: row.get(1)?,
@@ -390,12 +397,7 @@ fn normalized(code: &str) -> Result<String, PairingError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn store() -> (tempfile::TempDir, PairingStore) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = PairingStore::open(&dir.path().join("pincer.db")).expect("open");
-        (dir, store)
-    }
+    use crate::db::testing::{database, each_backend};
 
     fn new_code(asked: Asked) -> Request {
         match asked {
@@ -406,104 +408,164 @@ mod tests {
 
     #[test]
     fn a_code_is_eight_crockford_characters_and_one_per_sender() {
-        let (_dir, store) = store();
-        let first = new_code(store.ask("slack", "U1", Some("ann")).expect("ask"));
-        assert_eq!(first.code.len(), CODE_LEN);
-        assert!(first.code.bytes().all(|b| ALPHABET.contains(&b)));
-        assert_eq!(first.expires_ms - first.created_ms, CODE_TTL_MS);
-        // asking again gives the same pending code, no new one
-        assert_eq!(
-            store.ask("slack", "U1", None).expect("ask"),
-            Asked::Pending(first.clone())
-        );
-        let other = new_code(store.ask("slack", "U2", None).expect("ask"));
-        assert_ne!(other.code, first.code);
-        assert_eq!(store.pending().expect("pending").len(), 2);
+        each_backend(|at| {
+            let store = PairingStore::open_at(at).expect("open");
+            let first = new_code(store.ask("slack", "U1", Some("ann")).expect("ask"));
+            assert_eq!(first.code.len(), CODE_LEN);
+            assert!(first.code.bytes().all(|b| ALPHABET.contains(&b)));
+            assert_eq!(first.expires_ms - first.created_ms, CODE_TTL_MS);
+            // asking again gives the same pending code, no new one
+            assert_eq!(
+                store.ask("slack", "U1", None).expect("ask"),
+                Asked::Pending(first.clone())
+            );
+            let other = new_code(store.ask("slack", "U2", None).expect("ask"));
+            assert_ne!(other.code, first.code);
+            assert_eq!(store.pending().expect("pending").len(), 2);
+        });
     }
 
     #[test]
     fn approve_adds_to_the_overlay_once_and_a_used_code_is_refused() {
-        let (_dir, store) = store();
-        let request = new_code(store.ask("slack", "U1", Some("ann")).expect("ask"));
-        assert!(!store.allows("slack", "U1").expect("allows"));
-        let lower = request.code.to_ascii_lowercase();
-        let approved = store.approve(&lower, "root").expect("approve");
-        assert_eq!(approved.state, "approved");
-        assert!(store.allows("slack", "U1").expect("allows"));
-        assert!(!store.allows("feishu", "U1").expect("other channel"));
-        let allowed = store.allowed().expect("allowed");
-        assert_eq!(
-            allowed[0].origin,
-            format!("pairing {} approved by root", request.code)
-        );
-        assert!(matches!(
-            store.approve(&request.code, "root"),
-            Err(PairingError::Used { .. })
-        ));
-        assert!(matches!(
-            store.deny(&request.code, "root"),
-            Err(PairingError::Used { .. })
-        ));
-        // removed again
-        assert_eq!(store.remove(None, "U1").expect("remove").len(), 1);
-        assert!(!store.allows("slack", "U1").expect("allows"));
+        each_backend(|at| {
+            let store = PairingStore::open_at(at).expect("open");
+            let request = new_code(store.ask("slack", "U1", Some("ann")).expect("ask"));
+            assert!(!store.allows("slack", "U1").expect("allows"));
+            let lower = request.code.to_ascii_lowercase();
+            let approved = store.approve(&lower, "root").expect("approve");
+            assert_eq!(approved.state, "approved");
+            assert!(store.allows("slack", "U1").expect("allows"));
+            assert!(!store.allows("feishu", "U1").expect("other channel"));
+            let allowed = store.allowed().expect("allowed");
+            assert_eq!(
+                allowed[0].origin,
+                format!("pairing {} approved by root", request.code)
+            );
+            assert!(matches!(
+                store.approve(&request.code, "root"),
+                Err(PairingError::Used { .. })
+            ));
+            assert!(matches!(
+                store.deny(&request.code, "root"),
+                Err(PairingError::Used { .. })
+            ));
+            // removed again
+            assert_eq!(store.remove(None, "U1").expect("remove").len(), 1);
+            assert!(!store.allows("slack", "U1").expect("allows"));
+        });
     }
 
     #[test]
     fn unknown_malformed_denied_and_expired_codes_are_refused() {
-        let (_dir, store) = store();
-        assert!(matches!(
-            store.approve("K7Q2M9XD", "root"),
-            Err(PairingError::Unknown(_))
-        ));
-        assert!(matches!(
-            store.approve("K7Q2M9X", "root"),
-            Err(PairingError::Malformed(_))
-        ));
-        assert!(matches!(
-            store.approve("K7Q2M9XI", "root"),
-            Err(PairingError::Malformed(_))
-        ));
-        let denied = new_code(store.ask("slack", "U1", None).expect("ask"));
-        store.deny(&denied.code, "root").expect("deny");
-        assert!(!store.allows("slack", "U1").expect("allows"));
-        // a denied sender may ask again (a new code)
-        let again = new_code(store.ask("slack", "U1", None).expect("ask"));
-        store
-            .conn()
-            .expect("conn")
-            .execute(
-                "UPDATE pairing_requests SET expires_ms = ?2 WHERE code = ?1",
-                params![again.code, now_ms() - 1],
-            )
-            .expect("expire");
-        assert!(matches!(
-            store.approve(&again.code, "root"),
-            Err(PairingError::Expired { .. })
-        ));
-        assert!(store.pending().expect("pending").is_empty());
-        assert!(!store.allows("slack", "U1").expect("allows"));
+        each_backend(|at| {
+            let store = PairingStore::open_at(at).expect("open");
+            assert!(matches!(
+                store.approve("K7Q2M9XD", "root"),
+                Err(PairingError::Unknown(_))
+            ));
+            assert!(matches!(
+                store.approve("K7Q2M9X", "root"),
+                Err(PairingError::Malformed(_))
+            ));
+            assert!(matches!(
+                store.approve("K7Q2M9XI", "root"),
+                Err(PairingError::Malformed(_))
+            ));
+            let denied = new_code(store.ask("slack", "U1", None).expect("ask"));
+            store.deny(&denied.code, "root").expect("deny");
+            assert!(!store.allows("slack", "U1").expect("allows"));
+            // a denied sender may ask again (a new code)
+            let again = new_code(store.ask("slack", "U1", None).expect("ask"));
+            store
+                .db
+                .run(|conn| {
+                    conn.execute(
+                        "UPDATE pairing_requests SET expires_ms = ?2 WHERE code = ?1",
+                        args![&again.code, now_ms() - 1],
+                    )
+                })
+                .expect("expire");
+            assert!(matches!(
+                store.approve(&again.code, "root"),
+                Err(PairingError::Expired { .. })
+            ));
+            assert!(store.pending().expect("pending").is_empty());
+            assert!(!store.allows("slack", "U1").expect("allows"));
+        });
     }
 
     #[test]
     fn a_channel_holds_a_bounded_number_of_pending_codes() {
-        let (_dir, store) = store();
-        {
-            let conn = store.conn().expect("conn");
+        each_backend(|at| {
+            let store = PairingStore::open_at(at).expect("open");
             let far = now_ms() + CODE_TTL_MS;
-            for i in 0..MAX_PENDING_PER_CHANNEL {
-                conn.execute(
-                    "INSERT INTO pairing_requests (code, channel, sender, created_ms, expires_ms)
-                     VALUES (?1, 'slack', ?2, 0, ?3)",
-                    params![format!("C{i:07}"), format!("U{i}"), far],
-                )
+            store
+                .db
+                .transaction(|tx| {
+                    for i in 0..MAX_PENDING_PER_CHANNEL {
+                        tx.execute(
+                            "INSERT INTO pairing_requests (code, channel, sender, created_ms, expires_ms)
+                             VALUES (?1, 'slack', ?2, 0, ?3)",
+                            args![format!("C{i:07}"), format!("U{i}"), far],
+                        )?;
+                    }
+                    Ok::<_, DbError>(())
+                })
                 .expect("insert");
+            assert_eq!(store.ask("slack", "UNEW", None).expect("ask"), Asked::Full);
+            assert!(matches!(
+                store.ask("feishu", "UNEW", None).expect("ask"),
+                Asked::New(_)
+            ));
+        });
+    }
+
+    /// Two daemons (and the operator's CLI) deciding the same codes at
+    /// once: each code is decided once; every other attempt is told it was
+    /// used.
+    #[test]
+    fn a_code_decided_from_two_daemons_at_once_is_decided_once() {
+        let at = database();
+        let daemons = [
+            PairingStore::open_at(&at).expect("open"),
+            PairingStore::open_at(&at).expect("open"),
+        ];
+        let codes: Vec<String> = (0..20)
+            .map(|i| {
+                new_code(
+                    daemons[0]
+                        .ask("slack", &format!("U{i}"), None)
+                        .expect("ask"),
+                )
+                .code
+            })
+            .collect();
+        let decided = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for (d, store) in daemons.iter().enumerate() {
+                for w in 0..2 {
+                    let (codes, decided) = (&codes, &decided);
+                    s.spawn(move || {
+                        for code in codes {
+                            let by = format!("daemon{d}/{w}");
+                            let outcome = if w == 0 {
+                                store.approve(code, &by)
+                            } else {
+                                store.deny(code, &by)
+                            };
+                            match outcome {
+                                Ok(_) => {
+                                    decided.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                }
+                                Err(PairingError::Used { .. }) => {}
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
+                    });
+                }
             }
-        }
-        assert_eq!(store.ask("slack", "UNEW", None).expect("ask"), Asked::Full);
-        assert!(matches!(
-            store.ask("feishu", "UNEW", None).expect("ask"),
-            Asked::New(_)
-        ));
+        });
+        assert_eq!(decided.into_inner(), codes.len());
+        assert!(daemons[1].pending().expect("pending").is_empty());
     }
 }

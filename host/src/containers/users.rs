@@ -7,9 +7,9 @@
 
 use std::path::Path;
 
-use rusqlite::OptionalExtension;
-
 use super::ContainerError;
+use crate::args;
+use crate::db::{Db, DbError, Location};
 
 /// The policy value asking for a uid per workspace.
 pub use crate::policy::PER_WORKSPACE_USER as PER_WORKSPACE;
@@ -22,7 +22,7 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS container_users (
     created_ms INTEGER NOT NULL
 )";
 
-fn store_error(e: rusqlite::Error) -> ContainerError {
+fn store_error(e: DbError) -> ContainerError {
     ContainerError::Host(format!("the per-workspace user table: {e}"))
 }
 
@@ -39,6 +39,10 @@ pub struct Resolved {
     pub earlier: Vec<(u32, u32)>,
 }
 
+fn location(home: &Path) -> Location {
+    Location::Sqlite(home.join(crate::db::FILE_NAME))
+}
+
 /// `policy_user` as `workspace`'s container runs it: [`PER_WORKSPACE`]
 /// becomes the workspace's own uid, allocated on first use. One read of
 /// `pincer.db`; a write only the first time.
@@ -47,9 +51,18 @@ pub fn resolve(
     workspace: &str,
     policy_user: &str,
 ) -> Result<Resolved, ContainerError> {
+    resolve_at(&location(home), workspace, policy_user)
+}
+
+/// [`resolve`] with the state at `at`.
+pub fn resolve_at(
+    at: &Location,
+    workspace: &str,
+    policy_user: &str,
+) -> Result<Resolved, ContainerError> {
     let mut earlier = vec![PREVIOUS_USER, BASELINE_USER];
-    let conn = crate::db::open(&home.join(crate::db::FILE_NAME));
-    let own = conn.as_ref().ok().and_then(|conn| own_uid(conn, workspace));
+    let db = Db::open(at);
+    let own = db.as_ref().ok().and_then(|db| own_uid(db, workspace));
     if policy_user != PER_WORKSPACE {
         earlier.extend(own.map(|uid| (uid, uid)));
         return Ok(Resolved {
@@ -59,7 +72,7 @@ pub fn resolve(
     }
     let uid = match own {
         Some(uid) => uid,
-        None => allocate(&mut conn.map_err(store_error)?, workspace)?,
+        None => allocate(&db.map_err(store_error)?, workspace)?,
     };
     earlier.push((uid, uid));
     Ok(Resolved {
@@ -68,85 +81,140 @@ pub fn resolve(
     })
 }
 
-fn allocate(conn: &mut rusqlite::Connection, workspace: &str) -> Result<u32, ContainerError> {
-    conn.execute_batch(SCHEMA).map_err(store_error)?;
-    // One write transaction: two processes starting two workspaces at once
-    // get different uids.
-    let tx = conn
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+fn allocate(db: &Db, workspace: &str) -> Result<u32, ContainerError> {
+    // The table in a transaction of its own, so the allocation's first
+    // statement is its write: SQLite then waits for another process's
+    // allocation (busy timeout) instead of failing on a stale read.
+    db.transaction(|tx| tx.schema(SCHEMA))
         .map_err(store_error)?;
-    tx.execute(
-        "INSERT INTO container_users (workspace, uid, created_ms)
-         SELECT ?1, (SELECT COALESCE(MAX(uid) + 1, ?2) FROM container_users), ?3
-         WHERE NOT EXISTS (SELECT 1 FROM container_users WHERE workspace = ?1)",
-        rusqlite::params![workspace, FIRST_UID, crate::db::now_ms()],
-    )
-    .map_err(store_error)?;
-    let uid = own_uid(&tx, workspace)
-        .ok_or_else(|| ContainerError::Host(format!("no uid was allocated to `{workspace}`")))?;
-    tx.commit().map_err(store_error)?;
-    Ok(uid)
+    let now = crate::db::now_ms();
+    // One transaction: two daemons starting two workspaces at once get
+    // different uids.
+    let uid = db
+        .transaction(|tx| {
+            tx.execute(
+                "INSERT INTO container_users (workspace, uid, created_ms)
+                 SELECT ?1, (SELECT COALESCE(MAX(uid) + 1, ?2) FROM container_users), ?3
+                 WHERE NOT EXISTS (SELECT 1 FROM container_users WHERE workspace = ?1)",
+                args![workspace, FIRST_UID, now],
+            )?;
+            tx.query_opt(
+                "SELECT uid FROM container_users WHERE workspace = ?1",
+                args![workspace],
+            )?
+            .map(|row| row.get::<u32>(0))
+            .transpose()
+        })
+        .map_err(store_error)?;
+    uid.ok_or_else(|| ContainerError::Host(format!("no uid was allocated to `{workspace}`")))
 }
 
 /// The uid allocated to `workspace`, if any (none before the table exists).
-fn own_uid(conn: &rusqlite::Connection, workspace: &str) -> Option<u32> {
-    conn.query_row(
-        "SELECT uid FROM container_users WHERE workspace = ?1",
-        [workspace],
-        |row| row.get(0),
-    )
-    .optional()
+fn own_uid(db: &Db, workspace: &str) -> Option<u32> {
+    db.run(|conn| {
+        conn.query_opt(
+            "SELECT uid FROM container_users WHERE workspace = ?1",
+            args![workspace],
+        )?
+        .map(|row| row.get(0))
+        .transpose()
+    })
     .ok()
     .flatten()
 }
 
 /// `uid:gid` already allocated to `workspace`, without allocating.
 pub fn allocated(home: &Path, workspace: &str) -> Option<String> {
-    let conn = crate::db::open(&home.join(crate::db::FILE_NAME)).ok()?;
-    own_uid(&conn, workspace).map(|uid| format!("{uid}:{uid}"))
+    allocated_at(&location(home), workspace)
+}
+
+/// [`allocated`] with the state at `at`.
+pub fn allocated_at(at: &Location, workspace: &str) -> Option<String> {
+    let db = Db::open(at).ok()?;
+    own_uid(&db, workspace).map(|uid| format!("{uid}:{uid}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::testing::{database, each_backend};
 
-    fn allocate(home: &Path, workspace: &str) -> Result<String, ContainerError> {
-        resolve(home, workspace, PER_WORKSPACE).map(|r| r.user)
+    fn allocate(at: &Location, workspace: &str) -> Result<String, ContainerError> {
+        resolve_at(at, workspace, PER_WORKSPACE).map(|r| r.user)
     }
 
     #[test]
     fn each_workspace_keeps_its_own_uid_and_none_is_reused() {
+        each_backend(|at| {
+            assert_eq!(allocated_at(at, "a"), None);
+            let a = allocate(at, "a").unwrap();
+            let b = allocate(at, "b").unwrap();
+            assert_eq!(a, format!("{FIRST_UID}:{FIRST_UID}"));
+            assert_eq!(b, format!("{0}:{0}", FIRST_UID + 1));
+            assert_eq!(allocate(at, "a").unwrap(), a, "stable");
+            assert_eq!(allocated_at(at, "b"), Some(b));
+            Db::open(at)
+                .unwrap()
+                .run(|conn| {
+                    conn.execute("DELETE FROM container_users WHERE workspace = 'a'", args![])
+                })
+                .unwrap();
+            // b's uid is the highest: a new workspace gets the next one.
+            assert_eq!(
+                allocate(at, "c").unwrap(),
+                format!("{0}:{0}", FIRST_UID + 2)
+            );
+        });
+    }
+
+    #[test]
+    fn the_home_path_names_the_sqlite_file() {
         let home = tempfile::tempdir().unwrap();
-        assert_eq!(allocated(home.path(), "a"), None);
-        let a = allocate(home.path(), "a").unwrap();
-        let b = allocate(home.path(), "b").unwrap();
-        assert_eq!(a, format!("{FIRST_UID}:{FIRST_UID}"));
-        assert_eq!(b, format!("{0}:{0}", FIRST_UID + 1));
-        assert_eq!(allocate(home.path(), "a").unwrap(), a, "stable");
-        assert_eq!(allocated(home.path(), "b"), Some(b));
-        let conn = crate::db::open(&home.path().join(crate::db::FILE_NAME)).unwrap();
-        conn.execute("DELETE FROM container_users WHERE workspace = 'a'", [])
-            .unwrap();
-        // b's uid is the highest: a new workspace gets the next one.
-        assert_eq!(
-            allocate(home.path(), "c").unwrap(),
-            format!("{0}:{0}", FIRST_UID + 2)
-        );
+        let a = resolve(home.path(), "a", PER_WORKSPACE).unwrap().user;
+        assert_eq!(allocated(home.path(), "a"), Some(a));
+        assert!(home.path().join(crate::db::FILE_NAME).exists());
     }
 
     #[test]
     fn two_processes_allocating_at_once_get_different_uids() {
-        let home = tempfile::tempdir().unwrap();
-        let path = home.path().to_path_buf();
-        let threads: Vec<_> = (0..8)
-            .map(|n| {
-                let path = path.clone();
-                std::thread::spawn(move || allocate(&path, &format!("w{n}")).unwrap())
-            })
-            .collect();
-        let mut uids: Vec<String> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        each_backend(|at| {
+            let uids: Vec<String> = std::thread::scope(|s| {
+                let threads: Vec<_> = (0..8)
+                    .map(|n| s.spawn(move || allocate(at, &format!("w{n}")).unwrap()))
+                    .collect();
+                threads.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            let mut unique = uids.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), 8);
+        });
+    }
+
+    /// Two daemons starting the same workspaces at once: each workspace
+    /// gets one uid, whoever allocated it, and no two share one.
+    #[test]
+    fn two_daemons_starting_one_workspace_at_once_agree_on_its_uid() {
+        let at = database();
+        let seen = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                let (at, seen) = (&at, &seen);
+                s.spawn(move || {
+                    for n in 0..10 {
+                        let user = allocate(at, &format!("w{n}")).unwrap();
+                        seen.lock().unwrap().push((n, user));
+                    }
+                });
+            }
+        });
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 10, "one uid per workspace: {seen:?}");
+        let mut uids: Vec<&String> = seen.iter().map(|(_, u)| u).collect();
         uids.sort();
         uids.dedup();
-        assert_eq!(uids.len(), 8);
+        assert_eq!(uids.len(), 10);
     }
 }

@@ -3,11 +3,10 @@
 //! compare-and-set, kept in the host database.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use rusqlite::{Connection, OptionalExtension, params};
-
-use crate::db::now_ms;
+use crate::args;
+use crate::db::{Conn, Db, DbError, Dialect, Location, now_ms};
 
 pub const MAX_KEY_BYTES: usize = 512;
 pub const MAX_VALUE_BYTES: usize = 1 << 20;
@@ -24,8 +23,8 @@ pub enum KvError {
     Storage(String),
 }
 
-impl From<rusqlite::Error> for KvError {
-    fn from(e: rusqlite::Error) -> Self {
+impl From<DbError> for KvError {
+    fn from(e: DbError) -> Self {
         Self::Storage(e.to_string())
     }
 }
@@ -44,7 +43,7 @@ const KV_COLUMNS: &str = "owner TEXT NOT NULL, plugin TEXT NOT NULL, key TEXT NO
 
 /// The shared store; hand each (owner, plugin) its own [`KvNamespace`].
 pub struct KvStore {
-    conn: Mutex<Connection>,
+    db: Db,
 }
 
 /// Rows moved from the old per-plugin layout by [`KvStore::open`].
@@ -54,8 +53,12 @@ pub struct Migrated {
 }
 
 impl KvStore {
-    pub fn open(path: &Path) -> rusqlite::Result<Arc<Self>> {
-        Self::open_migrating(path, "workspace:default").map(|(store, _)| store)
+    pub fn open(path: &Path) -> Result<Arc<Self>, KvError> {
+        Self::open_at(&Location::from(path))
+    }
+
+    pub fn open_at(location: &Location) -> Result<Arc<Self>, KvError> {
+        Self::open_migrating_at(location, "workspace:default").map(|(store, _)| store)
     }
 
     /// Opens the store; rows of the old layout (keyed by plugin only, from
@@ -63,18 +66,23 @@ impl KvStore {
     pub fn open_migrating(
         path: &Path,
         legacy_owner: &str,
-    ) -> rusqlite::Result<(Arc<Self>, Migrated)> {
-        let mut conn = crate::db::open(path)?;
-        let migrated = migrate(&mut conn, legacy_owner)?;
-        conn.execute_batch(&format!(
-            "CREATE TABLE IF NOT EXISTS plugin_kv ({KV_COLUMNS}) WITHOUT ROWID;"
-        ))?;
-        Ok((
-            Arc::new(Self {
-                conn: Mutex::new(conn),
-            }),
-            migrated,
-        ))
+    ) -> Result<(Arc<Self>, Migrated), KvError> {
+        Self::open_migrating_at(&Location::from(path), legacy_owner)
+    }
+
+    pub fn open_migrating_at(
+        location: &Location,
+        legacy_owner: &str,
+    ) -> Result<(Arc<Self>, Migrated), KvError> {
+        let db = Db::open(location)?;
+        let migrated = db.transaction(|tx| {
+            let migrated = migrate(tx, legacy_owner)?;
+            tx.schema(&format!(
+                "CREATE TABLE IF NOT EXISTS plugin_kv ({KV_COLUMNS}) WITHOUT ROWID;"
+            ))?;
+            Ok::<_, DbError>(migrated)
+        })?;
+        Ok((Arc::new(Self { db }), migrated))
     }
 
     /// `owner` is a [`crate::plugins::scope::Scope`] key (`workspace:NAME`).
@@ -88,51 +96,44 @@ impl KvStore {
 
     /// The owners (`workspace:NAME`, `channel:NAME`) holding entries of `plugin`.
     pub fn owners_of(&self, plugin: &str) -> Result<Vec<String>, KvError> {
-        self.with_conn(|conn| {
-            let mut stmt = conn
-                .prepare("SELECT DISTINCT owner FROM plugin_kv WHERE plugin = ?1 ORDER BY owner")?;
-            let owners = stmt
-                .query_map(params![plugin], |r| r.get(0))?
-                .collect::<Result<Vec<String>, _>>()?;
-            Ok(owners)
+        self.db.run(|conn| {
+            conn.query(
+                "SELECT DISTINCT owner FROM plugin_kv WHERE plugin = ?1 ORDER BY owner",
+                args![plugin],
+            )?
+            .iter()
+            .map(|r| Ok(r.get(0)?))
+            .collect()
         })
-    }
-
-    fn with_conn<T>(
-        &self,
-        f: impl FnOnce(&Connection) -> Result<T, KvError>,
-    ) -> Result<T, KvError> {
-        let conn = self
-            .conn
-            .lock()
-            .map_err(|_| KvError::Storage("store lock poisoned".into()))?;
-        f(&conn)
     }
 }
 
 /// Moves a `plugin_kv` table of the old layout (no `owner` column) into the
-/// new one under `legacy_owner`, in one transaction. Returns the rows moved.
-fn migrate(conn: &mut Connection, legacy_owner: &str) -> rusqlite::Result<Migrated> {
-    let old_layout: bool = conn
-        .prepare("SELECT 1 FROM pragma_table_info('plugin_kv') WHERE name = 'plugin'")?
-        .exists([])?
-        && !conn
-            .prepare("SELECT 1 FROM pragma_table_info('plugin_kv') WHERE name = 'owner'")?
-            .exists([])?;
-    if !old_layout {
+/// new one under `legacy_owner`. Returns the rows moved.
+fn migrate(tx: &mut dyn Conn, legacy_owner: &str) -> Result<Migrated, DbError> {
+    // Only a SQLite file can hold the old layout: PostgreSQL came later.
+    if tx.dialect() != Dialect::Sqlite {
         return Ok(Migrated::default());
     }
-    let tx = conn.transaction()?;
-    tx.execute_batch(&format!(
+    let has = |tx: &mut dyn Conn, column: &str| -> Result<bool, DbError> {
+        tx.query_one(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_info('plugin_kv') WHERE name = ?1)",
+            args![column],
+        )?
+        .get(0)
+    };
+    if !has(tx, "plugin")? || has(tx, "owner")? {
+        return Ok(Migrated::default());
+    }
+    tx.schema(&format!(
         "CREATE TABLE plugin_kv_scoped ({KV_COLUMNS}) WITHOUT ROWID;"
     ))?;
     let rows = tx.execute(
         "INSERT INTO plugin_kv_scoped (owner, plugin, key, value, version, expires_at_ms)
          SELECT ?1, plugin, key, value, version, expires_at_ms FROM plugin_kv",
-        params![legacy_owner],
+        args![legacy_owner],
     )?;
-    tx.execute_batch("DROP TABLE plugin_kv; ALTER TABLE plugin_kv_scoped RENAME TO plugin_kv;")?;
-    tx.commit()?;
+    tx.schema("DROP TABLE plugin_kv; ALTER TABLE plugin_kv_scoped RENAME TO plugin_kv;")?;
     Ok(Migrated { rows })
 }
 
@@ -146,14 +147,14 @@ pub struct KvNamespace {
 impl KvNamespace {
     pub fn get(&self, key: &str) -> Result<Option<Entry>, KvError> {
         check_key(key)?;
-        self.store.with_conn(|conn| self.live_entry(conn, key))
+        self.store.db.transaction(|tx| self.live_entry(tx, key))
     }
 
     pub fn set(&self, key: &str, value: &[u8], ttl_ms: Option<u64>) -> Result<u64, KvError> {
         check_key(key)?;
-        self.store.with_conn(|conn| {
-            let current = self.live_entry(conn, key)?;
-            self.write(conn, key, value, ttl_ms, current.as_ref())
+        self.store.db.transaction(|tx| {
+            let current = self.live_entry(tx, key)?;
+            self.write(tx, key, value, ttl_ms, current.as_ref())
         })
     }
 
@@ -166,75 +167,71 @@ impl KvNamespace {
         ttl_ms: Option<u64>,
     ) -> Result<Option<u64>, KvError> {
         check_key(key)?;
-        self.store.with_conn(|conn| {
-            let current = self.live_entry(conn, key)?;
+        self.store.db.transaction(|tx| {
+            let current = self.live_entry(tx, key)?;
             if current.as_ref().map(|e| e.version) != expected {
                 return Ok(None);
             }
-            self.write(conn, key, value, ttl_ms, current.as_ref())
+            self.write(tx, key, value, ttl_ms, current.as_ref())
                 .map(Some)
         })
     }
 
     pub fn delete(&self, key: &str) -> Result<bool, KvError> {
         check_key(key)?;
-        self.store.with_conn(|conn| {
-            let existed = self.live_entry(conn, key)?.is_some();
-            conn.execute(
+        self.store.db.transaction(|tx| {
+            let existed = self.live_entry(tx, key)?.is_some();
+            tx.execute(
                 "DELETE FROM plugin_kv WHERE owner = ?1 AND plugin = ?2 AND key = ?3",
-                params![self.owner, self.plugin, key],
+                args![&self.owner, &self.plugin, key],
             )?;
             Ok(existed)
         })
     }
 
     pub fn list_keys(&self, prefix: &str, limit: u32) -> Result<Vec<String>, KvError> {
-        self.store.with_conn(|conn| {
-            let mut stmt = conn.prepare_cached(
+        self.store.db.run(|conn| {
+            conn.query(
                 "SELECT key FROM plugin_kv
-                 WHERE owner = ?1 AND plugin = ?2 AND substr(key, 1, length(?3)) = ?3
+                 WHERE owner = ?1 AND plugin = ?2
+                   AND substr(key, 1, length(CAST(?3 AS TEXT))) = ?3
                    AND (expires_at_ms IS NULL OR expires_at_ms > ?4)
                  ORDER BY key LIMIT ?5",
-            )?;
-            let keys = stmt
-                .query_map(
-                    params![self.owner, self.plugin, prefix, now_ms(), limit.min(1000)],
-                    |row| row.get(0),
-                )?
-                .collect::<Result<Vec<String>, _>>()?;
-            Ok(keys)
+                args![&self.owner, &self.plugin, prefix, now_ms(), limit.min(1000)],
+            )?
+            .iter()
+            .map(|r| Ok(r.get(0)?))
+            .collect()
         })
     }
 
-    fn live_entry(&self, conn: &Connection, key: &str) -> Result<Option<Entry>, KvError> {
-        let row: Option<(Vec<u8>, i64, Option<i64>)> = conn
-            .prepare_cached(
-                "SELECT value, version, expires_at_ms FROM plugin_kv
-                 WHERE owner = ?1 AND plugin = ?2 AND key = ?3",
-            )?
-            .query_row(params![self.owner, self.plugin, key], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()?;
-        match row {
-            Some((_, _, Some(expires))) if expires <= now_ms() => {
+    fn live_entry(&self, conn: &mut dyn Conn, key: &str) -> Result<Option<Entry>, KvError> {
+        let Some(row) = conn.query_opt(
+            "SELECT value, version, expires_at_ms FROM plugin_kv
+             WHERE owner = ?1 AND plugin = ?2 AND key = ?3",
+            args![&self.owner, &self.plugin, key],
+        )?
+        else {
+            return Ok(None);
+        };
+        match row.get::<Option<i64>>(2)? {
+            Some(expires) if expires <= now_ms() => {
                 conn.execute(
                     "DELETE FROM plugin_kv WHERE owner = ?1 AND plugin = ?2 AND key = ?3",
-                    params![self.owner, self.plugin, key],
+                    args![&self.owner, &self.plugin, key],
                 )?;
                 Ok(None)
             }
-            Some((value, version, _)) => Ok(Some(Entry {
-                value,
-                version: version as u64,
+            _ => Ok(Some(Entry {
+                value: row.get(0)?,
+                version: row.get(1)?,
             })),
-            None => Ok(None),
         }
     }
 
     fn write(
         &self,
-        conn: &Connection,
+        conn: &mut dyn Conn,
         key: &str,
         value: &[u8],
         ttl_ms: Option<u64>,
@@ -246,14 +243,12 @@ impl KvNamespace {
                 value.len()
             )));
         }
-        let (keys, bytes): (i64, i64) = conn
-            .prepare_cached(
-                "SELECT count(*), coalesce(sum(length(value)), 0) FROM plugin_kv
-                 WHERE owner = ?1 AND plugin = ?2",
-            )?
-            .query_row(params![self.owner, self.plugin], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?;
+        let totals = conn.query_one(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(length(value)), 0) AS BIGINT) FROM plugin_kv
+             WHERE owner = ?1 AND plugin = ?2",
+            args![&self.owner, &self.plugin],
+        )?;
+        let (keys, bytes): (i64, i64) = (totals.get(0)?, totals.get(1)?);
         let replaced = current.map_or(0, |e| e.value.len() as i64);
         if current.is_none() && keys >= MAX_KEYS {
             return Err(KvError::QuotaExceeded(format!(
@@ -273,7 +268,7 @@ impl KvNamespace {
              ON CONFLICT (owner, plugin, key) DO UPDATE SET
                value = excluded.value, version = excluded.version,
                expires_at_ms = excluded.expires_at_ms",
-            params![self.owner, self.plugin, key, value, version as i64, expires],
+            args![&self.owner, &self.plugin, key, value, version, expires],
         )?;
         Ok(version)
     }
@@ -296,24 +291,21 @@ fn check_key(key: &str) -> Result<(), KvError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn store() -> (tempfile::TempDir, Arc<KvStore>) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = KvStore::open(&dir.path().join("kv.db")).unwrap();
-        (dir, store)
-    }
+    use crate::db::testing::{database, each_backend};
 
     #[test]
     fn namespaces_are_separate() {
-        let (_dir, store) = store();
-        let a = store.namespace("workspace:w", "a");
-        let b = store.namespace("workspace:w", "b");
-        let other = store.namespace("workspace:v", "a");
-        a.set("k", b"1", None).unwrap();
-        assert_eq!(b.get("k").unwrap(), None);
-        assert_eq!(other.get("k").unwrap(), None);
-        assert!(other.list_keys("", 10).unwrap().is_empty());
-        assert_eq!(a.get("k").unwrap().unwrap().value, b"1");
+        each_backend(|at| {
+            let store = KvStore::open_at(at).unwrap();
+            let a = store.namespace("workspace:w", "a");
+            let b = store.namespace("workspace:w", "b");
+            let other = store.namespace("workspace:v", "a");
+            a.set("k", b"1", None).unwrap();
+            assert_eq!(b.get("k").unwrap(), None);
+            assert_eq!(other.get("k").unwrap(), None);
+            assert!(other.list_keys("", 10).unwrap().is_empty());
+            assert_eq!(a.get("k").unwrap().unwrap().value, b"1");
+        });
     }
 
     #[test]
@@ -321,7 +313,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kv.db");
         {
-            let conn = Connection::open(&path).unwrap();
+            let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch(
                 "CREATE TABLE plugin_kv (
                     plugin TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL,
@@ -354,47 +346,118 @@ mod tests {
 
     #[test]
     fn compare_and_set_follows_versions() {
-        let (_dir, store) = store();
-        let ns = store.namespace("workspace:w", "p");
-        assert_eq!(ns.compare_and_set("k", None, b"a", None).unwrap(), Some(1));
-        assert_eq!(ns.compare_and_set("k", None, b"b", None).unwrap(), None);
-        assert_eq!(
-            ns.compare_and_set("k", Some(1), b"b", None).unwrap(),
-            Some(2)
-        );
-        assert_eq!(ns.compare_and_set("k", Some(1), b"c", None).unwrap(), None);
-        assert_eq!(ns.get("k").unwrap().unwrap().value, b"b");
-        assert!(ns.delete("k").unwrap());
-        assert!(!ns.delete("k").unwrap());
+        each_backend(|at| {
+            let store = KvStore::open_at(at).unwrap();
+            let ns = store.namespace("workspace:w", "p");
+            assert_eq!(ns.compare_and_set("k", None, b"a", None).unwrap(), Some(1));
+            assert_eq!(ns.compare_and_set("k", None, b"b", None).unwrap(), None);
+            assert_eq!(
+                ns.compare_and_set("k", Some(1), b"b", None).unwrap(),
+                Some(2)
+            );
+            assert_eq!(ns.compare_and_set("k", Some(1), b"c", None).unwrap(), None);
+            assert_eq!(ns.get("k").unwrap().unwrap().value, b"b");
+            assert!(ns.delete("k").unwrap());
+            assert!(!ns.delete("k").unwrap());
+        });
     }
 
     #[test]
     fn entries_expire() {
-        let (_dir, store) = store();
-        let ns = store.namespace("workspace:w", "p");
-        ns.set("gone", b"x", Some(0)).unwrap();
-        ns.set("kept", b"x", Some(60_000)).unwrap();
-        assert_eq!(ns.get("gone").unwrap(), None);
-        assert_eq!(ns.list_keys("", 10).unwrap(), vec!["kept".to_string()]);
+        each_backend(|at| {
+            let store = KvStore::open_at(at).unwrap();
+            let ns = store.namespace("workspace:w", "p");
+            ns.set("gone", b"x", Some(0)).unwrap();
+            ns.set("kept", b"x", Some(60_000)).unwrap();
+            assert_eq!(ns.get("gone").unwrap(), None);
+            assert_eq!(ns.list_keys("", 10).unwrap(), vec!["kept".to_string()]);
+        });
     }
 
     #[test]
     fn bad_keys_and_big_values_are_refused() {
-        let (_dir, store) = store();
-        let ns = store.namespace("workspace:w", "p");
-        assert!(matches!(
-            ns.set("", b"x", None),
-            Err(KvError::InvalidKey(_))
-        ));
-        assert!(matches!(
-            ns.set("a\nb", b"x", None),
-            Err(KvError::InvalidKey(_))
-        ));
-        let big = vec![0u8; MAX_VALUE_BYTES + 1];
-        assert!(matches!(
-            ns.set("k", &big, None),
-            Err(KvError::QuotaExceeded(_))
-        ));
-        assert_eq!(ns.get("k").unwrap(), None);
+        each_backend(|at| {
+            let store = KvStore::open_at(at).unwrap();
+            let ns = store.namespace("workspace:w", "p");
+            assert!(matches!(
+                ns.set("", b"x", None),
+                Err(KvError::InvalidKey(_))
+            ));
+            assert!(matches!(
+                ns.set("a\nb", b"x", None),
+                Err(KvError::InvalidKey(_))
+            ));
+            let big = vec![0u8; MAX_VALUE_BYTES + 1];
+            assert!(matches!(
+                ns.set("k", &big, None),
+                Err(KvError::QuotaExceeded(_))
+            ));
+            assert_eq!(ns.get("k").unwrap(), None);
+        });
+    }
+
+    #[test]
+    fn keys_by_prefix_and_owners_read_back_the_same() {
+        each_backend(|at| {
+            let store = KvStore::open_at(at).unwrap();
+            let ns = store.namespace("workspace:w", "p");
+            for key in ["note:b", "note:a", "Note:c", "other", "note"] {
+                ns.set(key, key.as_bytes(), None).unwrap();
+            }
+            assert_eq!(ns.list_keys("note:", 10).unwrap(), ["note:a", "note:b"]);
+            assert_eq!(ns.list_keys("note", 2).unwrap(), ["note", "note:a"]);
+            assert_eq!(ns.list_keys("%", 10).unwrap(), Vec::<String>::new());
+            store
+                .namespace("channel:c", "p")
+                .set("k", b"v", None)
+                .unwrap();
+            assert_eq!(store.owners_of("p").unwrap(), ["channel:c", "workspace:w"]);
+            assert!(store.owners_of("q").unwrap().is_empty());
+        });
+    }
+
+    /// Two daemons' plugin instances counting with compare-and-set on one
+    /// key: each version is written once, so no increment is lost.
+    #[test]
+    fn compare_and_set_from_two_daemons_at_once_loses_no_write() {
+        let at = database();
+        let daemons = [
+            KvStore::open_at(&at).unwrap(),
+            KvStore::open_at(&at).unwrap(),
+        ];
+        let won = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for store in &daemons {
+                for _ in 0..2 {
+                    let ns = store.namespace("workspace:w", "counter");
+                    let won = &won;
+                    s.spawn(move || {
+                        for _ in 0..25 {
+                            let (expected, n) = ns.get("n").unwrap().map_or((None, 0), |e| {
+                                let n: u64 = String::from_utf8(e.value).unwrap().parse().unwrap();
+                                (Some(e.version), n)
+                            });
+                            let next = (n + 1).to_string();
+                            if ns
+                                .compare_and_set("n", expected, next.as_bytes(), None)
+                                .unwrap()
+                                .is_some()
+                            {
+                                won.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        let won = won.into_inner();
+        assert!(won > 0);
+        let entry = daemons[1]
+            .namespace("workspace:w", "counter")
+            .get("n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(entry.version, won);
+        assert_eq!(entry.value, won.to_string().into_bytes());
     }
 }
