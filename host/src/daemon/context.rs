@@ -145,7 +145,7 @@ impl Context {
 
     /// Pairing codes and the senders they allowed.
     pub fn pairing_store(&self) -> anyhow::Result<crate::pairing::PairingStore> {
-        self.open(crate::pairing::PairingStore::open)
+        self.open_state(crate::pairing::PairingStore::open_at)
     }
 
     pub fn memory_store(&self) -> anyhow::Result<crate::memory::MemoryStore> {
