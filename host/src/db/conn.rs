@@ -198,4 +198,24 @@ mod tests {
             "/h/pincer.db"
         );
     }
+
+    #[test]
+    fn a_postgres_database_sorting_by_language_rules_is_refused_with_how_to_make_one() {
+        let refused = Db::open(&crate::db::testing::database_with(
+            "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'",
+        ))
+        .err()
+        .expect("refused")
+        .to_string();
+        assert!(
+            refused.contains("sorts text by an ICU collation"),
+            "{refused}"
+        );
+        assert!(refused.contains("LC_COLLATE 'C'"), "{refused}");
+        // The command the message gives makes one that opens.
+        Db::open(&crate::db::testing::database_with(
+            "TEMPLATE template0 ENCODING 'UTF8' LOCALE_PROVIDER libc LC_COLLATE 'C' LC_CTYPE 'C.UTF-8'",
+        ))
+        .expect("a byte-order database opens");
+    }
 }

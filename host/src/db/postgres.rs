@@ -80,6 +80,7 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
         };
         pool.transaction(|conn| {
+            byte_order(conn)?;
             conn.schema("CREATE TABLE IF NOT EXISTS pincer_schema (version INTEGER NOT NULL)")?;
             let found: Option<i64> =
                 match conn.query_opt("SELECT version FROM pincer_schema", &[])? {
@@ -210,6 +211,34 @@ impl Pool {
             Err(e) => Err(Failure::Other(e)),
         }
     }
+}
+
+/// Stores sort text by its bytes (`ORDER BY key`, `LIMIT`), as SQLite does.
+/// A database whose collation sorts by language rules ("a" < "B") would
+/// list, page and pick differently, so it is refused with how to make one
+/// that sorts by bytes.
+fn byte_order(conn: &mut dyn Conn) -> Result<(), DbError> {
+    let row = conn.query_one(
+        "SELECT CAST(datcollate AS TEXT), CAST(datlocprovider AS TEXT)
+         FROM pg_database WHERE datname = current_database()",
+        &[],
+    )?;
+    let (collate, provider): (String, String) = (row.get(0)?, row.get(1)?);
+    let bytewise =
+        provider == "c" && matches!(collate.as_str(), "C" | "POSIX" | "C.UTF-8" | "C.utf8");
+    if bytewise {
+        return Ok(());
+    }
+    let shown = if provider == "i" {
+        "an ICU collation".to_owned()
+    } else {
+        format!("collation {collate}")
+    };
+    Err(DbError::Unsupported(format!(
+        "this PostgreSQL database sorts text by {shown}; pincer's stores sort by bytes, as \
+         on SQLite. Create the database with a byte-order collation: CREATE DATABASE pincer \
+         TEMPLATE template0 ENCODING 'UTF8' LOCALE_PROVIDER libc LC_COLLATE 'C' LC_CTYPE 'C.UTF-8'"
+    )))
 }
 
 impl Drop for Pool {

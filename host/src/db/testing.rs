@@ -25,18 +25,7 @@ static DATABASES: AtomicU32 = AtomicU32::new(0);
 
 /// A new, empty database on this process's server.
 pub fn database() -> Location {
-    let server = SERVER.get_or_init(start);
-    let name = format!("t{}", DATABASES.fetch_add(1, Ordering::Relaxed));
-    let admin = server.url("postgres");
-    let create = format!("CREATE DATABASE {name}");
-    std::thread::spawn(move || {
-        let mut client = ::postgres::Client::connect(&admin, ::postgres::NoTls)?;
-        client.batch_execute(&create)
-    })
-    .join()
-    .expect("create database thread")
-    .expect("create a test database");
-    Location::Postgres(server.url(&name))
+    database_with("")
 }
 
 impl Server {
@@ -173,4 +162,21 @@ pub fn each_backend(test: impl Fn(&Location)) {
         eprintln!("on {at:?}");
         test(&at);
     }
+}
+
+/// A new database on this process's server created with `options` (e.g. a
+/// collation), as a connection string.
+pub fn database_with(options: &str) -> Location {
+    let server = SERVER.get_or_init(start);
+    let name = format!("t{}", DATABASES.fetch_add(1, Ordering::Relaxed));
+    let admin = server.url("postgres");
+    let create = format!("CREATE DATABASE {name} {options}");
+    std::thread::spawn(move || {
+        let mut client = ::postgres::Client::connect(&admin, ::postgres::NoTls)?;
+        client.batch_execute(&create)
+    })
+    .join()
+    .expect("create database thread")
+    .expect("create a test database");
+    Location::Postgres(server.url(&name))
 }
