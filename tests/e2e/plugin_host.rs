@@ -24,7 +24,7 @@ use support::staged;
 
 fn host(dir: &std::path::Path) -> PluginHost {
     let paths = HostPaths::under(dir);
-    let audit = Arc::new(AuditLog::open(&paths.database).expect("audit log"));
+    let audit = Arc::new(AuditLog::open(&dir.join(pincer::db::FILE_NAME)).expect("audit log"));
     PluginHost::new(paths, audit).expect("plugin host")
 }
 

@@ -202,7 +202,9 @@ fn container_user_check(ctx: &Context) -> Check {
                 let mut user = policy.compile().user;
                 if user == crate::policy::PER_WORKSPACE_USER {
                     // Allocated on the workspace's first start.
-                    user = crate::containers::allocated_user(&ctx.home, name).unwrap_or(user);
+                    if let Ok(state) = ctx.state() {
+                        user = crate::containers::allocated_user(&state, name).unwrap_or(user);
+                    }
                 }
                 users.entry(user).or_default().push(name);
             }

@@ -21,7 +21,7 @@ pub enum WebCommand {
 
 pub fn run(config_flag: Option<&std::path::Path>, command: WebCommand) -> anyhow::Result<()> {
     let ctx = Context::load(config_flag)?;
-    let auth = WebAuth::open(&ctx.database())?;
+    let auth = WebAuth::open_at(&ctx.state()?)?;
     match command {
         WebCommand::Login => {
             if !ctx.config.web.enabled {

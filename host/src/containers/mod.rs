@@ -45,7 +45,7 @@ pub use runtime::{
 };
 pub use runtime::{ensure_workspace_dir, parse_user, runner_addr};
 pub use spec::{LABEL_INSTANCE, LABEL_WORKSPACE, WorkspaceSpec};
-pub use users::allocated as allocated_user;
+pub use users::allocated_at as allocated_user;
 
 use crate::config::{Config, expand_tilde};
 use crate::policy::{EffectivePolicy, PolicyCatalog};
@@ -114,7 +114,8 @@ pub fn plan(
         nofile: i64::try_from(config.containers.nofile).unwrap_or(i64::MAX),
         ..policy.compile()
     };
-    let users = users::resolve(home, workspace, &settings.user)?;
+    let state = config.state.location(home).map_err(ContainerError::Host)?;
+    let users = users::resolve_at(&state, workspace, &settings.user)?;
     settings.user = users.user;
     let workspace_base = expand_tilde(&config.containers.workspace_base_path);
     let workspace_dir = config.workspace_dir(workspace);

@@ -5,7 +5,6 @@
 //! configuration. Two workspaces then cannot read each other's files on a
 //! shared mount, and neither is a host account.
 
-use std::path::Path;
 
 use super::ContainerError;
 use crate::args;
@@ -39,22 +38,9 @@ pub struct Resolved {
     pub earlier: Vec<(u32, u32)>,
 }
 
-fn location(home: &Path) -> Location {
-    Location::Sqlite(home.join(crate::db::FILE_NAME))
-}
-
 /// `policy_user` as `workspace`'s container runs it: [`PER_WORKSPACE`]
 /// becomes the workspace's own uid, allocated on first use. One read of
-/// `pincer.db`; a write only the first time.
-pub fn resolve(
-    home: &Path,
-    workspace: &str,
-    policy_user: &str,
-) -> Result<Resolved, ContainerError> {
-    resolve_at(&location(home), workspace, policy_user)
-}
-
-/// [`resolve`] with the state at `at`.
+/// the state; a write only the first time.
 pub fn resolve_at(
     at: &Location,
     workspace: &str,
@@ -124,11 +110,6 @@ fn own_uid(db: &Db, workspace: &str) -> Option<u32> {
 }
 
 /// `uid:gid` already allocated to `workspace`, without allocating.
-pub fn allocated(home: &Path, workspace: &str) -> Option<String> {
-    allocated_at(&location(home), workspace)
-}
-
-/// [`allocated`] with the state at `at`.
 pub fn allocated_at(at: &Location, workspace: &str) -> Option<String> {
     let db = Db::open(at).ok()?;
     own_uid(&db, workspace).map(|uid| format!("{uid}:{uid}"))
@@ -165,14 +146,6 @@ mod tests {
                 format!("{0}:{0}", FIRST_UID + 2)
             );
         });
-    }
-
-    #[test]
-    fn the_home_path_names_the_sqlite_file() {
-        let home = tempfile::tempdir().unwrap();
-        let a = resolve(home.path(), "a", PER_WORKSPACE).unwrap().user;
-        assert_eq!(allocated(home.path(), "a"), Some(a));
-        assert!(home.path().join(crate::db::FILE_NAME).exists());
     }
 
     #[test]

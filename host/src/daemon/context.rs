@@ -74,7 +74,7 @@ impl Context {
 
     pub fn plugin_host(&self) -> anyhow::Result<PluginHost> {
         Ok(
-            PluginHost::new(HostPaths::under(&self.home), self.audit_log()?)
+            PluginHost::new(HostPaths::with_state(&self.home, self.state()?), self.audit_log()?)
                 .context("starting the plugin host")?
                 .with_legacy_secrets(self.config.plugins.legacy_secrets),
         )

@@ -54,18 +54,24 @@ pub const HOSTCALL_FUEL: usize = 32 << 20;
 pub struct HostPaths {
     /// Compiled-component cache; `None` disables it.
     pub cache_dir: Option<PathBuf>,
-    /// The host database (kv, audit).
-    pub database: PathBuf,
+    /// Where the host's state is (kv).
+    pub state: crate::db::Location,
     /// Parent of the scopes' folders (`workspace.NAME/`, `channel.NAME/`)
     /// holding each plugin's private `/data` folder.
     pub data_root: PathBuf,
 }
 
 impl HostPaths {
+    /// Under `home`, with the state in its `pincer.db`.
     pub fn under(home: &std::path::Path) -> Self {
+        Self::with_state(home, crate::db::Location::Sqlite(home.join(crate::db::FILE_NAME)))
+    }
+
+    /// Under `home`, with the state at `state` (`state.backend`).
+    pub fn with_state(home: &std::path::Path, state: crate::db::Location) -> Self {
         Self {
             cache_dir: Some(home.join("cache").join("components")),
-            database: home.join(crate::db::FILE_NAME),
+            state,
             data_root: home.join("plugin-data"),
         }
     }
@@ -185,11 +191,13 @@ impl PluginHost {
         let engine = PluginEngine::new(paths.cache_dir.clone())?;
         let mut linker = Linker::new(engine.engine());
         wit::add_to_linker(&mut linker)?;
-        if let Some(parent) = paths.database.parent() {
+        if let crate::db::Location::Sqlite(database) = &paths.state
+            && let Some(parent) = database.parent()
+        {
             std::fs::create_dir_all(parent)?;
         }
         let legacy = Scope::workspace(LEGACY_WORKSPACE);
-        let (kv, migrated) = KvStore::open_migrating(&paths.database, &legacy.key())?;
+        let (kv, migrated) = KvStore::open_migrating_at(&paths.state, &legacy.key())?;
         let migrated_note = |what: String| {
             tracing::warn!("{what}");
             audit.record(

@@ -54,7 +54,7 @@ impl Console {
             ctx: ctx.clone(),
             agent,
             audit,
-            auth: WebAuth::open(&ctx.database())?,
+            auth: WebAuth::open_at(&ctx.state()?)?,
             templates: templates::Templates::new()?,
             hosts: allowed_hosts(bound, &web.hosts),
             secure: web.tls,

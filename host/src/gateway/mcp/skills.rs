@@ -60,7 +60,8 @@ impl Skills {
     async fn host(&self) -> Result<Arc<PluginHost>, McpError> {
         self.host
             .get_or_try_init(|| async {
-                let paths = HostPaths::under(&self.home);
+                let state = self.config.state.location(&self.home)?;
+                let paths = HostPaths::with_state(&self.home, state);
                 let legacy = self.config.plugins.legacy_secrets;
                 let audit = self.audit.clone();
                 tokio::task::spawn_blocking(move || PluginHost::new(paths, audit))
