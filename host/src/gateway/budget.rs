@@ -417,7 +417,10 @@ impl Ledger {
         clock: impl Fn() -> i64 + Send + Sync + 'static,
     ) -> rusqlite::Result<Arc<Self>> {
         // The writer also writes `audit_events`: the audit log owns its schema.
-        drop(crate::audit::AuditLog::open(path)?);
+        drop(
+            crate::audit::AuditLog::open(path)
+                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?,
+        );
         let conn = crate::db::open(path)?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS gateway_usage (
