@@ -194,27 +194,21 @@ fn sessions_are_listed_and_filtered_alike_on_both_backends() {
                 workspace: "other".into(),
             })
             .unwrap();
-        let channels = crate::channels::ChannelStore::open_at(at).unwrap();
-        let inbound = channels
-            .receive(
-                &crate::channels::Received {
-                    channel: "slack".into(),
-                    conversation: "D1".into(),
-                    thread: None,
-                    message_id: "1.1".into(),
-                    sender: "U1".into(),
-                    sender_name: Some("Ann".into()),
-                    text: "hi".into(),
-                    timestamp_ms: 1,
-                    files: Vec::new(),
-                },
-                "other",
-                crate::channels::InboundState::Queued,
-            )
-            .unwrap()
-            .unwrap();
         store.begin_turn(c.id, "t3").unwrap();
-        channels.set_turn(inbound, "t3").unwrap();
+        // What the sender filter reads of the channels' inbound table.
+        crate::db::Db::open(at)
+            .unwrap()
+            .transaction(|conn| -> Result<(), DbError> {
+                conn.schema(
+                    "CREATE TABLE channel_inbound (sender TEXT, sender_name TEXT, turn_id TEXT)",
+                )?;
+                conn.execute(
+                    "INSERT INTO channel_inbound VALUES ('U1', 'Ann', 't3')",
+                    crate::args![],
+                )
+                .map(drop)
+            })
+            .unwrap();
 
         let ids = |filter: SessionFilter| -> Vec<i64> {
             store
