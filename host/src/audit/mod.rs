@@ -4,14 +4,17 @@
 mod event;
 
 use std::path::Path;
-use std::sync::Mutex;
 
-use rusqlite::{Connection, params};
-
-use crate::db::now_ms;
 use serde::Serialize;
 
+use crate::args;
+use crate::db::{Db, DbError, Location, Row, Value, now_ms};
+
 pub use event::{Action, Actor};
+
+#[derive(Debug, thiserror::Error)]
+#[error("audit log: {0}")]
+pub struct AuditError(#[from] DbError);
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AuditEvent {
@@ -47,41 +50,33 @@ pub struct AuditRow {
 }
 
 pub struct AuditLog {
-    conn: Mutex<Connection>,
+    db: Db,
     /// The id of the last event this process recorded, for live tails.
     recorded: tokio::sync::watch::Sender<i64>,
 }
 
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS audit_events (
+        id INTEGER PRIMARY KEY,
+        timestamp_ms INTEGER NOT NULL,
+        actor TEXT NOT NULL,
+        workspace TEXT,
+        kind TEXT NOT NULL,
+        detail TEXT NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS audit_events_by_actor ON audit_events (actor, id);";
+
+const EVENT_COLUMNS: &str = "timestamp_ms, actor, workspace, kind, detail";
+
 impl AuditLog {
-    /// MERGE-SHIM: replaced by the ported audit log's own `open_at`.
-    pub fn open_at(at: &crate::db::Location) -> Result<(), crate::db::DbError> {
-        match at {
-            crate::db::Location::Sqlite(path) => Self::open(path).map(drop).map_err(Into::into),
-            crate::db::Location::Postgres(_) => crate::db::Db::open(at)?.run(|c| {
-                c.schema(
-                    "CREATE TABLE IF NOT EXISTS audit_events (
-                        id INTEGER PRIMARY KEY, timestamp_ms INTEGER NOT NULL, actor TEXT NOT NULL,
-                        workspace TEXT, kind TEXT NOT NULL, detail TEXT NOT NULL)",
-                )
-            }),
-        }
+    pub fn open(path: &Path) -> Result<Self, AuditError> {
+        Self::open_at(&Location::from(path))
     }
 
-    pub fn open(path: &Path) -> rusqlite::Result<Self> {
-        let conn = crate::db::open(path)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS audit_events (
-                id INTEGER PRIMARY KEY,
-                timestamp_ms INTEGER NOT NULL,
-                actor TEXT NOT NULL,
-                workspace TEXT,
-                kind TEXT NOT NULL,
-                detail TEXT NOT NULL
-            );
-            CREATE INDEX IF NOT EXISTS audit_events_by_actor ON audit_events (actor, id);",
-        )?;
+    pub fn open_at(location: &Location) -> Result<Self, AuditError> {
+        let db = Db::open(location)?;
+        db.transaction(|conn| conn.schema(SCHEMA))?;
         Ok(Self {
-            conn: Mutex::new(conn),
+            db,
             recorded: tokio::sync::watch::Sender::new(0),
         })
     }
@@ -97,43 +92,42 @@ impl AuditLog {
     pub fn record(&self, actor: Actor<'_>, workspace: Option<&str>, action: Action, detail: &str) {
         let actor = actor.to_string();
         let kind = action.as_str();
-        let result = self
-            .conn
-            .lock()
-            .map_err(|_| "lock poisoned".to_string())
-            .and_then(|conn| {
-                conn.execute(
-                    "INSERT INTO audit_events (timestamp_ms, actor, workspace, kind, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![now_ms(), &actor, workspace, kind, detail],
-                )
-                .map(|_| self.recorded.send_replace(conn.last_insert_rowid()))
-                .map_err(|e| e.to_string())
-            });
-        if let Err(e) = result {
-            tracing::error!(%actor, kind, "cannot record audit event: {e}");
+        // PostgreSQL's text cannot hold NUL, and an event refused for one
+        // would be lost: on both backends a NUL is stored as U+FFFD.
+        let detail = detail.replace('\0', "\u{FFFD}");
+        let inserted = self.db.run(|conn| -> Result<i64, DbError> {
+            conn.query_one(
+                "INSERT INTO audit_events (timestamp_ms, actor, workspace, kind, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+                args![now_ms(), &actor, workspace, kind, &detail],
+            )?
+            .get(0)
+        });
+        match inserted {
+            Ok(id) => {
+                self.recorded.send_replace(id);
+            }
+            Err(e) => tracing::error!(%actor, kind, "cannot record audit event: {e}"),
         }
     }
 
     /// Deletes the events recorded before `before_ms` (with `dry_run` only
     /// counts them); returns how many.
-    pub fn prune(&self, before_ms: i64, dry_run: bool) -> rusqlite::Result<usize> {
-        let conn = self
-            .conn
-            .lock()
-            .map_err(|_| rusqlite::Error::InvalidQuery)?;
-        if dry_run {
-            let n: i64 = conn.query_row(
-                "SELECT COUNT(*) FROM audit_events WHERE timestamp_ms < ?1",
-                [before_ms],
-                |r| r.get(0),
-            )?;
-            return Ok(usize::try_from(n).unwrap_or(0));
-        }
-        conn.execute(
-            "DELETE FROM audit_events WHERE timestamp_ms < ?1",
-            [before_ms],
-        )
+    pub fn prune(&self, before_ms: i64, dry_run: bool) -> Result<usize, AuditError> {
+        self.db.run(|conn| {
+            if dry_run {
+                return Ok(conn
+                    .query_one(
+                        "SELECT COUNT(*) FROM audit_events WHERE timestamp_ms < ?1",
+                        args![before_ms],
+                    )?
+                    .get(0)?);
+            }
+            Ok(conn.execute(
+                "DELETE FROM audit_events WHERE timestamp_ms < ?1",
+                args![before_ms],
+            )?)
+        })
     }
 
     /// The newest events of `kinds`, of one workspace when given.
@@ -142,117 +136,219 @@ impl AuditLog {
         kinds: &[Action],
         workspace: Option<&str>,
         limit: u32,
-    ) -> rusqlite::Result<Vec<AuditEvent>> {
-        let kinds: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
-        self.query(
-            "SELECT timestamp_ms, actor, workspace, kind, detail FROM audit_events
-             WHERE kind IN (SELECT value FROM json_each(?1)) AND (?2 IS NULL OR workspace = ?2)
-             ORDER BY id DESC LIMIT ?3",
-            params![serde_json::json!(kinds).to_string(), workspace, limit],
+    ) -> Result<Vec<AuditEvent>, AuditError> {
+        if kinds.is_empty() {
+            return Ok(Vec::new());
+        }
+        // ?1 and ?2, then one parameter per kind.
+        let listed: Vec<String> = (3..3 + kinds.len()).map(|i| format!("?{i}")).collect();
+        let mut args = vec![Value::from(workspace), Value::from(limit)];
+        args.extend(kinds.iter().map(|k| Value::from(k.as_str())));
+        self.events(
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM audit_events
+                 WHERE kind IN ({}) AND (CAST(?1 AS TEXT) IS NULL OR workspace = ?1)
+                 ORDER BY id DESC LIMIT ?2",
+                listed.join(", ")
+            ),
+            &args,
         )
     }
 
     /// The newest events about one workspace (by it, or recorded for it).
-    pub fn for_workspace(&self, workspace: &str, limit: u32) -> rusqlite::Result<Vec<AuditEvent>> {
-        self.query(
-            "SELECT timestamp_ms, actor, workspace, kind, detail FROM audit_events
-             WHERE workspace = ?1 OR actor = 'workspace:' || ?1 ORDER BY id DESC LIMIT ?2",
-            params![workspace, limit],
+    pub fn for_workspace(
+        &self,
+        workspace: &str,
+        limit: u32,
+    ) -> Result<Vec<AuditEvent>, AuditError> {
+        self.events(
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM audit_events
+                 WHERE workspace = ?1 OR actor = 'workspace:' || ?1 ORDER BY id DESC LIMIT ?2"
+            ),
+            args![workspace, limit],
         )
     }
 
     /// The newest events first, optionally only those of one actor.
-    pub fn recent(&self, actor: Option<&str>, limit: u32) -> rusqlite::Result<Vec<AuditEvent>> {
-        self.query(
-            "SELECT timestamp_ms, actor, workspace, kind, detail FROM audit_events
-             WHERE ?1 IS NULL OR actor = ?1 ORDER BY id DESC LIMIT ?2",
-            params![actor, limit],
+    pub fn recent(&self, actor: Option<&str>, limit: u32) -> Result<Vec<AuditEvent>, AuditError> {
+        self.events(
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM audit_events
+                 WHERE CAST(?1 AS TEXT) IS NULL OR actor = ?1 ORDER BY id DESC LIMIT ?2"
+            ),
+            args![actor, limit],
         )
     }
 
     /// Events matching `filter`: newest first, or oldest first after
     /// `after_id`.
-    pub fn page(&self, filter: &AuditFilter) -> rusqlite::Result<Vec<AuditRow>> {
+    pub fn page(&self, filter: &AuditFilter) -> Result<Vec<AuditRow>, AuditError> {
         let order = if filter.after_id.is_some() {
             "ASC"
         } else {
             "DESC"
         };
         let sql = format!(
-            "SELECT id, timestamp_ms, actor, workspace, kind, detail FROM audit_events
-             WHERE (?1 IS NULL OR workspace = ?1)
-               AND (?2 IS NULL OR kind = ?2 OR kind LIKE ?2 || '.%')
-               AND (?3 IS NULL OR actor = ?3)
-               AND (?4 IS NULL OR id > ?4) AND (?5 IS NULL OR id < ?5)
+            "SELECT id, {EVENT_COLUMNS} FROM audit_events
+             WHERE (CAST(?1 AS TEXT) IS NULL OR workspace = ?1)
+               AND (CAST(?2 AS TEXT) IS NULL OR kind = ?2
+                    OR substr(kind, 1, length(CAST(?2 AS TEXT)) + 1) = ?2 || '.')
+               AND (CAST(?3 AS TEXT) IS NULL OR actor = ?3)
+               AND (CAST(?4 AS BIGINT) IS NULL OR id > ?4)
+               AND (CAST(?5 AS BIGINT) IS NULL OR id < ?5)
              ORDER BY id {order} LIMIT ?6"
         );
-        let conn = self
-            .conn
-            .lock()
-            .map_err(|_| rusqlite::Error::InvalidQuery)?;
-        let mut stmt = conn.prepare_cached(&sql)?;
-        stmt.query_map(
-            params![
-                filter.workspace,
-                filter.kind,
-                filter.actor,
-                filter.after_id,
-                filter.before_id,
-                filter.limit
-            ],
-            |r| {
-                Ok(AuditRow {
-                    id: r.get(0)?,
-                    event: AuditEvent {
-                        timestamp_ms: r.get(1)?,
-                        actor: r.get(2)?,
-                        workspace: r.get(3)?,
-                        kind: r.get(4)?,
-                        detail: r.get(5)?,
-                    },
+        let args = args![
+            &filter.workspace,
+            &filter.kind,
+            &filter.actor,
+            filter.after_id,
+            filter.before_id,
+            filter.limit,
+        ];
+        self.db.run(|conn| {
+            conn.query(&sql, args)?
+                .iter()
+                .map(|r| {
+                    Ok(AuditRow {
+                        id: r.get(0)?,
+                        event: event(r, 1)?,
+                    })
                 })
-            },
-        )?
-        .collect()
+                .collect()
+        })
     }
 
-    fn query(&self, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<Vec<AuditEvent>> {
-        let conn = self
-            .conn
-            .lock()
-            .map_err(|_| rusqlite::Error::InvalidQuery)?;
-        let mut stmt = conn.prepare_cached(sql)?;
-        stmt.query_map(params, |r| {
-            Ok(AuditEvent {
-                timestamp_ms: r.get(0)?,
-                actor: r.get(1)?,
-                workspace: r.get(2)?,
-                kind: r.get(3)?,
-                detail: r.get(4)?,
-            })
-        })?
-        .collect()
+    fn events(&self, sql: &str, args: &[Value]) -> Result<Vec<AuditEvent>, AuditError> {
+        self.db.run(|conn| {
+            conn.query(sql, args)?
+                .iter()
+                .map(|r| Ok(event(r, 0)?))
+                .collect()
+        })
     }
+}
+
+/// The event in `r`'s [`EVENT_COLUMNS`], which begin at column `first`.
+fn event(r: &Row, first: usize) -> Result<AuditEvent, DbError> {
+    Ok(AuditEvent {
+        timestamp_ms: r.get(first)?,
+        actor: r.get(first + 1)?,
+        workspace: r.get(first + 2)?,
+        kind: r.get(first + 3)?,
+        detail: r.get(first + 4)?,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::testing::each_backend;
 
     #[test]
     fn events_survive_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.db");
-        AuditLog::open(&path).unwrap().record(
-            Actor::Plugin("x"),
-            None,
-            Action::PluginDenied,
-            "GET http://evil/",
-        );
-        let log = AuditLog::open(&path).unwrap();
-        let events = log.recent(Some("plugin:x"), 10).unwrap();
-        assert_eq!(events.len(), 1);
-        assert_eq!(events[0].kind, "plugin.denied");
-        assert!(log.recent(Some("plugin:y"), 10).unwrap().is_empty());
+        each_backend(|at| {
+            AuditLog::open_at(at).unwrap().record(
+                Actor::Plugin("x"),
+                None,
+                Action::PluginDenied,
+                "GET http://evil/",
+            );
+            let log = AuditLog::open_at(at).unwrap();
+            let events = log.recent(Some("plugin:x"), 10).unwrap();
+            assert_eq!(events.len(), 1);
+            assert_eq!(events[0].kind, "plugin.denied");
+            assert!(log.recent(Some("plugin:y"), 10).unwrap().is_empty());
+        });
+    }
+
+    #[test]
+    fn events_are_paged_filtered_and_pruned_alike_on_both_backends() {
+        each_backend(|at| {
+            let log = AuditLog::open_at(at).unwrap();
+            let seen = log.subscribe();
+            log.record(Actor::Plugin("x"), Some("dev"), Action::EgressAllowed, "a");
+            log.record(Actor::Workspace("dev"), None, Action::EgressRefused, "b");
+            log.record(Actor::Host, Some("ops"), Action::ApprovalGranted, "c");
+            log.record(Actor::Host, None, Action::ApprovalRuleRevoked, "d\0");
+            let details = |events: Vec<AuditEvent>| -> Vec<String> {
+                events.into_iter().map(|e| e.detail).collect()
+            };
+            let page = |filter: AuditFilter| -> Vec<String> {
+                log.page(&AuditFilter {
+                    limit: 10,
+                    ..filter
+                })
+                .unwrap()
+                .into_iter()
+                .map(|r| r.event.detail)
+                .collect()
+            };
+            let newest = log.page(&AuditFilter {
+                limit: 1,
+                ..AuditFilter::default()
+            });
+            assert_eq!(newest.unwrap()[0].id, *seen.borrow());
+
+            assert_eq!(
+                details(log.recent(None, 10).unwrap()),
+                ["d\u{FFFD}", "c", "b", "a"]
+            );
+            assert_eq!(details(log.for_workspace("dev", 10).unwrap()), ["b", "a"]);
+            let egress = [Action::EgressAllowed, Action::EgressRefused];
+            assert_eq!(
+                details(log.of_kinds(&egress, None, 10).unwrap()),
+                ["b", "a"]
+            );
+            assert_eq!(
+                details(log.of_kinds(&egress, Some("dev"), 10).unwrap()),
+                ["a"]
+            );
+            assert!(log.of_kinds(&[], None, 10).unwrap().is_empty());
+
+            let kind = |k: &str| AuditFilter {
+                kind: Some(k.into()),
+                ..AuditFilter::default()
+            };
+            assert_eq!(page(kind("approval")), ["d\u{FFFD}", "c"]);
+            assert_eq!(page(kind("approval.granted")), ["c"]);
+            assert!(page(kind("approv")).is_empty());
+            assert!(page(kind("Approval")).is_empty());
+            let by = AuditFilter {
+                actor: Some("host".into()),
+                workspace: Some("ops".into()),
+                ..AuditFilter::default()
+            };
+            assert_eq!(page(by), ["c"]);
+            let ids: Vec<i64> = log
+                .page(&AuditFilter {
+                    limit: 10,
+                    ..AuditFilter::default()
+                })
+                .unwrap()
+                .iter()
+                .map(|r| r.id)
+                .collect();
+            let after = AuditFilter {
+                after_id: Some(ids[3]),
+                ..AuditFilter::default()
+            };
+            assert_eq!(
+                page(after),
+                ["b", "c", "d\u{FFFD}"],
+                "oldest first after an id"
+            );
+            let before = AuditFilter {
+                before_id: Some(ids[1]),
+                ..AuditFilter::default()
+            };
+            assert_eq!(page(before), ["b", "a"]);
+
+            assert_eq!(log.prune(i64::MAX, true).unwrap(), 4);
+            assert_eq!(log.prune(0, false).unwrap(), 0);
+            assert_eq!(log.prune(i64::MAX, false).unwrap(), 4);
+            assert!(log.recent(None, 10).unwrap().is_empty());
+        });
     }
 }

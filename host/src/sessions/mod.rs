@@ -1,30 +1,27 @@
 //! Conversations as the host stores them: sessions keyed by (channel,
 //! conversation, workspace), their messages in the OpenAI chat shape, the
-//! turns that produced them (status, usage, tool calls). The host's SQLite
-//! file is the single source of truth: every message is written as it
+//! turns that produced them (status, usage, tool calls). The host's database
+//! is the single source of truth: every message is written as it
 //! arrives, so a container killed mid-turn loses nothing already said.
 
 mod history;
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::db::now_ms;
+use crate::args;
+use crate::db::{Conn, Db, DbError, Dialect, Location, Row, now_ms};
 
 pub use history::{Trimmed, trim_to_budget};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error("session store: {0}")]
-    Db(#[from] rusqlite::Error),
+    Db(#[from] DbError),
     #[error("session store: a stored message is not valid JSON: {0}")]
     Corrupt(#[from] serde_json::Error),
-    #[error("session store: lock poisoned by a panicked thread")]
-    Poisoned,
     #[error("no session with id {0}")]
     UnknownSession(i64),
 }
@@ -110,7 +107,7 @@ pub struct ToolCallRecord {
 }
 
 pub struct SessionStore {
-    conn: Mutex<Connection>,
+    db: Db,
 }
 
 /// Which sessions [`SessionStore::list`] returns; every field narrows.
@@ -139,113 +136,119 @@ pub struct SessionSummary {
     pub messages: i64,
 }
 
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS sessions (
+        id INTEGER PRIMARY KEY,
+        channel TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        workspace TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        closed_ms INTEGER
+    );
+    CREATE UNIQUE INDEX IF NOT EXISTS sessions_open
+        ON sessions (channel, conversation, workspace) WHERE closed_ms IS NULL;
+    CREATE TABLE IF NOT EXISTS turns (
+        id TEXT PRIMARY KEY,
+        session_id INTEGER NOT NULL REFERENCES sessions (id),
+        status TEXT NOT NULL,
+        started_ms INTEGER NOT NULL,
+        ended_ms INTEGER,
+        steps INTEGER NOT NULL DEFAULT 0,
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0,
+        error TEXT
+    );
+    CREATE TABLE IF NOT EXISTS session_messages (
+        id INTEGER PRIMARY KEY,
+        session_id INTEGER NOT NULL REFERENCES sessions (id),
+        turn_id TEXT NOT NULL REFERENCES turns (id),
+        role TEXT NOT NULL,
+        message TEXT NOT NULL,
+        created_ms INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS session_messages_by_session
+        ON session_messages (session_id, id);
+    CREATE TABLE IF NOT EXISTS tool_calls (
+        id INTEGER PRIMARY KEY,
+        turn_id TEXT NOT NULL REFERENCES turns (id),
+        call_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        arguments TEXT NOT NULL,
+        ok INTEGER NOT NULL,
+        output_bytes INTEGER NOT NULL,
+        truncated INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL
+    );";
+
+const TURN_COLUMNS: &str = "t.id, t.session_id, t.status, t.started_ms, t.ended_ms, t.steps,
+    t.prompt_tokens, t.completion_tokens, t.error,
+    (SELECT COUNT(*) FROM tool_calls c WHERE c.turn_id = t.id)";
+
 impl SessionStore {
     pub fn open(home: &Path) -> Result<Self, SessionError> {
-        let conn = crate::db::open(&home.join(crate::db::FILE_NAME))?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS sessions (
-                id INTEGER PRIMARY KEY,
-                channel TEXT NOT NULL,
-                conversation TEXT NOT NULL,
-                workspace TEXT NOT NULL,
-                created_ms INTEGER NOT NULL,
-                closed_ms INTEGER
-            );
-            CREATE UNIQUE INDEX IF NOT EXISTS sessions_open
-                ON sessions (channel, conversation, workspace) WHERE closed_ms IS NULL;
-            CREATE TABLE IF NOT EXISTS turns (
-                id TEXT PRIMARY KEY,
-                session_id INTEGER NOT NULL REFERENCES sessions (id),
-                status TEXT NOT NULL,
-                started_ms INTEGER NOT NULL,
-                ended_ms INTEGER,
-                steps INTEGER NOT NULL DEFAULT 0,
-                prompt_tokens INTEGER NOT NULL DEFAULT 0,
-                completion_tokens INTEGER NOT NULL DEFAULT 0,
-                error TEXT
-            );
-            CREATE TABLE IF NOT EXISTS session_messages (
-                id INTEGER PRIMARY KEY,
-                session_id INTEGER NOT NULL REFERENCES sessions (id),
-                turn_id TEXT NOT NULL REFERENCES turns (id),
-                role TEXT NOT NULL,
-                message TEXT NOT NULL,
-                created_ms INTEGER NOT NULL
-            );
-            CREATE INDEX IF NOT EXISTS session_messages_by_session
-                ON session_messages (session_id, id);
-            CREATE TABLE IF NOT EXISTS tool_calls (
-                id INTEGER PRIMARY KEY,
-                turn_id TEXT NOT NULL REFERENCES turns (id),
-                call_id TEXT NOT NULL,
-                name TEXT NOT NULL,
-                arguments TEXT NOT NULL,
-                ok INTEGER NOT NULL,
-                output_bytes INTEGER NOT NULL,
-                truncated INTEGER NOT NULL,
-                duration_ms INTEGER NOT NULL
-            );",
-        )?;
-        Ok(SessionStore {
-            conn: Mutex::new(conn),
-        })
+        Self::open_at(&Location::from(home.join(crate::db::FILE_NAME).as_path()))
     }
 
-    fn conn(&self) -> Result<MutexGuard<'_, Connection>, SessionError> {
-        self.conn.lock().map_err(|_| SessionError::Poisoned)
+    pub fn open_at(location: &Location) -> Result<Self, SessionError> {
+        let db = Db::open(location)?;
+        db.transaction(|conn| conn.schema(SCHEMA))?;
+        Ok(SessionStore { db })
     }
 
     /// The open session of `key`, created when there is none.
     pub fn current(&self, key: &SessionKey) -> Result<Session, SessionError> {
-        let conn = self.conn()?;
-        let found = conn
-            .query_row(
+        // One transaction: two daemons asking at once get the same session.
+        self.db.transaction(|tx| {
+            let found = tx.query_opt(
                 "SELECT id, created_ms FROM sessions
                  WHERE channel = ?1 AND conversation = ?2 AND workspace = ?3 AND closed_ms IS NULL",
-                params![key.channel, key.conversation, key.workspace],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()?;
-        if let Some((id, created_ms)) = found {
-            return Ok(Session {
-                id,
-                key: key.clone(),
-                created_ms,
-            });
-        }
-        insert_session(&conn, key)
+                args![&key.channel, &key.conversation, &key.workspace],
+            )?;
+            match found {
+                Some(row) => Ok(Session {
+                    id: row.get(0)?,
+                    key: key.clone(),
+                    created_ms: row.get(1)?,
+                }),
+                None => insert_session(tx, key),
+            }
+        })
     }
 
     /// Closes the open session of `key` (if any) and opens a fresh one.
     pub fn start_new(&self, key: &SessionKey) -> Result<Session, SessionError> {
-        let mut conn = self.conn()?;
-        let tx = conn.transaction()?;
-        tx.execute(
-            "UPDATE sessions SET closed_ms = ?4
-             WHERE channel = ?1 AND conversation = ?2 AND workspace = ?3 AND closed_ms IS NULL",
-            params![key.channel, key.conversation, key.workspace, now_ms()],
-        )?;
-        let session = insert_session(&tx, key)?;
-        tx.commit()?;
-        Ok(session)
+        self.db.transaction(|tx| {
+            tx.execute(
+                "UPDATE sessions SET closed_ms = ?4
+                 WHERE channel = ?1 AND conversation = ?2 AND workspace = ?3 AND closed_ms IS NULL",
+                args![&key.channel, &key.conversation, &key.workspace, now_ms()],
+            )?;
+            insert_session(tx, key)
+        })
     }
 
     /// Records a new running turn of `session`.
     pub fn begin_turn(&self, session_id: i64, turn_id: &str) -> Result<(), SessionError> {
-        let conn = self.conn()?;
-        let exists: bool = conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
-            params![session_id],
-            |row| row.get(0),
-        )?;
-        if !exists {
-            return Err(SessionError::UnknownSession(session_id));
-        }
-        conn.execute(
-            "INSERT INTO turns (id, session_id, status, started_ms) VALUES (?1, ?2, 'running', ?3)",
-            params![turn_id, session_id, now_ms()],
-        )?;
-        Ok(())
+        self.db.transaction(|tx| {
+            let exists: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
+                    args![session_id],
+                )?
+                .get(0)?;
+            if !exists {
+                return Err(SessionError::UnknownSession(session_id));
+            }
+            tx.execute(
+                "INSERT INTO turns (id, session_id, status, started_ms)
+                 VALUES (?1, ?2, 'running', ?3)",
+                args![turn_id, session_id, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn execute(&self, sql: &str, args: &[crate::db::Value]) -> Result<(), SessionError> {
+        self.db.run(|conn| Ok(conn.execute(sql, args).map(drop)?))
     }
 
     /// Appends one message (OpenAI chat shape) to the session, as part of
@@ -257,12 +260,11 @@ impl SessionStore {
         message: &Value,
     ) -> Result<(), SessionError> {
         let role = message.get("role").and_then(Value::as_str).unwrap_or("");
-        self.conn()?.execute(
+        self.execute(
             "INSERT INTO session_messages (session_id, turn_id, role, message, created_ms)
              VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![session_id, turn_id, role, message.to_string(), now_ms()],
-        )?;
-        Ok(())
+            args![session_id, turn_id, role, message.to_string(), now_ms()],
+        )
     }
 
     /// Adds one model call's usage to the turn.
@@ -272,17 +274,12 @@ impl SessionStore {
         prompt_tokens: u64,
         completion_tokens: u64,
     ) -> Result<(), SessionError> {
-        self.conn()?.execute(
+        self.execute(
             "UPDATE turns SET prompt_tokens = prompt_tokens + ?2,
                 completion_tokens = completion_tokens + ?3, steps = steps + 1
              WHERE id = ?1",
-            params![
-                turn_id,
-                i64::try_from(prompt_tokens).unwrap_or(i64::MAX),
-                i64::try_from(completion_tokens).unwrap_or(i64::MAX)
-            ],
-        )?;
-        Ok(())
+            args![turn_id, prompt_tokens, completion_tokens],
+        )
     }
 
     pub fn record_tool_call(
@@ -290,21 +287,20 @@ impl SessionStore {
         turn_id: &str,
         call: &ToolCallRecord,
     ) -> Result<(), SessionError> {
-        self.conn()?.execute(
+        self.execute(
             "INSERT INTO tool_calls (turn_id, call_id, name, arguments, ok, output_bytes, truncated, duration_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
+            args![
                 turn_id,
-                call.call_id,
-                call.name,
-                call.arguments,
+                &call.call_id,
+                &call.name,
+                &call.arguments,
                 call.ok,
-                i64::try_from(call.output_bytes).unwrap_or(i64::MAX),
+                call.output_bytes,
                 call.truncated,
-                i64::try_from(call.duration_ms).unwrap_or(i64::MAX)
+                call.duration_ms,
             ],
-        )?;
-        Ok(())
+        )
     }
 
     /// Marks the turn ended with `status` (and the error, when it failed).
@@ -314,61 +310,66 @@ impl SessionStore {
         status: TurnStatus,
         error: Option<&str>,
     ) -> Result<(), SessionError> {
-        self.conn()?.execute(
+        self.execute(
             "UPDATE turns SET status = ?2, error = ?3, ended_ms = ?4 WHERE id = ?1",
-            params![turn_id, status.as_str(), error, now_ms()],
-        )?;
-        Ok(())
+            args![turn_id, status.as_str(), error, now_ms()],
+        )
     }
 
     /// Sessions matching `filter`, newest first.
     pub fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionSummary>, SessionError> {
-        let conn = self.conn()?;
         // The sender lives in the channels' inbound table, which exists once
         // a channel store opened this database.
         let by_sender = if filter.sender.is_some() {
             "AND EXISTS (SELECT 1 FROM channel_inbound i JOIN turns t ON t.id = i.turn_id
                  WHERE t.session_id = s.id AND (i.sender = ?3 OR i.sender_name = ?3))"
         } else {
-            "AND ?3 IS NULL"
+            "AND CAST(?3 AS TEXT) IS NULL"
+        };
+        let position = match self.db.dialect() {
+            Dialect::Sqlite => "instr",
+            Dialect::Postgres => "strpos",
         };
         let sql = format!(
             "SELECT s.id, s.channel, s.conversation, s.workspace, s.created_ms, s.closed_ms,
                     (SELECT MAX(created_ms) FROM session_messages m WHERE m.session_id = s.id),
                     (SELECT COUNT(*) FROM session_messages m WHERE m.session_id = s.id)
              FROM sessions s
-             WHERE (?1 IS NULL OR s.workspace = ?1) AND (?2 IS NULL OR s.channel = ?2) {by_sender}
-               AND (?4 IS NULL OR EXISTS (SELECT 1 FROM session_messages m
-                    WHERE m.session_id = s.id AND instr(lower(m.message), lower(?4)) > 0))
-               AND (?5 IS NULL OR s.id < ?5)
+             WHERE (CAST(?1 AS TEXT) IS NULL OR s.workspace = ?1)
+               AND (CAST(?2 AS TEXT) IS NULL OR s.channel = ?2) {by_sender}
+               AND (CAST(?4 AS TEXT) IS NULL OR EXISTS (SELECT 1 FROM session_messages m
+                    WHERE m.session_id = s.id
+                      AND {position}(lower(m.message), lower(CAST(?4 AS TEXT))) > 0))
+               AND (CAST(?5 AS BIGINT) IS NULL OR s.id < ?5)
              ORDER BY s.id DESC LIMIT ?6"
         );
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(
-            params![
-                filter.workspace,
-                filter.channel,
-                filter.sender,
-                filter.text,
-                filter.before_id,
-                filter.limit
-            ],
-            |row| {
-                Ok(SessionSummary {
-                    id: row.get(0)?,
-                    key: SessionKey {
-                        channel: row.get(1)?,
-                        conversation: row.get(2)?,
-                        workspace: row.get(3)?,
-                    },
-                    created_ms: row.get(4)?,
-                    closed_ms: row.get(5)?,
-                    last_ms: row.get(6)?,
-                    messages: row.get(7)?,
+        let args = args![
+            &filter.workspace,
+            &filter.channel,
+            &filter.sender,
+            &filter.text,
+            filter.before_id,
+            filter.limit,
+        ];
+        self.db.run(|conn| {
+            conn.query(&sql, args)?
+                .iter()
+                .map(|row| {
+                    Ok(SessionSummary {
+                        id: row.get(0)?,
+                        key: SessionKey {
+                            channel: row.get(1)?,
+                            conversation: row.get(2)?,
+                            workspace: row.get(3)?,
+                        },
+                        created_ms: row.get(4)?,
+                        closed_ms: row.get(5)?,
+                        last_ms: row.get(6)?,
+                        messages: row.get(7)?,
+                    })
                 })
-            },
-        )?;
-        Ok(rows.collect::<Result<_, _>>()?)
+                .collect()
+        })
     }
 
     /// One session by id.
@@ -385,99 +386,107 @@ impl SessionStore {
 
     /// The turns of a session, oldest first.
     pub fn turns(&self, session_id: i64) -> Result<Vec<TurnRecord>, SessionError> {
-        let ids: Vec<String> = {
-            let conn = self.conn()?;
-            let mut stmt = conn
-                .prepare("SELECT id FROM turns WHERE session_id = ?1 ORDER BY started_ms, rowid")?;
-            stmt.query_map([session_id], |r| r.get(0))?
-                .collect::<Result<_, _>>()?
-        };
-        let mut out = Vec::new();
-        for id in ids {
-            if let Some(turn) = self.turn(&id)? {
-                out.push(turn);
-            }
-        }
-        Ok(out)
+        // Turns begun in the same millisecond are ordered by their first
+        // message (a session's turns run one after another), not by
+        // insertion order, which PostgreSQL does not keep.
+        self.db.run(|conn| {
+            conn.query(
+                &format!(
+                    "SELECT {TURN_COLUMNS} FROM turns t WHERE t.session_id = ?1
+                     ORDER BY t.started_ms,
+                        (SELECT MIN(m.id) FROM session_messages m WHERE m.turn_id = t.id)
+                            NULLS LAST,
+                        t.id"
+                ),
+                args![session_id],
+            )?
+            .iter()
+            .map(turn_row)
+            .collect()
+        })
     }
 
     /// Every message of the session, oldest first.
     pub fn messages(&self, session_id: i64) -> Result<Vec<StoredMessage>, SessionError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare(
-            "SELECT turn_id, message FROM session_messages WHERE session_id = ?1 ORDER BY id",
-        )?;
-        let rows = stmt.query_map(params![session_id], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (turn_id, text) = row?;
-            out.push(StoredMessage {
-                turn_id,
-                message: serde_json::from_str(&text)?,
-            });
-        }
-        Ok(out)
+        self.db.run(|conn| {
+            conn.query(
+                "SELECT turn_id, message FROM session_messages WHERE session_id = ?1 ORDER BY id",
+                args![session_id],
+            )?
+            .iter()
+            .map(|row| {
+                Ok(StoredMessage {
+                    turn_id: row.get(0)?,
+                    message: serde_json::from_str(&row.get::<String>(1)?)?,
+                })
+            })
+            .collect()
+        })
     }
 
     pub fn turn(&self, turn_id: &str) -> Result<Option<TurnRecord>, SessionError> {
-        let conn = self.conn()?;
-        Ok(conn
-            .query_row(
-                "SELECT t.id, t.session_id, t.status, t.started_ms, t.ended_ms, t.steps,
-                        t.prompt_tokens, t.completion_tokens, t.error,
-                        (SELECT COUNT(*) FROM tool_calls c WHERE c.turn_id = t.id)
-                 FROM turns t WHERE t.id = ?1",
-                params![turn_id],
-                |row| {
-                    Ok(TurnRecord {
-                        id: row.get(0)?,
-                        session_id: row.get(1)?,
-                        status: TurnStatus::parse(&row.get::<_, String>(2)?),
-                        started_ms: row.get(3)?,
-                        ended_ms: row.get(4)?,
-                        steps: row.get(5)?,
-                        prompt_tokens: row.get::<_, i64>(6)?.try_into().unwrap_or(0),
-                        completion_tokens: row.get::<_, i64>(7)?.try_into().unwrap_or(0),
-                        error: row.get(8)?,
-                        tool_calls: row.get::<_, i64>(9)?.try_into().unwrap_or(0),
-                    })
-                },
-            )
-            .optional()?)
+        self.db.run(|conn| {
+            conn.query_opt(
+                &format!("SELECT {TURN_COLUMNS} FROM turns t WHERE t.id = ?1"),
+                args![turn_id],
+            )?
+            .as_ref()
+            .map(turn_row)
+            .transpose()
+        })
     }
 
     /// Tool calls of a turn, in the order they finished.
     pub fn tool_calls(&self, turn_id: &str) -> Result<Vec<ToolCallRecord>, SessionError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare(
-            "SELECT call_id, name, arguments, ok, output_bytes, truncated, duration_ms
-             FROM tool_calls WHERE turn_id = ?1 ORDER BY id",
-        )?;
-        let rows = stmt.query_map(params![turn_id], |row| {
-            Ok(ToolCallRecord {
-                call_id: row.get(0)?,
-                name: row.get(1)?,
-                arguments: row.get(2)?,
-                ok: row.get(3)?,
-                output_bytes: row.get::<_, i64>(4)?.try_into().unwrap_or(0),
-                truncated: row.get(5)?,
-                duration_ms: row.get::<_, i64>(6)?.try_into().unwrap_or(0),
+        self.db.run(|conn| {
+            conn.query(
+                "SELECT call_id, name, arguments, ok, output_bytes, truncated, duration_ms
+                 FROM tool_calls WHERE turn_id = ?1 ORDER BY id",
+                args![turn_id],
+            )?
+            .iter()
+            .map(|row| {
+                Ok(ToolCallRecord {
+                    call_id: row.get(0)?,
+                    name: row.get(1)?,
+                    arguments: row.get(2)?,
+                    ok: row.get(3)?,
+                    output_bytes: row.get::<i64>(4)?.try_into().unwrap_or(0),
+                    truncated: row.get(5)?,
+                    duration_ms: row.get::<i64>(6)?.try_into().unwrap_or(0),
+                })
             })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+            .collect()
+        })
     }
 }
 
-fn insert_session(conn: &Connection, key: &SessionKey) -> Result<Session, SessionError> {
+fn turn_row(row: &Row) -> Result<TurnRecord, SessionError> {
+    Ok(TurnRecord {
+        id: row.get(0)?,
+        session_id: row.get(1)?,
+        status: TurnStatus::parse(&row.get::<String>(2)?),
+        started_ms: row.get(3)?,
+        ended_ms: row.get(4)?,
+        steps: row.get(5)?,
+        prompt_tokens: row.get::<i64>(6)?.try_into().unwrap_or(0),
+        completion_tokens: row.get::<i64>(7)?.try_into().unwrap_or(0),
+        error: row.get(8)?,
+        tool_calls: row.get::<i64>(9)?.try_into().unwrap_or(0),
+    })
+}
+
+fn insert_session(conn: &mut dyn Conn, key: &SessionKey) -> Result<Session, SessionError> {
     let created_ms = now_ms();
-    conn.execute(
-        "INSERT INTO sessions (channel, conversation, workspace, created_ms) VALUES (?1, ?2, ?3, ?4)",
-        params![key.channel, key.conversation, key.workspace, created_ms],
-    )?;
+    let id = conn
+        .query_one(
+            "INSERT INTO sessions (channel, conversation, workspace, created_ms)
+             VALUES (?1, ?2, ?3, ?4) RETURNING id",
+            args![&key.channel, &key.conversation, &key.workspace, created_ms],
+        )?
+        .get(0)?;
     Ok(Session {
-        id: conn.last_insert_rowid(),
+        id,
         key: key.clone(),
         created_ms,
     })
