@@ -67,11 +67,12 @@ pub fn paired_senders(config: &crate::config::Config) -> Vec<String> {
     let Ok(home) = crate::config::pincer_home() else {
         return Vec::new();
     };
-    let db = home.join(crate::db::FILE_NAME);
-    if !db.exists() {
-        return Vec::new();
-    }
-    let allowed = match crate::pairing::PairingStore::open(&db).and_then(|s| s.allowed()) {
+    let state = match config.state.location(&home) {
+        Ok(crate::db::Location::Sqlite(db)) if !db.exists() => return Vec::new(),
+        Ok(state) => state,
+        Err(e) => return vec![format!("paired senders cannot be read: {e}")],
+    };
+    let allowed = match crate::pairing::PairingStore::open_at(&state).and_then(|s| s.allowed()) {
         Ok(allowed) => allowed,
         Err(e) => return vec![format!("paired senders cannot be read: {e}")],
     };

@@ -5,7 +5,6 @@
 //! configuration. Two workspaces then cannot read each other's files on a
 //! shared mount, and neither is a host account.
 
-
 use super::ContainerError;
 use crate::args;
 use crate::db::{Db, DbError, Location};

@@ -41,7 +41,7 @@ pub async fn agent_with(
     .await;
     let runtime =
         Arc::new(ContainerRuntime::connect(&ctx.home, audit, gateway.container_grants()).await?);
-    let sessions = Arc::new(SessionStore::open(&ctx.home)?);
+    let sessions = Arc::new(SessionStore::open_at(&ctx.state()?)?);
     let memory: Arc<dyn Recall> = memory;
     let observers = observers(ctx, plugins)?;
     let sockets = WorkspaceSockets::start(&gateway, &ctx.home, ctx.config.workspaces.keys());

@@ -73,11 +73,12 @@ impl Context {
     }
 
     pub fn plugin_host(&self) -> anyhow::Result<PluginHost> {
-        Ok(
-            PluginHost::new(HostPaths::with_state(&self.home, self.state()?), self.audit_log()?)
-                .context("starting the plugin host")?
-                .with_legacy_secrets(self.config.plugins.legacy_secrets),
+        Ok(PluginHost::new(
+            HostPaths::with_state(&self.home, self.state()?),
+            self.audit_log()?,
         )
+        .context("starting the plugin host")?
+        .with_legacy_secrets(self.config.plugins.legacy_secrets))
     }
 
     /// This home's `pincer.db`.
@@ -106,18 +107,8 @@ impl Context {
         open(&at).with_context(|| format!("opening {at}"))
     }
 
-    /// Opens one of `pincer.db`'s services with `open`, saying which file
-    /// when it fails.
-    fn open<T, E>(&self, open: impl FnOnce(&Path) -> Result<T, E>) -> anyhow::Result<T>
-    where
-        E: std::error::Error + Send + Sync + 'static,
-    {
-        let path = self.database();
-        open(&path).with_context(|| format!("opening {}", path.display()))
-    }
-
     pub fn audit_log(&self) -> anyhow::Result<Arc<AuditLog>> {
-        Ok(Arc::new(self.open(AuditLog::open)?))
+        Ok(Arc::new(self.open_state(AuditLog::open_at)?))
     }
 
     pub fn key_store(&self) -> anyhow::Result<KeyStore> {

@@ -179,7 +179,7 @@ async fn serve(
         stop.clone(),
     ));
     tasks.spawn(prune::prune_daily(
-        ctx.database(),
+        ctx.state()?,
         ctx.config.state.retention,
         audit.clone(),
         stop.clone(),

@@ -2,7 +2,7 @@
 //! longer keeps (and cancelled agent tasks past their own retention). The
 //! daemon prunes at start and then once a day; `pincer state prune` once.
 
-use std::path::Path;
+use crate::db::Location;
 use std::time::Duration;
 
 use crate::audit::AuditLog;
@@ -27,24 +27,24 @@ fn before(now_ms: i64, period: Duration) -> i64 {
     now_ms.saturating_sub(i64::try_from(period.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// Prunes the database at `db` as of `now_ms` by `retention`.
+/// Prunes the state at `db` as of `now_ms` by `retention`.
 ///
 /// # Errors
 /// When a table cannot be opened, read or changed.
 pub fn prune(
-    db: &Path,
+    db: &Location,
     retention: &Retention,
     now_ms: i64,
     dry_run: bool,
 ) -> anyhow::Result<Report> {
-    let channels = ChannelStore::open(db)?.prune(
+    let channels = ChannelStore::open_at(db)?.prune(
         before(now_ms, retention.inbound.0),
         before(now_ms, retention.outbox.0),
         dry_run,
     )?;
-    let audit = AuditLog::open(db)?.prune(before(now_ms, retention.audit.0), dry_run)?;
-    let agent_tasks = ScheduleStore::open(db)?.purge_agent_tasks(now_ms, dry_run)?;
-    let pairing_requests = crate::pairing::PairingStore::open(db)?
+    let audit = AuditLog::open_at(db)?.prune(before(now_ms, retention.audit.0), dry_run)?;
+    let agent_tasks = ScheduleStore::open_at(db)?.purge_agent_tasks(now_ms, dry_run)?;
+    let pairing_requests = crate::pairing::PairingStore::open_at(db)?
         .prune(before(now_ms, retention.inbound.0), dry_run)?;
     Ok(Report {
         channels,
@@ -100,7 +100,7 @@ pub fn lines(report: &Report, retention: &Retention, dry_run: bool) -> Vec<Strin
 
 /// The daemon's pruning: at start, then every [`PRUNE_EVERY`], until `stop`.
 pub async fn prune_daily(
-    db: std::path::PathBuf,
+    db: Location,
     retention: Retention,
     audit: std::sync::Arc<AuditLog>,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -136,6 +136,7 @@ pub async fn prune_daily(
 mod tests {
     use super::*;
     use crate::channels::{InboundState, OutboxState, Received, Reply};
+    use std::path::Path;
 
     const DAY_MS: i64 = 24 * 3600 * 1000;
 
@@ -219,11 +220,11 @@ mod tests {
         let retention = Retention::default();
         let now = crate::db::now_ms();
         // nothing is older than its retention yet
-        let today = prune(&db, &retention, now, false).expect("prune");
+        let today = prune(&Location::from(db.as_path()), &retention, now, false).expect("prune");
         assert_eq!(today, Report::default());
 
         let later = now + 31 * DAY_MS;
-        let dry = prune(&db, &retention, later, true).expect("dry run");
+        let dry = prune(&Location::from(db.as_path()), &retention, later, true).expect("dry run");
         let want = Pruned {
             inbound: 1,
             inbound_kept: 3,
@@ -245,11 +246,13 @@ mod tests {
             .map(str::to_owned)
         );
         assert_eq!(
-            prune(&db, &retention, later, true).expect("again").channels,
+            prune(&Location::from(db.as_path()), &retention, later, true)
+                .expect("again")
+                .channels,
             want,
             "a dry run removes nothing"
         );
-        let pruned = prune(&db, &retention, later, false).expect("prune");
+        let pruned = prune(&Location::from(db.as_path()), &retention, later, false).expect("prune");
         assert_eq!(pruned.channels, want);
         assert_eq!(pruned.pairing_requests, 2);
         assert!(pairing.pending().expect("db").is_empty());
@@ -275,7 +278,8 @@ mod tests {
         );
 
         let much_later = now + 181 * DAY_MS;
-        let pruned = prune(&db, &retention, much_later, false).expect("prune");
+        let pruned =
+            prune(&Location::from(db.as_path()), &retention, much_later, false).expect("prune");
         assert_eq!(pruned.audit, 1);
         assert!(audit.recent(None, 10).expect("audit").is_empty());
     }

@@ -20,7 +20,6 @@
 //! - `pincer_outbox_pending{channel}`, `pincer_schedule_runs{status}`,
 //!   `pincer_turns{status}` (what the daemon has done; zero without one).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,7 +84,7 @@ pub struct Metrics {
     added_latency: Family<EndpointLabels, Histogram>,
     tokens: Family<TokenLabels, Counter>,
     cost: Family<ModelLabels, CostCounter>,
-    database: PathBuf,
+    state: crate::db::Location,
 }
 
 fn added_latency_histogram() -> Histogram {
@@ -94,8 +93,8 @@ fn added_latency_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// Metrics whose scrape-time figures come from `database` (`pincer.db`).
-    pub fn new(database: PathBuf) -> Arc<Metrics> {
+    /// Metrics whose scrape-time figures come from the state at `state`.
+    pub fn new(state: crate::db::Location) -> Arc<Metrics> {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
@@ -130,7 +129,7 @@ impl Metrics {
             added_latency,
             tokens,
             cost,
-            database,
+            state,
         })
     }
 
@@ -244,22 +243,10 @@ impl Metrics {
             tokens,
         );
         let counts = |sql: &str, label: &str| -> Vec<(String, f64)> {
-            let Ok(conn) = rusqlite::Connection::open_with_flags(
-                &self.database,
-                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-            ) else {
-                return Vec::new();
-            };
-            let Ok(mut stmt) = conn.prepare(sql) else {
-                return Vec::new(); // the table does not exist (yet)
-            };
-            stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
-                .map(|rows| {
-                    rows.flatten()
-                        .map(|(key, n)| (format!("{label}=\"{}\"", escape(&key)), n as f64))
-                        .collect()
-                })
-                .unwrap_or_default()
+            self.counts(sql)
+                .into_iter()
+                .map(|(key, n)| (format!("{label}=\"{}\"", escape(&key)), n as f64))
+                .collect()
         };
         gauge(
             "pincer_outbox_pending",
@@ -290,6 +277,41 @@ impl Metrics {
     }
 }
 
+impl Metrics {
+    /// (key, count) rows of a `SELECT key, COUNT(*) … GROUP BY key`; none
+    /// when the state cannot be read or the table does not exist yet. A
+    /// SQLite file is opened read-only, so a scrape never creates or
+    /// changes it.
+    fn counts(&self, sql: &str) -> Vec<(String, i64)> {
+        match &self.state {
+            crate::db::Location::Sqlite(path) => {
+                let Ok(conn) = rusqlite::Connection::open_with_flags(
+                    path,
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+                ) else {
+                    return Vec::new();
+                };
+                let Ok(mut stmt) = conn.prepare(sql) else {
+                    return Vec::new();
+                };
+                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .map(|rows| rows.flatten().collect())
+                    .unwrap_or_default()
+            }
+            at @ crate::db::Location::Postgres(_) => crate::db::Db::open(at)
+                .and_then(|db| {
+                    db.run(|conn| {
+                        conn.query(sql, &[])?
+                            .iter()
+                            .map(|r| Ok((r.get(0)?, r.get(1)?)))
+                            .collect()
+                    })
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
 /// A label value with `\`, `"` and newlines escaped.
 fn escape(value: &str) -> String {
     value
@@ -305,7 +327,7 @@ mod tests {
     #[test]
     fn counts_render_as_prometheus_text() {
         let dir = tempfile::tempdir().expect("dir");
-        let metrics = Metrics::new(dir.path().join("none.db"));
+        let metrics = Metrics::new(crate::db::Location::Sqlite(dir.path().join("none.db")));
         metrics.request("team", "default", Outcome::Ok);
         metrics.request("team", "default", Outcome::Ok);
         metrics.request("team", "default", Outcome::Denied);

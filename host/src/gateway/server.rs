@@ -174,7 +174,7 @@ impl Gateway {
             schedules,
             approvals,
         } = services;
-        let database = home.join(crate::db::FILE_NAME);
+        let state = config.state.location(home).map_err(anyhow::Error::msg)?;
         let embeddings =
             super::embeddings::Embeddings::new(home.to_owned(), memory.embedder().cloned());
         let reaches = Arc::new(Reaches::compute(config));
@@ -218,7 +218,7 @@ impl Gateway {
                 .unwrap_or(usize::MAX),
             reaches,
             mcp,
-            metrics: Metrics::new(database.clone()),
+            metrics: Metrics::new(state),
             limits: config.gateway.limits,
             metrics_key: config.gateway.metrics_key.clone(),
         })

@@ -64,7 +64,10 @@ pub struct HostPaths {
 impl HostPaths {
     /// Under `home`, with the state in its `pincer.db`.
     pub fn under(home: &std::path::Path) -> Self {
-        Self::with_state(home, crate::db::Location::Sqlite(home.join(crate::db::FILE_NAME)))
+        Self::with_state(
+            home,
+            crate::db::Location::Sqlite(home.join(crate::db::FILE_NAME)),
+        )
     }
 
     /// Under `home`, with the state at `state` (`state.backend`).
