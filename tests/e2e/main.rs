@@ -30,5 +30,6 @@ mod pynchy;
 mod reach;
 mod registry;
 mod slack;
+mod state;
 mod weather;
 mod web;

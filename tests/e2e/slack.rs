@@ -166,6 +166,18 @@ impl Env {
         workspace: &str,
         refusal: &str,
     ) -> Self {
+        Self::configured_with(script, slack, workspace, refusal, "").await
+    }
+
+    /// As [`Env::configured`], with `extra` (top-level YAML sections)
+    /// appended to the configuration.
+    pub(crate) async fn configured_with(
+        script: Vec<Behaviour>,
+        slack: FakeSlack,
+        workspace: &str,
+        refusal: &str,
+        extra: &str,
+    ) -> Self {
         let model = FakeUpstream::spawn(Behaviour::Script(script)).await;
         let sandbox = Sandbox::new();
         let base = sandbox.dir.path().join("ws");
@@ -197,7 +209,7 @@ channels:
       signing_secret: "${{SLACK_SIGNING_SECRET}}"
       api_base: "{api}"
       files_base: "{files}"
-"#,
+{extra}"#,
                 model = model.base_url,
                 base = base.display(),
                 api = slack.api_base,
@@ -232,7 +244,19 @@ channels:
     }
 
     pub(crate) fn cli(&self, args: &[&str]) -> std::process::Output {
-        self.command().args(args).output().unwrap()
+        self.cli_with_env(args, &[])
+    }
+
+    pub(crate) fn cli_with_env(
+        &self,
+        args: &[&str],
+        vars: &[(&str, &str)],
+    ) -> std::process::Output {
+        self.command()
+            .args(args)
+            .envs(vars.iter().copied())
+            .output()
+            .unwrap()
     }
 
     pub(crate) fn start(&self) -> Daemon {

@@ -14,6 +14,7 @@ pub async fn start(
 pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()> {
     let ctx = super::Context::load(config_flag)?;
     let snapshot = crate::daemon::status::read(&ctx.home);
+    let state = ctx.state()?;
     let store = ctx.channel_store()?;
     let depth = store.outbox_depth()?;
     let containers = match ctx.container_runtime().await {
@@ -34,6 +35,7 @@ pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()
     if json {
         let value = serde_json::json!({
             "daemon": snapshot,
+            "state": state.to_string(),
             "outbox_pending": depth.iter().map(|(c, n)| (c.clone(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
             "containers": containers.as_ref().map(|list| list.iter().map(|(c, life)| serde_json::json!({
                 "workspace": c.workspace, "name": c.name, "state": c.state, "status": c.status,
@@ -70,6 +72,7 @@ pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()
         ),
         None => println!("daemon: not running (start it with `pincer start`)"),
     }
+    println!("state: {state}");
     println!("\nworkspaces:");
     for name in ctx.config.workspaces.keys() {
         let state = match &containers {

@@ -1,0 +1,115 @@
+//! The host's state on PostgreSQL (`state.backend: postgres`): the real
+//! daemon with the real Slack component, answering over the fake Slack,
+//! with every record in a private PostgreSQL server this test process
+//! starts (`pincer::db::testing`) and nothing in `pincer.db`.
+
+use std::time::Duration;
+
+use pincer::db::{Db, Location};
+use serde_json::json;
+
+use crate::slack::{ALLOWED, Env, FakeSlack};
+use crate::support::fake_llm::Behaviour;
+
+fn count(db: &Db, sql: &str) -> i64 {
+    db.run(|c| c.query_one(sql, &[])?.get(0)).expect(sql)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_on_postgres_answers_once_keeps_every_record_there_and_survives_a_restart() {
+    let at = pincer::db::testing::database();
+    let Location::Postgres(url) = &at else {
+        unreachable!()
+    };
+    let env = Env::configured_with(
+        vec![
+            Behaviour::answer("first answer"),
+            Behaviour::answer("second answer"),
+        ],
+        FakeSlack::start(),
+        "{observers: [observer-jsonl]}",
+        "reply",
+        &format!("state:\n  backend: postgres\n  url: \"{url}\"\n"),
+    )
+    .await;
+    let mut daemon = env.start();
+    let (status, _) = env
+        .slack
+        .get("/wait?what=connections&count=1&timeout=30")
+        .await;
+    assert_eq!(status, 200, "no Socket Mode connection\n{}", daemon.log());
+
+    let pushed = env.slack.dm("hello from postgres", ALLOWED, "D0PG").await;
+    let posted = env.slack.posted(1).await;
+    assert_eq!(posted[0]["args"]["text"], "first answer", "{posted:#?}");
+    // Slack delivers the same event again: one turn, one reply.
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "hello from postgres", "user": ALLOWED,
+                   "channel": "D0PG", "ts": pushed["ts"]}),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(daemon.stop().success(), "{}", daemon.log());
+
+    let db = Db::open(&at).unwrap();
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM channel_inbound WHERE state = 'done'"
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM channel_outbox WHERE state = 'sent'"
+        ),
+        1
+    );
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM gateway_usage"), 1);
+    assert!(count(&db, "SELECT COUNT(*) FROM session_messages") >= 2);
+    assert!(count(&db, "SELECT COUNT(*) FROM audit_events") >= 1);
+    let sqlite = env.sandbox.home().join(pincer::db::FILE_NAME);
+    assert!(
+        !sqlite.exists(),
+        "nothing is kept in {} when the state is on PostgreSQL",
+        sqlite.display()
+    );
+
+    // A restarted daemon finds the conversation where it was: the old event
+    // is still known, the next message continues the session.
+    let mut daemon = env.start();
+    let (status, _) = env
+        .slack
+        .get("/wait?what=connections&count=2&timeout=30")
+        .await;
+    assert_eq!(status, 200, "no Socket Mode connection\n{}", daemon.log());
+    env.slack
+        .post(
+            "/socket/push",
+            json!({"kind": "dm", "text": "hello from postgres", "user": ALLOWED,
+                   "channel": "D0PG", "ts": pushed["ts"]}),
+        )
+        .await;
+    env.slack.dm("and again", ALLOWED, "D0PG").await;
+    let posted = env.slack.posted(2).await;
+    assert_eq!(posted[1]["args"]["text"], "second answer", "{posted:#?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        env.slack.posted(2).await.len(),
+        2,
+        "the old event made no second turn"
+    );
+    let status = env.cli(&["status"]);
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert!(shown.contains("state: PostgreSQL host="), "{shown}");
+    assert!(daemon.stop().success(), "{}", daemon.log());
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM channel_inbound"), 2);
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM sessions"),
+        1,
+        "one session, continued"
+    );
+}
