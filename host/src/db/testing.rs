@@ -139,9 +139,13 @@ fn start() -> Server {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let probe = url.clone();
-        let up = std::thread::spawn(move || ::postgres::Client::connect(&probe, ::postgres::NoTls))
-            .join()
-            .expect("probe thread");
+        // Connected and closed on that thread: a blocking client may not
+        // be dropped on a runtime's thread.
+        let up = std::thread::spawn(move || {
+            ::postgres::Client::connect(&probe, ::postgres::NoTls).map(drop)
+        })
+        .join()
+        .expect("probe thread");
         match up {
             Ok(_) => break,
             Err(e) if Instant::now() > deadline => {
