@@ -545,6 +545,29 @@ impl MemoryStore {
     }
 }
 
+#[cfg(test)]
+impl MemoryStore {
+    /// Every index match in `workspace` of any of `terms` (with `prefix`)
+    /// with its `−bm25`, best first: what the backends must agree on.
+    pub(super) fn bm25(
+        &self,
+        workspace: &str,
+        prefix: &str,
+        terms: &[String],
+    ) -> Result<Vec<(i64, f64)>, MemoryError> {
+        let mut found: Vec<(i64, f64)> = self
+            .db
+            .run(|conn| {
+                index_matches(conn, workspace, prefix, terms, Order::Relevance, usize::MAX)
+            })?
+            .into_iter()
+            .map(|(m, relevance)| (m.id, relevance.unwrap_or(f64::NAN)))
+            .collect();
+        found.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+        Ok(found)
+    }
+}
+
 /// Creates the tables (and brings older ones forward).
 fn create_tables(conn: &mut dyn Conn) -> Result<(), DbError> {
     let dialect = conn.dialect();

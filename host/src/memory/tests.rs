@@ -607,3 +607,190 @@ fn memory_writes_succeed_while_another_connection_writes() {
         assert_eq!(store.count("main").unwrap(), 300);
     });
 }
+
+/// The store on SQLite and on PostgreSQL, given the same memories (the
+/// labelled set in Chinese, English and mixed text, in two workspaces, some
+/// forgotten), ranks every labelled query the same, and FTS5's BM25 and the
+/// one computed over PostgreSQL's postings agree on every match.
+#[test]
+fn both_backends_rank_the_labelled_set_the_same() {
+    let data: serde_json::Value =
+        serde_json::from_str(include_str!("../../benches/data/memory_labelled.json")).unwrap();
+    let strings = |list: &str, field: &str| -> Vec<String> {
+        data[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m[field].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (texts, queries) = (strings("memories", "text"), strings("queries", "q"));
+    let dir = tempfile::tempdir().unwrap();
+    let stores = [
+        open(&Location::Sqlite(dir.path().join(crate::db::FILE_NAME))),
+        open(&database()),
+    ];
+    for store in &stores {
+        let made = store.add_many("team", MemoryKind::Fact, &texts).unwrap();
+        // BM25's row count and average length are the whole index's.
+        store
+            .add_many("other", MemoryKind::Fact, &texts[..120])
+            .unwrap();
+        // Forgetting takes a memory's length out of them again.
+        for m in made.iter().step_by(9) {
+            assert!(store.forget("team", m.id).unwrap());
+        }
+        store
+            .add_many("team", MemoryKind::Preference, &queries[..40])
+            .unwrap();
+        // Rows with no term still count in the index's row count.
+        store
+            .add_many("team", MemoryKind::Fact, &["……", "?!"])
+            .unwrap();
+    }
+    let relevance = |r: &Recalled| r.why.as_ref().map_or(1.0, |w| w.relevance);
+    let (mut results, mut scores, mut largest) = (0, 0, 0f64);
+    for q in &queries {
+        let [sqlite, postgres] = stores.each_ref().map(|s| s.search("team", q, 10).unwrap());
+        assert_eq!(ids(&sqlite), ids(&postgres), "{q}");
+        for (a, b) in sqlite.iter().zip(&postgres) {
+            assert_eq!(a.matched_by, b.matched_by, "{q}");
+            assert!(
+                (relevance(a) - relevance(b)).abs() <= 1e-9,
+                "{q}: {a:?} {b:?}"
+            );
+        }
+        results += sqlite.len();
+        for (prefix, terms) in [
+            (query::term_prefix("team"), segment::query_terms(q, 64)),
+            (
+                query::variant_prefix("team"),
+                segment::query_variants(q, 64),
+            ),
+        ] {
+            let [sqlite, postgres] = stores
+                .each_ref()
+                .map(|s| s.bm25("team", &prefix, &terms).unwrap());
+            let matched = |found: &[(i64, f64)]| found.iter().map(|m| m.0).collect::<Vec<_>>();
+            assert_eq!(matched(&sqlite), matched(&postgres), "{q}: {terms:?}");
+            for (a, b) in sqlite.iter().zip(&postgres) {
+                let difference = (a.1 - b.1).abs();
+                assert!(difference <= 1e-9, "{q}: {a:?} {b:?}");
+                largest = largest.max(difference);
+            }
+            scores += sqlite.len();
+        }
+    }
+    eprintln!(
+        "{} queries: {results} results the same; {scores} BM25 scores, largest difference {largest:e}",
+        queries.len()
+    );
+    assert!(results > 2_000 && scores > 10_000, "{results} {scores}");
+}
+
+/// Two daemons on one PostgreSQL database: what one stores or forgets the
+/// other finds or no longer finds, and writing at once (serializable
+/// transactions, run again when they lose a conflict) keeps the index's
+/// totals exact.
+#[test]
+fn two_stores_on_one_postgres_database_share_memories() {
+    let at = database();
+    let (a, b) = (open(&at), open(&at));
+    let m = a
+        .add(
+            "main",
+            MemoryKind::Fact,
+            "The deploy key rotates every Monday",
+        )
+        .unwrap();
+    assert_eq!(ids(&b.search("main", "deploy key", 5).unwrap()), [m.id]);
+    assert_eq!(ids(&b.search("main", "rotat", 5).unwrap()), [m.id]);
+    assert!(b.forget("main", m.id).unwrap());
+    assert!(a.search("main", "deploy key", 5).unwrap().is_empty());
+
+    std::thread::scope(|s| {
+        for (n, store) in [&a, &b].into_iter().enumerate() {
+            s.spawn(move || {
+                for i in 0..30 {
+                    store
+                        .add("main", MemoryKind::Fact, &format!("构建 note {n}-{i}"))
+                        .unwrap();
+                    store
+                        .add_many(
+                            "main",
+                            MemoryKind::Fact,
+                            &[format!("pipeline {n}-{i} 构建")],
+                        )
+                        .unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(b.count("main").unwrap(), 120);
+    let (rows, tokens, docs, length): (i64, i64, i64, i64) = a
+        .db()
+        .run(|c| {
+            let row = c.query_one(
+                "SELECT (SELECT value FROM memory_meta WHERE key = 'index_rows'),
+                        (SELECT value FROM memory_meta WHERE key = 'index_tokens'),
+                        (SELECT count(*) FROM memory_index_docs),
+                        (SELECT CAST(COALESCE(SUM(length), 0) AS BIGINT) FROM memory_index_docs)",
+                args![],
+            )?;
+            Ok::<_, crate::db::DbError>((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })
+        .unwrap();
+    assert_eq!((rows, tokens), (docs, length));
+    assert_eq!(docs, 120);
+}
+
+/// The vectors' side of the store without a model: stored as a blob (BYTEA
+/// on PostgreSQL), loaded per workspace and reloaded when the generation
+/// moves, gone with their memory, dropped when the model changes.
+#[test]
+fn vectors_are_stored_loaded_and_dropped_on_both_backends() {
+    each_backend(|at| {
+        let store = open(at);
+        let near = store.add("main", MemoryKind::Fact, "near").unwrap();
+        let far = store.add("main", MemoryKind::Fact, "far").unwrap();
+        let unit = |v: [f32; 3]| embed::Vector::quantize(&v);
+        let stored = store
+            .db()
+            .transaction(|c| {
+                let mut stored = vectors::store(c, near.id, "main", &unit([1.0, 0.0, 0.0]))?;
+                stored &= vectors::store(c, far.id, "main", &unit([0.0, 1.0, 0.0]))?;
+                // A memory that is not there gets no vector.
+                stored &= !vectors::store(c, far.id + 100, "main", &unit([1.0, 0.0, 0.0]))?;
+                vectors::bump_generation(c)?;
+                Ok::<_, crate::db::DbError>(stored)
+            })
+            .unwrap();
+        assert!(stored);
+        let cache = vectors::Cache::default();
+        let query = unit([0.9, 0.1, 0.0]);
+        let nearest = |cache: &vectors::Cache| {
+            let loaded = store.db().run(|c| cache.get(c, "main", 3)).unwrap();
+            loaded
+                .nearest(&query, 5)
+                .iter()
+                .map(|n| n.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(nearest(&cache), [near.id, far.id]);
+        assert_eq!(store.unembedded(Some("main")).unwrap(), 0);
+
+        assert!(store.forget("main", near.id).unwrap());
+        assert_eq!(nearest(&cache), [far.id]);
+
+        store
+            .db()
+            .transaction(|c| vectors::adopt_model(c, "another-model"))
+            .unwrap();
+        assert!(nearest(&cache).is_empty());
+        assert_eq!(store.unembedded(Some("main")).unwrap(), 1);
+        assert_eq!(
+            store.db().run(vectors::stored_model).unwrap().as_deref(),
+            Some("another-model")
+        );
+    });
+}
