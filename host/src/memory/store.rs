@@ -563,7 +563,7 @@ impl MemoryStore {
             .into_iter()
             .map(|(m, relevance)| (m.id, relevance.unwrap_or(f64::NAN)))
             .collect();
-        found.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+        found.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         Ok(found)
     }
 }
@@ -1078,9 +1078,11 @@ fn by_index(
 }
 
 /// The index's first `candidates` matches of any of `terms` (with
-/// `prefix`) by `order`, at equal relevance the newest first, with their
-/// `−bm25` in [`Order::Relevance`]; those of `workspace` (all of them: the
-/// prefix is the workspace's).
+/// `prefix`) by `order`, with their `−bm25` in [`Order::Relevance`]; those
+/// of `workspace` (all of them: the prefix is the workspace's). At equal
+/// relevance the lower id is taken first, on both backends: what SQLite's
+/// sorter did unasked, so naming it costs nothing (a higher id first would
+/// make it replace kept rows on every tie).
 fn index_matches(
     conn: &mut dyn Conn,
     workspace: &str,
@@ -1096,7 +1098,7 @@ fn index_matches(
         let matches = match order {
             Order::Relevance => {
                 "SELECT rowid, -bm25(memory_index) AS relevance FROM memory_index
-                 WHERE memory_index MATCH ?1 ORDER BY relevance DESC, rowid DESC LIMIT ?2"
+                 WHERE memory_index MATCH ?1 ORDER BY relevance DESC, rowid LIMIT ?2"
             }
             Order::Newest => {
                 "SELECT rowid, NULL AS relevance FROM memory_index
@@ -1144,7 +1146,7 @@ fn index_matches(
                 })
                 .collect::<Result<Vec<_>, DbError>>()?;
             let mut scored = postings::relevance(&phrases, &found, totals(conn)?);
-            scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+            scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             scored.truncate(candidates);
             scored.into_iter().map(|(id, r)| (id, Some(r))).collect()
         }

@@ -647,7 +647,17 @@ fn both_backends_rank_the_labelled_set_the_same() {
         store
             .add_many("team", MemoryKind::Fact, &["……", "?!"])
             .unwrap();
+        // More equal BM25 scores than candidates are taken (64).
+        let ties: Vec<String> = (0..100).map(|i| format!("tea note {i:03}")).collect();
+        store.add_many("ties", MemoryKind::Fact, &ties).unwrap();
     }
+    let [sqlite, postgres] = stores
+        .each_ref()
+        .map(|s| s.search("ties", "tea", 3).unwrap());
+    assert_eq!(ids(&sqlite), ids(&postgres));
+    // The lower ids are the candidates; of those the newest ranks first.
+    let first = stores[1].list("ties", 100).unwrap()[99].id;
+    assert_eq!(ids(&postgres), [first + 63, first + 62, first + 61]);
     let relevance = |r: &Recalled| r.why.as_ref().map_or(1.0, |w| w.relevance);
     let (mut results, mut scores, mut largest) = (0, 0, 0f64);
     for q in &queries {
