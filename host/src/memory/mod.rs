@@ -14,8 +14,13 @@
 //! (ranked), so no user text is parsed as FTS5 syntax; a query the index
 //! misses falls back to an escaped substring match over the workspace's
 //! newest memories. Ranking: see [`rank`].
+//!
+//! On PostgreSQL, which has no FTS5, the store keeps the same postings in
+//! tables of its own and computes FTS5's BM25 over them ([`postings`]): a
+//! query ranks the same on either backend.
 
 pub mod embed;
+mod postings;
 mod query;
 pub mod rank;
 pub mod segment;
@@ -159,14 +164,14 @@ pub enum MemoryError {
     EmptyQuery,
     #[error("unknown memory kind `{0}`: use fact, preference or procedure")]
     UnknownKind(String),
-    #[error("memory database {path}: {source}")]
+    #[error("memory database {at}: {source}")]
     Open {
-        path: String,
+        at: String,
         #[source]
-        source: rusqlite::Error,
+        source: crate::db::DbError,
     },
     #[error("memory database: {0}")]
-    Db(#[from] rusqlite::Error),
+    Db(#[from] crate::db::DbError),
     #[error("memory database is unusable: a thread panicked while holding it")]
     Poisoned,
     #[error("memory recall failed: {0}")]

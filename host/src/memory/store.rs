@@ -1,20 +1,21 @@
-//! The memory tables and every query on them.
+//! The memory tables and every query on them, on SQLite or PostgreSQL
+//! ([`crate::db`]). The lexical index is FTS5 on SQLite and
+//! [`postings`] on PostgreSQL; the ranking above it is one code path.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
-
-use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
-use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use std::sync::Arc;
 
 use super::embed::{Embedder, Vector};
 use super::query::{
     index_term, like_pattern, prefixed_expression, quoted, term_prefix, variant_prefix,
 };
 use super::{
-    Explained, MAX_TEXT_BYTES, MatchKind, Memory, MemoryError, MemoryKind, Recalled, Why, rank,
-    segment, vectors,
+    Explained, MAX_TEXT_BYTES, MatchKind, Memory, MemoryError, MemoryKind, Recalled, Why, postings,
+    rank, segment, vectors,
 };
-use crate::db::now_ms;
+use crate::args;
+use crate::db::{Conn, Db, DbError, Dialect, Location, Row, now_ms};
 
 /// Distinct query terms considered; the rest of a very long query is ignored.
 const MAX_QUERY_TERMS: usize = 64;
@@ -51,6 +52,11 @@ const WORDS_DEPTH: usize = 10;
 /// workspace's vectors whatever the depth).
 const MEANING_DEPTH: usize = 32;
 
+/// `memories` and `memory_meta`, in SQLite's words ([`crate::db::dialect`]).
+/// A text is stored once per workspace: SQLite keeps that with the
+/// `UNIQUE (workspace, text)` below; PostgreSQL's b-tree entries hold at most
+/// ~2.7 kB and a memory may have 8 kB, so there [`POSTGRES_INDEX`] makes it
+/// a unique index on the text's md5.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS memories (
     -- AUTOINCREMENT: an id is never reused, so a stale id cannot forget
@@ -61,17 +67,39 @@ CREATE TABLE IF NOT EXISTS memories (
     text TEXT NOT NULL,
     created_ms INTEGER NOT NULL,
     last_used_ms INTEGER,
-    use_count INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (workspace, text)
+    use_count INTEGER NOT NULL DEFAULT 0{unique}
 );
 CREATE INDEX IF NOT EXISTS memories_by_workspace ON memories (workspace, id);
+CREATE TABLE IF NOT EXISTS memory_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+";
+
+/// The index on SQLite.
+const SQLITE_INDEX: &str = "
 -- Contentless: the text lives in `memories`; rowid = memories.id. `terms`
 -- holds the segmented text, each term prefixed by its workspace (see
 -- query::term_prefix).
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_index USING fts5 (
     terms, content = '', contentless_delete = 1, tokenize = 'ascii'
 );
-CREATE TABLE IF NOT EXISTS memory_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+";
+
+/// The index on PostgreSQL ([`postings`]): what FTS5 would hold for each
+/// memory's index text — its tokens with their counts, and its length —
+/// while `memory_meta` keeps the totals (`index_rows`, `index_tokens`).
+const POSTGRES_INDEX: &str = "
+CREATE UNIQUE INDEX IF NOT EXISTS memories_text_once ON memories (workspace, md5(text));
+CREATE INDEX IF NOT EXISTS memories_by_text ON memories USING hash (text);
+CREATE TABLE IF NOT EXISTS memory_postings (
+    term TEXT NOT NULL,
+    memory_id BIGINT NOT NULL,
+    tf BIGINT NOT NULL,
+    PRIMARY KEY (term, memory_id)
+);
+CREATE INDEX IF NOT EXISTS memory_postings_by_memory ON memory_postings (memory_id);
+CREATE TABLE IF NOT EXISTS memory_index_docs (
+    memory_id BIGINT NOT NULL PRIMARY KEY,
+    length BIGINT NOT NULL
+);
 ";
 
 /// The index of earlier versions (one `space` column ANDed with the terms:
@@ -80,24 +108,15 @@ const OLD_INDEX: &str = "memory_fts";
 
 const COLUMNS: &str = "id, workspace, kind, text, created_ms, last_used_ms, use_count";
 
-impl FromSql for MemoryKind {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        value
-            .as_str()?
-            .parse()
-            .map_err(|e: MemoryError| FromSqlError::Other(Box::new(e)))
-    }
-}
-
-fn memory(row: &Row<'_>) -> rusqlite::Result<Memory> {
+fn memory(row: &Row) -> Result<Memory, MemoryError> {
     Ok(Memory {
         id: row.get(0)?,
         workspace: row.get(1)?,
-        kind: row.get(2)?,
+        kind: row.get::<String>(2)?.parse()?,
         text: row.get(3)?,
         created_ms: row.get(4)?,
         last_used_ms: row.get(5)?,
-        use_count: row.get::<_, i64>(6)?.max(0) as u64,
+        use_count: row.get::<i64>(6)?.max(0) as u64,
     })
 }
 
@@ -113,9 +132,23 @@ fn checked_text(text: &str) -> Result<&str, MemoryError> {
     Ok(text)
 }
 
-/// Memories of every workspace in the host database (`PINCER_HOME/pincer.db`).
+/// Where the state is, as an error may say it (never a PostgreSQL URL: it
+/// may hold a password).
+fn shown(location: &Location) -> String {
+    match location {
+        Location::Sqlite(path) => path.display().to_string(),
+        Location::Postgres(_) => "on PostgreSQL (state.url)".to_owned(),
+    }
+}
+
+/// Vectors a write stored: the generation it moved the vectors from and
+/// to, and what it added, for [`vectors::Cache::added`].
+type Stored = (i64, i64, Vec<(i64, Vector)>);
+
+/// Memories of every workspace in the host's state (`PINCER_HOME/pincer.db`
+/// or a PostgreSQL database).
 pub struct MemoryStore {
-    conn: Mutex<Connection>,
+    db: Db,
     /// Recall by meaning, when the embedding model is there.
     embedder: Option<Arc<Embedder>>,
     vectors: vectors::Cache,
@@ -129,39 +162,47 @@ impl MemoryStore {
 
     /// The store, ranking by meaning too when `embedder` is given.
     pub fn open_with(home: &Path, embedder: Option<Arc<Embedder>>) -> Result<Self, MemoryError> {
-        let path = home.join(crate::db::FILE_NAME);
-        let open_error = |source| MemoryError::Open {
-            path: path.display().to_string(),
-            source,
-        };
         if let Err(e) = std::fs::create_dir_all(home) {
             tracing::debug!("cannot create {}: {e}", home.display());
         }
-        let mut conn = crate::db::open(&path).map_err(open_error)?;
-        // SQLite's default page cache is 2 MiB; at a million memories the
-        // `(workspace, text)` index and the FTS5 segments an insert touches
-        // no longer fit, and every insert reads pages back from the OS.
-        conn.pragma_update(None, "cache_size", -CACHE_KIB)
-            .map_err(open_error)?;
-        conn.execute_batch(SCHEMA).map_err(open_error)?;
-        conn.execute_batch(vectors::SCHEMA).map_err(open_error)?;
-        crate::db::add_missing_columns(&conn, "memories", &[vectors::EMBEDDED_COLUMN])
-            .map_err(open_error)?;
-        conn.execute_batch(vectors::UNEMBEDDED_INDEX)
-            .map_err(open_error)?;
-        reindex_if_stale(&mut conn).map_err(open_error)?;
+        Self::open_at(&Location::Sqlite(home.join(crate::db::FILE_NAME)), embedder)
+    }
+
+    /// The store at `location`, ranking by meaning too when `embedder` is
+    /// given.
+    pub fn open_at(
+        location: &Location,
+        embedder: Option<Arc<Embedder>>,
+    ) -> Result<Self, MemoryError> {
+        let open_error = |source| MemoryError::Open {
+            at: shown(location),
+            source,
+        };
+        let db = Db::open(location).map_err(open_error)?;
+        // Creating what exists already writes nothing, so SQLite needs no
+        // write lock for it (a store is opened per CLI command and console
+        // page, beside a daemon that writes); PostgreSQL's schema lock holds
+        // only inside a transaction.
+        match db.dialect() {
+            Dialect::Sqlite => db.run(create_tables),
+            Dialect::Postgres => db.transaction(create_tables),
+        }
+        .map_err(open_error)?;
+        reindex_if_stale(&db).map_err(open_error)?;
         // The write lock only when the model changed: a store is opened per
         // CLI command and console page, beside a daemon that writes.
         if let Some(embedder) = &embedder
-            && vectors::stored_model(&conn).map_err(open_error)?.as_deref()
+            && db
+                .run(vectors::stored_model)
+                .map_err(open_error)?
+                .as_deref()
                 != Some(embedder.model_id())
         {
-            let tx = write_transaction(&mut conn).map_err(open_error)?;
-            vectors::adopt_model(&tx, embedder.model_id()).map_err(open_error)?;
-            tx.commit().map_err(open_error)?;
+            db.transaction(|conn| vectors::adopt_model(conn, embedder.model_id()))
+                .map_err(open_error)?;
         }
         Ok(Self {
-            conn: Mutex::new(conn),
+            db,
             embedder,
             vectors: vectors::Cache::default(),
         })
@@ -186,8 +227,9 @@ impl MemoryStore {
         }
     }
 
-    pub(super) fn conn(&self) -> Result<MutexGuard<'_, Connection>, MemoryError> {
-        self.conn.lock().map_err(|_| MemoryError::Poisoned)
+    #[cfg(test)]
+    pub(super) fn db(&self) -> &Db {
+        &self.db
     }
 
     /// Stores `text` (trimmed); the same text again in the same workspace
@@ -202,43 +244,25 @@ impl MemoryStore {
         // Segmented and embedded before the write lock is taken.
         let terms = index_terms(workspace, text);
         let vector = self.embed_passages(&[text]).and_then(|mut v| v.pop());
-        let mut conn = self.conn()?;
-        let tx = write_transaction(&mut conn)?;
-        let (memory, new) = insert(&tx, workspace, kind, text, now_ms(), terms)?;
-        let vectors = if new {
-            vec![(memory.id, vector)]
-        } else {
-            Vec::new()
-        };
-        self.store_vectors(tx, workspace, vectors)?;
+        let now = now_ms();
+        let (memory, stored) = self.db.transaction(|conn| {
+            let (memory, new) = insert(conn, workspace, kind, text, now, &terms)?;
+            let vectors = if new {
+                vec![(memory.id, vector.as_ref())]
+            } else {
+                Vec::new()
+            };
+            Ok::<_, MemoryError>((memory, store_vectors(conn, workspace, &vectors)?))
+        })?;
+        self.stored(workspace, stored);
         Ok(memory)
     }
 
-    /// Stores the vectors of memories of `workspace` by id (those just
-    /// inserted) and commits `tx`.
-    fn store_vectors(
-        &self,
-        tx: Transaction<'_>,
-        workspace: &str,
-        new: Vec<(i64, Option<Vector>)>,
-    ) -> Result<(), MemoryError> {
-        let mut added = Vec::new();
-        for (id, vector) in new {
-            if let Some(v) = vector
-                && vectors::store(&tx, id, workspace, &v)?
-            {
-                added.push((id, v));
-            }
+    /// What a committed write did to the vectors, into the cache.
+    fn stored(&self, workspace: &str, stored: Option<Stored>) {
+        if let Some((before, after, added)) = stored {
+            self.vectors.added(workspace, before, after, &added);
         }
-        if added.is_empty() {
-            tx.commit()?;
-            return Ok(());
-        }
-        let before = vectors::generation(&tx)?;
-        let after = vectors::bump_generation(&tx)?;
-        tx.commit()?;
-        self.vectors.added(workspace, before, after, &added);
-        Ok(())
     }
 
     /// [`add`](Self::add) for many texts of one kind in one transaction
@@ -266,19 +290,20 @@ impl MemoryStore {
             }
         }
         embedded.resize(checked.len(), None);
-        let mut conn = self.conn()?;
-        let tx = write_transaction(&mut conn)?;
         let now = now_ms();
-        let mut out = Vec::with_capacity(checked.len());
-        let mut new_vectors = Vec::new();
-        for ((text, terms), vector) in checked.into_iter().zip(terms).zip(embedded) {
-            let (memory, new) = insert(&tx, workspace, kind, text, now, terms)?;
-            if new {
-                new_vectors.push((memory.id, vector));
+        let (out, stored) = self.db.transaction(|conn| {
+            let mut out = Vec::with_capacity(checked.len());
+            let mut new_vectors = Vec::new();
+            for ((text, terms), vector) in checked.iter().zip(&terms).zip(&embedded) {
+                let (memory, new) = insert(conn, workspace, kind, text, now, terms)?;
+                if new {
+                    new_vectors.push((memory.id, vector.as_ref()));
+                }
+                out.push(memory);
             }
-            out.push(memory);
-        }
-        self.store_vectors(tx, workspace, new_vectors)?;
+            Ok::<_, MemoryError>((out, store_vectors(conn, workspace, &new_vectors)?))
+        })?;
+        self.stored(workspace, stored);
         Ok(out)
     }
 
@@ -294,20 +319,21 @@ impl MemoryStore {
         if found.is_empty() {
             return Ok(found);
         }
-        let mut conn = self.conn()?;
         let now = now_ms();
-        let tx = write_transaction(&mut conn)?;
-        {
-            let mut bump = tx.prepare_cached(
-                "UPDATE memories SET use_count = use_count + 1, last_used_ms = ?2 WHERE id = ?1",
-            )?;
-            for r in &mut found {
-                bump.execute(params![r.memory.id, now])?;
-                r.memory.use_count += 1;
-                r.memory.last_used_ms = Some(now);
+        let ids: Vec<i64> = found.iter().map(|r| r.memory.id).collect();
+        self.db.transaction(|conn| {
+            for id in &ids {
+                conn.execute(
+                    "UPDATE memories SET use_count = use_count + 1, last_used_ms = ?2 WHERE id = ?1",
+                    args![*id, now],
+                )?;
             }
+            Ok::<_, MemoryError>(())
+        })?;
+        for r in &mut found {
+            r.memory.use_count += 1;
+            r.memory.last_used_ms = Some(now);
         }
-        tx.commit()?;
         Ok(found)
     }
 
@@ -336,12 +362,14 @@ impl MemoryStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let Some(near) = self.nearest(workspace, query, limit.max(MEANING_DEPTH))? else {
-            return find(&*self.conn()?, workspace, query, limit);
-        };
-        let conn = self.conn()?;
-        let lexical = find(&conn, workspace, query, limit.max(WORDS_DEPTH))?;
-        fuse_meaning(&conn, workspace, lexical, near, limit)
+        let near = self.nearest(workspace, query, limit.max(MEANING_DEPTH))?;
+        self.db.run(|conn| {
+            let Some(near) = near else {
+                return find(conn, workspace, query, limit);
+            };
+            let lexical = find(conn, workspace, query, limit.max(WORDS_DEPTH))?;
+            fuse_meaning(conn, workspace, lexical, near, limit)
+        })
     }
 
     /// The `n` memories of `workspace` nearest to `query` in meaning, best
@@ -368,8 +396,8 @@ impl MemoryStore {
             }
         };
         let loaded = self
-            .vectors
-            .get(&*self.conn()?, workspace, query.values.len())?;
+            .db
+            .run(|conn| self.vectors.get(conn, workspace, query.values.len()))?;
         Ok(Some(loaded.nearest(&query, n)))
     }
 
@@ -387,25 +415,26 @@ impl MemoryStore {
         let mut total = None;
         let mut done = 0u64;
         loop {
-            let batch = vectors::unembedded(&*self.conn()?, workspace, EMBED_BATCH)?;
+            let batch = self
+                .db
+                .run(|conn| vectors::unembedded(conn, workspace, EMBED_BATCH))?;
             if batch.is_empty() {
                 return Ok(true);
             }
             let total = match total {
                 Some(t) => t,
-                None => *total.insert(done + vectors::unembedded_count(&*self.conn()?, workspace)?),
+                None => *total.insert(done + self.unembedded(workspace)?),
             };
             let texts: Vec<&str> = batch.iter().map(|(_, _, text)| text.as_str()).collect();
             let Some(embedded) = self.embed_passages(&texts) else {
                 return Ok(false);
             };
-            let mut conn = self.conn()?;
-            let tx = write_transaction(&mut conn)?;
-            for ((id, ws, _), vector) in batch.iter().zip(&embedded) {
-                vectors::store(&tx, *id, ws, vector)?;
-            }
-            vectors::bump_generation(&tx)?;
-            tx.commit()?;
+            self.db.transaction(|conn| {
+                for ((id, ws, _), vector) in batch.iter().zip(&embedded) {
+                    vectors::store(conn, *id, ws, vector)?;
+                }
+                vectors::bump_generation(conn)
+            })?;
             done += batch.len() as u64;
             progress(done.min(total), total);
         }
@@ -413,7 +442,9 @@ impl MemoryStore {
 
     /// How many memories of `workspace` (or all) lack a vector.
     pub fn unembedded(&self, workspace: Option<&str>) -> Result<u64, MemoryError> {
-        Ok(vectors::unembedded_count(&*self.conn()?, workspace)?)
+        Ok(self
+            .db
+            .run(|conn| vectors::unembedded_count(conn, workspace))?)
     }
 
     /// [`Self::search`], with why each result ranked where it did: its rank
@@ -426,25 +457,26 @@ impl MemoryStore {
         limit: usize,
     ) -> Result<Explained, MemoryError> {
         let mut results = self.ranked(workspace, query, limit)?;
-        let conn = self.conn()?;
-        let split =
-            |terms: Vec<String>, prefix: &str| -> Result<(Vec<String>, Vec<String>), MemoryError> {
+        let query_words = segment::query_terms(query, MAX_QUERY_TERMS);
+        let query_variants = segment::query_variants(query, MAX_QUERY_TERMS);
+        let ((words, common_words), (variants, common_variants)) = self.db.run(|conn| {
+            let mut split = |terms: Vec<String>, prefix: &str| {
                 let mut used = Vec::new();
                 let mut common = Vec::new();
                 for term in terms {
-                    if is_common(&conn, &format!("{prefix}{term}"))? {
+                    if is_common(conn, &format!("{prefix}{term}"))? {
                         common.push(term);
                     } else {
                         used.push(term);
                     }
                 }
-                Ok((used, common))
+                Ok::<_, MemoryError>((used, common))
             };
-        let query_words = segment::query_terms(query, MAX_QUERY_TERMS);
-        let query_variants = segment::query_variants(query, MAX_QUERY_TERMS);
-        let (words, common_words) = split(query_words.clone(), &term_prefix(workspace))?;
-        let (variants, common_variants) =
-            split(query_variants.clone(), &variant_prefix(workspace))?;
+            Ok::<_, MemoryError>((
+                split(query_words.clone(), &term_prefix(workspace))?,
+                split(query_variants.clone(), &variant_prefix(workspace))?,
+            ))
+        })?;
         for r in &mut results {
             let held = segment::terms(&r.memory.text);
             let held_variants = segment::variants(&r.memory.text);
@@ -471,83 +503,143 @@ impl MemoryStore {
 
     /// Deletes memory `id` of `workspace`; `false` when there is none.
     pub fn forget(&self, workspace: &str, id: i64) -> Result<bool, MemoryError> {
-        let mut conn = self.conn()?;
-        let tx = write_transaction(&mut conn)?;
-        let deleted = tx.execute(
-            "DELETE FROM memories WHERE id = ?1 AND workspace = ?2",
-            params![id, workspace],
-        )?;
-        if deleted > 0 {
-            tx.execute("DELETE FROM memory_index WHERE rowid = ?1", params![id])?;
-            // Its vector went with it (ON DELETE CASCADE).
-            vectors::bump_generation(&tx)?;
-        }
-        tx.commit()?;
-        Ok(deleted > 0)
+        Ok(self.db.transaction(|conn| {
+            let deleted = conn.execute(
+                "DELETE FROM memories WHERE id = ?1 AND workspace = ?2",
+                args![id, workspace],
+            )?;
+            if deleted > 0 {
+                unindex(conn, id)?;
+                // Its vector went with it (ON DELETE CASCADE).
+                vectors::bump_generation(conn)?;
+            }
+            Ok::<_, DbError>(deleted > 0)
+        })?)
     }
 
     /// The newest memories of `workspace` first.
     pub fn list(&self, workspace: &str, limit: usize) -> Result<Vec<Memory>, MemoryError> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM memories WHERE workspace = ?1 ORDER BY id DESC LIMIT ?2"
-        ))?;
-        let rows = stmt.query_map(params![workspace, sql_limit(limit)], memory)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.db.run(|conn| {
+            conn.query(
+                &format!(
+                    "SELECT {COLUMNS} FROM memories WHERE workspace = ?1 ORDER BY id DESC LIMIT ?2"
+                ),
+                args![workspace, limit],
+            )?
+            .iter()
+            .map(memory)
+            .collect()
+        })
     }
 
     /// How many memories `workspace` holds.
     pub fn count(&self, workspace: &str) -> Result<u64, MemoryError> {
-        let conn = self.conn()?;
-        let n: i64 = conn.query_row(
-            "SELECT count(*) FROM memories WHERE workspace = ?1",
-            params![workspace],
-            |r| r.get(0),
-        )?;
+        let n: i64 = self.db.run(|conn| {
+            conn.query_one(
+                "SELECT count(*) FROM memories WHERE workspace = ?1",
+                args![workspace],
+            )?
+            .get(0)
+        })?;
         Ok(n.max(0) as u64)
     }
 }
 
-/// A transaction that takes the write lock when it begins. A deferred one
-/// that reads before it writes fails at once with SQLITE_BUSY (no busy wait)
-/// when another connection — the session store, the audit log, another
-/// pincer process — wrote in between.
-fn write_transaction(conn: &mut Connection) -> rusqlite::Result<Transaction<'_>> {
-    conn.transaction_with_behavior(TransactionBehavior::Immediate)
+#[cfg(test)]
+impl MemoryStore {
+    /// Every index match in `workspace` of any of `terms` (with `prefix`)
+    /// with its `−bm25`, best first: what the backends must agree on.
+    pub(super) fn bm25(
+        &self,
+        workspace: &str,
+        prefix: &str,
+        terms: &[String],
+    ) -> Result<Vec<(i64, f64)>, MemoryError> {
+        let mut found: Vec<(i64, f64)> = self
+            .db
+            .run(|conn| {
+                index_matches(conn, workspace, prefix, terms, Order::Relevance, usize::MAX)
+            })?
+            .into_iter()
+            .map(|(m, relevance)| (m.id, relevance.unwrap_or(f64::NAN)))
+            .collect();
+        found.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(found)
+    }
 }
 
-fn sql_limit(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
+/// Creates the tables (and brings older ones forward).
+fn create_tables(conn: &mut dyn Conn) -> Result<(), DbError> {
+    let dialect = conn.dialect();
+    let unique = match dialect {
+        Dialect::Sqlite => ",\n    UNIQUE (workspace, text)",
+        Dialect::Postgres => "",
+    };
+    conn.schema(&SCHEMA.replace("{unique}", unique))?;
+    match dialect {
+        Dialect::Sqlite => {
+            // SQLite's default page cache is 2 MiB; at a million memories the
+            // `(workspace, text)` index and the FTS5 segments an insert touches
+            // no longer fit, and every insert reads pages back from the OS.
+            conn.schema(&format!("PRAGMA cache_size = -{CACHE_KIB}"))?;
+            conn.schema(SQLITE_INDEX)?;
+        }
+        Dialect::Postgres => conn.schema(POSTGRES_INDEX)?,
+    }
+    conn.schema(vectors::SCHEMA)?;
+    conn.add_missing_columns("memories", &[vectors::EMBEDDED_COLUMN])?;
+    conn.schema(vectors::UNEMBEDDED_INDEX)
+}
+
+/// Stores the vectors of memories of `workspace` by id (those just
+/// inserted), in the caller's transaction.
+fn store_vectors(
+    conn: &mut dyn Conn,
+    workspace: &str,
+    new: &[(i64, Option<&Vector>)],
+) -> Result<Option<Stored>, MemoryError> {
+    let mut added = Vec::new();
+    for (id, vector) in new {
+        if let Some(v) = vector
+            && vectors::store(conn, *id, workspace, v)?
+        {
+            added.push((*id, (*v).clone()));
+        }
+    }
+    if added.is_empty() {
+        return Ok(None);
+    }
+    let before = vectors::generation(conn)?;
+    let after = vectors::bump_generation(conn)?;
+    Ok(Some((before, after, added)))
 }
 
 /// Stores a memory (or finds the same text stored already: then `false`);
 /// `terms`: its [`index_terms`].
 fn insert(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     workspace: &str,
     kind: MemoryKind,
     text: &str,
     now: i64,
-    terms: String,
+    terms: &str,
 ) -> Result<(Memory, bool), MemoryError> {
     // One index lookup for the usual case, a new text; a second only
     // when the text is stored already.
-    let inserted = conn
-        .prepare_cached(
-            "INSERT INTO memories (workspace, kind, text, created_ms) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (workspace, text) DO NOTHING",
-        )?
-        .execute(params![workspace, kind.as_str(), text, now])?;
-    if inserted == 0 {
-        let existing = conn
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM memories WHERE workspace = ?1 AND text = ?2"
-            ))?
-            .query_row(params![workspace, text], memory)?;
-        return Ok((existing, false));
-    }
-    let id = conn.last_insert_rowid();
-    index(conn, id, &terms)?;
+    let inserted = conn.query_opt(
+        "INSERT INTO memories (workspace, kind, text, created_ms) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT DO NOTHING RETURNING id",
+        args![workspace, kind.as_str(), text, now],
+    )?;
+    let Some(inserted) = inserted else {
+        let existing = conn.query_one(
+            &format!("SELECT {COLUMNS} FROM memories WHERE workspace = ?1 AND text = ?2"),
+            args![workspace, text],
+        )?;
+        return Ok((memory(&existing)?, false));
+    };
+    let id = inserted.get(0)?;
+    index(conn, id, terms)?;
     let memory = Memory {
         id,
         workspace: workspace.to_string(),
@@ -609,61 +701,135 @@ fn index_terms_all(workspace: &str, texts: &[&str]) -> Vec<String> {
 }
 
 /// Adds memory `id`'s index text ([`index_terms`]) to the index.
-fn index(conn: &Connection, id: i64, terms: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached("INSERT INTO memory_index (rowid, terms) VALUES (?1, ?2)")?
-        .execute(params![id, terms])?;
-    Ok(())
+fn index(conn: &mut dyn Conn, id: i64, terms: &str) -> Result<(), DbError> {
+    match conn.dialect() {
+        Dialect::Sqlite => conn.execute(
+            "INSERT INTO memory_index (rowid, terms) VALUES (?1, ?2)",
+            args![id, terms],
+        ),
+        Dialect::Postgres => {
+            let tokens = postings::tokens(terms);
+            // The memory's length, its postings and the totals in one round
+            // trip (the statements of a WITH all run).
+            conn.execute(
+                "WITH doc AS (
+                     INSERT INTO memory_index_docs (memory_id, length)
+                     VALUES (CAST(?1 AS BIGINT), CAST(?3 AS BIGINT))
+                 ), posting AS (
+                     INSERT INTO memory_postings (term, memory_id, tf)
+                     SELECT t.term, CAST(?1 AS BIGINT), count(*)
+                     FROM unnest(string_to_array(?2, ' ')) AS t (term) GROUP BY t.term
+                 )
+                 INSERT INTO memory_meta (key, value)
+                 VALUES ('index_rows', CAST(1 AS BIGINT)), ('index_tokens', CAST(?3 AS BIGINT))
+                 ON CONFLICT (key) DO UPDATE SET value = memory_meta.value + excluded.value",
+                args![id, tokens.join(" "), tokens.len()],
+            )
+        }
+    }
+    .map(drop)
+}
+
+/// Takes memory `id` out of the index.
+fn unindex(conn: &mut dyn Conn, id: i64) -> Result<(), DbError> {
+    match conn.dialect() {
+        Dialect::Sqlite => conn.execute("DELETE FROM memory_index WHERE rowid = ?1", args![id]),
+        Dialect::Postgres => conn.execute(
+            "WITH doc AS (
+                 DELETE FROM memory_index_docs WHERE memory_id = ?1 RETURNING length
+             ), posting AS (
+                 DELETE FROM memory_postings WHERE memory_id = ?1
+             )
+             INSERT INTO memory_meta (key, value)
+             SELECT 'index_rows', CAST(-1 AS BIGINT) FROM doc
+             UNION ALL SELECT 'index_tokens', -length FROM doc
+             ON CONFLICT (key) DO UPDATE SET value = memory_meta.value + excluded.value",
+            args![id],
+        ),
+    }
+    .map(drop)
+}
+
+/// The PostgreSQL index's totals ([`postings::Totals`]).
+fn totals(conn: &mut dyn Conn) -> Result<postings::Totals, DbError> {
+    let mut totals = postings::Totals::default();
+    for row in conn.query(
+        "SELECT key, value FROM memory_meta WHERE key IN ('index_rows', 'index_tokens')",
+        args![],
+    )? {
+        match row.get::<String>(0)?.as_str() {
+            "index_rows" => totals.rows = row.get(1)?,
+            _ => totals.tokens = row.get(1)?,
+        }
+    }
+    Ok(totals)
 }
 
 /// The index version the database says it has (0 before `memory_meta`).
-fn index_version(conn: &Connection) -> rusqlite::Result<i64> {
-    Ok(conn
-        .query_row(
-            "SELECT value FROM memory_meta WHERE key = 'index_version'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?
-        .unwrap_or(0))
+fn index_version(conn: &mut dyn Conn) -> Result<i64, DbError> {
+    match conn.query_opt(
+        "SELECT value FROM memory_meta WHERE key = 'index_version'",
+        args![],
+    )? {
+        Some(row) => row.get(0),
+        None => Ok(0),
+    }
 }
 
-/// Rebuilds the index from `memories` if the database has the old index
-/// table or an index of another version; the memories themselves are
-/// untouched.
-fn reindex_if_stale(conn: &mut Connection) -> rusqlite::Result<()> {
-    let stale = |conn: &Connection| -> rusqlite::Result<bool> {
-        let has_old = conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
-            params![OLD_INDEX],
-            |r| r.get::<_, bool>(0),
-        )?;
-        Ok(has_old || index_version(conn)? != INDEX_VERSION)
+/// Whether the index is to be rebuilt: SQLite's of an older layout, or of
+/// another [`INDEX_VERSION`].
+fn index_stale(conn: &mut dyn Conn) -> Result<bool, DbError> {
+    let has_old = match conn.dialect() {
+        Dialect::Sqlite => conn
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+                args![OLD_INDEX],
+            )?
+            .get(0)?,
+        Dialect::Postgres => false,
     };
-    if !stale(conn)? {
+    Ok(has_old || index_version(conn)? != INDEX_VERSION)
+}
+
+/// Rebuilds the index from `memories` if it is stale ([`index_stale`]); the
+/// memories themselves are untouched.
+fn reindex_if_stale(db: &Db) -> Result<(), DbError> {
+    if !db.run(index_stale)? {
         return Ok(());
     }
-    let tx = write_transaction(conn)?;
-    // Another process may have rebuilt it meanwhile.
-    if !stale(&tx)? {
-        return Ok(());
-    }
-    tx.execute_batch(&format!(
-        "DROP TABLE IF EXISTS {OLD_INDEX}; DELETE FROM memory_index;"
-    ))?;
-    let rows: Vec<(i64, String, String)> = tx
-        .prepare("SELECT id, workspace, text FROM memories")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<Result<_, _>>()?;
-    for (id, workspace, text) in &rows {
-        index(&tx, *id, &index_terms(workspace, text))?;
-    }
-    tx.execute(
-        "INSERT OR REPLACE INTO memory_meta (key, value) VALUES ('index_version', ?1)",
-        params![INDEX_VERSION],
-    )?;
-    tx.commit()?;
-    if !rows.is_empty() {
-        tracing::info!("memory: rebuilt the index of {} memories", rows.len());
+    let rebuilt = db.transaction(|conn| {
+        // Another process may have rebuilt it meanwhile.
+        if !index_stale(conn)? {
+            return Ok(0);
+        }
+        match conn.dialect() {
+            Dialect::Sqlite => conn.schema(&format!(
+                "DROP TABLE IF EXISTS {OLD_INDEX}; DELETE FROM memory_index;"
+            ))?,
+            Dialect::Postgres => {
+                conn.execute("DELETE FROM memory_postings", args![])?;
+                conn.execute("DELETE FROM memory_index_docs", args![])?;
+                conn.execute(
+                    "DELETE FROM memory_meta WHERE key IN ('index_rows', 'index_tokens')",
+                    args![],
+                )?;
+            }
+        }
+        let rows = conn.query("SELECT id, workspace, text FROM memories", args![])?;
+        for row in &rows {
+            let workspace: String = row.get(1)?;
+            let text: String = row.get(2)?;
+            index(conn, row.get(0)?, &index_terms(&workspace, &text))?;
+        }
+        conn.execute(
+            "INSERT INTO memory_meta (key, value) VALUES ('index_version', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            args![INDEX_VERSION],
+        )?;
+        Ok::<_, DbError>(rows.len())
+    })?;
+    if rebuilt > 0 {
+        tracing::info!("memory: rebuilt the index of {rebuilt} memories");
     }
     Ok(())
 }
@@ -673,7 +839,7 @@ fn reindex_if_stale(conn: &mut Connection) -> rusqlite::Result<()> {
 /// rank ([`rank::fuse`]), recency and use breaking ties ([`rank::score`]).
 /// Without a word match: substring matches, then variant matches alone.
 fn find(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     workspace: &str,
     query: &str,
     limit: usize,
@@ -722,7 +888,7 @@ fn find(
 /// only common terms takes the newest matches if `newest_if_common`, or
 /// nothing.
 fn by_list(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     workspace: &str,
     prefix: &str,
     terms: Vec<String>,
@@ -742,10 +908,10 @@ fn by_list(
     } else {
         return Ok(Vec::new());
     };
-    let Some(expression) = prefixed_expression(prefix, &terms) else {
+    if terms.is_empty() {
         return Ok(Vec::new());
-    };
-    let mut found = by_index(conn, workspace, &expression, &terms, order, limit)?;
+    }
+    let mut found = by_index(conn, workspace, prefix, &terms, order, limit)?;
     best_first(&mut found);
     Ok(found)
 }
@@ -807,7 +973,7 @@ fn best_first(found: &mut [Recalled]) {
 /// one ranking by [`rank::Hybrid`]; memories found by meaning alone join
 /// when [`rank::Hybrid::admits`] their similarity.
 fn fuse_meaning(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     workspace: &str,
     lexical: Vec<Recalled>,
     near: Vec<(i64, f32)>,
@@ -832,18 +998,19 @@ fn fuse_meaning(
         fused.why = Some(why);
         out.push(fused);
     }
-    let mut by_id = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM memories WHERE id = ?1 AND workspace = ?2"
-    ))?;
     for (i, (id, similarity)) in near.iter().enumerate() {
         if out.iter().any(|r| r.memory.id == *id) || !hybrid.admits(*similarity) {
             continue;
         }
-        let Some(memory) = by_id.query_row(params![id, workspace], memory).optional()? else {
+        let Some(row) = conn.query_opt(
+            &format!("SELECT {COLUMNS} FROM memories WHERE id = ?1 AND workspace = ?2"),
+            args![*id, workspace],
+        )?
+        else {
             continue;
         };
         let relevance = hybrid.fuse(None, Some(i + 1));
-        let mut fused = recalled(memory, relevance, now, MatchKind::Meaning);
+        let mut fused = recalled(memory(&row)?, relevance, now, MatchKind::Meaning);
         fused.why = Some(Why {
             vector_rank: Some(i + 1),
             similarity: Some(*similarity),
@@ -859,18 +1026,20 @@ fn fuse_meaning(
 
 /// Whether the (prefixed, so per-workspace) index `term` is in more than
 /// [`COMMON_TERM_ROWS`] memories (counting stops there, so this stays cheap for any term).
-fn is_common(conn: &Connection, term: &str) -> Result<bool, MemoryError> {
-    let rows: i64 = conn
-        .prepare_cached(
+fn is_common(conn: &mut dyn Conn, term: &str) -> Result<bool, MemoryError> {
+    let (sql, term) = match conn.dialect() {
+        Dialect::Sqlite => (
             "SELECT count(*) FROM (SELECT 1 FROM memory_index WHERE memory_index MATCH ?1 LIMIT ?2)",
-        )?
-        .query_row(
-            params![
-                quoted(term),
-                sql_limit(COMMON_TERM_ROWS + 1)
-            ],
-            |r| r.get(0),
-        )?;
+            quoted(term),
+        ),
+        Dialect::Postgres => (
+            "SELECT count(*) FROM (SELECT 1 FROM memory_postings WHERE term = ?1 LIMIT ?2) AS hits",
+            postings::phrase(term),
+        ),
+    };
+    let rows: i64 = conn
+        .query_one(sql, args![term, COMMON_TERM_ROWS + 1])?
+        .get(0)?;
     Ok(rows > COMMON_TERM_ROWS as i64)
 }
 
@@ -886,9 +1055,9 @@ enum Order {
 }
 
 fn by_index(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     workspace: &str,
-    expression: &str,
+    prefix: &str,
     terms: &[String],
     order: Order,
     limit: usize,
@@ -896,35 +1065,124 @@ fn by_index(
     let candidates = limit
         .saturating_mul(CANDIDATES_PER_RESULT)
         .max(MIN_CANDIDATES);
-    let matches = match order {
-        Order::Relevance => {
-            "SELECT rowid, -bm25(memory_index) AS relevance FROM memory_index
-             WHERE memory_index MATCH ?1 ORDER BY relevance DESC LIMIT ?2"
-        }
-        Order::Newest => {
-            "SELECT rowid, NULL AS relevance FROM memory_index
-             WHERE memory_index MATCH ?1 ORDER BY rowid DESC LIMIT ?2"
-        }
-    };
-    // CROSS JOIN keeps the index matches the outer loop; left to itself the
-    // planner may walk every memory of the workspace and probe the matches.
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS}, f.relevance FROM ({matches}) AS f
-         CROSS JOIN memories ON memories.id = f.rowid WHERE memories.workspace = ?3"
-    ))?;
     let now = now_ms();
-    let rows = stmt.query_map(
-        params![expression, sql_limit(candidates), workspace],
-        |row| {
-            let memory = memory(row)?;
-            let relevance = match row.get::<_, Option<f64>>(7)? {
-                Some(bm25) => bm25,
-                None => terms_held(&memory.text, terms),
-            };
-            Ok(recalled(memory, relevance, now, MatchKind::Index))
-        },
-    )?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    Ok(
+        index_matches(conn, workspace, prefix, terms, order, candidates)?
+            .into_iter()
+            .map(|(memory, bm25)| {
+                let relevance = bm25.unwrap_or_else(|| terms_held(&memory.text, terms));
+                recalled(memory, relevance, now, MatchKind::Index)
+            })
+            .collect(),
+    )
+}
+
+/// The index's first `candidates` matches of any of `terms` (with
+/// `prefix`) by `order`, with their `−bm25` in [`Order::Relevance`]; those
+/// of `workspace` (all of them: the prefix is the workspace's). At equal
+/// relevance the lower id is taken first, on both backends: what SQLite's
+/// sorter did unasked, so naming it costs nothing (a higher id first would
+/// make it replace kept rows on every tie).
+fn index_matches(
+    conn: &mut dyn Conn,
+    workspace: &str,
+    prefix: &str,
+    terms: &[String],
+    order: Order,
+    candidates: usize,
+) -> Result<Vec<(Memory, Option<f64>)>, MemoryError> {
+    if conn.dialect() == Dialect::Sqlite {
+        let Some(expression) = prefixed_expression(prefix, terms) else {
+            return Ok(Vec::new());
+        };
+        let matches = match order {
+            Order::Relevance => {
+                "SELECT rowid, -bm25(memory_index) AS relevance FROM memory_index
+                 WHERE memory_index MATCH ?1 ORDER BY relevance DESC, rowid LIMIT ?2"
+            }
+            Order::Newest => {
+                "SELECT rowid, NULL AS relevance FROM memory_index
+                 WHERE memory_index MATCH ?1 ORDER BY rowid DESC LIMIT ?2"
+            }
+        };
+        // CROSS JOIN keeps the index matches the outer loop; left to itself
+        // the planner may walk every memory of the workspace and probe the
+        // matches.
+        return conn
+            .query(
+                &format!(
+                    "SELECT {COLUMNS}, f.relevance FROM ({matches}) AS f
+                     CROSS JOIN memories ON memories.id = f.rowid WHERE memories.workspace = ?3"
+                ),
+                args![expression, candidates, workspace],
+            )?
+            .iter()
+            .map(|row| Ok((memory(row)?, row.get(7)?)))
+            .collect();
+    }
+    let phrases: Vec<String> = terms
+        .iter()
+        .map(|t| postings::phrase(&format!("{prefix}{t}")))
+        .collect();
+    let ranked: Vec<(i64, Option<f64>)> = match order {
+        Order::Relevance => {
+            // Rare terms only (see `by_list`): at most COMMON_TERM_ROWS
+            // postings each.
+            let found = conn
+                .query(
+                    "SELECT p.term, p.memory_id, p.tf, d.length FROM memory_postings AS p
+                     JOIN memory_index_docs AS d ON d.memory_id = p.memory_id
+                     WHERE p.term = ANY (string_to_array(?1, ' '))",
+                    args![phrases.join(" ")],
+                )?
+                .iter()
+                .map(|row| {
+                    Ok(postings::Posting {
+                        term: row.get(0)?,
+                        memory: row.get(1)?,
+                        count: row.get(2)?,
+                        length: row.get(3)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, DbError>>()?;
+            let mut scored = postings::relevance(&phrases, &found, totals(conn)?);
+            scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            scored.truncate(candidates);
+            scored.into_iter().map(|(id, r)| (id, Some(r))).collect()
+        }
+        Order::Newest => conn
+            .query(
+                "SELECT DISTINCT newest.memory_id FROM unnest(string_to_array(?1, ' ')) AS q (term)
+                 CROSS JOIN LATERAL (
+                     SELECT memory_id FROM memory_postings AS p WHERE p.term = q.term
+                     ORDER BY memory_id DESC LIMIT ?2
+                 ) AS newest
+                 ORDER BY newest.memory_id DESC LIMIT ?2",
+                args![phrases.join(" "), candidates],
+            )?
+            .iter()
+            .map(|row| Ok((row.get(0)?, None)))
+            .collect::<Result<_, DbError>>()?,
+    };
+    if ranked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<String> = ranked.iter().map(|(id, _)| id.to_string()).collect();
+    let mut memories: HashMap<i64, Memory> = HashMap::new();
+    for row in conn.query(
+        &format!(
+            "SELECT {COLUMNS} FROM memories
+             WHERE id = ANY (CAST(string_to_array(?1, ',') AS BIGINT[])) AND workspace = ?2"
+        ),
+        args![ids.join(","), workspace],
+    )? {
+        let m = memory(&row)?;
+        memories.insert(m.id, m);
+    }
+    Ok(ranked
+        .into_iter()
+        .filter_map(|(id, relevance)| Some((memories.remove(&id)?, relevance)))
+        .collect())
 }
 
 /// The share of `query_variants` that `text`'s variants hold (0 when the
@@ -943,27 +1201,38 @@ fn terms_held(text: &str, terms: &[String]) -> f64 {
     terms.iter().filter(|t| held.contains(t)).count() as f64
 }
 
+/// The workspace's newest memories holding `query` literally, newest first.
+/// SQLite's LIKE ignores the case of ASCII letters (only those); on
+/// PostgreSQL the text's ASCII letters are folded and the pattern is
+/// lowercase, which is the same match.
 fn by_substring(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     workspace: &str,
     query: &str,
 ) -> Result<Vec<Recalled>, MemoryError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM (
-             SELECT * FROM memories WHERE workspace = ?1 ORDER BY id DESC LIMIT ?4
-         ) WHERE text LIKE ?2 ESCAPE '\\' ORDER BY id DESC LIMIT ?3"
-    ))?;
+    let text = match conn.dialect() {
+        Dialect::Sqlite => "text",
+        Dialect::Postgres => {
+            "translate(text, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')"
+        }
+    };
     let now = now_ms();
-    let rows = stmt.query_map(
-        params![
+    conn.query(
+        &format!(
+            "SELECT {COLUMNS} FROM (
+                 SELECT * FROM memories WHERE workspace = ?1 ORDER BY id DESC LIMIT ?4
+             ) AS recent WHERE {text} LIKE ?2 ESCAPE '\\' ORDER BY id DESC LIMIT ?3"
+        ),
+        args![
             workspace,
-            like_pattern(query),
-            sql_limit(MAX_SUBSTRING_CANDIDATES),
-            sql_limit(SUBSTRING_SCAN_ROWS)
+            like_pattern(query).to_ascii_lowercase(),
+            MAX_SUBSTRING_CANDIDATES,
+            SUBSTRING_SCAN_ROWS
         ],
-        |row| Ok(recalled(memory(row)?, 1.0, now, MatchKind::Substring)),
-    )?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    )?
+    .iter()
+    .map(|row| Ok(recalled(memory(row)?, 1.0, now, MatchKind::Substring)))
+    .collect()
 }
 
 fn recalled(memory: Memory, relevance: f64, now: i64, matched_by: MatchKind) -> Recalled {

@@ -9,10 +9,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, OptionalExtension, params};
-
 use super::MemoryError;
 use super::embed::Vector;
+use crate::args;
+use crate::db::{Conn, DbError};
 
 pub const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS memory_vectors (
@@ -36,25 +36,29 @@ pub const UNEMBEDDED_INDEX: &str = "CREATE INDEX IF NOT EXISTS memories_unembedd
     ON memories (workspace, id) WHERE embedded = 0";
 
 /// The model the stored vectors were made by, if any.
-pub fn stored_model(conn: &Connection) -> rusqlite::Result<Option<String>> {
-    conn.query_row("SELECT model FROM memory_vector_model", [], |r| r.get(0))
-        .optional()
+pub fn stored_model(conn: &mut dyn Conn) -> Result<Option<String>, DbError> {
+    match conn.query_opt("SELECT model FROM memory_vector_model", args![])? {
+        Some(row) => row.get(0),
+        None => Ok(None),
+    }
 }
 
 /// Makes the stored vectors `model`'s: vectors of another model are
 /// dropped (and their memories marked for embedding again).
-pub fn adopt_model(conn: &Connection, model: &str) -> rusqlite::Result<()> {
+pub fn adopt_model(conn: &mut dyn Conn, model: &str) -> Result<(), DbError> {
     let stored = stored_model(conn)?;
     if stored.as_deref() == Some(model) {
         return Ok(());
     }
-    conn.execute_batch(
-        "DELETE FROM memory_vectors; UPDATE memories SET embedded = 0 WHERE embedded = 1;",
+    conn.execute("DELETE FROM memory_vectors", args![])?;
+    conn.execute(
+        "UPDATE memories SET embedded = 0 WHERE embedded = 1",
+        args![],
     )?;
     conn.execute(
         "INSERT INTO memory_vector_model (one, model) VALUES (1, ?1)
          ON CONFLICT (one) DO UPDATE SET model = excluded.model",
-        params![model],
+        args![model],
     )?;
     bump_generation(conn)?;
     if let Some(old) = stored {
@@ -63,88 +67,80 @@ pub fn adopt_model(conn: &Connection, model: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
-pub fn generation(conn: &Connection) -> rusqlite::Result<i64> {
-    Ok(conn
-        .query_row(
-            "SELECT value FROM memory_meta WHERE key = 'vector_generation'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?
-        .unwrap_or(0))
+pub fn generation(conn: &mut dyn Conn) -> Result<i64, DbError> {
+    match conn.query_opt(
+        "SELECT value FROM memory_meta WHERE key = 'vector_generation'",
+        args![],
+    )? {
+        Some(row) => row.get(0),
+        None => Ok(0),
+    }
 }
 
 /// Marks a change to the vectors; returns the new generation.
-pub fn bump_generation(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row(
+pub fn bump_generation(conn: &mut dyn Conn) -> Result<i64, DbError> {
+    conn.query_one(
         "INSERT INTO memory_meta (key, value) VALUES ('vector_generation', 1)
-         ON CONFLICT (key) DO UPDATE SET value = value + 1 RETURNING value",
-        [],
-        |r| r.get(0),
-    )
+         ON CONFLICT (key) DO UPDATE SET value = memory_meta.value + 1 RETURNING value",
+        args![],
+    )?
+    .get(0)
 }
 
 /// Stores memory `id`'s vector, unless the memory was deleted meanwhile.
 pub fn store(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     id: i64,
     workspace: &str,
     vector: &Vector,
-) -> rusqlite::Result<bool> {
-    let stored = conn
-        .prepare_cached(
-            "INSERT OR REPLACE INTO memory_vectors (id, workspace, vector)
-             SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?1)",
-        )?
-        .execute(params![id, workspace, vector.to_bytes()])?;
-    if stored > 0 {
-        conn.prepare_cached("UPDATE memories SET embedded = 1 WHERE id = ?1")?
-            .execute(params![id])?;
+) -> Result<bool, DbError> {
+    // Marking the memory first says whether it is still there.
+    let marked = conn.execute("UPDATE memories SET embedded = 1 WHERE id = ?1", args![id])?;
+    if marked == 0 {
+        return Ok(false);
     }
-    Ok(stored > 0)
+    conn.execute(
+        "INSERT INTO memory_vectors (id, workspace, vector) VALUES (?1, ?2, ?3)
+         ON CONFLICT (id) DO UPDATE SET workspace = excluded.workspace, vector = excluded.vector",
+        args![id, workspace, vector.to_bytes()],
+    )?;
+    Ok(true)
 }
 
 /// Up to `limit` memories of `workspace` (all workspaces if `None`) that
 /// have no vector yet, oldest first: `(id, workspace, text)`.
 pub fn unembedded(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     workspace: Option<&str>,
     limit: usize,
-) -> rusqlite::Result<Vec<(i64, String, String)>> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let row = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?, r.get(2)?));
-    match workspace {
-        Some(ws) => conn
-            .prepare_cached(
-                "SELECT id, workspace, text FROM memories
-                 WHERE workspace = ?1 AND embedded = 0 ORDER BY id LIMIT ?2",
-            )?
-            .query_map(params![ws, limit], row)?
-            .collect(),
-        None => conn
-            .prepare_cached(
-                "SELECT id, workspace, text FROM memories
-                 WHERE embedded = 0 ORDER BY id LIMIT ?1",
-            )?
-            .query_map(params![limit], row)?
-            .collect(),
-    }
+) -> Result<Vec<(i64, String, String)>, DbError> {
+    let rows = match workspace {
+        Some(ws) => conn.query(
+            "SELECT id, workspace, text FROM memories
+             WHERE workspace = ?1 AND embedded = 0 ORDER BY id LIMIT ?2",
+            args![ws, limit],
+        )?,
+        None => conn.query(
+            "SELECT id, workspace, text FROM memories
+             WHERE embedded = 0 ORDER BY id LIMIT ?1",
+            args![limit],
+        )?,
+    };
+    rows.iter()
+        .map(|r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .collect()
 }
 
 /// How many memories of `workspace` (or all) have no vector yet.
-pub fn unembedded_count(conn: &Connection, workspace: Option<&str>) -> rusqlite::Result<u64> {
+pub fn unembedded_count(conn: &mut dyn Conn, workspace: Option<&str>) -> Result<u64, DbError> {
     let n: i64 = match workspace {
-        Some(ws) => conn.query_row(
+        Some(ws) => conn.query_one(
             "SELECT count(*) FROM memories WHERE workspace = ?1 AND embedded = 0",
-            params![ws],
-            |r| r.get(0),
+            args![ws],
         )?,
-        None => conn.query_row(
-            "SELECT count(*) FROM memories WHERE embedded = 0",
-            [],
-            |r| r.get(0),
-        )?,
-    };
+        None => conn.query_one("SELECT count(*) FROM memories WHERE embedded = 0", args![])?,
+    }
+    .get(0)?;
     Ok(n.max(0) as u64)
 }
 
@@ -160,7 +156,7 @@ pub struct Loaded {
 
 impl Loaded {
     fn load(
-        conn: &Connection,
+        conn: &mut dyn Conn,
         workspace: &str,
         generation: i64,
         dim: usize,
@@ -170,15 +166,15 @@ impl Loaded {
             dim,
             ..Loaded::default()
         };
-        let mut stmt = conn.prepare_cached(
+        let rows = conn.query(
             "SELECT id, vector FROM memory_vectors WHERE workspace = ?1 ORDER BY id",
+            args![workspace],
         )?;
-        let mut rows = stmt.query(params![workspace])?;
         let mut skipped = 0usize;
-        while let Some(row) = rows.next()? {
+        for row in &rows {
             let id: i64 = row.get(0)?;
-            let bytes = row.get_ref(1)?.as_blob().unwrap_or_default();
-            match Vector::from_bytes(bytes, dim) {
+            let bytes: Vec<u8> = row.get(1).unwrap_or_default();
+            match Vector::from_bytes(&bytes, dim) {
                 Some(v) => loaded.push(id, &v),
                 None => skipped += 1,
             }
@@ -230,7 +226,7 @@ impl Cache {
     /// `workspace`'s vectors as of the database's current generation.
     pub fn get(
         &self,
-        conn: &Connection,
+        conn: &mut dyn Conn,
         workspace: &str,
         dim: usize,
     ) -> Result<Arc<Loaded>, MemoryError> {
