@@ -142,8 +142,9 @@ impl Context {
     pub fn memory_store(&self) -> anyhow::Result<crate::memory::MemoryStore> {
         let embedder =
             crate::gateway::memory_embedder(&self.home, self.config.memory.embeddings.is_on());
-        crate::memory::MemoryStore::open_with(&self.home, embedder)
-            .with_context(|| format!("opening {}", self.database().display()))
+        let state = self.state()?;
+        crate::memory::MemoryStore::open_at(&state, embedder)
+            .with_context(|| format!("opening {state}"))
     }
 
     /// The container runtime for a one-shot command: containers' tokens
