@@ -31,7 +31,7 @@ async fn run() -> anyhow::Result<()> {
         package.wasm.len() / 1024
     );
 
-    let audit = Arc::new(AuditLog::open(&HostPaths::under(dir.path()).database)?);
+    let audit = Arc::new(AuditLog::open(&dir.path().join(pincer::db::FILE_NAME))?);
     let uncached = PluginHost::new(
         HostPaths {
             cache_dir: None,
