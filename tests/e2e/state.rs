@@ -10,6 +10,7 @@ use serde_json::json;
 
 use crate::slack::{ALLOWED, Env, FakeSlack};
 use crate::support::fake_llm::Behaviour;
+use crate::support::ok;
 
 fn count(db: &Db, sql: &str) -> i64 {
     db.run(|c| c.query_one(sql, &[])?.get(0)).expect(sql)
@@ -112,4 +113,111 @@ async fn a_daemon_on_postgres_answers_once_keeps_every_record_there_and_survives
         1,
         "one session, continued"
     );
+}
+
+/// `pincer state copy` moves a home's SQLite state into an empty
+/// PostgreSQL database: every table's rows and checksum read back equal,
+/// the memory index and the day sums rebuilt there, and the copied home
+/// works on PostgreSQL as it did on SQLite. A second copy into the now
+/// full database is refused, touching nothing.
+#[test]
+fn state_copy_moves_a_home_to_postgres_with_counts_and_checksums() {
+    let sandbox = crate::support::Sandbox::new();
+    let sqlite_config = sandbox.write(
+        "pincer.yaml",
+        "workspaces:\n  default: {}\n  research: {}\n",
+    );
+    let on_sqlite = |args: &[&str]| {
+        let mut all = vec!["--config", sqlite_config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        sandbox.pincer(&all)
+    };
+    let seat = ok(on_sqlite(&[
+        "memory",
+        "add",
+        "--kind",
+        "preference",
+        "用户喜欢靠窗的座位",
+    ]));
+    ok(on_sqlite(&[
+        "memory",
+        "add",
+        "--workspace",
+        "research",
+        "Deploy with cargo dist",
+    ]));
+    ok(on_sqlite(&["gateway", "keys", "create", "default"]));
+    let keys_before = ok(on_sqlite(&["gateway", "keys", "list", "default"]));
+
+    let at = pincer::db::testing::database();
+    let Location::Postgres(url) = &at else {
+        unreachable!()
+    };
+    let db_file = sandbox.home().join(pincer::db::FILE_NAME);
+    let from = format!("sqlite:{}", db_file.display());
+    let copied = ok(sandbox.pincer(&["state", "copy", "--from", &from, "--to", url]));
+    for table in ["memories", "gateway_keys", "audit_events"] {
+        assert!(
+            copied
+                .lines()
+                .any(|l| l.trim_start().starts_with(table) && l.contains("(same read back)")),
+            "{table} copied and checked:\n{copied}"
+        );
+    }
+    assert!(copied.contains("the memory index (2 memories)"), "{copied}");
+
+    let pg_config = sandbox.write(
+        "pg.yaml",
+        &format!("workspaces:\n  default: {{}}\n  research: {{}}\nstate:\n  backend: postgres\n  url: \"{url}\"\n"),
+    );
+    let on_postgres = |args: &[&str]| {
+        let mut all = vec!["--config", pg_config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        sandbox.pincer(&all)
+    };
+    let found = ok(on_postgres(&["memory", "search", "座位偏好"]));
+    assert!(found.contains("用户喜欢靠窗的座位"), "{found}");
+    let found = ok(on_postgres(&[
+        "memory",
+        "search",
+        "--workspace",
+        "research",
+        "cargo",
+    ]));
+    assert!(found.contains("Deploy with cargo dist"), "{found}");
+    assert_eq!(
+        ok(on_postgres(&["gateway", "keys", "list", "default"])),
+        keys_before
+    );
+    // New rows get new ids after the copied ones.
+    let next = ok(on_postgres(&[
+        "memory",
+        "add",
+        "a memory added on postgres",
+    ]));
+    assert!(
+        next.trim().parse::<i64>().unwrap() > seat.trim().parse::<i64>().unwrap(),
+        "{next}"
+    );
+
+    let db = Db::open(&at).unwrap();
+    let memories = count(&db, "SELECT COUNT(*) FROM memories");
+    let again =
+        crate::support::fails(sandbox.pincer(&["state", "copy", "--from", &from, "--to", url]));
+    assert!(again.contains("already holds rows"), "{again}");
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM memories"),
+        memories,
+        "nothing written"
+    );
+
+    let wrong = crate::support::fails(sandbox.pincer(&[
+        "state",
+        "copy",
+        "--from",
+        "pincer.db",
+        "--to",
+        url,
+    ]));
+    assert!(wrong.contains("--from is `sqlite:PATH`"), "{wrong}");
 }

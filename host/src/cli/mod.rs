@@ -153,6 +153,17 @@ pub enum StateCommand {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Copy a SQLite state (`pincer.db`) into an empty PostgreSQL database,
+    /// table by table, with row counts and checksums read back from both
+    Copy {
+        /// The SQLite file: `sqlite:PATH`
+        #[arg(long)]
+        from: String,
+        /// The PostgreSQL database (`postgres://user@host:5432/pincer` or
+        /// `host=/run/postgresql dbname=pincer`)
+        #[arg(long)]
+        to: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -628,6 +639,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::State(StateCommand::Prune { dry_run }) => {
             state::run_prune(cli.config.as_deref(), dry_run)
         }
+        Command::State(StateCommand::Copy { from, to }) => state::run_copy(&from, &to),
         Command::Doctor => doctor::run(cli.config.as_deref()).await,
         Command::Demo => demo::run(cli.config.as_deref()).await,
         Command::Message {

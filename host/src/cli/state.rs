@@ -1,8 +1,13 @@
-//! `pincer state prune [--dry-run]`: one prune now ([`crate::daemon::prune`]).
+//! `pincer state prune [--dry-run]`: one prune now ([`crate::daemon::prune`]);
+//! `pincer state copy --from sqlite:PATH --to URL`: a home's SQLite state
+//! into an empty PostgreSQL database ([`crate::db::copy`]).
 
 use std::path::Path;
 
+use anyhow::Context as _;
+
 use crate::daemon::prune::{lines, prune};
+use crate::db::Location;
 
 pub fn run_prune(config_flag: Option<&Path>, dry_run: bool) -> anyhow::Result<()> {
     let ctx = super::Context::load(config_flag)?;
@@ -11,5 +16,65 @@ pub fn run_prune(config_flag: Option<&Path>, dry_run: bool) -> anyhow::Result<()
     for line in lines(&report, &retention, dry_run) {
         println!("{line}");
     }
+    Ok(())
+}
+
+pub fn run_copy(from: &str, to: &str) -> anyhow::Result<()> {
+    let Some(path) = from.strip_prefix("sqlite:") else {
+        anyhow::bail!("--from is `sqlite:PATH` (e.g. sqlite:~/.pincer/pincer.db), not `{from}`");
+    };
+    let path = Path::new(path);
+    if !path.is_file() {
+        anyhow::bail!("--from: no SQLite file at {}", path.display());
+    }
+    let from = Location::Sqlite(path.to_path_buf());
+    let to = Location::Postgres(to.to_owned());
+    create_tables(&to).with_context(|| format!("creating pincer's tables in {to}"))?;
+    println!("copying {from} to {to}");
+    crate::db::copy::copy(&from, &to, &mut |done| {
+        println!(
+            "  {:<28} {:>9} row(s)  sha256 {}…  (same read back)",
+            done.table, done.rows, done.checksum
+        );
+    })?;
+    // The memory index was made empty with the tables; rebuilt now from
+    // the copied memories (the store rebuilds an index of another version).
+    let db = crate::db::Db::open(&to)?;
+    db.run(|c| c.execute("DELETE FROM memory_meta WHERE key = 'index_version'", &[]))?;
+    let memories = crate::memory::MemoryStore::open_at(&to, None)?;
+    drop(memories);
+    let spend: i64 = db.run(|c| {
+        c.query_one("SELECT COUNT(*) FROM gateway_spend_by_day", &[])?
+            .get(0)
+    })?;
+    let indexed: i64 = db.run(|c| {
+        c.query_one("SELECT COUNT(*) FROM memory_index_docs", &[])?
+            .get(0)
+    })?;
+    println!(
+        "  rebuilt: gateway_spend_by_day ({spend} day(s)), the memory index ({indexed} memories)"
+    );
+    println!(
+        "done: set `state: {{backend: postgres, url: …}}` in pincer.yaml to use it; {} is left as it was",
+        path.display()
+    );
+    Ok(())
+}
+
+/// Every store's tables at `to`, made by the stores themselves.
+fn create_tables(to: &Location) -> anyhow::Result<()> {
+    crate::audit::AuditLog::open_at(to)?;
+    crate::gateway::KeyStore::open_at(to)?;
+    crate::gateway::Ledger::open_at(to, crate::db::now_ms)?.shutdown();
+    crate::scheduler::Store::open_at(to)?;
+    crate::approvals::ApprovalStore::open_at(to)?;
+    crate::channels::ChannelStore::open_at(to)?;
+    crate::pairing::PairingStore::open_at(to)?;
+    crate::sessions::SessionStore::open_at(to)?;
+    crate::memory::MemoryStore::open_at(to, None)?;
+    crate::web::WebAuth::open_at(to)?;
+    crate::plugins::KvStore::open_at(to)?;
+    crate::containers::create_user_table(to)?;
+    crate::cluster::Leases::open(to)?;
     Ok(())
 }

@@ -46,6 +46,7 @@ pub use runtime::{
 pub use runtime::{ensure_workspace_dir, parse_user, runner_addr};
 pub use spec::{LABEL_INSTANCE, LABEL_WORKSPACE, WorkspaceSpec};
 pub use users::allocated_at as allocated_user;
+pub use users::create_table as create_user_table;
 
 use crate::config::{Config, expand_tilde};
 use crate::policy::{EffectivePolicy, PolicyCatalog};

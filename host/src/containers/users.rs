@@ -66,6 +66,13 @@ pub fn resolve_at(
     })
 }
 
+/// Creates the table of per-workspace uids at `at` if it is not there.
+pub fn create_table(at: &Location) -> Result<(), ContainerError> {
+    Db::open(at)
+        .and_then(|db| db.transaction(|tx| tx.schema(SCHEMA)))
+        .map_err(store_error)
+}
+
 fn allocate(db: &Db, workspace: &str) -> Result<u32, ContainerError> {
     // The table in a transaction of its own, so the allocation's first
     // statement is its write: SQLite then waits for another process's

@@ -7,6 +7,7 @@
 //! open the SQLite file with [`open`].
 
 mod conn;
+pub mod copy;
 pub mod dialect;
 mod postgres;
 mod sqlite;

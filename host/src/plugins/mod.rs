@@ -9,6 +9,7 @@
 
 mod build;
 mod capabilities;
+pub use capabilities::kv::KvStore;
 mod catalog;
 mod enabled;
 mod engine;
