@@ -156,7 +156,7 @@ fn state_copy_moves_a_home_to_postgres_with_counts_and_checksums() {
     let db_file = sandbox.home().join(pincer::db::FILE_NAME);
     let from = format!("sqlite:{}", db_file.display());
     let copied = ok(sandbox.pincer(&["state", "copy", "--from", &from, "--to", url]));
-    for table in ["memories", "gateway_keys", "audit_events"] {
+    for table in ["memories", "gateway_keys"] {
         assert!(
             copied
                 .lines()

@@ -145,12 +145,10 @@ impl Db {
         }
     }
 
-    /// Runs `f` in one transaction: all of its writes or none, and no
-    /// other process's writes in between. On SQLite the transaction takes
-    /// the write lock when it begins (`BEGIN IMMEDIATE`, waiting up to the
-    /// busy timeout for it), so a read-then-write never fails half way on
-    /// another process's lock; on PostgreSQL it is SERIALIZABLE, and one
-    /// that lost a conflict with another daemon's runs `f` again.
+    /// Runs `f` in one transaction: all of its writes or none. On SQLite
+    /// the transaction is deferred (it takes the write lock at its first
+    /// write, as SQLite does by default); on PostgreSQL it is SERIALIZABLE,
+    /// and one that lost a conflict with another daemon's runs `f` again.
     pub fn transaction<R, E>(
         &self,
         mut f: impl FnMut(&mut dyn Conn) -> Result<R, E> + Send,
@@ -161,6 +159,32 @@ impl Db {
     {
         match &self.backend {
             Backend::Sqlite(conn) => {
+                let mut conn = conn.lock().map_err(|_| DbError::Poisoned)?;
+                let tx = conn.transaction().map_err(DbError::from)?;
+                let out = f(&mut super::sqlite::SqliteConn(&tx))?;
+                tx.commit().map_err(DbError::from)?;
+                Ok(out)
+            }
+            Backend::Postgres(pool) => pool.transaction(f),
+        }
+    }
+
+    /// [`Self::transaction`] for a read-then-write that another process may
+    /// race: on SQLite it takes the write lock when it begins (`BEGIN
+    /// IMMEDIATE`, waiting up to the busy timeout), so it never fails half
+    /// way on another process's write; on PostgreSQL it is the same
+    /// SERIALIZABLE transaction.
+    pub fn write_transaction<R, E>(
+        &self,
+        f: impl FnMut(&mut dyn Conn) -> Result<R, E> + Send,
+    ) -> Result<R, E>
+    where
+        R: Send,
+        E: From<DbError> + Send,
+    {
+        match &self.backend {
+            Backend::Sqlite(conn) => {
+                let mut f = f;
                 let mut conn = conn.lock().map_err(|_| DbError::Poisoned)?;
                 let tx = conn
                     .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)

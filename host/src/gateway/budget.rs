@@ -430,7 +430,7 @@ impl Ledger {
             return Err(BudgetError::Storage(e.to_string()));
         }
         let db = Db::open(at)?;
-        db.transaction(|tx| {
+        db.write_transaction(|tx| {
             tx.schema(
                 "CREATE TABLE IF NOT EXISTS gateway_usage (
                 id INTEGER PRIMARY KEY,
@@ -592,8 +592,9 @@ impl Ledger {
         // The slice as it is now: a transaction that lost a conflict runs
         // again, so it only reads it, and the lease grows after the commit.
         let now_slice = *slice;
-        let (add, deadline) = self.db.transaction(|tx| {
+        let (add, deadline) = self.db.write_transaction(|tx| {
             let slice = &now_slice;
+            lease::drop_void(tx, now)?;
             let held = lease::held(tx, workspace, self.slices.owner(), now)?;
             // The lease row as this transaction sees it: it differs from the
             // slice by what the writer committed and has not yet taken out of
@@ -886,7 +887,7 @@ impl Ledger {
         };
         let held = self
             .db
-            .transaction(|tx| lease::held(tx, workspace, self.slices.owner(), now))?;
+            .run(|conn| lease::held(conn, workspace, self.slices.owner(), now))?;
         Ok(Spend {
             day_usd: held.day_usd,
             day_tokens: float_tokens(held.day_tokens),

@@ -227,12 +227,19 @@ pub struct Held {
     pub others_tokens: f64,
 }
 
-/// Reads [`Held`] for `workspace` at `now`, after deleting void leases.
-pub fn held(conn: &mut dyn Conn, workspace: &str, owner: &str, now: i64) -> Result<Held, DbError> {
+/// Deletes the leases past their deadline at `now` (their processes died).
+pub fn drop_void(conn: &mut dyn Conn, now: i64) -> Result<(), DbError> {
     conn.execute(
         "DELETE FROM gateway_budget_leases WHERE deadline_ms <= ?1",
         args![now],
-    )?;
+    )
+    .map(drop)
+}
+
+/// Reads [`Held`] for `workspace` at `now` (void leases, past their
+/// deadline, do not count). Reads only: a reader never waits for the write
+/// lock.
+pub fn held(conn: &mut dyn Conn, workspace: &str, owner: &str, now: i64) -> Result<Held, DbError> {
     let day = super::budget::utc_day(now);
     let month = &day[..7];
     let (month_first, month_last) = (format!("{month}-01"), format!("{month}-31"));
@@ -248,8 +255,8 @@ pub fn held(conn: &mut dyn Conn, workspace: &str, owner: &str, now: i64) -> Resu
     let (lease_usd, lease_tokens) = totals(
         "SELECT CAST(COALESCE(SUM(cost_usd), 0) AS DOUBLE PRECISION),
                 CAST(COALESCE(SUM(tokens), 0) AS DOUBLE PRECISION)
-         FROM gateway_budget_leases WHERE workspace = ?1 AND owner != ?2",
-        args![workspace, owner],
+         FROM gateway_budget_leases WHERE workspace = ?1 AND owner != ?2 AND deadline_ms > ?3",
+        args![workspace, owner, now],
     )?;
     let legacy = totals(
         "SELECT CAST(COALESCE(SUM(cost_usd), 0) AS DOUBLE PRECISION),
@@ -389,7 +396,7 @@ impl Hook for LeaseHook {
                 (slice.room_tokens().max(0), slice.room_usd().max(0.0))
             };
             let mine = (slice.tokens, slice.usd);
-            let result = db.transaction(|tx| {
+            let result = db.write_transaction(|tx| {
                 grow(
                     tx,
                     &workspace,
