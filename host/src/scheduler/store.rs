@@ -372,7 +372,7 @@ impl Store {
         );
         // A transaction: on PostgreSQL two daemons could otherwise both
         // pick the same row in the subquery and both claim it.
-        self.db.transaction(|tx| {
+        self.db.write_transaction(|tx| {
             tx.query_opt(&sql, args![workspace, task, owner, lease_until_ms])?
                 .as_ref()
                 .map(record)
@@ -490,7 +490,7 @@ impl Store {
         if tasks.is_empty() {
             return Ok(());
         }
-        self.db.transaction(|tx| {
+        self.db.write_transaction(|tx| {
             for task in tasks {
                 tx.execute(
                     "INSERT INTO schedule_state (workspace, task, last_due_ms) VALUES (?1, ?2, ?3)
