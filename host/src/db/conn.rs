@@ -151,22 +151,13 @@ impl Db {
     /// and one that lost a conflict with another daemon's runs `f` again.
     pub fn transaction<R, E>(
         &self,
-        mut f: impl FnMut(&mut dyn Conn) -> Result<R, E> + Send,
+        f: impl FnMut(&mut dyn Conn) -> Result<R, E> + Send,
     ) -> Result<R, E>
     where
         R: Send,
         E: From<DbError> + Send,
     {
-        match &self.backend {
-            Backend::Sqlite(conn) => {
-                let mut conn = conn.lock().map_err(|_| DbError::Poisoned)?;
-                let tx = conn.transaction().map_err(DbError::from)?;
-                let out = f(&mut super::sqlite::SqliteConn(&tx))?;
-                tx.commit().map_err(DbError::from)?;
-                Ok(out)
-            }
-            Backend::Postgres(pool) => pool.transaction(f),
-        }
+        self.sqlite_or_postgres(rusqlite::TransactionBehavior::Deferred, f)
     }
 
     /// [`Self::transaction`] for a read-then-write that another process may
@@ -182,12 +173,25 @@ impl Db {
         R: Send,
         E: From<DbError> + Send,
     {
+        self.sqlite_or_postgres(rusqlite::TransactionBehavior::Immediate, f)
+    }
+
+    /// A SQLite transaction begun with `behavior`, or PostgreSQL's
+    /// serializable one (run again on a conflict).
+    fn sqlite_or_postgres<R, E>(
+        &self,
+        behavior: rusqlite::TransactionBehavior,
+        mut f: impl FnMut(&mut dyn Conn) -> Result<R, E> + Send,
+    ) -> Result<R, E>
+    where
+        R: Send,
+        E: From<DbError> + Send,
+    {
         match &self.backend {
             Backend::Sqlite(conn) => {
-                let mut f = f;
                 let mut conn = conn.lock().map_err(|_| DbError::Poisoned)?;
                 let tx = conn
-                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                    .transaction_with_behavior(behavior)
                     .map_err(DbError::from)?;
                 let out = f(&mut super::sqlite::SqliteConn(&tx))?;
                 tx.commit().map_err(DbError::from)?;

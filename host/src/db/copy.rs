@@ -174,8 +174,22 @@ fn summary(rows: &[Row], width: usize) -> (u64, String) {
     (rows.len() as u64, hex::encode(sum))
 }
 
+/// `name` as a quoted SQL identifier: table and column names come from the
+/// source file, which is read, never trusted to be well formed.
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn column_list(columns: &[String]) -> String {
+    columns
+        .iter()
+        .map(|c| quoted(c))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn select(table: &str, columns: &[String]) -> String {
-    format!("SELECT {} FROM {table}", columns.join(", "))
+    format!("SELECT {} FROM {}", column_list(columns), quoted(table))
 }
 
 /// Copies every table of the SQLite state at `from` into the empty
@@ -227,7 +241,7 @@ pub fn copy(
                 continue;
             }
             let held: i64 = conn
-                .query_one(&format!("SELECT COUNT(*) FROM {table}"), &[])?
+                .query_one(&format!("SELECT COUNT(*) FROM {}", quoted(table)), &[])?
                 .get(0)?;
             if held > 0 {
                 return Err(CopyError::NotEmpty(table.clone()));
@@ -251,8 +265,9 @@ pub fn copy(
     let mut report = Vec::with_capacity(todo.len());
     for (table, columns, rows) in todo {
         let insert = format!(
-            "INSERT INTO {table} ({}) VALUES ({})",
-            columns.join(", "),
+            "INSERT INTO {} ({}) VALUES ({})",
+            quoted(table),
+            column_list(columns),
             (1..=columns.len())
                 .map(|i| format!("?{i}"))
                 .collect::<Vec<_>>()
@@ -306,7 +321,9 @@ fn restart_identity(tx: &mut dyn Conn, table: &str) -> Result<(), DbError> {
         tx.execute(
             &format!(
                 "SELECT setval(pg_get_serial_sequence(CAST(?1 AS TEXT), CAST(?2 AS TEXT)),
-                               COALESCE((SELECT MAX({column}) FROM {table}), 0) + 1, false)"
+                               COALESCE((SELECT MAX({}) FROM {}), 0) + 1, false)",
+                quoted(&column),
+                quoted(table)
             ),
             &[table.into(), column.into()],
         )?;
