@@ -13,6 +13,7 @@ mod approvals;
 mod budget;
 mod chat;
 mod cli;
+mod cluster;
 mod containers;
 mod egress;
 mod embeddings;

@@ -263,6 +263,12 @@ channels:
         self.start_with_env(&[])
     }
 
+    /// A second daemon of this configuration with its own `home` (a
+    /// cluster on one shared state).
+    pub(crate) fn start_at(&self, home: &std::path::Path) -> Daemon {
+        self.start_with_env(&[("PINCER_HOME", home.to_str().unwrap())])
+    }
+
     fn start_with_env(&self, vars: &[(&str, &str)]) -> Daemon {
         let log = self
             .sandbox

@@ -454,15 +454,21 @@ impl ApprovalStore {
         Ok(changed > 0)
     }
 
-    /// Ends every pending request of a scheduled run as expired: at start,
-    /// no run of an earlier process waits on them any more.
-    pub fn expire_scheduled(&self, now_ms: i64) -> Result<Vec<Request>, ApprovalError> {
+    /// Ends every pending request of a scheduled run in `workspace` as
+    /// expired: once a daemon takes the workspace up (at start, or from a
+    /// daemon that died), no run of an earlier process waits on them.
+    pub fn expire_scheduled(
+        &self,
+        workspace: &str,
+        now_ms: i64,
+    ) -> Result<Vec<Request>, ApprovalError> {
         self.requests(
             &format!(
                 "UPDATE approval_requests SET state = 'expired', decided_ms = ?1
-                 WHERE state = 'pending' AND scheduled_task IS NOT NULL RETURNING {COLUMNS}"
+                 WHERE state = 'pending' AND scheduled_task IS NOT NULL AND workspace = ?2
+                 RETURNING {COLUMNS}"
             ),
-            args![now_ms],
+            args![now_ms, workspace],
         )
     }
 
@@ -746,7 +752,11 @@ mod tests {
             let channel_turn = ask(&store, None);
             drop(store);
             let store = ApprovalStore::open_at(at).expect("reopen");
-            let ended = store.expire_scheduled(2).expect("db");
+            assert!(
+                store.expire_scheduled("other", 2).expect("db").is_empty(),
+                "another workspace's daemon leaves them alone"
+            );
+            let ended = store.expire_scheduled("team", 2).expect("db");
             assert_eq!(
                 ended.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
                 [waiting.as_str()]

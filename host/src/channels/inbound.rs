@@ -99,11 +99,25 @@ impl ChannelHost {
             .map(drop)
     }
 
-    /// What a stop left behind, for the driver to finish after a restart.
-    pub fn unfinished(&self) -> Result<Unfinished, StoreError> {
+    /// What a stop (of this daemon or of the one that ran `workspace`
+    /// before) left behind in `workspace`, for the driver to finish.
+    pub fn unfinished(&self, workspace: &str) -> Result<Unfinished, StoreError> {
+        let of = |state| -> Result<Vec<InboundRow>, StoreError> {
+            Ok(self
+                .store()
+                .inbound_in(state)?
+                .into_iter()
+                .filter(|row| row.workspace == workspace)
+                .collect())
+        };
         Ok(Unfinished {
-            running: self.store().inbound_in(InboundState::Running)?,
-            queued: self.store().inbound_in(InboundState::Queued)?,
+            running: of(InboundState::Running)?,
+            queued: of(InboundState::Queued)?,
         })
+    }
+
+    /// Messages of `workspace` still waiting for their turn, oldest first.
+    pub fn queued_in(&self, workspace: &str) -> Result<Vec<InboundRow>, StoreError> {
+        Ok(self.unfinished(workspace)?.queued)
     }
 }

@@ -28,20 +28,28 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 const IDLE_POLL: Duration = Duration::from_secs(2);
 
 /// Runs until `stop` resolves; then returns after the rows in flight.
+/// Claims rows as `cluster`'s daemon; whenever a daemon leaves the cluster
+/// (or at start, one that was killed), frees the rows it had claimed.
 pub async fn run(
     host: Arc<ChannelHost>,
     audit: Arc<AuditLog>,
-    owner: String,
+    cluster: Arc<dyn crate::cluster::Membership>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    match host.store.release_foreign_claims(&owner) {
-        Ok(0) => {}
-        Ok(n) => {
-            tracing::warn!("outbox: {n} row(s) claimed by a daemon that stopped are free again")
-        }
-        Err(e) => tracing::error!("outbox: cannot release old claims: {e}"),
-    }
+    let owner = cluster.id().to_owned();
+    let mut alive = Vec::new();
     loop {
+        let now_alive = cluster.alive();
+        if alive.iter().any(|id| !now_alive.contains(id)) || alive.is_empty() {
+            match host.store.release_claims_of_the_gone(&now_alive) {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(
+                    "outbox: {n} row(s) claimed by a daemon that stopped are free again"
+                ),
+                Err(e) => tracing::error!("outbox: cannot release old claims: {e}"),
+            }
+        }
+        alive = now_alive;
         let delivered = deliver_due(&host, &audit, &owner).await;
         if *stop.borrow() {
             return;

@@ -15,8 +15,13 @@ use crate::args;
 use crate::db::{Db, DbError, Dialect, Location, Row, Value, now_ms};
 
 #[derive(Debug, thiserror::Error)]
-#[error("channel store: {0}")]
-pub struct StoreError(#[from] DbError);
+pub enum StoreError {
+    #[error("channel store: {0}")]
+    Db(#[from] DbError),
+    /// The turn's workspace is run by another daemon now.
+    #[error("channel store: {0}")]
+    Fenced(#[from] crate::cluster::LeaseError),
+}
 
 /// An inbound message as received (before routing decisions).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,6 +221,9 @@ pub struct Reply {
 
 pub struct ChannelStore {
     db: Db,
+    /// Checks that this daemon still runs a turn's workspace when the turn
+    /// starts or ends ([`ChannelStore::fence_turns_with`]).
+    fence: std::sync::OnceLock<std::sync::Arc<dyn crate::cluster::Membership>>,
 }
 
 const INBOUND_COLUMNS: &str = "id, channel, conversation, thread, message_id, sender, sender_name, text, workspace, state, received_ms, turn_id, status_handle, files";
@@ -292,7 +300,38 @@ impl ChannelStore {
             )?;
             conn.add_missing_columns("channel_inbound", &[("files", "TEXT")])
         })?;
-        Ok(Self { db })
+        Ok(Self {
+            db,
+            fence: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// From now on, a turn starts ([`ChannelStore::start`]) and ends
+    /// ([`ChannelStore::finish`] of a running message) only while
+    /// `membership` holds its workspace, checked in the same transaction:
+    /// a daemon that lost the workspace to another cannot answer twice.
+    pub fn fence_turns_with(&self, membership: std::sync::Arc<dyn crate::cluster::Membership>) {
+        let _ = self.fence.set(membership);
+    }
+
+    /// The fence check for inbound message `id`, if it is in `state`.
+    fn fence_if(
+        &self,
+        tx: &mut dyn crate::db::Conn,
+        id: i64,
+        state: InboundState,
+    ) -> Result<(), StoreError> {
+        let Some(fence) = self.fence.get() else {
+            return Ok(());
+        };
+        let workspace = tx.query_opt(
+            "SELECT workspace FROM channel_inbound WHERE id = ?1 AND state = ?2",
+            args![id, state.as_str()],
+        )?;
+        match workspace {
+            Some(row) => Ok(fence.fence(&row.get::<String>(0)?, tx)?),
+            None => Ok(()),
+        }
     }
 
     /// Stores an inbound message. `None` when it is already stored (a
@@ -396,15 +435,17 @@ impl ChannelStore {
     /// Moves message `id` from queued to running; `false` when it was not
     /// queued (another worker or a stop got there first).
     pub fn start(&self, id: i64) -> Result<bool, StoreError> {
-        self.execute(
-            "UPDATE channel_inbound SET state = ?2 WHERE id = ?1 AND state = ?3",
-            args![
-                id,
-                InboundState::Running.as_str(),
-                InboundState::Queued.as_str()
-            ],
-        )
-        .map(|changed| changed == 1)
+        self.db.transaction(|tx| {
+            self.fence_if(tx, id, InboundState::Queued)?;
+            Ok(tx.execute(
+                "UPDATE channel_inbound SET state = ?2 WHERE id = ?1 AND state = ?3",
+                args![
+                    id,
+                    InboundState::Running.as_str(),
+                    InboundState::Queued.as_str()
+                ],
+            )? == 1)
+        })
     }
 
     pub fn set_turn(&self, id: i64, turn_id: &str) -> Result<(), StoreError> {
@@ -447,6 +488,9 @@ impl ChannelStore {
             .map_err(DbError::from)?;
         let last = reply.parts.len().saturating_sub(1);
         self.db.transaction(|tx| {
+            if let Some(id) = inbound_id {
+                self.fence_if(tx, id, InboundState::Running)?;
+            }
             let now = now_ms();
             let mut ids = Vec::with_capacity(reply.parts.len());
             for (i, part) in reply.parts.iter().enumerate() {
@@ -531,15 +575,28 @@ impl ChannelStore {
         })
     }
 
-    /// Releases the claims other owners hold on undelivered rows (a daemon
-    /// killed mid-delivery); returns how many. Pincer runs one daemon per
-    /// database today, so every other owner is gone.
-    pub fn release_foreign_claims(&self, owner: &str) -> Result<usize, StoreError> {
-        self.execute(
-            "UPDATE channel_outbox SET claimed_by = NULL, claimed_until_ms = NULL
-             WHERE state = 'pending' AND claimed_by IS NOT NULL AND claimed_by != ?1",
-            args![owner],
-        )
+    /// Releases the claims on undelivered rows of owners not among the
+    /// daemons `alive` (a daemon killed mid-delivery); returns how many.
+    pub fn release_claims_of_the_gone(&self, alive: &[String]) -> Result<usize, StoreError> {
+        self.db.transaction(|tx| {
+            let owners = tx.query(
+                "SELECT DISTINCT claimed_by FROM channel_outbox
+                 WHERE state = 'pending' AND claimed_by IS NOT NULL",
+                args![],
+            )?;
+            let mut released = 0;
+            for owner in owners {
+                let owner: String = owner.get(0)?;
+                if !alive.contains(&owner) {
+                    released += tx.execute(
+                        "UPDATE channel_outbox SET claimed_by = NULL, claimed_until_ms = NULL
+                         WHERE state = 'pending' AND claimed_by = ?1",
+                        args![owner],
+                    )?;
+                }
+            }
+            Ok(released)
+        })
     }
 
     /// When the next pending row is due (ms since the epoch), if any.
@@ -958,9 +1015,13 @@ mod tests {
         assert_eq!(next[0].text, "two");
         // A zero lease has expired already: another worker may take it.
         assert_eq!(store.claim_due("b", 60_000, 10).unwrap()[0].text, "two");
-        // A daemon that died holding a claim: the next one frees it.
+        // A daemon that died holding a claim: the next one frees it; a
+        // daemon alive keeps its claims.
         assert!(store.claim_due("c", 60_000, 10).unwrap().is_empty());
-        assert_eq!(store.release_foreign_claims("c").unwrap(), 1);
+        let alive = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(store.release_claims_of_the_gone(&alive(&["b", "c"])).unwrap(), 0);
+        assert!(store.claim_due("c", 60_000, 10).unwrap().is_empty());
+        assert_eq!(store.release_claims_of_the_gone(&alive(&["c"])).unwrap(), 1);
         assert_eq!(store.claim_due("c", 60_000, 10).unwrap()[0].text, "two");
     }
 

@@ -10,6 +10,66 @@ pub async fn start(
     crate::daemon::run(config_flag, listen).await
 }
 
+/// The daemons sharing the state and the workspaces each runs.
+fn print_cluster(daemons: &[crate::cluster::Member], leases: &[crate::cluster::Holder]) {
+    let now = crate::db::now_ms();
+    let alive = daemons.iter().filter(|m| m.alive_at(now)).count();
+    println!("\ncluster: {alive} daemon(s) alive on this state");
+    for m in daemons {
+        let runs: Vec<&str> = leases
+            .iter()
+            .filter(|l| l.owner == m.id && l.expires_ms > now)
+            .filter_map(|l| l.what.strip_prefix("workspace:"))
+            .collect();
+        let beat = (now - m.heartbeat_ms).max(0) / 1000;
+        let life = if m.alive_at(now) {
+            format!("heartbeat {beat} s ago")
+        } else {
+            format!("GONE (last heartbeat {beat} s ago)")
+        };
+        let serves = |key: &str| m.detail.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+        let channels = m.detail.get("channels").and_then(|c| c.as_array()).map(|c| {
+            c.iter()
+                .filter_map(|c| c.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        println!(
+            "  {:<20} on {}, {life}; gateway {}{}{}",
+            m.id,
+            m.host,
+            serves("gateway").unwrap_or_else(|| "?".into()),
+            serves("webhooks")
+                .map(|w| format!(", webhooks {w}"))
+                .unwrap_or_default(),
+            channels
+                .filter(|c| !c.is_empty())
+                .map(|c| format!(", connections: {c}"))
+                .unwrap_or_default(),
+        );
+        println!(
+            "  {:<20} runs: {}",
+            "",
+            if runs.is_empty() {
+                "no workspace".to_owned()
+            } else {
+                runs.join(", ")
+            }
+        );
+    }
+    let orphans: Vec<&str> = leases
+        .iter()
+        .filter(|l| l.expires_ms <= now && l.what.starts_with("workspace:"))
+        .map(|l| l.what.trim_start_matches("workspace:"))
+        .collect();
+    if !orphans.is_empty() {
+        println!(
+            "  not run by any daemon now (taken by the next one to look): {}",
+            orphans.join(", ")
+        );
+    }
+}
+
 /// `pincer status`.
 pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()> {
     let ctx = super::Context::load(config_flag)?;
@@ -17,6 +77,8 @@ pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()
     let state = ctx.state()?;
     let store = ctx.channel_store()?;
     let depth = store.outbox_depth()?;
+    let daemons = crate::cluster::Members::open(&state)?.all()?;
+    let leases = crate::cluster::Leases::open(&state)?.holders()?;
     let containers = match ctx.container_runtime().await {
         Ok(runtime) => Some(
             runtime
@@ -36,6 +98,14 @@ pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()
         let value = serde_json::json!({
             "daemon": snapshot,
             "state": state.to_string(),
+            "cluster": {
+                "daemons": daemons.iter().map(|m| serde_json::json!({
+                    "id": m.id, "host": m.host, "alive": m.alive_at(crate::db::now_ms()),
+                    "started_ms": m.started_ms, "heartbeat_ms": m.heartbeat_ms,
+                    "serves": m.detail,
+                })).collect::<Vec<_>>(),
+                "leases": leases,
+            },
             "outbox_pending": depth.iter().map(|(c, n)| (c.clone(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
             "containers": containers.as_ref().map(|list| list.iter().map(|(c, life)| serde_json::json!({
                 "workspace": c.workspace, "name": c.name, "state": c.state, "status": c.status,
@@ -73,6 +143,7 @@ pub async fn status(config_flag: Option<&Path>, json: bool) -> anyhow::Result<()
         None => println!("daemon: not running (start it with `pincer start`)"),
     }
     println!("state: {state}");
+    print_cluster(&daemons, &leases);
     println!("\nworkspaces:");
     for name in ctx.config.workspaces.keys() {
         let state = match &containers {

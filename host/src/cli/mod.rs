@@ -164,6 +164,10 @@ pub enum StateCommand {
         #[arg(long)]
         to: String,
     },
+    /// Create every table this release uses in the configured state, and
+    /// bring older ones forward (a daemon does it at start; run it before a
+    /// cluster's daemons are upgraded one at a time)
+    Migrate,
 }
 
 #[derive(Debug, Subcommand)]
@@ -640,6 +644,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             state::run_prune(cli.config.as_deref(), dry_run)
         }
         Command::State(StateCommand::Copy { from, to }) => state::run_copy(&from, &to),
+        Command::State(StateCommand::Migrate) => state::run_migrate(cli.config.as_deref()),
         Command::Doctor => doctor::run(cli.config.as_deref()).await,
         Command::Demo => demo::run(cli.config.as_deref()).await,
         Command::Message {

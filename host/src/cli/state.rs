@@ -1,6 +1,7 @@
 //! `pincer state prune [--dry-run]`: one prune now ([`crate::daemon::prune`]);
 //! `pincer state copy --from sqlite:PATH --to URL`: a home's SQLite state
-//! into an empty PostgreSQL database ([`crate::db::copy`]).
+//! into an empty PostgreSQL database ([`crate::db::copy`]);
+//! `pincer state migrate`: every store's tables made or brought forward.
 
 use std::path::Path;
 
@@ -16,6 +17,17 @@ pub fn run_prune(config_flag: Option<&Path>, dry_run: bool) -> anyhow::Result<()
     for line in lines(&report, &retention, dry_run) {
         println!("{line}");
     }
+    Ok(())
+}
+
+pub fn run_migrate(config_flag: Option<&Path>) -> anyhow::Result<()> {
+    let ctx = super::Context::load(config_flag)?;
+    let at = ctx.state()?;
+    create_tables(&at).with_context(|| format!("bringing the tables of {at} forward"))?;
+    println!(
+        "{at}: every table of this release is there (schema version {})",
+        crate::db::SCHEMA_VERSION
+    );
     Ok(())
 }
 
@@ -76,5 +88,6 @@ fn create_tables(to: &Location) -> anyhow::Result<()> {
     crate::plugins::KvStore::open_at(to)?;
     crate::containers::create_user_table(to)?;
     crate::cluster::Leases::open(to)?;
+    crate::cluster::Members::open(to)?;
     Ok(())
 }

@@ -27,6 +27,8 @@ pub enum LeaseError {
         token: i64,
         mine: i64,
     },
+    #[error("workspace `{0}` is not held by this daemon: another daemon runs it; the write was refused")]
+    NotHeld(String),
 }
 
 /// A lease as held: the proof a fenced write carries.
@@ -98,10 +100,11 @@ impl Leases {
                     renew(tx, what, owner, h.token, expires_ms)?;
                     h.token
                 }
-                // Free (expired, or handed back): the next holder, even the
-                // same daemon coming back, gets a new token, so writes made
-                // under the old one stay fenced off.
-                Some(h) if h.expires_ms <= now => {
+                // Free (expired, handed back, or held by an earlier process
+                // of this daemon's home, which is gone): the next holder,
+                // even the same daemon coming back, gets a new token, so
+                // writes made under the old one stay fenced off.
+                Some(h) if h.expires_ms <= now || earlier_process_of(&h.owner, owner) => {
                     tx.execute(
                         "UPDATE cluster_leases SET owner = ?2, token = ?3, expires_ms = ?4
                          WHERE what = ?1 AND token = ?5",
@@ -203,6 +206,18 @@ impl Fence<'_> {
                 })
             }
         }
+    }
+}
+
+/// Whether `holder` is an earlier process of the same home as `me` (daemon
+/// ids are `INSTANCE:PID`, [`super::daemon_id`]). One home runs one daemon
+/// at a time (its control socket refuses a second), so that process is gone:
+/// a daemon restarted after `kill -9` takes its workspaces back at once
+/// instead of waiting out its own old leases.
+pub(crate) fn earlier_process_of(holder: &str, me: &str) -> bool {
+    match (holder.split_once(':'), me.split_once(':')) {
+        (Some((home, _)), Some((my_home, _))) => home == my_home && holder != me,
+        _ => false,
     }
 }
 
@@ -348,6 +363,30 @@ mod tests {
                 .unwrap();
             assert_eq!(b.token, 2);
             assert!(!leases.release(&a).unwrap(), "a no longer holds it");
+        });
+    }
+
+    #[test]
+    fn a_restarted_daemon_takes_its_homes_leases_back_at_once() {
+        each_backend(|at| {
+            let leases = Leases::open(at).unwrap();
+            let old = leases
+                .acquire_at("workspace:main", "0a1b2c3d:100", 15_000, 1_000)
+                .unwrap()
+                .unwrap();
+            // Another home waits for the deadline.
+            assert_eq!(
+                leases
+                    .acquire_at("workspace:main", "99999999:100", 15_000, 2_000)
+                    .unwrap(),
+                None
+            );
+            // The same home's next process does not.
+            let new = leases
+                .acquire_at("workspace:main", "0a1b2c3d:200", 15_000, 2_000)
+                .unwrap()
+                .unwrap();
+            assert_eq!(new.token, old.token + 1);
         });
     }
 

@@ -473,6 +473,8 @@ mcp_servers: {}
 #   retention: {inbound: 30d, outbox: 30d, audit: 180d}
 #   backend: postgres                 # sqlite (default) | postgres
 #   url: ${PINCER_DATABASE_URL}       # postgres://user@host:5432/pincer
+#   lease: 15s                        # several daemons on one database: a dead
+#                                     # one's workspaces move within this time
 
 # The web console of `pincer start` (`pincer web login` prints a sign-in URL).
 # web:

@@ -165,6 +165,37 @@ pub struct State {
     /// `host=/run/postgresql user=pincer dbname=pincer`); required with
     /// `backend: postgres`, refused with `sqlite`.
     pub url: Option<String>,
+    /// How long a daemon holds a workspace without renewing it (default
+    /// `15s`): after a daemon dies, another takes its workspaces over
+    /// within this time. Renewed every third of it.
+    pub lease: LeaseTime,
+}
+
+/// `state.lease`, as written (`15s`, `1m`), 3 s to 10 min.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTime(pub std::time::Duration);
+
+impl Default for LeaseTime {
+    fn default() -> Self {
+        Self(crate::cluster::DEFAULT_LEASE)
+    }
+}
+
+impl<'de> Deserialize<'de> for LeaseTime {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let lease = humantime::parse_duration(text.trim()).map_err(|e| {
+            de::Error::custom(format!("`{text}` is not a duration such as `15s`: {e}"))
+        })?;
+        if lease < std::time::Duration::from_secs(3) || lease > std::time::Duration::from_secs(600)
+        {
+            return Err(de::Error::custom(format!(
+                "`{text}` is outside 3s..10m: a shorter lease is lost to a slow database \
+                 round trip, a longer one keeps a dead daemon's workspaces waiting"
+            )));
+        }
+        Ok(Self(lease))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

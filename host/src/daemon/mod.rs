@@ -134,7 +134,15 @@ async fn serve(
             .map_err(anyhow::Error::msg)?;
     }
 
+    let cluster = crate::cluster::Node::join(
+        &ctx.state()?,
+        crate::cluster::daemon_id(agent.runtime().instance()),
+        ctx.config.state.lease.0,
+        configured.clone(),
+    )
+    .context("joining the cluster of daemons on the state")?;
     let store = Arc::new(ctx.channel_store()?);
+    store.fence_turns_with(cluster.clone());
     let channels = Arc::new(
         ChannelHost::load(
             &ctx.config,
@@ -152,16 +160,16 @@ async fn serve(
         audit.clone(),
         Arc::new(ctx.config.clone()),
         Arc::new(ctx.pairing_store()?),
-        stop.clone(),
-        TURN_GRACE,
+        cluster.clone(),
+        (stop.clone(), TURN_GRACE),
     );
-    router.recover()?;
     let inbox: Arc<dyn Inbox> = router.clone();
     let mut tasks = tokio::task::JoinSet::new();
     let schedules = Schedules::start(
         Arc::new(ctx.config.clone()),
         ctx.config_path.as_deref(),
         ctx.schedule_store()?,
+        cluster.clone(),
         Runners {
             agent: agent.clone(),
             plugins: plugins.clone(),
@@ -172,6 +180,31 @@ async fn serve(
         },
     )
     .await?;
+    // The workspaces this daemon runs: all of them when it is alone; their
+    // unfinished messages are taken up before any new one arrives.
+    let follow = {
+        let (router, schedules) = (router.clone(), schedules.clone());
+        move |change: crate::cluster::Change| {
+            if let crate::cluster::Change::Gained(workspace) = &change {
+                schedules.gained(workspace);
+            }
+            router.follow(change);
+        }
+    };
+    for change in cluster.step() {
+        follow(change);
+    }
+    let (cluster_stop_tx, cluster_stop) = watch::channel(false);
+    let membership = {
+        let (changes_tx, mut changes) = tokio::sync::mpsc::unbounded_channel();
+        let running = tokio::spawn(cluster.clone().run(cluster_stop, changes_tx));
+        let following = tokio::spawn(async move {
+            while let Some(change) = changes.recv().await {
+                follow(change);
+            }
+        });
+        (running, following)
+    };
     tasks.spawn(schedules.clone().run(stop.clone()));
     tasks.spawn(crate::containers::idle::supervise(
         agent.runtime().clone(),
@@ -187,7 +220,7 @@ async fn serve(
     tasks.spawn(crate::channels::run_outbox(
         channels.clone(),
         audit.clone(),
-        format!("pincer-{}", std::process::id()),
+        cluster.clone(),
         stop.clone(),
     ));
     for name in channels.names().map(str::to_string).collect::<Vec<_>>() {
@@ -256,6 +289,12 @@ async fn serve(
     );
     status.write();
     tasks.spawn(status.clone().run(stop.clone()));
+    cluster.describe(serde_json::json!({
+        "gateway": bound.to_string(),
+        "webhooks": webhooks.map(|a| a.to_string()),
+        "console": console.map(|a| a.to_string()),
+        "channels": channels.names().collect::<Vec<_>>(),
+    }));
     say!(
         "pincer is running: gateway on http://{bound}/v1, turns on {}, {} workspace(s), {} channel(s), {} scheduled task(s){}; Ctrl-C stops it",
         control::socket_path(&ctx.home).display(),
@@ -305,8 +344,8 @@ async fn serve(
     let _ = std::fs::remove_file(control::socket_path(&ctx.home));
     router.drain(TURN_GRACE + Duration::from_secs(5)).await;
     let flushed = tokio::time::timeout(FLUSH_WITHIN, async {
-        let owner = format!("pincer-{}-flush", std::process::id());
-        while crate::channels::deliver_due(&channels, &audit, &owner).await > 0 {}
+        use crate::cluster::Membership as _;
+        while crate::channels::deliver_due(&channels, &audit, cluster.id()).await > 0 {}
     })
     .await;
     if flushed.is_err() {
@@ -314,6 +353,14 @@ async fn serve(
     }
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
+    // Leases are held until the turns above ended; a stop hands them over
+    // at once, a reload keeps them for the next configuration.
+    let _ = cluster_stop_tx.send(true);
+    let _ = membership.0.await;
+    membership.1.abort();
+    if matches!(ending, Ending::Stop) {
+        cluster.leave();
+    }
     let _ = gateway.await;
     agent.close(Duration::from_secs(3)).await;
     status.clear();

@@ -17,6 +17,10 @@ use super::{Conn, Db, DbError, Dialect, Location, Row, Value};
 /// Derived from other tables, rebuilt by the destination: not copied.
 pub const REBUILT: &[&str] = &["gateway_spend_by_day", "memory_meta"];
 
+/// Who runs what now (leases, heartbeats): the running daemons' own, not
+/// the home's; a daemon on the destination writes its own.
+pub const NOT_COPIED: &[&str] = &["cluster_leases", "cluster_members"];
+
 /// One table as copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Copied {
@@ -71,7 +75,7 @@ fn source_tables(conn: &mut dyn Conn) -> Result<BTreeMap<String, Vec<String>>, D
         .collect::<Result<_, _>>()?;
     let mut tables = BTreeMap::new();
     for name in names {
-        if REBUILT.contains(&name.as_str()) {
+        if REBUILT.contains(&name.as_str()) || NOT_COPIED.contains(&name.as_str()) {
             continue;
         }
         let columns = conn

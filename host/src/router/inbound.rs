@@ -18,6 +18,7 @@ use crate::channels::{
     StoreError,
 };
 use crate::config::{Config, Refusal};
+use crate::cluster::{Change, Membership};
 use crate::pairing::PairingStore;
 use crate::plugins::api;
 use crate::sessions::{SessionKey, TurnStatus};
@@ -56,6 +57,9 @@ pub struct ChannelRouter {
     rates: Mutex<RateGate>,
     /// Turns in progress (to wait for at shutdown).
     running: TurnSlots,
+    /// Which workspaces this daemon runs (the others' messages are stored
+    /// here and run by the daemon holding them).
+    cluster: Arc<dyn Membership>,
     stop: watch::Receiver<bool>,
     /// How long a turn may go on once the daemon is stopping.
     grace: Duration,
@@ -241,14 +245,16 @@ impl RefusalGate {
 }
 
 impl ChannelRouter {
+    /// `stop` is the daemon's stop signal; a running turn may go on for
+    /// `grace` after it.
     pub fn new(
         agent: Arc<Agent>,
         channels: Arc<ChannelHost>,
         audit: Arc<AuditLog>,
         config: Arc<Config>,
         pairing: Arc<PairingStore>,
-        stop: watch::Receiver<bool>,
-        grace: Duration,
+        cluster: Arc<dyn Membership>,
+        (stop, grace): (watch::Receiver<bool>, Duration),
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| ChannelRouter {
             me: me.clone(),
@@ -261,15 +267,39 @@ impl ChannelRouter {
             refusals: Mutex::default(),
             rates: Mutex::default(),
             running: TurnSlots::default(),
+            cluster,
             stop,
             grace,
         })
     }
 
-    /// After a restart: messages whose turn was cut short get a notice;
-    /// messages still queued are run, in order.
-    pub fn recover(&self) -> Result<(), StoreError> {
-        let unfinished = self.channels.unfinished()?;
+    /// Acts on a change of what this daemon runs ([`Change`]).
+    pub fn follow(&self, change: Change) {
+        let done = match &change {
+            Change::Gained(workspace) => self.recover(workspace),
+            Change::Inbound(workspace) => self.pick_up(workspace),
+            // What still runs of it here can no longer start or end a turn
+            // (the store's fence): the new holder answers.
+            Change::Lost(_) => Ok(()),
+        };
+        if let Err(e) = done {
+            tracing::error!(?change, "cannot take up the workspace's messages: {e}");
+        }
+    }
+
+    /// Runs `workspace`'s queued messages that are not queued here yet.
+    fn pick_up(&self, workspace: &str) -> Result<(), StoreError> {
+        for row in self.channels.queued_in(workspace)? {
+            self.enqueue(session_key(&row), Job::Message(row.id));
+        }
+        Ok(())
+    }
+
+    /// Once this daemon runs `workspace` (at start, after a restart, or
+    /// taken over from a daemon that died): messages whose turn was cut
+    /// short get a notice; messages still queued are run, in order.
+    fn recover(&self, workspace: &str) -> Result<(), StoreError> {
+        let unfinished = self.channels.unfinished(workspace)?;
         for row in unfinished.running {
             // The turn may have finished just before the stop: its reply is
             // stored in the session; send that.
@@ -510,7 +540,11 @@ impl ChannelRouter {
             }
             return Ok(());
         }
-        self.enqueue(key, Job::Message(id));
+        if self.cluster.holds(&key.workspace) {
+            self.enqueue(key, Job::Message(id));
+        } else {
+            self.cluster.wake_holder(&key.workspace);
+        }
         Ok(())
     }
 

@@ -82,10 +82,10 @@ impl Schedules {
         config: Arc<Config>,
         config_path: Option<&Path>,
         store: Store,
+        cluster: Arc<dyn crate::cluster::Membership>,
         runners: Runners,
     ) -> anyhow::Result<Arc<Self>> {
-        let owner = format!("pincer-{}-{}", std::process::id(), uuid::Uuid::new_v4());
-        let scheduler = Scheduler::new(store, Arc::new(SystemClock), owner)?;
+        let scheduler = Scheduler::in_cluster(store, Arc::new(SystemClock), cluster)?;
         let expected: BTreeMap<String, PathBuf> = config
             .workspaces
             .keys()
@@ -114,16 +114,16 @@ impl Schedules {
             me.load_file(name, false).await;
             me.apply(name)?;
         }
-        me.end_earlier_requests();
         Ok(me)
     }
 
-    /// Ends the approval requests of scheduled runs an earlier process
-    /// started: those runs are over (recorded `interrupted`), so nothing
+    /// Once this daemon runs `workspace` (at start, or taken over): ends
+    /// the approval requests of scheduled runs an earlier process started
+    /// there. Those runs are over (recorded `interrupted`), so nothing
     /// would carry out a decision. A late click is told "expired".
-    fn end_earlier_requests(&self) {
+    pub fn gained(&self, workspace: &str) {
         let store = self.runners.agent.gateway().approvals().store();
-        match store.expire_scheduled(crate::db::now_ms()) {
+        match store.expire_scheduled(workspace, crate::db::now_ms()) {
             Ok(ended) => {
                 for request in ended {
                     self.runners.audit.record(

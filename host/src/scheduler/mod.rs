@@ -103,6 +103,8 @@ pub struct Scheduler {
     store: Store,
     clock: Arc<dyn Clock>,
     owner: String,
+    /// Which workspaces' runs this daemon claims, and who else is alive.
+    cluster: Arc<dyn crate::cluster::Membership>,
     workspaces: BTreeMap<String, Vec<Entry>>,
     grace: Duration,
     /// Runs interrupted when this scheduler started, rerun if their task
@@ -132,8 +134,8 @@ fn chrono_duration(d: Duration) -> chrono::Duration {
 
 impl Scheduler {
     /// A scheduler claiming runs as `owner` (unique per daemon process, e.g.
-    /// a UUID). Marks runs left claimed or running by other owners as
-    /// interrupted.
+    /// a UUID), alone on its store: runs left claimed or running by other
+    /// owners are marked interrupted.
     ///
     /// # Errors
     /// Database errors.
@@ -142,8 +144,21 @@ impl Scheduler {
         clock: Arc<dyn Clock>,
         owner: impl Into<String>,
     ) -> Result<Scheduler, ScheduleError> {
-        let owner = owner.into();
-        let interrupted = store.interrupt_abandoned(&owner, ms(clock.now()))?;
+        Self::in_cluster(store, clock, Arc::new(crate::cluster::Solo(owner.into())))
+    }
+
+    /// A scheduler claiming runs as `cluster`'s daemon, for the workspaces
+    /// it holds; runs of daemons no longer alive are marked interrupted.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn in_cluster(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        cluster: Arc<dyn crate::cluster::Membership>,
+    ) -> Result<Scheduler, ScheduleError> {
+        let owner = cluster.id().to_owned();
+        let interrupted = store.interrupt_abandoned(&cluster.alive(), ms(clock.now()))?;
         for run in &interrupted {
             tracing::warn!(
                 workspace = %run.workspace,
@@ -156,6 +171,7 @@ impl Scheduler {
             store,
             clock,
             owner,
+            cluster,
             workspaces: BTreeMap::new(),
             grace: DEFAULT_GRACE,
             interrupted: Mutex::new(interrupted),
@@ -289,8 +305,19 @@ impl Scheduler {
     pub fn due_now(&mut self) -> Result<Vec<DueRun>, ScheduleError> {
         let now = whole_seconds(self.clock.now());
         let now_ms = ms(now);
-        // leases that ran out (a run that outlived its timeout)
-        self.store.interrupt_abandoned(&self.owner, now_ms)?;
+        // leases that ran out (a run that outlived its timeout), and runs
+        // of a daemon that died: those are rerun here if their task says so
+        let abandoned = self
+            .store
+            .interrupt_abandoned(&self.cluster.alive(), now_ms)?;
+        self.interrupted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(
+                abandoned
+                    .into_iter()
+                    .filter(|run| run.claimed_by.as_deref() != Some(self.owner.as_str())),
+            );
         let paused = self.store.paused_tasks()?;
         let queued = self.store.queued_tasks()?;
         let rerun: BTreeSet<(String, String)> = self
@@ -304,6 +331,10 @@ impl Scheduler {
         let mut out = Vec::new();
         let mut result = Ok(());
         'all: for (workspace, entries) in &mut workspaces {
+            if !self.cluster.holds(workspace) {
+                // Another daemon runs it; its due times are claimed there.
+                continue;
+            }
             for entry in entries.iter_mut() {
                 let key = (workspace.clone(), entry.task.id.clone());
                 if paused.contains(&key) {

@@ -292,27 +292,43 @@ impl Store {
     }
 
     /// Marks `interrupted` every claimed or running row whose owner is not
-    /// `owner` (a daemon that is gone: one daemon per database today) or
+    /// among the daemons `alive` (it died, or stopped without ending it) or
     /// whose lease ended before `now_ms`. Returns the rows it marked.
     ///
     /// # Errors
     /// Database errors.
     pub fn interrupt_abandoned(
         &self,
-        owner: &str,
+        alive: &[String],
         now_ms: i64,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        self.records(
-            &format!(
-                "UPDATE schedule_runs
-                 SET status = 'interrupted', ended_ms = ?2,
-                     error = COALESCE(error, 'interrupted: its daemon stopped or its lease ran out')
-                 WHERE status IN ('claimed', 'running')
-                   AND (claimed_by IS DISTINCT FROM ?1 OR claimed_until_ms < ?2)
-                 RETURNING {COLUMNS}"
-            ),
-            args![owner, now_ms],
-        )
+        self.db.write_transaction(|tx| {
+            let open = tx.query(
+                "SELECT id, claimed_by, claimed_until_ms FROM schedule_runs
+                 WHERE status IN ('claimed', 'running')",
+                args![],
+            )?;
+            let mut marked = Vec::new();
+            for row in open {
+                let (id, by, until): (i64, Option<String>, Option<i64>) =
+                    (row.get(0)?, row.get(1)?, row.get(2)?);
+                let gone = by.is_none_or(|by| !alive.contains(&by));
+                if !gone && until.is_none_or(|until| until >= now_ms) {
+                    continue;
+                }
+                marked.push(record(&tx.query_one(
+                    &format!(
+                        "UPDATE schedule_runs
+                         SET status = 'interrupted', ended_ms = ?2,
+                             error = COALESCE(error, 'interrupted: its daemon stopped or its lease ran out')
+                         WHERE id = ?1
+                         RETURNING {COLUMNS}"
+                    ),
+                    args![id, now_ms],
+                )?)?);
+            }
+            Ok(marked)
+        })
     }
 
     /// Claims an interrupted run again for `owner` (one more attempt).
@@ -675,7 +691,15 @@ mod tests {
             drop(store);
 
             let store = Store::open_at(at).expect("reopen");
-            let marked = store.interrupt_abandoned("new", 3000).expect("interrupt");
+            // Another daemon alive beside "old" (a cluster): nothing marked.
+            let alive = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+            let none = store
+                .interrupt_abandoned(&alive(&["old", "new"]), 3000)
+                .expect("interrupt");
+            assert_eq!(none, [], "the runs of a live daemon are its own");
+            let marked = store
+                .interrupt_abandoned(&alive(&["new"]), 3000)
+                .expect("interrupt");
             assert_eq!(marked.len(), 1);
             assert_eq!(marked[0].id, run);
             assert_eq!(marked[0].status, RunStatus::Interrupted);

@@ -1,0 +1,197 @@
+//! Several `pincer start` daemons on one PostgreSQL state: each with its
+//! own home, all holding a Socket Mode connection to the same (fake) Slack
+//! app, the workspace run by the daemon holding its lease. The real
+//! daemons, the real Slack component, real containers; the database is a
+//! private PostgreSQL server this test process starts.
+
+use std::time::{Duration, Instant};
+
+use pincer::db::{Db, Location};
+
+use crate::slack::{ALLOWED, Env, FakeSlack};
+use crate::support::fake_llm::Behaviour;
+use crate::support::{DockerCleanup, unique};
+
+fn one<T: pincer::db::FromValue + Send>(db: &Db, sql: &str) -> T {
+    db.run(|c| c.query_one(sql, &[])?.get(0)).expect(sql)
+}
+
+fn holder(db: &Db) -> String {
+    one(
+        db,
+        "SELECT owner FROM cluster_leases WHERE what = 'workspace:team' AND expires_ms > 0",
+    )
+}
+
+fn instance(home: &std::path::Path) -> String {
+    std::fs::read_to_string(home.join("instance-id"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// Containers of `home`'s daemon (its `pincer.instance` label).
+fn containers_of(home: &std::path::Path) -> usize {
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=pincer.instance={}", instance(home)),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).split_whitespace().count()
+}
+
+async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A message accepted by daemon B for a workspace daemon A holds is run by
+/// A; `kill -9` of A mid-turn: B takes the workspace within the lease, tells
+/// the sender the cut turn has no answer, answers the next message in its
+/// own container; SIGTERM of B hands the workspace to A (restarted) at once.
+/// Every message is answered once.
+#[tokio::test(flavor = "multi_thread")]
+async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_over() {
+    let at = pincer::db::testing::database();
+    let Location::Postgres(url) = &at else {
+        unreachable!()
+    };
+    let env = Env::configured_with(
+        vec![
+            Behaviour::answer("answered by the holder"),
+            Behaviour::Hang,
+            Behaviour::answer("answered after the takeover"),
+            Behaviour::answer("answered after the handover"),
+        ],
+        FakeSlack::start(),
+        "{}",
+        "reply",
+        &format!("state:\n  backend: postgres\n  url: \"{url}\"\n  lease: 9s\n"),
+    )
+    .await;
+    let db = Db::open(&at).unwrap();
+    let home_a = env.sandbox.home();
+    let home_b = env.sandbox.dir.path().join("home-b");
+    std::fs::create_dir_all(&home_b).unwrap();
+    let _cleanup_b = DockerCleanup {
+        home: home_b.clone(),
+        label: unique(),
+    };
+
+    let mut a = env.start();
+    env.slack.connections(1).await;
+    let mut b = env.start_at(&home_b);
+    env.slack.connections(2).await;
+    let id_a = format!("{}:{}", instance(&home_a), a.child.id());
+    let id_b = format!("{}:{}", instance(&home_b), b.child.id());
+    assert_eq!(holder(&db), id_a, "the first daemon took the workspace");
+    let status = env.cli(&["status"]);
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        shown.contains("cluster: 2 daemon(s) alive"),
+        "{shown}\n{}",
+        a.log()
+    );
+    assert!(
+        shown.contains(&id_a) && shown.contains(&id_b),
+        "both daemons listed: {shown}"
+    );
+
+    // Slack delivers on the newest connection: B's. A runs the turn.
+    env.slack.dm("first", ALLOWED, "D0CLU").await;
+    let posted = env.slack.posted(1).await;
+    assert_eq!(posted[0]["args"]["text"], "answered by the holder");
+    assert_eq!(containers_of(&home_a), 1, "A runs the workspace's container");
+    assert_eq!(containers_of(&home_b), 0, "B runs none\n{}", b.log());
+
+    // A second turn hangs in the model; A is killed while it runs.
+    env.slack.dm("second", ALLOWED, "D0CLU").await;
+    until("the second turn reaches the model", Duration::from_secs(60), || {
+        env.model.received().len() >= 2
+    })
+    .await;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let killed = Instant::now();
+    let posted = env.slack.posted(2).await;
+    assert_eq!(
+        posted[1]["args"]["text"],
+        pincer::router::inbound::INTERRUPTED_REPLY,
+        "the sender is told the cut turn has no answer\n{}",
+        b.log()
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(30),
+        "taken over within the 9 s lease and a step: {:?}",
+        killed.elapsed()
+    );
+    assert_eq!(holder(&db), id_b);
+    env.slack.dm("third", ALLOWED, "D0CLU").await;
+    let posted = env.slack.posted(3).await;
+    assert_eq!(
+        posted[2]["args"]["text"],
+        "answered after the takeover",
+        "{}",
+        b.log()
+    );
+    assert_eq!(containers_of(&home_b), 1, "B runs it in its own container");
+
+    // A comes back and waits: B holds the workspace. SIGTERM of B hands it
+    // over at once, long before B's 9 s lease would have run out.
+    let mut a = env.start();
+    env.slack.connections(3).await;
+    let id_a = format!("{}:{}", instance(&home_a), a.child.id());
+    assert_eq!(holder(&db), id_b);
+    assert!(b.stop().success(), "{}", b.log());
+    until(
+        "A takes the workspace B handed back",
+        Duration::from_secs(5),
+        || holder(&db) == id_a,
+    )
+    .await;
+    env.slack.dm("fourth", ALLOWED, "D0CLU").await;
+    let posted = env.slack.posted(4).await;
+    assert_eq!(
+        posted[3]["args"]["text"],
+        "answered after the handover",
+        "{}",
+        a.log()
+    );
+    assert!(a.stop().success(), "{}", a.log());
+
+    // Each message once: one answer each, nothing left running or queued.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(env.slack.posted(4).await.len(), 4, "nothing answered twice");
+    let states: Vec<String> = db
+        .run(|c| {
+            c.query("SELECT state FROM channel_inbound ORDER BY id", &[])?
+                .iter()
+                .map(|r| r.get(0))
+                .collect()
+        })
+        .unwrap();
+    assert_eq!(states, ["done", "interrupted", "done", "done"]);
+    assert_eq!(
+        one::<i64>(&db, "SELECT COUNT(*) FROM sessions"),
+        1,
+        "one conversation, continued by every daemon"
+    );
+    let alive: i64 = one(
+        &db,
+        &format!(
+            "SELECT COUNT(*) FROM cluster_members WHERE expires_ms > {}",
+            pincer::db::now_ms()
+        ),
+    );
+    assert_eq!(
+        alive, 0,
+        "stopped daemons left; the killed one was marked gone when its home restarted"
+    );
+}
