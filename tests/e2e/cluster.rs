@@ -10,6 +10,7 @@ use pincer::db::{Db, Location};
 
 use crate::slack::{ALLOWED, Env, FakeSlack};
 use crate::support::fake_llm::Behaviour;
+use crate::support::daemon::Daemon;
 use crate::support::{DockerCleanup, unique};
 
 fn one<T: pincer::db::FromValue + Send>(db: &Db, sql: &str) -> T {
@@ -42,6 +43,27 @@ fn containers_of(home: &std::path::Path) -> usize {
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).split_whitespace().count()
+}
+
+/// The first `count` messages posted, once there are that many; the
+/// daemons' logs if they do not come.
+async fn answered(env: &Env, count: usize, daemons: &[&Daemon]) -> Vec<serde_json::Value> {
+    let (status, _) = env
+        .slack
+        .get(&format!(
+            "/wait?what=calls&method=chat.postMessage&count={count}&timeout=60"
+        ))
+        .await;
+    if status != 200 {
+        let logs: Vec<String> = daemons.iter().map(|d| d.log()).collect();
+        let (_, calls) = env.slack.get("/calls").await;
+        let (_, connections) = env.slack.get("/connections").await;
+        panic!(
+            "fewer than {count} messages posted\ncalls: {calls:#}\nconnections: {connections:#}\n{}",
+            logs.join("\n-----\n")
+        );
+    }
+    env.slack.posted(count).await
 }
 
 async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
@@ -85,7 +107,7 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
         label: unique(),
     };
 
-    let mut a = env.start();
+    let mut a = env.start_traced();
     env.slack.connections(1).await;
     let mut b = env.start_at(&home_b);
     env.slack.connections(2).await;
@@ -105,8 +127,9 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
     );
 
     // Slack delivers on the newest connection: B's. A runs the turn.
-    env.slack.dm("first", ALLOWED, "D0CLU").await;
-    let posted = env.slack.posted(1).await;
+    let pushed = env.slack.dm("first", ALLOWED, "D0CLU").await;
+    assert!(pushed["envelope_id"].is_string(), "{pushed}");
+    let posted = answered(&env, 1, &[&a, &b]).await;
     assert_eq!(posted[0]["args"]["text"], "answered by the holder");
     assert_eq!(containers_of(&home_a), 1, "A runs the workspace's container");
     assert_eq!(containers_of(&home_b), 0, "B runs none\n{}", b.log());
@@ -120,7 +143,7 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
     a.child.kill().unwrap();
     a.child.wait().unwrap();
     let killed = Instant::now();
-    let posted = env.slack.posted(2).await;
+    let posted = answered(&env, 2, &[&b]).await;
     assert_eq!(
         posted[1]["args"]["text"],
         pincer::router::inbound::INTERRUPTED_REPLY,
@@ -134,7 +157,7 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
     );
     assert_eq!(holder(&db), id_b);
     env.slack.dm("third", ALLOWED, "D0CLU").await;
-    let posted = env.slack.posted(3).await;
+    let posted = answered(&env, 3, &[&b]).await;
     assert_eq!(
         posted[2]["args"]["text"],
         "answered after the takeover",
@@ -145,7 +168,7 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
 
     // A comes back and waits: B holds the workspace. SIGTERM of B hands it
     // over at once, long before B's 9 s lease would have run out.
-    let mut a = env.start();
+    let mut a = env.start_traced();
     env.slack.connections(3).await;
     let id_a = format!("{}:{}", instance(&home_a), a.child.id());
     assert_eq!(holder(&db), id_b);
@@ -157,7 +180,7 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
     )
     .await;
     env.slack.dm("fourth", ALLOWED, "D0CLU").await;
-    let posted = env.slack.posted(4).await;
+    let posted = answered(&env, 4, &[&a]).await;
     assert_eq!(
         posted[3]["args"]["text"],
         "answered after the handover",

@@ -263,10 +263,18 @@ channels:
         self.start_with_env(&[])
     }
 
+    /// As [`Env::start`], logging what the cluster and the router do.
+    pub(crate) fn start_traced(&self) -> Daemon {
+        self.start_with_env(&[("PINCER_LOG", "info,pincer::router=debug,pincer::cluster=debug")])
+    }
+
     /// A second daemon of this configuration with its own `home` (a
     /// cluster on one shared state).
     pub(crate) fn start_at(&self, home: &std::path::Path) -> Daemon {
-        self.start_with_env(&[("PINCER_HOME", home.to_str().unwrap())])
+        self.start_with_env(&[
+            ("PINCER_HOME", home.to_str().unwrap()),
+            ("PINCER_LOG", "info,pincer::router=debug,pincer::cluster=debug"),
+        ])
     }
 
     fn start_with_env(&self, vars: &[(&str, &str)]) -> Daemon {

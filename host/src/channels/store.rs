@@ -971,6 +971,76 @@ mod tests {
         }
     }
 
+    /// A daemon that holds workspace `ws` or not.
+    struct Holds(bool);
+
+    impl crate::cluster::Membership for Holds {
+        fn id(&self) -> &str {
+            "d"
+        }
+        fn holds(&self, _: &str) -> bool {
+            self.0
+        }
+        fn alive(&self) -> Vec<String> {
+            vec!["d".into()]
+        }
+        fn fence(
+            &self,
+            workspace: &str,
+            _: &mut dyn crate::db::Conn,
+        ) -> Result<(), crate::cluster::LeaseError> {
+            if self.0 {
+                Ok(())
+            } else {
+                Err(crate::cluster::LeaseError::NotHeld(workspace.into()))
+            }
+        }
+        fn wake_holder(&self, _: &str) {}
+    }
+
+    /// Two daemons on one state, only `holder` holding the workspace: the
+    /// other can store and answer a command, but neither start nor end a
+    /// turn, and a refused end queues nothing.
+    #[test]
+    fn only_the_workspace_holder_starts_and_ends_a_turn() {
+        each_backend(|at| {
+            let holder = ChannelStore::open_at(at).unwrap();
+            holder.fence_turns_with(std::sync::Arc::new(Holds(true)));
+            let other = ChannelStore::open_at(at).unwrap();
+            other.fence_turns_with(std::sync::Arc::new(Holds(false)));
+
+            let id = other
+                .receive(&received("1.1"), "ws", InboundState::Queued)
+                .unwrap()
+                .unwrap();
+            let refused = other.start(id).unwrap_err();
+            assert!(matches!(refused, StoreError::Fenced(_)), "{refused}");
+            assert!(holder.start(id).unwrap());
+            let refused = other
+                .finish(Some(id), InboundState::Done, &reply(&["stale"]))
+                .unwrap_err();
+            assert!(refused.to_string().contains("not held"), "{refused}");
+            assert!(holder.outbox("slack").unwrap().is_empty(), "nothing queued");
+            holder
+                .finish(Some(id), InboundState::Done, &reply(&["answer"]))
+                .unwrap();
+            assert_eq!(holder.outbox("slack").unwrap().len(), 1);
+
+            // A command is answered by whichever daemon received it.
+            let command = other
+                .receive(&received("1.2"), "ws", InboundState::Queued)
+                .unwrap()
+                .unwrap();
+            other
+                .finish(Some(command), InboundState::Done, &reply(&["help"]))
+                .unwrap();
+            assert_eq!(
+                holder.inbound(command).unwrap().unwrap().state,
+                InboundState::Done
+            );
+        });
+    }
+
     #[test]
     fn a_redelivered_message_is_stored_once() {
         each_backend(a_redelivered_message_is_stored_once_on);

@@ -10,5 +10,5 @@ mod wakeups;
 
 pub use leases::{Fence, Holder, Lease, LeaseError, Leases};
 pub use members::{Member, Members};
-pub use node::{Change, DEFAULT_LEASE, Membership, Node, Solo, daemon_id};
+pub use node::{Change, Membership, Node, Solo, daemon_id};
 pub use wakeups::{Wake, Wakeups};

@@ -18,9 +18,6 @@ use super::members::Members;
 use super::wakeups::Wakeups;
 use crate::db::{Conn, Location, now_ms};
 
-/// How long a lease lasts without renewal unless `state.lease` says.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
-
 const TOPIC_LEASE: &str = "lease";
 const TOPIC_INBOUND: &str = "inbound";
 

@@ -136,10 +136,16 @@ fn listen(
             None => drop(sender.send(Wake::everything())),
         }
         backoff = Duration::from_millis(100);
-        let mut notifications = client.notifications();
-        let mut heard = notifications.timeout_iter(STOP_CHECK);
         loop {
-            match ::postgres::fallible_iterator::FallibleIterator::next(&mut heard) {
+            // A fresh iterator each time: one's timer is not re-armed once
+            // it fired, so a kept one would return at once ever after (a
+            // thread spinning on the CPU).
+            let next = {
+                let mut notifications = client.notifications();
+                let mut heard = notifications.timeout_iter(STOP_CHECK);
+                ::postgres::fallible_iterator::FallibleIterator::next(&mut heard)
+            };
+            match next {
                 Ok(Some(n)) => {
                     let (topic, payload) =
                         n.payload().split_once('\n').unwrap_or((n.payload(), ""));
@@ -189,6 +195,40 @@ mod tests {
             expected,
             "the sender hears itself too"
         );
+    }
+
+    /// Heard after the listener has waited through several of its stop
+    /// checks, without spinning meanwhile.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_wake_up_after_a_quiet_while_is_heard() {
+        let at = database();
+        let (a, b) = (Wakeups::open(&at).unwrap(), Wakeups::open(&at).unwrap());
+        let mut heard = b.subscribe();
+        // CPU of every listener thread in this process, in clock ticks.
+        let cpu = || -> u64 {
+            std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+                .filter(|stat| stat.contains("(pincer-listen)"))
+                .map(|stat| {
+                    let after = stat.rsplit(')').next().unwrap_or_default();
+                    after
+                        .split_whitespace()
+                        .skip(11)
+                        .take(2)
+                        .map(|f| f.parse::<u64>().unwrap_or(0))
+                        .sum::<u64>()
+                })
+                .sum()
+        };
+        let before = cpu();
+        tokio::time::sleep(STOP_CHECK * 3).await;
+        let ticks = cpu() - before;
+        a.wake("inbound", "main").unwrap();
+        assert_eq!(next(&mut heard).await.payload, "main");
+        // Idle listeners block on their sockets: a spinning one would burn
+        // a core, about 300 ticks in 3 s.
+        assert!(ticks < 30, "{ticks} clock ticks of listener CPU while idle");
     }
 
     #[tokio::test]

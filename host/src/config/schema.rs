@@ -177,7 +177,7 @@ pub struct LeaseTime(pub std::time::Duration);
 
 impl Default for LeaseTime {
     fn default() -> Self {
-        Self(crate::cluster::DEFAULT_LEASE)
+        Self(std::time::Duration::from_secs(15))
     }
 }
 

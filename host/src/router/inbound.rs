@@ -290,6 +290,7 @@ impl ChannelRouter {
     /// Runs `workspace`'s queued messages that are not queued here yet.
     fn pick_up(&self, workspace: &str) -> Result<(), StoreError> {
         for row in self.channels.queued_in(workspace)? {
+            tracing::debug!(%workspace, id = row.id, "a message another daemon stored");
             self.enqueue(session_key(&row), Job::Message(row.id));
         }
         Ok(())
@@ -543,6 +544,7 @@ impl ChannelRouter {
         if self.cluster.holds(&key.workspace) {
             self.enqueue(key, Job::Message(id));
         } else {
+            tracing::debug!(workspace = %key.workspace, id, "stored for the daemon that runs the workspace");
             self.cluster.wake_holder(&key.workspace);
         }
         Ok(())
