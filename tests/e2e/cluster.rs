@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use pincer::db::{Db, Location};
 
 use crate::slack::{ALLOWED, Env, FakeSlack};
-use crate::support::fake_llm::Behaviour;
 use crate::support::daemon::Daemon;
+use crate::support::fake_llm::Behaviour;
 use crate::support::{DockerCleanup, unique};
 
 fn one<T: pincer::db::FromValue + Send>(db: &Db, sql: &str) -> T {
@@ -42,7 +42,9 @@ fn containers_of(home: &std::path::Path) -> usize {
         ])
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout).split_whitespace().count()
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .count()
 }
 
 /// The first `count` messages posted, once there are that many; the
@@ -131,14 +133,20 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
     assert!(pushed["envelope_id"].is_string(), "{pushed}");
     let posted = answered(&env, 1, &[&a, &b]).await;
     assert_eq!(posted[0]["args"]["text"], "answered by the holder");
-    assert_eq!(containers_of(&home_a), 1, "A runs the workspace's container");
+    assert_eq!(
+        containers_of(&home_a),
+        1,
+        "A runs the workspace's container"
+    );
     assert_eq!(containers_of(&home_b), 0, "B runs none\n{}", b.log());
 
     // A second turn hangs in the model; A is killed while it runs.
     env.slack.dm("second", ALLOWED, "D0CLU").await;
-    until("the second turn reaches the model", Duration::from_secs(60), || {
-        env.model.received().len() >= 2
-    })
+    until(
+        "the second turn reaches the model",
+        Duration::from_secs(60),
+        || env.model.received().len() >= 2,
+    )
     .await;
     a.child.kill().unwrap();
     a.child.wait().unwrap();

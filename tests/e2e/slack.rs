@@ -265,7 +265,10 @@ channels:
 
     /// As [`Env::start`], logging what the cluster and the router do.
     pub(crate) fn start_traced(&self) -> Daemon {
-        self.start_with_env(&[("PINCER_LOG", "info,pincer::router=debug,pincer::cluster=debug")])
+        self.start_with_env(&[(
+            "PINCER_LOG",
+            "info,pincer::router=debug,pincer::cluster=debug",
+        )])
     }
 
     /// A second daemon of this configuration with its own `home` (a
@@ -273,7 +276,10 @@ channels:
     pub(crate) fn start_at(&self, home: &std::path::Path) -> Daemon {
         self.start_with_env(&[
             ("PINCER_HOME", home.to_str().unwrap()),
-            ("PINCER_LOG", "info,pincer::router=debug,pincer::cluster=debug"),
+            (
+                "PINCER_LOG",
+                "info,pincer::router=debug,pincer::cluster=debug",
+            ),
         ])
     }
 

@@ -1089,7 +1089,12 @@ mod tests {
         // daemon alive keeps its claims.
         assert!(store.claim_due("c", 60_000, 10).unwrap().is_empty());
         let alive = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(store.release_claims_of_the_gone(&alive(&["b", "c"])).unwrap(), 0);
+        assert_eq!(
+            store
+                .release_claims_of_the_gone(&alive(&["b", "c"]))
+                .unwrap(),
+            0
+        );
         assert!(store.claim_due("c", 60_000, 10).unwrap().is_empty());
         assert_eq!(store.release_claims_of_the_gone(&alive(&["c"])).unwrap(), 1);
         assert_eq!(store.claim_due("c", 60_000, 10).unwrap()[0].text, "two");

@@ -27,13 +27,22 @@ fn print_cluster(daemons: &[crate::cluster::Member], leases: &[crate::cluster::H
         } else {
             format!("GONE (last heartbeat {beat} s ago)")
         };
-        let serves = |key: &str| m.detail.get(key).and_then(|v| v.as_str()).map(str::to_owned);
-        let channels = m.detail.get("channels").and_then(|c| c.as_array()).map(|c| {
-            c.iter()
-                .filter_map(|c| c.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        });
+        let serves = |key: &str| {
+            m.detail
+                .get(key)
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        };
+        let channels = m
+            .detail
+            .get("channels")
+            .and_then(|c| c.as_array())
+            .map(|c| {
+                c.iter()
+                    .filter_map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
         println!(
             "  {:<20} on {}, {life}; gateway {}{}{}",
             m.id,

@@ -27,7 +27,9 @@ pub enum LeaseError {
         token: i64,
         mine: i64,
     },
-    #[error("workspace `{0}` is not held by this daemon: another daemon runs it; the write was refused")]
+    #[error(
+        "workspace `{0}` is not held by this daemon: another daemon runs it; the write was refused"
+    )]
     NotHeld(String),
 }
 

@@ -148,18 +148,26 @@ mod tests {
                 ids
             };
             let detail = serde_json::json!({"gateway": "127.0.0.1:1"});
-            members.heartbeat("aaaa0001:10", "h1", 60_000, &detail).unwrap();
-            members.heartbeat("bbbb0002:20", "h2", 60_000, &detail).unwrap();
+            members
+                .heartbeat("aaaa0001:10", "h1", 60_000, &detail)
+                .unwrap();
+            members
+                .heartbeat("bbbb0002:20", "h2", 60_000, &detail)
+                .unwrap();
             assert_eq!(alive(), ["aaaa0001:10", "bbbb0002:20"]);
             // A heartbeat keeps the start time and the row count.
             let started = members.all().unwrap()[0].started_ms;
-            members.heartbeat("aaaa0001:10", "h1", 60_000, &detail).unwrap();
+            members
+                .heartbeat("aaaa0001:10", "h1", 60_000, &detail)
+                .unwrap();
             let all = members.all().unwrap();
             assert_eq!((all.len(), all[0].started_ms), (2, started));
             assert_eq!(all[0].detail, detail);
             // The same home started again (after kill -9): its old process
             // is dead at once.
-            members.heartbeat("aaaa0001:11", "h1", 60_000, &detail).unwrap();
+            members
+                .heartbeat("aaaa0001:11", "h1", 60_000, &detail)
+                .unwrap();
             assert_eq!(alive(), ["aaaa0001:11", "bbbb0002:20"]);
             members.leave("bbbb0002:20").unwrap();
             assert_eq!(alive(), ["aaaa0001:11"]);

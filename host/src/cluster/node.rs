@@ -168,7 +168,10 @@ impl Node {
                         }
                     }
                 },
-                None => match self.leases.acquire(&lease_name(workspace), &self.id, self.ttl_ms) {
+                None => match self
+                    .leases
+                    .acquire(&lease_name(workspace), &self.id, self.ttl_ms)
+                {
                     Ok(Some(lease)) => {
                         tracing::info!(%workspace, token = lease.token, "cluster: this daemon runs the workspace");
                         lock(&self.held).insert(workspace.clone(), lease);

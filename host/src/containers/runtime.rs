@@ -42,6 +42,9 @@ pub struct ContainerRuntime {
     grants: Arc<dyn GrantMinter>,
     /// `$PINCER_HOME/run`: a folder per workspace.
     run_root: PathBuf,
+    /// Workspaces whose runner must be handed a fresh token at its next
+    /// use, whatever it holds ([`ContainerRuntime::taken_up`]).
+    regrant: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// Where a container finds the gateway (its token is granted over the
@@ -146,7 +149,21 @@ impl ContainerRuntime {
             audit,
             grants,
             run_root: home.join("run"),
+            regrant: std::sync::Mutex::default(),
         })
+    }
+
+    /// This daemon now runs `workspace` (at start, or taken over from
+    /// another daemon of the cluster): the workspace's container token is
+    /// revoked at once, so a container another daemon started (a paused
+    /// daemon's, still running) can no longer call the gateway, and this
+    /// daemon's runner gets a fresh token at its next use.
+    pub fn taken_up(&self, workspace: &str) {
+        self.revoke_token(workspace);
+        self.regrant
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(workspace.to_owned());
     }
 
     /// Builds (or confirms) the default image `tag` from `images/`, offline;
@@ -336,7 +353,12 @@ impl ContainerRuntime {
         id: &str,
         mut status: Status,
     ) -> Result<Status, ContainerError> {
-        if status.granted {
+        let fresh = self
+            .regrant
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&spec.workspace);
+        if status.granted && !fresh {
             return Ok(status);
         }
         let token = self.grants.mint(&spec.workspace).map_err(|e| {

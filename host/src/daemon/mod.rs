@@ -183,9 +183,10 @@ async fn serve(
     // The workspaces this daemon runs: all of them when it is alone; their
     // unfinished messages are taken up before any new one arrives.
     let follow = {
-        let (router, schedules) = (router.clone(), schedules.clone());
+        let (router, schedules, agent) = (router.clone(), schedules.clone(), agent.clone());
         move |change: crate::cluster::Change| {
             if let crate::cluster::Change::Gained(workspace) = &change {
+                agent.runtime().taken_up(workspace);
                 schedules.gained(workspace);
             }
             router.follow(change);

@@ -17,8 +17,8 @@ use crate::channels::{
     AcceptError, Address, ChannelHost, InboundRow, InboundState, Inbox, Post, Progress, Received,
     StoreError,
 };
-use crate::config::{Config, Refusal};
 use crate::cluster::{Change, Membership};
+use crate::config::{Config, Refusal};
 use crate::pairing::PairingStore;
 use crate::plugins::api;
 use crate::sessions::{SessionKey, TurnStatus};
