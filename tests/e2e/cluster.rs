@@ -164,6 +164,12 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
         killed.elapsed()
     );
     assert_eq!(holder(&db), id_b);
+    until(
+        "B stops the container A left running on the shared engine",
+        Duration::from_secs(30),
+        || containers_of(&home_a) == 0,
+    )
+    .await;
     env.slack.dm("third", ALLOWED, "D0CLU").await;
     let posted = answered(&env, 3, &[&b]).await;
     assert_eq!(
@@ -195,6 +201,11 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
         "{}",
         a.log()
     );
+    assert_eq!(containers_of(&home_a), 1, "A started its container again");
+    until("A stops B's container", Duration::from_secs(30), || {
+        containers_of(&home_b) == 0
+    })
+    .await;
     assert!(a.stop().success(), "{}", a.log());
 
     // Each message once: one answer each, nothing left running or queued.

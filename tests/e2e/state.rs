@@ -221,3 +221,62 @@ fn state_copy_moves_a_home_to_postgres_with_counts_and_checksums() {
     ]));
     assert!(wrong.contains("--from is `sqlite:PATH`"), "{wrong}");
 }
+
+/// `pincer state migrate` makes every table of this release in the
+/// configured state, PostgreSQL or SQLite, and a second run changes
+/// nothing; a database written by a newer release is refused.
+#[test]
+fn state_migrate_makes_every_table_and_refuses_a_newer_schema() {
+    let sandbox = crate::support::Sandbox::new();
+    let at = pincer::db::testing::database();
+    let Location::Postgres(url) = &at else {
+        unreachable!()
+    };
+    let config = sandbox.write(
+        "pincer.yaml",
+        &format!("workspaces:\n  default: {{}}\nstate:\n  backend: postgres\n  url: \"{url}\"\n"),
+    );
+    let migrate = || sandbox.pincer(&["--config", config.to_str().unwrap(), "state", "migrate"]);
+    let said = ok(migrate());
+    assert!(
+        said.contains("every table of this release is there (schema version"),
+        "{said}"
+    );
+    let db = Db::open(&at).unwrap();
+    let tables = || {
+        count(
+            &db,
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema()",
+        )
+    };
+    let made = tables();
+    for table in [
+        "channel_inbound",
+        "cluster_leases",
+        "cluster_members",
+        "memories",
+    ] {
+        assert_eq!(
+            count(
+                &db,
+                &format!(
+                    "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = '{table}'"
+                )
+            ),
+            1,
+            "{table} made"
+        );
+    }
+    ok(migrate());
+    assert_eq!(tables(), made, "a second run makes nothing more");
+
+    db.run(|c| c.execute("UPDATE pincer_schema SET version = version + 1", &[]))
+        .unwrap();
+    let refused = crate::support::fails(migrate());
+    assert!(refused.contains("newer than"), "{refused}");
+
+    // On SQLite (the default) it makes pincer.db.
+    let sqlite = sandbox.write("sqlite.yaml", "workspaces:\n  default: {}\n");
+    ok(sandbox.pincer(&["--config", sqlite.to_str().unwrap(), "state", "migrate"]));
+    assert!(sandbox.home().join(pincer::db::FILE_NAME).is_file());
+}

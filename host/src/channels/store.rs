@@ -490,6 +490,24 @@ impl ChannelStore {
         self.db.transaction(|tx| {
             if let Some(id) = inbound_id {
                 self.fence_if(tx, id, InboundState::Running)?;
+                // A message ends once: a turn that ends after its message
+                // was recorded interrupted (its workspace went to another
+                // daemon and came back) queues nothing.
+                let ended = tx
+                    .query_opt("SELECT state FROM channel_inbound WHERE id = ?1", args![id])?
+                    .map(|row| row.get::<String>(0))
+                    .transpose()?
+                    .map(|state| InboundState::parse(&state))
+                    .filter(|state| {
+                        matches!(
+                            state,
+                            InboundState::Done | InboundState::Failed | InboundState::Interrupted
+                        )
+                    });
+                if let Some(ended) = ended {
+                    tracing::warn!(id, ?ended, "a message that has ended is not answered again");
+                    return Ok(Vec::new());
+                }
             }
             let now = now_ms();
             let mut ids = Vec::with_capacity(reply.parts.len());
@@ -1024,6 +1042,15 @@ mod tests {
             holder
                 .finish(Some(id), InboundState::Done, &reply(&["answer"]))
                 .unwrap();
+            assert_eq!(holder.outbox("slack").unwrap().len(), 1);
+            // Ended: a late second end (a turn cut off, then finishing)
+            // queues nothing.
+            assert_eq!(
+                holder
+                    .finish(Some(id), InboundState::Done, &reply(&["late"]))
+                    .unwrap(),
+                Vec::<i64>::new()
+            );
             assert_eq!(holder.outbox("slack").unwrap().len(), 1);
 
             // A command is answered by whichever daemon received it.

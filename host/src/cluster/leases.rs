@@ -40,6 +40,8 @@ pub struct Lease {
     pub owner: String,
     pub token: i64,
     pub expires_ms: i64,
+    /// The daemon it was taken from, when it was another's.
+    pub taken_from: Option<String>,
 }
 
 /// Who holds what, for `pincer status`.
@@ -89,6 +91,7 @@ impl Leases {
     ) -> Result<Option<Lease>, LeaseError> {
         self.db.transaction(|tx| {
             let expires_ms = now + ttl_ms;
+            let mut taken_from = None;
             let token = match holder(tx, what)? {
                 None => {
                     tx.execute(
@@ -112,6 +115,9 @@ impl Leases {
                          WHERE what = ?1 AND token = ?5",
                         args![what, owner, h.token + 1, expires_ms, h.token],
                     )?;
+                    if h.owner != owner {
+                        taken_from = Some(h.owner);
+                    }
                     h.token + 1
                 }
                 Some(_) => return Ok(None),
@@ -121,6 +127,7 @@ impl Leases {
                 owner: owner.to_owned(),
                 token,
                 expires_ms,
+                taken_from,
             }))
         })
     }
@@ -389,6 +396,7 @@ mod tests {
                 .unwrap()
                 .unwrap();
             assert_eq!(new.token, old.token + 1);
+            assert_eq!(new.taken_from.as_deref(), Some("0a1b2c3d:100"));
         });
     }
 

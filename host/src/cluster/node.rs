@@ -34,7 +34,11 @@ fn lease_name(workspace: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// This daemon now runs `workspace`: recover its unfinished messages.
-    Gained(String),
+    /// `from`: the daemon that ran it before, when it was another.
+    Gained {
+        workspace: String,
+        from: Option<String>,
+    },
     /// Another daemon took `workspace` (this one was paused or cut off
     /// past the lease time): what still runs here cannot write any more.
     Lost(String),
@@ -173,9 +177,12 @@ impl Node {
                     .acquire(&lease_name(workspace), &self.id, self.ttl_ms)
                 {
                     Ok(Some(lease)) => {
-                        tracing::info!(%workspace, token = lease.token, "cluster: this daemon runs the workspace");
+                        tracing::info!(%workspace, token = lease.token, from = ?lease.taken_from, "cluster: this daemon runs the workspace");
+                        changes.push(Change::Gained {
+                            workspace: workspace.clone(),
+                            from: lease.taken_from.clone(),
+                        });
                         lock(&self.held).insert(workspace.clone(), lease);
-                        changes.push(Change::Gained(workspace.clone()));
                     }
                     Ok(None) => {}
                     Err(e) => tracing::warn!(%workspace, "cluster: cannot take the lease: {e}"),
@@ -291,18 +298,23 @@ mod tests {
         vec!["main".into(), "research".into()]
     }
 
+    fn gained(workspace: &str, from: Option<&str>) -> Change {
+        Change::Gained {
+            workspace: workspace.into(),
+            from: from.map(str::to_owned),
+        }
+    }
+
+    fn gained_from(workspace: &str, from: &str) -> Change {
+        gained(workspace, Some(from))
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn two_daemons_share_the_workspaces_and_a_clean_stop_hands_them_over() {
         let at = database();
         let a = Node::join(&at, "aaaa0001:1".into(), Duration::from_secs(60), ws()).unwrap();
         let b = Node::join(&at, "bbbb0002:2".into(), Duration::from_secs(60), ws()).unwrap();
-        assert_eq!(
-            a.step(),
-            [
-                Change::Gained("main".into()),
-                Change::Gained("research".into())
-            ]
-        );
+        assert_eq!(a.step(), [gained("main", None), gained("research", None)]);
         assert_eq!(b.step(), [], "held by a");
         assert!(a.holds("main") && !b.holds("main"));
         assert_eq!(a.step(), [], "renewed");
@@ -315,20 +327,21 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         tokio::spawn(b.clone().run(stop, tx));
         a.leave();
-        let mut gained = Vec::new();
-        while gained.len() < 2 {
+        let mut taken = Vec::new();
+        while taken.len() < 2 {
             let change = tokio::time::timeout(Duration::from_secs(10), rx.recv())
                 .await
                 .expect("b takes over within 10 s, long before the 60 s lease")
                 .unwrap();
-            gained.push(change);
+            taken.push(change);
         }
-        gained.sort_by_key(|c| format!("{c:?}"));
+        taken.sort_by_key(|c| format!("{c:?}"));
+        // Handed back: taken from a, which is named.
         assert_eq!(
-            gained,
+            taken,
             [
-                Change::Gained("main".into()),
-                Change::Gained("research".into())
+                gained_from("main", "aaaa0001:1"),
+                gained_from("research", "aaaa0001:1")
             ]
         );
         // a message stored by a for main reaches b
@@ -352,7 +365,7 @@ mod tests {
         db.transaction(|tx| a.fence("main", tx)).unwrap();
         // a is paused past its lease; b takes over.
         std::thread::sleep(Duration::from_millis(400));
-        assert!(b.step().contains(&Change::Gained("main".into())));
+        assert!(b.step().contains(&gained_from("main", "aaaa0001:1")));
         let refused = db.transaction(|tx| a.fence("main", tx)).unwrap_err();
         assert!(
             matches!(refused, LeaseError::Fenced { ref holder, .. } if holder == "bbbb0002:2"),

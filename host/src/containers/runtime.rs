@@ -584,6 +584,39 @@ impl ContainerRuntime {
         Ok(true)
     }
 
+    /// Stops `workspace`'s container of home `instance` (the daemon of the
+    /// cluster this one took the workspace from), if this engine has it
+    /// running; `false` when it has none. Its home reconciles it when it
+    /// starts again.
+    pub async fn stop_predecessor(
+        &self,
+        instance: &str,
+        workspace: &str,
+    ) -> Result<bool, ContainerError> {
+        let is_instance = instance.len() == 8 && instance.chars().all(|c| c.is_ascii_hexdigit());
+        if instance == self.instance || !is_instance {
+            return Ok(false);
+        }
+        let name = format!("pincer-{instance}-{workspace}");
+        let Some(state) = self.engine.inspect(&name).await?.map(|c| c.state) else {
+            return Ok(false);
+        };
+        if state.paused {
+            self.engine.unpause(&name).await?;
+        }
+        if !state.running {
+            return Ok(false);
+        }
+        self.engine.stop(&name, STOP_GRACE).await?;
+        self.audit.record(
+            crate::audit::Actor::Host,
+            Some(workspace),
+            crate::audit::Action::ContainerStopped,
+            &format!("{name}: the daemon that ran the workspace lost it to this one"),
+        );
+        Ok(true)
+    }
+
     /// Thaws the workspace's container if it is frozen; `false` when it
     /// was not.
     pub async fn wake(&self, workspace: &str) -> Result<bool, ContainerError> {

@@ -185,9 +185,22 @@ async fn serve(
     let follow = {
         let (router, schedules, agent) = (router.clone(), schedules.clone(), agent.clone());
         move |change: crate::cluster::Change| {
-            if let crate::cluster::Change::Gained(workspace) = &change {
+            if let crate::cluster::Change::Gained { workspace, from } = &change {
                 agent.runtime().taken_up(workspace);
                 schedules.gained(workspace);
+                if let Some((instance, _)) = from.as_deref().and_then(|f| f.split_once(':')) {
+                    let (agent, instance, workspace) =
+                        (agent.clone(), instance.to_owned(), workspace.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = agent
+                            .runtime()
+                            .stop_predecessor(&instance, &workspace)
+                            .await
+                        {
+                            tracing::warn!(%workspace, "cannot stop the previous daemon's container: {e}");
+                        }
+                    });
+                }
             }
             router.follow(change);
         }

@@ -42,7 +42,7 @@ enum Job {
 }
 
 /// What a turn that pincer's restart interrupted answers.
-pub const INTERRUPTED_REPLY: &str = "pincer was restarted while it worked on this message, so it has no answer for it. Send the message again if you still need one.";
+pub const INTERRUPTED_REPLY: &str = "pincer was restarted, or the machine running it went away, while it worked on this message, so it has no answer for it. Send the message again if you still need one.";
 
 pub struct ChannelRouter {
     me: Weak<ChannelRouter>,
@@ -276,7 +276,7 @@ impl ChannelRouter {
     /// Acts on a change of what this daemon runs ([`Change`]).
     pub fn follow(&self, change: Change) {
         let done = match &change {
-            Change::Gained(workspace) => self.recover(workspace),
+            Change::Gained { workspace, .. } => self.recover(workspace),
             Change::Inbound(workspace) => self.pick_up(workspace),
             // What still runs of it here can no longer start or end a turn
             // (the store's fence): the new holder answers.
@@ -287,7 +287,8 @@ impl ChannelRouter {
         }
     }
 
-    /// Runs `workspace`'s queued messages that are not queued here yet.
+    /// Runs `workspace`'s queued messages (one queued here already runs
+    /// once: starting it is a claim).
     fn pick_up(&self, workspace: &str) -> Result<(), StoreError> {
         for row in self.channels.queued_in(workspace)? {
             tracing::debug!(%workspace, id = row.id, "a message another daemon stored");
