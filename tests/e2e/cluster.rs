@@ -237,3 +237,176 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
         "stopped daemons left; the killed one was marked gone when its home restarted"
     );
 }
+
+/// A daemon paused (SIGSTOP) past its lease while a turn runs: the other
+/// daemon takes the workspace and tells the sender; when the paused one
+/// resumes and its turn ends, its answer is refused by the fence, and
+/// nothing more reaches the conversation.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_paused_past_its_lease_cannot_answer_when_it_resumes() {
+    let at = pincer::db::testing::database();
+    let Location::Postgres(url) = &at else {
+        unreachable!()
+    };
+    let env = Env::configured_with(
+        vec![Behaviour::slow_answer(15_000, "a stale answer")],
+        FakeSlack::start(),
+        "{}",
+        "reply",
+        &format!("state:\n  backend: postgres\n  url: \"{url}\"\n  lease: 3s\n"),
+    )
+    .await;
+    let db = Db::open(&at).unwrap();
+    let home_b = env.sandbox.dir.path().join("home-b");
+    std::fs::create_dir_all(&home_b).unwrap();
+    let _cleanup_b = DockerCleanup {
+        home: home_b.clone(),
+        label: unique(),
+    };
+    let mut a = env.start_traced();
+    env.slack.connections(1).await;
+    let mut b = env.start_at(&home_b);
+    env.slack.connections(2).await;
+    let id_a = format!("{}:{}", instance(&env.sandbox.home()), a.child.id());
+    let id_b = format!("{}:{}", instance(&home_b), b.child.id());
+    assert_eq!(holder(&db), id_a);
+
+    env.slack.dm("slow one", ALLOWED, "D0STOP").await;
+    until(
+        "the turn reaches the model",
+        Duration::from_secs(60),
+        || !env.model.received().is_empty(),
+    )
+    .await;
+    let pid = a.child.id() as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let posted = answered(&env, 1, &[&b]).await;
+    assert_eq!(
+        posted[0]["args"]["text"],
+        pincer::router::inbound::INTERRUPTED_REPLY,
+        "{}",
+        b.log()
+    );
+    assert_eq!(holder(&db), id_b);
+
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    until(
+        "the resumed daemon's answer is refused",
+        Duration::from_secs(60),
+        || a.log().contains("the write was refused"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let posted = env.slack.posted(1).await;
+    assert_eq!(posted.len(), 1, "nothing more posted: {posted:#?}");
+    let state: String = one(&db, "SELECT state FROM channel_inbound");
+    assert_eq!(state, "interrupted");
+    let queued: i64 = one(&db, "SELECT COUNT(*) FROM channel_outbox");
+    assert_eq!(queued, 1, "the stale answer was never queued");
+    assert!(b.stop().success(), "{}", b.log());
+    assert!(a.stop().success(), "{}", a.log());
+}
+
+/// Two daemons on one Slack app: 200 DMs over 20 conversations, each
+/// conversation's messages alternating between the two connections, and
+/// every message of one conversation delivered on both. Every message is
+/// answered once, in order within its conversation.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_daemons_answer_200_messages_over_20_conversations_once_each_in_order() {
+    let at = pincer::db::testing::database();
+    let Location::Postgres(url) = &at else {
+        unreachable!()
+    };
+    let env = Env::configured_with(
+        vec![Behaviour::EchoUser],
+        FakeSlack::start(),
+        "{}",
+        "reply",
+        &format!("state:\n  backend: postgres\n  url: \"{url}\"\n"),
+    )
+    .await;
+    let home_b = env.sandbox.dir.path().join("home-b");
+    std::fs::create_dir_all(&home_b).unwrap();
+    let _cleanup_b = DockerCleanup {
+        home: home_b.clone(),
+        label: unique(),
+    };
+    let a = env.start_traced();
+    env.slack.connections(1).await;
+    let b = env.start_at(&home_b);
+    env.slack.connections(2).await;
+    let (_, seen) = env.slack.get("/connections").await;
+    let connections: Vec<i64> = seen["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["open"] == true)
+        .map(|c| c["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(connections.len(), 2, "{seen:#}");
+
+    const CONVERSATIONS: usize = 20;
+    const ROUNDS: usize = 10;
+    let mut acks = 0;
+    for round in 0..ROUNDS {
+        for c in 0..CONVERSATIONS {
+            let on = connections[(round + c) % 2];
+            let event = serde_json::json!({"kind": "dm", "text": format!("c{c:02}-m{round:02}"),
+                "user": ALLOWED, "channel": format!("D0C{c:02}"), "connection": on});
+            let pushed = env.slack.post("/socket/push", event.clone()).await;
+            acks += 1;
+            if c == 0 {
+                // The same event again, on the other connection.
+                let mut again = event;
+                again["ts"] = pushed["ts"].clone();
+                again["connection"] = connections[(round + c + 1) % 2].into();
+                env.slack.post("/socket/push", again).await;
+                acks += 1;
+            }
+            // Stored before the next one is sent, as a person types.
+            let (status, _) = env
+                .slack
+                .get(&format!("/wait?what=acks&count={acks}&timeout=30"))
+                .await;
+            assert_eq!(status, 200, "not acked\n{}\n-----\n{}", a.log(), b.log());
+        }
+    }
+    let total = CONVERSATIONS * ROUNDS;
+    let mut posted = Vec::new();
+    for _ in 0..5 {
+        let (status, _) = env
+            .slack
+            .get(&format!(
+                "/wait?what=calls&method=chat.postMessage&count={total}&timeout=60"
+            ))
+            .await;
+        if status == 200 {
+            posted = env.slack.posted(total).await;
+            break;
+        }
+    }
+    assert_eq!(
+        posted.len(),
+        total,
+        "every message answered\n{}\n-----\n{}",
+        a.log(),
+        b.log()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(env.slack.posted(total).await.len(), total, "none twice");
+    for c in 0..CONVERSATIONS {
+        let channel = format!("D0C{c:02}");
+        let replies: Vec<&str> = posted
+            .iter()
+            .filter(|p| p["args"]["channel"] == channel.as_str())
+            .map(|p| p["args"]["text"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(replies.len(), ROUNDS, "{channel}: {replies:#?}");
+        for (round, reply) in replies.iter().enumerate() {
+            assert!(
+                reply.contains(&format!("c{c:02}-m{round:02}")),
+                "{channel}: reply {round} is {reply:?}, in order: {replies:#?}"
+            );
+        }
+    }
+}

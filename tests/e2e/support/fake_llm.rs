@@ -28,6 +28,8 @@ pub enum Behaviour {
     EchoAuthorization,
     /// Answers "the tool said: <the last tool result of the request>".
     EchoLastTool,
+    /// Answers "you said: <the last user message of the request>".
+    EchoUser,
     /// The n-th request gets the n-th behaviour; the last one repeats.
     Script(Vec<Behaviour>),
     /// Answers with several tool calls at once.
@@ -145,6 +147,20 @@ async fn complete(State(shared): State<Shared>, headers: HeaderMap, body: String
                 &model,
                 stream,
                 json!({"role": "assistant", "content": format!("the tool said: {said}")}),
+                "stop",
+            )
+        }
+        Behaviour::EchoUser => {
+            let said = request["messages"]
+                .as_array()
+                .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or("")
+                .to_string();
+            answer(
+                &model,
+                stream,
+                json!({"role": "assistant", "content": format!("you said: {said}")}),
                 "stop",
             )
         }
