@@ -108,6 +108,20 @@ fn bound_registry() -> &'static Mutex<Vec<(SocketAddr, String)>> {
     BOUND.get_or_init(Default::default)
 }
 
+/// Counts `address` among [`bound_tcp`] as `name` while the returned guard
+/// lives: a service pincer depends on that is not one of its listeners
+/// (the state database), which the egress proxy must refuse too.
+pub fn protect(address: SocketAddr, name: &str) -> Protected {
+    Protected {
+        _registered: Registered::new(address, name),
+    }
+}
+
+/// What [`protect`] returns.
+pub struct Protected {
+    _registered: Registered,
+}
+
 /// One entry of [`bound_tcp`], removed when the listener stops.
 struct Registered(SocketAddr);
 

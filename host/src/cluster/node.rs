@@ -204,28 +204,46 @@ impl Node {
         let period = Duration::from_millis(u64::try_from(self.ttl_ms / 3).unwrap_or(1).max(1));
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A step waits on the database (a busy SQLite file, a slow server):
+        // never on one of the runtime's few worker threads.
+        let step = |node: &Arc<Self>| {
+            let node = node.clone();
+            async move {
+                tokio::task::spawn_blocking(move || node.step())
+                    .await
+                    .unwrap_or_default()
+            }
+        };
+        enum Next {
+            Stop,
+            Step,
+            Heard(Result<super::Wake, broadcast::error::RecvError>),
+        }
         loop {
-            let mut found = tokio::select! {
-                _ = stop.wait_for(|s| *s) => return,
-                _ = tick.tick() => self.step(),
-                wake = heard.recv() => match wake {
-                    Ok(wake) if wake.topic == TOPIC_LEASE => self.step(),
-                    Ok(wake) if wake.topic == TOPIC_INBOUND => {
-                        if self.holds(&wake.payload) {
-                            vec![Change::Inbound(wake.payload)]
-                        } else {
-                            Vec::new()
-                        }
+            let next = tokio::select! {
+                _ = stop.wait_for(|s| *s) => Next::Stop,
+                _ = tick.tick() => Next::Step,
+                wake = heard.recv() => Next::Heard(wake),
+            };
+            let mut found = match next {
+                Next::Stop => return,
+                Next::Step => step(&self).await,
+                Next::Heard(Ok(wake)) if wake.topic == TOPIC_LEASE => step(&self).await,
+                Next::Heard(Ok(wake)) if wake.topic == TOPIC_INBOUND => {
+                    if self.holds(&wake.payload) {
+                        vec![Change::Inbound(wake.payload)]
+                    } else {
+                        Vec::new()
                     }
-                    Ok(wake) if wake.topic != "*" => Vec::new(),
-                    // Reconnected, or fell behind: look at everything.
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                        let mut found = self.step();
-                        found.extend(self.held_now().into_iter().map(Change::Inbound));
-                        found
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
+                }
+                Next::Heard(Ok(wake)) if wake.topic != "*" => Vec::new(),
+                // Reconnected, or fell behind: look at everything.
+                Next::Heard(Ok(_) | Err(broadcast::error::RecvError::Lagged(_))) => {
+                    let mut found = step(&self).await;
+                    found.extend(self.held_now().into_iter().map(Change::Inbound));
+                    found
+                }
+                Next::Heard(Err(broadcast::error::RecvError::Closed)) => return,
             };
             for change in found.drain(..) {
                 if changes.send(change).is_err() {

@@ -141,6 +141,13 @@ async fn serve(
         configured.clone(),
     )
     .context("joining the cluster of daemons on the state")?;
+    // No workspace reaches the state's database, whatever it lists.
+    let _database: Vec<crate::listener::Protected> = ctx
+        .state()?
+        .tcp_addresses()
+        .into_iter()
+        .map(|at| crate::listener::protect(at, "state.url"))
+        .collect();
     let store = Arc::new(ctx.channel_store()?);
     store.fence_turns_with(cluster.clone());
     let channels = Arc::new(
@@ -212,9 +219,12 @@ async fn serve(
     let membership = {
         let (changes_tx, mut changes) = tokio::sync::mpsc::unbounded_channel();
         let running = tokio::spawn(cluster.clone().run(cluster_stop, changes_tx));
+        let follow = Arc::new(follow);
         let following = tokio::spawn(async move {
             while let Some(change) = changes.recv().await {
-                follow(change);
+                // Taking a workspace up reads and writes the state.
+                let follow = follow.clone();
+                let _ = tokio::task::spawn_blocking(move || follow(change)).await;
             }
         });
         (running, following)

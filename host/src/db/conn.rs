@@ -202,9 +202,61 @@ impl Db {
     }
 }
 
+impl Location {
+    /// The TCP addresses of a PostgreSQL server this location names
+    /// (resolved now; none for a unix socket or SQLite): the egress proxy
+    /// refuses them to every workspace.
+    pub fn tcp_addresses(&self) -> Vec<std::net::SocketAddr> {
+        use std::net::ToSocketAddrs as _;
+        let Location::Postgres(url) = self else {
+            return Vec::new();
+        };
+        let Ok(config) = url.parse::<::postgres::Config>() else {
+            return Vec::new();
+        };
+        let ports = config.get_ports();
+        config
+            .get_hosts()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, host)| match host {
+                ::postgres::config::Host::Tcp(name) => {
+                    let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+                    Some((name.clone(), port))
+                }
+                ::postgres::config::Host::Unix(_) => None,
+            })
+            .flat_map(|at| at.to_socket_addrs().into_iter().flatten())
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_postgres_servers_tcp_addresses_are_known() {
+        let at = |url: &str| Location::Postgres(url.into()).tcp_addresses();
+        assert_eq!(
+            at("postgres://pincer:pw@127.0.0.1:6543/pincer"),
+            ["127.0.0.1:6543".parse().unwrap()]
+        );
+        assert_eq!(
+            at("host=127.0.0.1,/run/postgresql port=7000,7001 dbname=p"),
+            ["127.0.0.1:7000".parse().unwrap()]
+        );
+        assert_eq!(
+            at("host=127.0.0.1 dbname=p"),
+            ["127.0.0.1:5432".parse().unwrap()]
+        );
+        assert!(at("host=/run/postgresql dbname=p").is_empty());
+        assert!(
+            Location::Sqlite("/h/pincer.db".into())
+                .tcp_addresses()
+                .is_empty()
+        );
+    }
 
     #[test]
     fn a_postgres_password_is_never_shown() {

@@ -160,6 +160,32 @@ async fn a_literally_listed_loopback_origin_is_tunnelled_and_audited_with_its_by
     );
 }
 
+/// The state's database (`state.url` on TCP) is refused like pincer's own
+/// listeners, even to a workspace that lists it literally.
+#[tokio::test]
+async fn the_state_database_is_refused_even_when_listed() {
+    let (port, mut seen) = echo_origin().await;
+    let fixture = start(&[format!("127.0.0.1:{port}")], false, limits());
+    let address: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let _database = crate::listener::protect(address, "state.url");
+    let answer = exchange(
+        &fixture,
+        format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(
+        answer.contains("pincer's own listener (state.url)"),
+        "{answer}"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), seen.recv())
+            .await
+            .is_err(),
+        "the database was never reached"
+    );
+}
+
 #[tokio::test]
 async fn plain_http_is_forwarded_with_its_head_rewritten() {
     let (port, mut seen) = echo_origin().await;
