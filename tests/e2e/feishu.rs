@@ -1021,7 +1021,11 @@ async fn an_event_the_store_refuses_is_not_acked_and_its_redelivery_is_answered_
     );
     lock.release();
 
-    let sent = env.feishu.wait("messages", 1).await;
+    let (status, sent) = env
+        .feishu
+        .get("/wait?what=messages&count=1&timeout=60")
+        .await;
+    assert_eq!(status, 200, "no answer: {sent:#}\n{}", daemon.log());
     assert!(
         sent["items"][0]["content"]
             .as_str()

@@ -314,24 +314,28 @@ impl ChannelStore {
         let _ = self.fence.set(membership);
     }
 
-    /// The fence check for inbound message `id`, if it is in `state`.
+    /// The fence check for inbound message `id`, if it is in one of
+    /// `states`.
     fn fence_if(
         &self,
         tx: &mut dyn crate::db::Conn,
         id: i64,
-        state: InboundState,
+        states: &[InboundState],
     ) -> Result<(), StoreError> {
         let Some(fence) = self.fence.get() else {
             return Ok(());
         };
-        let workspace = tx.query_opt(
-            "SELECT workspace FROM channel_inbound WHERE id = ?1 AND state = ?2",
-            args![id, state.as_str()],
+        let row = tx.query_opt(
+            "SELECT workspace, state FROM channel_inbound WHERE id = ?1",
+            args![id],
         )?;
-        match workspace {
-            Some(row) => Ok(fence.fence(&row.get::<String>(0)?, tx)?),
-            None => Ok(()),
+        let Some(row) = row else {
+            return Ok(());
+        };
+        if !states.contains(&InboundState::parse(&row.get::<String>(1)?)) {
+            return Ok(());
         }
+        Ok(fence.fence(&row.get::<String>(0)?, tx)?)
     }
 
     /// Stores an inbound message. `None` when it is already stored (a
@@ -436,7 +440,7 @@ impl ChannelStore {
     /// queued (another worker or a stop got there first).
     pub fn start(&self, id: i64) -> Result<bool, StoreError> {
         self.db.transaction(|tx| {
-            self.fence_if(tx, id, InboundState::Queued)?;
+            self.fence_if(tx, id, &[InboundState::Queued])?;
             Ok(tx.execute(
                 "UPDATE channel_inbound SET state = ?2 WHERE id = ?1 AND state = ?3",
                 args![
@@ -489,7 +493,19 @@ impl ChannelStore {
         let last = reply.parts.len().saturating_sub(1);
         self.db.transaction(|tx| {
             if let Some(id) = inbound_id {
-                self.fence_if(tx, id, InboundState::Running)?;
+                // A turn's end (its message running, or ended meanwhile by
+                // the daemon that took the workspace over) is fenced; a
+                // notice to a message just stored is not.
+                self.fence_if(
+                    tx,
+                    id,
+                    &[
+                        InboundState::Running,
+                        InboundState::Done,
+                        InboundState::Failed,
+                        InboundState::Interrupted,
+                    ],
+                )?;
                 // A message ends once: a turn that ends after its message
                 // was recorded interrupted (its workspace went to another
                 // daemon and came back) queues nothing.

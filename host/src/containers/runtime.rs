@@ -45,6 +45,10 @@ pub struct ContainerRuntime {
     /// Workspaces whose runner must be handed a fresh token at its next
     /// use, whatever it holds ([`ContainerRuntime::taken_up`]).
     regrant: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// One `ensure` at a time per workspace: the first messages of many
+    /// conversations at once would otherwise each create the container,
+    /// and all but one fail on the name.
+    ensuring: std::sync::Mutex<std::collections::BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Where a container finds the gateway (its token is granted over the
@@ -150,6 +154,7 @@ impl ContainerRuntime {
             grants,
             run_root: home.join("run"),
             regrant: std::sync::Mutex::default(),
+            ensuring: std::sync::Mutex::default(),
         })
     }
 
@@ -197,6 +202,14 @@ impl ContainerRuntime {
     /// Makes sure the workspace's container runs and is exactly what its spec
     /// says; creates, starts or replaces it as needed.
     pub async fn ensure(&self, spec: &WorkspaceSpec) -> Result<Ensured, ContainerError> {
+        let turn = self
+            .ensuring
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(spec.workspace.clone())
+            .or_default()
+            .clone();
+        let _one_at_a_time = turn.lock().await;
         let in_use = in_use::hold(&spec.run_dir).await?;
         let digest = spec.digest();
         let mut replaced = None;

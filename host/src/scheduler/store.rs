@@ -302,30 +302,42 @@ impl Store {
         alive: &[String],
         now_ms: i64,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        self.db.write_transaction(|tx| {
-            let open = tx.query(
+        // Read first: most ticks find nothing abandoned and write nothing.
+        let abandoned: Vec<i64> = self.db.run(|conn| -> Result<Vec<i64>, DbError> {
+            let mut ids = Vec::new();
+            for row in conn.query(
                 "SELECT id, claimed_by, claimed_until_ms FROM schedule_runs
                  WHERE status IN ('claimed', 'running')",
                 args![],
-            )?;
-            let mut marked = Vec::new();
-            for row in open {
+            )? {
                 let (id, by, until): (i64, Option<String>, Option<i64>) =
                     (row.get(0)?, row.get(1)?, row.get(2)?);
                 let gone = by.is_none_or(|by| !alive.contains(&by));
-                if !gone && until.is_none_or(|until| until >= now_ms) {
-                    continue;
+                if gone || until.is_some_and(|until| until < now_ms) {
+                    ids.push(id);
                 }
-                marked.push(record(&tx.query_one(
+            }
+            Ok(ids)
+        })?;
+        if abandoned.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.db.write_transaction(|tx| {
+            let mut marked = Vec::new();
+            for id in &abandoned {
+                let row = tx.query_opt(
                     &format!(
                         "UPDATE schedule_runs
                          SET status = 'interrupted', ended_ms = ?2,
                              error = COALESCE(error, 'interrupted: its daemon stopped or its lease ran out')
-                         WHERE id = ?1
+                         WHERE id = ?1 AND status IN ('claimed', 'running')
                          RETURNING {COLUMNS}"
                     ),
-                    args![id, now_ms],
-                )?)?);
+                    args![*id, now_ms],
+                )?;
+                if let Some(row) = row {
+                    marked.push(record(&row)?);
+                }
             }
             Ok(marked)
         })
