@@ -47,6 +47,59 @@ fn containers_of(home: &std::path::Path) -> usize {
         .count()
 }
 
+/// Two daemons of one configuration on one private PostgreSQL, both
+/// connected to the fake Slack app: A on the sandbox's home, started first
+/// (so it holds the workspace), and B on a home of its own.
+struct Cluster {
+    env: Env,
+    db: Db,
+    home_b: std::path::PathBuf,
+    _cleanup_b: DockerCleanup,
+}
+
+impl Cluster {
+    async fn start(script: Vec<Behaviour>, lease: Option<&str>) -> (Cluster, Daemon, Daemon) {
+        let at = pincer::db::testing::database();
+        let Location::Postgres(url) = &at else {
+            unreachable!()
+        };
+        let lease = lease.map(|l| format!("  lease: {l}\n")).unwrap_or_default();
+        let env = Env::configured_with(
+            script,
+            FakeSlack::start(),
+            "{}",
+            "reply",
+            &format!("state:\n  backend: postgres\n  url: \"{url}\"\n{lease}"),
+        )
+        .await;
+        let home_b = env.sandbox.dir.path().join("home-b");
+        std::fs::create_dir_all(&home_b).unwrap();
+        let cluster = Cluster {
+            db: Db::open(&at).unwrap(),
+            _cleanup_b: DockerCleanup {
+                home: home_b.clone(),
+                label: unique(),
+            },
+            home_b,
+            env,
+        };
+        let a = cluster.env.start_traced();
+        cluster.env.slack.connections(1).await;
+        let b = cluster.env.start_at(&cluster.home_b);
+        cluster.env.slack.connections(2).await;
+        (cluster, a, b)
+    }
+
+    fn home_a(&self) -> std::path::PathBuf {
+        self.env.sandbox.home()
+    }
+
+    /// `daemon`'s id in the cluster, `home` being its home.
+    fn id(home: &std::path::Path, daemon: &Daemon) -> String {
+        format!("{}:{}", instance(home), daemon.child.id())
+    }
+}
+
 /// The first `count` messages posted, once there are that many; the
 /// daemons' logs if they do not come.
 async fn answered(env: &Env, count: usize, daemons: &[&Daemon]) -> Vec<serde_json::Value> {
@@ -83,39 +136,21 @@ async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
 /// Every message is answered once.
 #[tokio::test(flavor = "multi_thread")]
 async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_over() {
-    let at = pincer::db::testing::database();
-    let Location::Postgres(url) = &at else {
-        unreachable!()
-    };
-    let env = Env::configured_with(
+    let (cluster, mut a, mut b) = Cluster::start(
         vec![
             Behaviour::answer("answered by the holder"),
             Behaviour::Hang,
             Behaviour::answer("answered after the takeover"),
             Behaviour::answer("answered after the handover"),
         ],
-        FakeSlack::start(),
-        "{}",
-        "reply",
-        &format!("state:\n  backend: postgres\n  url: \"{url}\"\n  lease: 9s\n"),
+        Some("9s"),
     )
     .await;
-    let db = Db::open(&at).unwrap();
-    let home_a = env.sandbox.home();
-    let home_b = env.sandbox.dir.path().join("home-b");
-    std::fs::create_dir_all(&home_b).unwrap();
-    let _cleanup_b = DockerCleanup {
-        home: home_b.clone(),
-        label: unique(),
-    };
-
-    let mut a = env.start_traced();
-    env.slack.connections(1).await;
-    let mut b = env.start_at(&home_b);
-    env.slack.connections(2).await;
-    let id_a = format!("{}:{}", instance(&home_a), a.child.id());
-    let id_b = format!("{}:{}", instance(&home_b), b.child.id());
-    assert_eq!(holder(&db), id_a, "the first daemon took the workspace");
+    let (env, db) = (&cluster.env, &cluster.db);
+    let (home_a, home_b) = (cluster.home_a(), cluster.home_b.clone());
+    let id_a = Cluster::id(&home_a, &a);
+    let id_b = Cluster::id(&home_b, &b);
+    assert_eq!(holder(db), id_a, "the first daemon took the workspace");
     let status = env.cli(&["status"]);
     let shown = String::from_utf8_lossy(&status.stdout);
     assert!(
@@ -131,7 +166,7 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
     // Slack delivers on the newest connection: B's. A runs the turn.
     let pushed = env.slack.dm("first", ALLOWED, "D0CLU").await;
     assert!(pushed["envelope_id"].is_string(), "{pushed}");
-    let posted = answered(&env, 1, &[&a, &b]).await;
+    let posted = answered(env, 1, &[&a, &b]).await;
     assert_eq!(posted[0]["args"]["text"], "answered by the holder");
     assert_eq!(
         containers_of(&home_a),
@@ -151,7 +186,7 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
     a.child.kill().unwrap();
     a.child.wait().unwrap();
     let killed = Instant::now();
-    let posted = answered(&env, 2, &[&b]).await;
+    let posted = answered(env, 2, &[&b]).await;
     assert_eq!(
         posted[1]["args"]["text"],
         pincer::router::inbound::INTERRUPTED_REPLY,
@@ -163,7 +198,7 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
         "taken over within the 9 s lease and a step: {:?}",
         killed.elapsed()
     );
-    assert_eq!(holder(&db), id_b);
+    assert_eq!(holder(db), id_b);
     until(
         "B stops the container A left running on the shared engine",
         Duration::from_secs(30),
@@ -171,7 +206,7 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
     )
     .await;
     env.slack.dm("third", ALLOWED, "D0CLU").await;
-    let posted = answered(&env, 3, &[&b]).await;
+    let posted = answered(env, 3, &[&b]).await;
     assert_eq!(
         posted[2]["args"]["text"],
         "answered after the takeover",
@@ -184,17 +219,17 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
     // over at once, long before B's 9 s lease would have run out.
     let mut a = env.start_traced();
     env.slack.connections(3).await;
-    let id_a = format!("{}:{}", instance(&home_a), a.child.id());
-    assert_eq!(holder(&db), id_b);
+    let id_a = Cluster::id(&home_a, &a);
+    assert_eq!(holder(db), id_b);
     assert!(b.stop().success(), "{}", b.log());
     until(
         "A takes the workspace B handed back",
         Duration::from_secs(5),
-        || holder(&db) == id_a,
+        || holder(db) == id_a,
     )
     .await;
     env.slack.dm("fourth", ALLOWED, "D0CLU").await;
-    let posted = answered(&env, 4, &[&a]).await;
+    let posted = answered(env, 4, &[&a]).await;
     assert_eq!(
         posted[3]["args"]["text"],
         "answered after the handover",
@@ -221,12 +256,12 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
         .unwrap();
     assert_eq!(states, ["done", "interrupted", "done", "done"]);
     assert_eq!(
-        one::<i64>(&db, "SELECT COUNT(*) FROM sessions"),
+        one::<i64>(db, "SELECT COUNT(*) FROM sessions"),
         1,
         "one conversation, continued by every daemon"
     );
     let alive: i64 = one(
-        &db,
+        db,
         &format!(
             "SELECT COUNT(*) FROM cluster_members WHERE expires_ms > {}",
             pincer::db::now_ms()
@@ -244,32 +279,15 @@ async fn daemons_on_one_state_run_each_workspace_on_its_lease_holder_and_fail_ov
 /// nothing more reaches the conversation.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemon_paused_past_its_lease_cannot_answer_when_it_resumes() {
-    let at = pincer::db::testing::database();
-    let Location::Postgres(url) = &at else {
-        unreachable!()
-    };
-    let env = Env::configured_with(
+    let (cluster, mut a, mut b) = Cluster::start(
         vec![Behaviour::slow_answer(15_000, "a stale answer")],
-        FakeSlack::start(),
-        "{}",
-        "reply",
-        &format!("state:\n  backend: postgres\n  url: \"{url}\"\n  lease: 3s\n"),
+        Some("3s"),
     )
     .await;
-    let db = Db::open(&at).unwrap();
-    let home_b = env.sandbox.dir.path().join("home-b");
-    std::fs::create_dir_all(&home_b).unwrap();
-    let _cleanup_b = DockerCleanup {
-        home: home_b.clone(),
-        label: unique(),
-    };
-    let mut a = env.start_traced();
-    env.slack.connections(1).await;
-    let mut b = env.start_at(&home_b);
-    env.slack.connections(2).await;
-    let id_a = format!("{}:{}", instance(&env.sandbox.home()), a.child.id());
-    let id_b = format!("{}:{}", instance(&home_b), b.child.id());
-    assert_eq!(holder(&db), id_a);
+    let (env, db) = (&cluster.env, &cluster.db);
+    let id_a = Cluster::id(&cluster.home_a(), &a);
+    let id_b = Cluster::id(&cluster.home_b, &b);
+    assert_eq!(holder(db), id_a);
 
     env.slack.dm("slow one", ALLOWED, "D0STOP").await;
     until(
@@ -280,14 +298,14 @@ async fn a_daemon_paused_past_its_lease_cannot_answer_when_it_resumes() {
     .await;
     let pid = a.child.id() as i32;
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    let posted = answered(&env, 1, &[&b]).await;
+    let posted = answered(env, 1, &[&b]).await;
     assert_eq!(
         posted[0]["args"]["text"],
         pincer::router::inbound::INTERRUPTED_REPLY,
         "{}",
         b.log()
     );
-    assert_eq!(holder(&db), id_b);
+    assert_eq!(holder(db), id_b);
 
     unsafe { libc::kill(pid, libc::SIGCONT) };
     until(
@@ -299,9 +317,9 @@ async fn a_daemon_paused_past_its_lease_cannot_answer_when_it_resumes() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let posted = env.slack.posted(1).await;
     assert_eq!(posted.len(), 1, "nothing more posted: {posted:#?}");
-    let state: String = one(&db, "SELECT state FROM channel_inbound");
+    let state: String = one(db, "SELECT state FROM channel_inbound");
     assert_eq!(state, "interrupted");
-    let queued: i64 = one(&db, "SELECT COUNT(*) FROM channel_outbox");
+    let queued: i64 = one(db, "SELECT COUNT(*) FROM channel_outbox");
     assert_eq!(queued, 1, "the stale answer was never queued");
     assert!(b.stop().success(), "{}", b.log());
     assert!(a.stop().success(), "{}", a.log());
@@ -315,28 +333,8 @@ async fn a_daemon_paused_past_its_lease_cannot_answer_when_it_resumes() {
 /// arriving at once start one container, not 18.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_daemons_answer_every_message_once_and_in_order_over_both_connections() {
-    let at = pincer::db::testing::database();
-    let Location::Postgres(url) = &at else {
-        unreachable!()
-    };
-    let env = Env::configured_with(
-        vec![Behaviour::EchoUser],
-        FakeSlack::start(),
-        "{}",
-        "reply",
-        &format!("state:\n  backend: postgres\n  url: \"{url}\"\n"),
-    )
-    .await;
-    let home_b = env.sandbox.dir.path().join("home-b");
-    std::fs::create_dir_all(&home_b).unwrap();
-    let _cleanup_b = DockerCleanup {
-        home: home_b.clone(),
-        label: unique(),
-    };
-    let a = env.start_traced();
-    env.slack.connections(1).await;
-    let b = env.start_at(&home_b);
-    env.slack.connections(2).await;
+    let (cluster, a, b) = Cluster::start(vec![Behaviour::EchoUser], None).await;
+    let env = &cluster.env;
     let (_, seen) = env.slack.get("/connections").await;
     let connections: Vec<i64> = seen["connections"]
         .as_array()

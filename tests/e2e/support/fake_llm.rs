@@ -56,6 +56,16 @@ impl Behaviour {
     }
 }
 
+/// The content of the request's last message by `role`.
+fn last_said(request: &Value, role: &str) -> String {
+    request["messages"]
+        .as_array()
+        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == role))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
 #[derive(Clone)]
 struct Shared {
     behaviour: Behaviour,
@@ -137,12 +147,7 @@ async fn complete(State(shared): State<Shared>, headers: HeaderMap, body: String
             "tool_calls",
         ),
         Behaviour::EchoLastTool => {
-            let said = request["messages"]
-                .as_array()
-                .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "tool"))
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or("")
-                .to_string();
+            let said = last_said(&request, "tool");
             answer(
                 &model,
                 stream,
@@ -151,12 +156,7 @@ async fn complete(State(shared): State<Shared>, headers: HeaderMap, body: String
             )
         }
         Behaviour::EchoUser => {
-            let said = request["messages"]
-                .as_array()
-                .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or("")
-                .to_string();
+            let said = last_said(&request, "user");
             answer(
                 &model,
                 stream,
