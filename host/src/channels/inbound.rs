@@ -102,22 +102,14 @@ impl ChannelHost {
     /// What a stop (of this daemon or of the one that ran `workspace`
     /// before) left behind in `workspace`, for the driver to finish.
     pub fn unfinished(&self, workspace: &str) -> Result<Unfinished, StoreError> {
-        let of = |state| -> Result<Vec<InboundRow>, StoreError> {
-            Ok(self
-                .store()
-                .inbound_in(state)?
-                .into_iter()
-                .filter(|row| row.workspace == workspace)
-                .collect())
-        };
         Ok(Unfinished {
-            running: of(InboundState::Running)?,
-            queued: of(InboundState::Queued)?,
+            running: self.store().inbound_of(workspace, InboundState::Running)?,
+            queued: self.queued_in(workspace)?,
         })
     }
 
     /// Messages of `workspace` still waiting for their turn, oldest first.
     pub fn queued_in(&self, workspace: &str) -> Result<Vec<InboundRow>, StoreError> {
-        Ok(self.unfinished(workspace)?.queued)
+        self.store().inbound_of(workspace, InboundState::Queued)
     }
 }

@@ -37,10 +37,14 @@ pub async fn run(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let owner = cluster.id().to_owned();
-    let mut alive = Vec::new();
+    // The daemons alive at the last look; none yet at start.
+    let mut alive: Option<Vec<String>> = None;
     loop {
         let now_alive = cluster.alive();
-        if alive.iter().any(|id| !now_alive.contains(id)) || alive.is_empty() {
+        if alive
+            .as_ref()
+            .is_none_or(|was| was.iter().any(|id| !now_alive.contains(id)))
+        {
             match host.store.release_claims_of_the_gone(&now_alive) {
                 Ok(0) => {}
                 Ok(n) => tracing::warn!(
@@ -49,7 +53,7 @@ pub async fn run(
                 Err(e) => tracing::error!("outbox: cannot release old claims: {e}"),
             }
         }
-        alive = now_alive;
+        alive = Some(now_alive);
         let delivered = deliver_due(&host, &audit, &owner).await;
         if *stop.borrow() {
             return;

@@ -314,28 +314,28 @@ impl ChannelStore {
         let _ = self.fence.set(membership);
     }
 
-    /// The fence check for inbound message `id`, if it is in one of
-    /// `states`.
-    fn fence_if(
+    /// Inbound message `id`'s state (`None`: no such message), read once;
+    /// checks the fence first when the message is in one of `fenced`.
+    fn state_fenced_if(
         &self,
         tx: &mut dyn crate::db::Conn,
         id: i64,
-        states: &[InboundState],
-    ) -> Result<(), StoreError> {
-        let Some(fence) = self.fence.get() else {
-            return Ok(());
-        };
-        let row = tx.query_opt(
+        fenced: &[InboundState],
+    ) -> Result<Option<InboundState>, StoreError> {
+        let Some(row) = tx.query_opt(
             "SELECT workspace, state FROM channel_inbound WHERE id = ?1",
             args![id],
-        )?;
-        let Some(row) = row else {
-            return Ok(());
+        )?
+        else {
+            return Ok(None);
         };
-        if !states.contains(&InboundState::parse(&row.get::<String>(1)?)) {
-            return Ok(());
+        let state = InboundState::parse(&row.get::<String>(1)?);
+        if let Some(fence) = self.fence.get()
+            && fenced.contains(&state)
+        {
+            fence.fence(&row.get::<String>(0)?, tx)?;
         }
-        Ok(fence.fence(&row.get::<String>(0)?, tx)?)
+        Ok(Some(state))
     }
 
     /// Stores an inbound message. `None` when it is already stored (a
@@ -436,11 +436,31 @@ impl ChannelStore {
         })
     }
 
+    /// Workspace `workspace`'s messages in `state`, oldest first.
+    pub fn inbound_of(
+        &self,
+        workspace: &str,
+        state: InboundState,
+    ) -> Result<Vec<InboundRow>, StoreError> {
+        self.db.run(|conn| {
+            conn.query(
+                &format!(
+                    "SELECT {INBOUND_COLUMNS} FROM channel_inbound
+                     WHERE state = ?1 AND workspace = ?2 ORDER BY id"
+                ),
+                args![state.as_str(), workspace],
+            )?
+            .iter()
+            .map(inbound_row)
+            .collect()
+        })
+    }
+
     /// Moves message `id` from queued to running; `false` when it was not
     /// queued (another worker or a stop got there first).
     pub fn start(&self, id: i64) -> Result<bool, StoreError> {
         self.db.transaction(|tx| {
-            self.fence_if(tx, id, &[InboundState::Queued])?;
+            self.state_fenced_if(tx, id, &[InboundState::Queued])?;
             Ok(tx.execute(
                 "UPDATE channel_inbound SET state = ?2 WHERE id = ?1 AND state = ?3",
                 args![
@@ -496,32 +516,21 @@ impl ChannelStore {
                 // A turn's end (its message running, or ended meanwhile by
                 // the daemon that took the workspace over) is fenced; a
                 // notice to a message just stored is not.
-                self.fence_if(
+                let ended = [
+                    InboundState::Done,
+                    InboundState::Failed,
+                    InboundState::Interrupted,
+                ];
+                let state = self.state_fenced_if(
                     tx,
                     id,
-                    &[
-                        InboundState::Running,
-                        InboundState::Done,
-                        InboundState::Failed,
-                        InboundState::Interrupted,
-                    ],
+                    &[InboundState::Running, ended[0], ended[1], ended[2]],
                 )?;
                 // A message ends once: a turn that ends after its message
                 // was recorded interrupted (its workspace went to another
                 // daemon and came back) queues nothing.
-                let ended = tx
-                    .query_opt("SELECT state FROM channel_inbound WHERE id = ?1", args![id])?
-                    .map(|row| row.get::<String>(0))
-                    .transpose()?
-                    .map(|state| InboundState::parse(&state))
-                    .filter(|state| {
-                        matches!(
-                            state,
-                            InboundState::Done | InboundState::Failed | InboundState::Interrupted
-                        )
-                    });
-                if let Some(ended) = ended {
-                    tracing::warn!(id, ?ended, "a message that has ended is not answered again");
+                if let Some(state) = state.filter(|s| ended.contains(s)) {
+                    tracing::warn!(id, ?state, "a message that has ended is not answered again");
                     return Ok(Vec::new());
                 }
             }
