@@ -1,6 +1,6 @@
 //! Budgets and usage through the real `pincer gateway serve`: exact budgets
 //! under concurrency, within one process and across two processes serving
-//! one workspace, and usage rows surviving SIGTERM and `kill -9`. The fake
+//! one workspace (state on SQLite, and on PostgreSQL), and usage rows surviving SIGTERM and `kill -9`. The fake
 //! upstream here holds its answers until every call was answered or
 //! refused, and reports usage equal to the gateway's reservation, so a
 //! budget of exactly N reservations must let exactly N calls through.
@@ -256,21 +256,22 @@ async fn sixty_four_concurrent_calls_against_a_budget_of_exactly_ten() {
     assert_eq!(home.usage_reaching(10), (10, budget));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_processes_serving_one_workspace_cannot_overspend_together() {
+/// Two processes serving one workspace from the state `state_yaml` names,
+/// 32 concurrent calls to each against a budget of ten.
+async fn two_processes_cannot_overspend_together(state_yaml: &str) {
     let upstream = Upstream::spawn(true).await;
     let budget = 10 * reservation();
     let home = Home::new(
         &upstream,
-        &format!("    budget: {{daily_tokens: {budget}}}\n"),
+        &format!("    budget: {{daily_tokens: {budget}}}\n{state_yaml}"),
     );
     let key = home.key();
     let (first, a) = home.serve("first");
     let (second, b) = home.serve("second");
-    let (answered, refused) = all_at_once(&upstream, &[a.clone(), b.clone()], &key, 20).await;
+    let (answered, refused) = all_at_once(&upstream, &[a.clone(), b.clone()], &key, 32).await;
     // Every call is in flight at once, so the whole budget is leased and
     // used: exactly ten calls, whichever process served them.
-    assert_eq!((answered, refused), (10, 30));
+    assert_eq!((answered, refused), (10, 54));
     assert_eq!(upstream.arrived.load(Ordering::SeqCst), 10);
     assert_eq!(home.usage_reaching(10), (10, budget));
     // Spent: both processes refuse, also after the leases were renewed.
@@ -284,6 +285,23 @@ async fn two_processes_serving_one_workspace_cannot_overspend_together() {
     assert_eq!(call(&client, &b, &key).await.0, 429);
     drop(second);
     assert_eq!(home.usage(), (10, budget));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_serving_one_workspace_cannot_overspend_together() {
+    two_processes_cannot_overspend_together("").await;
+}
+
+/// The same, with the state on PostgreSQL: the budget leases are rows there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_postgres_cannot_overspend_together() {
+    let pincer::db::Location::Postgres(url) = pincer::db::testing::database() else {
+        unreachable!()
+    };
+    two_processes_cannot_overspend_together(&format!(
+        "state:\n  backend: postgres\n  url: \"{url}\"\n"
+    ))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use pincer::db::{Db, Location};
 
-use crate::slack::{ALLOWED, COLLEAGUE, Env, FakeSlack};
+use crate::slack::{ALLOWED, Env, FakeSlack};
 use crate::support::daemon::Daemon;
 use crate::support::fake_llm::Behaviour;
 use crate::support::{DockerCleanup, unique};
@@ -59,6 +59,13 @@ struct Cluster {
 
 impl Cluster {
     async fn start(script: Vec<Behaviour>, lease: Option<&str>) -> (Cluster, Daemon, Daemon) {
+        let cluster = Self::new(script, lease).await;
+        let (a, b) = cluster.daemons().await;
+        (cluster, a, b)
+    }
+
+    /// The environment, no daemon started yet.
+    async fn new(script: Vec<Behaviour>, lease: Option<&str>) -> Cluster {
         let at = pincer::db::testing::database();
         let Location::Postgres(url) = &at else {
             unreachable!()
@@ -74,7 +81,7 @@ impl Cluster {
         .await;
         let home_b = env.sandbox.dir.path().join("home-b");
         std::fs::create_dir_all(&home_b).unwrap();
-        let cluster = Cluster {
+        Cluster {
             db: Db::open(&at).unwrap(),
             _cleanup_b: DockerCleanup {
                 home: home_b.clone(),
@@ -82,12 +89,16 @@ impl Cluster {
             },
             home_b,
             env,
-        };
-        let a = cluster.env.start_traced();
-        cluster.env.slack.connections(1).await;
-        let b = cluster.env.start_at(&cluster.home_b);
-        cluster.env.slack.connections(2).await;
-        (cluster, a, b)
+        }
+    }
+
+    /// A, then B once A holds its connection.
+    async fn daemons(&self) -> (Daemon, Daemon) {
+        let a = self.env.start_traced();
+        self.env.slack.connections(1).await;
+        let b = self.env.start_at(&self.home_b);
+        self.env.slack.connections(2).await;
+        (a, b)
     }
 
     fn home_a(&self) -> std::path::PathBuf {
@@ -325,15 +336,19 @@ async fn a_daemon_paused_past_its_lease_cannot_answer_when_it_resumes() {
     assert!(a.stop().success(), "{}", a.log());
 }
 
-/// Two daemons on one Slack app, a fresh workspace: 36 DMs over 18
-/// conversations from two senders (within the per-sender rate limit), each
-/// conversation's messages alternating between the two connections, and
-/// every message of one conversation delivered on both. Every message is
-/// answered once, in order within its conversation; the 18 first messages
-/// arriving at once start one container, not 18.
+/// Two daemons on one Slack app, a fresh workspace: 200 DMs over 20
+/// conversations (one sender each), each conversation's messages
+/// alternating between the two connections, and every message of one
+/// conversation delivered on both. Every message is answered once, in order
+/// within its conversation; the 20 first messages arriving at once start
+/// one container, not 20. Then one sender writes 21 conversations over both
+/// connections: the rate limit counts across the cluster, so 20 are
+/// answered and the 21st is dropped and its sender told.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_daemons_answer_every_message_once_and_in_order_over_both_connections() {
-    let (cluster, a, b) = Cluster::start(vec![Behaviour::EchoUser], None).await;
+    let cluster = Cluster::new(vec![Behaviour::EchoUser], None).await;
+    cluster.env.allow_everyone();
+    let (a, b) = cluster.daemons().await;
     let env = &cluster.env;
     let (_, seen) = env.slack.get("/connections").await;
     let connections: Vec<i64> = seen["connections"]
@@ -345,31 +360,33 @@ async fn two_daemons_answer_every_message_once_and_in_order_over_both_connection
         .collect();
     assert_eq!(connections.len(), 2, "{seen:#}");
 
-    const CONVERSATIONS: usize = 18;
-    const ROUNDS: usize = 2;
     let mut acks = 0;
+    // Stored before the next one is sent, as a person types.
+    let mut push = async |event: serde_json::Value| {
+        let pushed = env.slack.post("/socket/push", event).await;
+        acks += 1;
+        let (status, _) = env
+            .slack
+            .get(&format!("/wait?what=acks&count={acks}&timeout=30"))
+            .await;
+        assert_eq!(status, 200, "not acked\n{}\n-----\n{}", a.log(), b.log());
+        pushed
+    };
+    const CONVERSATIONS: usize = 20;
+    const ROUNDS: usize = 10;
     for round in 0..ROUNDS {
         for c in 0..CONVERSATIONS {
             let on = connections[(round + c) % 2];
-            let sender = if c % 2 == 0 { ALLOWED } else { COLLEAGUE };
             let event = serde_json::json!({"kind": "dm", "text": format!("c{c:02}-m{round:02}"),
-                "user": sender, "channel": format!("D0C{c:02}"), "connection": on});
-            let pushed = env.slack.post("/socket/push", event.clone()).await;
-            acks += 1;
+                "user": format!("U0S{c:02}"), "channel": format!("D0C{c:02}"), "connection": on});
+            let pushed = push(event.clone()).await;
             if c == 0 {
                 // The same event again, on the other connection.
                 let mut again = event;
                 again["ts"] = pushed["ts"].clone();
                 again["connection"] = connections[(round + c + 1) % 2].into();
-                env.slack.post("/socket/push", again).await;
-                acks += 1;
+                push(again).await;
             }
-            // Stored before the next one is sent, as a person types.
-            let (status, _) = env
-                .slack
-                .get(&format!("/wait?what=acks&count={acks}&timeout=30"))
-                .await;
-            assert_eq!(status, 200, "not acked\n{}\n-----\n{}", a.log(), b.log());
         }
     }
     let total = CONVERSATIONS * ROUNDS;
@@ -415,4 +432,113 @@ async fn two_daemons_answer_every_message_once_and_in_order_over_both_connection
             );
         }
     }
+
+    const FLOOD: usize = 21;
+    for f in 0..FLOOD {
+        push(
+            serde_json::json!({"kind": "dm", "text": format!("flood-{f:02}"),
+            "user": "U0FLOOD", "channel": format!("D0F{f:02}"), "connection": connections[f % 2]}),
+        )
+        .await;
+    }
+    let flood = answered(env, total + FLOOD, &[&a, &b])
+        .await
+        .split_off(total);
+    let told: Vec<&serde_json::Value> = flood
+        .iter()
+        .filter(|p| {
+            p["args"]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("Too many messages")
+        })
+        .collect();
+    assert_eq!(told.len(), 1, "{flood:#?}");
+    assert_eq!(told[0]["args"]["channel"], "D0F20", "the 21st is dropped");
+    let dropped: i64 = one(
+        &cluster.db,
+        "SELECT COUNT(*) FROM channel_inbound WHERE sender = 'U0FLOOD' AND state = 'dropped'",
+    );
+    assert_eq!(dropped, 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        env.slack.posted(total + FLOOD + 1).await.len(),
+        total + FLOOD,
+        "nothing more"
+    );
+}
+
+/// A skill due every 10 s, two daemons on one state for two minutes, the
+/// holder stopped half way: every due time from the first to the last runs
+/// exactly once (none skipped at the handover, none run by both daemons),
+/// and each run's output is posted once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schedule_fires_once_per_due_time_across_two_daemons_and_a_handover() {
+    let cluster = Cluster::new(vec![Behaviour::answer("unused")], None).await;
+    cluster.env.sandbox.write(
+        "workspaces/team/schedules.yaml",
+        r#"tasks:
+  - id: every_10s
+    schedule: "*/10 * * * * *"
+    skill: skill-calc__evaluate
+    skill_input: {expression: "6*7"}
+    deliver_to: ["channel:slack"]
+"#,
+    );
+    let (mut a, mut b) = cluster.daemons().await;
+    let (env, db) = (&cluster.env, &cluster.db);
+    let id_a = Cluster::id(&cluster.home_a(), &a);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(a.stop().success(), "{}", a.log());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(b.stop().success(), "{}", b.log());
+
+    let runs: Vec<(i64, String, String, i64)> = db
+        .run(|c| {
+            c.query(
+                "SELECT due_ms, status, COALESCE(claimed_by, ''), attempt FROM schedule_runs
+                 WHERE task = 'every_10s' ORDER BY due_ms",
+                &[],
+            )?
+            .iter()
+            .map(|r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .collect::<Result<Vec<_>, pincer::db::DbError>>()
+        })
+        .unwrap();
+    assert!(
+        runs.len() >= 11,
+        "two minutes of a 10 s schedule: {runs:#?}"
+    );
+    for pair in runs.windows(2) {
+        assert_eq!(
+            pair[1].0 - pair[0].0,
+            10_000,
+            "no due time skipped: {runs:#?}"
+        );
+    }
+    assert!(
+        runs.iter().all(|r| r.1 == "done" && r.3 == 1),
+        "each ran once, to its end: {runs:#?}\n{}\n-----\n{}",
+        a.log(),
+        b.log()
+    );
+    let by_a = runs.iter().filter(|r| r.2 == id_a).count();
+    assert!(
+        by_a > 0 && by_a < runs.len(),
+        "both daemons ran some ({by_a} by A): {runs:#?}"
+    );
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    let posted: Vec<&str> = calls["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["response"]["ok"] == true)
+        .map(|c| c["args"]["text"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        posted.len(),
+        runs.len(),
+        "each output posted once: {posted:#?}"
+    );
+    assert!(posted.iter().all(|text| text.contains("42")), "{posted:#?}");
 }

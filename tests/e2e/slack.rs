@@ -230,6 +230,19 @@ channels:
         env
     }
 
+    /// Lets every sender in (`allowed_senders: ["*"]`), for tests that
+    /// need more senders than the two named ones.
+    pub(crate) fn allow_everyone(&self) {
+        let config = std::fs::read_to_string(&self.config).unwrap();
+        let named = format!("allowed_senders: [{ALLOWED}, {COLLEAGUE}]");
+        assert!(config.contains(&named), "{config}");
+        std::fs::write(
+            &self.config,
+            config.replace(&named, r#"allowed_senders: ["*"]"#),
+        )
+        .unwrap();
+    }
+
     /// The `pincer` command with this environment's config and secrets.
     fn command(&self) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_pincer"));

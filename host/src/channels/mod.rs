@@ -9,6 +9,7 @@ mod connection;
 pub mod files;
 mod inbound;
 mod outbox;
+pub mod rates;
 mod split;
 mod store;
 mod webhook;

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::rates::{self, Counter, Rate};
 use crate::args;
 use crate::db::{Db, DbError, Dialect, Location, Row, Value, now_ms};
 
@@ -288,6 +289,7 @@ impl ChannelStore {
         let db = Db::open(location)?;
         db.transaction(|conn| -> Result<(), DbError> {
             conn.schema(SCHEMA)?;
+            conn.schema(rates::SCHEMA)?;
             // Outboxes of releases before interactive messages lack these.
             conn.add_missing_columns(
                 "channel_outbox",
@@ -348,45 +350,41 @@ impl ChannelStore {
         workspace: &str,
         state: InboundState,
     ) -> Result<Option<i64>, StoreError> {
-        let refused;
-        let text = if matches!(state, InboundState::Refused | InboundState::Dropped) {
-            refused = refused_text(&message.text, state);
-            refused.as_str()
-        } else {
-            message.text.as_str()
-        };
-        // A refused or dropped message's files are not kept either.
-        let kept = !matches!(state, InboundState::Refused | InboundState::Dropped);
-        let files = (kept && !message.files.is_empty())
-            .then(|| serde_json::to_string(&message.files))
-            .transpose()
-            .map_err(DbError::from)?;
-        let args = args![
-            &message.channel,
-            &message.conversation,
-            &message.thread,
-            &message.message_id,
-            &message.sender,
-            &message.sender_name,
-            text,
-            workspace,
-            state.as_str(),
-            now_ms(),
-            i64::try_from(message.timestamp_ms).unwrap_or(i64::MAX),
-            files,
-        ];
-        self.db.run(|conn| {
-            let inserted = conn.query_opt(
-                "INSERT INTO channel_inbound
-                    (channel, conversation, thread, message_id, sender, sender_name, text,
-                     workspace, state, received_ms, platform_ms, files)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
-                 ON CONFLICT (channel, conversation, message_id) DO NOTHING
-                 RETURNING id",
-                args,
-            )?;
-            Ok(inserted.map(|row| row.get(0)).transpose()?)
-        })
+        Ok(self
+            .db
+            .run(|conn| insert_inbound(conn, message, workspace, state))?)
+    }
+
+    /// Stores a message counted against the rate windows, in one
+    /// transaction with them, so every daemon on this state counts against
+    /// the same windows. An allowed sender's message counts against its
+    /// sender's and conversation's windows: queued when [`Rate::Take`],
+    /// stored as dropped (no text) when over. A refused one is stored as
+    /// refused and counted against its sender's refusal window (a
+    /// [`Rate::Drop`] whose `report` says whether to report it). `None`
+    /// when it is already stored, counted then.
+    pub fn receive_counted(
+        &self,
+        message: &Received,
+        workspace: &str,
+        allowed: bool,
+    ) -> Result<Option<(i64, Rate)>, StoreError> {
+        let now = now_ms();
+        let (channel, sender) = (&message.channel, &message.sender);
+        Ok(self.db.write_transaction(|tx| {
+            if allowed {
+                let counters = Counter::message(channel, sender, &message.conversation);
+                insert_counted(tx, message, workspace, &counters, now, |rate| match rate {
+                    Rate::Take => InboundState::Queued,
+                    Rate::Drop { .. } => InboundState::Dropped,
+                })
+            } else {
+                let counters = Counter::refusal(channel, sender);
+                insert_counted(tx, message, workspace, &counters, now, |_| {
+                    InboundState::Refused
+                })
+            }
+        })?)
     }
 
     pub fn inbound(&self, id: i64) -> Result<Option<InboundRow>, StoreError> {
@@ -822,15 +820,32 @@ impl ChannelStore {
         Ok(self.outbox_where(&filter, args![channel, prefix])?.pop())
     }
 
-    /// Records click `click_id` of `channel`: `false` when it was recorded
-    /// already (the platform delivered it again).
-    pub fn first_click(&self, channel: &str, click_id: &str) -> Result<bool, StoreError> {
-        self.execute(
-            "INSERT INTO channel_clicks (channel, click_id, received_ms) VALUES (?1, ?2, ?3)
-             ON CONFLICT (channel, click_id) DO NOTHING",
-            args![channel, click_id, now_ms()],
-        )
-        .map(|inserted| inserted == 1)
+    /// Records a button click counted against its clicker's and
+    /// conversation's rate windows (as a message is: pressing buttons cannot
+    /// fill the store or the conversation), in one transaction. `None` when
+    /// the click was recorded already (delivered again), counted then.
+    pub fn click_counted(
+        &self,
+        channel: &str,
+        click_id: &str,
+        user: &str,
+        conversation: &str,
+    ) -> Result<Option<Rate>, StoreError> {
+        let now = now_ms();
+        Ok(self.db.write_transaction(|tx| {
+            let first = tx.execute(
+                "INSERT INTO channel_clicks (channel, click_id, received_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (channel, click_id) DO NOTHING",
+                args![channel, click_id, now],
+            )? == 1;
+            if !first {
+                return Ok::<_, DbError>(None);
+            }
+            let counters = Counter::message(channel, user, conversation);
+            let (rate, windows) = rates::decide(tx, &counters, now)?;
+            rates::write(tx, &counters, &windows)?;
+            Ok(Some(rate))
+        })?)
     }
 
     /// Rows waiting to be delivered, per channel.
@@ -846,6 +861,69 @@ impl ChannelStore {
             .collect()
         })
     }
+}
+
+/// Inserts an inbound message in the state `state_of` its count against
+/// `counters` gives, and writes the count; `None` when it is stored already
+/// (a redelivery counts nothing).
+fn insert_counted<const N: usize>(
+    tx: &mut dyn crate::db::Conn,
+    message: &Received,
+    workspace: &str,
+    counters: &[Counter; N],
+    now_ms: i64,
+    state_of: impl Fn(Rate) -> InboundState,
+) -> Result<Option<(i64, Rate)>, DbError> {
+    let (rate, windows) = rates::decide(tx, counters, now_ms)?;
+    let Some(id) = insert_inbound(tx, message, workspace, state_of(rate))? else {
+        return Ok(None);
+    };
+    rates::write(tx, counters, &windows)?;
+    Ok(Some((id, rate)))
+}
+
+/// Inserts an inbound message; `None` when it is stored already.
+fn insert_inbound(
+    conn: &mut dyn crate::db::Conn,
+    message: &Received,
+    workspace: &str,
+    state: InboundState,
+) -> Result<Option<i64>, DbError> {
+    let refused;
+    let text = if matches!(state, InboundState::Refused | InboundState::Dropped) {
+        refused = refused_text(&message.text, state);
+        refused.as_str()
+    } else {
+        message.text.as_str()
+    };
+    // A refused or dropped message's files are not kept either.
+    let kept = !matches!(state, InboundState::Refused | InboundState::Dropped);
+    let files = (kept && !message.files.is_empty())
+        .then(|| serde_json::to_string(&message.files))
+        .transpose()?;
+    let inserted = conn.query_opt(
+        "INSERT INTO channel_inbound
+            (channel, conversation, thread, message_id, sender, sender_name, text,
+             workspace, state, received_ms, platform_ms, files)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+         ON CONFLICT (channel, conversation, message_id) DO NOTHING
+         RETURNING id",
+        args![
+            &message.channel,
+            &message.conversation,
+            &message.thread,
+            &message.message_id,
+            &message.sender,
+            &message.sender_name,
+            text,
+            workspace,
+            state.as_str(),
+            now_ms(),
+            i64::try_from(message.timestamp_ms).unwrap_or(i64::MAX),
+            files,
+        ],
+    )?;
+    inserted.map(|row| row.get(0)).transpose()
 }
 
 /// What is stored of a refused (or dropped) message's text: its size and
@@ -926,6 +1004,7 @@ impl ChannelStore {
                     "DELETE FROM channel_clicks WHERE received_ms < ?1",
                     args![outbox_before_ms],
                 )?;
+                rates::prune(tx, inbound_before_ms)?;
                 (inbound, outbox)
             };
             Ok(Pruned {
@@ -1222,8 +1301,15 @@ mod tests {
                     .unwrap()
                     .is_none()
             );
-            assert!(store.first_click("slack", "c1").unwrap());
-            assert!(!store.first_click("slack", "c1").unwrap());
+            assert_eq!(
+                store.click_counted("slack", "c1", "U1", "D1").unwrap(),
+                Some(Rate::Take)
+            );
+            assert_eq!(
+                store.click_counted("slack", "c1", "U1", "D1").unwrap(),
+                None,
+                "a click delivered again"
+            );
 
             let pruned = store.prune(i64::MAX, i64::MAX, true).unwrap();
             assert_eq!((pruned.inbound, pruned.outbox), (1, 1));
@@ -1231,7 +1317,10 @@ mod tests {
             assert_eq!((pruned.inbound, pruned.outbox), (1, 1));
             assert!(store.inbound(id).unwrap().is_none());
             assert!(
-                store.first_click("slack", "c1").unwrap(),
+                store
+                    .click_counted("slack", "c1", "U1", "D1")
+                    .unwrap()
+                    .is_some(),
                 "old clicks pruned too"
             );
         });
@@ -1275,6 +1364,117 @@ mod tests {
             daemons[1].inbound_in(InboundState::Queued).unwrap().len(),
             50
         );
+    }
+
+    /// The rate limits are rows: two daemons receiving one sender's
+    /// messages at once let 20 through in all (not 20 each), a message
+    /// delivered again is not counted twice, a dropped one is stored
+    /// without its text, and a refused sender is reported once in all.
+    #[test]
+    fn two_daemons_count_a_sender_against_one_window() {
+        each_backend(|at| {
+            let daemons = [
+                ChannelStore::open_at(at).unwrap(),
+                ChannelStore::open_at(at).unwrap(),
+            ];
+            let rates = std::sync::Mutex::new(Vec::new());
+            std::thread::scope(|s| {
+                for (d, store) in daemons.iter().enumerate() {
+                    let (rates, daemons) = (&rates, &daemons);
+                    s.spawn(move || {
+                        for i in 0..15 {
+                            let mut m = received(&format!("{d}.{i}"));
+                            m.conversation = format!("D{}", i % 3);
+                            let (_, rate) = store.receive_counted(&m, "ws", true).unwrap().unwrap();
+                            rates.lock().unwrap().push(rate);
+                            // the same event, delivered to the other daemon too
+                            assert_eq!(
+                                daemons[1 - d].receive_counted(&m, "ws", true).unwrap(),
+                                None
+                            );
+                        }
+                    });
+                }
+            });
+            let rates = rates.into_inner().unwrap();
+            assert_eq!(rates.iter().filter(|r| **r == Rate::Take).count(), 20);
+            let reported: Vec<_> = rates
+                .iter()
+                .filter(|r| {
+                    matches!(
+                        r,
+                        Rate::Drop {
+                            report: Some(_),
+                            ..
+                        }
+                    )
+                })
+                .collect();
+            assert_eq!(
+                reported,
+                [&Rate::Drop {
+                    sender: true,
+                    report: Some(0)
+                }],
+                "told once"
+            );
+            let dropped = daemons[0].inbound_in(InboundState::Dropped).unwrap();
+            assert_eq!(dropped.len(), 10);
+            assert!(
+                dropped
+                    .iter()
+                    .all(|m| m.text.starts_with("(dropped, not stored"))
+            );
+            assert_eq!(
+                daemons[0].inbound_in(InboundState::Queued).unwrap().len(),
+                20
+            );
+            // another sender in the same conversations is not held back
+            let mut other = received("other");
+            other.sender = "U2".into();
+            assert_eq!(
+                daemons[1]
+                    .receive_counted(&other, "ws", true)
+                    .unwrap()
+                    .map(|(_, r)| r),
+                Some(Rate::Take)
+            );
+            // a refused sender is reported once over both daemons
+            let reports: Vec<Rate> = (0..6)
+                .map(|i| {
+                    let mut m = received(&format!("refused.{i}"));
+                    m.sender = "U0STRANGER".into();
+                    daemons[i % 2]
+                        .receive_counted(&m, "ws", false)
+                        .unwrap()
+                        .unwrap()
+                        .1
+                })
+                .collect();
+            assert_eq!(
+                reports
+                    .iter()
+                    .map(|r| match r {
+                        Rate::Drop { report, .. } => *report,
+                        Rate::Take => panic!("a refusal is never taken"),
+                    })
+                    .collect::<Vec<_>>(),
+                [Some(0), None, None, None, None, None]
+            );
+            assert_eq!(
+                daemons[1].inbound_in(InboundState::Refused).unwrap().len(),
+                6
+            );
+            // pruning forgets the windows, so the sender may send again
+            daemons[0].prune(i64::MAX, 0, false).unwrap();
+            assert_eq!(
+                daemons[0]
+                    .receive_counted(&received("after"), "ws", true)
+                    .unwrap()
+                    .map(|(_, r)| r),
+                Some(Rate::Take)
+            );
+        });
     }
 
     /// Two daemons draining one outbox at once: every row is claimed by one

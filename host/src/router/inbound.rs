@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::audit::AuditLog;
+use crate::channels::rates::{CONVERSATION_PER_MINUTE, Rate, SENDER_PER_MINUTE};
 use crate::channels::{
     AcceptError, Address, ChannelHost, InboundRow, InboundState, Inbox, Post, Progress, Received,
     StoreError,
@@ -53,8 +54,6 @@ pub struct ChannelRouter {
     /// Senders the operator allowed by pairing, beside `allowed_senders`.
     pairing: Arc<PairingStore>,
     queues: Mutex<HashMap<SessionKey, mpsc::UnboundedSender<Job>>>,
-    refusals: Mutex<RefusalGate>,
-    rates: Mutex<RateGate>,
     /// Turns in progress (to wait for at shutdown).
     running: TurnSlots,
     /// Which workspaces this daemon runs (the others' messages are stored
@@ -92,158 +91,6 @@ impl TurnSlots {
     }
 }
 
-/// A refused sender is audited (and, with `refusal: reply`, answered) at
-/// most once per channel in this long; the messages between are counted
-/// and the next audit row says how many.
-pub const REFUSAL_WINDOW: Duration = Duration::from_secs(3600);
-
-/// Refused senders remembered at once; past it the memory starts over (the
-/// next message of each is reported again).
-const MAX_REFUSED_SENDERS: usize = 10_000;
-
-/// Messages an allowed sender may send per channel in [`RATE_WINDOW`];
-/// past it they are stored as dropped (no text) and not run.
-pub const SENDER_PER_MINUTE: u32 = 20;
-
-/// Messages one conversation (a channel's conversation, all its threads and
-/// senders) may receive in [`RATE_WINDOW`].
-pub const CONVERSATION_PER_MINUTE: u32 = 40;
-
-/// The window of [`SENDER_PER_MINUTE`] and [`CONVERSATION_PER_MINUTE`].
-pub const RATE_WINDOW: Duration = Duration::from_secs(60);
-
-/// Rate windows remembered at once; past it those ended are forgotten.
-const MAX_RATE_KEYS: usize = 10_000;
-
-#[derive(Debug)]
-struct Window {
-    start: std::time::Instant,
-    taken: u32,
-    reported: bool,
-    /// Dropped since the last report.
-    unreported: u64,
-}
-
-/// Per-sender and per-conversation counts of the current window.
-#[derive(Debug, Default)]
-pub struct RateGate {
-    windows: HashMap<(String, String), Window>,
-}
-
-/// What [`RateGate::admit`] decided.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Rate {
-    Take,
-    /// Over a limit (`sender` tells which). `report`: the first drop of
-    /// this window — audit it and tell the sender once — with how many
-    /// were dropped unreported before it.
-    Drop {
-        sender: bool,
-        report: Option<u64>,
-    },
-}
-
-impl RateGate {
-    /// Counts a message of `sender` in `conversation` of `channel` at `now`.
-    pub fn admit(
-        &mut self,
-        channel: &str,
-        sender: &str,
-        conversation: &str,
-        now: std::time::Instant,
-    ) -> Rate {
-        if self.windows.len() >= MAX_RATE_KEYS {
-            self.windows
-                .retain(|_, w| now.saturating_duration_since(w.start) < RATE_WINDOW);
-            if self.windows.len() >= MAX_RATE_KEYS {
-                self.windows.clear();
-            }
-        }
-        let keys = [
-            (
-                (format!("sender:{channel}"), sender.to_owned()),
-                SENDER_PER_MINUTE,
-            ),
-            (
-                (format!("conversation:{channel}"), conversation.to_owned()),
-                CONVERSATION_PER_MINUTE,
-            ),
-        ];
-        let mut over = None;
-        for (index, (key, limit)) in keys.iter().enumerate() {
-            let window = self.windows.entry(key.clone()).or_insert(Window {
-                start: now,
-                taken: 0,
-                reported: false,
-                unreported: 0,
-            });
-            if now.saturating_duration_since(window.start) >= RATE_WINDOW {
-                window.start = now;
-                window.taken = 0;
-                window.reported = false;
-            }
-            if over.is_none() && window.taken >= *limit {
-                over = Some(index);
-            }
-        }
-        match over {
-            None => {
-                for (key, _) in &keys {
-                    if let Some(window) = self.windows.get_mut(key) {
-                        window.taken += 1;
-                    }
-                }
-                Rate::Take
-            }
-            Some(index) => {
-                let report = self.windows.get_mut(&keys[index].0).and_then(|window| {
-                    if window.reported {
-                        window.unreported += 1;
-                        None
-                    } else {
-                        window.reported = true;
-                        Some(std::mem::take(&mut window.unreported))
-                    }
-                });
-                Rate::Drop {
-                    sender: index == 0,
-                    report,
-                }
-            }
-        }
-    }
-}
-
-/// When each refused (channel, sender) was last reported, and how many of
-/// its messages were not reported since.
-#[derive(Debug, Default)]
-pub struct RefusalGate {
-    seen: HashMap<(String, String), (std::time::Instant, u64)>,
-}
-
-impl RefusalGate {
-    /// `Some(n)`: report this refusal, `n` more were refused unreported
-    /// since the last report; `None`: count it only.
-    pub fn admit(&mut self, channel: &str, sender: &str, now: std::time::Instant) -> Option<u64> {
-        let key = (channel.to_owned(), sender.to_owned());
-        if let Some((last, dropped)) = self.seen.get_mut(&key) {
-            if now.saturating_duration_since(*last) < REFUSAL_WINDOW {
-                *dropped += 1;
-                return None;
-            }
-            let unreported = *dropped;
-            *last = now;
-            *dropped = 0;
-            return Some(unreported);
-        }
-        if self.seen.len() >= MAX_REFUSED_SENDERS {
-            self.seen.clear();
-        }
-        self.seen.insert(key, (now, 0));
-        Some(0)
-    }
-}
-
 impl ChannelRouter {
     /// `stop` is the daemon's stop signal; a running turn may go on for
     /// `grace` after it.
@@ -264,8 +111,6 @@ impl ChannelRouter {
             config,
             pairing,
             queues: Mutex::default(),
-            refusals: Mutex::default(),
-            rates: Mutex::default(),
             running: TurnSlots::default(),
             cluster,
             stop,
@@ -390,36 +235,21 @@ impl ChannelRouter {
             timestamp_ms: message.timestamp_ms,
             files: message.files.into_iter().map(Into::into).collect(),
         };
-        let rate = if allowed {
-            self.rates
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .admit(
-                    channel,
-                    &received.sender,
-                    &received.conversation,
-                    std::time::Instant::now(),
-                )
-        } else {
-            Rate::Take
-        };
-        let state = match (&rate, allowed) {
-            (_, false) => InboundState::Refused,
-            (Rate::Drop { .. }, true) => InboundState::Dropped,
-            (Rate::Take, true) => InboundState::Queued,
-        };
-        let Some(id) = self.channels.receive(&received, &workspace, state)? else {
+        let stored = self
+            .channels
+            .store()
+            .receive_counted(&received, &workspace, allowed)?;
+        let Some((id, rate)) = stored else {
             tracing::debug!(%channel, id = %received.message_id, "a redelivered message was dropped");
             return Ok(());
         };
         if !allowed {
             // stored without its text; reported once per REFUSAL_WINDOW
-            let report = self
-                .refusals
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .admit(channel, &received.sender, std::time::Instant::now());
-            let Some(unreported) = report else {
+            let Rate::Drop {
+                report: Some(unreported),
+                ..
+            } = rate
+            else {
                 return Ok(());
             };
             let since = if unreported > 0 {
@@ -1441,33 +1271,23 @@ impl Inbox for ChannelRouter {
             // A click counts against its clicker's and conversation's rate,
             // as a message does: pressing buttons (each answered and
             // audited) cannot fill the store or the conversation.
-            let rate = self
-                .rates
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .admit(
-                    channel,
-                    &click.user,
-                    &click.conversation,
-                    std::time::Instant::now(),
-                );
-            if rate != Rate::Take {
-                tracing::debug!(%channel, user = %click.user, "a click over the rate was ignored");
-                continue;
-            }
-            let first = self
+            let counted = self
                 .channels
                 .store()
-                .first_click(channel, &click.id)
+                .click_counted(channel, &click.id, &click.user, &click.conversation)
                 .map_err(|source| AcceptError::ClickNotStored {
                     channel: channel.to_string(),
                     click_id: click.id.clone(),
                     source,
                 })?;
-            if first {
-                self.click(channel, &click, command);
-            } else {
-                tracing::debug!(%channel, id = %click.id, "a click delivered again was ignored");
+            match counted {
+                Some(Rate::Take) => self.click(channel, &click, command),
+                Some(Rate::Drop { .. }) => {
+                    tracing::debug!(%channel, user = %click.user, "a click over the rate was ignored");
+                }
+                None => {
+                    tracing::debug!(%channel, id = %click.id, "a click delivered again was ignored");
+                }
             }
         }
         Ok(())
@@ -1496,28 +1316,7 @@ fn session_key(row: &InboundRow) -> SessionKey {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
-
     use super::*;
-
-    /// Finding 7 of issue 25: each refused message was audited (and with
-    /// `refusal: reply` answered). A flood of 10,000 is reported once, the
-    /// next report an hour later counts the rest; other senders and
-    /// channels are reported on their own.
-    #[test]
-    fn a_refused_sender_is_reported_once_an_hour_and_the_rest_counted() {
-        let mut gate = RefusalGate::default();
-        let start = Instant::now();
-        let reported: Vec<u64> = (0..10_000)
-            .filter_map(|_| gate.admit("slack", "U0SPAM", start))
-            .collect();
-        assert_eq!(reported, [0]);
-        assert_eq!(gate.admit("slack", "U0OTHER", start), Some(0));
-        assert_eq!(gate.admit("feishu", "U0SPAM", start), Some(0));
-        let later = start + REFUSAL_WINDOW;
-        assert_eq!(gate.admit("slack", "U0SPAM", later), Some(9_999));
-        assert_eq!(gate.admit("slack", "U0SPAM", later), None);
-    }
 
     /// Finding 7 of issue 25: up to 65,536 turns could run at once. Now 200
     /// turns asking together run at most 64 at a time, every one of them
@@ -1552,71 +1351,5 @@ mod tests {
         );
         assert_eq!(*order.lock().expect("order"), (0..200).collect::<Vec<_>>());
         slots.drain(Duration::from_secs(1)).await;
-    }
-
-    /// Finding 7 of issue 25: an allowed sender could start any number of
-    /// turns. A flood of 10,000 messages in a minute runs 20; the sender is
-    /// told (and audited) once, the rest counted in the next report; other
-    /// senders in the conversation share its limit of 40.
-    #[test]
-    fn an_allowed_sender_over_its_rate_is_told_once_and_the_rest_counted() {
-        let mut gate = RateGate::default();
-        let start = Instant::now();
-        let decisions: Vec<Rate> = (0..10_000)
-            .map(|_| gate.admit("slack", "U1", "C1", start))
-            .collect();
-        let taken = decisions.iter().filter(|r| **r == Rate::Take).count();
-        assert_eq!(taken, 20);
-        let reports: Vec<&Rate> = decisions
-            .iter()
-            .filter(|r| {
-                matches!(
-                    r,
-                    Rate::Drop {
-                        report: Some(_),
-                        ..
-                    }
-                )
-            })
-            .collect();
-        assert_eq!(
-            reports,
-            [&Rate::Drop {
-                sender: true,
-                report: Some(0)
-            }]
-        );
-        // the conversation's limit: others add 20 more, then it is full
-        let others = (0..40)
-            .filter(|i| gate.admit("slack", &format!("U{}", i + 2), "C1", start) == Rate::Take)
-            .count();
-        assert_eq!(others, 20);
-        assert_eq!(
-            gate.admit("slack", "U99", "C1", start),
-            Rate::Drop {
-                sender: false,
-                report: None
-            },
-            "the conversation's first drop was reported already"
-        );
-        assert_eq!(
-            gate.admit("slack", "U1", "C2", start),
-            Rate::Drop {
-                sender: true,
-                report: None
-            }
-        );
-        // a minute later: a fresh window, and the next report counts the rest
-        let later = start + RATE_WINDOW;
-        for _ in 0..20 {
-            assert_eq!(gate.admit("slack", "U1", "C3", later), Rate::Take);
-        }
-        assert_eq!(
-            gate.admit("slack", "U1", "C3", later),
-            Rate::Drop {
-                sender: true,
-                report: Some(9_980)
-            }
-        );
     }
 }
