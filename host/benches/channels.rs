@@ -3,7 +3,13 @@
 //! instant fake model, with the real `pincer start` daemon and its
 //! `channel-slack` component.
 //!
-//!     cargo bench -p pincer --bench channels [-- N M P D]
+//!     cargo bench -p pincer --bench channels [-- N M P D] [--cluster]
+//!
+//! `--cluster` runs the same load three times in one run and prints them
+//! side by side: one daemon on SQLite, one on PostgreSQL, two on one
+//! PostgreSQL (each with its own home and Socket Mode connection). The
+//! PostgreSQL server is a private one on a unix socket
+//! (`pincer::db::testing`) with its default durability.
 //!
 //! Defaults: N=50 conversations (`D0001`…), M=2 workspaces (one container
 //! each; conversation i goes to workspace i mod M), every conversation sends
@@ -50,11 +56,13 @@ mod docker;
 mod slack_daemon;
 
 use docker::DockerCleanup;
-use slack_daemon::{FakeSlack, Scratch, quantile, serve, start_daemon, unix_now};
+use slack_daemon::{FakeSlack, Scratch, quantile, serve, start_daemon, start_nth_daemon, unix_now};
 /// How long replies may take after the last message was sent.
 const DRAIN: Duration = Duration::from_secs(30);
 
 struct Params {
+    /// `--cluster`: SQLite, then one and two daemons on PostgreSQL.
+    cluster: bool,
     conversations: usize,
     workspaces: usize,
     period: f64,
@@ -76,6 +84,7 @@ fn params() -> anyhow::Result<Params> {
         }
     };
     let p = Params {
+        cluster: std::env::args().any(|a| a == "--cluster"),
         conversations: arg(0, 50.0)? as usize,
         workspaces: arg(1, 2.0)? as usize,
         period: arg(2, 5.0)?,
@@ -93,6 +102,8 @@ fn params() -> anyhow::Result<Params> {
 fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let params = params()?;
+    // SAFETY: no other thread runs yet.
+    unsafe { std::env::set_var("PINCER_TEST_PG_DURABLE", "1") };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -473,7 +484,78 @@ fn row(label: &str, values: &[f64]) {
     );
 }
 
+/// Where the daemons keep their state, and how many serve.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    Sqlite,
+    Postgres { daemons: usize },
+}
+
+impl Setup {
+    fn label(self) -> String {
+        match self {
+            Self::Sqlite => "1 daemon, SQLite".into(),
+            Self::Postgres { daemons } => format!("{daemons} daemon(s), PostgreSQL"),
+        }
+    }
+}
+
+/// What one run of the load measured.
+struct Measured {
+    ready: Duration,
+    sent: usize,
+    sent_for: Duration,
+    analysis: Analysis,
+    cold: Analysis,
+    redelivered: usize,
+    /// The first daemon's RSS idle, after the warm-up, at its peak and at
+    /// the end, in KiB.
+    rss: [u64; 4],
+    exits: Vec<String>,
+    ack_ms: Vec<f64>,
+    /// Each daemon's CPU over [`IDLE`] with the containers warm and no
+    /// message, in percent of one core.
+    idle_cpu: Vec<f64>,
+}
+
+/// How long the daemons' idle CPU is measured.
+const IDLE: Duration = Duration::from_secs(20);
+
+/// utime + stime of `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces), 1-based from
+    // field 3: utime is field 14, stime 15.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks / per_second)
+}
+
 async fn run(p: Params) -> anyhow::Result<()> {
+    if !p.cluster {
+        let measured = measure(&p, Setup::Sqlite).await?;
+        report(&p, &measured);
+        return Ok(());
+    }
+    // SQLite first: the PostgreSQL server starts with the first database.
+    let setups = [
+        Setup::Sqlite,
+        Setup::Postgres { daemons: 1 },
+        Setup::Postgres { daemons: 2 },
+    ];
+    let mut results = Vec::new();
+    for setup in setups {
+        eprintln!("== {}", setup.label());
+        results.push((setup, measure(&p, setup).await?));
+    }
+    compare(&p, &results);
+    Ok(())
+}
+
+async fn measure(p: &Params, setup: Setup) -> anyhow::Result<Measured> {
     let scratch = Scratch::new()?;
     let (home, work, base) = (&scratch.home, &scratch.work, &scratch.base);
     let _cleanup = DockerCleanup { home: home.clone() };
@@ -486,13 +568,33 @@ async fn run(p: Params) -> anyhow::Result<()> {
 
     let slack = FakeSlack::start(&scratch.dir.path().join("fake_slack.log"))?;
     let config = work.join("pincer.yaml");
-    std::fs::write(&config, config_yaml(&p, &model_base, base, &slack.api_base))?;
+    let mut yaml = config_yaml(p, &model_base, base, &slack.api_base);
+    if let Setup::Postgres { .. } = setup {
+        let pincer::db::Location::Postgres(url) = pincer::db::testing::database() else {
+            bail!("the test server gave no PostgreSQL database");
+        };
+        yaml.push_str(&format!("state:\n  backend: postgres\n  url: \"{url}\"\n"));
+    }
+    std::fs::write(&config, yaml)?;
 
     let log = scratch.dir.path().join("daemon.log");
     let started = Instant::now();
-    let mut daemon = start_daemon(&config, home, work, &slack, &log).await?;
-    let rss = RssSampler::start(daemon.pid());
+    let mut daemons = vec![start_daemon(&config, home, work, &slack, &log).await?];
     let ready = started.elapsed();
+    // The others each on a home of their own, after the first took the
+    // workspaces (nothing rebalances: they receive and hand over).
+    let mut cleanups = Vec::new();
+    if let Setup::Postgres { daemons: n } = setup {
+        for i in 2..=n {
+            let home = scratch.dir.path().join(format!("home-{i}"));
+            std::fs::create_dir_all(&home)?;
+            cleanups.push(DockerCleanup { home: home.clone() });
+            let log = scratch.dir.path().join(format!("daemon-{i}.log"));
+            daemons.push(start_nth_daemon(&config, &home, work, &slack, &log, i).await?);
+        }
+    }
+    let daemon = &daemons[0];
+    let rss = RssSampler::start(daemon.pid());
     let rss_idle = rss_kib(daemon.pid()).unwrap_or(0);
 
     // Warm-up: one message per workspace (each starts its container).
@@ -510,6 +612,16 @@ async fn run(p: Params) -> anyhow::Result<()> {
         );
     }
     let rss_warm = rss_kib(daemon.pid()).unwrap_or(0);
+    let before: Vec<Option<f64>> = daemons.iter().map(|d| cpu_seconds(d.pid())).collect();
+    tokio::time::sleep(IDLE).await;
+    let idle_cpu = daemons
+        .iter()
+        .zip(before)
+        .map(|(d, before)| {
+            let used = cpu_seconds(d.pid()).zip(before).map(|(a, b)| a - b);
+            used.map_or(f64::NAN, |s| s / IDLE.as_secs_f64() * 100.0)
+        })
+        .collect();
 
     // The open loop.
     let slack = Arc::new(slack);
@@ -566,7 +678,39 @@ async fn run(p: Params) -> anyhow::Result<()> {
         .flatten()
         .filter(|e| e["deliveries"].as_array().is_some_and(|d| d.len() > 1))
         .count();
-    let exit = daemon.stop()?;
+    let mut exits = Vec::new();
+    for d in daemons.iter_mut().rev() {
+        exits.push(d.stop()?.to_string());
+    }
+    exits.reverse();
+    drop(cleanups);
+    Ok(Measured {
+        ready,
+        sent: sent.len(),
+        sent_for,
+        analysis,
+        cold,
+        redelivered,
+        rss: [rss_idle, rss_warm, rss_peak, rss_end],
+        exits,
+        ack_ms,
+        idle_cpu,
+    })
+}
+
+fn report(p: &Params, m: &Measured) {
+    let Measured {
+        ready,
+        sent,
+        sent_for,
+        analysis,
+        cold,
+        redelivered,
+        rss: [rss_idle, rss_warm, rss_peak, rss_end],
+        exits,
+        ack_ms,
+        idle_cpu,
+    } = m;
 
     // The report.
     let answered = analysis.outcomes.len();
@@ -587,9 +731,9 @@ async fn run(p: Params) -> anyhow::Result<()> {
     );
     println!(
         "| messages sent | {} in {:.1} s ({:.2} msg/s) |",
-        sent.len(),
+        sent,
         sent_for.as_secs_f64(),
-        sent.len() as f64 / sent_for.as_secs_f64()
+        *sent as f64 / sent_for.as_secs_f64()
     );
     println!(
         "| replies received | {answered} ({:.2} msg/s, first send to last reply) |",
@@ -604,12 +748,17 @@ async fn run(p: Params) -> anyhow::Result<()> {
     println!("| envelopes redelivered by the fake | {redelivered} |");
     println!(
         "| daemon RSS idle / after warm-up / peak / end | {:.1} / {:.1} / {:.1} / {:.1} MiB |",
-        rss_idle as f64 / 1024.0,
-        rss_warm as f64 / 1024.0,
-        rss_peak as f64 / 1024.0,
-        rss_end as f64 / 1024.0
+        *rss_idle as f64 / 1024.0,
+        *rss_warm as f64 / 1024.0,
+        *rss_peak as f64 / 1024.0,
+        *rss_end as f64 / 1024.0
     );
-    println!("| daemon exit on SIGTERM | {exit} |");
+    println!(
+        "| daemon CPU idle ({} s, containers warm) | {:.2} % of a core |",
+        IDLE.as_secs(),
+        idle_cpu[0]
+    );
+    println!("| daemon exit on SIGTERM | {} |", exits.join(", "));
     println!("\n| ms | p50 | p90 | p99 | max | n |\n|---|---|---|---|---|---|");
     let o = &analysis.outcomes;
     row(
@@ -633,7 +782,7 @@ async fn run(p: Params) -> anyhow::Result<()> {
         "model time (fake, per message)",
         &sorted(o.iter().map(|x| x.latency_ms - x.overhead_ms)),
     );
-    row("socket ack delay (all envelopes)", &ack_ms);
+    row("socket ack delay (all envelopes)", ack_ms);
     for w in 0..p.workspaces {
         let of_w = sorted(
             o.iter()
@@ -674,5 +823,44 @@ async fn run(p: Params) -> anyhow::Result<()> {
         "\ntarget ≤ 20 ms p50 host overhead: {} ({p50:.1} ms)",
         if p50 <= 20.0 { "met" } else { "NOT met" }
     );
-    Ok(())
+}
+
+/// The setups side by side.
+fn compare(p: &Params, results: &[(Setup, Measured)]) {
+    println!(
+        "\npincer channels bench, cluster: {} conversations over {} workspace(s), a DM every {} s \
+         each for {} s (open loop), per setup, one after the other in one run; fake Slack \
+         (Socket Mode, one connection per daemon) + instant fake model, release daemons; \
+         PostgreSQL: a private server on a unix socket with its default durability (fsync on)\n",
+        p.conversations, p.workspaces, p.period, p.duration
+    );
+    println!(
+        "| setup | sent | lost / duplicated | host overhead p50 / p90 / p99 / max (ms) | \
+         daemon CPU idle (% of a core, each) | exit |\n|---|---:|---:|---:|---:|---|"
+    );
+    for (setup, m) in results {
+        let overhead = sorted(m.analysis.outcomes.iter().map(|x| x.overhead_ms));
+        println!(
+            "| {} | {} | {} / {} | {:.1} / {:.1} / {:.1} / {:.1} | {} | {} |",
+            setup.label(),
+            m.sent,
+            m.analysis.lost.len(),
+            m.analysis.duplicated.len(),
+            quantile(&overhead, 0.5),
+            quantile(&overhead, 0.9),
+            quantile(&overhead, 0.99),
+            overhead.last().copied().unwrap_or(f64::NAN),
+            m.idle_cpu
+                .iter()
+                .map(|c| format!("{c:.2}"))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            m.exits.join(", ")
+        );
+    }
+    println!(
+        "\nWith two daemons the first holds every workspace (it took them first; nothing \
+         rebalances) and each daemon receives the events of its own connection: those the second \
+         receives are stored by it and run by the first, woken by NOTIFY."
+    );
 }

@@ -59,13 +59,14 @@ struct Cluster {
 
 impl Cluster {
     async fn start(script: Vec<Behaviour>, lease: Option<&str>) -> (Cluster, Daemon, Daemon) {
-        let cluster = Self::new(script, lease).await;
+        let cluster = Self::new(script, "{}", lease).await;
         let (a, b) = cluster.daemons().await;
         (cluster, a, b)
     }
 
-    /// The environment, no daemon started yet.
-    async fn new(script: Vec<Behaviour>, lease: Option<&str>) -> Cluster {
+    /// The environment, workspace `team` configured as `workspace` (YAML
+    /// flow mapping); no daemon started yet.
+    async fn new(script: Vec<Behaviour>, workspace: &str, lease: Option<&str>) -> Cluster {
         let at = pincer::db::testing::database();
         let Location::Postgres(url) = &at else {
             unreachable!()
@@ -74,7 +75,7 @@ impl Cluster {
         let env = Env::configured_with(
             script,
             FakeSlack::start(),
-            "{}",
+            workspace,
             "reply",
             &format!("state:\n  backend: postgres\n  url: \"{url}\"\n{lease}"),
         )
@@ -130,6 +131,18 @@ async fn answered(env: &Env, count: usize, daemons: &[&Daemon]) -> Vec<serde_jso
         );
     }
     env.slack.posted(count).await
+}
+
+/// The texts of the `chat.postMessage` calls Slack answered so far.
+async fn posted_now(env: &Env) -> Vec<String> {
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    calls["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["response"]["ok"] == true)
+        .map(|c| c["args"]["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
 }
 
 async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
@@ -346,7 +359,7 @@ async fn a_daemon_paused_past_its_lease_cannot_answer_when_it_resumes() {
 /// answered and the 21st is dropped and its sender told.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_daemons_answer_every_message_once_and_in_order_over_both_connections() {
-    let cluster = Cluster::new(vec![Behaviour::EchoUser], None).await;
+    let cluster = Cluster::new(vec![Behaviour::EchoUser], "{}", None).await;
     cluster.env.allow_everyone();
     let (a, b) = cluster.daemons().await;
     let env = &cluster.env;
@@ -416,7 +429,7 @@ async fn two_daemons_answer_every_message_once_and_in_order_over_both_connection
     );
     eprintln!("{total} messages answered in {:?}", started.elapsed());
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(env.slack.posted(total).await.len(), total, "none twice");
+    assert_eq!(posted_now(env).await.len(), total, "none twice");
     for c in 0..CONVERSATIONS {
         let channel = format!("D0C{c:02}");
         let replies: Vec<&str> = posted
@@ -461,11 +474,7 @@ async fn two_daemons_answer_every_message_once_and_in_order_over_both_connection
     );
     assert_eq!(dropped, 1);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        env.slack.posted(total + FLOOD + 1).await.len(),
-        total + FLOOD,
-        "nothing more"
-    );
+    assert_eq!(posted_now(env).await.len(), total + FLOOD, "nothing more");
 }
 
 /// A skill due every 10 s, two daemons on one state for two minutes, the
@@ -474,7 +483,12 @@ async fn two_daemons_answer_every_message_once_and_in_order_over_both_connection
 /// and each run's output is posted once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_schedule_fires_once_per_due_time_across_two_daemons_and_a_handover() {
-    let cluster = Cluster::new(vec![Behaviour::answer("unused")], None).await;
+    let cluster = Cluster::new(
+        vec![Behaviour::answer("unused")],
+        "{skills: [skill-calc]}",
+        None,
+    )
+    .await;
     cluster.env.sandbox.write(
         "workspaces/team/schedules.yaml",
         r#"tasks:
@@ -486,6 +500,13 @@ async fn a_schedule_fires_once_per_due_time_across_two_daemons_and_a_handover() 
 "#,
     );
     let (mut a, mut b) = cluster.daemons().await;
+    for daemon in [&a, &b] {
+        assert!(
+            daemon.banner.contains("1 scheduled task(s)"),
+            "{}",
+            daemon.banner
+        );
+    }
     let (env, db) = (&cluster.env, &cluster.db);
     let id_a = Cluster::id(&cluster.home_a(), &a);
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -527,14 +548,7 @@ async fn a_schedule_fires_once_per_due_time_across_two_daemons_and_a_handover() 
         by_a > 0 && by_a < runs.len(),
         "both daemons ran some ({by_a} by A): {runs:#?}"
     );
-    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
-    let posted: Vec<&str> = calls["calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["response"]["ok"] == true)
-        .map(|c| c["args"]["text"].as_str().unwrap_or_default())
-        .collect();
+    let posted = posted_now(env).await;
     assert_eq!(
         posted.len(),
         runs.len(),

@@ -187,6 +187,19 @@ pub async fn start_daemon(
     slack: &FakeSlack,
     log: &Path,
 ) -> anyhow::Result<Daemon> {
+    start_nth_daemon(config, home, work, slack, log, 1).await
+}
+
+/// [`start_daemon`] of the `nth` daemon connected to `slack` (it waits for
+/// `nth` connections).
+pub async fn start_nth_daemon(
+    config: &Path,
+    home: &Path,
+    work: &Path,
+    slack: &FakeSlack,
+    log: &Path,
+    nth: usize,
+) -> anyhow::Result<Daemon> {
     let built = pincer(config, home, work)
         .args(["image", "build"])
         .output()?;
@@ -212,7 +225,7 @@ pub async fn start_daemon(
         );
     }
     let (status, _) = slack
-        .get("/wait?what=connections&count=1&timeout=60")
+        .get(&format!("/wait?what=connections&count={nth}&timeout=60"))
         .await?;
     if status != 200 {
         bail!(

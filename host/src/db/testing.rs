@@ -109,8 +109,13 @@ fn start() -> Server {
         command
             .arg("-D")
             .arg(&data)
-            .args(["-c", "listen_addresses=", "-c", "fsync=off"])
-            .args(["-c", "max_connections=200", "-c", "full_page_writes=off"])
+            .args(["-c", "listen_addresses=", "-c", "max_connections=200"]);
+        // Tests need no durability; a bench measures the server as it is
+        // run (`PINCER_TEST_PG_DURABLE`).
+        if std::env::var_os("PINCER_TEST_PG_DURABLE").is_none() {
+            command.args(["-c", "fsync=off", "-c", "full_page_writes=off"]);
+        }
+        command
             .arg("-k")
             .arg(&socket_dir)
             .uid(uid)

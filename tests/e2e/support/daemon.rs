@@ -80,10 +80,26 @@ impl Daemon {
         }
     }
 
-    /// SIGTERM, then the exit status.
+    /// SIGTERM, then the exit status. An exit other than success is
+    /// printed with the end of the log (the first thing a failing test's
+    /// output shows).
     pub fn stop(&mut self) -> ExitStatus {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait().expect("wait for pincer")
+        // Signalled only while not reaped: a pid reaped already may be
+        // another test's process now.
+        if let Ok(None) = self.child.try_wait() {
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        }
+        let status = self.child.wait().expect("wait for pincer");
+        if !status.success() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "pincer (pid {}) stopped with {status}; the end of its log:\n{}",
+                self.child.id(),
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        }
+        status
     }
 
     pub fn log(&self) -> String {
