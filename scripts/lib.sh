@@ -83,6 +83,8 @@ ensure_docker_prerequisites() {
     # The state stores' tests run on SQLite and on a private PostgreSQL
     # server each test process starts (host/src/db/testing.rs).
     ensure_debian_packages /usr/lib/postgresql/15/bin/postgres postgresql
+    # ...which also listens on loopback with TLS, its certificates made by openssl.
+    ensure_debian_packages /usr/bin/openssl openssl
     if ! docker info >/dev/null 2>&1; then
         echo "the Docker Engine is not reachable: install and start it (apt-get install docker.io; systemctl start docker)" >&2
         exit 1

@@ -18,10 +18,13 @@ fn count(db: &Db, sql: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemon_on_postgres_answers_once_keeps_every_record_there_and_survives_a_restart() {
-    let at = pincer::db::testing::database();
-    let Location::Postgres(url) = &at else {
-        unreachable!()
-    };
+    // The daemon reaches the server over loopback TCP with TLS, checking
+    // its certificate; the test reads the same database over the socket.
+    let (ca, _) = pincer::db::testing::test_cas();
+    let (at, url) = pincer::db::testing::tls_database(&format!(
+        "sslmode=verify-full sslrootcert={}",
+        ca.display()
+    ));
     let env = Env::configured_with(
         vec![
             Behaviour::answer("first answer"),
@@ -43,6 +46,18 @@ async fn a_daemon_on_postgres_answers_once_keeps_every_record_there_and_survives
     let pushed = env.slack.dm("hello from postgres", ALLOWED, "D0PG").await;
     let posted = env.slack.posted(1).await;
     assert_eq!(posted[0]["args"]["text"], "first answer", "{posted:#?}");
+    let plain = count(
+        &Db::open(&at).unwrap(),
+        "SELECT COUNT(*) FROM pg_stat_activity a JOIN pg_stat_ssl s ON s.pid = a.pid
+         WHERE a.datname = current_database() AND a.client_port > 0 AND NOT s.ssl",
+    );
+    let encrypted = count(
+        &Db::open(&at).unwrap(),
+        "SELECT COUNT(*) FROM pg_stat_activity a JOIN pg_stat_ssl s ON s.pid = a.pid
+         WHERE a.datname = current_database() AND a.client_port > 0 AND s.ssl",
+    );
+    assert_eq!(plain, 0, "every TCP connection of the daemon is encrypted");
+    assert!(encrypted > 0, "the daemon's connections are over TCP");
     // Slack delivers the same event again: one turn, one reply.
     env.slack
         .post(

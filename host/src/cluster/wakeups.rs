@@ -112,17 +112,17 @@ fn listen(
 ) {
     let mut backoff = Duration::from_millis(100);
     while !stop.load(Ordering::Relaxed) {
-        let connected =
-            ::postgres::Client::connect(url, ::postgres::NoTls).and_then(|mut client| {
-                client
-                    .batch_execute(&format!("LISTEN {CHANNEL}"))
-                    .map(|()| client)
-            });
+        let connected = crate::db::connect_postgres(url).and_then(|mut client| {
+            client
+                .batch_execute(&format!("LISTEN {CHANNEL}"))
+                .map(|()| client)
+                .map_err(DbError::from)
+        });
         let mut client = match connected {
             Ok(client) => client,
             Err(e) => {
                 if let Some(ready) = ready.take() {
-                    let _ = ready.send(Err(DbError::Postgres(e)));
+                    let _ = ready.send(Err(e));
                     return;
                 }
                 tracing::warn!("cluster wake-ups: cannot listen ({e}); retrying in {backoff:?}");

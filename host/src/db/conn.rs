@@ -46,22 +46,8 @@ impl std::fmt::Display for Location {
         match self {
             Self::Sqlite(path) => write!(f, "{}", path.display()),
             Self::Postgres(url) => {
-                let shown = match url::Url::parse(url) {
-                    Ok(mut parsed) if parsed.password().is_some() => {
-                        let _ = parsed.set_password(Some("***"));
-                        parsed.to_string()
-                    }
-                    Ok(_) => url.clone(),
-                    // The key=value form.
-                    Err(_) => url
-                        .split_whitespace()
-                        .map(|pair| match pair.split_once('=') {
-                            Some(("password", _)) => "password=***",
-                            _ => pair,
-                        })
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                };
+                let shown = super::tls::without_password(url)
+                    .unwrap_or_else(|| "(a connection string that does not parse)".into());
                 write!(f, "PostgreSQL {shown}")
             }
         }
@@ -211,7 +197,7 @@ impl Location {
         let Location::Postgres(url) = self else {
             return Vec::new();
         };
-        let Ok(config) = url.parse::<::postgres::Config>() else {
+        let Some(config) = super::tls::parsed(url) else {
             return Vec::new();
         };
         let ports = config.get_ports();
@@ -251,6 +237,11 @@ mod tests {
             ["127.0.0.1:5432".parse().unwrap()]
         );
         assert!(at("host=/run/postgresql dbname=p").is_empty());
+        assert_eq!(
+            at("postgres://pincer@127.0.0.1:6543/p?sslmode=verify-full&sslrootcert=%2Fca.pem"),
+            ["127.0.0.1:6543".parse().unwrap()],
+            "the modes tokio-postgres does not know"
+        );
         assert!(
             Location::Sqlite("/h/pincer.db".into())
                 .tcp_addresses()
@@ -268,6 +259,14 @@ mod tests {
         assert_eq!(
             shown("host=/run/postgresql user=pincer password=hunter2 dbname=p"),
             "PostgreSQL host=/run/postgresql user=pincer password=*** dbname=p"
+        );
+        assert_eq!(
+            shown("host=db password = 'hunter 2' dbname=p"),
+            "PostgreSQL host=db password=*** dbname=p"
+        );
+        assert_eq!(
+            shown("host=db password='it\\'s secret"),
+            "PostgreSQL (a connection string that does not parse)"
         );
         assert_eq!(
             shown("postgres://pincer@db/p"),

@@ -14,6 +14,7 @@ mod sqlite;
 /// Test support (unit and end-to-end tests): a private PostgreSQL server.
 #[doc(hidden)]
 pub mod testing;
+mod tls;
 mod value;
 
 use std::path::Path;
@@ -23,6 +24,7 @@ use rusqlite::Connection;
 
 pub use conn::{Conn, Db, DbError, Location};
 pub use dialect::Dialect;
+pub use postgres::connect as connect_postgres;
 pub use value::{FromValue, Row, Value};
 
 pub const FILE_NAME: &str = "pincer.db";

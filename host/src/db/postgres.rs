@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use ::postgres::error::SqlState;
 use ::postgres::types::{IsNull, ToSql, Type};
-use ::postgres::{GenericClient, IsolationLevel, NoTls, Statement};
+use ::postgres::{GenericClient, IsolationLevel, Statement};
 use bytes::BytesMut;
 
 use super::conn::{Conn, DbError};
@@ -54,8 +54,15 @@ struct Client {
     statements: HashMap<String, Statement>,
 }
 
+/// A client connected to `url` with the TLS its `sslmode` asks for
+/// ([`super::tls`]).
+pub fn connect(url: &str) -> Result<::postgres::Client, DbError> {
+    Ok(super::tls::for_url(url)?.connect()?)
+}
+
 pub(super) struct Pool {
-    url: String,
+    /// What tokio-postgres reads, and the TLS connector.
+    tls: super::tls::Tls,
     idle: Mutex<Vec<Client>>,
 }
 
@@ -76,7 +83,7 @@ impl Pool {
     /// checks the database's schema version.
     pub fn open(url: &str) -> Result<Self, DbError> {
         let pool = Self {
-            url: url.to_owned(),
+            tls: super::tls::for_url(url)?,
             idle: Mutex::new(Vec::new()),
         };
         pool.transaction(|conn| {
@@ -117,7 +124,7 @@ impl Pool {
         match idle {
             Some(client) if !client.client.is_closed() => Ok(client),
             _ => Ok(Client {
-                client: ::postgres::Client::connect(&self.url, NoTls)?,
+                client: self.tls.connect()?,
                 statements: HashMap::new(),
             }),
         }

@@ -1,8 +1,10 @@
 //! A private PostgreSQL server for tests: one per test process, started
 //! from Debian's `postgresql` package on a unix socket in a directory of
-//! its own (no port to collide on), one fresh database per test. The
-//! server dies with the test process (parent-death signal), and a later
-//! run removes the directories of servers whose process is gone.
+//! its own, one fresh database per test. The server dies with the test
+//! process (parent-death signal), and a later run removes the directories
+//! of servers whose process is gone. It also listens on a free loopback
+//! port with TLS, its certificate (for `localhost` only) signed by a CA
+//! made for it ([`tls_database`]).
 
 use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::process::CommandExt as _;
@@ -18,6 +20,8 @@ const ROOT: &str = "/tmp/pincer-pg-tests";
 
 struct Server {
     socket_dir: PathBuf,
+    /// The loopback TCP port (TLS on).
+    port: u16,
 }
 
 static SERVER: OnceLock<Server> = OnceLock::new();
@@ -31,8 +35,9 @@ pub fn database() -> Location {
 impl Server {
     fn url(&self, database: &str) -> String {
         format!(
-            "host={} port=5432 user=pincer dbname={database}",
-            self.socket_dir.display()
+            "host={} port={} user=pincer dbname={database}",
+            self.socket_dir.display(),
+            self.port
         )
     }
 }
@@ -87,6 +92,11 @@ fn start() -> Server {
     std::fs::set_permissions(ROOT, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod test root");
     std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("chown test server directory");
+    certificates(&dir, uid, gid);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port();
     let data = dir.join("data");
     let status = Command::new(bin.join("initdb"))
         .args(["-D"])
@@ -101,6 +111,7 @@ fn start() -> Server {
 
     let socket_dir = dir.clone();
     let postgres = bin.join("postgres");
+    let server_dir = dir.clone();
     // The server is the child of a thread that lives as long as the
     // process, so the parent-death signal fires when the process ends, not
     // when the test that started it does.
@@ -109,7 +120,20 @@ fn start() -> Server {
         command
             .arg("-D")
             .arg(&data)
-            .args(["-c", "listen_addresses=", "-c", "max_connections=200"]);
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "max_connections=200",
+            ])
+            .args(["-p", &port.to_string(), "-c", "ssl=on"])
+            .arg("-c")
+            .arg(format!(
+                "ssl_cert_file={}",
+                dir.join("server.pem").display()
+            ))
+            .arg("-c")
+            .arg(format!("ssl_key_file={}", dir.join("server.key").display()));
         // Tests need no durability; a bench measures the server as it is
         // run (`PINCER_TEST_PG_DURABLE`).
         if std::env::var_os("PINCER_TEST_PG_DURABLE").is_none() {
@@ -139,7 +163,10 @@ fn start() -> Server {
         }
     });
 
-    let server = Server { socket_dir: dir };
+    let server = Server {
+        socket_dir: server_dir,
+        port,
+    };
     let url = server.url("postgres");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -171,6 +198,102 @@ pub fn each_backend(test: impl Fn(&Location)) {
         eprintln!("on {at:?}");
         test(&at);
     }
+}
+
+/// A CA, a server certificate it signed for `localhost` (key readable by
+/// the server's account only, as PostgreSQL requires) and another CA that
+/// signed nothing, made with the `openssl` command in `dir`.
+fn certificates(dir: &Path, uid: u32, gid: u32) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("these tests need the openssl command: apt-get install openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    for ca in ["ca", "other-ca"] {
+        let (key, pem, subject) = (
+            format!("{ca}.key"),
+            format!("{ca}.pem"),
+            format!("/CN=pincer test {ca}"),
+        );
+        let mut args = vec!["req", "-x509", "-days", "2", "-subj", &subject];
+        args.extend(ec);
+        args.extend(["-keyout", &key, "-out", &pem]);
+        openssl(&args);
+    }
+    let mut args = vec![
+        "req",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ];
+    args.extend(ec);
+    openssl(&args);
+    std::fs::write(dir.join("server.ext"), "subjectAltName=DNS:localhost\n").expect("server.ext");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.pem",
+    ]);
+    let key = dir.join("server.key");
+    std::os::unix::fs::chown(&key, Some(uid), Some(gid)).expect("chown server.key");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod server.key");
+}
+
+/// A new database on this process's server: its location over the unix
+/// socket, and a connection string for it over the loopback port
+/// (`host=localhost`, the name the certificate holds) with `tls` appended
+/// (e.g. `sslmode=verify-full sslrootcert=…`).
+pub fn tls_database(tls: &str) -> (Location, String) {
+    let at = database();
+    let Location::Postgres(url) = &at else {
+        unreachable!("database() is on PostgreSQL")
+    };
+    let server = SERVER.get().expect("started by database()");
+    let name = url.rsplit("dbname=").next().unwrap_or_default();
+    let tcp = format!(
+        "host=localhost port={} user=pincer dbname={name} {tls}",
+        server.port
+    );
+    (at, tcp)
+}
+
+/// The CA that signed the test server's certificate, and one that did not.
+pub fn test_cas() -> (PathBuf, PathBuf) {
+    let server = SERVER.get_or_init(start);
+    (
+        server.socket_dir.join("ca.pem"),
+        server.socket_dir.join("other-ca.pem"),
+    )
 }
 
 /// A new database on this process's server created with `options` (e.g. a
