@@ -133,8 +133,10 @@ async fn a_daemon_on_postgres_answers_once_keeps_every_record_there_and_survives
 /// `pincer state copy` moves a home's SQLite state into an empty
 /// PostgreSQL database: every table's rows and checksum read back equal,
 /// the memory index and the day sums rebuilt there, and the copied home
-/// works on PostgreSQL as it did on SQLite. A second copy into the now
-/// full database is refused, touching nothing.
+/// works on PostgreSQL as it did on SQLite. Copied back into a new SQLite
+/// file, every table has the same rows and checksum again, and a home on
+/// it works. A second copy into a full database or an existing file is
+/// refused, touching nothing.
 #[test]
 fn state_copy_moves_a_home_to_postgres_with_counts_and_checksums() {
     let sandbox = crate::support::Sandbox::new();
@@ -180,6 +182,62 @@ fn state_copy_moves_a_home_to_postgres_with_counts_and_checksums() {
         );
     }
     assert!(copied.contains("the memory index (2 memories)"), "{copied}");
+
+    // And back, into a new SQLite file: the same tables, rows and checksums,
+    // and a home on it works as the first did.
+    let home_back = sandbox.dir.path().join("home-back");
+    std::fs::create_dir_all(&home_back).unwrap();
+    let back_file = home_back.join(pincer::db::FILE_NAME);
+    let back_to = format!("sqlite:{}", back_file.display());
+    let back = ok(sandbox.pincer(&["state", "copy", "--from", url, "--to", &back_to]));
+    // table -> (rows, checksum)
+    let tables = |report: &str| -> std::collections::BTreeMap<String, (u64, String)> {
+        report
+            .lines()
+            .filter(|l| l.contains("(same read back)"))
+            .map(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                (
+                    words[0].to_owned(),
+                    (words[1].parse().unwrap(), words[4].to_owned()),
+                )
+            })
+            .collect()
+    };
+    let (there, back_again) = (tables(&copied), tables(&back));
+    assert!(there.contains_key("memories") && there.contains_key("gateway_keys"));
+    for (table, rows_and_sum) in &back_again {
+        match there.get(table) {
+            Some(first) => assert_eq!(rows_and_sum, first, "{table}: {back}\n-----\n{copied}"),
+            // Made on PostgreSQL by the stores, empty: the SQLite home had
+            // no such table.
+            None => assert_eq!(rows_and_sum.0, 0, "{table}: {back}"),
+        }
+    }
+    assert!(
+        there.keys().all(|t| back_again.contains_key(t)),
+        "{back}\n-----\n{copied}"
+    );
+    assert!(back.contains("the memory index (2 memories)"), "{back}");
+    let on_back = |args: &[&str]| {
+        let out = sandbox
+            .command()
+            .env("PINCER_HOME", &home_back)
+            .arg("--config")
+            .arg(&sqlite_config)
+            .args(args)
+            .output()
+            .unwrap();
+        ok(out)
+    };
+    assert!(on_back(&["memory", "search", "座位偏好"]).contains("用户喜欢靠窗的座位"));
+    assert_eq!(
+        on_back(&["gateway", "keys", "list", "default"]),
+        keys_before
+    );
+    let again =
+        crate::support::fails(sandbox.pincer(&["state", "copy", "--from", url, "--to", &back_to]));
+    assert!(again.contains("exists already"), "{again}");
 
     let pg_config = sandbox.write(
         "pg.yaml",

@@ -154,13 +154,16 @@ pub enum StateCommand {
         dry_run: bool,
     },
     /// Copy a SQLite state (`pincer.db`) into an empty PostgreSQL database,
-    /// table by table, with row counts and checksums read back from both
+    /// or back into a new SQLite file, table by table, with row counts and
+    /// checksums read back from both
     Copy {
-        /// The SQLite file: `sqlite:PATH`
+        /// The state to copy: a SQLite file (`sqlite:PATH`) or a PostgreSQL
+        /// database (`postgres://user@host:5432/pincer` or
+        /// `host=/run/postgresql dbname=pincer`)
         #[arg(long)]
         from: String,
-        /// The PostgreSQL database (`postgres://user@host:5432/pincer` or
-        /// `host=/run/postgresql dbname=pincer`)
+        /// Where to: an empty PostgreSQL database, or a new SQLite file
+        /// (`sqlite:PATH`)
         #[arg(long)]
         to: String,
     },

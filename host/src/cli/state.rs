@@ -1,6 +1,6 @@
 //! `pincer state prune [--dry-run]`: one prune now ([`crate::daemon::prune`]);
-//! `pincer state copy --from sqlite:PATH --to URL`: a home's SQLite state
-//! into an empty PostgreSQL database ([`crate::db::copy`]);
+//! `pincer state copy --from sqlite:PATH --to URL` (or back): a home's
+//! state into an empty one on the other backend ([`crate::db::copy`]);
 //! `pincer state migrate`: every store's tables made or brought forward.
 
 use std::path::Path;
@@ -31,16 +31,43 @@ pub fn run_migrate(config_flag: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run_copy(from: &str, to: &str) -> anyhow::Result<()> {
-    let Some(path) = from.strip_prefix("sqlite:") else {
-        anyhow::bail!("--from is `sqlite:PATH` (e.g. sqlite:~/.pincer/pincer.db), not `{from}`");
-    };
-    let path = Path::new(path);
-    if !path.is_file() {
-        anyhow::bail!("--from: no SQLite file at {}", path.display());
+/// `sqlite:PATH` or a PostgreSQL connection string, as `--from`/`--to`
+/// name them.
+fn location(flag: &str, given: &str) -> anyhow::Result<Location> {
+    if let Some(path) = given.strip_prefix("sqlite:") {
+        return Ok(Location::Sqlite(path.into()));
     }
-    let from = Location::Sqlite(path.to_path_buf());
-    let to = Location::Postgres(to.to_owned());
+    let postgres = given.starts_with("postgres://")
+        || given.starts_with("postgresql://")
+        || given.contains('=');
+    if !postgres {
+        anyhow::bail!(
+            "{flag} is `sqlite:PATH` (e.g. sqlite:~/.pincer/pincer.db) or a PostgreSQL \
+             connection string (postgres://… or host=… dbname=…), not `{given}`"
+        );
+    }
+    Ok(Location::Postgres(given.to_owned()))
+}
+
+pub fn run_copy(from: &str, to: &str) -> anyhow::Result<()> {
+    let (from, to) = (location("--from", from)?, location("--to", to)?);
+    match (&from, &to) {
+        (Location::Sqlite(path), _) if !path.is_file() => {
+            anyhow::bail!("--from: no SQLite file at {}", path.display())
+        }
+        (Location::Sqlite(_), Location::Sqlite(_)) => anyhow::bail!(
+            "--from and --to are both SQLite files: copy one with `sqlite3 FROM \".backup TO\"`"
+        ),
+        (Location::Postgres(_), Location::Postgres(_)) => anyhow::bail!(
+            "--from and --to are both PostgreSQL databases: copy one with pg_dump and pg_restore"
+        ),
+        (_, Location::Sqlite(path)) if path.exists() => anyhow::bail!(
+            "--to: {} exists already; copy into a new file, so nothing there is mixed with or \
+             overwritten by the copy",
+            path.display()
+        ),
+        _ => {}
+    }
     create_tables(&to).with_context(|| format!("creating pincer's tables in {to}"))?;
     println!("copying {from} to {to}");
     crate::db::copy::copy(&from, &to, &mut |done| {
@@ -59,17 +86,24 @@ pub fn run_copy(from: &str, to: &str) -> anyhow::Result<()> {
         c.query_one("SELECT COUNT(*) FROM gateway_spend_by_day", &[])?
             .get(0)
     })?;
-    let indexed: i64 = db.run(|c| {
-        c.query_one("SELECT COUNT(*) FROM memory_index_docs", &[])?
-            .get(0)
-    })?;
+    let index = match db.dialect() {
+        crate::db::Dialect::Sqlite => "SELECT COUNT(*) FROM memory_index",
+        crate::db::Dialect::Postgres => "SELECT COUNT(*) FROM memory_index_docs",
+    };
+    let indexed: i64 = db.run(|c| c.query_one(index, &[])?.get(0))?;
     println!(
         "  rebuilt: gateway_spend_by_day ({spend} day(s)), the memory index ({indexed} memories)"
     );
-    println!(
-        "done: set `state: {{backend: postgres, url: …}}` in pincer.yaml to use it; {} is left as it was",
-        path.display()
-    );
+    match &to {
+        Location::Postgres(_) => println!(
+            "done: set `state: {{backend: postgres, url: …}}` in pincer.yaml to use it; {from} is left as it was"
+        ),
+        Location::Sqlite(_) => println!(
+            "done: a home uses it as $PINCER_HOME/{} with `state.backend: sqlite` (the default); \
+             {from} is left as it was",
+            crate::db::FILE_NAME
+        ),
+    }
     Ok(())
 }
 

@@ -1,6 +1,6 @@
-//! Copying a SQLite state into an empty PostgreSQL database (`pincer state
-//! copy`): every table the destination knows, row for row, with a row count
-//! and a checksum per table read back from both sides.
+//! Copying a state into an empty one (`pincer state copy`), SQLite to
+//! PostgreSQL or back: every table the destination knows, row for row,
+//! with a row count and a checksum per table read back from both sides.
 //!
 //! The destination's tables are created first by the stores themselves
 //! (each store's `open_at`), so this module only moves rows. Tables one
@@ -35,8 +35,8 @@ pub struct Copied {
 pub enum CopyError {
     #[error("{0}")]
     Db(#[from] DbError),
-    #[error("copy from a SQLite file to a PostgreSQL database, not {0}")]
-    Direction(String),
+    #[error("the source and the destination are the same: {0}")]
+    Same(String),
     #[error(
         "the destination already holds rows (in {0}): copy only into an empty database, \
          so nothing there is mixed with or overwritten by the copy"
@@ -60,16 +60,41 @@ pub enum CopyError {
     },
 }
 
-/// The tables to copy: the source's, less SQLite's own and the memory
-/// index's, each with its columns.
+/// Kept by one engine for itself (SQLite's tables, the schema version and
+/// the key revocations' generation on PostgreSQL), or the memory index
+/// (rebuilt by the destination's store from the memories): not copied.
+/// Name patterns of SQL `LIKE`.
+const ENGINE_OWN: &[&str] = &[
+    "sqlite\\_%",
+    "gateway\\_key\\_generation",
+    "memory\\_index%",
+    "memory\\_fts",
+    "memory\\_postings",
+    "pincer\\_schema",
+];
+
+/// The tables to copy: the source's, less [`ENGINE_OWN`], [`REBUILT`] and
+/// [`NOT_COPIED`], each with its columns in order.
 fn source_tables(conn: &mut dyn Conn) -> Result<BTreeMap<String, Vec<String>>, DbError> {
+    let own = ENGINE_OWN
+        .iter()
+        .map(|pattern| format!(" AND name NOT LIKE '{pattern}' ESCAPE '\\'"))
+        .collect::<String>();
+    let listing = match conn.dialect() {
+        Dialect::Sqlite => format!(
+            "SELECT name FROM (SELECT name FROM sqlite_master WHERE type = 'table') AS t
+             WHERE 1 = 1{own}"
+        ),
+        Dialect::Postgres => format!(
+            "SELECT name FROM (SELECT CAST(table_name AS TEXT) AS name
+                               FROM information_schema.tables
+                               WHERE table_schema = current_schema()
+                                 AND table_type = 'BASE TABLE') AS t
+             WHERE 1 = 1{own}"
+        ),
+    };
     let names: Vec<String> = conn
-        .query(
-            "SELECT name FROM sqlite_master WHERE type = 'table'
-               AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'memory_index%'
-               AND name != 'memory_fts'",
-            &[],
-        )?
+        .query(&listing, &[])?
         .iter()
         .map(|r| r.get(0))
         .collect::<Result<_, _>>()?;
@@ -78,41 +103,57 @@ fn source_tables(conn: &mut dyn Conn) -> Result<BTreeMap<String, Vec<String>>, D
         if REBUILT.contains(&name.as_str()) || NOT_COPIED.contains(&name.as_str()) {
             continue;
         }
-        let columns = conn
-            .query(
-                "SELECT name FROM pragma_table_info(?1) ORDER BY cid",
-                &[name.clone().into()],
-            )?
-            .iter()
-            .map(|r| r.get(0))
-            .collect::<Result<_, _>>()?;
-        tables.insert(name, columns);
+        tables.insert(name.clone(), columns_of(conn, &name)?);
     }
     Ok(tables)
 }
 
-fn destination_columns(conn: &mut dyn Conn, table: &str) -> Result<BTreeSet<String>, DbError> {
-    conn.query(
-        "SELECT CAST(column_name AS TEXT) FROM information_schema.columns
-         WHERE table_schema = current_schema() AND table_name = ?1",
-        &[table.into()],
-    )?
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
+/// `table`'s columns in order (none: no such table).
+fn columns_of(conn: &mut dyn Conn, table: &str) -> Result<Vec<String>, DbError> {
+    let sql = match conn.dialect() {
+        Dialect::Sqlite => "SELECT name FROM pragma_table_info(?1) ORDER BY cid",
+        Dialect::Postgres => {
+            "SELECT CAST(column_name AS TEXT) FROM information_schema.columns
+             WHERE table_schema = current_schema() AND table_name = ?1
+             ORDER BY ordinal_position"
+        }
+    };
+    conn.query(sql, &[table.into()])?
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// (table, the table it references) for each foreign key among `tables`.
+fn references(conn: &mut dyn Conn, tables: &[String]) -> Result<Vec<(String, String)>, DbError> {
+    match conn.dialect() {
+        Dialect::Postgres => conn
+            .query(
+                "SELECT CAST(conrelid::regclass AS TEXT), CAST(confrelid::regclass AS TEXT)
+                 FROM pg_constraint WHERE contype = 'f'",
+                &[],
+            )?
+            .iter()
+            .map(|r| Ok((r.get(0)?, r.get(1)?)))
+            .collect(),
+        Dialect::Sqlite => {
+            let mut edges = Vec::new();
+            for table in tables {
+                for row in conn.query(
+                    "SELECT \"table\" FROM pragma_foreign_key_list(?1)",
+                    &[table.clone().into()],
+                )? {
+                    edges.push((table.clone(), row.get(0)?));
+                }
+            }
+            Ok(edges)
+        }
+    }
 }
 
 /// `tables` ordered so a table comes after those its foreign keys name.
 fn in_reference_order(conn: &mut dyn Conn, tables: Vec<String>) -> Result<Vec<String>, DbError> {
-    let edges: Vec<(String, String)> = conn
-        .query(
-            "SELECT CAST(conrelid::regclass AS TEXT), CAST(confrelid::regclass AS TEXT)
-             FROM pg_constraint WHERE contype = 'f'",
-            &[],
-        )?
-        .iter()
-        .map(|r| Ok((r.get(0)?, r.get(1)?)))
-        .collect::<Result<_, DbError>>()?;
+    let edges = references(conn, &tables)?;
     let mut ordered: Vec<String> = Vec::with_capacity(tables.len());
     let mut left = tables;
     while !left.is_empty() {
@@ -196,18 +237,18 @@ fn select(table: &str, columns: &[String]) -> String {
     format!("SELECT {} FROM {}", column_list(columns), quoted(table))
 }
 
-/// Copies every table of the SQLite state at `from` into the empty
-/// PostgreSQL database at `to`, whose tables the stores have created, and
-/// checks each by its row count and checksum read back from both sides.
-/// `progress` hears of each table as it is done.
+/// Copies every table of the state at `from` into the empty state at `to`
+/// (SQLite to PostgreSQL or back), whose tables the stores have created,
+/// and checks each by its row count and checksum read back from both
+/// sides. `progress` hears of each table as it is done.
 pub fn copy(
     from: &Location,
     to: &Location,
     progress: &mut dyn FnMut(&Copied),
 ) -> Result<Vec<Copied>, CopyError> {
-    let (Location::Sqlite(_), Location::Postgres(_)) = (from, to) else {
-        return Err(CopyError::Direction(format!("{from} to {to}")));
-    };
+    if from == to {
+        return Err(CopyError::Same(from.to_string()));
+    }
     let source = Db::open(from)?;
     let destination = Db::open(to)?;
     // One read transaction: the copy is of one moment of the source, even
@@ -226,7 +267,7 @@ pub fn copy(
     let mut order_of = BTreeMap::new();
     destination.run(|conn| -> Result<(), CopyError> {
         for (table, columns, rows) in &snapshot {
-            let known = destination_columns(conn, table)?;
+            let known: BTreeSet<String> = columns_of(conn, table)?.into_iter().collect();
             if known.is_empty() {
                 if !rows.is_empty() {
                     unknown.push(format!("table {table} ({} rows)", rows.len()));
@@ -310,11 +351,13 @@ pub fn copy(
     Ok(report)
 }
 
-/// Rows copied with their ids leave an identity column's sequence behind:
-/// the next insert would take an id already used. Moves it past the
-/// largest.
+/// Rows copied with their ids leave a PostgreSQL identity column's
+/// sequence behind: the next insert would take an id already used. Moves it
+/// past the largest. (SQLite moves its own on each insert.)
 fn restart_identity(tx: &mut dyn Conn, table: &str) -> Result<(), DbError> {
-    debug_assert_eq!(tx.dialect(), Dialect::Postgres);
+    if tx.dialect() == Dialect::Sqlite {
+        return Ok(());
+    }
     let identity = tx.query(
         "SELECT CAST(column_name AS TEXT) FROM information_schema.columns
          WHERE table_schema = current_schema() AND table_name = ?1 AND is_identity = 'YES'",
