@@ -17,11 +17,16 @@ fn one<T: pincer::db::FromValue + Send>(db: &Db, sql: &str) -> T {
     db.run(|c| c.query_one(sql, &[])?.get(0)).expect(sql)
 }
 
+/// Who holds workspace `team` (empty while nobody does).
 fn holder(db: &Db) -> String {
-    one(
-        db,
-        "SELECT owner FROM cluster_leases WHERE what = 'workspace:team' AND expires_ms > 0",
-    )
+    db.run(|c| {
+        c.query_opt(
+            "SELECT owner FROM cluster_leases WHERE what = 'workspace:team' AND expires_ms > 0",
+            &[],
+        )?
+        .map_or(Ok(String::new()), |row| row.get(0))
+    })
+    .expect("read the lease")
 }
 
 fn instance(home: &std::path::Path) -> String {
@@ -480,7 +485,9 @@ async fn two_daemons_answer_every_message_once_and_in_order_over_both_connection
 /// A skill due every 10 s, two daemons on one state for two minutes, the
 /// holder stopped half way: every due time from the first to the last runs
 /// exactly once (none skipped at the handover, none run by both daemons),
-/// and each run's output is posted once.
+/// and each run's output is posted once. A terminal turn of the workspace
+/// is refused by the daemon that does not hold it and by a home without a
+/// daemon, and runs on the holder.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_schedule_fires_once_per_due_time_across_two_daemons_and_a_handover() {
     let cluster = Cluster::new(
@@ -509,8 +516,36 @@ async fn a_schedule_fires_once_per_due_time_across_two_daemons_and_a_handover() 
     }
     let (env, db) = (&cluster.env, &cluster.db);
     let id_a = Cluster::id(&cluster.home_a(), &a);
+    // A terminal turn of the workspace runs where the workspace does: B's
+    // daemon refuses it, and so does a home with no daemon (its turn would
+    // start a second container).
+    let home_b = cluster.home_b.to_str().unwrap();
+    let message = ["message", "--workspace", "team", "--text", "hello"];
+    let refused = crate::support::fails(env.cli_with_env(&message, &[("PINCER_HOME", home_b)]));
+    assert!(
+        refused.contains("workspace `team` runs on another pincer daemon of this cluster"),
+        "{refused}"
+    );
+    let home_c = env.sandbox.dir.path().join("home-c");
+    std::fs::create_dir_all(&home_c).unwrap();
+    let refused = crate::support::fails(
+        env.cli_with_env(&message, &[("PINCER_HOME", home_c.to_str().unwrap())]),
+    );
+    assert!(
+        refused.contains(&format!("runs on the pincer daemon {id_a} of this cluster")),
+        "{refused}"
+    );
+    assert!(env.model.received().is_empty(), "no turn ran");
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert!(a.stop().success(), "{}", a.log());
+    let id_b = Cluster::id(&cluster.home_b, &b);
+    until("B holds the workspace", Duration::from_secs(10), || {
+        holder(db) == id_b
+    })
+    .await;
+    // B runs the workspace now: its terminal turns too.
+    let answered = crate::support::ok(env.cli_with_env(&message, &[("PINCER_HOME", home_b)]));
+    assert!(answered.contains("unused"), "{answered}");
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert!(b.stop().success(), "{}", b.log());
 

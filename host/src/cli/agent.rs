@@ -75,7 +75,10 @@ impl Runner {
     ) -> anyhow::Result<TurnSummary> {
         let show = |event: AgentEvent| printer.show(&event);
         match self {
-            Runner::Local(agent) => Ok(agent.turn(inbound, &show, cancelled()).await?),
+            Runner::Local(agent) => {
+                run_here(ctx, &inbound.key.workspace)?;
+                Ok(agent.turn(inbound, &show, cancelled()).await?)
+            }
             Runner::Daemon => {
                 let stream = control::connect(&ctx.home).await.ok_or_else(|| {
                     anyhow::anyhow!("the pincer daemon stopped; run the command again")
@@ -94,6 +97,28 @@ impl Runner {
             }
         }
     }
+}
+
+/// Refuses a turn of a workspace that a daemon of another home runs now
+/// (its lease, on a state several daemons share): the turn belongs in that
+/// daemon's container, not in one this process would start.
+fn run_here(ctx: &Context, workspace: &str) -> anyhow::Result<()> {
+    let leases = crate::cluster::Leases::open(&ctx.state()?)?;
+    let ours = format!("{}:", crate::containers::instance_id(&ctx.home)?);
+    let (what, now) = (format!("workspace:{workspace}"), crate::db::now_ms());
+    if let Some(holder) = leases
+        .holders()?
+        .into_iter()
+        .find(|h| h.what == what && h.expires_ms > now && !h.owner.starts_with(&ours))
+    {
+        anyhow::bail!(
+            "workspace `{workspace}` runs on the pincer daemon {} of this cluster, in its \
+             container (`pincer status` shows where): send the message through that daemon's \
+             home",
+            holder.owner
+        );
+    }
+    Ok(())
 }
 
 /// `pincer message`: one turn; prints the reply (or every event with

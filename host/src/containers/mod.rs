@@ -40,6 +40,7 @@ pub use mounts::{
 };
 pub use pincer_runner_protocol::ErrorKind as ExecErrorKind;
 pub use runner_client::{RunnerAddr, RunnerError, turn as runner_turn};
+pub(crate) use runtime::instance_id;
 pub use runtime::{
     ContainerRuntime, ContainerStatus, Ensured, ExecOutcome, GrantError, GrantMinter, Lifecycle,
 };

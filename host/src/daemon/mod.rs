@@ -299,7 +299,11 @@ async fn serve(
         }
         None => None,
     };
-    let turns = tokio::spawn(control::serve(control_socket, agent.clone()));
+    let turns = tokio::spawn(control::serve(
+        control_socket,
+        agent.clone(),
+        cluster.clone(),
+    ));
     let status = status::Reporter::new(
         &ctx.home,
         ctx.config.clone(),

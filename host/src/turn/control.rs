@@ -71,22 +71,32 @@ pub fn bind(home: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Serves turns on `listener` until the task is dropped.
-pub async fn serve(listener: UnixListener, agent: Arc<Agent>) {
+/// Serves turns on `listener` until the task is dropped: turns of the
+/// workspaces `cluster` says this daemon runs (another daemon of the
+/// cluster runs the others, in its own container).
+pub async fn serve(
+    listener: UnixListener,
+    agent: Arc<Agent>,
+    cluster: Arc<dyn crate::cluster::Membership>,
+) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        let agent = agent.clone();
+        let (agent, cluster) = (agent.clone(), cluster.clone());
         tokio::spawn(async move {
-            if let Err(e) = handle(stream, &agent).await {
+            if let Err(e) = handle(stream, &agent, cluster.as_ref()).await {
                 tracing::debug!("control connection: {e}");
             }
         });
     }
 }
 
-async fn handle(stream: UnixStream, agent: &Agent) -> std::io::Result<()> {
+async fn handle(
+    stream: UnixStream,
+    agent: &Agent,
+    cluster: &dyn crate::cluster::Membership,
+) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     let mut line = Vec::new();
@@ -108,6 +118,17 @@ async fn handle(stream: UnixStream, agent: &Agent) -> std::io::Result<()> {
         channel = %request.channel,
         "turn requested on the control socket"
     );
+    if agent.has_workspace(&request.workspace) && !cluster.holds(&request.workspace) {
+        let reply = ControlReply::Error {
+            message: format!(
+                "workspace `{}` runs on another pincer daemon of this cluster now, in its \
+                 container (`pincer status` shows which): send the message through that \
+                 daemon's home",
+                request.workspace
+            ),
+        };
+        return write_reply(&mut write, &reply).await;
+    }
     // Events are written by a task of their own so a slow client never
     // blocks the turn's bookkeeping.
     let (tx, mut rx) = mpsc::unbounded_channel::<ControlReply>();

@@ -209,6 +209,11 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// Whether `workspace` is one of this configuration's.
+    pub fn has_workspace(&self, workspace: &str) -> bool {
+        self.config.workspaces.contains_key(workspace)
+    }
+
     #[allow(clippy::too_many_arguments)] // the composition root hands each service in
     pub fn new(
         config: Arc<Config>,
