@@ -147,7 +147,7 @@ impl PairingStore {
         sender_name: Option<&str>,
     ) -> Result<Asked, PairingError> {
         let now = now_ms();
-        self.db.write_transaction(|tx| {
+        self.db.transaction(|tx| {
             let pending = tx.query_opt(
                 &format!(
                     "SELECT {COLUMNS} FROM pairing_requests
@@ -254,7 +254,7 @@ impl PairingStore {
     fn decide(&self, code: &str, by: &str, approve: bool) -> Result<Request, PairingError> {
         let code = normalized(code)?;
         let now = now_ms();
-        self.db.write_transaction(|tx| {
+        self.db.transaction(|tx| {
             let request =
                 find(tx, &code)?.ok_or_else(|| PairingError::Unknown(code.clone()))?;
             if request.state != "pending" {
@@ -324,7 +324,7 @@ impl PairingStore {
         channel: Option<&str>,
         sender: &str,
     ) -> Result<Vec<Allowed>, PairingError> {
-        self.db.write_transaction(|tx| {
+        self.db.transaction(|tx| {
             let removed: Vec<Allowed> = allowed(tx)?
                 .into_iter()
                 .filter(|a| a.sender == sender && channel.is_none_or(|c| c == a.channel))

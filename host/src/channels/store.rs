@@ -371,7 +371,7 @@ impl ChannelStore {
     ) -> Result<Option<(i64, Rate)>, StoreError> {
         let now = now_ms();
         let (channel, sender) = (&message.channel, &message.sender);
-        Ok(self.db.write_transaction(|tx| {
+        Ok(self.db.transaction(|tx| {
             if allowed {
                 let counters = Counter::message(channel, sender, &message.conversation);
                 insert_counted(tx, message, workspace, &counters, now, |rate| match rate {
@@ -832,7 +832,7 @@ impl ChannelStore {
         conversation: &str,
     ) -> Result<Option<Rate>, StoreError> {
         let now = now_ms();
-        Ok(self.db.write_transaction(|tx| {
+        Ok(self.db.transaction(|tx| {
             let first = tx.execute(
                 "INSERT INTO channel_clicks (channel, click_id, received_ms) VALUES (?1, ?2, ?3)
                  ON CONFLICT (channel, click_id) DO NOTHING",

@@ -69,7 +69,7 @@ pub fn resolve_at(
 /// Creates the table of per-workspace uids at `at` if it is not there.
 pub fn create_table(at: &Location) -> Result<(), ContainerError> {
     Db::open(at)
-        .and_then(|db| db.write_transaction(|tx| tx.schema(SCHEMA)))
+        .and_then(|db| db.transaction(|tx| tx.schema(SCHEMA)))
         .map_err(store_error)
 }
 
@@ -77,13 +77,13 @@ fn allocate(db: &Db, workspace: &str) -> Result<u32, ContainerError> {
     // The table in a transaction of its own, so the allocation's first
     // statement is its write: SQLite then waits for another process's
     // allocation (busy timeout) instead of failing on a stale read.
-    db.write_transaction(|tx| tx.schema(SCHEMA))
+    db.transaction(|tx| tx.schema(SCHEMA))
         .map_err(store_error)?;
     let now = crate::db::now_ms();
     // One transaction: two daemons starting two workspaces at once get
     // different uids.
     let uid = db
-        .write_transaction(|tx| {
+        .transaction(|tx| {
             tx.execute(
                 "INSERT INTO container_users (workspace, uid, created_ms)
                  SELECT ?1, (SELECT COALESCE(MAX(uid) + 1, ?2) FROM container_users), ?3

@@ -430,7 +430,7 @@ impl Ledger {
             return Err(BudgetError::Storage(e.to_string()));
         }
         let db = Db::open(at)?;
-        db.write_transaction(|tx| {
+        db.transaction(|tx| {
             tx.schema(
                 "CREATE TABLE IF NOT EXISTS gateway_usage (
                 id INTEGER PRIMARY KEY,
@@ -592,7 +592,7 @@ impl Ledger {
         // The slice as it is now: a transaction that lost a conflict runs
         // again, so it only reads it, and the lease grows after the commit.
         let now_slice = *slice;
-        let (add, deadline) = self.db.write_transaction(|tx| {
+        let (add, deadline) = self.db.transaction(|tx| {
             let slice = &now_slice;
             lease::drop_void(tx, now)?;
             let held = lease::held(tx, workspace, self.slices.owner(), now)?;

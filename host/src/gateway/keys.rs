@@ -213,7 +213,7 @@ impl KeyStore {
     /// be opened.
     pub fn open_at(location: &Location) -> Result<Self, KeyError> {
         let db = Db::open(location)?;
-        db.write_transaction(|conn| -> Result<(), DbError> {
+        db.transaction(|conn| -> Result<(), DbError> {
             conn.schema(SCHEMA)?;
             if conn.dialect() == Dialect::Postgres {
                 conn.schema(GENERATION_SCHEMA)?;
@@ -253,7 +253,7 @@ impl KeyStore {
             return Err(KeyError::ReservedName);
         }
         let (token, prefix) = new_token(workspace)?;
-        self.db.write_transaction(|tx| {
+        self.db.transaction(|tx| {
             let live = tx.query_opt(
                 "SELECT id FROM gateway_keys
                  WHERE workspace = ?1 AND name = ?2 AND revoked_ms IS NULL",
@@ -415,10 +415,10 @@ impl KeyStore {
                     .lock()
                     .map_err(|_| KeyError::Storage("key store lock poisoned".into()))?;
                 counters
-                    .revoking(|| self.db.write_transaction(revoke))
+                    .revoking(|| self.db.transaction(revoke))
                     .map_err(|e| KeyError::Storage(format!("the key revocations file: {e}")))?
             }
-            Generations::Table => self.db.write_transaction(|tx| {
+            Generations::Table => self.db.transaction(|tx| {
                 // First, so revocations run one at a time: a second waits
                 // on this row, loses the conflict and runs again after.
                 tx.execute(

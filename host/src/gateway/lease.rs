@@ -396,7 +396,7 @@ impl Hook for LeaseHook {
                 (slice.room_tokens().max(0), slice.room_usd().max(0.0))
             };
             let mine = (slice.tokens, slice.usd);
-            let result = db.write_transaction(|tx| {
+            let result = db.transaction(|tx| {
                 grow(
                     tx,
                     &workspace,

@@ -290,7 +290,7 @@ fn try_batch(
     usage: &[&UsageRecord],
     hook: &dyn Hook,
 ) -> Result<(), DbError> {
-    db.write_transaction(|tx| {
+    db.transaction(|tx| {
         for record in batch {
             match record {
                 Record::Usage(u) => tx.execute(

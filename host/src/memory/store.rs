@@ -245,7 +245,7 @@ impl MemoryStore {
         let terms = index_terms(workspace, text);
         let vector = self.embed_passages(&[text]).and_then(|mut v| v.pop());
         let now = now_ms();
-        let (memory, stored) = self.db.write_transaction(|conn| {
+        let (memory, stored) = self.db.transaction(|conn| {
             let (memory, new) = insert(conn, workspace, kind, text, now, &terms)?;
             let vectors = if new {
                 vec![(memory.id, vector.as_ref())]
@@ -291,7 +291,7 @@ impl MemoryStore {
         }
         embedded.resize(checked.len(), None);
         let now = now_ms();
-        let (out, stored) = self.db.write_transaction(|conn| {
+        let (out, stored) = self.db.transaction(|conn| {
             let mut out = Vec::with_capacity(checked.len());
             let mut new_vectors = Vec::new();
             for ((text, terms), vector) in checked.iter().zip(&terms).zip(&embedded) {
@@ -321,7 +321,7 @@ impl MemoryStore {
         }
         let now = now_ms();
         let ids: Vec<i64> = found.iter().map(|r| r.memory.id).collect();
-        self.db.write_transaction(|conn| {
+        self.db.transaction(|conn| {
             for id in &ids {
                 conn.execute(
                     "UPDATE memories SET use_count = use_count + 1, last_used_ms = ?2 WHERE id = ?1",
@@ -429,7 +429,7 @@ impl MemoryStore {
             let Some(embedded) = self.embed_passages(&texts) else {
                 return Ok(false);
             };
-            self.db.write_transaction(|conn| {
+            self.db.transaction(|conn| {
                 for ((id, ws, _), vector) in batch.iter().zip(&embedded) {
                     vectors::store(conn, *id, ws, vector)?;
                 }
@@ -503,7 +503,7 @@ impl MemoryStore {
 
     /// Deletes memory `id` of `workspace`; `false` when there is none.
     pub fn forget(&self, workspace: &str, id: i64) -> Result<bool, MemoryError> {
-        Ok(self.db.write_transaction(|conn| {
+        Ok(self.db.transaction(|conn| {
             let deleted = conn.execute(
                 "DELETE FROM memories WHERE id = ?1 AND workspace = ?2",
                 args![id, workspace],
@@ -797,7 +797,7 @@ fn reindex_if_stale(db: &Db) -> Result<(), DbError> {
     if !db.run(index_stale)? {
         return Ok(());
     }
-    let rebuilt = db.write_transaction(|conn| {
+    let rebuilt = db.transaction(|conn| {
         // Another process may have rebuilt it meanwhile.
         if !index_stale(conn)? {
             return Ok(0);

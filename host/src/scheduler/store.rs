@@ -322,7 +322,7 @@ impl Store {
         if abandoned.is_empty() {
             return Ok(Vec::new());
         }
-        self.db.write_transaction(|tx| {
+        self.db.transaction(|tx| {
             let mut marked = Vec::new();
             for id in &abandoned {
                 let row = tx.query_opt(
@@ -400,7 +400,7 @@ impl Store {
         );
         // A transaction: on PostgreSQL two daemons could otherwise both
         // pick the same row in the subquery and both claim it.
-        self.db.write_transaction(|tx| {
+        self.db.transaction(|tx| {
             tx.query_opt(&sql, args![workspace, task, owner, lease_until_ms])?
                 .as_ref()
                 .map(record)
@@ -518,7 +518,7 @@ impl Store {
         if tasks.is_empty() {
             return Ok(());
         }
-        self.db.write_transaction(|tx| {
+        self.db.transaction(|tx| {
             for task in tasks {
                 tx.execute(
                     "INSERT INTO schedule_state (workspace, task, last_due_ms) VALUES (?1, ?2, ?3)

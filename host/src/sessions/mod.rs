@@ -197,7 +197,7 @@ impl SessionStore {
     /// The open session of `key`, created when there is none.
     pub fn current(&self, key: &SessionKey) -> Result<Session, SessionError> {
         // One transaction: two daemons asking at once get the same session.
-        self.db.write_transaction(|tx| {
+        self.db.transaction(|tx| {
             let found = tx.query_opt(
                 "SELECT id, created_ms FROM sessions
                  WHERE channel = ?1 AND conversation = ?2 AND workspace = ?3 AND closed_ms IS NULL",
@@ -216,7 +216,7 @@ impl SessionStore {
 
     /// Closes the open session of `key` (if any) and opens a fresh one.
     pub fn start_new(&self, key: &SessionKey) -> Result<Session, SessionError> {
-        self.db.write_transaction(|tx| {
+        self.db.transaction(|tx| {
             tx.execute(
                 "UPDATE sessions SET closed_ms = ?4
                  WHERE channel = ?1 AND conversation = ?2 AND workspace = ?3 AND closed_ms IS NULL",
@@ -228,7 +228,7 @@ impl SessionStore {
 
     /// Records a new running turn of `session`.
     pub fn begin_turn(&self, session_id: i64, turn_id: &str) -> Result<(), SessionError> {
-        self.db.write_transaction(|tx| {
+        self.db.transaction(|tx| {
             let exists: bool = tx
                 .query_one(
                     "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",

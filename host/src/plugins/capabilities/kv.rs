@@ -147,14 +147,12 @@ pub struct KvNamespace {
 impl KvNamespace {
     pub fn get(&self, key: &str) -> Result<Option<Entry>, KvError> {
         check_key(key)?;
-        self.store
-            .db
-            .write_transaction(|tx| self.live_entry(tx, key))
+        self.store.db.transaction(|tx| self.live_entry(tx, key))
     }
 
     pub fn set(&self, key: &str, value: &[u8], ttl_ms: Option<u64>) -> Result<u64, KvError> {
         check_key(key)?;
-        self.store.db.write_transaction(|tx| {
+        self.store.db.transaction(|tx| {
             let current = self.live_entry(tx, key)?;
             self.write(tx, key, value, ttl_ms, current.as_ref())
         })
@@ -169,7 +167,7 @@ impl KvNamespace {
         ttl_ms: Option<u64>,
     ) -> Result<Option<u64>, KvError> {
         check_key(key)?;
-        self.store.db.write_transaction(|tx| {
+        self.store.db.transaction(|tx| {
             let current = self.live_entry(tx, key)?;
             if current.as_ref().map(|e| e.version) != expected {
                 return Ok(None);
@@ -181,7 +179,7 @@ impl KvNamespace {
 
     pub fn delete(&self, key: &str) -> Result<bool, KvError> {
         check_key(key)?;
-        self.store.db.write_transaction(|tx| {
+        self.store.db.transaction(|tx| {
             let existed = self.live_entry(tx, key)?.is_some();
             tx.execute(
                 "DELETE FROM plugin_kv WHERE owner = ?1 AND plugin = ?2 AND key = ?3",
