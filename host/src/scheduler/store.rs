@@ -303,37 +303,43 @@ impl Store {
         now_ms: i64,
     ) -> Result<Vec<RunRecord>, StoreError> {
         // Read first: most ticks find nothing abandoned and write nothing.
-        let abandoned: Vec<i64> = self.db.run(|conn| -> Result<Vec<i64>, DbError> {
-            let mut ids = Vec::new();
-            for row in conn.query(
-                "SELECT id, claimed_by, claimed_until_ms FROM schedule_runs
+        let abandoned = self
+            .db
+            .run(|conn| -> Result<Vec<(i64, String, i64)>, DbError> {
+                let mut found = Vec::new();
+                for row in conn.query(
+                    "SELECT id, claimed_by, claimed_until_ms FROM schedule_runs
                  WHERE status IN ('claimed', 'running')",
-                args![],
-            )? {
-                let (id, by, until): (i64, Option<String>, Option<i64>) =
-                    (row.get(0)?, row.get(1)?, row.get(2)?);
-                let gone = by.is_none_or(|by| !alive.contains(&by));
-                if gone || until.is_some_and(|until| until < now_ms) {
-                    ids.push(id);
+                    args![],
+                )? {
+                    let (id, by, until): (i64, Option<String>, Option<i64>) =
+                        (row.get(0)?, row.get(1)?, row.get(2)?);
+                    let gone = by.as_ref().is_none_or(|by| !alive.contains(by));
+                    if gone || until.is_some_and(|until| until < now_ms) {
+                        found.push((id, by.unwrap_or_default(), until.unwrap_or(-1)));
+                    }
                 }
-            }
-            Ok(ids)
-        })?;
+                Ok(found)
+            })?;
         if abandoned.is_empty() {
             return Ok(Vec::new());
         }
         self.db.transaction(|tx| {
             let mut marked = Vec::new();
-            for id in &abandoned {
+            for (id, by, until) in &abandoned {
+                // Only if its claim is still the one read: an owner that
+                // renewed it meanwhile is running it.
                 let row = tx.query_opt(
                     &format!(
                         "UPDATE schedule_runs
                          SET status = 'interrupted', ended_ms = ?2,
                              error = COALESCE(error, 'interrupted: its daemon stopped or its lease ran out')
                          WHERE id = ?1 AND status IN ('claimed', 'running')
+                           AND COALESCE(claimed_by, '') = ?3
+                           AND COALESCE(claimed_until_ms, -1) = ?4
                          RETURNING {COLUMNS}"
                     ),
-                    args![*id, now_ms],
+                    args![*id, now_ms, by, *until],
                 )?;
                 if let Some(row) = row {
                     marked.push(record(&row)?);
