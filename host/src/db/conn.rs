@@ -149,6 +149,21 @@ impl Db {
         self.sqlite_or_postgres(rusqlite::TransactionBehavior::Immediate, f)
     }
 
+    /// [`Self::transaction`] for reads only: one consistent view of the
+    /// state. On SQLite it takes no write lock (a writer goes on meanwhile,
+    /// and the view stays as it was when the first read began); on
+    /// PostgreSQL it is the same SERIALIZABLE transaction.
+    pub fn read_transaction<R, E>(
+        &self,
+        f: impl FnMut(&mut dyn Conn) -> Result<R, E> + Send,
+    ) -> Result<R, E>
+    where
+        R: Send,
+        E: From<DbError> + Send,
+    {
+        self.sqlite_or_postgres(rusqlite::TransactionBehavior::Deferred, f)
+    }
+
     /// A SQLite transaction begun with `behavior`, or PostgreSQL's
     /// serializable one (run again on a conflict).
     fn sqlite_or_postgres<R, E>(
@@ -297,6 +312,10 @@ mod tests {
         assert_eq!(
             shown("postgres://pincer@db/p"),
             "PostgreSQL postgres://pincer@db/p"
+        );
+        assert_eq!(
+            shown("postgres://pincer@db/p?sslmode=require&password=hunter2"),
+            "PostgreSQL postgres://pincer@db/p?sslmode=require&password=***"
         );
         assert_eq!(
             Location::Sqlite("/h/pincer.db".into()).to_string(),

@@ -253,7 +253,7 @@ pub fn copy(
     let destination = Db::open(to)?;
     // One read transaction: the copy is of one moment of the source, even
     // if a daemon writes to it meanwhile.
-    let snapshot: Vec<(String, Vec<String>, Vec<Row>)> = source.transaction(|conn| {
+    let snapshot: Vec<(String, Vec<String>, Vec<Row>)> = source.read_transaction(|conn| {
         let tables = source_tables(conn)?;
         let mut out = Vec::with_capacity(tables.len());
         for (table, columns) in tables {

@@ -30,6 +30,10 @@ enum Mode {
     VerifyFull,
 }
 
+/// The options pincer reads itself and tokio-postgres does not (or not
+/// all their values).
+const TLS_OPTIONS: [&str; 2] = ["sslmode", "sslrootcert"];
+
 /// A connection string made ready for tokio-postgres, and the TLS it asks
 /// for.
 pub struct Tls {
@@ -55,7 +59,7 @@ impl Tls {
 /// # Errors
 /// An unknown `sslmode`, or a root certificate file that cannot be read.
 pub fn for_url(url: &str) -> Result<Tls, DbError> {
-    let (url, options) = take_options(url, &["sslmode", "sslrootcert"])?;
+    let (url, options) = take_options(url, &TLS_OPTIONS)?;
     let mode = match options[0].as_deref() {
         None | Some("prefer") => Mode::Prefer,
         Some("disable") => Mode::Disable,
@@ -256,7 +260,7 @@ impl ServerCertVerifier for AnyName {
 /// `url` as tokio-postgres reads it (hosts, ports, user…), `None` when it
 /// does not parse.
 pub fn parsed(url: &str) -> Option<::postgres::Config> {
-    let (rest, _) = take_options(url, &["sslmode", "sslrootcert"]).ok()?;
+    let (rest, _) = take_options(url, &TLS_OPTIONS).ok()?;
     rest.parse().ok()
 }
 
@@ -264,10 +268,28 @@ pub fn parsed(url: &str) -> Option<::postgres::Config> {
 pub fn without_password(url: &str) -> Option<String> {
     if is_url(url) {
         let mut parsed = url::Url::parse(url).ok()?;
-        if parsed.password().is_none() {
+        // libpq takes a password in the query too.
+        let in_query = parsed.query_pairs().any(|(key, _)| key == "password");
+        if parsed.password().is_none() && !in_query {
             return Some(url.to_owned());
         }
-        parsed.set_password(Some("***")).ok()?;
+        if parsed.password().is_some() {
+            parsed.set_password(Some("***")).ok()?;
+        }
+        if in_query {
+            let pairs: Vec<(String, String)> = parsed
+                .query_pairs()
+                .map(|(key, value)| {
+                    let value = if key == "password" {
+                        "***".into()
+                    } else {
+                        value
+                    };
+                    (key.into_owned(), value.into_owned())
+                })
+                .collect();
+            parsed.query_pairs_mut().clear().extend_pairs(pairs);
+        }
         return Some(parsed.to_string());
     }
     let pairs = key_values(url).ok()?;
