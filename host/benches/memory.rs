@@ -5,6 +5,7 @@
 //!     cargo bench -p pincer --bench memory -- 10000        # other sizes
 //!     cargo bench -p pincer --bench memory -- --scale-only 1000000   # only the scale rows
 //!     cargo bench -p pincer --bench memory -- --quality-only         # only the quality tables
+//!     cargo bench -p pincer --bench memory -- --quality-only --postgres  # and pincer on PostgreSQL
 //!     cargo bench -p pincer --bench memory -- --tune                 # the fusion grid, dev split only
 //!     cargo bench -p pincer --bench memory -- --meaning 20000        # meaning at scale: other size
 //!
@@ -46,6 +47,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
+use pincer::db::Location;
 use pincer::gateway::model_fetch::{self, E5_SMALL};
 use pincer::memory::rank::Hybrid;
 use pincer::memory::{Embedder, MatchKind, MemoryKind, MemoryStore, segment};
@@ -83,7 +85,7 @@ fn main() -> anyhow::Result<()> {
         return tune();
     }
     if !flag("--scale-only") {
-        quality()?;
+        quality(flag("--postgres"))?;
         if flag("--quality-only") {
             return Ok(());
         }
@@ -435,9 +437,26 @@ struct LabelledStore {
 
 impl LabelledStore {
     fn new(data: &Labelled, embedder: Option<Arc<Embedder>>) -> anyhow::Result<Self> {
-        let texts: Vec<&str> = data.memories.iter().map(|m| m.text.as_str()).collect();
         let home = tempfile::tempdir()?;
-        let store = MemoryStore::open_with(home.path(), embedder)?;
+        let at = Location::Sqlite(home.path().join(pincer::db::FILE_NAME));
+        Self::at(data, &at, home, embedder)
+    }
+
+    /// The same store on a fresh database of a private PostgreSQL server
+    /// (`pincer::db::testing`).
+    fn on_postgres(data: &Labelled, embedder: Option<Arc<Embedder>>) -> anyhow::Result<Self> {
+        let at = pincer::db::testing::database();
+        Self::at(data, &at, tempfile::tempdir()?, embedder)
+    }
+
+    fn at(
+        data: &Labelled,
+        at: &Location,
+        home: tempfile::TempDir,
+        embedder: Option<Arc<Embedder>>,
+    ) -> anyhow::Result<Self> {
+        let texts: Vec<&str> = data.memories.iter().map(|m| m.text.as_str()).collect();
+        let store = MemoryStore::open_at(at, embedder)?;
         let ids = store
             .add_many(WORKSPACE, MemoryKind::Fact, &texts)?
             .iter()
@@ -480,14 +499,23 @@ impl LabelledStore {
     }
 }
 
-fn quality() -> anyhow::Result<()> {
+/// `postgres`: the same store on PostgreSQL too, its rows beside SQLite's.
+fn quality(postgres: bool) -> anyhow::Result<()> {
     let data: Labelled = serde_json::from_str(include_str!("data/memory_labelled.json"))?;
     let texts: Vec<String> = data.memories.iter().map(|m| m.text.clone()).collect();
     let labels: Vec<usize> = data.memories.iter().map(|m| m.id).collect();
     let words_only = LabelledStore::new(&data, None)?;
     let (embedder, _) = embedder()?;
     let started = Instant::now();
-    let hybrid = LabelledStore::new(&data, Some(embedder))?;
+    let hybrid = LabelledStore::new(&data, Some(embedder.clone()))?;
+    let on_postgres = if postgres {
+        Some((
+            LabelledStore::on_postgres(&data, Some(embedder))?,
+            LabelledStore::on_postgres(&data, None)?,
+        ))
+    } else {
+        None
+    };
     eprintln!(
         "embedded {} memories in {:.1} s",
         texts.len(),
@@ -496,7 +524,7 @@ fn quality() -> anyhow::Result<()> {
     let jieba_docs: Vec<String> = texts.iter().map(|t| jieba_words(t).join(" ")).collect();
     let jieba = PlainFts::new("ascii", &jieba_docs, &labels)?;
     let trigram = PlainFts::new("trigram", &texts, &labels)?;
-    let systems: [(&str, Ranker); 5] = [
+    let mut systems: Vec<(&str, Ranker)> = vec![
         (
             "pincer, words and meaning (`MemoryStore::search`)",
             &|q: &str| hybrid.search(q),
@@ -515,6 +543,20 @@ fn quality() -> anyhow::Result<()> {
             trigram.search(&trigrams(q))
         }),
     ];
+    if let Some((hybrid, words_only)) = &on_postgres {
+        systems.insert(
+            2,
+            ("pincer on PostgreSQL, words and meaning", &|q: &str| {
+                hybrid.search(q)
+            }),
+        );
+        systems.insert(
+            3,
+            ("pincer on PostgreSQL, words only", &|q: &str| {
+                words_only.search(q)
+            }),
+        );
+    }
     println!(
         "## Recall quality (`benches/data/memory_labelled.json`: {} memories; tune on dev, score held-out at the end)",
         data.memories.len()

@@ -146,19 +146,11 @@ async fn a_stranger_pairs_with_a_code_the_operator_approves() {
     );
     env.slack.dm("me too", "U0LATE", "D0LATE").await;
     env.slack.posted(2).await;
-    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
-    db.execute(
-        "UPDATE pairing_requests SET expires_ms = 1 WHERE sender = 'U0LATE'",
-        [],
-    )
-    .unwrap();
-    let late: String = db
-        .query_row(
-            "SELECT code FROM pairing_requests WHERE sender = 'U0LATE'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    env.sandbox
+        .execute("UPDATE pairing_requests SET expires_ms = 1 WHERE sender = 'U0LATE'");
+    let late: String = env
+        .sandbox
+        .scalar("SELECT code FROM pairing_requests WHERE sender = 'U0LATE'");
     let expired = env.cli(&["pairing", "approve", &late]);
     assert!(!expired.status.success());
     let why = String::from_utf8_lossy(&expired.stderr);
@@ -319,14 +311,9 @@ async fn a_mention_in_a_thread_sees_the_earlier_messages_as_quoted_context() {
         "{inside}"
     );
     // The session keeps the question, not the quote.
-    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
-    let stored: i64 = db
-        .query_row(
-            "SELECT COUNT(*) FROM session_messages WHERE message LIKE '%reply number%'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let stored: i64 = env
+        .sandbox
+        .scalar("SELECT COUNT(*) FROM session_messages WHERE message LIKE '%reply number%'");
     assert_eq!(stored, 0);
     let replies = env.slack.calls("conversations.replies", 1).await;
     assert_eq!(replies[0]["args"]["ts"], root, "{replies:#?}");
@@ -529,14 +516,9 @@ async fn files_people_send_are_fetched_by_the_host_and_bad_ones_refused() {
         format!("data:image/png;base64,{PIXEL_PNG}"),
         "{parts:#?}"
     );
-    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
-    let stored: i64 = db
-        .query_row(
-            "SELECT COUNT(*) FROM session_messages WHERE message LIKE '%base64%'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let stored: i64 = env
+        .sandbox
+        .scalar("SELECT COUNT(*) FROM session_messages WHERE message LIKE '%base64%'");
     assert_eq!(stored, 0, "the image is shown, not stored in the session");
     let (_, downloads) = env.slack.get("/downloads").await;
     let downloads = downloads["downloads"].as_array().unwrap().clone();
@@ -745,15 +727,10 @@ async fn the_agent_sends_a_file_into_the_thread_once_despite_429_and_kill_9() {
     assert_eq!(asked[2]["status"], 429);
     daemon.child.kill().unwrap();
     daemon.child.wait().unwrap();
-    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
-    let pending: i64 = db
-        .query_row(
-            "SELECT COUNT(*) FROM channel_outbox o JOIN channel_outbox_files f ON f.outbox_id = o.id
+    let pending: i64 = env.sandbox.scalar(
+        "SELECT COUNT(*) FROM channel_outbox o JOIN channel_outbox_files f ON f.outbox_id = o.id
              WHERE o.state = 'pending'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    );
     assert_eq!(pending, 1, "the file is a row, its bytes beside it");
     let mut again = env.start();
     let (status, _) = env.slack.get("/wait?what=files&count=2&timeout=60").await;
@@ -763,14 +740,11 @@ async fn the_agent_sends_a_file_into_the_thread_once_despite_429_and_kill_9() {
     let files = files["files"].as_array().unwrap();
     assert_eq!(files.len(), 2, "delivered once: {files:#?}");
     assert_eq!(files[1]["initial_comment"], "again");
-    let (sent, left): (i64, i64) = db
-        .query_row(
-            "SELECT (SELECT COUNT(*) FROM channel_outbox WHERE file IS NOT NULL AND state = 'sent'),
-                    (SELECT COUNT(*) FROM channel_outbox_files)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
+    let counts = env.sandbox.rows(
+        "SELECT (SELECT COUNT(*) FROM channel_outbox WHERE file IS NOT NULL AND state = 'sent'),
+                (SELECT COUNT(*) FROM channel_outbox_files)",
+    );
+    let (sent, left): (i64, i64) = (counts[0].get(0).unwrap(), counts[0].get(1).unwrap());
     assert_eq!((sent, left), (2, 0), "both sent, no bytes left behind");
     assert!(again.stop().success(), "{}", again.log());
 }

@@ -317,11 +317,10 @@ channels:
 
     /// Rows of a two-column query on the daemon's database.
     fn query(&self, sql: &str) -> Vec<(String, String)> {
-        let db = rusqlite::Connection::open(self.sandbox.home().join("pincer.db")).unwrap();
-        let mut stmt = db.prepare(sql).unwrap();
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(Result::unwrap)
+        self.sandbox
+            .rows(sql)
+            .iter()
+            .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
             .collect()
     }
 

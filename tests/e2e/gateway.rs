@@ -303,9 +303,22 @@ async fn provider_keys_never_leak_even_when_the_upstream_echoes_them() {
         !log.contains(PROVIDER_KEY),
         "the provider key is in the gateway log"
     );
-    let db = std::fs::read(home.join("pincer.db")).unwrap();
+    // The state as a file to scan: the SQLite one, or every row of the
+    // PostgreSQL database copied into one.
+    let file = match &served.sandbox.state {
+        pincer::db::Location::Sqlite(path) => path.clone(),
+        pincer::db::Location::Postgres(url) => {
+            let copied = home.join("copied.db");
+            let to = format!("sqlite:{}", copied.display());
+            ok(served
+                .sandbox
+                .pincer(&["state", "copy", "--from", url, "--to", &to]));
+            copied
+        }
+    };
+    let db = std::fs::read(&file).unwrap();
     let wal = std::fs::read(home.join("pincer.db-wal")).unwrap_or_default();
-    for (name, bytes) in [("pincer.db", db), ("pincer.db-wal", wal)] {
+    for (name, bytes) in [("the state", db), ("pincer.db-wal", wal)] {
         assert!(
             !bytes
                 .windows(PROVIDER_KEY.len())

@@ -255,14 +255,8 @@ fn unsigned_untrusted_tampered_and_unreachable_packages_are_refused() {
     let out = ok(user.pincer(&["plugin", "install", &unsigned, "--yes", "--allow-unsigned"]));
     assert!(out.contains("publisher: nobody: NOT signed"), "{out}");
     assert!(installed(&user));
-    let db = rusqlite::Connection::open(user.home().join("pincer.db")).unwrap();
-    let audited: i64 = db
-        .query_row(
-            "SELECT COUNT(*) FROM audit_events WHERE kind = 'plugin.install_unsigned'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let audited: i64 =
+        user.scalar("SELECT COUNT(*) FROM audit_events WHERE kind = 'plugin.install_unsigned'");
     assert_eq!(audited, 1);
 
     // a tampered component blob (signed by the trusted key)
@@ -395,14 +389,8 @@ fn update_installs_a_new_digest_and_asks_again_only_when_it_requests_more() {
     let out = ok(user.pincer(&["plugin", "update", "acme-calc", "--yes"]));
     assert!(out.contains("installed acme-calc 0.2.0"), "{out}");
     assert_eq!(origin()["digest"], third.as_str());
-    let db = rusqlite::Connection::open(user.home().join("pincer.db")).unwrap();
-    let updates: i64 = db
-        .query_row(
-            "SELECT COUNT(*) FROM audit_events WHERE kind = 'plugin.updated_from_registry'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let updates: i64 = user
+        .scalar("SELECT COUNT(*) FROM audit_events WHERE kind = 'plugin.updated_from_registry'");
     assert_eq!(updates, 2, "both updates audited");
 
     // a tag that now holds another plugin is refused

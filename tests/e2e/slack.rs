@@ -318,13 +318,10 @@ channels:
 
     /// Inbound messages stored by the daemon, as (message_id, state).
     pub(crate) fn inbound(&self) -> Vec<(String, String)> {
-        let db = rusqlite::Connection::open(self.sandbox.home().join("pincer.db")).unwrap();
-        let mut stmt = db
-            .prepare("SELECT message_id, state FROM channel_inbound ORDER BY id")
-            .unwrap();
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(Result::unwrap)
+        self.sandbox
+            .rows("SELECT message_id, state FROM channel_inbound ORDER BY id")
+            .iter()
+            .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
             .collect()
     }
 }
@@ -696,14 +693,9 @@ async fn a_reply_queued_when_the_daemon_is_killed_arrives_once_after_restart() {
     assert_eq!(first[0]["status"], 429);
     daemon.child.kill().unwrap();
     daemon.child.wait().unwrap();
-    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
-    let pending: i64 = db
-        .query_row(
-            "SELECT COUNT(*) FROM channel_outbox WHERE state = 'pending'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let pending: i64 = env
+        .sandbox
+        .scalar("SELECT COUNT(*) FROM channel_outbox WHERE state = 'pending'");
     assert_eq!(pending, 1, "the reply is a row before it is sent");
 
     let mut again = env.start();
@@ -717,11 +709,11 @@ async fn a_reply_queued_when_the_daemon_is_killed_arrives_once_after_restart() {
         2,
         "delivered once"
     );
-    let (state, receipt): (String, Option<String>) = db
-        .query_row("SELECT state, receipt FROM channel_outbox", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
+    let rows = env
+        .sandbox
+        .rows("SELECT state, receipt FROM channel_outbox");
+    let (state, receipt): (String, Option<String>) =
+        (rows[0].get(0).unwrap(), rows[0].get(1).unwrap());
     assert_eq!(state, "sent");
     assert_eq!(
         receipt.as_deref(),
@@ -1032,8 +1024,7 @@ async fn after_a_crash_a_finished_turn_is_delivered_and_a_cut_one_is_told() {
     // What a daemon killed mid-work leaves: two messages marked running,
     // one whose turn had ended (its answer stored in the session, not yet
     // in the outbox), one cut short.
-    let home = env.sandbox.home();
-    let sessions = SessionStore::open(&home).unwrap();
+    let sessions = SessionStore::open_at(&env.sandbox.state).unwrap();
     let key = SessionKey {
         channel: "slack".into(),
         conversation: "D0DM".into(),
@@ -1058,7 +1049,7 @@ async fn after_a_crash_a_finished_turn_is_delivered_and_a_cut_one_is_told() {
     sessions
         .finish_turn("turn-ended", TurnStatus::Done, None)
         .unwrap();
-    let store = ChannelStore::open(&home.join("pincer.db")).unwrap();
+    let store = ChannelStore::open_at(&env.sandbox.state).unwrap();
     let message = |conversation: &str, id: &str| Received {
         channel: "slack".into(),
         conversation: conversation.into(),
@@ -1291,13 +1282,11 @@ async fn scheduled_skill_calls_and_agent_turns_are_delivered_and_recorded() {
     assert_eq!(briefing["args"]["text"], "the briefing");
     assert!(daemon.stop().success(), "{}", daemon.log());
 
-    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
-    let runs: Vec<(String, String, Option<String>, Option<String>)> = db
-        .prepare("SELECT task, status, output, receipts FROM schedule_runs WHERE status = 'done' ORDER BY id")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .unwrap()
-        .map(Result::unwrap)
+    let runs: Vec<(String, String, Option<String>, Option<String>)> = env
+        .sandbox
+        .rows("SELECT task, status, output, receipts FROM schedule_runs WHERE status = 'done' ORDER BY id")
+        .iter()
+        .map(|r| (r.get(0).unwrap(), r.get(1).unwrap(), r.get(2).unwrap(), r.get(3).unwrap()))
         .collect();
     for (task, conversation) in [("calc_every_2s", "C0SCHED"), ("briefing", "C0BRIEF")] {
         let run = runs
@@ -1311,13 +1300,9 @@ async fn scheduled_skill_calls_and_agent_turns_are_delivered_and_recorded() {
         assert!(receipts[0]["outbox"][0].is_i64(), "{run:?}");
     }
     // The briefing ran in a session of its own, not in a person's chat.
-    let sessions: i64 = db
-        .query_row(
-            "SELECT COUNT(*) FROM sessions WHERE channel = 'schedule' AND conversation = 'briefing'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let sessions: i64 = env.sandbox.scalar(
+        "SELECT COUNT(*) FROM sessions WHERE channel = 'schedule' AND conversation = 'briefing'",
+    );
     assert_eq!(sessions, 1);
 
     // The history and pause, from the CLI.
@@ -1433,13 +1418,11 @@ async fn a_failed_scheduled_run_is_recorded_reported_and_audited() {
             "{audited:#?}"
         );
     }
-    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
-    let actors: Vec<String> = db
-        .prepare("SELECT DISTINCT actor FROM audit_events WHERE kind = 'schedule.run_failed'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
+    let actors: Vec<String> = env
+        .sandbox
+        .rows("SELECT DISTINCT actor FROM audit_events WHERE kind = 'schedule.run_failed'")
+        .iter()
+        .map(|r| r.get(0).unwrap())
         .collect();
     assert_eq!(actors, ["scheduler"]);
 }
@@ -1462,14 +1445,11 @@ async fn a_run_cut_by_kill_9_is_interrupted_and_not_run_again() {
             "tasks:\n  - id: long_turn\n    at: {at}\n    prompt: \"think hard\"\n    deliver_to: [\"channel:slack\"]\n"
         ),
     );
-    let db_path = env.sandbox.home().join("pincer.db");
     let statuses = || -> Vec<(i64, String, i64)> {
-        let db = rusqlite::Connection::open(&db_path).unwrap();
-        db.prepare("SELECT due_ms, status, attempt FROM schedule_runs WHERE task = 'long_turn' ORDER BY id")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .unwrap()
-            .map(Result::unwrap)
+        env.sandbox
+            .rows("SELECT due_ms, status, attempt FROM schedule_runs WHERE task = 'long_turn' ORDER BY id")
+            .iter()
+            .map(|r| (r.get(0).unwrap(), r.get(1).unwrap(), r.get(2).unwrap()))
             .collect()
     };
     let mut seen = Vec::new();
@@ -1556,21 +1536,12 @@ async fn an_edited_schedule_is_reloaded_and_an_invalid_one_keeps_the_old_tasks()
     }
     assert!(seen, "the new task ran");
     assert!(daemon.stop().success(), "{}", daemon.log());
-    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
-    let last_first: i64 = db
-        .query_row(
-            "SELECT MAX(due_ms) FROM schedule_runs WHERE task = 'first'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    let first_second: i64 = db
-        .query_row(
-            "SELECT MIN(due_ms) FROM schedule_runs WHERE task = 'second'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let last_first: i64 = env
+        .sandbox
+        .scalar("SELECT MAX(due_ms) FROM schedule_runs WHERE task = 'first'");
+    let first_second: i64 = env
+        .sandbox
+        .scalar("SELECT MIN(due_ms) FROM schedule_runs WHERE task = 'second'");
     assert!(
         last_first <= first_second,
         "the removed task stopped when the new one began"
@@ -2000,15 +1971,10 @@ async fn a_request_pending_across_kill_9_resumes_its_turn_once_decided() {
     // Killed once the request's receipt is stored: the reply between
     // Slack's accept and that write is the one window a message can be
     // sent twice (docs/slack.md), and this test is about the request.
-    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
     for _ in 0..100 {
-        let delivered: i64 = db
-            .query_row(
-                "SELECT COUNT(*) FROM channel_outbox WHERE receipt IS NOT NULL",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let delivered: i64 = env
+            .sandbox
+            .scalar("SELECT COUNT(*) FROM channel_outbox WHERE receipt IS NOT NULL");
         if delivered > 0 {
             break;
         }

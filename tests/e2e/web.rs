@@ -738,13 +738,11 @@ async fn a_task_the_agent_proposes_is_approved_and_cancelled_from_the_console() 
     let approvals = env.sandbox.audited("schedule.approved");
     assert_eq!(approvals.len(), 1, "{approvals:?}");
     assert_eq!(env.sandbox.audited("schedule.cancelled").len(), 1);
-    let db = rusqlite::Connection::open(env.sandbox.home().join("pincer.db")).unwrap();
-    let actors: Vec<String> = db
-        .prepare("SELECT actor FROM audit_events WHERE kind IN ('schedule.approved', 'schedule.cancelled')")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
+    let actors: Vec<String> = env
+        .sandbox
+        .rows("SELECT actor FROM audit_events WHERE kind IN ('schedule.approved', 'schedule.cancelled') ORDER BY id")
+        .iter()
+        .map(|r| r.get(0).unwrap())
         .collect();
     assert_eq!(actors, ["web", "web"]);
     daemon.stop();

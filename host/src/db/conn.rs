@@ -262,6 +262,69 @@ mod tests {
         });
     }
 
+    /// A write blocked by a lock someone else keeps (a transaction left
+    /// open by hand) fails after [`crate::db::LOCK_WAIT`] with an error
+    /// the caller reports, on both backends, instead of hanging the daemon.
+    #[test]
+    fn a_write_blocked_by_a_lock_held_elsewhere_fails_instead_of_hanging() {
+        crate::db::testing::each_backend(|at| {
+            let db = Db::open(at).unwrap();
+            let writer = Db::open(at).unwrap();
+            db.run(|c| c.schema("CREATE TABLE IF NOT EXISTS t (n INTEGER NOT NULL)"))
+                .unwrap();
+            let (locked, lock) = std::sync::mpsc::channel();
+            let (done, finished) = std::sync::mpsc::channel::<()>();
+            let holder = {
+                let at = at.clone();
+                std::thread::spawn(move || match &at {
+                    Location::Sqlite(path) => {
+                        let conn = rusqlite::Connection::open(path).unwrap();
+                        conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+                        locked.send(()).unwrap();
+                        let _ = finished.recv();
+                    }
+                    Location::Postgres(url) => {
+                        let mut client = crate::db::connect_postgres(url).unwrap();
+                        let mut tx = client.transaction().unwrap();
+                        tx.batch_execute("LOCK TABLE t IN EXCLUSIVE MODE").unwrap();
+                        locked.send(()).unwrap();
+                        let _ = finished.recv();
+                    }
+                })
+            };
+            lock.recv().unwrap();
+            let (answer, answered) = std::sync::mpsc::channel();
+            // Not a scoped thread: a write that hangs must fail the test
+            // here, not hold it at the scope's end.
+            std::thread::spawn(move || {
+                let _ = answer.send(
+                    writer
+                        .run(|c| c.execute("INSERT INTO t (n) VALUES (1)", &[]))
+                        .map_err(|e| e.to_string()),
+                );
+            });
+            let written = answered
+                .recv_timeout(crate::db::LOCK_WAIT * 6)
+                .expect("the blocked write gave up");
+            let error = written.expect_err("no write while the lock is held");
+            assert!(
+                error.contains("lock") || error.contains("busy"),
+                "says why: {error}"
+            );
+            done.send(()).unwrap();
+            holder.join().unwrap();
+            db.run(|c| c.execute("INSERT INTO t (n) VALUES (2)", &[]))
+                .expect("writes again once the lock is gone");
+            let rows: Vec<i64> = db
+                .run(|c| c.query("SELECT n FROM t", &[]))
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0).unwrap())
+                .collect();
+            assert_eq!(rows, [2], "nothing of the failed write was kept");
+        });
+    }
+
     #[test]
     fn a_postgres_servers_tcp_addresses_are_known() {
         let at = |url: &str| Location::Postgres(url.into()).tcp_addresses();

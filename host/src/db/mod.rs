@@ -37,9 +37,15 @@ pub const FILE_NAME: &str = "pincer.db";
 /// to. Raise it with every change to a table's shape.
 pub const SCHEMA_VERSION: i64 = 1;
 
+/// How long a statement waits for a row or table another connection holds
+/// before it fails: SQLite's busy timeout, PostgreSQL's `lock_timeout`. A
+/// stuck lock (a transaction left open by hand, a disk that refuses writes)
+/// becomes an error the caller reports, not a daemon that hangs.
+pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+
 pub fn open(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.busy_timeout(LOCK_WAIT)?;
     let found: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
     if found > SCHEMA_VERSION {
         return Err(rusqlite::Error::SqliteFailure(

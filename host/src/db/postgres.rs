@@ -123,10 +123,19 @@ impl Pool {
         let idle = self.idle.lock().map_err(|_| DbError::Poisoned)?.pop();
         match idle {
             Some(client) if !client.client.is_closed() => Ok(client),
-            _ => Ok(Client {
-                client: self.tls.connect()?,
-                statements: HashMap::new(),
-            }),
+            _ => {
+                let mut client = self.tls.connect()?;
+                client
+                    .batch_execute(&format!(
+                        "SET lock_timeout = {}",
+                        super::LOCK_WAIT.as_millis()
+                    ))
+                    .map_err(DbError::Postgres)?;
+                Ok(Client {
+                    client,
+                    statements: HashMap::new(),
+                })
+            }
         }
     }
 

@@ -973,15 +973,12 @@ mod tests {
     const T0: i64 = 1_741_953_600_000;
     const DAY: i64 = 86_400_000;
 
-    fn ledger() -> (tempfile::TempDir, Arc<Ledger>, Arc<AtomicI64>) {
-        let dir = tempfile::tempdir().unwrap();
+    /// A ledger on `at` whose clock the test sets.
+    fn ledger(at: &Location) -> (Arc<Ledger>, Arc<AtomicI64>) {
         let now = Arc::new(AtomicI64::new(T0));
         let clock = Arc::clone(&now);
-        let ledger = Ledger::open_with_clock(&dir.path().join("b.db"), move || {
-            clock.load(Ordering::SeqCst)
-        })
-        .unwrap();
-        (dir, ledger, now)
+        let ledger = Ledger::open_at(at, move || clock.load(Ordering::SeqCst)).unwrap();
+        (ledger, now)
     }
 
     fn usd(cost: f64) -> Estimate {
@@ -1041,53 +1038,57 @@ mod tests {
 
     #[test]
     fn fifty_concurrent_usd_reservations_allow_exactly_ten_then_settling_frees_room() {
-        let (_dir, ledger, _) = ledger();
-        let budget = Budget {
-            daily_usd: Some(1.0),
-            ..Budget::default()
-        };
-        let granted = concurrent(&ledger, budget, usd(0.1));
-        assert_eq!(granted.len(), 10);
-        assert!(matches!(
-            ledger.reserve("dev", &budget, "default", usd(0.1)),
-            Err(BudgetError::Exceeded { .. })
-        ));
-        // each call cost half its estimate
-        for r in granted {
-            ledger
-                .settle(r, USED, Some(0.05), "openai/gpt-4o-mini", false)
-                .unwrap();
-        }
-        let spend = ledger.spend("dev").unwrap();
-        assert!((spend.day_usd - 0.5).abs() < 1e-9, "{spend:?}");
-        assert_eq!(spend.reserved_tokens, 0);
-        let more = concurrent(&ledger, budget, usd(0.1));
-        assert_eq!(more.len(), 5);
+        crate::db::testing::each_backend(|at| {
+            let (ledger, _) = ledger(at);
+            let budget = Budget {
+                daily_usd: Some(1.0),
+                ..Budget::default()
+            };
+            let granted = concurrent(&ledger, budget, usd(0.1));
+            assert_eq!(granted.len(), 10);
+            assert!(matches!(
+                ledger.reserve("dev", &budget, "default", usd(0.1)),
+                Err(BudgetError::Exceeded { .. })
+            ));
+            // each call cost half its estimate
+            for r in granted {
+                ledger
+                    .settle(r, USED, Some(0.05), "openai/gpt-4o-mini", false)
+                    .unwrap();
+            }
+            let spend = ledger.spend("dev").unwrap();
+            assert!((spend.day_usd - 0.5).abs() < 1e-9, "{spend:?}");
+            assert_eq!(spend.reserved_tokens, 0);
+            let more = concurrent(&ledger, budget, usd(0.1));
+            assert_eq!(more.len(), 5);
+        });
     }
 
     #[test]
     fn fifty_concurrent_token_reservations_allow_exactly_ten() {
-        let (_dir, ledger, _) = ledger();
-        let budget = Budget {
-            daily_tokens: Some(1000),
-            ..Budget::default()
-        };
-        let granted = concurrent(&ledger, budget, tokens(100));
-        assert_eq!(granted.len(), 10);
-        let spend = ledger.spend("dev").unwrap();
-        assert_eq!(spend.reserved_tokens, 1000);
-        // another workspace has its own budget
-        ledger
-            .reserve("other", &budget, "default", tokens(1000))
-            .unwrap();
-        // settle with fewer tokens than reserved: room for 9 more
-        for r in granted {
+        crate::db::testing::each_backend(|at| {
+            let (ledger, _) = ledger(at);
+            let budget = Budget {
+                daily_tokens: Some(1000),
+                ..Budget::default()
+            };
+            let granted = concurrent(&ledger, budget, tokens(100));
+            assert_eq!(granted.len(), 10);
+            let spend = ledger.spend("dev").unwrap();
+            assert_eq!(spend.reserved_tokens, 1000);
+            // another workspace has its own budget
             ledger
-                .settle(r, USED, None, "ollama/llama3.2", false)
+                .reserve("other", &budget, "default", tokens(1000))
                 .unwrap();
-        }
-        assert_eq!(ledger.spend("dev").unwrap().day_tokens, 100);
-        assert_eq!(concurrent(&ledger, budget, tokens(100)).len(), 9);
+            // settle with fewer tokens than reserved: room for 9 more
+            for r in granted {
+                ledger
+                    .settle(r, USED, None, "ollama/llama3.2", false)
+                    .unwrap();
+            }
+            assert_eq!(ledger.spend("dev").unwrap().day_tokens, 100);
+            assert_eq!(concurrent(&ledger, budget, tokens(100)).len(), 9);
+        });
     }
 
     #[test]
@@ -1170,171 +1171,179 @@ mod tests {
 
     #[test]
     fn daily_and_monthly_windows() {
-        let (_dir, ledger, now) = ledger();
-        let budget = Budget {
-            daily_usd: Some(0.6),
-            monthly_usd: Some(1.0),
-            ..Budget::default()
-        };
-        let spend = |cost: f64| {
-            let r = ledger.reserve("dev", &budget, "m", usd(cost)).unwrap();
-            ledger.settle(r, USED, Some(cost), "d", false).unwrap();
-            // Until written, a settled call counts against every window (in
-            // the lease); this test's clock jumps days within a millisecond.
-            ledger.flush();
-        };
-        spend(0.5);
-        let err = ledger.reserve("dev", &budget, "m", usd(0.2)).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                BudgetError::Exceeded {
-                    limit: Limit::DailyUsd(_),
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        // next UTC day: the daily window is fresh
-        now.store(T0 + DAY, Ordering::SeqCst);
-        spend(0.2);
-        spend(0.2);
-        // 0.9 this month: 0.4 more fits the day, not the month
-        now.store(T0 + 2 * DAY, Ordering::SeqCst);
-        let err = ledger.reserve("dev", &budget, "m", usd(0.4)).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                BudgetError::Exceeded {
-                    limit: Limit::MonthlyUsd(_),
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        spend(0.1);
-        // exactly at the limit: nothing more, not even a cent
-        assert!(ledger.reserve("dev", &budget, "m", usd(0.01)).is_err());
-        // next month (2025-04-01)
-        now.store(T0 + 18 * DAY, Ordering::SeqCst);
-        assert_eq!(utc_day(T0 + 18 * DAY), "2025-04-01");
-        spend(0.6);
-        let days: Vec<String> = ledger
-            .usage(Some("dev"))
-            .unwrap()
-            .into_iter()
-            .map(|r| r.day)
-            .collect();
-        assert_eq!(
-            days,
-            ["2025-03-14", "2025-03-15", "2025-03-16", "2025-04-01"]
-        );
+        crate::db::testing::each_backend(|at| {
+            let (ledger, now) = ledger(at);
+            let budget = Budget {
+                daily_usd: Some(0.6),
+                monthly_usd: Some(1.0),
+                ..Budget::default()
+            };
+            let spend = |cost: f64| {
+                let r = ledger.reserve("dev", &budget, "m", usd(cost)).unwrap();
+                ledger.settle(r, USED, Some(cost), "d", false).unwrap();
+                // Until written, a settled call counts against every window (in
+                // the lease); this test's clock jumps days within a millisecond.
+                ledger.flush();
+            };
+            spend(0.5);
+            let err = ledger.reserve("dev", &budget, "m", usd(0.2)).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    BudgetError::Exceeded {
+                        limit: Limit::DailyUsd(_),
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            // next UTC day: the daily window is fresh
+            now.store(T0 + DAY, Ordering::SeqCst);
+            spend(0.2);
+            spend(0.2);
+            // 0.9 this month: 0.4 more fits the day, not the month
+            now.store(T0 + 2 * DAY, Ordering::SeqCst);
+            let err = ledger.reserve("dev", &budget, "m", usd(0.4)).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    BudgetError::Exceeded {
+                        limit: Limit::MonthlyUsd(_),
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            spend(0.1);
+            // exactly at the limit: nothing more, not even a cent
+            assert!(ledger.reserve("dev", &budget, "m", usd(0.01)).is_err());
+            // next month (2025-04-01)
+            now.store(T0 + 18 * DAY, Ordering::SeqCst);
+            assert_eq!(utc_day(T0 + 18 * DAY), "2025-04-01");
+            spend(0.6);
+            let days: Vec<String> = ledger
+                .usage(Some("dev"))
+                .unwrap()
+                .into_iter()
+                .map(|r| r.day)
+                .collect();
+            assert_eq!(
+                days,
+                ["2025-03-14", "2025-03-15", "2025-03-16", "2025-04-01"]
+            );
+        });
     }
 
     #[test]
     fn token_budgets() {
-        let (_dir, ledger, now) = ledger();
-        let budget = Budget {
-            daily_tokens: Some(500),
-            monthly_tokens: Some(800),
-            ..Budget::default()
-        };
-        let r = ledger.reserve("dev", &budget, "m", tokens(400)).unwrap();
-        let used = Usage {
-            prompt_tokens: 150,
-            completion_tokens: 250,
-        };
-        ledger.settle(r, used, None, "d", false).unwrap();
-        let err = ledger
-            .reserve("dev", &budget, "m", tokens(101))
-            .unwrap_err();
-        assert_eq!(
-            err,
-            BudgetError::Exceeded {
-                workspace: "dev".into(),
-                limit: Limit::DailyTokens(500),
-                spent: 400.0,
-                requested: 101.0,
-            }
-        );
-        ledger.reserve("dev", &budget, "m", tokens(100)).unwrap();
-        // Written before the clock jumps a day (until then it counts
-        // against every window).
-        ledger.flush();
-        now.store(T0 + DAY, Ordering::SeqCst);
-        let err = ledger
-            .reserve("dev", &budget, "m", tokens(401))
-            .unwrap_err();
-        assert!(
-            matches!(
+        crate::db::testing::each_backend(|at| {
+            let (ledger, now) = ledger(at);
+            let budget = Budget {
+                daily_tokens: Some(500),
+                monthly_tokens: Some(800),
+                ..Budget::default()
+            };
+            let r = ledger.reserve("dev", &budget, "m", tokens(400)).unwrap();
+            let used = Usage {
+                prompt_tokens: 150,
+                completion_tokens: 250,
+            };
+            ledger.settle(r, used, None, "d", false).unwrap();
+            let err = ledger
+                .reserve("dev", &budget, "m", tokens(101))
+                .unwrap_err();
+            assert_eq!(
                 err,
                 BudgetError::Exceeded {
-                    limit: Limit::MonthlyTokens(800),
-                    ..
+                    workspace: "dev".into(),
+                    limit: Limit::DailyTokens(500),
+                    spent: 400.0,
+                    requested: 101.0,
                 }
-            ),
-            "{err:?}"
-        );
-        // a USD budget is not needed for unpriced models with token limits
-        ledger.reserve("dev", &budget, "m", tokens(400)).unwrap();
+            );
+            ledger.reserve("dev", &budget, "m", tokens(100)).unwrap();
+            // Written before the clock jumps a day (until then it counts
+            // against every window).
+            ledger.flush();
+            now.store(T0 + DAY, Ordering::SeqCst);
+            let err = ledger
+                .reserve("dev", &budget, "m", tokens(401))
+                .unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    BudgetError::Exceeded {
+                        limit: Limit::MonthlyTokens(800),
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            // a USD budget is not needed for unpriced models with token limits
+            ledger.reserve("dev", &budget, "m", tokens(400)).unwrap();
+        });
     }
 
     #[test]
     fn unpriced_models_are_refused_only_under_usd_limits() {
-        let (_dir, ledger, _) = ledger();
-        let usd_budget = Budget {
-            daily_usd: Some(1.0),
-            ..Budget::default()
-        };
-        let err = ledger
-            .reserve("dev", &usd_budget, "mystery/model", tokens(10))
-            .unwrap_err();
-        assert_eq!(
-            err,
-            BudgetError::Unpriced {
-                workspace: "dev".into(),
-                model: "mystery/model".into()
-            }
-        );
-        let shown = err.to_string();
-        assert!(shown.contains("gateway.prices"), "{shown}");
-        assert!(
-            shown.contains("\"mystery/model\": {input_per_1m"),
-            "{shown}"
-        );
-        let (status, body) = err.to_openai_error();
-        assert_eq!(status, 400);
-        assert_eq!(body["error"]["code"], "model_price_unknown");
-        // NaN is no price either
-        assert!(matches!(
-            ledger.reserve("dev", &usd_budget, "m", usd(f64::NAN)),
-            Err(BudgetError::Unpriced { .. })
-        ));
-        // no limits: allowed and recorded with tokens only
-        let r = ledger
-            .reserve("dev", &Budget::default(), "mystery/model", tokens(10))
-            .unwrap();
-        ledger
-            .settle(r, USED, None, "mystery/model", false)
-            .unwrap();
-        let rows = ledger.usage(None).unwrap();
-        assert_eq!((rows[0].unpriced_calls, rows[0].cost_usd), (1, 0.0));
+        crate::db::testing::each_backend(|at| {
+            let (ledger, _) = ledger(at);
+            let usd_budget = Budget {
+                daily_usd: Some(1.0),
+                ..Budget::default()
+            };
+            let err = ledger
+                .reserve("dev", &usd_budget, "mystery/model", tokens(10))
+                .unwrap_err();
+            assert_eq!(
+                err,
+                BudgetError::Unpriced {
+                    workspace: "dev".into(),
+                    model: "mystery/model".into()
+                }
+            );
+            let shown = err.to_string();
+            assert!(shown.contains("gateway.prices"), "{shown}");
+            assert!(
+                shown.contains("\"mystery/model\": {input_per_1m"),
+                "{shown}"
+            );
+            let (status, body) = err.to_openai_error();
+            assert_eq!(status, 400);
+            assert_eq!(body["error"]["code"], "model_price_unknown");
+            // NaN is no price either
+            assert!(matches!(
+                ledger.reserve("dev", &usd_budget, "m", usd(f64::NAN)),
+                Err(BudgetError::Unpriced { .. })
+            ));
+            // no limits: allowed and recorded with tokens only
+            let r = ledger
+                .reserve("dev", &Budget::default(), "mystery/model", tokens(10))
+                .unwrap();
+            ledger
+                .settle(r, USED, None, "mystery/model", false)
+                .unwrap();
+            let rows = ledger.usage(None).unwrap();
+            assert_eq!((rows[0].unpriced_calls, rows[0].cost_usd), (1, 0.0));
+        });
     }
 
     #[test]
     fn released_dropped_and_expired_reservations_stop_counting() {
-        let (_dir, ledger, _) = ledger();
-        let budget = Budget {
-            daily_usd: Some(1.0),
-            ..Budget::default()
-        };
-        let r = ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
-        assert!(ledger.reserve("dev", &budget, "m", usd(0.5)).is_err());
-        ledger.release(r).unwrap();
-        let r = ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
-        drop(r); // e.g. the client went away mid-call
-        ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
-        assert!(ledger.usage(None).unwrap().is_empty());
+        crate::db::testing::each_backend(|at| {
+            let (ledger, _) = ledger(at);
+            let budget = Budget {
+                daily_usd: Some(1.0),
+                ..Budget::default()
+            };
+            let r = ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
+            assert!(ledger.reserve("dev", &budget, "m", usd(0.5)).is_err());
+            ledger.release(r).unwrap();
+            let r = ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
+            drop(r); // e.g. the client went away mid-call
+            ledger.reserve("dev", &budget, "m", usd(1.0)).unwrap();
+            assert!(ledger.usage(None).unwrap().is_empty());
+        });
     }
 
     #[test]
@@ -1410,7 +1419,10 @@ mod tests {
 
     #[test]
     fn a_lease_waiting_on_another_process_lock_leaves_a_one_thread_runtime_serving() {
-        let (dir, ledger, _) = ledger();
+        // SQLite's own lock: PostgreSQL's lock wait is the same code path
+        // with another server's error (`db::conn`'s lock test).
+        let dir = tempfile::tempdir().unwrap();
+        let (ledger, _) = ledger(&Location::Sqlite(dir.path().join("b.db")));
         let budget = Budget {
             daily_tokens: Some(1000),
             ..Budget::default()
@@ -1447,47 +1459,49 @@ mod tests {
 
     #[test]
     fn shutdown_writes_what_is_queued_and_gives_the_lease_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("b.db");
-        let budget = Budget {
-            daily_tokens: Some(1000),
-            ..Budget::default()
-        };
-        let a = Ledger::open(&path).unwrap();
-        for _ in 0..5 {
-            let r = a.reserve("dev", &budget, "m", tokens(100)).unwrap();
-            a.settle(r, USED, None, "d", false).unwrap();
-        }
-        a.audit(
-            crate::audit::Actor::Workspace("dev"),
-            Some("dev"),
-            crate::audit::Action::GatewayCall,
-            "m: 5 + 5 tokens",
-        );
-        drop(a);
-        let b = Ledger::open(&path).unwrap();
-        assert_eq!(b.usage(Some("dev")).unwrap()[0].calls, 5);
-        // a's lease is gone: all but the 50 spent tokens are b's to lease
-        assert_eq!(b.spend("dev").unwrap().reserved_tokens, 0);
-        b.reserve("dev", &budget, "m", tokens(950)).unwrap();
-        let audit = crate::audit::AuditLog::open(&path).unwrap();
-        assert_eq!(audit.for_workspace("dev", 10).unwrap().len(), 1);
+        crate::db::testing::each_backend(|at| {
+            let budget = Budget {
+                daily_tokens: Some(1000),
+                ..Budget::default()
+            };
+            let a = Ledger::open_at(at, crate::db::now_ms).unwrap();
+            for _ in 0..5 {
+                let r = a.reserve("dev", &budget, "m", tokens(100)).unwrap();
+                a.settle(r, USED, None, "d", false).unwrap();
+            }
+            a.audit(
+                crate::audit::Actor::Workspace("dev"),
+                Some("dev"),
+                crate::audit::Action::GatewayCall,
+                "m: 5 + 5 tokens",
+            );
+            drop(a);
+            let b = Ledger::open_at(at, crate::db::now_ms).unwrap();
+            assert_eq!(b.usage(Some("dev")).unwrap()[0].calls, 5);
+            // a's lease is gone: all but the 50 spent tokens are b's to lease
+            assert_eq!(b.spend("dev").unwrap().reserved_tokens, 0);
+            b.reserve("dev", &budget, "m", tokens(950)).unwrap();
+            let audit = crate::audit::AuditLog::open_at(at).unwrap();
+            assert_eq!(audit.for_workspace("dev", 10).unwrap().len(), 1);
+        });
     }
 
     #[test]
     fn settling_an_unknown_cost_keeps_the_estimate() {
-        let (_dir, ledger, _) = ledger();
-        let budget = Budget {
-            daily_usd: Some(1.0),
-            ..Budget::default()
-        };
-        // the priced deployment failed over to an unpriced one
-        let r = ledger.reserve("dev", &budget, "m", usd(0.7)).unwrap();
-        ledger
-            .settle(r, USED, None, "vllm/unpriced", false)
-            .unwrap();
-        assert!((ledger.spend("dev").unwrap().day_usd - 0.7).abs() < 1e-9);
-        assert!(ledger.reserve("dev", &budget, "m", usd(0.4)).is_err());
+        crate::db::testing::each_backend(|at| {
+            let (ledger, _) = ledger(at);
+            let budget = Budget {
+                daily_usd: Some(1.0),
+                ..Budget::default()
+            };
+            // the priced deployment failed over to an unpriced one
+            let r = ledger.reserve("dev", &budget, "m", usd(0.7)).unwrap();
+            ledger
+                .settle(r, USED, None, "vllm/unpriced", false)
+                .unwrap();
+            assert!((ledger.spend("dev").unwrap().day_usd - 0.7).abs() < 1e-9);
+            assert!(ledger.reserve("dev", &budget, "m", usd(0.4)).is_err());
+        });
     }
 
     #[test]
@@ -1533,59 +1547,63 @@ mod tests {
 
     #[test]
     fn usage_groups_by_workspace_day_and_model() {
-        let (_dir, ledger, now) = ledger();
-        let none = Budget::default();
-        let call = |ws: &str, model: &str, cost: Option<f64>, cached: bool| {
-            let r = ledger.reserve(ws, &none, model, usd(0.0)).unwrap();
-            let used = Usage {
-                prompt_tokens: 10,
-                completion_tokens: 20,
+        crate::db::testing::each_backend(|at| {
+            let (ledger, now) = ledger(at);
+            let none = Budget::default();
+            let call = |ws: &str, model: &str, cost: Option<f64>, cached: bool| {
+                let r = ledger.reserve(ws, &none, model, usd(0.0)).unwrap();
+                let used = Usage {
+                    prompt_tokens: 10,
+                    completion_tokens: 20,
+                };
+                ledger.settle(r, used, cost, "dep", cached).unwrap();
             };
-            ledger.settle(r, used, cost, "dep", cached).unwrap();
-        };
-        call("dev", "a", Some(0.25), false);
-        call("dev", "a", Some(0.25), false);
-        ledger
-            .record("dev", "a", "cache", USED, Some(0.0), true)
-            .unwrap();
-        call("dev", "b", Some(1.0), false);
-        call("ops", "a", Some(2.0), false);
-        now.store(T0 + DAY, Ordering::SeqCst);
-        call("dev", "a", Some(0.5), false);
-        let rows = ledger.usage(Some("dev")).unwrap();
-        assert_eq!(rows.len(), 3);
-        assert_eq!(
-            rows[0],
-            UsageRow {
-                workspace: "dev".into(),
-                day: "2025-03-14".into(),
-                model: "a".into(),
-                calls: 3,
-                prompt_tokens: 25,
-                completion_tokens: 45,
-                cost_usd: 0.5,
-                cached_calls: 1,
-                unpriced_calls: 0,
-            }
-        );
-        assert_eq!((rows[1].model.as_str(), rows[1].cost_usd), ("b", 1.0));
-        assert_eq!(rows[2].day, "2025-03-15");
-        let all = ledger.usage(None).unwrap();
-        assert_eq!(all.len(), 4);
-        assert_eq!(all[3].workspace, "ops");
-        assert!(ledger.usage(Some("nobody")).unwrap().is_empty());
+            call("dev", "a", Some(0.25), false);
+            call("dev", "a", Some(0.25), false);
+            ledger
+                .record("dev", "a", "cache", USED, Some(0.0), true)
+                .unwrap();
+            call("dev", "b", Some(1.0), false);
+            call("ops", "a", Some(2.0), false);
+            now.store(T0 + DAY, Ordering::SeqCst);
+            call("dev", "a", Some(0.5), false);
+            let rows = ledger.usage(Some("dev")).unwrap();
+            assert_eq!(rows.len(), 3);
+            assert_eq!(
+                rows[0],
+                UsageRow {
+                    workspace: "dev".into(),
+                    day: "2025-03-14".into(),
+                    model: "a".into(),
+                    calls: 3,
+                    prompt_tokens: 25,
+                    completion_tokens: 45,
+                    cost_usd: 0.5,
+                    cached_calls: 1,
+                    unpriced_calls: 0,
+                }
+            );
+            assert_eq!((rows[1].model.as_str(), rows[1].cost_usd), ("b", 1.0));
+            assert_eq!(rows[2].day, "2025-03-15");
+            let all = ledger.usage(None).unwrap();
+            assert_eq!(all.len(), 4);
+            assert_eq!(all[3].workspace, "ops");
+            assert!(ledger.usage(Some("nobody")).unwrap().is_empty());
+        });
     }
 
     #[test]
     fn unlimited_workspaces_reserve_nothing() {
-        let (_dir, ledger, _) = ledger();
-        let r = ledger
-            .reserve("dev", &Budget::default(), "m", usd(1e9))
-            .unwrap();
-        assert_eq!(ledger.spend("dev").unwrap(), Spend::default());
-        assert_eq!(r.workspace(), "dev");
-        assert_eq!(r.model(), "m");
-        ledger.release(r).unwrap();
+        crate::db::testing::each_backend(|at| {
+            let (ledger, _) = ledger(at);
+            let r = ledger
+                .reserve("dev", &Budget::default(), "m", usd(1e9))
+                .unwrap();
+            assert_eq!(ledger.spend("dev").unwrap(), Spend::default());
+            assert_eq!(r.workspace(), "dev");
+            assert_eq!(r.model(), "m");
+            ledger.release(r).unwrap();
+        });
     }
 
     #[test]
@@ -1644,20 +1662,22 @@ mod tests {
 
     #[test]
     fn huge_estimates_are_refused_not_overflowed() {
-        let (_dir, ledger, _) = ledger();
-        let budget = Budget {
-            daily_tokens: Some(u64::MAX),
-            ..Budget::default()
-        };
-        let e = Estimate {
-            prompt_tokens: u64::MAX,
-            max_completion_tokens: u64::MAX,
-            cost_usd: None,
-        };
-        // capped when stored, so sums never overflow
-        for _ in 0..3 {
-            std::mem::forget(ledger.reserve("dev", &budget, "m", e).unwrap());
-        }
-        assert_eq!(ledger.spend("dev").unwrap().reserved_tokens, 3 << 40);
+        crate::db::testing::each_backend(|at| {
+            let (ledger, _) = ledger(at);
+            let budget = Budget {
+                daily_tokens: Some(u64::MAX),
+                ..Budget::default()
+            };
+            let e = Estimate {
+                prompt_tokens: u64::MAX,
+                max_completion_tokens: u64::MAX,
+                cost_usd: None,
+            };
+            // capped when stored, so sums never overflow
+            for _ in 0..3 {
+                std::mem::forget(ledger.reserve("dev", &budget, "m", e).unwrap());
+            }
+            assert_eq!(ledger.spend("dev").unwrap().reserved_tokens, 3 << 40);
+        });
     }
 }

@@ -3,14 +3,32 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use pincer::db::{Db, FromValue, Location, Row};
+
 /// Folder of a plugin staged by the build (first-party or `testing/`).
 pub fn staged(name: &str) -> PathBuf {
     Path::new(env!("PINCER_STAGED_PLUGINS")).join(name)
 }
 
+/// Whether this test process keeps the state of its sandboxes on
+/// PostgreSQL: `PINCER_TEST_STATE=postgres` runs the same end-to-end tests
+/// against a private server (`pincer::db::testing`, one database per
+/// sandbox) instead of SQLite files, the backend matrix of `tests/README.md`.
+pub fn on_postgres() -> bool {
+    match std::env::var("PINCER_TEST_STATE").as_deref() {
+        Ok("postgres") => true,
+        Ok("sqlite" | "") | Err(_) => false,
+        Ok(other) => panic!("PINCER_TEST_STATE={other}: expected sqlite or postgres"),
+    }
+}
+
 /// A sandbox: its own `PINCER_HOME` and working folder.
 pub struct Sandbox {
     pub dir: tempfile::TempDir,
+    /// Where a `pincer.yaml` written by [`Self::write`] keeps the state:
+    /// `$PINCER_HOME/pincer.db`, or a database of its own on the test
+    /// PostgreSQL server ([`on_postgres`]).
+    pub state: Location,
 }
 
 impl Sandbox {
@@ -18,7 +36,12 @@ impl Sandbox {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::create_dir_all(dir.path().join("home")).expect("home");
         std::fs::create_dir_all(dir.path().join("work")).expect("work");
-        Self { dir }
+        let state = if on_postgres() {
+            pincer::db::testing::database()
+        } else {
+            Location::Sqlite(dir.path().join("home").join("pincer.db"))
+        };
+        Self { dir, state }
     }
 
     pub fn home(&self) -> PathBuf {
@@ -29,34 +52,112 @@ impl Sandbox {
         self.dir.path().join("work")
     }
 
-    /// The details of the `kind` audit records in this home's database,
-    /// oldest first.
-    pub fn audited(&self, kind: &str) -> Vec<String> {
-        let db = rusqlite::Connection::open(self.home().join("pincer.db")).expect("pincer.db");
-        let mut stmt = db
-            .prepare("SELECT detail FROM audit_events WHERE kind = ?1 ORDER BY id")
-            .expect("audit query");
-        stmt.query_map([kind], |r| r.get(0))
-            .expect("audit rows")
-            .map(|row| row.expect("audit row"))
-            .collect()
+    /// This sandbox's state, as the daemon sees it.
+    pub fn db(&self) -> Db {
+        Db::open(&self.state).expect("open the sandbox's state")
     }
 
-    /// Holds SQLite's write lock on this home's `pincer.db` (`BEGIN
-    /// EXCLUSIVE` through a connection of the test's own) until the guard
-    /// is released or dropped: every write of the daemon waits its busy
-    /// timeout (5 s) and fails, as on a disk that refuses writes.
+    /// The rows `sql` selects from this sandbox's state.
+    #[track_caller]
+    pub fn rows(&self, sql: &str) -> Vec<Row> {
+        self.db()
+            .run(|c| c.query(sql, &[]))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// Runs a statement on this sandbox's state; the rows it changed.
+    #[track_caller]
+    pub fn execute(&self, sql: &str) -> usize {
+        self.db()
+            .run(|c| c.execute(sql, &[]))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The first column of the first row `sql` selects.
+    #[track_caller]
+    pub fn scalar<T: FromValue>(&self, sql: &str) -> T {
+        let rows = self.rows(sql);
+        let row = rows.first().unwrap_or_else(|| panic!("{sql}: no row"));
+        row.get(0).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The details of the `kind` audit records in this sandbox's state,
+    /// oldest first.
+    pub fn audited(&self, kind: &str) -> Vec<String> {
+        let rows = self
+            .db()
+            .run(|c| {
+                c.query(
+                    "SELECT detail FROM audit_events WHERE kind = ?1 ORDER BY id",
+                    &[kind.into()],
+                )
+            })
+            .expect("audit query");
+        rows.iter().map(|r| r.get(0).expect("detail")).collect()
+    }
+
+    /// Makes the state refuse writes until the guard is released or
+    /// dropped, as a full disk or a stuck lock would: on SQLite a connection
+    /// of the test's own holds the write lock (`BEGIN EXCLUSIVE`), so every
+    /// write of the daemon waits its busy timeout (5 s) and fails; on
+    /// PostgreSQL a transaction holds every table `IN EXCLUSIVE MODE`
+    /// (reads go on), so every write waits its lock timeout (5 s) and
+    /// fails.
     pub fn lock_db(&self) -> DbLock {
-        let conn = rusqlite::Connection::open(self.home().join("pincer.db")).expect("pincer.db");
-        conn.busy_timeout(std::time::Duration::from_secs(30))
-            .expect("busy timeout");
-        conn.execute_batch("BEGIN EXCLUSIVE")
-            .expect("take the database's write lock");
-        DbLock { conn: Some(conn) }
+        match &self.state {
+            Location::Sqlite(path) => {
+                let conn = rusqlite::Connection::open(path).expect("pincer.db");
+                conn.busy_timeout(std::time::Duration::from_secs(30))
+                    .expect("busy timeout");
+                conn.execute_batch("BEGIN EXCLUSIVE")
+                    .expect("take the database's write lock");
+                DbLock::Sqlite(Some(conn))
+            }
+            Location::Postgres(url) => {
+                let url = url.clone();
+                let (locked, lock) = std::sync::mpsc::channel();
+                let (release, released) = std::sync::mpsc::channel::<()>();
+                // The blocking client runs a runtime of its own: on a thread
+                // outside the test's.
+                let holder = std::thread::spawn(move || {
+                    let mut client = pincer::db::connect_postgres(&url).expect("connect");
+                    let mut tx = client.transaction().expect("begin");
+                    let tables: Vec<String> = tx
+                        .query(
+                            "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'",
+                            &[],
+                        )
+                        .expect("list tables")
+                        .iter()
+                        .map(|r| r.get(0))
+                        .collect();
+                    tx.batch_execute(&format!(
+                        "LOCK TABLE {} IN EXCLUSIVE MODE",
+                        tables.join(", ")
+                    ))
+                    .expect("lock every table");
+                    locked.send(()).expect("locked");
+                    let _ = released.recv();
+                    tx.rollback().expect("release the locks");
+                });
+                lock.recv().expect("the tables are locked");
+                DbLock::Postgres(Some((release, holder)))
+            }
+        }
     }
 
     /// Writes a file under the working folder and returns its path.
+    /// A `pincer.yaml` without a `state:` section gains this sandbox's
+    /// [`Self::state`] when that is on PostgreSQL.
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let text = match &self.state {
+            Location::Postgres(url)
+                if name == "pincer.yaml" && !text.lines().any(|l| l.starts_with("state:")) =>
+            {
+                format!("{text}\nstate:\n  backend: postgres\n  url: \"{url}\"\n")
+            }
+            _ => text.to_owned(),
+        };
         let path = self.work().join(name);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).expect("parent dir");
@@ -81,24 +182,41 @@ impl Sandbox {
     }
 }
 
-/// The write lock of [`Sandbox::lock_db`]; rolled back on release or drop.
-pub struct DbLock {
-    conn: Option<rusqlite::Connection>,
+/// The lock of [`Sandbox::lock_db`]; rolled back on release or drop.
+pub enum DbLock {
+    Sqlite(Option<rusqlite::Connection>),
+    Postgres(Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>),
 }
 
 impl DbLock {
     pub fn release(mut self) {
-        if let Some(conn) = self.conn.take() {
-            conn.execute_batch("ROLLBACK")
-                .expect("release the write lock");
+        self.unlock();
+    }
+
+    fn unlock(&mut self) {
+        match self {
+            DbLock::Sqlite(conn) => {
+                if let Some(conn) = conn.take() {
+                    conn.execute_batch("ROLLBACK")
+                        .expect("release the write lock");
+                }
+            }
+            DbLock::Postgres(held) => {
+                if let Some((release, holder)) = held.take() {
+                    let _ = release.send(());
+                    holder.join().expect("the lock holder");
+                }
+            }
         }
     }
 }
 
 impl Drop for DbLock {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            let _ = conn.execute_batch("ROLLBACK");
+        if !std::thread::panicking() {
+            self.unlock();
+        } else if let DbLock::Postgres(Some((release, _))) = self {
+            let _ = release.send(());
         }
     }
 }
