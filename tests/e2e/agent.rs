@@ -106,7 +106,7 @@ impl Env {
 
     /// The messages stored for the terminal conversation of `workspace`.
     fn stored(&self, workspace: &str) -> Vec<Value> {
-        let store = pincer::sessions::SessionStore::open(&self.sandbox.home()).unwrap();
+        let store = pincer::sessions::SessionStore::open_at(&self.sandbox.state()).unwrap();
         let session = store
             .current(&pincer::sessions::SessionKey {
                 channel: "cli".into(),

@@ -423,7 +423,7 @@ fn containers_get_their_own_gateway_token_and_never_a_provider_key() {
         "{vars:?}"
     );
     let live_prefix = |env: &Env| -> String {
-        let keys = pincer::gateway::KeyStore::open_at(&env.sandbox.state).unwrap();
+        let keys = pincer::gateway::KeyStore::open_at(&env.sandbox.state()).unwrap();
         let live: Vec<_> = keys
             .list("main")
             .unwrap()
@@ -483,7 +483,7 @@ fn workspace_down_and_reconcile_revoke_the_container_token() {
     // The test cannot read the tokens the host granted (nothing in the
     // container can); it mints container tokens the way the host does and
     // checks what the gateway answers.
-    let keys = pincer::gateway::KeyStore::open_at(&env.sandbox.state).unwrap();
+    let keys = pincer::gateway::KeyStore::open_at(&env.sandbox.state()).unwrap();
     let main_token = keys.mint_container_token("main").unwrap();
     let gone_token = keys.mint_container_token("gone").unwrap();
     let gateway = GatewayProcess::start(&env);

@@ -305,7 +305,7 @@ async fn provider_keys_never_leak_even_when_the_upstream_echoes_them() {
     );
     // The state as a file to scan: the SQLite one, or every row of the
     // PostgreSQL database copied into one.
-    let file = match &served.sandbox.state {
+    let file = match &served.sandbox.state() {
         pincer::db::Location::Sqlite(path) => path.clone(),
         pincer::db::Location::Postgres(url) => {
             let copied = home.join("copied.db");

@@ -633,7 +633,7 @@ async fn a_no_internet_workspace_queries_the_containerised_mcp_server_and_nothin
         .trim()
         .to_string()
     };
-    let started_before = mcp_kinds(&home.sandbox.home())
+    let started_before = mcp_kinds(&home.sandbox)
         .iter()
         .filter(|k| k.starts_with("mcp.server_started"))
         .count();
@@ -649,14 +649,14 @@ async fn a_no_internet_workspace_queries_the_containerised_mcp_server_and_nothin
     assert_eq!(refused["ok"], false, "{refused}");
     let why = "tool `company_db__query_sql` is not available to workspace `intruder`: `company_db` is not a skill or MCP server this workspace may use (list it in workspaces.intruder.skills or workspaces.intruder.mcp_servers)";
     assert_eq!(refused["error"], format!("MCPError: {why}"), "{refused}");
-    let denied = audit_rows(&home.sandbox.home(), "gateway.denied");
+    let denied = audit_rows(&home.sandbox, "gateway.denied");
     assert_eq!(
         denied,
         [format!("workspace:intruder {why}")],
         "audited once"
     );
     assert_eq!(
-        mcp_kinds(&home.sandbox.home())
+        mcp_kinds(&home.sandbox)
             .iter()
             .filter(|k| k.starts_with("mcp.server_started"))
             .count(),
@@ -737,15 +737,10 @@ async fn a_no_internet_workspace_queries_the_containerised_mcp_server_and_nothin
     drop(gateway);
 
     // The audit log has the server's start and every call.
-    let db_path = home.sandbox.home().join("pincer.db");
-    let audit = rusqlite::Connection::open(db_path).unwrap();
-    let actions: Vec<String> = audit
-        .prepare("SELECT kind || ' ' || detail FROM audit_events ORDER BY id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let actions = strings(
+        &home.sandbox,
+        "SELECT kind || ' ' || detail FROM audit_events ORDER BY id",
+    );
     assert!(
         actions
             .iter()
@@ -825,14 +820,10 @@ async fn a_hung_mcp_server_times_out_and_the_next_call_gets_a_fresh_one() {
         results[1], r#"[{"region":"north"},{"region":"south"}]"#,
         "a fresh server answered the next call: {seen:?}"
     );
-    let audit = rusqlite::Connection::open(home.sandbox.home().join("pincer.db")).unwrap();
-    let kinds: Vec<String> = audit
-        .prepare("SELECT kind FROM audit_events WHERE kind LIKE 'mcp.%' ORDER BY id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let kinds = strings(
+        &home.sandbox,
+        "SELECT kind FROM audit_events WHERE kind LIKE 'mcp.%' ORDER BY id",
+    );
     assert_eq!(
         kinds,
         [
@@ -889,14 +880,10 @@ async fn a_crashed_mcp_server_is_started_again_on_next_use() {
     let second = query(&served);
     assert_eq!(second["ok"], true, "{second}\n{}", served.log());
     assert!(second["text"].to_string().contains("south"), "{second}");
-    let audit = rusqlite::Connection::open(served.sandbox.home().join("pincer.db")).unwrap();
-    let kinds: Vec<String> = audit
-        .prepare("SELECT kind FROM audit_events WHERE kind LIKE 'mcp.%' ORDER BY id")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let kinds = strings(
+        &served.sandbox,
+        "SELECT kind FROM audit_events WHERE kind LIKE 'mcp.%' ORDER BY id",
+    );
     assert!(
         kinds.iter().filter(|k| *k == "mcp.server_started").count() == 2
             && kinds.iter().any(|k| k == "mcp.server_restarted"),
@@ -943,27 +930,34 @@ fn running(image: &Image) -> Vec<String> {
 }
 
 /// The `actor detail` of every `kind` row of the audit log.
-fn audit_rows(home: &Path, kind: &str) -> Vec<String> {
-    rusqlite::Connection::open(home.join("pincer.db"))
+fn audit_rows(sandbox: &Sandbox, kind: &str) -> Vec<String> {
+    sandbox
+        .db()
+        .run(|c| {
+            c.query(
+                "SELECT actor || ' ' || detail FROM audit_events WHERE kind = ?1 ORDER BY id",
+                &[kind.into()],
+            )
+        })
         .unwrap()
-        .prepare("SELECT actor || ' ' || detail FROM audit_events WHERE kind = ?1 ORDER BY id")
-        .unwrap()
-        .query_map([kind], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
+        .iter()
+        .map(|r| r.get(0).unwrap())
         .collect()
 }
 
-fn mcp_kinds(home: &Path) -> Vec<String> {
-    rusqlite::Connection::open(home.join("pincer.db"))
-        .unwrap()
-        .prepare(
-            "SELECT kind || ' ' || detail FROM audit_events WHERE kind LIKE 'mcp.%' ORDER BY id",
-        )
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
+fn mcp_kinds(sandbox: &Sandbox) -> Vec<String> {
+    strings(
+        sandbox,
+        "SELECT kind || ' ' || detail FROM audit_events WHERE kind LIKE 'mcp.%' ORDER BY id",
+    )
+}
+
+/// The first column of every row `sql` selects from the sandbox's state.
+fn strings(sandbox: &Sandbox, sql: &str) -> Vec<String> {
+    sandbox
+        .rows(sql)
+        .iter()
+        .map(|r| r.get(0).unwrap())
         .collect()
 }
 
@@ -1008,11 +1002,11 @@ async fn two_gateways_of_one_home_do_not_remove_each_others_live_server_containe
     assert!(
         both.contains(&first[0]),
         "the second gateway removed the first one's live server container: {both:?}\n{:?}",
-        mcp_kinds(&served.sandbox.home())
+        mcp_kinds(&served.sandbox)
     );
     assert_eq!(both.len(), 2, "one server container each: {both:?}");
     query(&served.base);
-    let kinds = mcp_kinds(&served.sandbox.home());
+    let kinds = mcp_kinds(&served.sandbox);
     assert!(
         !kinds.iter().any(|k| k.starts_with("mcp.server_restarted")),
         "the first gateway's server was never restarted: {kinds:?}"
@@ -1031,7 +1025,7 @@ async fn two_gateways_of_one_home_do_not_remove_each_others_live_server_containe
         !docker(&["inspect", &orphan]).status.success(),
         "the dead gateway's container was removed"
     );
-    let kinds = mcp_kinds(&served.sandbox.home());
+    let kinds = mcp_kinds(&served.sandbox);
     assert_eq!(
         kinds
             .iter()
@@ -1255,7 +1249,12 @@ async fn an_mcp_volume_swapped_for_a_symlink_is_refused_at_start() {
     ok(served.cli(&["config", "check"]));
     let key = served.key("sales");
     std::fs::rename(&db, data.path().join("moved.db")).unwrap();
-    std::os::unix::fs::symlink(served.sandbox.home().join("pincer.db"), &db).unwrap();
+    // A symlink to the host's state file (on PostgreSQL, to another file).
+    let target = match &served.sandbox.state() {
+        pincer::db::Location::Sqlite(path) => path.clone(),
+        pincer::db::Location::Postgres(_) => data.path().join("moved.db"),
+    };
+    std::os::unix::fs::symlink(&target, &db).unwrap();
     let out = support::gateway::python_client(
         "mcp_call.py",
         &[
@@ -1272,12 +1271,12 @@ async fn an_mcp_volume_swapped_for_a_symlink_is_refused_at_start() {
             "MCPError: MCP server `company_db`: volume `{}:/data.db:ro`: mount source {} resolves through a symlink to {}; name the real path",
             db.display(),
             db.display(),
-            served.sandbox.home().join("pincer.db").display()
+            target.display()
         ),
         "{out}"
     );
     assert!(running(&image).is_empty());
-    let kinds = mcp_kinds(&served.sandbox.home());
+    let kinds = mcp_kinds(&served.sandbox);
     assert!(
         !kinds.iter().any(|k| k.starts_with("mcp.server_started")),
         "{kinds:?}"
@@ -1294,7 +1293,7 @@ async fn an_mcp_volume_swapped_for_a_symlink_is_refused_at_start() {
             "{file}:9:15: MCP server company_db: mount source {} resolves through a symlink to {}; name the real path\n\
              {file}: 1 problem (nothing was started)\n",
             db.display(),
-            served.sandbox.home().join("pincer.db").display(),
+            target.display(),
             file = file.display()
         )
     );

@@ -268,9 +268,13 @@ async fn keys_of_workspaces_no_longer_configured_are_refused() {
     let served = Served::start("workspaces:\n  main: {}\n", &[]);
     // A key minted while `gone` was configured, and a container token of
     // `gone`, both still in the database.
-    let earlier = served
-        .sandbox
-        .write("earlier.yaml", "workspaces:\n  gone: {}\n");
+    let earlier = served.sandbox.write(
+        "earlier.yaml",
+        &format!(
+            "workspaces:\n  gone: {{}}\n{}",
+            served.sandbox.state_section()
+        ),
+    );
     let minted = Command::new(env!("CARGO_BIN_EXE_pincer"))
         .arg("--config")
         .arg(&earlier)
@@ -279,8 +283,7 @@ async fn keys_of_workspaces_no_longer_configured_are_refused() {
         .output()
         .expect("run pincer");
     let key = ok(minted).trim().to_string();
-    let store = pincer::gateway::KeyStore::open(&served.sandbox.home().join(pincer::db::FILE_NAME))
-        .expect("key store");
+    let store = pincer::gateway::KeyStore::open_at(&served.sandbox.state()).expect("key store");
     let container_token = store.mint_container_token("gone").expect("token");
 
     let client = pincer::gateway::default_client().expect("http client");

@@ -1024,7 +1024,7 @@ async fn after_a_crash_a_finished_turn_is_delivered_and_a_cut_one_is_told() {
     // What a daemon killed mid-work leaves: two messages marked running,
     // one whose turn had ended (its answer stored in the session, not yet
     // in the outbox), one cut short.
-    let sessions = SessionStore::open_at(&env.sandbox.state).unwrap();
+    let sessions = SessionStore::open_at(&env.sandbox.state()).unwrap();
     let key = SessionKey {
         channel: "slack".into(),
         conversation: "D0DM".into(),
@@ -1049,7 +1049,7 @@ async fn after_a_crash_a_finished_turn_is_delivered_and_a_cut_one_is_told() {
     sessions
         .finish_turn("turn-ended", TurnStatus::Done, None)
         .unwrap();
-    let store = ChannelStore::open_at(&env.sandbox.state).unwrap();
+    let store = ChannelStore::open_at(&env.sandbox.state()).unwrap();
     let message = |conversation: &str, id: &str| Received {
         channel: "slack".into(),
         conversation: conversation.into(),

@@ -142,7 +142,9 @@ fn state_copy_moves_a_home_to_postgres_with_counts_and_checksums() {
     let sandbox = crate::support::Sandbox::new();
     let sqlite_config = sandbox.write(
         "pincer.yaml",
-        "workspaces:\n  default: {}\n  research: {}\n",
+        // The home this test copies is on SQLite whichever backend the
+        // other tests run on.
+        "workspaces:\n  default: {}\n  research: {}\nstate:\n  backend: sqlite\n",
     );
     let on_sqlite = |args: &[&str]| {
         let mut all = vec!["--config", sqlite_config.to_str().unwrap()];

@@ -25,10 +25,12 @@ pub fn on_postgres() -> bool {
 /// A sandbox: its own `PINCER_HOME` and working folder.
 pub struct Sandbox {
     pub dir: tempfile::TempDir,
-    /// Where a `pincer.yaml` written by [`Self::write`] keeps the state:
-    /// `$PINCER_HOME/pincer.db`, or a database of its own on the test
-    /// PostgreSQL server ([`on_postgres`]).
-    pub state: Location,
+    /// A database of its own on the test PostgreSQL server
+    /// ([`on_postgres`]), for a `pincer.yaml` written by [`Self::write`].
+    postgres: Option<Location>,
+    /// Whether a configuration was given [`Self::state_section`] (the
+    /// others keep `$PINCER_HOME/pincer.db`).
+    on_postgres: std::sync::atomic::AtomicBool,
 }
 
 impl Sandbox {
@@ -36,12 +38,12 @@ impl Sandbox {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::create_dir_all(dir.path().join("home")).expect("home");
         std::fs::create_dir_all(dir.path().join("work")).expect("work");
-        let state = if on_postgres() {
-            pincer::db::testing::database()
-        } else {
-            Location::Sqlite(dir.path().join("home").join("pincer.db"))
-        };
-        Self { dir, state }
+        let postgres = on_postgres().then(pincer::db::testing::database);
+        Self {
+            dir,
+            postgres,
+            on_postgres: false.into(),
+        }
     }
 
     pub fn home(&self) -> PathBuf {
@@ -52,9 +54,32 @@ impl Sandbox {
         self.dir.path().join("work")
     }
 
+    /// The `state:` section that puts a configuration's state where this
+    /// sandbox keeps it (nothing for the default SQLite file).
+    pub fn state_section(&self) -> String {
+        match &self.postgres {
+            Some(Location::Postgres(url)) => {
+                self.on_postgres
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                format!("\nstate:\n  backend: postgres\n  url: \"{url}\"\n")
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// Where the daemon keeps this sandbox's state: the database of
+    /// [`Self::state_section`] once a configuration was given it, else
+    /// `$PINCER_HOME/pincer.db`.
+    pub fn state(&self) -> Location {
+        match &self.postgres {
+            Some(at) if self.on_postgres.load(std::sync::atomic::Ordering::SeqCst) => at.clone(),
+            _ => Location::Sqlite(self.home().join(pincer::db::FILE_NAME)),
+        }
+    }
+
     /// This sandbox's state, as the daemon sees it.
     pub fn db(&self) -> Db {
-        Db::open(&self.state).expect("open the sandbox's state")
+        Db::open(&self.state()).expect("open the sandbox's state")
     }
 
     /// The rows `sql` selects from this sandbox's state.
@@ -104,7 +129,7 @@ impl Sandbox {
     /// (reads go on), so every write waits its lock timeout (5 s) and
     /// fails.
     pub fn lock_db(&self) -> DbLock {
-        match &self.state {
+        match &self.state() {
             Location::Sqlite(path) => {
                 let conn = rusqlite::Connection::open(path).expect("pincer.db");
                 conn.busy_timeout(std::time::Duration::from_secs(30))
@@ -121,21 +146,35 @@ impl Sandbox {
                 // outside the test's.
                 let holder = std::thread::spawn(move || {
                     let mut client = pincer::db::connect_postgres(&url).expect("connect");
-                    let mut tx = client.transaction().expect("begin");
-                    let tables: Vec<String> = tx
-                        .query(
-                            "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'",
-                            &[],
-                        )
-                        .expect("list tables")
-                        .iter()
-                        .map(|r| r.get(0))
-                        .collect();
-                    tx.batch_execute(&format!(
-                        "LOCK TABLE {} IN EXCLUSIVE MODE",
-                        tables.join(", ")
-                    ))
-                    .expect("lock every table");
+                    // Taking the tables one by one can deadlock with a
+                    // daemon's transaction holding one of them: the server
+                    // then cancels one side, and if it was this one, it
+                    // tries again.
+                    let mut attempts = 0;
+                    let tx = loop {
+                        attempts += 1;
+                        let mut tx = client.transaction().expect("begin");
+                        let tables: Vec<String> = tx
+                            .query(
+                                "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'",
+                                &[],
+                            )
+                            .expect("list tables")
+                            .iter()
+                            .map(|r| r.get(0))
+                            .collect();
+                        match tx.batch_execute(&format!(
+                            "LOCK TABLE {} IN EXCLUSIVE MODE",
+                            tables.join(", ")
+                        )) {
+                            Ok(()) => break tx,
+                            Err(e) if attempts < 20 => {
+                                eprintln!("lock_db: {e}; again");
+                                drop(tx);
+                            }
+                            Err(e) => panic!("lock every table: {e}"),
+                        }
+                    };
                     locked.send(()).expect("locked");
                     let _ = released.recv();
                     tx.rollback().expect("release the locks");
@@ -150,13 +189,10 @@ impl Sandbox {
     /// A `pincer.yaml` without a `state:` section gains this sandbox's
     /// [`Self::state`] when that is on PostgreSQL.
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
-        let text = match &self.state {
-            Location::Postgres(url)
-                if name == "pincer.yaml" && !text.lines().any(|l| l.starts_with("state:")) =>
-            {
-                format!("{text}\nstate:\n  backend: postgres\n  url: \"{url}\"\n")
-            }
-            _ => text.to_owned(),
+        let text = if name == "pincer.yaml" && !text.lines().any(|l| l.starts_with("state:")) {
+            format!("{text}{}", self.state_section())
+        } else {
+            text.to_owned()
         };
         let path = self.work().join(name);
         if let Some(parent) = path.parent() {
