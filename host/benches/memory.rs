@@ -524,7 +524,7 @@ fn quality(postgres: bool) -> anyhow::Result<()> {
     let jieba_docs: Vec<String> = texts.iter().map(|t| jieba_words(t).join(" ")).collect();
     let jieba = PlainFts::new("ascii", &jieba_docs, &labels)?;
     let trigram = PlainFts::new("trigram", &texts, &labels)?;
-    let mut systems: Vec<(&str, Ranker)> = vec![
+    let sqlite_and_baselines: [(&str, Ranker); 5] = [
         (
             "pincer, words and meaning (`MemoryStore::search`)",
             &|q: &str| hybrid.search(q),
@@ -543,18 +543,29 @@ fn quality(postgres: bool) -> anyhow::Result<()> {
             trigram.search(&trigrams(q))
         }),
     ];
-    if let Some((hybrid, words_only)) = &on_postgres {
+    let postgres_hybrid = |q: &str| match &on_postgres {
+        Some((hybrid, _)) => hybrid.search(q),
+        None => Ok(Vec::new()),
+    };
+    let postgres_words_only = |q: &str| match &on_postgres {
+        Some((_, words_only)) => words_only.search(q),
+        None => Ok(Vec::new()),
+    };
+    let mut systems = sqlite_and_baselines.to_vec();
+    if on_postgres.is_some() {
         systems.insert(
             2,
-            ("pincer on PostgreSQL, words and meaning", &|q: &str| {
-                hybrid.search(q)
-            }),
+            (
+                "pincer on PostgreSQL, words and meaning",
+                &postgres_hybrid as Ranker,
+            ),
         );
         systems.insert(
             3,
-            ("pincer on PostgreSQL, words only", &|q: &str| {
-                words_only.search(q)
-            }),
+            (
+                "pincer on PostgreSQL, words only",
+                &postgres_words_only as Ranker,
+            ),
         );
     }
     println!(
