@@ -325,6 +325,46 @@ mod tests {
         });
     }
 
+    /// Stores add the columns an older release lacked every time they open
+    /// (each CLI command), beside a daemon whose transactions read the
+    /// table: a column already there must not wait for the table's
+    /// exclusive lock (PostgreSQL's `ALTER TABLE … IF NOT EXISTS` takes it
+    /// anyway, and would fail after the lock wait).
+    #[test]
+    fn adding_a_column_already_there_does_not_wait_for_readers() {
+        crate::db::testing::each_backend(|at| {
+            let db = Db::open(at).unwrap();
+            db.run(|c| c.schema("CREATE TABLE IF NOT EXISTS t (a INTEGER)"))
+                .unwrap();
+            db.transaction(|c| c.add_missing_columns("t", &[("b", "TEXT")]))
+                .unwrap();
+            db.run(|c| c.execute("INSERT INTO t (a, b) VALUES (1, 'x')", &[]))
+                .expect("the new column is there");
+            let (locked, lock) = std::sync::mpsc::channel::<()>();
+            let (release, released) = std::sync::mpsc::channel::<()>();
+            let reader = {
+                let at = at.clone();
+                let released = std::sync::Mutex::new(released);
+                std::thread::spawn(move || {
+                    Db::open(&at)
+                        .unwrap()
+                        .read_transaction(|c| {
+                            c.query("SELECT a FROM t", &[])?;
+                            let _ = locked.send(());
+                            let _ = released.lock().unwrap().recv();
+                            Ok::<_, DbError>(())
+                        })
+                        .unwrap();
+                })
+            };
+            lock.recv().unwrap();
+            let again = db.transaction(|c| c.add_missing_columns("t", &[("b", "TEXT")]));
+            release.send(()).unwrap();
+            reader.join().unwrap();
+            again.expect("a column already there is no change, and waits for no lock");
+        });
+    }
+
     #[test]
     fn a_postgres_servers_tcp_addresses_are_known() {
         let at = |url: &str| Location::Postgres(url.into()).tcp_addresses();

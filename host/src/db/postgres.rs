@@ -353,7 +353,22 @@ impl<C: GenericClient> Conn for PgConn<'_, C> {
         table: &str,
         columns: &[(&str, &str)],
     ) -> Result<(), DbError> {
+        // `ALTER TABLE … IF NOT EXISTS` takes the table's exclusive lock
+        // even when the column is there, and stores open on every CLI
+        // command: only columns the catalog lacks are altered.
+        let present: Vec<String> = self
+            .query(
+                "SELECT CAST(column_name AS TEXT) FROM information_schema.columns
+                 WHERE table_schema = current_schema() AND table_name = ?1",
+                &[Value::Text(table.to_owned())],
+            )?
+            .iter()
+            .map(|r| r.get(0))
+            .collect::<Result<_, _>>()?;
         for (column, declared) in columns {
+            if present.iter().any(|p| p == column) {
+                continue;
+            }
             self.schema(&format!(
                 "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {declared}"
             ))?;
