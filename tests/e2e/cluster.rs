@@ -150,6 +150,20 @@ async fn posted_now(env: &Env) -> Vec<String> {
         .collect()
 }
 
+/// The ids of the fake Slack's open Socket Mode connections, oldest first.
+async fn open_connections(env: &Env) -> Vec<i64> {
+    let (_, seen) = env.slack.get("/connections").await;
+    let mut ids: Vec<i64> = seen["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["open"] == true)
+        .map(|c| c["id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
 async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
@@ -368,15 +382,8 @@ async fn two_daemons_answer_every_message_once_and_in_order_over_both_connection
     cluster.env.allow_everyone();
     let (a, b) = cluster.daemons().await;
     let env = &cluster.env;
-    let (_, seen) = env.slack.get("/connections").await;
-    let connections: Vec<i64> = seen["connections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["open"] == true)
-        .map(|c| c["id"].as_i64().unwrap())
-        .collect();
-    assert_eq!(connections.len(), 2, "{seen:#}");
+    let connections = open_connections(env).await;
+    assert_eq!(connections.len(), 2, "{connections:?}");
 
     let mut acks = 0;
     // Stored before the next one is sent, as a person types.
@@ -480,6 +487,122 @@ async fn two_daemons_answer_every_message_once_and_in_order_over_both_connection
     assert_eq!(dropped, 1);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(posted_now(env).await.len(), total + FLOOD, "nothing more");
+}
+
+/// `kill -9` of the holder while messages keep coming on both connections
+/// (10 conversations, 6 messages each, the model taking 300 ms a turn):
+/// the other daemon takes the workspace within the lease, and every
+/// message gets exactly one reply in its conversation's order — its
+/// answer, or for a turn the kill cut short the notice to send it again.
+/// Nothing is lost and nothing is answered twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_of_the_holder_mid_load_loses_and_doubles_nothing() {
+    let cluster = Cluster::new(
+        vec![Behaviour::Slow(
+            Duration::from_millis(300),
+            Box::new(Behaviour::EchoUser),
+        )],
+        "{}",
+        Some("5s"),
+    )
+    .await;
+    cluster.env.allow_everyone();
+    let (mut a, mut b) = cluster.daemons().await;
+    let env = &cluster.env;
+    let connections = open_connections(env).await;
+    assert_eq!(connections.len(), 2, "{connections:?}");
+    // B connected second: its connection is the newer one.
+    let on_b = connections[1];
+    const CONVERSATIONS: usize = 10;
+    const ROUNDS: usize = 6;
+    let mut acks = 0;
+    let mut killed = None;
+    for round in 0..ROUNDS {
+        if round == ROUNDS / 2 {
+            a.child.kill().unwrap();
+            a.child.wait().unwrap();
+            killed = Some(Instant::now());
+        }
+        for c in 0..CONVERSATIONS {
+            let on = if killed.is_some() {
+                on_b
+            } else {
+                connections[(round + c) % 2]
+            };
+            env.slack
+                .post(
+                    "/socket/push",
+                    serde_json::json!({"kind": "dm", "text": format!("c{c:02}-m{round:02}"),
+                        "user": format!("U0K{c:02}"), "channel": format!("D0K{c:02}"), "connection": on}),
+                )
+                .await;
+            acks += 1;
+            let (status, _) = env
+                .slack
+                .get(&format!("/wait?what=acks&count={acks}&timeout=30"))
+                .await;
+            assert_eq!(status, 200, "not acked\n{}\n-----\n{}", a.log(), b.log());
+        }
+    }
+    let total = CONVERSATIONS * ROUNDS;
+    let posted = answered(env, total, &[&b]).await;
+    let killed = killed.expect("killed half way");
+    eprintln!("{total} replies {:?} after the kill", killed.elapsed());
+    assert_eq!(
+        holder(&cluster.db),
+        Cluster::id(&cluster.home_b, &b),
+        "B took the workspace"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(posted_now(env).await.len(), total, "none twice");
+    let mut cut = 0;
+    for c in 0..CONVERSATIONS {
+        let channel = format!("D0K{c:02}");
+        let replies: Vec<&str> = posted
+            .iter()
+            .filter(|p| p["args"]["channel"] == channel.as_str())
+            .map(|p| p["args"]["text"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(replies.len(), ROUNDS, "{channel}: {replies:#?}");
+        // The answers, in the order the messages were sent; a cut turn's
+        // notice in place of its answer.
+        let answers: Vec<usize> = replies
+            .iter()
+            .filter(|r| **r != pincer::router::inbound::INTERRUPTED_REPLY)
+            .map(|r| {
+                let round = r
+                    .rsplit_once("-m")
+                    .and_then(|(_, n)| n.get(..2))
+                    .and_then(|n| n.parse().ok());
+                round.unwrap_or_else(|| panic!("{channel}: unexpected reply {r:?}"))
+            })
+            .collect();
+        assert!(
+            answers.windows(2).all(|w| w[0] < w[1]),
+            "{channel}: answered in order, each once: {replies:#?}"
+        );
+        cut += ROUNDS - answers.len();
+    }
+    let interrupted: i64 = one(
+        &cluster.db,
+        "SELECT COUNT(*) FROM channel_inbound WHERE state = 'interrupted'",
+    );
+    assert_eq!(
+        usize::try_from(interrupted).unwrap(),
+        cut,
+        "one notice per turn the kill cut"
+    );
+    eprintln!("{cut} turn(s) cut by the kill");
+    assert!(
+        cut <= CONVERSATIONS,
+        "at most the turns running at the kill: {cut}"
+    );
+    let unfinished: i64 = one(
+        &cluster.db,
+        "SELECT COUNT(*) FROM channel_inbound WHERE state NOT IN ('done', 'interrupted')",
+    );
+    assert_eq!(unfinished, 0, "nothing left queued or running");
+    assert!(b.stop().success(), "{}", b.log());
 }
 
 /// A skill due every 10 s, two daemons on one state for two minutes, the
