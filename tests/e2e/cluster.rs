@@ -164,6 +164,36 @@ async fn open_connections(env: &Env) -> Vec<i64> {
     ids
 }
 
+/// Pushes `event` over the fake Slack's Socket Mode and waits for its ack,
+/// the `acks`-th (stored before the next one is sent, as a person types).
+async fn push_acked(
+    env: &Env,
+    event: serde_json::Value,
+    acks: &mut usize,
+    daemons: &[&Daemon],
+) -> serde_json::Value {
+    let pushed = env.slack.post("/socket/push", event).await;
+    *acks += 1;
+    let (status, _) = env
+        .slack
+        .get(&format!("/wait?what=acks&count={acks}&timeout=30"))
+        .await;
+    if status != 200 {
+        let logs: Vec<String> = daemons.iter().map(|d| d.log()).collect();
+        panic!("not acked\n{}", logs.join("\n-----\n"));
+    }
+    pushed
+}
+
+/// The texts of the `posted` messages in `channel`, in order.
+fn replies_in<'a>(posted: &'a [serde_json::Value], channel: &str) -> Vec<&'a str> {
+    posted
+        .iter()
+        .filter(|p| p["args"]["channel"] == channel)
+        .map(|p| p["args"]["text"].as_str().unwrap_or_default())
+        .collect()
+}
+
 async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
@@ -386,17 +416,8 @@ async fn two_daemons_answer_every_message_once_and_in_order_over_both_connection
     assert_eq!(connections.len(), 2, "{connections:?}");
 
     let mut acks = 0;
-    // Stored before the next one is sent, as a person types.
-    let mut push = async |event: serde_json::Value| {
-        let pushed = env.slack.post("/socket/push", event).await;
-        acks += 1;
-        let (status, _) = env
-            .slack
-            .get(&format!("/wait?what=acks&count={acks}&timeout=30"))
-            .await;
-        assert_eq!(status, 200, "not acked\n{}\n-----\n{}", a.log(), b.log());
-        pushed
-    };
+    let mut push =
+        async |event: serde_json::Value| push_acked(env, event, &mut acks, &[&a, &b]).await;
     const CONVERSATIONS: usize = 20;
     const ROUNDS: usize = 10;
     for round in 0..ROUNDS {
@@ -444,11 +465,7 @@ async fn two_daemons_answer_every_message_once_and_in_order_over_both_connection
     assert_eq!(posted_now(env).await.len(), total, "none twice");
     for c in 0..CONVERSATIONS {
         let channel = format!("D0C{c:02}");
-        let replies: Vec<&str> = posted
-            .iter()
-            .filter(|p| p["args"]["channel"] == channel.as_str())
-            .map(|p| p["args"]["text"].as_str().unwrap_or_default())
-            .collect();
+        let replies = replies_in(&posted, &channel);
         assert_eq!(replies.len(), ROUNDS, "{channel}: {replies:#?}");
         for (round, reply) in replies.iter().enumerate() {
             assert!(
@@ -529,19 +546,9 @@ async fn kill_9_of_the_holder_mid_load_loses_and_doubles_nothing() {
             } else {
                 connections[(round + c) % 2]
             };
-            env.slack
-                .post(
-                    "/socket/push",
-                    serde_json::json!({"kind": "dm", "text": format!("c{c:02}-m{round:02}"),
-                        "user": format!("U0K{c:02}"), "channel": format!("D0K{c:02}"), "connection": on}),
-                )
-                .await;
-            acks += 1;
-            let (status, _) = env
-                .slack
-                .get(&format!("/wait?what=acks&count={acks}&timeout=30"))
-                .await;
-            assert_eq!(status, 200, "not acked\n{}\n-----\n{}", a.log(), b.log());
+            let event = serde_json::json!({"kind": "dm", "text": format!("c{c:02}-m{round:02}"),
+                "user": format!("U0K{c:02}"), "channel": format!("D0K{c:02}"), "connection": on});
+            push_acked(env, event, &mut acks, &[&a, &b]).await;
         }
     }
     let total = CONVERSATIONS * ROUNDS;
@@ -558,11 +565,7 @@ async fn kill_9_of_the_holder_mid_load_loses_and_doubles_nothing() {
     let mut cut = 0;
     for c in 0..CONVERSATIONS {
         let channel = format!("D0K{c:02}");
-        let replies: Vec<&str> = posted
-            .iter()
-            .filter(|p| p["args"]["channel"] == channel.as_str())
-            .map(|p| p["args"]["text"].as_str().unwrap_or_default())
-            .collect();
+        let replies = replies_in(&posted, &channel);
         assert_eq!(replies.len(), ROUNDS, "{channel}: {replies:#?}");
         // The answers, in the order the messages were sent; a cut turn's
         // notice in place of its answer.

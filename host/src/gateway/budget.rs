@@ -411,15 +411,6 @@ impl Ledger {
         Self::open_at(&Location::from(path), crate::db::now_ms)
     }
 
-    /// Like [`Self::open`], reading the time (ms since the epoch) from
-    /// `clock`; for tests of windows and expiry.
-    pub fn open_with_clock(
-        path: &Path,
-        clock: impl Fn() -> i64 + Send + Sync + 'static,
-    ) -> Result<Arc<Self>, BudgetError> {
-        Self::open_at(&Location::from(path), clock)
-    }
-
     /// The ledger on the state at `at`, reading the time from `clock`.
     pub fn open_at(
         at: &Location,

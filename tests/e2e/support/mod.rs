@@ -226,34 +226,30 @@ pub enum DbLock {
 
 impl DbLock {
     pub fn release(mut self) {
-        self.unlock();
+        self.unlock().expect("release the lock");
     }
 
-    fn unlock(&mut self) {
+    /// Rolls the lock's transaction back and waits until it is.
+    fn unlock(&mut self) -> Result<(), String> {
         match self {
-            DbLock::Sqlite(conn) => {
-                if let Some(conn) = conn.take() {
-                    conn.execute_batch("ROLLBACK")
-                        .expect("release the write lock");
-                }
-            }
-            DbLock::Postgres(held) => {
-                if let Some((release, holder)) = held.take() {
+            DbLock::Sqlite(conn) => match conn.take() {
+                Some(conn) => conn.execute_batch("ROLLBACK").map_err(|e| e.to_string()),
+                None => Ok(()),
+            },
+            DbLock::Postgres(held) => match held.take() {
+                Some((release, holder)) => {
                     let _ = release.send(());
-                    holder.join().expect("the lock holder");
+                    holder.join().map_err(|_| "the lock holder panicked".into())
                 }
-            }
+                None => Ok(()),
+            },
         }
     }
 }
 
 impl Drop for DbLock {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            self.unlock();
-        } else if let DbLock::Postgres(Some((release, _))) = self {
-            let _ = release.send(());
-        }
+        let _ = self.unlock();
     }
 }
 
