@@ -2,12 +2,13 @@
 //! and recall quality against plain FTS5 tokenizers.
 //!
 //!     cargo bench -p pincer --bench memory                 # 100k and 1M
-//!     cargo bench -p pincer --bench memory -- 10000        # other sizes
+//!     cargo bench -p pincer --bench memory -- 10000        # other sizes (0: none)
 //!     cargo bench -p pincer --bench memory -- --scale-only 1000000   # only the scale rows
 //!     cargo bench -p pincer --bench memory -- --quality-only         # only the quality tables
 //!     cargo bench -p pincer --bench memory -- --quality-only --postgres  # and pincer on PostgreSQL
 //!     cargo bench -p pincer --bench memory -- --tune                 # the fusion grid, dev split only
 //!     cargo bench -p pincer --bench memory -- --meaning 20000        # meaning at scale: other size
+//!     cargo bench -p pincer --bench memory -- --scale-only 0 --keep DIR  # meaning at scale, written once into DIR
 //!
 //! 1. **Scale.** N synthetic mixed Chinese/English memories (Zipf-distributed
 //!    words from a few hundred, plus numbers, identifiers and names that make
@@ -66,7 +67,7 @@ fn main() -> anyhow::Result<()> {
         .scan(false, |after_flag, a| {
             // `--meaning N` takes its number.
             let skip = *after_flag || a.starts_with('-');
-            *after_flag = a == "--meaning";
+            *after_flag = a == "--meaning" || a == "--keep";
             Some((!skip).then_some(a))
         })
         .flatten()
@@ -105,15 +106,20 @@ fn main() -> anyhow::Result<()> {
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut paths = Vec::new();
-    for n in sizes {
+    for n in sizes.into_iter().filter(|n| *n > 0) {
         paths.push(scale(n)?);
     }
     println!(
         "\nsearches by how they were answered:\n{}",
         paths.join("\n")
     );
+    let keep = args
+        .iter()
+        .position(|a| a == "--keep")
+        .and_then(|i| args.get(i + 1))
+        .map(Path::new);
     if meaning_size > 0 {
-        meaning_scale(meaning_size)?;
+        meaning_scale(meaning_size, keep)?;
     }
     Ok(())
 }
@@ -212,10 +218,16 @@ fn scale(n: usize) -> anyhow::Result<String> {
 
 /// Recall by meaning at `n` memories: the write rate with embedding, search
 /// latency with the query's embedding, the query embedding alone, RSS.
-fn meaning_scale(n: usize) -> anyhow::Result<()> {
+fn meaning_scale(n: usize, keep: Option<&Path>) -> anyhow::Result<()> {
     let (embedder, model_kib) = embedder()?;
-    let home = tempfile::tempdir()?;
-    let store = MemoryStore::open_with(home.path(), Some(embedder.clone()))?;
+    let temp = tempfile::tempdir()?;
+    let home = keep.unwrap_or(temp.path());
+    std::fs::create_dir_all(home)?;
+    // `--keep DIR`: the store written once is searched again by later runs
+    // (the corpus is generated again, not stored, to rebuild the queries).
+    let written = home.join(format!("bench-written-{n}"));
+    let reuse = written.exists();
+    let store = MemoryStore::open_with(home, Some(embedder.clone()))?;
     let mut corpus = Corpus::new(0x5eed ^ n as u64);
     let started = Instant::now();
     let mut kept = Vec::new();
@@ -223,7 +235,9 @@ fn meaning_scale(n: usize) -> anyhow::Result<()> {
     while added < n {
         let batch: Vec<String> = (0..1000.min(n - added)).map(|_| corpus.memory()).collect();
         kept.extend(batch.iter().step_by(500).cloned());
-        store.add_many(WORKSPACE, MemoryKind::Fact, &batch)?;
+        if !reuse {
+            store.add_many(WORKSPACE, MemoryKind::Fact, &batch)?;
+        }
         added += batch.len();
         eprint!(
             "\r  embedded and stored {added}/{n} ({:.0}/s)",
@@ -232,6 +246,9 @@ fn meaning_scale(n: usize) -> anyhow::Result<()> {
     }
     let build = started.elapsed();
     eprintln!();
+    if keep.is_some() && !reuse {
+        std::fs::write(&written, b"")?;
+    }
     let queries = corpus.queries(&kept, 300);
     let mut embeds = Vec::new();
     for q in &queries[..100] {
@@ -258,10 +275,16 @@ fn meaning_scale(n: usize) -> anyhow::Result<()> {
         "| memories | write with embedding | rate | first search (loads vectors) | search median | p99 | query embedding median | model loaded (RSS added) | process RSS peak |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let (write, rate) = if reuse {
+        ("kept from an earlier run".to_owned(), "-".to_owned())
+    } else {
+        (
+            format!("{:.1} s", build.as_secs_f64()),
+            format!("{:.0}/s", n as f64 / build.as_secs_f64()),
+        )
+    };
     println!(
-        "| {n} | {:.1} s | {:.0}/s | {:.0} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.0} MB | {:.0} MB |",
-        build.as_secs_f64(),
-        n as f64 / build.as_secs_f64(),
+        "| {n} | {write} | {rate} | {:.0} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.0} MB | {:.0} MB |",
         ms(first),
         ms(s.median),
         ms(s.p99),

@@ -608,8 +608,8 @@ async fn kill_9_of_the_holder_mid_load_loses_and_doubles_nothing() {
     assert!(b.stop().success(), "{}", b.log());
 }
 
-/// A skill due every 10 s, two daemons on one state for two minutes, the
-/// holder stopped half way: every due time from the first to the last runs
+/// A skill due every 2 s, two daemons on one state for half a minute, the
+/// holder stopped half way (the due times of the handover caught up): every due time from the first to the last runs
 /// exactly once (none skipped at the handover, none run by both daemons),
 /// and each run's output is posted once. A terminal turn of the workspace
 /// is refused by the daemon that does not hold it and by a home without a
@@ -625,8 +625,8 @@ async fn a_schedule_fires_once_per_due_time_across_two_daemons_and_a_handover() 
     cluster.env.sandbox.write(
         "workspaces/team/schedules.yaml",
         r#"tasks:
-  - id: every_10s
-    schedule: "*/10 * * * * *"
+  - id: every_2s
+    schedule: "*/2 * * * * *"
     skill: skill-calc__evaluate
     skill_input: {expression: "6*7"}
     deliver_to: ["channel:slack"]
@@ -662,7 +662,7 @@ async fn a_schedule_fires_once_per_due_time_across_two_daemons_and_a_handover() 
         "{refused}"
     );
     assert!(env.model.received().is_empty(), "no turn ran");
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
     assert!(a.stop().success(), "{}", a.log());
     let id_b = Cluster::id(&cluster.home_b, &b);
     until("B holds the workspace", Duration::from_secs(10), || {
@@ -672,14 +672,14 @@ async fn a_schedule_fires_once_per_due_time_across_two_daemons_and_a_handover() 
     // B runs the workspace now: its terminal turns too.
     let answered = crate::support::ok(env.cli_with_env(&message, &[("PINCER_HOME", home_b)]));
     assert!(answered.contains("unused"), "{answered}");
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
     assert!(b.stop().success(), "{}", b.log());
 
     let runs: Vec<(i64, String, String, i64)> = db
         .run(|c| {
             c.query(
                 "SELECT due_ms, status, COALESCE(claimed_by, ''), attempt FROM schedule_runs
-                 WHERE task = 'every_10s' ORDER BY due_ms",
+                 WHERE task = 'every_2s' ORDER BY due_ms",
                 &[],
             )?
             .iter()
@@ -689,12 +689,12 @@ async fn a_schedule_fires_once_per_due_time_across_two_daemons_and_a_handover() 
         .unwrap();
     assert!(
         runs.len() >= 11,
-        "two minutes of a 10 s schedule: {runs:#?}"
+        "half a minute of a 2 s schedule: {runs:#?}"
     );
     for pair in runs.windows(2) {
         assert_eq!(
             pair[1].0 - pair[0].0,
-            10_000,
+            2_000,
             "no due time skipped: {runs:#?}"
         );
     }

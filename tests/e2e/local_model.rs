@@ -198,7 +198,8 @@ async fn more_requests_than_the_queue_holds_get_a_clear_busy_error() {
         "messages": [{"role": "user", "content": "Write a long story about a dragon."}],
         "temperature": 0.7,
         "seed": 1,
-        "max_tokens": 200,
+        // Long enough that all eight arrive while the first still runs.
+        "max_tokens": 40,
     });
     // One generation runs and four wait; the rest must be refused at once.
     let calls = (0..8).map(|_| post(&served.base, &key, story.clone()));

@@ -22,8 +22,22 @@ use support::ok;
 /// calling each of `tools`, `/v1/models` and the outcome of a chat with each
 /// of `chats`.
 fn served_to(served: &Served, key: &str, tools: &[String], chats: &[String]) -> Value {
-    let spec = json!({"tools": tools, "chats": chats}).to_string();
-    python_client("reach_client.py", &[&served.base, key, &spec])
+    let mut each = served_to_each(served, &[(key.to_owned(), tools.to_vec(), chats.to_vec())]);
+    each.pop().expect("one answer")
+}
+
+/// [`served_to`] for several `(key, tools, chats)` in one client process.
+fn served_to_each(served: &Served, asks: &[(String, Vec<String>, Vec<String>)]) -> Vec<Value> {
+    let mut args = vec![served.base.clone()];
+    for (key, tools, chats) in asks {
+        args.push(key.clone());
+        args.push(json!({"tools": tools, "chats": chats}).to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let answers = python_client("reach_client.py", &args);
+    let answers = answers.as_array().expect("a list of answers").clone();
+    assert_eq!(answers.len(), asks.len(), "one answer per key");
+    answers
 }
 
 fn audit(served: &Served, workspace: &str) -> Value {
@@ -461,8 +475,11 @@ fn assert_audit_matches_gateway(label: &str, config_text: &str) {
         .unwrap_or_else(|e| panic!("{label}: {e}"));
     let served = Served::start(config_text, &[]);
     let aliases = all_aliases(&config);
+    // What the audit says of each workspace: its reachable sources with
+    // their tools filters, the calls it must refuse and the aliases it may
+    // not use.
+    let mut audited = Vec::new();
     for workspace in config.workspaces.keys() {
-        let at = format!("{label}: workspace {workspace}");
         let reach = audit(&served, workspace)["reach"].clone();
         // What the audit says.
         let mut reachable: Vec<(String, Vec<String>)> = Vec::new();
@@ -488,10 +505,21 @@ fn assert_audit_matches_gateway(label: &str, config_text: &str) {
         let allowed_models: BTreeSet<String> =
             strings(&reach["models"]["aliases"]).into_iter().collect();
         let not_allowed: Vec<String> = aliases.difference(&allowed_models).cloned().collect();
+        audited.push((workspace, reachable, refused, allowed_models, not_allowed));
+    }
 
-        // What the gateway serves.
-        let key = served.key(workspace);
-        let got = served_to(&served, &key, &refused, &not_allowed);
+    // What the gateway serves each workspace's key.
+    let asks: Vec<_> = audited
+        .iter()
+        .map(|(workspace, _, refused, _, not_allowed)| {
+            (served.key(workspace), refused.clone(), not_allowed.clone())
+        })
+        .collect();
+    let served_each = served_to_each(&served, &asks);
+    for ((workspace, reachable, refused, allowed_models, not_allowed), got) in
+        audited.iter().zip(&served_each)
+    {
+        let at = format!("{label}: workspace {workspace}");
         let tools = strings(&got["tools"]);
         let served_sources: BTreeSet<String> = tools
             .iter()
@@ -502,7 +530,7 @@ fn assert_audit_matches_gateway(label: &str, config_text: &str) {
             served_sources, audited_sources,
             "{at}: the MCP tools served ({tools:?}) come from exactly the sources the audit lists as reachable"
         );
-        for (source, filter) in &reachable {
+        for (source, filter) in reachable {
             let expected: Vec<String> = if source == "memory" {
                 ["forget", "memorize", "recall"]
                     .iter()
@@ -526,7 +554,7 @@ fn assert_audit_matches_gateway(label: &str, config_text: &str) {
                 );
             }
         }
-        for call in &refused {
+        for call in refused {
             let outcome = &got["calls"][call];
             assert_eq!(
                 outcome["ok"], false,
@@ -541,10 +569,10 @@ fn assert_audit_matches_gateway(label: &str, config_text: &str) {
         }
         let served_models: BTreeSet<String> = strings(&got["models"]).into_iter().collect();
         assert_eq!(
-            served_models, allowed_models,
+            served_models, *allowed_models,
             "{at}: /v1/models must list exactly the audited model aliases"
         );
-        for alias in &not_allowed {
+        for alias in not_allowed {
             assert_eq!(
                 got["chats"][alias]["status"], 403,
                 "{at}: a chat with {alias} must be refused: {got}"

@@ -1,10 +1,12 @@
-"""What pincer's gateway serves to one workspace key, seen with the official
+"""What pincer's gateway serves to workspace keys, seen with the official
 `mcp` and `openai` clients.
 
-Usage: reach_client.py BASE_URL API_KEY SPEC_JSON
+Usage: reach_client.py BASE_URL API_KEY SPEC_JSON [API_KEY SPEC_JSON ...]
 SPEC_JSON: {"tools": ["<source>__<tool>", ...], "chats": ["alias", ...]}
-Prints one JSON object: the MCP tools/list names (sorted), each tool call's
-outcome, the /v1/models ids (sorted) and each chat's outcome.
+Prints a JSON list with one object per key, in order: the MCP tools/list
+names (sorted), each tool call's outcome, the /v1/models ids (sorted) and
+each chat's outcome. (One process for many keys: importing the clients
+takes seconds.)
 """
 
 import asyncio
@@ -43,10 +45,16 @@ def llm_side(base: str, key: str, chats: list) -> dict:
 
 
 def main() -> None:
-    base, key, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    out = asyncio.run(mcp_side(f"{base}/mcp", key, spec.get("tools", [])))
-    out.update(llm_side(base, key, spec.get("chats", [])))
-    print(json.dumps(out))
+    base, pairs = sys.argv[1], sys.argv[2:]
+    if not pairs or len(pairs) % 2:
+        sys.exit("usage: reach_client.py BASE_URL API_KEY SPEC_JSON [API_KEY SPEC_JSON ...]")
+    answers = []
+    for key, spec in zip(pairs[::2], pairs[1::2]):
+        spec = json.loads(spec)
+        out = asyncio.run(mcp_side(f"{base}/mcp", key, spec.get("tools", [])))
+        out.update(llm_side(base, key, spec.get("chats", [])))
+        answers.append(out)
+    print(json.dumps(answers))
 
 
 if __name__ == "__main__":

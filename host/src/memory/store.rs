@@ -362,14 +362,25 @@ impl MemoryStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let near = self.nearest(workspace, query, limit.max(MEANING_DEPTH))?;
-        self.db.run(|conn| {
-            let Some(near) = near else {
-                return find(conn, workspace, query, limit);
-            };
-            let lexical = find(conn, workspace, query, limit.max(WORDS_DEPTH))?;
-            fuse_meaning(conn, workspace, lexical, near, limit)
-        })
+        if !self.catch_up(Some(workspace), &mut |_, _| {})? {
+            return self.db.run(|conn| find(conn, workspace, query, limit));
+        }
+        // The words are looked up while the query is embedded.
+        let (near, lexical) = std::thread::scope(|scope| {
+            let lexical = scope.spawn(|| {
+                self.db
+                    .run(|conn| find(conn, workspace, query, limit.max(WORDS_DEPTH)))
+            });
+            let near = self.nearest_embedded(workspace, query, limit.max(MEANING_DEPTH));
+            (near, lexical.join())
+        });
+        let lexical = lexical.map_err(|_| MemoryError::Poisoned)?;
+        match near? {
+            Some(near) => self
+                .db
+                .run(|conn| fuse_meaning(conn, workspace, lexical?, near, limit)),
+            None => self.db.run(|conn| find(conn, workspace, query, limit)),
+        }
     }
 
     /// The `n` memories of `workspace` nearest to `query` in meaning, best
@@ -382,12 +393,22 @@ impl MemoryStore {
         query: &str,
         n: usize,
     ) -> Result<Option<Vec<(i64, f32)>>, MemoryError> {
-        let Some(embedder) = &self.embedder else {
-            return Ok(None);
-        };
         if !self.catch_up(Some(workspace), &mut |_, _| {})? {
             return Ok(None);
         }
+        self.nearest_embedded(workspace, query, n)
+    }
+
+    /// [`Self::nearest`] once every memory of `workspace` has its vector.
+    fn nearest_embedded(
+        &self,
+        workspace: &str,
+        query: &str,
+        n: usize,
+    ) -> Result<Option<Vec<(i64, f32)>>, MemoryError> {
+        let Some(embedder) = &self.embedder else {
+            return Ok(None);
+        };
         let query = match embedder.query(query.trim()) {
             Ok(v) => v,
             Err(why) => {
