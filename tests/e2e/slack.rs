@@ -638,6 +638,60 @@ async fn an_event_the_store_refuses_gets_a_5xx_and_its_retry_is_answered_once() 
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
 
+/// A store that refuses writes makes each inbound message wait out the
+/// lock (5 s) before it is refused; that wait must not hold the daemon's
+/// runtime: with more refused messages in flight than the runtime has
+/// threads, the gateway and the webhook listener still answer at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn messages_the_store_refuses_do_not_stall_the_daemon() {
+    let env = Env::new(vec![Behaviour::answer("unused")]).await;
+    let mut daemon = env.start();
+    let url = format!("http://{}/channels/slack/events", daemon.webhooks);
+    let lock = env.sandbox.lock_db();
+    let threads = std::thread::available_parallelism().map_or(2, usize::from);
+    let refused: Vec<_> = (0..threads * 2)
+        .map(|i| {
+            env.slack.post(
+                "/events/send",
+                json!({"url": url, "kind": "mention", "text": format!("keep me {i}"),
+                       "user": ALLOWED, "channel": "C0CHAN", "timeout": 30}),
+            )
+        })
+        .collect();
+    let checks = async {
+        // The requests are waiting on the lock by now.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let http = reqwest::Client::new();
+        let mut slow = Vec::new();
+        for (at, expected) in [
+            (format!("{}/health", daemon.gateway), 200),
+            (format!("http://{}/channels/nobody", daemon.webhooks), 404),
+        ] {
+            let started = std::time::Instant::now();
+            let answer = http.get(&at).timeout(Duration::from_secs(30)).send().await;
+            let took = started.elapsed();
+            if !answer.is_ok_and(|a| a.status() == expected) || took > Duration::from_secs(2) {
+                slow.push(format!("{at} answered after {took:?}"));
+            }
+        }
+        slow
+    };
+    let (refused, slow) = tokio::join!(futures_util::future::join_all(refused), checks);
+    assert!(
+        slow.is_empty(),
+        "{slow:?} while {} refused messages waited on the lock\n{}",
+        threads * 2,
+        daemon.log()
+    );
+    for answer in refused {
+        let status = answer["status"].as_u64().unwrap_or_default();
+        assert!((500..600).contains(&status), "{answer:#}");
+    }
+    lock.release();
+    assert!(env.inbound().is_empty(), "{:?}", env.inbound());
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn rate_limits_and_dropped_sockets_lose_and_double_nothing() {
     let env = Env::new(vec![Behaviour::answer("one reply")]).await;

@@ -395,13 +395,9 @@ async fn session(
         };
         // Stored first, acked after: a frame whose messages could not be
         // stored gets none of its replies, so the platform sends it again.
-        let stored = super::store_inbound(
-            host,
-            inbox.as_ref(),
-            channel,
-            outcome.messages,
-            outcome.interactions,
-        );
+        let stored =
+            super::store_inbound(host, inbox, channel, outcome.messages, outcome.interactions)
+                .await;
         if stored.is_ok() {
             for reply in &outcome.replies {
                 if let Err(e) = socket.send(to_ws(reply)).await {

@@ -68,32 +68,55 @@ pub enum AcceptError {
         #[source]
         source: store::StoreError,
     },
+    #[error(
+        "messages of channel `{channel}` were not stored ({reason}), so the platform is not told they arrived and will deliver them again"
+    )]
+    Interrupted { channel: String, reason: String },
 }
 
 /// Hands the messages and clicks of `channel` to `inbox`, bounded; a
 /// failure is logged and counted (`pincer_channel_store_failures_total`).
 /// `Ok` means the platform may be acked / answered 2xx.
-pub(crate) fn store_inbound(
+///
+/// Storing may wait for the database's lock ([`crate::db::LOCK_WAIT`]), so
+/// it runs on a blocking thread: a store that refuses writes must not hold
+/// the runtime every listener and the gateway answer on.
+pub(crate) async fn store_inbound(
     host: &ChannelHost,
-    inbox: &dyn Inbox,
+    inbox: &Arc<dyn Inbox>,
     channel: &str,
     messages: Vec<api::Message>,
     clicks: Vec<api::Interaction>,
 ) -> Result<(), AcceptError> {
     let messages = bounds::bounded(channel, messages);
     let clicks = bounds::bounded_interactions(channel, clicks);
-    let failed = |e: &AcceptError| {
-        tracing::error!(%channel, "{e}");
-        crate::events::channel_store_failed(channel);
-    };
+    if messages.is_empty() && clicks.is_empty() {
+        return Ok(());
+    }
     if !messages.is_empty() {
         host.update_status(channel, |s| s.messages_in += messages.len() as u64);
-        inbox.accept(channel, messages).inspect_err(failed)?;
     }
-    if !clicks.is_empty() {
-        inbox.clicked(channel, clicks).inspect_err(failed)?;
-    }
-    Ok(())
+    let (inbox, name) = (inbox.clone(), channel.to_owned());
+    let stored = tokio::task::spawn_blocking(move || {
+        if !messages.is_empty() {
+            inbox.accept(&name, messages)?;
+        }
+        if !clicks.is_empty() {
+            inbox.clicked(&name, clicks)?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(AcceptError::Interrupted {
+            channel: channel.to_owned(),
+            reason: e.to_string(),
+        })
+    });
+    stored.inspect_err(|e| {
+        tracing::error!(%channel, "{e}");
+        crate::events::channel_store_failed(channel);
+    })
 }
 
 /// Where a reply goes.

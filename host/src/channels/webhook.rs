@@ -105,11 +105,12 @@ async fn serve(
         Ok(Ok(outcome)) => {
             let stored = super::store_inbound(
                 &served.host,
-                served.inbox.as_ref(),
+                &served.inbox,
                 &name,
                 outcome.messages,
                 outcome.interactions,
-            );
+            )
+            .await;
             if stored.is_err() {
                 return plain(
                     StatusCode::SERVICE_UNAVAILABLE,
