@@ -8,7 +8,7 @@ use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use serde_json::Value;
 use support::fake_llm::{Behaviour, FakeUpstream};
@@ -251,7 +251,7 @@ async fn killing_the_container_mid_turn_keeps_what_was_said_and_the_next_turn_wo
         "  w: {}\n",
     )
     .await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
+    let mut child = crate::support::pincer_command()
         .args(["--config", env.config.to_str().unwrap()])
         .args(["message", "-w", "w", "--json", "--text", "work slowly"])
         .current_dir(env.sandbox.work())
@@ -394,7 +394,7 @@ async fn with_a_daemon_running_message_hands_the_turn_to_it() {
     )
     .await;
     let log = env.sandbox.dir.path().join("daemon.log");
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_pincer"))
+    let mut daemon = crate::support::pincer_command()
         .args(["--config", env.config.to_str().unwrap()])
         .args(["start", "--listen", "127.0.0.1:0"])
         .current_dir(env.sandbox.work())
@@ -458,7 +458,7 @@ async fn chat_holds_a_conversation_and_new_starts_a_fresh_session() {
         "  w: {}\n",
     )
     .await;
-    let mut chat = Command::new(env!("CARGO_BIN_EXE_pincer"))
+    let mut chat = crate::support::pincer_command()
         .args(["--config", env.config.to_str().unwrap(), "chat", "-w", "w"])
         .current_dir(env.sandbox.work())
         .env("PINCER_HOME", env.sandbox.home())
@@ -666,7 +666,7 @@ async fn agents_md_planted_by_the_container_cannot_leak_freeze_or_flood_the_host
             &format!("cd /workspace && rm -f AGENTS.md && {plant}"),
         ]));
         let before = env.upstream.received().len();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
+        let mut child = crate::support::pincer_command()
             .args(["--config", env.config.to_str().unwrap()])
             .args(["message", "-w", "w", "--json", "--text", "hi"])
             .current_dir(env.sandbox.work())

@@ -95,7 +95,7 @@ impl Home {
     }
 
     fn cli(&self, args: &[&str]) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_pincer"))
+        crate::support::pincer_command()
             .arg("--config")
             .arg(self.sandbox.work().join("pincer.yaml"))
             .args(args)

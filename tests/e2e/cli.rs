@@ -2,7 +2,7 @@
 
 use crate::support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use support::{Sandbox, fails, ok, staged, stderr};
@@ -42,6 +42,53 @@ fn demo_drives_all_four_worlds() {
     // The second run loads from the compile cache.
     let again = ok(sandbox.pincer(&["demo"]));
     assert!(again.contains("(7 from the compile cache)"), "{again}");
+}
+
+/// `PINCER_COMPILE_CACHE`: a second home loads every plugin the first one
+/// compiled; a folder other users can write is not used (its native code
+/// would run in pincer), and pincer says why.
+#[test]
+fn homes_share_a_private_compile_cache_and_refuse_one_others_can_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let (first, second) = (Sandbox::new(), Sandbox::new());
+    let shared = first.dir.path().join("shared-cache");
+    let demo = |sandbox: &Sandbox, cache: &Path| {
+        sandbox
+            .command()
+            .arg("demo")
+            .env("PINCER_COMPILE_CACHE", cache)
+            .output()
+            .expect("run pincer")
+    };
+    let compiled = ok(demo(&first, &shared));
+    assert!(
+        compiled.contains("(0 from the compile cache)"),
+        "{compiled}"
+    );
+    let loaded = ok(demo(&second, &shared));
+    assert!(loaded.contains("(7 from the compile cache)"), "{loaded}");
+    assert!(!second.home().join("cache/components").exists());
+
+    let open = first.dir.path().join("open-cache");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    for entry in std::fs::read_dir(&shared).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), open.join(entry.file_name())).unwrap();
+    }
+    let third = Sandbox::new();
+    let refused = demo(&third, &open);
+    let err = stderr(&refused);
+    let out = ok(refused);
+    assert!(out.contains("(0 from the compile cache)"), "{out}");
+    assert!(
+        err.contains(&format!(
+            "PINCER_COMPILE_CACHE={}: other users can write it (mode 777); compiled plugins are kept in {}",
+            open.display(),
+            third.home().join("cache/components").display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
@@ -531,7 +578,7 @@ fn init_writes_a_config_using_the_key_in_the_environment_and_never_overwrites_si
     let sandbox = Sandbox::new();
     let base = sandbox.dir.path().join("ws");
     let init = |args: &[&str], key: Option<&str>| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pincer"));
+        let mut command = crate::support::pincer_command();
         command
             .arg("init")
             .args(args)
@@ -940,7 +987,7 @@ fn schedule_check_reads_a_task_without_a_zone_in_the_host_zone() {
         "tasks:\n  - id: a\n    schedule: '0 9 * * *'\n    prompt: x\n",
     );
     let run = |tz: &str| {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+        let output = crate::support::pincer_command()
             .args(["schedule", "check", &file.display().to_string()])
             .args(["--after", "2026-12-01T12:00:00Z"])
             .current_dir(sandbox.work())

@@ -526,7 +526,7 @@ impl GatewayProcess {
             .unwrap()
             .port();
         let listen = format!("127.0.0.1:{port}");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+        let child = crate::support::pincer_command()
             .env("PINCER_HOME", env.sandbox.home())
             .args(["--config", env.config.to_str().unwrap()])
             .args(["gateway", "serve", "--listen", &listen])
@@ -643,7 +643,7 @@ fn the_container_cannot_swap_the_gateway_socket_for_a_host_file() {
             v = victim.display()
         );
         std::thread::spawn(move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+            crate::support::pincer_command()
                 .current_dir(work)
                 .env("PINCER_HOME", home)
                 .args(["--config", config.to_str().unwrap()])

@@ -276,7 +276,7 @@ channels:
     }
 
     fn command(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_pincer"));
+        let mut command = crate::support::pincer_command();
         command
             .args(["--config", self.config.to_str().unwrap()])
             .current_dir(self.sandbox.work())

@@ -321,7 +321,7 @@ fn the_main_job_answers_offline_with_the_built_in_defaults() {
     };
     support::models::install(&SMOLLM2, &sandbox.home());
     let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+        crate::support::pincer_command()
             .args(args)
             .current_dir(sandbox.work())
             .env("PINCER_HOME", sandbox.home())

@@ -36,7 +36,7 @@ fn build_cmd(sandbox: &Sandbox, args: &[&str]) -> std::process::Output {
 }
 
 fn build_in(work: &Path, home: &Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+    crate::support::pincer_command()
         .arg("plugin")
         .arg("build")
         .args(args)
@@ -48,8 +48,8 @@ fn build_in(work: &Path, home: &Path, args: &[&str]) -> std::process::Output {
         .expect("run pincer plugin build")
 }
 
-/// Where the Python skill's package and the home that checked it (with
-/// its compiled component) live for this test run.
+/// Where the Python skill's package and the home that checked it live for
+/// this test run.
 fn shared() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("skill-weather-py")
 }
@@ -86,17 +86,11 @@ fn python_package() -> &'static (PathBuf, String) {
 
 /// A copy of the package whose allowlist also names loopback, where the
 /// test's fake API is (the shipped manifest names only
-/// api.openweathermap.org), and the compile cache of the build's check in
-/// `sandbox`'s home.
+/// api.openweathermap.org). Its component was compiled by the build's
+/// check, into the compile cache every test shares
+/// ([`crate::support::pincer_command`]).
 fn package_reaching_loopback(sandbox: &Sandbox) -> PathBuf {
     let (package, _) = python_package();
-    let cache = shared().join("home/cache/components");
-    let into = sandbox.home().join("cache/components");
-    std::fs::create_dir_all(&into).unwrap();
-    for entry in std::fs::read_dir(&cache).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), into.join(entry.file_name())).unwrap();
-    }
     let dir = sandbox.work().join("weather");
     std::fs::create_dir_all(&dir).unwrap();
     for entry in std::fs::read_dir(package).unwrap() {

@@ -48,7 +48,7 @@ impl Home {
     /// `pincer ARGS` with `HOME` here, `ANTHROPIC_API_KEY` set and the
     /// other providers' keys unset, plus `env`.
     fn pincer(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        self.command(Command::new(env!("CARGO_BIN_EXE_pincer")), args, env)
+        self.command(crate::support::pincer_command(), args, env)
             .output()
             .expect("run pincer")
     }

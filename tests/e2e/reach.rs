@@ -11,7 +11,6 @@ use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::{Value, json};
 use support::fake_llm::{Behaviour, FakeUpstream};
@@ -289,7 +288,7 @@ async fn keys_of_workspaces_no_longer_configured_are_refused() {
             served.sandbox.state_section()
         ),
     );
-    let minted = Command::new(env!("CARGO_BIN_EXE_pincer"))
+    let minted = crate::support::pincer_command()
         .arg("--config")
         .arg(&earlier)
         .args(["gateway", "keys", "create", "gone"])

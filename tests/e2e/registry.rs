@@ -422,7 +422,7 @@ fn the_write_a_skill_guide_works_in_both_languages() {
     let author = Sandbox::new();
     let run = |sandbox: &Sandbox, args: &[&str]| {
         let python = std::path::PathBuf::from(support::gateway::python());
-        std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+        crate::support::pincer_command()
             .args(args)
             .current_dir(sandbox.work())
             .env("PINCER_HOME", sandbox.home())

@@ -58,7 +58,7 @@ fn config(base_url: &str, key: &str, extra: &str) -> String {
 }
 
 fn invoke(sandbox: &Sandbox, config: &std::path::Path, args: &str) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+    crate::support::pincer_command()
         .arg("--config")
         .arg(config)
         .args([
@@ -289,7 +289,7 @@ async fn the_rust_and_the_python_skill_answer_the_same_call_the_same_way() {
     let package = sandbox.dir.path().join("python/skill-weather-py");
     let project = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../plugins/examples/skill-weather-py");
-    let built = std::process::Command::new(env!("CARGO_BIN_EXE_pincer"))
+    let built = crate::support::pincer_command()
         .args(["plugin", "build"])
         .arg(&project)
         .arg("--out")

@@ -212,6 +212,61 @@ fn spawn_epoch_ticker(
         .map(|handle| handle.thread().clone())
 }
 
+/// Names a folder several homes share for their compiled plugins.
+pub const SHARED_CACHE_ENV: &str = "PINCER_COMPILE_CACHE";
+
+/// Where `home` keeps its compiled components: the folder
+/// `$PINCER_COMPILE_CACHE` names, when only this user can write it (homes
+/// on one machine then compile each plugin once, as a CI's test homes
+/// do), else `home/cache/components`.
+pub fn cache_dir_for(home: &Path) -> PathBuf {
+    let own = home.join("cache").join("components");
+    let Some(shared) = std::env::var_os(SHARED_CACHE_ENV).filter(|v| !v.is_empty()) else {
+        return own;
+    };
+    let shared = PathBuf::from(shared);
+    match private_folder(&shared) {
+        Ok(()) => shared,
+        Err(why) => {
+            tracing::warn!(
+                "{SHARED_CACHE_ENV}={}: {why}; compiled plugins are kept in {} instead",
+                shared.display(),
+                own.display()
+            );
+            own
+        }
+    }
+}
+
+/// The cache holds native code the host runs: a folder another user can
+/// write would run their code in pincer. Created (0700) when missing.
+fn private_folder(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create it: {e}"))?;
+    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot read it: {e}"))?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() {
+        Err("not a folder".into())
+    } else if meta.uid() != me {
+        Err(format!(
+            "owned by uid {}, not by this user ({me})",
+            meta.uid()
+        ))
+    } else if meta.mode() & 0o022 != 0 {
+        Err(format!(
+            "other users can write it (mode {:o})",
+            meta.mode() & 0o777
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
@@ -219,4 +274,43 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::write(tmp.path(), bytes)?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_shared_cache_must_be_a_folder_only_this_user_can_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("a/b");
+        assert_eq!(private_folder(&fresh), Ok(()));
+        let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "created private");
+
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let refused = private_folder(&open).unwrap_err();
+        assert!(
+            refused.contains("other users can write it (mode 777)"),
+            "{refused}"
+        );
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o775)).unwrap();
+        assert!(private_folder(&open).is_err(), "group-writable");
+
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert!(private_folder(&file).is_err());
+
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = dir.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(12_345), None).unwrap();
+            let refused = private_folder(&theirs).unwrap_err();
+            assert!(refused.contains("owned by uid 12345"), "{refused}");
+        }
+    }
 }

@@ -73,7 +73,7 @@ impl HostPaths {
     /// Under `home`, with the state at `state` (`state.backend`).
     pub fn with_state(home: &std::path::Path, state: crate::db::Location) -> Self {
         Self {
-            cache_dir: Some(home.join("cache").join("components")),
+            cache_dir: Some(super::engine::cache_dir_for(home)),
             state,
             data_root: home.join("plugin-data"),
         }

@@ -65,7 +65,7 @@ impl Served {
 
     /// The real binary on the same config, home and environment.
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_pincer"))
+        crate::support::pincer_command()
             .arg("--config")
             .arg(self.sandbox.work().join("pincer.yaml"))
             .args(args)
@@ -162,7 +162,7 @@ pub fn serve(
     env: &[(&str, &str)],
 ) -> Another {
     let log = std::fs::File::create(sandbox.dir.path().join(log)).expect("log file");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pincer"))
+    let mut child = crate::support::pincer_command()
         .arg("--config")
         .arg(config)
         .args(["gateway", "serve", "--listen", "127.0.0.1:0"])

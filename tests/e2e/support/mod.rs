@@ -208,7 +208,7 @@ impl Sandbox {
 
     /// The real `pincer` binary in this sandbox's home and folder.
     pub fn command(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_pincer"));
+        let mut command = pincer_command();
         command
             .current_dir(self.work())
             .env("PINCER_HOME", self.home())
@@ -376,6 +376,40 @@ pub fn unique() -> String {
     .expect("random");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+/// The real `pincer` binary, with the compiled plugins of every test of
+/// this run in one folder (`PINCER_COMPILE_CACHE`): each plugin is compiled
+/// once per run, not once per home (compiling was a third of a Slack
+/// test's CPU time). Tests of the compile cache itself load plugins in
+/// process, where their home's cache is their own.
+pub fn pincer_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pincer"));
+    command.env("PINCER_COMPILE_CACHE", shared_compile_cache());
+    command
+}
+
+fn shared_compile_cache() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compile-cache");
+        std::fs::create_dir_all(&dir).expect("compile cache folder");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .expect("a private compile cache");
+        // Components of older builds are never asked for again.
+        let day = std::time::Duration::from_secs(24 * 3600);
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > day));
+            if old {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        dir
+    })
+}
+
 pub mod daemon;
 pub mod fake_llm;
 pub mod gateway;
