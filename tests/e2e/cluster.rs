@@ -56,10 +56,12 @@ fn containers_of(home: &std::path::Path) -> usize {
 /// connected to the fake Slack app: A on the sandbox's home, started first
 /// (so it holds the workspace), and B on a home of its own.
 struct Cluster {
+    // Dropped first: it reads home B's instance id, which dropping `env`
+    // deletes with the sandbox (B's containers were left running so).
+    _cleanup_b: DockerCleanup,
     env: Env,
     db: Db,
     home_b: std::path::PathBuf,
-    _cleanup_b: DockerCleanup,
 }
 
 impl Cluster {
