@@ -199,22 +199,28 @@ impl Loaded {
         if self.dim == 0 || query.values.len() != self.dim || n == 0 {
             return Vec::new();
         }
-        let threads = std::thread::available_parallelism().map_or(1, usize::from);
         let rows = self.ids.len();
-        let parts = if rows >= PARALLEL_FROM { threads } else { 1 };
-        let per_part = rows.div_ceil(parts.max(1)).max(1);
-        let mut best: Vec<(i64, f32)> = std::thread::scope(|scope| {
-            let scans: Vec<_> = (0..rows)
+        let parts = if rows >= PARALLEL_FROM {
+            std::thread::available_parallelism().map_or(1, usize::from)
+        } else {
+            1
+        };
+        let per_part = rows.div_ceil(parts).max(1);
+        // The first part is scanned on this thread, the others beside it.
+        let mut best = std::thread::scope(|scope| {
+            let others: Vec<_> = (per_part..rows)
                 .step_by(per_part)
                 .map(|start| {
                     let rows = start..(start + per_part).min(rows);
                     scope.spawn(move || self.best_of(query, rows, n))
                 })
                 .collect();
-            scans
-                .into_iter()
-                .flat_map(|scan| scan.join().unwrap_or_default())
-                .collect()
+            let mut best = self.best_of(query, 0..per_part.min(rows), n);
+            for scan in others {
+                // A part's panic is this scan's, as on this thread.
+                best.extend(scan.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            }
+            best
         });
         keep_best(&mut best, n);
         best.sort_unstable_by(best_first);
@@ -355,6 +361,11 @@ mod tests {
     #[test]
     fn a_scan_split_across_threads_ranks_as_one_pass_over_every_vector() {
         let dim = 384;
+        let empty = Loaded {
+            dim,
+            ..Loaded::default()
+        };
+        assert!(empty.nearest(&vectors(1, dim, 1)[0], 5).is_empty());
         for rows in [1, 31, PARALLEL_FROM - 1, PARALLEL_FROM * 2 + 7] {
             let mut loaded = Loaded {
                 dim,
