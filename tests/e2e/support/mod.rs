@@ -376,6 +376,7 @@ pub fn unique() -> String {
     .expect("random");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
 /// The real `pincer` binary, with the compiled plugins of every test of
 /// this run in one folder (`PINCER_COMPILE_CACHE`): each plugin is compiled
 /// once per run, not once per home (compiling was a third of a Slack
