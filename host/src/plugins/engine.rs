@@ -216,9 +216,9 @@ fn spawn_epoch_ticker(
 pub const SHARED_CACHE_ENV: &str = "PINCER_COMPILE_CACHE";
 
 /// Where `home` keeps its compiled components: the folder
-/// `$PINCER_COMPILE_CACHE` names, when only this user can write it (homes
-/// on one machine then compile each plugin once, as a CI's test homes
-/// do), else `home/cache/components`.
+/// `$PINCER_COMPILE_CACHE` names (its real path, symlinks resolved), when
+/// only this user can change it (homes on one machine then compile each
+/// plugin once, as a CI's test homes do), else `home/cache/components`.
 pub fn cache_dir_for(home: &Path) -> PathBuf {
     let own = home.join("cache").join("components");
     let Some(shared) = std::env::var_os(SHARED_CACHE_ENV).filter(|v| !v.is_empty()) else {
@@ -226,7 +226,7 @@ pub fn cache_dir_for(home: &Path) -> PathBuf {
     };
     let shared = PathBuf::from(shared);
     match private_folder(&shared) {
-        Ok(()) => shared,
+        Ok(real) => real,
         Err(why) => {
             tracing::warn!(
                 "{SHARED_CACHE_ENV}={}: {why}; compiled plugins are kept in {} instead",
@@ -239,32 +239,61 @@ pub fn cache_dir_for(home: &Path) -> PathBuf {
 }
 
 /// The cache holds native code the host runs: a folder another user can
-/// write would run their code in pincer. Created (0700) when missing.
-fn private_folder(dir: &Path) -> Result<(), String> {
+/// change would run their code in pincer. Created (0700) when missing;
+/// returns its real path. Another user must not be able to write the
+/// folder, nor rename it (or a folder above it) away and put their own in
+/// its place: every folder above must belong to this user or root and, if
+/// others can write it, be sticky (as `/tmp` is). The real path is what is
+/// used, so a symlink on the way, which its owner could re-point, is not
+/// followed again.
+fn private_folder(dir: &Path) -> Result<PathBuf, String> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    const STICKY: u32 = 0o1000;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
         .map_err(|e| format!("cannot create it: {e}"))?;
-    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot read it: {e}"))?;
+    let real = dir
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve it: {e}"))?;
+    let meta = std::fs::metadata(&real).map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_dir() {
+        return Err("not a folder".into());
+    }
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
-    if !meta.is_dir() {
-        Err("not a folder".into())
-    } else if meta.uid() != me {
-        Err(format!(
+    if meta.uid() != me {
+        return Err(format!(
             "owned by uid {}, not by this user ({me})",
             meta.uid()
-        ))
-    } else if meta.mode() & 0o022 != 0 {
-        Err(format!(
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
             "other users can write it (mode {:o})",
             meta.mode() & 0o777
-        ))
-    } else {
-        Ok(())
+        ));
     }
+    for above in real.ancestors().skip(1) {
+        let meta = std::fs::metadata(above)
+            .map_err(|e| format!("cannot read {}: {e}", above.display()))?;
+        let (owner, mode) = (meta.uid(), meta.mode());
+        if owner != me && owner != 0 {
+            return Err(format!(
+                "the folder above it, {}, is owned by uid {owner} (neither this user, {me}, nor root), who could put another folder in its place",
+                above.display()
+            ));
+        }
+        if mode & 0o022 != 0 && mode & STICKY == 0 {
+            return Err(format!(
+                "other users can write the folder above it, {} (mode {:o}, not sticky), and so put another folder in its place",
+                above.display(),
+                mode & 0o777
+            ));
+        }
+    }
+    Ok(real)
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -279,13 +308,13 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn a_shared_cache_must_be_a_folder_only_this_user_can_write() {
         let dir = tempfile::tempdir().unwrap();
         let fresh = dir.path().join("a/b");
-        assert_eq!(private_folder(&fresh), Ok(()));
+        assert_eq!(private_folder(&fresh), Ok(fresh.canonicalize().unwrap()));
         let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700, "created private");
 
@@ -303,14 +332,91 @@ mod tests {
         let file = dir.path().join("file");
         std::fs::write(&file, b"").unwrap();
         assert!(private_folder(&file).is_err());
+    }
 
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } == 0 {
-            let theirs = dir.path().join("theirs");
-            std::fs::create_dir(&theirs).unwrap();
-            std::os::unix::fs::chown(&theirs, Some(12_345), None).unwrap();
-            let refused = private_folder(&theirs).unwrap_err();
-            assert!(refused.contains("owned by uid 12345"), "{refused}");
+    #[test]
+    fn a_shared_cache_under_a_folder_others_can_write_is_refused_unless_sticky() {
+        let dir = tempfile::tempdir().unwrap();
+        let parent = dir.path().join("parent");
+        let cache = parent.join("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+        for mode in [0o777, 0o775] {
+            std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(mode)).unwrap();
+            let refused = private_folder(&cache).unwrap_err();
+            let real = parent.canonicalize().unwrap();
+            assert_eq!(
+                refused,
+                format!(
+                    "other users can write the folder above it, {} (mode {mode:o}, not sticky), and so put another folder in its place",
+                    real.display()
+                )
+            );
         }
+        // Others cannot rename what is not theirs out of a sticky folder.
+        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(private_folder(&cache), Ok(cache.canonicalize().unwrap()));
+
+        // The real path is what is used: a symlink (in a folder others
+        // could write, its owner could re-point it) is not followed again.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&cache, &link).unwrap();
+        assert_eq!(private_folder(&link), Ok(cache.canonicalize().unwrap()));
+    }
+
+    /// The exploit: the cache folder is the user's and private, but the
+    /// folder holding it belongs to another user, who renames it away and
+    /// puts their own (with their compiled "plugins") in its place.
+    #[test]
+    fn a_shared_cache_in_another_users_folder_is_refused() {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return; // only root can give a folder to another user
+        }
+        let other = 12_345;
+        let dir = tempfile::tempdir().unwrap();
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(other), Some(other)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cache = theirs.join("cache");
+        std::fs::create_dir(&cache).unwrap();
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+        let as_other = |script: &str| {
+            std::process::Command::new("setpriv")
+                .args(["--reuid", "12345", "--regid", "12345", "--clear-groups"])
+                .args(["sh", "-c", script])
+                .current_dir(&theirs)
+                .status()
+                .expect("setpriv (util-linux)")
+        };
+        assert!(
+            as_other("mv cache gone && mkdir -m 700 cache").success(),
+            "the owner of the folder above can swap the cache"
+        );
+        assert_eq!(
+            std::fs::metadata(&cache).unwrap().uid(),
+            other,
+            "the cache is now theirs"
+        );
+        std::fs::remove_dir(&cache).unwrap();
+        std::fs::create_dir(&cache).unwrap();
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+        let refused = private_folder(&cache).unwrap_err();
+        assert_eq!(
+            refused,
+            format!(
+                "the folder above it, {}, is owned by uid {other} (neither this user, 0, nor root), who could put another folder in its place",
+                theirs.canonicalize().unwrap().display()
+            )
+        );
+        let theirs_too = dir.path().join("theirs-too");
+        std::fs::create_dir(&theirs_too).unwrap();
+        std::os::unix::fs::chown(&theirs_too, Some(other), None).unwrap();
+        let refused = private_folder(&theirs_too).unwrap_err();
+        assert!(refused.contains("owned by uid 12345"), "{refused}");
     }
 }
