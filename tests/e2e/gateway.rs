@@ -374,6 +374,66 @@ async fn fifty_concurrent_calls_never_overspend_the_budget() {
     assert!(usage.contains(&calls), "{usage}");
 }
 
+/// A refused call is audited. While another process holds the database's
+/// lock, that record must not hold up `gateway serve`'s one thread: with
+/// refused calls in flight, `/health` and an allowed call answer at once,
+/// and every refusal is in the audit once the lock is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_audited_while_the_store_is_locked_do_not_stall_the_gateway() {
+    let answer = FakeUpstream::spawn(Behaviour::Answer("fine".into())).await;
+    let served = Served::start(
+        &format!(
+            "  model_list:\n{}{}",
+            deployment("default", &answer, ""),
+            deployment("other", &answer, "")
+        ),
+        "    models: [default]\n",
+    );
+    // Verified once before the lock: the key is then remembered.
+    assert_eq!(served.chat("default").await.0, 200);
+    let lock = served.sandbox.lock_db();
+    let refused = futures_util::future::join_all((0..4).map(|_| served.chat("other")));
+    let checks = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let started = std::time::Instant::now();
+        let health = pincer::gateway::default_client()
+            .expect("http client")
+            .get(format!("{}/health", served.base))
+            .send()
+            .await
+            .map(|r| r.status().as_u16());
+        let health_took = started.elapsed();
+        let started = std::time::Instant::now();
+        let allowed = served.chat("default").await.0;
+        (health, health_took, allowed, started.elapsed())
+    };
+    let (refused, (health, health_took, allowed, allowed_took)) = tokio::join!(refused, checks);
+    lock.release();
+    for (status, _, body) in &refused {
+        assert_eq!(*status, 403, "{body}");
+        assert_eq!(body["error"]["code"], "model_not_allowed", "{body}");
+    }
+    assert!(
+        health.as_ref().ok() == Some(&200) && health_took < std::time::Duration::from_secs(2),
+        "/health: {health:?} after {health_took:?} while refusals waited on the lock\n{}",
+        served.log()
+    );
+    assert!(
+        allowed == 200 && allowed_took < std::time::Duration::from_secs(2),
+        "an allowed call: {allowed} after {allowed_took:?}\n{}",
+        served.log()
+    );
+    let denied = served.audited_showing("main", "gateway.denied", |d| d.len() >= 4);
+    assert_eq!(
+        denied
+            .iter()
+            .filter(|d| d.contains("model `other`"))
+            .count(),
+        4,
+        "{denied:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identical_requests_are_answered_from_the_cache_when_enabled() {
     let answer = FakeUpstream::spawn(Behaviour::Answer("cached answer".into())).await;

@@ -219,7 +219,10 @@ async fn a_workspace_calls_only_its_model_aliases() {
         .expect("gateway answers");
     assert_eq!(response.status().as_u16(), 403);
     assert!(cloud.received().is_empty());
-    let denied = served.audited("offline", "gateway.denied");
+    // Written by the gateway's writer, one group-commit window later.
+    let denied = served.audited_showing("offline", "gateway.denied", |d| {
+        d.iter().any(|d| d.contains("model `cloud`"))
+    });
     assert!(
         denied.iter().any(|d| d.contains("model `cloud`")),
         "{denied:?}"

@@ -818,3 +818,71 @@ async fn listeners_on_port_0_get_free_ports_shown_in_status_and_the_login_link()
         assert!(daemon.stop().success(), "{}", daemon.log());
     }
 }
+
+/// Signing in writes the database, so a sign-in link tried while another
+/// process holds the database's lock waits for it (5 s) and is refused.
+/// Anyone who reaches the console can send such links, no session needed:
+/// with more of them waiting than the daemon's runtime has threads, the
+/// console and the gateway must still answer at once, and a real link
+/// still signs in once the lock is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn sign_ins_waiting_on_a_locked_store_do_not_stall_the_daemon() {
+    let mut console = Console::new();
+    let mut daemon = console.start();
+    let http = client();
+    let lock = console.sandbox.lock_db();
+    let in_flight = 2 * std::thread::available_parallelism().map_or(2, usize::from);
+    let waiting: Vec<_> = (0..in_flight)
+        .map(|i| {
+            http.get(console.url(&format!("/login?token={i:064x}")))
+                .timeout(std::time::Duration::from_secs(30))
+                .send()
+        })
+        .collect();
+    let checks = async {
+        // The sign-ins are waiting on the lock by now.
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let mut slow = Vec::new();
+        for (at, expected) in [
+            (console.url("/signin"), 200),
+            (format!("{}/health", daemon.gateway), 200),
+        ] {
+            let started = std::time::Instant::now();
+            let answer = http
+                .get(&at)
+                .timeout(std::time::Duration::from_secs(30))
+                .send()
+                .await;
+            let took = started.elapsed();
+            let status = answer.map(|a| a.status().as_u16());
+            if status.as_ref().ok() != Some(&expected) || took > std::time::Duration::from_secs(2) {
+                slow.push(format!("{at}: {status:?} after {took:?}"));
+            }
+        }
+        slow
+    };
+    let (waited, slow) = tokio::join!(futures_util::future::join_all(waiting), checks);
+    assert!(
+        slow.is_empty(),
+        "{slow:?} while {in_flight} sign-ins waited on the lock\n{}",
+        daemon.log()
+    );
+    for answer in waited {
+        let status = answer.expect("the console answers").status().as_u16();
+        assert!(
+            status == 403 || (500..600).contains(&status),
+            "a made-up link signed in: {status}"
+        );
+    }
+    lock.release();
+    let link = console.cli(&["web", "login"]);
+    let (cookie, _) = sign_in(&http, link.trim()).await;
+    let home = http
+        .get(console.url("/"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(home.status(), 200);
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}

@@ -122,13 +122,13 @@ impl Db {
         R: Send,
         E: From<DbError> + Send,
     {
-        match &self.backend {
+        blocking(|| match &self.backend {
             Backend::Sqlite(conn) => {
                 let conn = conn.lock().map_err(|_| DbError::Poisoned)?;
                 f(&mut super::sqlite::SqliteConn(&conn))
             }
             Backend::Postgres(pool) => pool.run(f),
-        }
+        })
     }
 
     /// Runs `f` in one transaction: all of its writes or none. On SQLite
@@ -175,7 +175,7 @@ impl Db {
         R: Send,
         E: From<DbError> + Send,
     {
-        match &self.backend {
+        blocking(|| match &self.backend {
             Backend::Sqlite(conn) => {
                 let mut conn = conn.lock().map_err(|_| DbError::Poisoned)?;
                 let tx = conn
@@ -186,7 +186,24 @@ impl Db {
                 Ok(out)
             }
             Backend::Postgres(pool) => pool.transaction(f),
+        })
+    }
+}
+
+/// Runs `f`, which may wait for the database (up to [`super::LOCK_WAIT`]
+/// for another process's lock, or for this store's connection while a
+/// sibling call waits). On a worker of a multi-thread tokio runtime the
+/// worker first hands its other tasks to another thread, so a wait here
+/// holds up this task only, not the listeners and the gateway sharing the
+/// runtime. Elsewhere (a blocking thread, a plain thread, a one-thread
+/// runtime, where that hand-over cannot be done) it just runs.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
         }
+        _ => f(),
     }
 }
 

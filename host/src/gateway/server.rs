@@ -43,7 +43,6 @@ pub struct Gateway {
     approvals: Arc<crate::approvals::Approvals>,
     prices: PriceTable,
     cache: Option<ResponseCache>,
-    audit: Arc<AuditLog>,
     budgets: BTreeMap<String, Budget>,
     max_request_bytes: usize,
     /// What each configured workspace may reach, computed once here and
@@ -186,7 +185,7 @@ impl Gateway {
         let mcp = Arc::new(super::mcp::McpGateway::new(
             config,
             home,
-            audit.clone(),
+            audit,
             reaches.clone(),
             super::mcp::Stores {
                 plugins,
@@ -208,7 +207,6 @@ impl Gateway {
             approvals,
             prices: PriceTable::new(&config.gateway.prices),
             cache: ResponseCache::from_config(&config.gateway.cache),
-            audit,
             budgets: config
                 .workspaces
                 .iter()
@@ -396,7 +394,7 @@ impl Gateway {
                  `pincer gateway keys revoke {workspace} {}`",
                 key.name
             );
-            self.audit.record(
+            self.ledger.audit(
                 actor(&key),
                 Some(workspace),
                 crate::audit::Action::GatewayDenied,
@@ -558,7 +556,7 @@ impl Gateway {
             .reserve_async(workspace, budget, &alias, estimate)
             .await
             .map_err(|e| {
-                self.audit.record(
+                self.ledger.audit(
                     actor(key),
                     Some(workspace),
                     crate::audit::Action::GatewayDenied,
@@ -676,7 +674,7 @@ impl Gateway {
                 if let Err(release) = self.ledger.release(reservation) {
                     tracing::error!("cannot release a budget reservation: {release}");
                 }
-                self.audit.record(
+                self.ledger.audit(
                     actor(key),
                     Some(workspace),
                     crate::audit::Action::GatewayError,
@@ -730,7 +728,7 @@ impl Gateway {
             }));
         }
         if let Err(reason) = reach.model(alias) {
-            self.audit.record(
+            self.ledger.audit(
                 actor(key),
                 Some(&key.workspace),
                 crate::audit::Action::GatewayDenied,
