@@ -692,6 +692,60 @@ async fn messages_the_store_refuses_do_not_stall_the_daemon() {
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
 
+/// A database locked past the lease time (a backup, a `sqlite3` shell left
+/// in a transaction) makes a daemon alone on it lose its workspace's lease,
+/// then take it back. The turn it was running never stopped: it is
+/// answered, not told that pincer was restarted (it was, before the lease
+/// taken back was told apart from one taken from a daemon that died).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_running_while_the_lease_lapses_is_answered_not_interrupted() {
+    let env = Env::configured_with(
+        vec![Behaviour::slow_answer(12_000, "worth the wait")],
+        FakeSlack::start(),
+        "{}",
+        "reply",
+        "state:\n  lease: 3s\n",
+    )
+    .await;
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    env.slack.dm("take your time", ALLOWED, "D0DM").await;
+    for _ in 0..600 {
+        if !env.model.received().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(env.model.received().len(), 1, "the turn reached the model");
+    // Held past the 3 s lease; the model answers 12 s after it was asked.
+    let lock = env.sandbox.lock_db();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    lock.release();
+    let posted = env.slack.posted(1).await;
+    assert_eq!(
+        posted[0]["args"]["text"],
+        "worth the wait",
+        "{posted:#?}\n{}",
+        daemon.log()
+    );
+    let log = daemon.log();
+    assert!(
+        log.contains("the workspace's lease ran out or passed to another daemon")
+            && log.contains("took the workspace back")
+            && log.contains("a turn still running here goes on"),
+        "the lease lapsed and was taken back while the turn ran:\n{log}"
+    );
+    let states: Vec<String> = env.inbound().into_iter().map(|(_, s)| s).collect();
+    assert_eq!(states, ["done"]);
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    assert_eq!(
+        calls["calls"].as_array().map(Vec::len),
+        Some(1),
+        "one answer, no notice: {calls:#}"
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn rate_limits_and_dropped_sockets_lose_and_double_nothing() {
     let env = Env::new(vec![Behaviour::answer("one reply")]).await;

@@ -42,6 +42,12 @@ pub enum Change {
     /// Another daemon took `workspace` (this one was paused or cut off
     /// past the lease time): what still runs here cannot write any more.
     Lost(String),
+    /// This daemon took `workspace` back after its own lease ran out (the
+    /// database was out of reach past the lease time: a lock held
+    /// elsewhere, a slow server) and no other daemon held it meanwhile: what
+    /// runs here goes on; what ended meanwhile without an answer gets its
+    /// notice.
+    Regained(String),
     /// Messages for `workspace`, held here, were stored by another daemon.
     Inbound(String),
 }
@@ -90,6 +96,9 @@ pub struct Node {
     members: Members,
     wakeups: Wakeups,
     held: Mutex<BTreeMap<String, Lease>>,
+    /// Workspaces whose lease this daemon lost: taking one back with no
+    /// other holder in between is [`Change::Regained`].
+    lapsed: Mutex<std::collections::BTreeSet<String>>,
     alive: Mutex<Vec<String>>,
     detail: Mutex<serde_json::Value>,
 }
@@ -120,6 +129,7 @@ impl Node {
             members: Members::open(at)?,
             wakeups: Wakeups::open(at)?,
             held: Mutex::default(),
+            lapsed: Mutex::default(),
             detail: Mutex::new(serde_json::Value::Null),
         });
         node.beat()?;
@@ -158,8 +168,8 @@ impl Node {
                         lock(&self.held).insert(workspace.clone(), lease);
                     }
                     Ok(false) => {
-                        lock(&self.held).remove(workspace);
-                        tracing::warn!(%workspace, "cluster: the workspace's lease passed to another daemon");
+                        self.lose(workspace);
+                        tracing::warn!(%workspace, "cluster: the workspace's lease ran out or passed to another daemon");
                         changes.push(Change::Lost(workspace.clone()));
                     }
                     // The database is out of reach: the lease stands until
@@ -167,7 +177,7 @@ impl Node {
                     Err(e) => {
                         tracing::warn!(%workspace, "cluster: cannot renew the lease: {e}");
                         if lease.expires_ms <= now_ms() {
-                            lock(&self.held).remove(workspace);
+                            self.lose(workspace);
                             changes.push(Change::Lost(workspace.clone()));
                         }
                     }
@@ -177,11 +187,17 @@ impl Node {
                     .acquire(&lease_name(workspace), &self.id, self.ttl_ms)
                 {
                     Ok(Some(lease)) => {
-                        tracing::info!(%workspace, token = lease.token, from = ?lease.taken_from, "cluster: this daemon runs the workspace");
-                        changes.push(Change::Gained {
-                            workspace: workspace.clone(),
-                            from: lease.taken_from.clone(),
-                        });
+                        let lapsed = lock(&self.lapsed).remove(workspace);
+                        if lapsed && lease.taken_from.is_none() {
+                            tracing::info!(%workspace, token = lease.token, "cluster: this daemon took the workspace back; no other daemon held it meanwhile");
+                            changes.push(Change::Regained(workspace.clone()));
+                        } else {
+                            tracing::info!(%workspace, token = lease.token, from = ?lease.taken_from, "cluster: this daemon runs the workspace");
+                            changes.push(Change::Gained {
+                                workspace: workspace.clone(),
+                                from: lease.taken_from.clone(),
+                            });
+                        }
                         lock(&self.held).insert(workspace.clone(), lease);
                     }
                     Ok(None) => {}
@@ -251,6 +267,11 @@ impl Node {
                 }
             }
         }
+    }
+
+    fn lose(&self, workspace: &str) {
+        lock(&self.held).remove(workspace);
+        lock(&self.lapsed).insert(workspace.to_owned());
     }
 
     fn held_now(&self) -> Vec<String> {
@@ -392,5 +413,55 @@ mod tests {
         assert!(a.step().contains(&Change::Lost("main".into())));
         let refused = db.transaction(|tx| a.fence("main", tx)).unwrap_err();
         assert!(matches!(refused, LeaseError::NotHeld(_)), "{refused}");
+    }
+
+    /// A lease that ran out while nobody else took it is taken back as
+    /// `Regained`, not `Gained`: nothing of the workspace ran elsewhere, so
+    /// its turns running here must not be told they were cut short. Once
+    /// another daemon held it in between, it is `Gained` from that daemon.
+    #[test]
+    fn a_lease_taken_back_before_anyone_else_held_it_is_regained() {
+        let at = database();
+        let a = Node::join(&at, "aaaa0001:1".into(), Duration::from_millis(300), ws()).unwrap();
+        assert_eq!(a.step(), [gained("main", None), gained("research", None)]);
+        // Paused (or its database out of reach) past the lease.
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(
+            a.step(),
+            [Change::Lost("main".into()), Change::Lost("research".into())]
+        );
+        assert_eq!(
+            a.step(),
+            [
+                Change::Regained("main".into()),
+                Change::Regained("research".into())
+            ]
+        );
+        let db = crate::db::Db::open(&at).unwrap();
+        db.transaction(|tx| a.fence("main", tx)).unwrap();
+        assert_eq!(a.step(), [], "renewed");
+
+        // Lapsed again, and this time b held it in between.
+        let b = Node::join(&at, "bbbb0002:2".into(), Duration::from_millis(300), ws()).unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(
+            b.step(),
+            [
+                gained_from("main", "aaaa0001:1"),
+                gained_from("research", "aaaa0001:1")
+            ]
+        );
+        b.leave();
+        assert_eq!(
+            a.step(),
+            [Change::Lost("main".into()), Change::Lost("research".into())]
+        );
+        assert_eq!(
+            a.step(),
+            [
+                gained_from("main", "bbbb0002:2"),
+                gained_from("research", "bbbb0002:2")
+            ]
+        );
     }
 }

@@ -6,7 +6,7 @@
 //! time per session, in arrival order. The reply goes to the outbox in the same transaction that marks
 //! the message answered.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -56,6 +56,10 @@ pub struct ChannelRouter {
     queues: Mutex<HashMap<SessionKey, mpsc::UnboundedSender<Job>>>,
     /// Turns in progress (to wait for at shutdown).
     running: TurnSlots,
+    /// The inbound messages this process is working on (their turn runs,
+    /// or waits for its approval, here): recovering their workspace leaves
+    /// them be.
+    in_hand: Mutex<HashSet<i64>>,
     /// Which workspaces this daemon runs (the others' messages are stored
     /// here and run by the daemon holding them).
     cluster: Arc<dyn Membership>,
@@ -112,6 +116,7 @@ impl ChannelRouter {
             pairing,
             queues: Mutex::default(),
             running: TurnSlots::default(),
+            in_hand: Mutex::default(),
             cluster,
             stop,
             grace,
@@ -121,7 +126,9 @@ impl ChannelRouter {
     /// Acts on a change of what this daemon runs ([`Change`]).
     pub fn follow(&self, change: Change) {
         let done = match &change {
-            Change::Gained { workspace, .. } => self.recover(workspace),
+            Change::Gained { workspace, .. } | Change::Regained(workspace) => {
+                self.recover(workspace)
+            }
             Change::Inbound(workspace) => self.pick_up(workspace),
             // What still runs of it here can no longer start or end a turn
             // (the store's fence): the new holder answers.
@@ -147,7 +154,18 @@ impl ChannelRouter {
     /// short get a notice; messages still queued are run, in order.
     fn recover(&self, workspace: &str) -> Result<(), StoreError> {
         let unfinished = self.channels.unfinished(workspace)?;
+        let in_hand = self
+            .in_hand
+            .lock()
+            .map(|held| held.clone())
+            .unwrap_or_default();
         for row in unfinished.running {
+            if in_hand.contains(&row.id) {
+                // Its workspace was taken back after the lease lapsed: the
+                // turn never stopped.
+                tracing::info!(channel = %row.channel, id = row.id, "a turn still running here goes on");
+                continue;
+            }
             // The turn may have finished just before the stop: its reply is
             // stored in the session; send that.
             if let Some(reply) = self.finished_reply(&row) {
@@ -850,6 +868,7 @@ impl ChannelRouter {
         if !self.channels.start(id)? {
             return Ok(());
         }
+        let _in_hand = InHand::new(&self.in_hand, id);
         let files = self.take_files(&row).await;
         if let Some(refused) = &files.refused {
             if row.text.trim().is_empty() && files.saved == 0 {
@@ -1044,6 +1063,7 @@ impl ChannelRouter {
         row: InboundRow,
         request: crate::approvals::Request,
     ) -> Result<(), StoreError> {
+        let _in_hand = InHand::new(&self.in_hand, row.id);
         let settled = {
             let mut stop = self.stop.clone();
             tokio::select! {
@@ -1171,6 +1191,26 @@ impl ChannelRouter {
             Err(e) => (InboundState::Failed, failure_text(&e.to_string())),
         };
         self.channels.answer(row, state, &text).await
+    }
+}
+
+/// Marks an inbound message as worked on by this process while alive.
+struct InHand<'a>(&'a Mutex<HashSet<i64>>, i64);
+
+impl<'a> InHand<'a> {
+    fn new(held: &'a Mutex<HashSet<i64>>, id: i64) -> Self {
+        if let Ok(mut held) = held.lock() {
+            held.insert(id);
+        }
+        Self(held, id)
+    }
+}
+
+impl Drop for InHand<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut held) = self.0.lock() {
+            held.remove(&self.1);
+        }
     }
 }
 
