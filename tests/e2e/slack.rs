@@ -316,6 +316,18 @@ channels:
         daemon
     }
 
+    /// Waits (up to 60 s: a container may be starting) until the model
+    /// has been asked once: a turn runs.
+    async fn model_asked(&self) {
+        for _ in 0..600 {
+            if !self.model.received().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(self.model.received().len(), 1, "the turn reached the model");
+    }
+
     /// Inbound messages stored by the daemon, as (message_id, state).
     pub(crate) fn inbound(&self) -> Vec<(String, String)> {
         self.sandbox
@@ -661,20 +673,11 @@ async fn messages_the_store_refuses_do_not_stall_the_daemon() {
     let checks = async {
         // The requests are waiting on the lock by now.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let http = reqwest::Client::new();
-        let mut slow = Vec::new();
-        for (at, expected) in [
+        support::not_answered_at_once(&[
             (format!("{}/health", daemon.gateway), 200),
             (format!("http://{}/channels/nobody", daemon.webhooks), 404),
-        ] {
-            let started = std::time::Instant::now();
-            let answer = http.get(&at).timeout(Duration::from_secs(30)).send().await;
-            let took = started.elapsed();
-            if !answer.is_ok_and(|a| a.status() == expected) || took > Duration::from_secs(2) {
-                slow.push(format!("{at} answered after {took:?}"));
-            }
-        }
-        slow
+        ])
+        .await
     };
     let (refused, slow) = tokio::join!(futures_util::future::join_all(refused), checks);
     assert!(
@@ -710,13 +713,7 @@ async fn a_turn_running_while_the_lease_lapses_is_answered_not_interrupted() {
     let mut daemon = env.start();
     env.slack.connections(1).await;
     env.slack.dm("take your time", ALLOWED, "D0DM").await;
-    for _ in 0..600 {
-        if !env.model.received().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(env.model.received().len(), 1, "the turn reached the model");
+    env.model_asked().await;
     // Held past the 3 s lease; the model answers 12 s after it was asked.
     let lock = env.sandbox.lock_db();
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -974,13 +971,7 @@ async fn sigterm_during_a_turn_lets_it_finish_delivers_the_reply_and_exits_0() {
     let mut daemon = env.start();
     env.slack.connections(1).await;
     env.slack.dm("take your time", ALLOWED, "D0DM").await;
-    for _ in 0..100 {
-        if !env.model.received().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(env.model.received().len(), 1, "the turn reached the model");
+    env.model_asked().await;
     let status = daemon.stop();
     assert!(status.success(), "{status:?}\n{}", daemon.log());
     let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;

@@ -842,24 +842,11 @@ async fn sign_ins_waiting_on_a_locked_store_do_not_stall_the_daemon() {
     let checks = async {
         // The sign-ins are waiting on the lock by now.
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        let mut slow = Vec::new();
-        for (at, expected) in [
+        crate::support::not_answered_at_once(&[
             (console.url("/signin"), 200),
             (format!("{}/health", daemon.gateway), 200),
-        ] {
-            let started = std::time::Instant::now();
-            let answer = http
-                .get(&at)
-                .timeout(std::time::Duration::from_secs(30))
-                .send()
-                .await;
-            let took = started.elapsed();
-            let status = answer.map(|a| a.status().as_u16());
-            if status.as_ref().ok() != Some(&expected) || took > std::time::Duration::from_secs(2) {
-                slow.push(format!("{at}: {status:?} after {took:?}"));
-            }
-        }
-        slow
+        ])
+        .await
     };
     let (waited, slow) = tokio::join!(futures_util::future::join_all(waiting), checks);
     assert!(

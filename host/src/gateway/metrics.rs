@@ -85,6 +85,9 @@ pub struct Metrics {
     tokens: Family<TokenLabels, Counter>,
     cost: Family<ModelLabels, CostCounter>,
     state: crate::db::Location,
+    /// On PostgreSQL, the pool scrapes read through, opened at the first
+    /// scrape that reaches the server (not one pool per query).
+    postgres: std::sync::Mutex<Option<Arc<crate::db::Db>>>,
 }
 
 fn added_latency_histogram() -> Histogram {
@@ -130,6 +133,7 @@ impl Metrics {
             tokens,
             cost,
             state,
+            postgres: std::sync::Mutex::default(),
         })
     }
 
@@ -298,7 +302,8 @@ impl Metrics {
                     .map(|rows| rows.flatten().collect())
                     .unwrap_or_default()
             }
-            at @ crate::db::Location::Postgres(_) => crate::db::Db::open(at)
+            at @ crate::db::Location::Postgres(_) => self
+                .postgres_pool(at)
                 .and_then(|db| {
                     db.run(|conn| {
                         conn.query(sql, &[])?
@@ -309,6 +314,22 @@ impl Metrics {
                 })
                 .unwrap_or_default(),
         }
+    }
+
+    fn postgres_pool(
+        &self,
+        at: &crate::db::Location,
+    ) -> Result<Arc<crate::db::Db>, crate::db::DbError> {
+        let mut pool = self
+            .postgres
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(db) = pool.as_ref() {
+            return Ok(db.clone());
+        }
+        let db = Arc::new(crate::db::Db::open(at)?);
+        *pool = Some(db.clone());
+        Ok(db)
     }
 }
 

@@ -367,6 +367,29 @@ pub fn listener_on_test_network(label: &str) -> (String, String) {
 }
 
 /// A short random suffix for names on the shared Docker engine.
+/// Each of the `(url, status)` GETs that did not answer its status
+/// within 2 s, described (with what it answered and when): a daemon
+/// whose runtime is held answers late or not at all.
+pub async fn not_answered_at_once(checks: &[(String, u16)]) -> Vec<String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let mut slow = Vec::new();
+    for (at, expected) in checks {
+        let started = std::time::Instant::now();
+        let answer = http
+            .get(at)
+            .timeout(std::time::Duration::from_secs(30))
+            .send()
+            .await
+            .map(|a| a.status().as_u16());
+        let took = started.elapsed();
+        if answer.as_ref().ok() != Some(expected) || took > std::time::Duration::from_secs(2) {
+            slow.push(format!("{at}: {answer:?} after {took:?}"));
+        }
+    }
+    slow
+}
+
 pub fn unique() -> String {
     let mut bytes = [0u8; 4];
     std::io::Read::read_exact(
