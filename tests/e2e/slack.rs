@@ -743,6 +743,63 @@ async fn a_turn_running_while_the_lease_lapses_is_answered_not_interrupted() {
     assert!(daemon.stop().success(), "{}", daemon.log());
 }
 
+/// A turn that ends while another process holds the database's lock well
+/// past the 5 s wait cannot keep its session (the turn fails, saying why)
+/// nor record its answer at first. The answer is recorded and sent once
+/// the lock is gone: every message ends answered or told why, none is left
+/// running unanswered until the next restart (as it was, with nothing sent).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_ending_while_the_store_is_locked_is_answered_once_it_is_free() {
+    // A lease longer than the lock: this test is about the answer, not
+    // about a lease taken back.
+    let env = Env::configured_with(
+        vec![Behaviour::slow_answer(1_000, "kept for you")],
+        FakeSlack::start(),
+        "{}",
+        "reply",
+        "state:\n  lease: 2m\n",
+    )
+    .await;
+    let mut daemon = env.start();
+    env.slack.connections(1).await;
+    env.slack.dm("answer me later", ALLOWED, "D0DM").await;
+    env.model_asked().await;
+    let lock = env.sandbox.lock_db();
+    // Held until recording the answer has failed once (the turn's session
+    // writes fail first, one lock wait each).
+    let mut failed_once = false;
+    for _ in 0..900 {
+        failed_once = daemon.log().contains("cannot record the answer yet");
+        if failed_once {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    lock.release();
+    assert!(
+        failed_once,
+        "recording the answer never failed under the lock:\n{}",
+        daemon.log()
+    );
+    let posted = env.slack.posted(1).await;
+    let log = daemon.log();
+    assert_eq!(
+        posted[0]["args"]["text"],
+        "⚠\u{fe0f} Sorry, this message could not be answered: session store: database is locked",
+        "{posted:#?}\n{log}"
+    );
+    let states: Vec<String> = env.inbound().into_iter().map(|(_, s)| s).collect();
+    assert_eq!(states, ["failed"], "{log}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
+    assert_eq!(
+        calls["calls"].as_array().map(Vec::len),
+        Some(1),
+        "{calls:#}"
+    );
+    assert!(daemon.stop().success(), "{}", daemon.log());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn rate_limits_and_dropped_sockets_lose_and_double_nothing() {
     let env = Env::new(vec![Behaviour::answer("one reply")]).await;

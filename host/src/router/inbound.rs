@@ -1190,7 +1190,35 @@ impl ChannelRouter {
             },
             Err(e) => (InboundState::Failed, failure_text(&e.to_string())),
         };
-        self.channels.answer(row, state, &text).await
+        self.answer_once_stored(row, state, &text).await
+    }
+
+    /// Records `row`'s answer, trying again while the database is out of
+    /// reach (a lock held elsewhere past its wait, a server away): a turn
+    /// that ended is answered, not left running unanswered until the next
+    /// restart. Given up at a stop: the restart sends the reply the
+    /// session kept, or the notice.
+    async fn answer_once_stored(
+        &self,
+        row: &InboundRow,
+        state: InboundState,
+        text: &str,
+    ) -> Result<(), StoreError> {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match self.channels.answer(row, state, text).await {
+                Err(StoreError::Db(e)) if !*self.stop.borrow() => {
+                    tracing::warn!(channel = %row.channel, id = row.id, "cannot record the answer yet ({e}); trying again in {wait:?}");
+                    let mut stop = self.stop.clone();
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        _ = stop.wait_for(|s| *s) => {}
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(30));
+                }
+                answered => return answered,
+            }
+        }
     }
 }
 
