@@ -854,6 +854,12 @@ async fn sign_ins_waiting_on_a_locked_store_do_not_stall_the_daemon() {
         "{slow:?} while {in_flight} sign-ins waited on the lock\n{}",
         daemon.log()
     );
+    // Nothing to send: the outbox never tried to claim (a write) meanwhile.
+    assert!(
+        !daemon.log().contains("outbox: cannot claim rows"),
+        "{}",
+        daemon.log()
+    );
     for answer in waited {
         let status = answer.expect("the console answers").status().as_u16();
         assert!(

@@ -54,7 +54,18 @@ pub async fn run(
             }
         }
         alive = Some(now_alive);
-        let delivered = deliver_due(&host, &audit, &owner).await;
+        // Claiming takes the database's write lock: an idle daemon reads
+        // first, so it never waits for (or logs against) a lock held by
+        // another process while it has nothing to send.
+        let due = match host.store.next_due_ms() {
+            Ok(next) => next.is_some_and(|at| at <= now_ms()),
+            Err(_) => true,
+        };
+        let delivered = if due {
+            deliver_due(&host, &audit, &owner).await
+        } else {
+            0
+        };
         if *stop.borrow() {
             return;
         }
