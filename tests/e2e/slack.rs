@@ -230,6 +230,19 @@ channels:
         env
     }
 
+    /// A plain `team` workspace whose model behaves as `model`, with
+    /// `state.lease` set to `lease`.
+    async fn with_lease(model: Behaviour, lease: &str) -> Self {
+        Self::configured_with(
+            vec![model],
+            FakeSlack::start(),
+            "{}",
+            "reply",
+            &format!("state:\n  lease: {lease}\n"),
+        )
+        .await
+    }
+
     /// Lets every sender in (`allowed_senders: ["*"]`), for tests that
     /// need more senders than the two named ones.
     pub(crate) fn allow_everyone(&self) {
@@ -702,14 +715,7 @@ async fn messages_the_store_refuses_do_not_stall_the_daemon() {
 /// taken back was told apart from one taken from a daemon that died).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_turn_running_while_the_lease_lapses_is_answered_not_interrupted() {
-    let env = Env::configured_with(
-        vec![Behaviour::slow_answer(12_000, "worth the wait")],
-        FakeSlack::start(),
-        "{}",
-        "reply",
-        "state:\n  lease: 3s\n",
-    )
-    .await;
+    let env = Env::with_lease(Behaviour::slow_answer(12_000, "worth the wait"), "3s").await;
     let mut daemon = env.start();
     env.slack.connections(1).await;
     env.slack.dm("take your time", ALLOWED, "D0DM").await;
@@ -752,14 +758,7 @@ async fn a_turn_running_while_the_lease_lapses_is_answered_not_interrupted() {
 async fn a_turn_ending_while_the_store_is_locked_is_answered_once_it_is_free() {
     // A lease longer than the lock: this test is about the answer, not
     // about a lease taken back.
-    let env = Env::configured_with(
-        vec![Behaviour::slow_answer(1_000, "kept for you")],
-        FakeSlack::start(),
-        "{}",
-        "reply",
-        "state:\n  lease: 2m\n",
-    )
-    .await;
+    let env = Env::with_lease(Behaviour::slow_answer(1_000, "kept for you"), "2m").await;
     let mut daemon = env.start();
     env.slack.connections(1).await;
     env.slack.dm("answer me later", ALLOWED, "D0DM").await;
