@@ -206,7 +206,7 @@ async fn a_stranger_pairs_with_a_code_the_operator_approves() {
         )
         .await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    let states: Vec<String> = env.inbound().into_iter().map(|(_, s)| s).collect();
+    let states = env.inbound_states();
     assert_eq!(
         states.last().map(String::as_str),
         Some("refused"),

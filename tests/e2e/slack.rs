@@ -341,6 +341,11 @@ channels:
         assert_eq!(self.model.received().len(), 1, "the turn reached the model");
     }
 
+    /// The states of the inbound messages stored by the daemon, in order.
+    pub(crate) fn inbound_states(&self) -> Vec<String> {
+        self.inbound().into_iter().map(|(_, state)| state).collect()
+    }
+
     /// Inbound messages stored by the daemon, as (message_id, state).
     pub(crate) fn inbound(&self) -> Vec<(String, String)> {
         self.sandbox
@@ -738,7 +743,7 @@ async fn a_turn_running_while_the_lease_lapses_is_answered_not_interrupted() {
             && log.contains("a turn still running here goes on"),
         "the lease lapsed and was taken back while the turn ran:\n{log}"
     );
-    let states: Vec<String> = env.inbound().into_iter().map(|(_, s)| s).collect();
+    let states = env.inbound_states();
     assert_eq!(states, ["done"]);
     let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
     assert_eq!(
@@ -787,7 +792,7 @@ async fn a_turn_ending_while_the_store_is_locked_is_answered_once_it_is_free() {
         "⚠\u{fe0f} Sorry, this message could not be answered: session store: database is locked",
         "{posted:#?}\n{log}"
     );
-    let states: Vec<String> = env.inbound().into_iter().map(|(_, s)| s).collect();
+    let states = env.inbound_states();
     assert_eq!(states, ["failed"], "{log}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;

@@ -57,7 +57,8 @@ pub async fn run(
         // Claiming takes the database's write lock: an idle daemon reads
         // first, so it never waits for (or logs against) a lock held by
         // another process while it has nothing to send.
-        let due = match host.store.next_due_ms() {
+        let next = host.store.next_due_ms();
+        let due = match &next {
             Ok(next) => next.is_some_and(|at| at <= now_ms()),
             Err(_) => true,
         };
@@ -72,7 +73,9 @@ pub async fn run(
         if delivered > 0 {
             continue;
         }
-        let wait = match host.store.next_due_ms() {
+        // Read again only when this pass tried to deliver.
+        let next = if due { host.store.next_due_ms() } else { next };
+        let wait = match next {
             Ok(Some(due)) => Duration::from_millis(u64::try_from(due - now_ms()).unwrap_or(0)),
             Ok(None) => IDLE_POLL,
             Err(e) => {
