@@ -745,6 +745,10 @@ impl Gateway {
     async fn embed(&self, key: &KeyInfo, body: Value) -> Result<Value, Refused> {
         let workspace = key.workspace.as_str();
         let alias = body["model"].as_str().unwrap_or_default().to_owned();
+        // A refusal is queued for the writer too: the same back-pressure as
+        // model calls, so refused requests cannot pile records up in memory
+        // while the writer waits on a locked database.
+        self.ledger.room().await;
         self.admit(key, &alias)?;
         let Some(model) = self.router.embedding_model(&alias) else {
             return Err(ApiError::new(
