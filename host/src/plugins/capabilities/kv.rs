@@ -145,9 +145,18 @@ pub struct KvNamespace {
 }
 
 impl KvNamespace {
+    /// A read: it waits for no write lock (a plugin reading its state while
+    /// another process holds the database's lock would otherwise spend its
+    /// whole call deadline on the busy timeout). Only an expired entry is
+    /// removed, in a write transaction.
     pub fn get(&self, key: &str) -> Result<Option<Entry>, KvError> {
         check_key(key)?;
-        self.store.db.transaction(|tx| self.live_entry(tx, key))
+        match self.store.db.run(|conn| self.stored_entry(conn, key))? {
+            Some((_, Some(expires))) if expires <= now_ms() => {
+                self.store.db.transaction(|tx| self.live_entry(tx, key))
+            }
+            found => Ok(found.map(|(entry, _)| entry)),
+        }
     }
 
     pub fn set(&self, key: &str, value: &[u8], ttl_ms: Option<u64>) -> Result<u64, KvError> {
@@ -205,7 +214,12 @@ impl KvNamespace {
         })
     }
 
-    fn live_entry(&self, conn: &mut dyn Conn, key: &str) -> Result<Option<Entry>, KvError> {
+    /// The row of `key`, expired or not, with its expiry.
+    fn stored_entry(
+        &self,
+        conn: &mut dyn Conn,
+        key: &str,
+    ) -> Result<Option<(Entry, Option<i64>)>, KvError> {
         let Some(row) = conn.query_opt(
             "SELECT value, version, expires_at_ms FROM plugin_kv
              WHERE owner = ?1 AND plugin = ?2 AND key = ?3",
@@ -214,18 +228,25 @@ impl KvNamespace {
         else {
             return Ok(None);
         };
-        match row.get::<Option<i64>>(2)? {
-            Some(expires) if expires <= now_ms() => {
+        let entry = Entry {
+            value: row.get(0)?,
+            version: row.get(1)?,
+        };
+        Ok(Some((entry, row.get(2)?)))
+    }
+
+    /// The live entry of `key`; an expired one is deleted (`conn` is in a
+    /// write transaction).
+    fn live_entry(&self, conn: &mut dyn Conn, key: &str) -> Result<Option<Entry>, KvError> {
+        match self.stored_entry(conn, key)? {
+            Some((_, Some(expires))) if expires <= now_ms() => {
                 conn.execute(
                     "DELETE FROM plugin_kv WHERE owner = ?1 AND plugin = ?2 AND key = ?3",
                     args![&self.owner, &self.plugin, key],
                 )?;
                 Ok(None)
             }
-            _ => Ok(Some(Entry {
-                value: row.get(0)?,
-                version: row.get(1)?,
-            })),
+            found => Ok(found.map(|(entry, _)| entry)),
         }
     }
 
@@ -394,6 +415,24 @@ mod tests {
             ));
             assert_eq!(ns.get("k").unwrap(), None);
         });
+    }
+
+    /// Another process holding the write lock (a backup, a `sqlite3` shell)
+    /// does not make a plugin's reads wait: they would otherwise fail after
+    /// the busy timeout, having spent the plugin call's whole deadline.
+    #[test]
+    fn reads_go_on_while_another_process_holds_the_write_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(crate::db::FILE_NAME);
+        let store = KvStore::open_at(&Location::from(path.as_path())).unwrap();
+        let ns = store.namespace("workspace:w", "p");
+        ns.set("bot/open_id", b"ou_bot", None).unwrap();
+        let other = rusqlite::Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        assert_eq!(ns.get("bot/open_id").unwrap().unwrap().value, b"ou_bot");
+        assert_eq!(ns.get("absent").unwrap(), None);
+        assert_eq!(ns.list_keys("bot/", 10).unwrap(), ["bot/open_id"]);
+        other.execute_batch("ROLLBACK").unwrap();
     }
 
     #[test]
