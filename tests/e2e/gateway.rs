@@ -63,6 +63,32 @@ impl Served {
         )
     }
 
+    /// A `tools/call` of `tool` on `/mcp`, as one stateless JSON-RPC request.
+    async fn mcp_call(&self, tool: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+        let response = pincer::gateway::default_client()
+            .expect("http client")
+            .post(format!("{}/mcp", self.base))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .bearer_auth(&self.key)
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": tool, "arguments": {}}})
+                .to_string(),
+            )
+            .send()
+            .await
+            .expect("gateway answers");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("body");
+        (
+            status,
+            headers,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
     async fn chat(&self, model: &str) -> (u16, reqwest::header::HeaderMap, Value) {
         let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16});
         self.post(
@@ -376,8 +402,9 @@ async fn fifty_concurrent_calls_never_overspend_the_budget() {
 
 /// A refused call is audited. While another process holds the database's
 /// lock, that record must not hold up `gateway serve`'s one thread: with
-/// refused calls in flight, `/health` and an allowed call answer at once,
-/// and every refusal is in the audit once the lock is gone.
+/// refused model and MCP tool calls in flight, `/health` and an allowed
+/// call answer at once, and every refusal is in the audit once the lock is
+/// gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_audited_while_the_store_is_locked_do_not_stall_the_gateway() {
     let answer = FakeUpstream::spawn(Behaviour::Answer("fine".into())).await;
@@ -393,6 +420,8 @@ async fn refusals_audited_while_the_store_is_locked_do_not_stall_the_gateway() {
     assert_eq!(served.chat("default").await.0, 200);
     let lock = served.sandbox.lock_db();
     let refused = futures_util::future::join_all((0..4).map(|_| served.chat("other")));
+    let refused_tools =
+        futures_util::future::join_all((0..4).map(|_| served.mcp_call("shell__rm_rf")));
     let checks = async {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         let started = std::time::Instant::now();
@@ -407,11 +436,21 @@ async fn refusals_audited_while_the_store_is_locked_do_not_stall_the_gateway() {
         let allowed = served.chat("default").await.0;
         (health, health_took, allowed, started.elapsed())
     };
-    let (refused, (health, health_took, allowed, allowed_took)) = tokio::join!(refused, checks);
+    let (refused, refused_tools, (health, health_took, allowed, allowed_took)) =
+        tokio::join!(refused, refused_tools, checks);
     lock.release();
     for (status, _, body) in &refused {
         assert_eq!(*status, 403, "{body}");
         assert_eq!(body["error"]["code"], "model_not_allowed", "{body}");
+    }
+    for (status, _, body) in &refused_tools {
+        assert_eq!(*status, 200, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("shell__rm_rf")),
+            "{body}"
+        );
     }
     assert!(
         health.as_ref().ok() == Some(&200) && health_took < std::time::Duration::from_secs(2),
@@ -423,15 +462,10 @@ async fn refusals_audited_while_the_store_is_locked_do_not_stall_the_gateway() {
         "an allowed call: {allowed} after {allowed_took:?}\n{}",
         served.log()
     );
-    let denied = served.audited_showing("main", "gateway.denied", |d| d.len() >= 4);
-    assert_eq!(
-        denied
-            .iter()
-            .filter(|d| d.contains("model `other`"))
-            .count(),
-        4,
-        "{denied:?}"
-    );
+    let denied = served.audited_showing("main", "gateway.denied", |d| d.len() >= 8);
+    let count = |needle: &str| denied.iter().filter(|d| d.contains(needle)).count();
+    assert_eq!(count("model `other`"), 4, "{denied:?}");
+    assert_eq!(count("shell__rm_rf"), 4, "{denied:?} {refused_tools:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

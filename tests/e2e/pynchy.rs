@@ -649,7 +649,15 @@ async fn a_no_internet_workspace_queries_the_containerised_mcp_server_and_nothin
     assert_eq!(refused["ok"], false, "{refused}");
     let why = "tool `company_db__query_sql` is not available to workspace `intruder`: `company_db` is not a skill or MCP server this workspace may use (list it in workspaces.intruder.skills or workspaces.intruder.mcp_servers)";
     assert_eq!(refused["error"], format!("MCPError: {why}"), "{refused}");
-    let denied = audit_rows(&home.sandbox, "gateway.denied");
+    // Written by the gateway's writer, one group commit after the answer.
+    let mut denied = audit_rows(&home.sandbox, "gateway.denied");
+    for _ in 0..100 {
+        if !denied.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        denied = audit_rows(&home.sandbox, "gateway.denied");
+    }
     assert_eq!(
         denied,
         [format!("workspace:intruder {why}")],

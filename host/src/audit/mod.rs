@@ -90,7 +90,37 @@ impl AuditLog {
     /// Records an event; failures to record are logged, never raised, so
     /// auditing cannot break the action being audited.
     pub fn record(&self, actor: Actor<'_>, workspace: Option<&str>, action: Action, detail: &str) {
+        self.insert(&actor.to_string(), workspace, action, detail);
+    }
+
+    /// [`Self::record`] from async code on any runtime: the write waits for
+    /// the database on a blocking thread, so a lock another process holds
+    /// does not stall a one-thread runtime (`pincer gateway serve`). The
+    /// event is written when this returns, as with `record`.
+    pub async fn record_async(
+        self: &std::sync::Arc<Self>,
+        actor: Actor<'_>,
+        workspace: Option<&str>,
+        action: Action,
+        detail: &str,
+    ) {
+        let log = self.clone();
         let actor = actor.to_string();
+        let workspace = workspace.map(str::to_owned);
+        let detail = detail.to_owned();
+        let written = tokio::task::spawn_blocking(move || {
+            log.insert(&actor, workspace.as_deref(), action, &detail);
+        })
+        .await;
+        if let Err(e) = written {
+            tracing::error!(
+                kind = action.as_str(),
+                "cannot record audit event: the writing task ended: {e}"
+            );
+        }
+    }
+
+    fn insert(&self, actor: &str, workspace: Option<&str>, action: Action, detail: &str) {
         let kind = action.as_str();
         // PostgreSQL's text cannot hold NUL, and an event refused for one
         // would be lost: on both backends a NUL is stored as U+FFFD.
@@ -99,7 +129,7 @@ impl AuditLog {
             conn.query_one(
                 "INSERT INTO audit_events (timestamp_ms, actor, workspace, kind, detail)
                  VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
-                args![now_ms(), &actor, workspace, kind, &detail],
+                args![now_ms(), actor, workspace, kind, &detail],
             )?
             .get(0)
         });

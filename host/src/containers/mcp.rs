@@ -451,12 +451,14 @@ impl McpContainers {
         };
         if !problems.is_empty() {
             let _ = remove(docker, &id).await;
-            self.audit.record(
-                crate::audit::Actor::Host,
-                None,
-                crate::audit::Action::McpVerifyFailed,
-                &format!("{name}: {}", problems.join("; ")),
-            );
+            self.audit
+                .record_async(
+                    crate::audit::Actor::Host,
+                    None,
+                    crate::audit::Action::McpVerifyFailed,
+                    &format!("{name}: {}", problems.join("; ")),
+                )
+                .await;
             return Err(ContainerError::Host(format!(
                 "MCP server {name}: its policy could not be applied, so its container was removed (fail closed): {}",
                 problems.join("; ")
@@ -516,12 +518,14 @@ impl McpContainers {
             }
             remove(docker, &id).await?;
             let name = name_of(&container).unwrap_or(id);
-            self.audit.record(
-                crate::audit::Actor::Host,
-                None,
-                crate::audit::Action::McpOrphanRemoved,
-                &name,
-            );
+            self.audit
+                .record_async(
+                    crate::audit::Actor::Host,
+                    None,
+                    crate::audit::Action::McpOrphanRemoved,
+                    &name,
+                )
+                .await;
             removed.push(name);
         }
         Ok(removed)

@@ -192,6 +192,7 @@ impl Gateway {
                 memory,
                 schedules,
                 approvals: approvals.clone(),
+                ledger: ledger.clone(),
             },
         ));
         Ok(Self {

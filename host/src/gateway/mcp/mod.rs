@@ -5,7 +5,8 @@
 //! for tasks the agent schedules (when `agent_schedules` allows). The pincer
 //! key (`Authorization: Bearer`) decides the workspace on every request;
 //! refused calls are audited as `gateway.denied`, allowed ones as
-//! `gateway.tool_call`. `rmcp` stays inside this module.
+//! `gateway.tool_call`, through the gateway's writer as model calls are. `rmcp`
+//! stays inside this module.
 
 pub mod acl;
 mod memory;
@@ -59,7 +60,10 @@ pub struct McpGateway {
     memory: MemoryTools,
     schedule: ScheduleTools,
     approvals: Arc<crate::approvals::Approvals>,
-    audit: Arc<AuditLog>,
+    /// Where the calls' own records (answered, refused) go: the gateway's
+    /// writer, as for model calls, so a locked database holds up neither the
+    /// call nor (in `gateway serve`) the one thread, and loses no record.
+    ledger: Arc<crate::gateway::Ledger>,
     /// By workspace: its tools (as exposed) that are read-class, from the
     /// last listing: annotated read-only by a source the operator trusts.
     read_only: std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>,
@@ -72,6 +76,7 @@ pub struct Stores {
     pub memory: Arc<crate::memory::MemoryStore>,
     pub schedules: Arc<crate::scheduler::Store>,
     pub approvals: Arc<crate::approvals::Approvals>,
+    pub ledger: Arc<crate::gateway::Ledger>,
 }
 
 impl McpGateway {
@@ -91,9 +96,9 @@ impl McpGateway {
                 crate::containers::McpContainers::new(home, audit.clone()),
             ),
             memory: MemoryTools::new(stores.memory),
-            schedule: ScheduleTools::new(stores.schedules, Arc::new(config.clone()), audit.clone()),
+            schedule: ScheduleTools::new(stores.schedules, Arc::new(config.clone()), audit),
             approvals: stores.approvals,
-            audit,
+            ledger: stores.ledger,
             read_only: std::sync::Mutex::default(),
         }
     }
@@ -239,6 +244,8 @@ impl McpGateway {
         request: CallToolRequestParams,
     ) -> Result<CallToolResult, ErrorData> {
         let actor = crate::audit::Actor::Workspace(workspace);
+        // Each call ends in a record: wait while the writer is behind.
+        self.ledger.room().await;
         let exposed = request.name.to_string();
         let resolved = self
             .reach(workspace)
@@ -247,7 +254,7 @@ impl McpGateway {
             Ok(resolved) => resolved,
             Err(reason) => {
                 let reason = reason.to_string();
-                self.audit.record(
+                self.ledger.audit(
                     actor,
                     Some(workspace),
                     crate::audit::Action::GatewayDenied,
@@ -258,7 +265,7 @@ impl McpGateway {
         };
         if let Err(reason) = self.approved(workspace, &exposed, &source, request.arguments.as_ref())
         {
-            self.audit.record(
+            self.ledger.audit(
                 actor,
                 Some(workspace),
                 crate::audit::Action::ApprovalRefusedUnapproved,
@@ -293,7 +300,7 @@ impl McpGateway {
             Ok(_) => format!("{exposed}: ok"),
             Err(e) => format!("{exposed}: {e}"),
         };
-        self.audit.record(
+        self.ledger.audit(
             actor,
             Some(workspace),
             crate::audit::Action::GatewayToolCall,
