@@ -674,13 +674,29 @@ impl Counts {
 }
 
 /// The bytes a workspace's connections moved in the current minute.
-#[derive(Default)]
 pub(super) struct Budget {
+    /// A minute, but for tests that cannot wait one.
+    length: Duration,
     window: std::sync::Mutex<Option<(tokio::time::Instant, u64)>>,
 }
 
+impl Default for Budget {
+    fn default() -> Self {
+        Self {
+            length: Duration::from_secs(60),
+            window: std::sync::Mutex::new(None),
+        }
+    }
+}
+
 impl Budget {
-    const WINDOW: Duration = Duration::from_secs(60);
+    #[cfg(test)]
+    pub(super) fn with_window(length: Duration) -> Self {
+        Self {
+            length,
+            ..Self::default()
+        }
+    }
 
     /// Counts `bytes` against `per_minute` (0: no cap), first waiting for
     /// the next minute when this one's bytes are spent. A chunk larger than
@@ -698,9 +714,7 @@ impl Budget {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let now = tokio::time::Instant::now();
                 let (start, used) = match *window {
-                    Some((start, used)) if now.duration_since(start) < Self::WINDOW => {
-                        (start, used)
-                    }
+                    Some((start, used)) if now.duration_since(start) < self.length => (start, used),
                     _ => (now, 0),
                 };
                 if used == 0 || used.saturating_add(bytes) <= per_minute {
@@ -708,7 +722,7 @@ impl Budget {
                     return;
                 }
                 *window = Some((start, used));
-                Self::WINDOW.saturating_sub(now.duration_since(start))
+                self.length.saturating_sub(now.duration_since(start))
             };
             tokio::time::sleep(wait).await;
         }
