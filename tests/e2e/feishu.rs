@@ -1628,6 +1628,7 @@ async fn feishu_cards_decide_for_the_originator_over_the_long_connection_and_web
         !ws.join("carded").exists(),
         "nothing runs before a decision"
     );
+    env.sandbox.sent_recorded(&message_id).await;
 
     // Someone else clicks: a toast, a card only they see, nothing runs.
     let clicked = push(

@@ -137,6 +137,19 @@ pub(crate) struct Env {
 }
 
 impl Env {
+    /// A click on the message pincer sent as `ts`, once it is recorded.
+    async fn click_sent(
+        &self,
+        action: &str,
+        ts: &str,
+        user: &str,
+        channel: &str,
+        action_ts: Option<&str>,
+    ) -> String {
+        self.sandbox.sent_recorded(ts).await;
+        self.slack.click(action, ts, user, channel, action_ts).await
+    }
+
     pub(crate) async fn new(script: Vec<Behaviour>) -> Self {
         Self::with_slack(script, FakeSlack::start()).await
     }
@@ -2237,8 +2250,7 @@ async fn slack_buttons_decide_for_the_originator_on_the_request_message_only() {
     assert!(ws.join("x").exists(), "nothing runs before a decision");
 
     // A colleague's click: refused, told to them alone, nothing runs.
-    env.slack
-        .click(&button("once"), &ts, COLLEAGUE, "D0DM", None)
+    env.click_sent(&button("once"), &ts, COLLEAGUE, "D0DM", None)
         .await;
     let only = env.slack.calls("chat.postEphemeral", 1).await;
     assert_eq!(only[0]["args"]["user"], COLLEAGUE, "{only:#?}");
@@ -2302,15 +2314,14 @@ async fn slack_buttons_decide_for_the_originator_on_the_request_message_only() {
     env.slack.dm("touch two files", ALLOWED, "D0DM").await;
     let asked = env.slack.posted(3).await.remove(2);
     let second = request_id(&asked);
-    env.slack
-        .click(
-            &format!("pincer-approval:{second}:session"),
-            asked["response"]["ts"].as_str().unwrap(),
-            ALLOWED,
-            "D0DM",
-            None,
-        )
-        .await;
+    env.click_sent(
+        &format!("pincer-approval:{second}:session"),
+        asked["response"]["ts"].as_str().unwrap(),
+        ALLOWED,
+        "D0DM",
+        None,
+    )
+    .await;
     assert_eq!(texts(&env, 4).await[3], "touched");
     assert!(ws.join("a").exists() && ws.join("b").exists());
     assert_eq!(env.sandbox.audited("approval.requested").len(), 2);
@@ -2357,15 +2368,14 @@ async fn slack_buttons_decide_for_the_originator_on_the_request_message_only() {
     env.slack.dm("remove m", ALLOWED, "D0DM").await;
     let asked = env.slack.posted(7).await.remove(6);
     let fourth = request_id(&asked);
-    env.slack
-        .click(
-            &format!("pincer-approval:{fourth}:deny"),
-            asked["response"]["ts"].as_str().unwrap(),
-            ALLOWED,
-            "D0DM",
-            None,
-        )
-        .await;
+    env.click_sent(
+        &format!("pincer-approval:{fourth}:deny"),
+        asked["response"]["ts"].as_str().unwrap(),
+        ALLOWED,
+        "D0DM",
+        None,
+    )
+    .await;
     assert_eq!(texts(&env, 8).await[7], "not allowed");
     assert!(ws.join("m").exists(), "a denied call does not run");
     let (_, calls) = env.slack.get("/calls?method=chat.postMessage").await;
@@ -2496,7 +2506,7 @@ async fn a_scheduled_run_asks_the_approvers_its_task_names_where_it_says() {
         .expect("an Approve once button");
 
     // An allowed sender the task does not name: refused, told alone.
-    env.slack.click(&once, &ts, ALLOWED, "C0OPS", None).await;
+    env.click_sent(&once, &ts, ALLOWED, "C0OPS", None).await;
     let only = env.slack.calls("chat.postEphemeral", 1).await;
     let told = only[0]["args"]["text"].as_str().unwrap();
     assert!(told.contains(&format!("only {COLLEAGUE}")), "{told}");
@@ -2537,9 +2547,7 @@ async fn a_scheduled_run_asks_the_approvers_its_task_names_where_it_says() {
         "{shown}"
     );
     assert!(buttons(&updated[1]).is_empty());
-    env.slack
-        .click(&once, &ts, COLLEAGUE, "C0SCHED", None)
-        .await;
+    env.click_sent(&once, &ts, COLLEAGUE, "C0SCHED", None).await;
     let only = env.slack.calls("chat.postEphemeral", 2).await;
     let told = only[1]["args"]["text"].as_str().unwrap();
     assert!(told.contains("expired"), "{told}");
@@ -2699,6 +2707,7 @@ async fn pressing_a_button_over_and_over_is_held_to_the_senders_rate() {
     let asked = env.slack.posted(1).await.remove(0);
     let ts = asked["response"]["ts"].as_str().unwrap().to_string();
     let once = buttons(&asked).remove(0);
+    env.sandbox.sent_recorded(&ts).await;
     for _ in 0..25 {
         env.slack.click(&once, &ts, COLLEAGUE, "D0DM", None).await;
     }

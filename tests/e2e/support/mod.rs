@@ -106,6 +106,21 @@ impl Sandbox {
         row.get(0).unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// Waits (10 s at most) until the daemon has recorded `receipt`, the
+    /// platform's id of a message it sent: a fake answers the send before the
+    /// daemon stores its receipt, and a button counts only on a message
+    /// pincer knows it sent (a person cannot click within those
+    /// milliseconds; a test under load can).
+    pub async fn sent_recorded(&self, receipt: &str) {
+        let sql = format!("SELECT COUNT(*) FROM channel_outbox WHERE receipt = '{receipt}'");
+        for _ in 0..100 {
+            if self.scalar::<i64>(&sql) > 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     /// The details of the `kind` audit records in this sandbox's state,
     /// oldest first.
     pub fn audited(&self, kind: &str) -> Vec<String> {
