@@ -52,20 +52,12 @@ impl Served {
         if let Some(key) = key {
             request = request.bearer_auth(key);
         }
-        let response = request.send().await.expect("gateway answers");
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let text = response.text().await.expect("body");
-        (
-            status,
-            headers,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        answer(request).await
     }
 
     /// A `tools/call` of `tool` on `/mcp`, as one stateless JSON-RPC request.
     async fn mcp_call(&self, tool: &str) -> (u16, reqwest::header::HeaderMap, Value) {
-        let response = pincer::gateway::default_client()
+        let request = pincer::gateway::default_client()
             .expect("http client")
             .post(format!("{}/mcp", self.base))
             .header("content-type", "application/json")
@@ -75,18 +67,8 @@ impl Served {
                 json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                        "params": {"name": tool, "arguments": {}}})
                 .to_string(),
-            )
-            .send()
-            .await
-            .expect("gateway answers");
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let text = response.text().await.expect("body");
-        (
-            status,
-            headers,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+            );
+        answer(request).await
     }
 
     async fn chat(&self, model: &str) -> (u16, reqwest::header::HeaderMap, Value) {
@@ -98,6 +80,19 @@ impl Served {
         )
         .await
     }
+}
+
+/// Sends `request`; its status, headers and body (JSON, else the text).
+async fn answer(request: reqwest::RequestBuilder) -> (u16, reqwest::header::HeaderMap, Value) {
+    let response = request.send().await.expect("gateway answers");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.expect("body");
+    (
+        status,
+        headers,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 fn deployment(alias: &str, upstream: &FakeUpstream, extra: &str) -> String {

@@ -138,16 +138,9 @@ pub(crate) struct Env {
 
 impl Env {
     /// A click on the message pincer sent as `ts`, once it is recorded.
-    async fn click_sent(
-        &self,
-        action: &str,
-        ts: &str,
-        user: &str,
-        channel: &str,
-        action_ts: Option<&str>,
-    ) -> String {
+    async fn click_sent(&self, action: &str, ts: &str, user: &str, channel: &str) -> String {
         self.sandbox.sent_recorded(ts).await;
-        self.slack.click(action, ts, user, channel, action_ts).await
+        self.slack.click(action, ts, user, channel, None).await
     }
 
     pub(crate) async fn new(script: Vec<Behaviour>) -> Self {
@@ -2250,7 +2243,7 @@ async fn slack_buttons_decide_for_the_originator_on_the_request_message_only() {
     assert!(ws.join("x").exists(), "nothing runs before a decision");
 
     // A colleague's click: refused, told to them alone, nothing runs.
-    env.click_sent(&button("once"), &ts, COLLEAGUE, "D0DM", None)
+    env.click_sent(&button("once"), &ts, COLLEAGUE, "D0DM")
         .await;
     let only = env.slack.calls("chat.postEphemeral", 1).await;
     assert_eq!(only[0]["args"]["user"], COLLEAGUE, "{only:#?}");
@@ -2319,7 +2312,6 @@ async fn slack_buttons_decide_for_the_originator_on_the_request_message_only() {
         asked["response"]["ts"].as_str().unwrap(),
         ALLOWED,
         "D0DM",
-        None,
     )
     .await;
     assert_eq!(texts(&env, 4).await[3], "touched");
@@ -2373,7 +2365,6 @@ async fn slack_buttons_decide_for_the_originator_on_the_request_message_only() {
         asked["response"]["ts"].as_str().unwrap(),
         ALLOWED,
         "D0DM",
-        None,
     )
     .await;
     assert_eq!(texts(&env, 8).await[7], "not allowed");
@@ -2506,7 +2497,7 @@ async fn a_scheduled_run_asks_the_approvers_its_task_names_where_it_says() {
         .expect("an Approve once button");
 
     // An allowed sender the task does not name: refused, told alone.
-    env.click_sent(&once, &ts, ALLOWED, "C0OPS", None).await;
+    env.click_sent(&once, &ts, ALLOWED, "C0OPS").await;
     let only = env.slack.calls("chat.postEphemeral", 1).await;
     let told = only[0]["args"]["text"].as_str().unwrap();
     assert!(told.contains(&format!("only {COLLEAGUE}")), "{told}");
@@ -2547,7 +2538,7 @@ async fn a_scheduled_run_asks_the_approvers_its_task_names_where_it_says() {
         "{shown}"
     );
     assert!(buttons(&updated[1]).is_empty());
-    env.click_sent(&once, &ts, COLLEAGUE, "C0SCHED", None).await;
+    env.click_sent(&once, &ts, COLLEAGUE, "C0SCHED").await;
     let only = env.slack.calls("chat.postEphemeral", 2).await;
     let told = only[1]["args"]["text"].as_str().unwrap();
     assert!(told.contains("expired"), "{told}");

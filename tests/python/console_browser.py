@@ -15,10 +15,10 @@ import sys
 import tempfile
 
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
+from selenium.common.exceptions import (NoAlertPresentException, StaleElementReferenceException,
+                                        WebDriverException)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 PAGES = ["/", "/chat", "/sessions", "/approvals", "/schedules", "/workspaces",
@@ -83,6 +83,23 @@ def wait_text(driver, text, seconds=90, within="main"):
         message=f"{text!r} never showed")
 
 
+def detached(element):
+    """Selenium's staleness_of, also taking chromedriver's other answer for a node of
+    a document the page has navigated away from: "Node with given id does not
+    belong to the document", which it gives while the next page loads."""
+    def gone(_driver):
+        try:
+            element.is_enabled()
+            return False
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as e:
+            if "does not belong to the document" in str(e):
+                return True
+            raise
+    return gone
+
+
 def main():
     login, workspace, task, hostile = sys.argv[1:5]
     base = login.split("/login")[0]
@@ -120,7 +137,7 @@ def main():
         allow.click()
         # The page the decision comes back to follows the rest of the turn
         # live (the model answers 2 s later): marked once it has loaded.
-        WebDriverWait(driver, 30).until(EC.staleness_of(allow))
+        WebDriverWait(driver, 30).until(detached(allow))
         WebDriverWait(driver, 30).until(
             lambda d: d.execute_script("return document.readyState") == "complete")
         check(driver.find_elements(By.CSS_SELECTOR, "[data-chat-feed]") != [],
