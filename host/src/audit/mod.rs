@@ -65,6 +65,23 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS audit_events (
     );
     CREATE INDEX IF NOT EXISTS audit_events_by_actor ON audit_events (actor, id);";
 
+/// The most of an event's detail that is stored: details quote what callers
+/// sent (a model alias, a tool name), and a queued record must stay small.
+pub const MAX_DETAIL_BYTES: usize = 16 * 1024;
+
+/// `detail` as it is stored, by [`AuditLog`] and by the gateway's writer
+/// alike: a NUL as U+FFFD (PostgreSQL's text cannot hold NUL, and an event
+/// refused for one would be lost, on both backends the same), and cut to
+/// [`MAX_DETAIL_BYTES`], saying how much was cut.
+pub fn stored_detail(detail: &str) -> String {
+    let kept = &detail[..detail.floor_char_boundary(MAX_DETAIL_BYTES)];
+    let mut stored = kept.replace('\0', "\u{FFFD}");
+    if kept.len() < detail.len() {
+        stored.push_str(&format!("… ({} bytes cut)", detail.len() - kept.len()));
+    }
+    stored
+}
+
 const EVENT_COLUMNS: &str = "timestamp_ms, actor, workspace, kind, detail";
 
 impl AuditLog {
@@ -122,9 +139,7 @@ impl AuditLog {
 
     fn insert(&self, actor: &str, workspace: Option<&str>, action: Action, detail: &str) {
         let kind = action.as_str();
-        // PostgreSQL's text cannot hold NUL, and an event refused for one
-        // would be lost: on both backends a NUL is stored as U+FFFD.
-        let detail = detail.replace('\0', "\u{FFFD}");
+        let detail = stored_detail(detail);
         let inserted = self.db.run(|conn| -> Result<i64, DbError> {
             conn.query_one(
                 "INSERT INTO audit_events (timestamp_ms, actor, workspace, kind, detail)

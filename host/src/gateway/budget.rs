@@ -771,7 +771,7 @@ impl Ledger {
             actor: actor.to_string(),
             workspace: workspace.map(str::to_owned),
             kind: action.as_str().to_owned(),
-            detail: detail.to_owned(),
+            detail: crate::audit::stored_detail(detail),
         }));
     }
 
@@ -1025,6 +1025,59 @@ mod tests {
             }
         }
         granted
+    }
+
+    /// A refusal's detail carries the caller's own text (a model alias, an
+    /// MCP tool name). A NUL in it, which PostgreSQL's text cannot hold,
+    /// must not fail the writer's batch and take the usage committed with
+    /// it; a detail of megabytes is cut, so queued records stay small.
+    #[test]
+    fn an_audit_detail_with_a_nul_or_of_megabytes_loses_nothing_of_its_batch() {
+        crate::db::testing::each_backend(|at| {
+            let (ledger, _) = ledger(at);
+            let reserved = ledger
+                .reserve("dev", &Budget::default(), "default", usd(0.1))
+                .unwrap();
+            let denied = |detail: &str| {
+                ledger.audit(
+                    crate::audit::Actor::Workspace("dev"),
+                    Some("dev"),
+                    crate::audit::Action::GatewayDenied,
+                    detail,
+                )
+            };
+            denied("model `x\0y` is not available");
+            denied(&format!("tool `{}` is not available", "z".repeat(4 << 20)));
+            ledger
+                .settle(reserved, USED, Some(0.05), "openai/gpt-4o-mini", false)
+                .unwrap();
+            ledger.flush();
+            let spend = ledger.spend("dev").unwrap();
+            assert!((spend.day_usd - 0.05).abs() < 1e-9, "{spend:?}");
+            let audit = crate::audit::AuditLog::open_at(at).unwrap();
+            let rows = audit
+                .page(&crate::audit::AuditFilter {
+                    kind: Some("gateway.denied".into()),
+                    limit: 10,
+                    ..Default::default()
+                })
+                .unwrap();
+            let details: Vec<&str> = rows.iter().map(|r| r.event.detail.as_str()).collect();
+            assert_eq!(
+                details.len(),
+                2,
+                "{:?}",
+                details.iter().map(|d| d.len()).collect::<Vec<_>>()
+            );
+            assert!(details.contains(&"model `x\u{FFFD}y` is not available"));
+            let long = details.iter().find(|d| d.starts_with("tool `zzz")).unwrap();
+            assert!(
+                long.len() <= crate::audit::MAX_DETAIL_BYTES + 64,
+                "{}",
+                long.len()
+            );
+            assert!(long.ends_with("bytes cut)"), "{}", &long[long.len() - 40..]);
+        });
     }
 
     #[test]
