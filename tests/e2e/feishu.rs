@@ -993,18 +993,14 @@ async fn an_event_the_store_refuses_is_not_acked_and_its_redelivery_is_answered_
     env.feishu.wait("connections", 1).await;
     // The connection's own write (the bot's open_id, from bot/v3/info) is
     // done before the lock: what the lock refuses is the event's store.
-    let bot_known = || {
-        env.sandbox
-            .scalar::<i64>("SELECT COUNT(*) FROM plugin_kv WHERE key = 'bot/open_id'")
-            > 0
-    };
-    for _ in 0..100 {
-        if bot_known() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(bot_known(), "the bot's open_id is stored\n{}", daemon.log());
+    let bot_known = env
+        .sandbox
+        .counts_within(
+            "SELECT COUNT(*) FROM plugin_kv WHERE key = 'bot/open_id'",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(bot_known, "the bot's open_id is stored\n{}", daemon.log());
     let lock = env.sandbox.lock_db();
     let pushed = env.feishu.push("p2p", "别丢了").await;
     let failures = support::gateway::wait_for_metric(

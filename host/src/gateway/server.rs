@@ -612,12 +612,13 @@ impl Gateway {
                     ),
                 );
                 let text = response.to_string();
-                let body = self.router.redact(&text);
                 // Parsed again only when redaction changed something.
-                let response: Value = if body == text {
-                    response
-                } else {
-                    serde_json::from_str(&body).unwrap_or(response)
+                let (body, response) = match self.router.redacted(&text) {
+                    None => (text, response),
+                    Some(body) => {
+                        let response = serde_json::from_str(&body).unwrap_or(response);
+                        (body, response)
+                    }
                 };
                 if let Some((cache, request)) = cache_key {
                     cache.put(workspace, endpoint, &request, response.clone());
@@ -958,10 +959,14 @@ async fn chat_completions(State(gateway): State<Arc<Gateway>>, request: Request)
                 })
                 .map(move |item| {
                     let data = match item {
-                        Ok(chunk) => redactor.router.redact(&chunk.to_string()),
+                        Ok(chunk) => redactor.router.redact_owned(chunk.to_string()),
                         Err(e) => e.to_openai_error().1.to_string(),
                     };
-                    Ok::<_, std::convert::Infallible>(Bytes::from(format!("data: {data}\n\n")))
+                    let mut event = String::with_capacity(data.len() + 8);
+                    event.push_str("data: ");
+                    event.push_str(&data);
+                    event.push_str("\n\n");
+                    Ok::<_, std::convert::Infallible>(Bytes::from(event))
                 })
                 .chain(futures_util::stream::once(async { Ok(Bytes::from(llm::OPENAI_SSE_DONE)) }));
             with_headers(sse(Body::from_stream(body)), &deployment, false)
@@ -1000,7 +1005,7 @@ async fn messages(State(gateway): State<Arc<Gateway>>, request: Request) -> Resp
                     Err(e) => llm::AnthropicEvent::error(&e),
                 };
                 Ok::<_, std::convert::Infallible>(Bytes::from(
-                    redactor.router.redact(&event.to_sse()),
+                    redactor.router.redact_owned(event.to_sse()),
                 ))
             });
             with_headers(sse(Body::from_stream(body)), &deployment, false)

@@ -113,9 +113,24 @@ impl Sandbox {
     /// milliseconds; a test under load can).
     pub async fn sent_recorded(&self, receipt: &str) {
         let sql = format!("SELECT COUNT(*) FROM channel_outbox WHERE receipt = '{receipt}'");
-        for _ in 0..100 {
-            if self.scalar::<i64>(&sql) > 0 {
-                return;
+        assert!(
+            self.counts_within(&sql, std::time::Duration::from_secs(10))
+                .await,
+            "the daemon never recorded sending {receipt}"
+        );
+    }
+
+    /// Whether `count_sql` (a `SELECT COUNT(*)`) comes to more than zero
+    /// within `limit`, polled every 100 ms: for a row another process
+    /// writes after the event a test can see.
+    pub async fn counts_within(&self, count_sql: &str, limit: std::time::Duration) -> bool {
+        let started = std::time::Instant::now();
+        loop {
+            if self.scalar::<i64>(count_sql) > 0 {
+                return true;
+            }
+            if started.elapsed() > limit {
+                return false;
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }

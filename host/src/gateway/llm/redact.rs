@@ -5,8 +5,6 @@
 //! detected by shape, because an upstream may echo back a key we were never
 //! told about (or one of ours in a mangled form).
 
-use std::borrow::Cow;
-
 /// What a secret is replaced with.
 pub const REDACTED: &str = "[REDACTED]";
 
@@ -22,46 +20,73 @@ const MIN_SECRET_LEN: usize = 8;
 /// (Google) and the token after `Bearer ` (case-insensitive). The text stays
 /// valid JSON if it was.
 pub fn redact_secrets(text: &str, secrets: &[&str]) -> String {
-    let mut out: Cow<'_, str> = Cow::Borrowed(text);
-    for secret in secrets {
-        if secret.len() < MIN_SECRET_LEN {
-            continue;
-        }
-        if out.contains(secret) {
-            out = Cow::Owned(out.replace(secret, REDACTED));
-        }
-        // The form the secret takes inside a JSON string, if different.
+    redacted(text, &needles(secrets.iter().copied())).unwrap_or_else(|| text.to_owned())
+}
+
+/// What a secret is replaced in: the secret itself and, where different,
+/// the form it takes inside a JSON string. Secrets shorter than
+/// [`MIN_SECRET_LEN`] are skipped.
+fn needles<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut needles = Vec::new();
+    for secret in secrets.into_iter().filter(|s| s.len() >= MIN_SECRET_LEN) {
+        needles.push(secret.to_owned());
         if let Ok(quoted) = serde_json::to_string(secret) {
             let escaped = &quoted[1..quoted.len() - 1];
-            if escaped != *secret && out.contains(escaped) {
-                out = Cow::Owned(out.replace(escaped, REDACTED));
+            if escaped != secret {
+                needles.push(escaped.to_owned());
             }
         }
     }
-    match redact_key_formats(&out) {
-        Some(redacted) => redacted,
-        None => out.into_owned(),
+    needles
+}
+
+/// `text` with `needles` and key formats replaced, or `None` when it holds
+/// none of them (the common case, which then costs no copy).
+fn redacted(text: &str, needles: &[String]) -> Option<String> {
+    let mut out: Option<String> = None;
+    for needle in needles {
+        let current = out.as_deref().unwrap_or(text);
+        if current.contains(needle.as_str()) {
+            out = Some(current.replace(needle.as_str(), REDACTED));
+        }
     }
+    redact_key_formats(out.as_deref().unwrap_or(text)).or(out)
 }
 
 /// The configured keys, shared; redacts them and key formats.
 #[derive(Clone, Default)]
-pub(crate) struct Secrets(std::sync::Arc<Vec<String>>);
+pub(crate) struct Secrets {
+    needles: std::sync::Arc<Vec<String>>,
+    configured: usize,
+}
 
 impl Secrets {
     pub fn new(secrets: Vec<String>) -> Self {
-        Secrets(std::sync::Arc::new(secrets))
+        Secrets {
+            needles: std::sync::Arc::new(needles(secrets.iter().map(String::as_str))),
+            configured: secrets.len(),
+        }
     }
 
     pub fn redact(&self, text: &str) -> String {
-        let secrets: Vec<&str> = self.0.iter().map(String::as_str).collect();
-        redact_secrets(text, &secrets)
+        self.redacted(text).unwrap_or_else(|| text.to_owned())
+    }
+
+    /// [`Self::redact`] of a string the caller gives up: returned as it is
+    /// when it holds nothing to redact.
+    pub fn redact_owned(&self, text: String) -> String {
+        self.redacted(&text).unwrap_or(text)
+    }
+
+    /// The redacted text, or `None` when nothing in `text` is a secret.
+    pub fn redacted(&self, text: &str) -> Option<String> {
+        redacted(text, &self.needles)
     }
 }
 
 impl std::fmt::Debug for Secrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Secrets({} redacted)", self.0.len())
+        write!(f, "Secrets({} redacted)", self.configured)
     }
 }
 

@@ -298,6 +298,17 @@ impl LlmRouter {
         self.secrets.redact(text)
     }
 
+    /// [`Self::redact`] of a string the caller gives up, returned as it is
+    /// when there is nothing to redact.
+    pub fn redact_owned(&self, text: String) -> String {
+        self.secrets.redact_owned(text)
+    }
+
+    /// The redacted text, or `None` when `text` holds nothing to redact.
+    pub fn redacted(&self, text: &str) -> Option<String> {
+        self.secrets.redacted(text)
+    }
+
     /// Routes one OpenAI-shaped chat request; `model` is an alias.
     pub async fn chat(&self, request: Value) -> Result<ChatOutcome, LlmError> {
         let request = parse_chat_request(request)?;
