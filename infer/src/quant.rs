@@ -532,6 +532,28 @@ pub fn par_quantize(x: &[f32], scales: Scales, out: &mut Vec<BlockQ8>) {
 }
 
 fn quantize_block(chunk: &[f32], scales: Scales) -> BlockQ8 {
+    #[cfg(target_arch = "x86_64")]
+    let (d, qs, sum) = if avx512::available() {
+        // SAFETY: the features it is compiled for were detected.
+        unsafe { avx512::quantize(chunk) }
+    } else {
+        quantize_portable(chunk)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let (d, qs, sum) = quantize_portable(chunk);
+    let s = d * sum as f32;
+    match scales {
+        Scales::F16 => BlockQ8 {
+            d: round_f16(d),
+            s: round_f16(s),
+            qs,
+        },
+        Scales::F32 => BlockQ8 { d, s, qs },
+    }
+}
+
+/// A block's scale, its 8-bit values and their sum.
+fn quantize_portable(chunk: &[f32]) -> (f32, [i8; BLOCK], i32) {
     let amax = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };
@@ -542,15 +564,7 @@ fn quantize_block(chunk: &[f32], scales: Scales) -> BlockQ8 {
         *q = r;
         sum += i32::from(r);
     }
-    let s = d * sum as f32;
-    match scales {
-        Scales::F16 => BlockQ8 {
-            d: round_f16(d),
-            s: round_f16(s),
-            qs,
-        },
-        Scales::F32 => BlockQ8 { d, s, qs },
-    }
+    (d, qs, sum)
 }
 
 /// `x.round_ties_even()` for |x| < 2^22, which x86-64 without SSE4.1 would
@@ -798,6 +812,44 @@ mod avx512 {
         })
     }
 
+    /// [`super::quantize_portable`] of one 32-float block with the same
+    /// operations (a maximum, one division, one multiplication and the
+    /// same rounding per value), so the same bits.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn quantize(chunk: &[f32]) -> (f32, [i8; BLOCK], i32) {
+        use std::arch::x86_64::*;
+        let chunk = &chunk[..BLOCK];
+        // SAFETY: two 16-float loads of the 32 floats just checked.
+        let (lo, hi) = unsafe {
+            (
+                _mm512_loadu_ps(chunk.as_ptr()),
+                _mm512_loadu_ps(chunk.as_ptr().add(16)),
+            )
+        };
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+        let d = amax / 127.0;
+        let id = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+        let shift = _mm512_set1_ps(12_582_912.0);
+        // round_small(v * id), then exactly integral: converts as it is.
+        let lo = _mm512_cvtps_epi32(_mm512_sub_ps(
+            _mm512_add_ps(_mm512_mul_ps(lo, id), shift),
+            shift,
+        ));
+        let hi = _mm512_cvtps_epi32(_mm512_sub_ps(
+            _mm512_add_ps(_mm512_mul_ps(hi, id), shift),
+            shift,
+        ));
+        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(lo, hi));
+        let mut qs = [0i8; BLOCK];
+        // SAFETY: two 16-byte stores into the 32-byte array.
+        unsafe {
+            _mm_storeu_si128(qs.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(lo));
+            _mm_storeu_si128(qs.as_mut_ptr().add(16).cast(), _mm512_cvtepi32_epi8(hi));
+        }
+        (d, qs, sum)
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     unsafe fn vnni<const N: usize>(w: &[RowsBlock], x: [&[BlockQ8]; N]) -> [[f32; ROWS]; N] {
@@ -1036,6 +1088,28 @@ mod tests {
         assert_eq!(fast, avx512::portable(&group, four));
         for (k, x) in four.into_iter().enumerate() {
             assert_eq!(avx512::dot_rows(&group, x), fast[k], "token {k}");
+        }
+    }
+
+    #[test]
+    fn quantizing_with_avx512_gives_the_portable_bits() {
+        if !avx512::available() {
+            eprintln!("no AVX-512 VNNI on this CPU: the portable path is the only one");
+            return;
+        }
+        let mut x = pseudo(32 * 64, 12);
+        // Ties, zeros, a block of zeros, huge and tiny values.
+        x[0] = 0.5;
+        x[1] = -2.5;
+        x[64..96].fill(0.0);
+        x[100] = 3.0e38;
+        x[200] = 1.0e-30;
+        for chunk in x.chunks_exact(BLOCK) {
+            // SAFETY: the features were detected above.
+            let fast = unsafe { avx512::quantize(chunk) };
+            let portable = quantize_portable(chunk);
+            assert_eq!(fast.0.to_bits(), portable.0.to_bits());
+            assert_eq!((fast.1, fast.2), (portable.1, portable.2));
         }
     }
 
