@@ -375,8 +375,9 @@ impl Matrix {
                 .for_each(|(i, chunk)| {
                     let t0 = i * tile;
                     let tokens = t0..t0 + chunk.len() / rows;
-                    self.dots(x, xq, tokens, 0..rows, |r, t, v| {
-                        chunk[(t - t0) * rows + r] = v;
+                    self.dots(x, xq, tokens, 0..rows, |r, t, values| {
+                        let at = (t - t0) * rows + r;
+                        chunk[at..at + values.len()].copy_from_slice(values);
                     });
                 });
             return;
@@ -391,7 +392,11 @@ impl Matrix {
             .for_each(|(ci, chunk)| {
                 let r0 = ci * chunk_rows;
                 let rows = r0..r0 + chunk.len() / n;
-                self.dots(x, xq, 0..n, rows, |r, t, v| chunk[(r - r0) * n + t] = v);
+                self.dots(x, xq, 0..n, rows, |r, t, values| {
+                    for (i, v) in values.iter().enumerate() {
+                        chunk[(r + i - r0) * n + t] = *v;
+                    }
+                });
             });
         for t in 0..n {
             for r in 0..rows {
@@ -400,14 +405,16 @@ impl Matrix {
         }
     }
 
-    /// Calls `store(r, t, row r · token t)` for every pair, row by row.
+    /// Calls `store(r, t, values)` with `values[i]` = row `r + i` · token
+    /// `t`, for every row and token: one row at a time, or a group's
+    /// sixteen for regrouped weights.
     fn dots(
         &self,
         x: &[f32],
         xq: &[BlockQ8],
         tokens: Range<usize>,
         rows: Range<usize>,
-        mut store: impl FnMut(usize, usize, f32),
+        mut store: impl FnMut(usize, usize, &[f32]),
     ) {
         let cols = self.cols;
         let nb = cols / BLOCK;
@@ -420,17 +427,12 @@ impl Matrix {
                 while t + 4 <= tokens.end {
                     let four = std::array::from_fn(|k| &xq[(t + k) * nb..(t + k + 1) * nb]);
                     for (k, values) in avx512::dot_rows_x4(group, four).iter().enumerate() {
-                        for (i, v) in values.iter().enumerate() {
-                            store(r0 + i, t + k, *v);
-                        }
+                        store(r0, t + k, values);
                     }
                     t += 4;
                 }
                 for t in t..tokens.end {
-                    let values = avx512::dot_rows(group, &xq[t * nb..(t + 1) * nb]);
-                    for (i, v) in values.iter().enumerate() {
-                        store(r0 + i, t, *v);
-                    }
+                    store(r0, t, &avx512::dot_rows(group, &xq[t * nb..(t + 1) * nb]));
                 }
             }
             return;
@@ -448,12 +450,12 @@ impl Matrix {
                         let (x2, x3) = x23.split_at(nb);
                         let values = (kernels.q4x4)(row, [x0, x1, x2, x3]);
                         for (k, v) in values.into_iter().enumerate() {
-                            store(r, t + k, v);
+                            store(r, t + k, &[v]);
                         }
                         t += 4;
                     }
                     for t in t..tokens.end {
-                        store(r, t, (kernels.q4)(row, &xq[t * nb..(t + 1) * nb]));
+                        store(r, t, &[(kernels.q4)(row, &xq[t * nb..(t + 1) * nb])]);
                     }
                 }
                 // Returned above.
@@ -461,13 +463,13 @@ impl Matrix {
                 Data::Q8(w) => {
                     let row = &w[r * nb..(r + 1) * nb];
                     for t in tokens.clone() {
-                        store(r, t, (kernels.q8)(row, &xq[t * nb..(t + 1) * nb]));
+                        store(r, t, &[(kernels.q8)(row, &xq[t * nb..(t + 1) * nb])]);
                     }
                 }
                 Data::F32(w) => {
                     let row = &w[r * cols..(r + 1) * cols];
                     for t in tokens.clone() {
-                        store(r, t, dot_f32(row, &x[t * cols..(t + 1) * cols]));
+                        store(r, t, &[dot_f32(row, &x[t * cols..(t + 1) * cols])]);
                     }
                 }
             }
