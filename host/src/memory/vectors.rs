@@ -376,18 +376,21 @@ impl Cache {
 mod tests {
     use super::*;
 
+    /// The next state of a fixed pseudo-random sequence (an LCG).
+    fn next(state: &mut u64) -> u64 {
+        *state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        *state
+    }
+
     /// Unit vectors from a fixed pseudo-random sequence.
     fn vectors(n: usize, dim: usize, seed: u64) -> Vec<Vector> {
         let mut state = seed;
         (0..n)
             .map(|_| {
                 let v: Vec<f32> = (0..dim)
-                    .map(|_| {
-                        state = state
-                            .wrapping_mul(6_364_136_223_846_793_005)
-                            .wrapping_add(1_442_695_040_888_963_407);
-                        (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-                    })
+                    .map(|_| (next(&mut state) >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
                     .collect();
                 let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
                 Vector::quantize(&v.iter().map(|x| x / norm).collect::<Vec<_>>())
@@ -399,12 +402,7 @@ mod tests {
     fn every_dot_product_kernel_gives_the_portable_integers() {
         let dim = 384;
         let mut state = 7u64;
-        let mut byte = || {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (state >> 56) as u8 as i8
-        };
+        let mut byte = || (next(&mut state) >> 56) as u8 as i8;
         let mut query: Vec<i8> = (0..dim).map(|_| byte()).collect();
         let mut rows: Vec<i8> = (0..dim * 50).map(|_| byte()).collect();
         // The extremes, where a widening or a bias would overflow first.
