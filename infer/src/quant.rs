@@ -754,9 +754,10 @@ mod avx2 {
     }
 }
 
-/// Products of regrouped rows ([`RowsBlock`]) with tokens: AVX-512 VNNI
-/// where the CPU has it, else the same arithmetic in portable code (fused
-/// multiply-adds in the same order, so the two agree to the bit).
+/// The AVX-512 paths, where the CPU has AVX-512 VNNI: products of regrouped
+/// rows ([`RowsBlock`]) with tokens (else the same arithmetic in portable
+/// code: fused multiply-adds in the same order, so the two agree to the
+/// bit), and activations quantized to 8 bits.
 mod avx512 {
     use super::{BLOCK, BlockQ8, ROWS, RowsBlock};
 
