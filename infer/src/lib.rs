@@ -29,6 +29,7 @@ pub use error::ModelError;
 pub use generate::{FinishReason, Finished, Generator, Limits, Sampling};
 pub use gguf::{GgufFile, Meta, TensorInfo, TensorType};
 pub use model::{Hyper, KvCache, Model};
+pub use quant::has_avx512_vnni;
 pub use rayon::ThreadPool;
 pub use tokenizer::Tokenizer;
 

@@ -754,6 +754,13 @@ mod avx2 {
     }
 }
 
+/// Whether this CPU has what pincer's AVX-512 VNNI kernels are compiled for
+/// (AVX-512 F, BW and VNNI): the regrouped rows and 8-bit quantization
+/// here, and memory's vector scan in the host.
+pub fn has_avx512_vnni() -> bool {
+    avx512::available()
+}
+
 /// The AVX-512 paths, where the CPU has AVX-512 VNNI: products of regrouped
 /// rows ([`RowsBlock`]) with tokens (else the same arithmetic in portable
 /// code: fused multiply-adds in the same order, so the two agree to the
@@ -1010,6 +1017,15 @@ mod tests {
         );
     }
 
+    /// `n` tokens of `cols` pseudo-random activations, and them quantized
+    /// as the encoder quantizes them.
+    fn tokens(n: usize, cols: usize, seed: u32) -> (Vec<f32>, Vec<BlockQ8>) {
+        let x = pseudo(n * cols, seed);
+        let mut xq = Vec::new();
+        par_quantize(&x, Scales::F32, &mut xq);
+        (x, xq)
+    }
+
     fn regroup(m: &Matrix) -> Matrix {
         let Data::Q4(blocks) = &m.data else {
             unreachable!()
@@ -1046,14 +1062,9 @@ mod tests {
             grouped.row(r, &mut b);
             assert_eq!(a, b, "row {r}");
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = crate::compute_pool(2).unwrap();
         let n = 4 * token_tile(cols) + 3;
-        let x = pseudo(n * cols, 9);
-        let mut xq = Vec::new();
-        par_quantize(&x, Scales::F32, &mut xq);
+        let (x, xq) = tokens(n, cols, 9);
         let (mut by_q4, mut by_groups) = (vec![0f32; n * rows], vec![0f32; n * rows]);
         q4.product(&pool, &x, &xq, n, &mut by_q4);
         grouped.product(&pool, &x, &xq, n, &mut by_groups);
@@ -1082,9 +1093,7 @@ mod tests {
         let Data::Q4Rows(group) = regroup(&q4_matrix(rows, cols, 3)).data else {
             unreachable!()
         };
-        let x = pseudo(4 * cols, 4);
-        let mut xq = Vec::new();
-        par_quantize(&x, Scales::F32, &mut xq);
+        let (_, xq) = tokens(4, cols, 4);
         let nb = cols / BLOCK;
         let four: [&[BlockQ8]; 4] = std::array::from_fn(|k| &xq[k * nb..(k + 1) * nb]);
         let fast = avx512::dot_rows_x4(&group, four);
@@ -1135,14 +1144,9 @@ mod tests {
             cols,
             data: Data::Q4(w4),
         };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = crate::compute_pool(2).unwrap();
         let n = 4 * token_tile(cols) + 3;
-        let x = pseudo(n * cols, 8);
-        let mut xq = Vec::new();
-        par_quantize(&x, Scales::F32, &mut xq);
+        let (x, xq) = tokens(n, cols, 8);
         let mut many = vec![0f32; n * rows];
         m.product(&pool, &x, &xq, n, &mut many);
         for t in [0, 1, n / 2, n - 1] {
@@ -1166,10 +1170,7 @@ mod tests {
         let x = pseudo(n * cols, 5);
         let mut xq = Vec::new();
         quantize(&x, &mut xq);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = crate::compute_pool(2).unwrap();
         let mut out = vec![0f32; n * rows];
         m.product(&pool, &x, &xq, n, &mut out);
         for t in 0..n {

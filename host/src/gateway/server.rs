@@ -962,11 +962,7 @@ async fn chat_completions(State(gateway): State<Arc<Gateway>>, request: Request)
                         Ok(chunk) => redactor.router.redact_owned(chunk.to_string()),
                         Err(e) => e.to_openai_error().1.to_string(),
                     };
-                    let mut event = String::with_capacity(data.len() + 8);
-                    event.push_str("data: ");
-                    event.push_str(&data);
-                    event.push_str("\n\n");
-                    Ok::<_, std::convert::Infallible>(Bytes::from(event))
+                    Ok::<_, std::convert::Infallible>(Bytes::from(format!("data: {data}\n\n")))
                 })
                 .chain(futures_util::stream::once(async { Ok(Bytes::from(llm::OPENAI_SSE_DONE)) }));
             with_headers(sse(Body::from_stream(body)), &deployment, false)

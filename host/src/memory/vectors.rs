@@ -261,11 +261,7 @@ fn keep_best(all: &mut Vec<(i64, f32)>, n: usize) {
 /// `out[i]` = the dot product of `query` with the `i`th row of `rows`.
 fn dot_all(query: &[i8], rows: &[i8], out: &mut [i32]) {
     #[cfg(target_arch = "x86_64")]
-    if query.len().is_multiple_of(64)
-        && std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vnni")
-    {
+    if query.len().is_multiple_of(64) && pincer_infer::has_avx512_vnni() {
         // SAFETY: the CPU has the features; rows of whole 64-byte chunks.
         return unsafe { dot_all_vnni(query, rows, out) };
     }
@@ -415,9 +411,7 @@ mod tests {
         dot_all(&query, &rows, &mut dispatched);
         assert_eq!(dispatched, portable);
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512vnni")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-        {
+        if pincer_infer::has_avx512_vnni() {
             let mut vnni = vec![0; 50];
             // SAFETY: the features were detected.
             unsafe { dot_all_vnni(&query, &rows, &mut vnni) };
